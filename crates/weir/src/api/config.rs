@@ -1,0 +1,67 @@
+//! Job-wide settings: parallelism, checkpointing, storage, restore and restart.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::checkpoint::coordinator::CheckpointConfig;
+use crate::runtime::fault::FailureInjection;
+use crate::runtime::restart::RestartStrategy;
+use crate::state::key_group::DEFAULT_MAX_PARALLELISM;
+
+/// Where a job's state starts from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RestoreFrom {
+    /// Start with empty state.
+    #[default]
+    Nothing,
+    /// The newest complete checkpoint of this job in the checkpoint directory that loads
+    /// cleanly; start fresh (and say so) if there is none.
+    Latest,
+    /// A specific checkpoint or savepoint folder.
+    Path(PathBuf),
+}
+
+/// Settings of one job.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// The job's name; also its folder under `checkpoint_dir`.
+    pub name: String,
+    /// Default parallelism of operators that do not set their own.
+    pub parallelism: u32,
+    /// Number of key groups: the upper bound of any keyed operator's parallelism, fixed for
+    /// the life of the job's state.
+    pub max_parallelism: u32,
+    /// Checkpointing settings.
+    pub checkpointing: CheckpointConfig,
+    /// Where checkpoints go (`<dir>/<name>/chk-<n>`).
+    pub checkpoint_dir: PathBuf,
+    /// Where state starts from.
+    pub restore: RestoreFrom,
+    /// What happens after a failure.
+    pub restart: RestartStrategy,
+    /// Longest time a partly filled batch waits before it is sent.
+    pub buffer_timeout: Duration,
+    /// Batches in flight per channel (the backpressure bound).
+    pub channel_capacity: usize,
+    /// Seeded failures for tests and demos.
+    pub failure_injection: Option<FailureInjection>,
+}
+
+impl JobConfig {
+    /// Defaults for a job named `name`: parallelism 1, max parallelism 128, exactly-once
+    /// checkpoints every second into `./weir-checkpoints`, exponential-delay restarts.
+    pub fn new(name: impl Into<String>) -> Self {
+        JobConfig {
+            name: name.into(),
+            parallelism: 1,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            checkpointing: CheckpointConfig::default(),
+            checkpoint_dir: PathBuf::from("weir-checkpoints"),
+            restore: RestoreFrom::Nothing,
+            restart: RestartStrategy::default(),
+            buffer_timeout: Duration::from_millis(10),
+            channel_capacity: 4,
+            failure_injection: None,
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The traits user code implements: sources, sinks, process functions and their state hooks.
+//!
+//! # The state-hook contract ([`CheckpointedFunction`])
+//!
+//! Every hook of one function instance runs on that instance's task thread, never
+//! concurrently with `process`/`poll`/`invoke`, so functions need no locks:
+//! 1. `initialize_state` — once per attempt, before the first record; tells whether the job
+//!    restores (and hands over the operator state assigned to this subtask) or starts fresh.
+//! 2. `snapshot_state` — when a checkpoint barrier passes the operator: everything processed
+//!    before it is in, nothing after. It must be quick: it runs on the processing thread.
+//! 3. `notify_checkpoint_complete(n)` — after checkpoint `n` (and so every earlier one) is
+//!    durable. It may arrive late or, after a failure, not at all: never rely on it for
+//!    correctness of state, only for side effects that may be repeated (committing output).
+//! 4. `notify_checkpoint_aborted(n)` — checkpoint `n` will never complete.
+//!
+//! An `Err` from any hook (or a panic) fails the task and with it the job attempt; the
+//! restart strategy then restores the latest completed checkpoint.
+
+use crate::error::Result;
+use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore};
+use crate::state::operator::{InitContext, SnapshotContext};
+use crate::state::Key;
+
+/// State hooks every user function can implement (Flink's `CheckpointedFunction` and
+/// `CheckpointListener`); all methods default to doing nothing. See the module docs.
+pub trait CheckpointedFunction {
+    /// Restores (or initialises) the function's own operator state.
+    fn initialize_state(&mut self, _ctx: &InitContext) -> Result<()> {
+        Ok(())
+    }
+    /// Records the function's operator state for a checkpoint.
+    fn snapshot_state(&mut self, _ctx: &mut SnapshotContext) -> Result<()> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` is complete and durable.
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Checkpoint `checkpoint_id` was aborted.
+    fn notify_checkpoint_aborted(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a function emits its output records (Flink's `Collector`).
+pub struct Collector<'a, O> {
+    pub(crate) buf: &'a mut Vec<O>,
+}
+
+impl<O> Collector<'_, O> {
+    /// Emits one record downstream.
+    #[inline]
+    pub fn collect(&mut self, record: O) {
+        self.buf.push(record);
+    }
+}
+
+/// What a source's `poll` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// Records were (or may soon be) produced; poll again.
+    More,
+    /// Nothing available right now; the task waits a moment before polling again.
+    Idle,
+    /// The source is exhausted: no more records, ever.
+    Finished,
+}
+
+/// A replayable source. Its position must live in operator state (`snapshot_state`), so
+/// that a restore rewinds it to exactly the checkpointed record: that is what makes the
+/// job's state exactly-once (DESIGN.md §8).
+///
+/// Each parallel subtask gets its own clone; `initialize_state` tells it which subtask it is.
+/// A checkpoint barrier is emitted only between two `poll` calls.
+pub trait SourceFunction<T>: CheckpointedFunction + Clone + Send + 'static {
+    /// Appends at most `max` records to `out`.
+    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus>;
+}
+
+/// A sink: the end of a stream. Exactly-once output needs two-phase commit (a later
+/// milestone); a sink that writes only at `finish` is exactly-once for bounded jobs.
+pub trait SinkFunction<T>: CheckpointedFunction + Clone + Send + 'static {
+    /// Consumes a batch of records (the vector is drained by the sink).
+    fn invoke(&mut self, batch: &mut Vec<T>) -> Result<()>;
+    /// Every input has ended: flush and close.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A non-keyed function from records to any number of records, with state hooks.
+pub trait ProcessFunction<I, O>: CheckpointedFunction + Clone + Send + 'static {
+    /// Handles one record.
+    fn process(&mut self, record: I, out: &mut Collector<'_, O>) -> Result<()>;
+    /// Every input has ended; emit anything still held.
+    fn on_end_of_input(&mut self, _out: &mut Collector<'_, O>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A function on a keyed stream: sees the current key and reads/writes keyed state.
+pub trait KeyedProcessFunction<K: Key, I, O>: CheckpointedFunction + Clone + Send + 'static {
+    /// Declares the keyed states (once per attempt, after `initialize_state`).
+    fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()>;
+    /// Handles one record; `ctx` is scoped to its key.
+    fn process(
+        &mut self,
+        record: I,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, O>,
+    ) -> Result<()>;
+    /// Every input has ended; `ctx` reaches every key of this subtask.
+    fn on_end_of_input(
+        &mut self,
+        _ctx: &mut KeyedEndContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<()> {
+        Ok(())
+    }
+}

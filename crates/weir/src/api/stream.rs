@@ -1,0 +1,412 @@
+//! The environment, `DataStream` and `KeyedStream`: a typed builder for the job graph.
+//!
+//! ```
+//! use weir::prelude::*;
+//! # fn main() -> weir::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut config = JobConfig::new("doc-example");
+//! config.checkpoint_dir = dir.path().to_path_buf();
+//! let env = StreamEnvironment::new(config);
+//! let out = CollectSink::new();
+//! env.add_source("numbers", GeneratorSource::new(1000))
+//!     .map(|i| i % 10)
+//!     .key_by(|k| *k)
+//!     .reduce(|a, b| a.max(b))
+//!     .add_sink("collect", out.clone());
+//! env.execute()?;
+//! assert_eq!(out.take().len(), 1000);
+//! # Ok(()) }
+//! ```
+//!
+//! Every operator gets a `uid` (explicit via [`DataStream::uid`], or derived from its name
+//! and position). State in checkpoints is matched to operators by uid, so set explicit uids
+//! on stateful operators of jobs you intend to upgrade.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::api::config::JobConfig;
+use crate::api::functions::{
+    CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
+    SourceFunction,
+};
+use crate::api::graph::{
+    AnyBox, Edge, JobGraph, KeyedWriterBuilder, Node, NodeKind, Partitioning, TypedEdge,
+    TypedOutputs,
+};
+use crate::error::Result;
+use crate::runtime::executor::{self, JobMetrics, JobResult};
+use crate::runtime::network::{KeyGroupRouter, RoutedWriter};
+use crate::runtime::operators::{
+    FilterOp, FlatMapOp, KeyedProcessOp, MapOp, OperatorContext, ProcessOp, SinkOp,
+};
+use crate::runtime::output::Output;
+use crate::runtime::task::{run_source, TaskContext};
+use crate::state::keyed::{KeyedContext, KeyedStateStore, ValueState};
+use crate::state::{Data, Key, StateValue};
+
+/// The entry point of a job: holds its configuration and the graph being built.
+pub struct StreamEnvironment {
+    graph: Rc<RefCell<JobGraph>>,
+    config: JobConfig,
+    metrics: Arc<JobMetrics>,
+}
+
+impl StreamEnvironment {
+    /// A new environment for a job with `config`.
+    pub fn new(config: JobConfig) -> Self {
+        StreamEnvironment {
+            graph: Rc::new(RefCell::new(JobGraph::default())),
+            config,
+            metrics: Arc::new(JobMetrics::default()),
+        }
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// Live counters (records, checkpoints, restarts) for progress displays; can be read
+    /// from another thread while [`StreamEnvironment::execute`] runs.
+    pub fn metrics(&self) -> Arc<JobMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Adds a source. Each parallel subtask runs a clone of `source`.
+    pub fn add_source<T: Data, S: SourceFunction<T>>(&self, name: &str, source: S) -> DataStream<T> {
+        let builder = Arc::new(move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
+            let chain = unbox::<T>(chain);
+            let mut s = source.clone();
+            ctx.init_function(&mut s)?;
+            let uid = ctx.uid;
+            Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
+        });
+        let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], Partitioning::Default, None, self.config.max_parallelism);
+        DataStream::single(self.graph.clone(), id, self.config.max_parallelism)
+    }
+
+    /// Runs the job to completion (bounded sources) with recovery from failures.
+    pub fn execute(self) -> Result<JobResult> {
+        let graph = Rc::try_unwrap(self.graph)
+            .map(RefCell::into_inner)
+            .unwrap_or_else(|rc| std::mem::take(&mut *rc.borrow_mut()));
+        executor::execute(graph, &self.config, self.metrics)
+    }
+}
+
+fn unbox<T: 'static>(b: AnyBox) -> Box<dyn Output<T>> {
+    *b.downcast::<Box<dyn Output<T>>>()
+        .expect("graph invariant: output boxes are made by typed code of the same type")
+}
+
+fn rebox<T: 'static>(o: Box<dyn Output<T>>) -> AnyBox {
+    Box::new(o)
+}
+
+/// Adds a node of output type `O` fed by `inputs` (all of record type `I`).
+#[allow(clippy::too_many_arguments)]
+fn add_node<O: Data>(
+    graph: &Rc<RefCell<JobGraph>>,
+    name: &str,
+    kind: NodeKind,
+    inputs: &[usize],
+    partitioning: Partitioning,
+    edge: Option<&dyn Fn() -> Box<dyn crate::api::graph::EdgeFactory>>,
+    _max_parallelism: u32,
+) -> usize {
+    let mut g = graph.borrow_mut();
+    let id = g.nodes.len();
+    g.nodes.push(Node {
+        name: name.to_string(),
+        uid: None,
+        parallelism: None,
+        kind,
+        outputs_factory: Box::new(TypedOutputs::<O>(PhantomData)),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    });
+    if let Some(make_edge) = edge {
+        for &from in inputs {
+            let e = g.edges.len();
+            g.edges.push(Edge {
+                from,
+                to: id,
+                partitioning,
+                factory: make_edge(),
+            });
+            g.nodes[from].outputs.push(e);
+            g.nodes[id].inputs.push(e);
+        }
+    }
+    id
+}
+
+/// A stream of records of type `T`: the output of one operator, or a union of several.
+pub struct DataStream<T> {
+    graph: Rc<RefCell<JobGraph>>,
+    nodes: Vec<usize>,
+    partitioning: Partitioning,
+    max_parallelism: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Data> DataStream<T> {
+    fn single(graph: Rc<RefCell<JobGraph>>, id: usize, max_parallelism: u32) -> Self {
+        DataStream {
+            graph,
+            nodes: vec![id],
+            partitioning: Partitioning::Default,
+            max_parallelism,
+            _t: PhantomData,
+        }
+    }
+
+    fn configure(self, f: impl Fn(&mut Node)) -> Self {
+        {
+            let mut g = self.graph.borrow_mut();
+            // On a union, settings apply to every operator in it.
+            for &n in &self.nodes {
+                f(&mut g.nodes[n]);
+            }
+        }
+        self
+    }
+
+    /// Sets the operator's stable id: the key of its state in checkpoints and savepoints.
+    pub fn uid(self, uid: &str) -> Self {
+        let uid = uid.to_string();
+        self.configure(move |n| n.uid = Some(uid.clone()))
+    }
+
+    /// Sets the operator's display name.
+    pub fn name(self, name: &str) -> Self {
+        let name = name.to_string();
+        self.configure(move |n| n.name = name.clone())
+    }
+
+    /// Sets the operator's parallelism (default: the job's).
+    pub fn set_parallelism(self, parallelism: u32) -> Self {
+        self.configure(move |n| n.parallelism = Some(parallelism))
+    }
+
+    /// Sends records round-robin to the next operator's subtasks.
+    pub fn rebalance(mut self) -> Self {
+        self.partitioning = Partitioning::Rebalance;
+        self
+    }
+
+    /// Sends every record to every subtask of the next operator.
+    pub fn broadcast(mut self) -> Self {
+        self.partitioning = Partitioning::Broadcast;
+        self
+    }
+
+    /// Sends subtask `i`'s records to subtask `i` of the next operator (equal parallelism).
+    pub fn forward(mut self) -> Self {
+        self.partitioning = Partitioning::Forward;
+        self
+    }
+
+    /// Merges streams of the same type; the next operator reads all of them.
+    pub fn union(mut self, other: DataStream<T>) -> Self {
+        self.nodes.extend(other.nodes);
+        self
+    }
+
+    fn then<O: Data>(&self, name: &str, build: crate::api::graph::OperatorBuilder) -> DataStream<O> {
+        self.then_with(name, build, self.partitioning, None)
+    }
+
+    fn then_with<O: Data>(
+        &self,
+        name: &str,
+        build: crate::api::graph::OperatorBuilder,
+        partitioning: Partitioning,
+        keyed: Option<KeyedWriterBuilder<T>>,
+    ) -> DataStream<O> {
+        let maxp = self.max_parallelism;
+        let make_edge = move || {
+            Box::new(TypedEdge::<T> {
+                keyed: keyed.clone(),
+                max_parallelism: maxp,
+            }) as Box<dyn crate::api::graph::EdgeFactory>
+        };
+        let id = add_node::<O>(
+            &self.graph,
+            name,
+            NodeKind::Operator(build),
+            &self.nodes,
+            partitioning,
+            Some(&make_edge),
+            maxp,
+        );
+        DataStream::single(self.graph.clone(), id, maxp)
+    }
+
+    /// Transforms each record.
+    pub fn map<O: Data, F: FnMut(T) -> O + Clone + Send + 'static>(self, f: F) -> DataStream<O> {
+        self.then(
+            "map",
+            Arc::new(move |_ctx, next| {
+                Ok(rebox::<T>(Box::new(MapOp {
+                    f: f.clone(),
+                    out: Vec::new(),
+                    next: unbox::<O>(next),
+                })))
+            }),
+        )
+    }
+
+    /// Keeps the records for which `f` is true.
+    pub fn filter<F: FnMut(&T) -> bool + Clone + Send + 'static>(self, f: F) -> DataStream<T> {
+        self.then(
+            "filter",
+            Arc::new(move |_ctx, next| {
+                Ok(rebox::<T>(Box::new(FilterOp {
+                    f: f.clone(),
+                    next: unbox::<T>(next),
+                })))
+            }),
+        )
+    }
+
+    /// Turns each record into any number of records.
+    pub fn flat_map<O, I, F>(self, f: F) -> DataStream<O>
+    where
+        O: Data,
+        I: IntoIterator<Item = O>,
+        F: FnMut(T) -> I + Clone + Send + 'static,
+    {
+        self.then(
+            "flat_map",
+            Arc::new(move |_ctx, next| {
+                Ok(rebox::<T>(Box::new(FlatMapOp {
+                    f: f.clone(),
+                    out: Vec::new(),
+                    next: unbox::<O>(next),
+                })))
+            }),
+        )
+    }
+
+    /// Applies a [`ProcessFunction`], which may keep operator state.
+    pub fn process<O: Data, F: ProcessFunction<T, O>>(self, f: F) -> DataStream<O> {
+        self.then(
+            "process",
+            Arc::new(move |mut ctx: OperatorContext, next| {
+                let mut f = f.clone();
+                ctx.init_function(&mut f)?;
+                Ok(rebox::<T>(Box::new(ProcessOp {
+                    uid: ctx.uid,
+                    f,
+                    out: Vec::new(),
+                    next: unbox::<O>(next),
+                })))
+            }),
+        )
+    }
+
+    /// Partitions the stream by key: records with equal keys go to the same subtask, and the
+    /// next operator can keep state per key.
+    pub fn key_by<K: Key, F>(self, key_fn: F) -> KeyedStream<K, T, F>
+    where
+        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    {
+        KeyedStream {
+            stream: self,
+            key_fn,
+            _k: PhantomData,
+        }
+    }
+
+    /// Ends the stream in a sink. Returns the sink's stream handle so `uid`/`set_parallelism`
+    /// can be set on it.
+    pub fn add_sink<S: SinkFunction<T>>(self, name: &str, sink: S) -> DataStream<()> {
+        self.then(
+            name,
+            Arc::new(move |mut ctx: OperatorContext, _next| {
+                let mut f = sink.clone();
+                ctx.init_function(&mut f)?;
+                Ok(rebox::<T>(Box::new(SinkOp { uid: ctx.uid, f })))
+            }),
+        )
+    }
+}
+
+/// A stream partitioned by key (the result of [`DataStream::key_by`]).
+pub struct KeyedStream<K, T, F> {
+    stream: DataStream<T>,
+    key_fn: F,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStream<K, T, F> {
+    /// Applies a [`KeyedProcessFunction`], which keeps keyed state.
+    pub fn process<O: Data, P: KeyedProcessFunction<K, T, O>>(self, f: P) -> DataStream<O> {
+        let kf = self.key_fn.clone();
+        let writer: KeyedWriterBuilder<T> = Arc::new(move |senders, max_parallelism| {
+            Box::new(RoutedWriter::new(
+                senders,
+                KeyGroupRouter {
+                    key_fn: kf.clone(),
+                    max_parallelism,
+                },
+            )) as Box<dyn Output<T>>
+        });
+        let key_fn = self.key_fn;
+        let build = Arc::new(move |ctx: OperatorContext, next: AnyBox| {
+            let op = KeyedProcessOp::new::<T>(f.clone(), key_fn.clone(), ctx, unbox::<O>(next))?;
+            Ok(rebox::<T>(Box::new(op)))
+        });
+        self.stream
+            .then_with("keyed_process", build, Partitioning::KeyGroups, Some(writer))
+    }
+
+    /// Folds the records of each key with `f` and emits the running result for every record
+    /// (Flink's `reduce`). The running value is keyed value state named `"reduce"`.
+    pub fn reduce<R>(self, f: R) -> DataStream<T>
+    where
+        T: StateValue,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.process(Reduce { f, state: None })
+            .name("reduce")
+    }
+}
+
+/// The keyed process function behind [`KeyedStream::reduce`].
+#[derive(Clone)]
+struct Reduce<T, R> {
+    f: R,
+    state: Option<ValueState<T>>,
+}
+
+impl<T, R> CheckpointedFunction for Reduce<T, R> {}
+
+impl<K: Key, T: StateValue, R: Fn(T, T) -> T + Clone + Send + Sync + 'static>
+    KeyedProcessFunction<K, T, T> for Reduce<T, R>
+{
+    fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
+        self.state = Some(states.value_state("reduce")?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        record: T,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, T>,
+    ) -> Result<()> {
+        let state = self.state.expect("open() runs before process()");
+        let next = match ctx.get(state) {
+            Some(acc) => (self.f)(acc.clone(), record),
+            None => record,
+        };
+        ctx.set(state, next.clone());
+        out.collect(next);
+        Ok(())
+    }
+}

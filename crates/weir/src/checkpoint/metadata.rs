@@ -1,0 +1,121 @@
+//! The `_metadata` of a checkpoint and the state-file payloads it points to (DESIGN.md §6).
+//!
+//! All structures are encoded with postcard inside the checksummed envelope of
+//! [`super::format`]. The metadata names every file by a path *relative to the checkpoint
+//! folder*, so a checkpoint folder can be copied or moved and still restores.
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::alignment::CheckpointingMode;
+use crate::state::key_group::KeyGroupRange;
+use crate::state::operator::OperatorStateSnapshot;
+use crate::state::StateKind;
+
+/// A state file, relative to its checkpoint folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    /// Path relative to the checkpoint folder (`<uid>/<file>`).
+    pub path: String,
+    /// Size in bytes, envelope included.
+    pub size: u64,
+}
+
+/// The keyed state one subtask wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedFileRef {
+    /// The file.
+    pub file: FileRef,
+    /// The key groups it covers.
+    pub range: KeyGroupRange,
+    /// Entries across all its states.
+    pub entries: u64,
+}
+
+/// The state one subtask of one operator wrote for a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubtaskStateMeta {
+    /// The subtask's index.
+    pub subtask: u32,
+    /// Its operator state, if it had any.
+    pub operator_state: Option<FileRef>,
+    /// Its keyed state, for keyed operators.
+    pub keyed_state: Option<KeyedFileRef>,
+}
+
+/// Everything a checkpoint holds for one operator, found by its uid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorMeta {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its parallelism when the checkpoint was taken.
+    pub parallelism: u32,
+    /// The subtasks that wrote state.
+    pub subtasks: Vec<SubtaskStateMeta>,
+}
+
+/// Statistics of one task's part of a checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCheckpointStats {
+    /// Time the task stopped processing to capture its state (microseconds).
+    pub sync_micros: u64,
+    /// Time spent writing the captured state in the background (microseconds).
+    pub async_micros: u64,
+    /// Time between the first and last barrier at this task (microseconds).
+    pub alignment_micros: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// The content of `chk-<n>/_metadata`. Its presence makes the checkpoint complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// The checkpoint id.
+    pub checkpoint_id: u64,
+    /// The job's name (its folder under the checkpoint directory).
+    pub job_name: String,
+    /// When the checkpoint was triggered (ms since the Unix epoch).
+    pub trigger_timestamp_ms: u64,
+    /// When its last acknowledgement arrived (ms since the Unix epoch).
+    pub completed_timestamp_ms: u64,
+    /// The checkpointing mode it was taken in.
+    pub mode: CheckpointingMode,
+    /// The job's max parallelism: the number of key groups. A restore must use the same.
+    pub max_parallelism: u32,
+    /// Per-operator state.
+    pub operators: Vec<OperatorMeta>,
+    /// Summed task statistics.
+    pub stats: TaskCheckpointStats,
+}
+
+impl CheckpointMetadata {
+    /// Total bytes of state files.
+    pub fn state_size(&self) -> u64 {
+        self.stats.bytes
+    }
+}
+
+/// Payload of an operator-state file.
+pub type OperatorStateFile = OperatorStateSnapshot;
+
+/// One key group's section of a keyed-state file: one encoded blob per state, in the order
+/// of [`KeyedStateFile::states`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupSection {
+    /// The key group.
+    pub group: u32,
+    /// Encoded `(key, value)` entries of each state.
+    pub states: Vec<Vec<u8>>,
+}
+
+/// Payload of a keyed-state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedStateFile {
+    /// Key groups covered.
+    pub range: KeyGroupRange,
+    /// The job's max parallelism when written.
+    pub max_parallelism: u32,
+    /// `(name, kind)` of each state.
+    pub states: Vec<(String, StateKind)>,
+    /// Non-empty key groups only.
+    pub groups: Vec<KeyGroupSection>,
+}

@@ -1,0 +1,579 @@
+//! Checkpoint storage in a local directory.
+//!
+//! ```text
+//! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
+//! <checkpoint-dir>/<job-id>/chk-<n>/<uid>/<file-name>    state files
+//! ```
+//!
+//! Guarantees: every file is written whole or not at all (temp name in the same directory,
+//! fsync, rename; the temp file is removed on error), so a crash never leaves a half-written
+//! file under a real name. `_metadata` is written after the state files and its directory is
+//! fsynced, so a checkpoint listed as complete has all its files on disk. Discarding removes
+//! `_metadata` first, so a half-discarded checkpoint is never mistaken for a complete one.
+//! Reading works on any checkpoint folder (it may have been copied elsewhere) and treats the
+//! metadata as untrusted: relative paths from it cannot leave the folder. Every error names
+//! the path, the cause and the way out.
+
+use super::format::{self, FileKind, FormatError, HEADER_LEN};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
+pub const METADATA_FILE_NAME: &str = "_metadata";
+
+/// Longest uid, job id or file name accepted, leaving room for the temp-file decoration
+/// within the usual 255-byte file-name limit.
+pub const MAX_NAME_LEN: usize = 200;
+
+const WRITE_HINT: &str =
+    "check that the folder is writable and the disk is not full, or pass --checkpoint-dir";
+const READ_HINT: &str =
+    "check the checkpoint path and its permissions, or restore from another checkpoint";
+
+/// Why a checkpoint could not be stored or read.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A file-system operation failed.
+    #[error("cannot {op} {}: {} ({hint})", .path.display(), short_io(.cause))]
+    Io {
+        /// What was being done, e.g. "create checkpoint directory".
+        op: &'static str,
+        /// The file or folder it was done to.
+        path: PathBuf,
+        /// The OS error (kept out of `source()` because the message already shows it).
+        cause: io::Error,
+        /// The way out.
+        hint: &'static str,
+    },
+    /// A file exists but is not a valid checkpoint file of the expected kind.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A uid, job id or file name cannot be used as a single folder or file name.
+    #[error(
+        "invalid {what} {name:?}: {reason}; pick a name of letters, digits, '-', '_' or \
+         '.' (not leading), at most {MAX_NAME_LEN} bytes"
+    )]
+    InvalidName {
+        /// Which name, e.g. "operator uid".
+        what: &'static str,
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A state-file path read from metadata would leave the checkpoint folder.
+    #[error(
+        "refusing to read state file {relative:?} of checkpoint {}: {reason}; the metadata \
+         is damaged or was not written by Weir, restore from another checkpoint",
+        .checkpoint.display()
+    )]
+    UnsafePath {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// The path as found in the metadata.
+        relative: String,
+        /// Why it is unsafe.
+        reason: &'static str,
+    },
+    /// The path given as a checkpoint folder is missing, not a folder, or has no `_metadata`
+    /// (the checkpoint never completed).
+    #[error(
+        "not a complete checkpoint ({reason}): {}; pass a chk-<n> folder that holds {}, or \
+         restore another checkpoint (--restore latest picks the newest complete one)",
+        .path.display(), METADATA_FILE_NAME
+    )]
+    NotACheckpoint {
+        /// The path given.
+        path: PathBuf,
+        /// "no _metadata", "no such folder" or "not a folder".
+        reason: &'static str,
+    },
+}
+
+/// Renders an io::Error without the "(os error N)" suffix that users do not need.
+fn short_io(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) if s.ends_with(')') => s[..i].to_string(),
+        _ => s,
+    }
+}
+
+fn io_err(
+    op: &'static str,
+    path: &Path,
+    hint: &'static str,
+) -> impl FnOnce(io::Error) -> StorageError {
+    let path = path.to_path_buf();
+    move |cause| StorageError::Io {
+        op,
+        path,
+        cause,
+        hint,
+    }
+}
+
+/// Checks that `name` is one safe path component, so user strings (uids, job ids, file
+/// names) can never reach outside their folder or collide with temp and metadata files.
+/// `what` names the thing in the error (e.g. "operator uid"). Call it early (when the job
+/// graph is built) to fail before the first checkpoint.
+pub fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError> {
+    let reason = if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > MAX_NAME_LEN {
+        Some("it is too long")
+    } else if name.contains(['/', '\\']) {
+        Some("it contains a path separator")
+    } else if name.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else if name.starts_with('.') {
+        Some("names starting with '.' are reserved for temporary files")
+    } else if name == METADATA_FILE_NAME {
+        Some("the name is reserved for checkpoint metadata")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(StorageError::InvalidName {
+            what,
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Parses a `chk-<n>` folder name (canonical decimal only, so `chk-<n>` and the id map one
+/// to one); anything else in the job folder is ignored by listings.
+pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("chk-")?;
+    let canonical = digits == "0" || !digits.starts_with('0');
+    let decimal = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+    if canonical && decimal {
+        digits.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Checkpoints of one job in a local directory; `root` is `<checkpoint-dir>/<job-id>`.
+#[derive(Debug, Clone)]
+pub struct CheckpointStorage {
+    root: PathBuf,
+}
+
+impl CheckpointStorage {
+    /// Creates `<dir>/<job_id>` if needed and proves it writable (create+remove a probe file)
+    /// so a bad `--checkpoint-dir` fails at start, not at the first checkpoint.
+    pub fn open(checkpoint_dir: &Path, job_id: &str) -> Result<Self, StorageError> {
+        validate_name("job id", job_id)?;
+        let root = checkpoint_dir.join(job_id);
+        let hint = "check that the folder is writable or pass --checkpoint-dir";
+        fs::create_dir_all(&root).map_err(io_err("create checkpoint directory", &root, hint))?;
+        let probe = temp_path(&root, "write-probe");
+        let written = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .and_then(|mut file| file.write_all(b"probe"));
+        let removed = fs::remove_file(&probe);
+        written.map_err(io_err("write to checkpoint directory", &root, hint))?;
+        removed.map_err(io_err("remove probe file", &probe, hint))?;
+        Ok(CheckpointStorage { root })
+    }
+
+    /// The job's folder, for messages and for tools that inspect it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Folder of checkpoint `id` (`root/chk-<id>`), the path a user passes to `--restore`.
+    pub fn checkpoint_path(&self, id: u64) -> PathBuf {
+        self.root.join(format!("chk-{id}"))
+    }
+
+    /// Writes one state file atomically (temp name in the same dir + fsync + rename),
+    /// creating `chk-<id>/<uid>/` as needed. Returns the path relative to the checkpoint
+    /// folder (`"<uid>/<file_name>"`, always '/'-separated, for the metadata) and the byte
+    /// size written (envelope included, i.e. the file size).
+    pub fn write_state_file(
+        &self,
+        id: u64,
+        uid: &str,
+        file_name: &str,
+        kind: FileKind,
+        payload: &[u8],
+    ) -> Result<(String, u64), StorageError> {
+        validate_name("operator uid", uid)?;
+        validate_name("state file name", file_name)?;
+        let dir = self.checkpoint_path(id).join(uid);
+        create_dir(&dir)?;
+        let bytes = format::encode(kind, payload);
+        write_atomic(&dir, file_name, &bytes)?;
+        sync_dir(&dir)?;
+        Ok((format!("{uid}/{file_name}"), bytes.len() as u64))
+    }
+
+    /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
+    /// checkpoint dir (and the job dir). Once it returns, the checkpoint is complete and
+    /// durable. Returns the checkpoint folder path.
+    pub fn write_metadata(&self, id: u64, payload: &[u8]) -> Result<PathBuf, StorageError> {
+        let dir = self.checkpoint_path(id);
+        create_dir(&dir)?;
+        let target = dir.join(METADATA_FILE_NAME);
+        if target.exists() {
+            let hint = "checkpoint ids must not be reused; discard the checkpoint first";
+            let exists = io::ErrorKind::AlreadyExists.into();
+            return Err(io_err("overwrite complete checkpoint", &target, hint)(
+                exists,
+            ));
+        }
+        let bytes = format::encode(FileKind::Metadata, payload);
+        write_atomic(&dir, METADATA_FILE_NAME, &bytes)?;
+        sync_dir(&dir)?;
+        sync_dir(&self.root)?;
+        Ok(dir)
+    }
+
+    /// Ids of complete checkpoints (those whose `_metadata` exists), ascending. Whether they
+    /// also read cleanly is for the caller to find out with [`read_metadata`].
+    pub fn completed_checkpoints(&self) -> Result<Vec<u64>, StorageError> {
+        let mut ids: Vec<u64> = self
+            .list_ids()?
+            .into_iter()
+            .filter(|&id| self.checkpoint_path(id).join(METADATA_FILE_NAME).is_file())
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Highest checkpoint id with any folder (complete or not), so a new run never reuses
+    /// an id. 0 if none.
+    pub fn max_checkpoint_id(&self) -> Result<u64, StorageError> {
+        Ok(self.list_ids()?.into_iter().max().unwrap_or(0))
+    }
+
+    /// Removes `chk-<id>` entirely; missing is fine. `_metadata` goes first (and that is
+    /// made durable), so a crash mid-way leaves an incomplete checkpoint, never a broken
+    /// "complete" one.
+    pub fn discard(&self, id: u64) -> Result<(), StorageError> {
+        let dir = self.checkpoint_path(id);
+        let hint = "check the folder's permissions; it can also be removed by hand";
+        let metadata = dir.join(METADATA_FILE_NAME);
+        match fs::remove_file(&metadata) {
+            Ok(()) => sync_dir(&dir)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &metadata, hint)(e)),
+        }
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(io_err("remove checkpoint", &dir, hint)(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Ids of every `chk-<n>` entry in the job folder, unordered. A job folder removed
+    /// behind our back simply has no checkpoints.
+    fn list_ids(&self) -> Result<Vec<u64>, StorageError> {
+        let hint = "check that the checkpoint directory is readable";
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list checkpoint directory", &self.root, hint)(e)),
+        };
+        let mut ids = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list checkpoint directory", &self.root, hint))?;
+            let name = entry.file_name();
+            ids.extend(name.to_str().and_then(parse_checkpoint_dir_name));
+        }
+        Ok(ids)
+    }
+}
+
+/// Reads and checks the `_metadata` of the checkpoint folder at `checkpoint_path` (which
+/// may have been moved or copied) and returns its payload.
+pub fn read_metadata(checkpoint_path: &Path) -> Result<Vec<u8>, StorageError> {
+    let not_complete = |reason| StorageError::NotACheckpoint {
+        path: checkpoint_path.to_path_buf(),
+        reason,
+    };
+    if !checkpoint_path.is_dir() {
+        let exists = checkpoint_path.exists();
+        let reason = if exists {
+            "not a folder"
+        } else {
+            "no such folder"
+        };
+        return Err(not_complete(reason));
+    }
+    let path = checkpoint_path.join(METADATA_FILE_NAME);
+    match fs::read(&path) {
+        Ok(bytes) => into_payload(&path, FileKind::Metadata, bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_complete("no _metadata")),
+        Err(e) => Err(io_err("read checkpoint metadata", &path, READ_HINT)(e)),
+    }
+}
+
+/// Reads and checks the state file at `relative` (as recorded in the metadata, e.g.
+/// `"<uid>/<file>"`) inside `checkpoint_path`. The metadata may be hostile, so absolute
+/// paths and `..`, `.` or empty components are refused before touching the disk.
+pub fn read_state_file(
+    checkpoint_path: &Path,
+    relative: &str,
+    kind: FileKind,
+) -> Result<Vec<u8>, StorageError> {
+    let unsafe_path = |reason| StorageError::UnsafePath {
+        checkpoint: checkpoint_path.to_path_buf(),
+        relative: relative.to_string(),
+        reason,
+    };
+    if relative.starts_with('/') || relative.starts_with('\\') {
+        return Err(unsafe_path("absolute paths are not allowed"));
+    }
+    let mut path = checkpoint_path.to_path_buf();
+    for part in relative.split('/') {
+        match part {
+            "" => return Err(unsafe_path("it has an empty component")),
+            "." | ".." => return Err(unsafe_path("'.' and '..' components are not allowed")),
+            _ if part.contains('\\') || part.chars().any(char::is_control) => {
+                return Err(unsafe_path("it contains a backslash or control character"))
+            }
+            _ => path.push(part),
+        }
+    }
+    let hint = "the checkpoint is incomplete or was copied without all its files; \
+                restore from another checkpoint";
+    match fs::read(&path) {
+        Ok(bytes) => into_payload(&path, kind, bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(io_err("read state file", &path, hint)(e))
+        }
+        Err(e) => Err(io_err("read state file", &path, READ_HINT)(e)),
+    }
+}
+
+/// Decodes `bytes` in place and keeps only the payload, so large state files are not
+/// held in memory twice.
+fn into_payload(path: &Path, kind: FileKind, mut bytes: Vec<u8>) -> Result<Vec<u8>, StorageError> {
+    let len = format::decode(path, kind, &bytes)?.len();
+    bytes.truncate(HEADER_LEN + len);
+    bytes.drain(..HEADER_LEN);
+    Ok(bytes)
+}
+
+/// A temp name that cannot be mistaken for a real file: real names never start with '.'.
+fn temp_path(dir: &Path, name: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+/// Writes `bytes` to `dir/name` whole or not at all: temp file, fsync, rename. The temp
+/// file is removed if any step fails.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let (tmp, target) = (temp_path(dir, name), dir.join(name));
+    let result = write_synced(&tmp, bytes).and_then(|()| {
+        let op = "rename temporary file to";
+        fs::rename(&tmp, &target).map_err(io_err(op, &target, WRITE_HINT))
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates `path` (which must not exist), writes `bytes` and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
+    file.write_all(bytes)
+        .map_err(io_err("write", path, WRITE_HINT))?;
+    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))
+}
+
+/// Creates `dir` and its parents; the error says which folder could not be created.
+fn create_dir(dir: &Path) -> Result<(), StorageError> {
+    fs::create_dir_all(dir).map_err(io_err("create checkpoint directory", dir, WRITE_HINT))
+}
+
+/// Makes the entries of `dir` (renames, new subfolders) durable.
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync directory", dir, WRITE_HINT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, CheckpointStorage) {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let storage = CheckpointStorage::open(tmp.path(), "job-1").expect("open");
+        (tmp, storage)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let entries = fs::read_dir(dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry"));
+        let mut out: Vec<_> = entries
+            .map(|e| e.file_name().into_string().unwrap())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Asserts the call failed with a message containing each `|`-separated part.
+    fn fails<T: std::fmt::Debug>(result: Result<T, StorageError>, wants: &str) {
+        let msg = result.unwrap_err().to_string();
+        let missing: Vec<_> = wants.split('|').filter(|w| !msg.contains(w)).collect();
+        assert!(missing.is_empty(), "{msg:?} lacks {missing:?}");
+    }
+
+    #[test]
+    fn round_trip_leaves_no_temp_files_and_is_relocatable() {
+        let (tmp, s) = setup();
+        assert_eq!(s.root(), tmp.path().join("job-1"));
+        let kind = FileKind::KeyedState;
+        let (rel, size) = s
+            .write_state_file(3, "count", "kg-0-63", kind, b"state")
+            .unwrap();
+        assert_eq!(rel, "count/kg-0-63");
+        let chk = s.write_metadata(3, b"meta").unwrap();
+        assert_eq!(chk, tmp.path().join("job-1/chk-3"));
+        assert_eq!(fs::metadata(chk.join(&rel)).unwrap().len(), size);
+        assert_eq!(names(&chk), ["_metadata", "count"]);
+        assert_eq!(names(&chk.join("count")), ["kg-0-63"]);
+        assert_eq!(names(s.root()), ["chk-3"]);
+        let moved = tmp.path().join("elsewhere");
+        fs::rename(&chk, &moved).unwrap();
+        assert_eq!(read_metadata(&moved).unwrap(), b"meta");
+        assert_eq!(read_state_file(&moved, &rel, kind).unwrap(), b"state");
+    }
+
+    #[test]
+    fn completeness_max_id_and_discard() {
+        let (tmp, s) = setup();
+        assert_eq!(s.completed_checkpoints().unwrap(), Vec::<u64>::new());
+        assert_eq!(s.max_checkpoint_id().unwrap(), 0);
+        for id in [2, 10, 11] {
+            let kind = FileKind::OperatorState;
+            s.write_state_file(id, "op", "0", kind, b"x").unwrap();
+        }
+        s.write_metadata(10, b"m").unwrap();
+        s.write_metadata(2, b"m").unwrap();
+        for junk in "chk-x chk-007 chk-+5 chk- savepoint-99 chk-99.tmp".split(' ') {
+            fs::create_dir(s.root().join(junk)).unwrap();
+        }
+        assert_eq!(s.completed_checkpoints().unwrap(), [2, 10]);
+        assert_eq!(s.max_checkpoint_id().unwrap(), 11);
+        let chk11 = s.checkpoint_path(11);
+        fails(
+            read_metadata(&chk11),
+            "not a complete checkpoint (no _metadata): |chk-11",
+        );
+        fails(read_metadata(&tmp.path().join("no")), "(no such folder)");
+        fails(read_metadata(&chk11.join("op/0")), "(not a folder)");
+        fails(s.write_metadata(10, b"again"), "complete checkpoint|reused");
+        s.discard(10).unwrap();
+        assert!(!s.checkpoint_path(10).exists());
+        assert_eq!(s.completed_checkpoints().unwrap(), [2]);
+        s.discard(10).unwrap();
+        assert_eq!(s.max_checkpoint_id().unwrap(), 11);
+    }
+
+    #[test]
+    fn unwritable_dir_fails_at_open_with_a_way_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, b"not a folder").unwrap();
+        let result = CheckpointStorage::open(&file.join("sub"), "job");
+        let msg = result.unwrap_err().to_string();
+        let path = file.join("sub/job").display().to_string();
+        let want = format!("cannot create checkpoint directory {path}: ");
+        assert!(msg.starts_with(&want), "{msg}");
+        assert!(msg.ends_with("or pass --checkpoint-dir)"), "{msg}");
+        assert!(!msg.contains("os error"), "{msg}");
+    }
+
+    #[test]
+    fn failed_write_leaves_no_temp_file() {
+        let (_tmp, s) = setup();
+        let dir = s.checkpoint_path(1).join("op");
+        fs::create_dir_all(dir.join("0/in-the-way")).unwrap();
+        let result = s.write_state_file(1, "op", "0", FileKind::KeyedState, b"x");
+        fails(result, "cannot rename temporary file to |op/0: ");
+        assert_eq!(names(&dir), ["0"]);
+    }
+
+    #[test]
+    fn damaged_state_files_are_named() {
+        let (_tmp, s) = setup();
+        let (chk, kind) = (s.checkpoint_path(1), FileKind::OperatorState);
+        let (rel, size) = s.write_state_file(1, "op", "0", kind, b"abc").unwrap();
+        let file = chk.join(&rel);
+        let path = file.display().to_string();
+        let handle = OpenOptions::new().write(true).open(&file).unwrap();
+        handle.set_len(size - 2).unwrap();
+        fails(
+            read_state_file(&chk, &rel, kind),
+            &format!("{path} is truncated"),
+        );
+        let mut bytes = format::encode(kind, b"abc");
+        bytes[HEADER_LEN] ^= 0x40;
+        fs::write(&file, &bytes).unwrap();
+        let want = format!("{path} is corrupted (checksum mismatch");
+        fails(read_state_file(&chk, &rel, kind), &want);
+        let missing = read_state_file(&chk, "op/1", kind);
+        fails(missing, "op/1: No such file|copied without all its files");
+        s.write_state_file(1, "op", "2", kind, b"abc").unwrap();
+        let wrong = read_state_file(&chk, "op/2", FileKind::KeyedState);
+        fails(wrong, "expected keyed state, found operator state");
+    }
+
+    #[test]
+    fn hostile_paths_and_unsafe_names_are_rejected() {
+        let (tmp, s) = setup();
+        let secret = format::encode(FileKind::KeyedState, b"s");
+        fs::write(tmp.path().join("secret"), secret).unwrap();
+        let chk = s.write_metadata(1, b"m").unwrap();
+        let escapes = "../../secret|/etc/passwd|op/../../../secret||op//x|./x|..\\..\\x|o/\0";
+        for bad in escapes.split('|') {
+            let result = read_state_file(&chk, bad, FileKind::KeyedState);
+            assert!(
+                matches!(result, Err(StorageError::UnsafePath { .. })),
+                "{bad:?}"
+            );
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        let bad_names = "|a/b|a\\b|..|.|.hidden|a\0b|a\nb|_metadata|".to_string() + &long;
+        for bad in bad_names.split('|') {
+            let uid = s.write_state_file(1, bad, "0", FileKind::KeyedState, b"");
+            fails(uid, "invalid operator uid");
+            let name = s.write_state_file(1, "op", bad, FileKind::KeyedState, b"");
+            fails(name, "invalid state file name");
+        }
+        fails(
+            CheckpointStorage::open(tmp.path(), "../up"),
+            "invalid job id",
+        );
+        assert!(validate_name("operator uid", "my-op_1.v2 (ünïcode)").is_ok());
+    }
+
+    #[test]
+    fn checkpoint_dir_names() {
+        assert_eq!(parse_checkpoint_dir_name("chk-0"), Some(0));
+        assert_eq!(parse_checkpoint_dir_name("chk-42"), Some(42));
+        for bad in "chk- chk-007 chk-+1 chk--1 chk-1a chk-99999999999999999999 x".split(' ') {
+            assert_eq!(parse_checkpoint_dir_name(bad), None, "{bad}");
+        }
+    }
+}

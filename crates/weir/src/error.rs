@@ -1,0 +1,90 @@
+//! The engine's error type.
+//!
+//! Every error a user can cause (a bad configuration, a missing input, a corrupt checkpoint)
+//! carries a message that names the cause and the way out; the engine never panics on input.
+
+use std::path::PathBuf;
+
+use crate::checkpoint::format::FormatError;
+use crate::checkpoint::storage::StorageError;
+
+/// Result alias used across the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while building or running a job.
+///
+/// Variants are coarse on purpose: callers mostly print them; the few that branch on them
+/// (recovery falls back past a corrupt checkpoint) match on `Storage`/`Format`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The job graph or its configuration is invalid (found before anything runs).
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+    /// A checkpoint file could not be read or written.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A checkpoint file is corrupt, truncated or foreign.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// State bytes in a checkpoint did not decode into the type the job declares.
+    #[error("cannot decode {what}: {cause} (was the checkpoint written by a job with other state types?)")]
+    StateDecode {
+        /// What was being decoded (state name, operator uid).
+        what: String,
+        /// The decoder's message.
+        cause: String,
+    },
+    /// A restore found a checkpoint that does not fit the job.
+    #[error("cannot restore: {0}")]
+    Restore(String),
+    /// An I/O error outside checkpoint storage (sources, sinks).
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was attempted ("cannot open input file").
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A user function returned an error.
+    #[error("{0}")]
+    User(String),
+    /// A task failed (error or panic); carried to the restart strategy.
+    #[error("task {task} failed: {cause}")]
+    TaskFailed {
+        /// The task's display name (`operator (subtask/parallelism)`).
+        task: String,
+        /// The error or panic message.
+        cause: String,
+    },
+    /// The job failed and the restart strategy gave up.
+    #[error("job failed after {attempts} attempt(s); last failure: {last}")]
+    JobFailed {
+        /// Attempts made, including the first.
+        attempts: u32,
+        /// The failure that ended the job.
+        last: Box<Error>,
+    },
+    /// Too many consecutive checkpoints failed (`tolerable_failures` exceeded).
+    #[error("{0}")]
+    CheckpointFailures(String),
+    /// The task was cancelled because another task failed; not a root cause.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl Error {
+    /// Wraps a user-facing message, for functions that want to fail their task.
+    pub fn user(msg: impl Into<String>) -> Self {
+        Error::User(msg.into())
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! # Weir — stateful stream processing with exactly-once checkpoints
+//!
+//! A job is a graph of operators built with the DataStream API ([`api::stream`]). The
+//! engine chains operators, runs each parallel subtask on its own thread, and moves
+//! batches of records over bounded channels ([`runtime`]). A checkpoint coordinator
+//! injects barriers at the sources; every operator snapshots its state when the barrier
+//! passes; the checkpoint is complete when its `_metadata` is written ([`checkpoint`]).
+//! After a failure the job restarts from the latest complete checkpoint and the sources
+//! replay from their checkpointed positions, so the state counts every record exactly
+//! once (aligned barriers) or at least once (unaligned). State lives in [`state`].
+//!
+//! The design contract is `DESIGN.md` in the shared folder; module docs state each
+//! module's guarantees.
+
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod checkpoint;
+pub mod connectors;
+pub mod error;
+pub mod runtime;
+pub mod state;
+
+pub use error::{Error, Result};
+
+/// The names most jobs need.
+pub mod prelude {
+    pub use crate::api::config::{JobConfig, RestoreFrom};
+    pub use crate::api::functions::{
+        CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
+        SourceFunction, SourceStatus,
+    };
+    pub use crate::api::stream::{DataStream, KeyedStream, StreamEnvironment};
+    pub use crate::checkpoint::coordinator::CheckpointConfig;
+    pub use crate::connectors::collect::{CollectSink, DiscardSink};
+    pub use crate::connectors::files::{FileLineSource, TextFileSink};
+    pub use crate::connectors::generator::GeneratorSource;
+    pub use crate::runtime::alignment::CheckpointingMode;
+    pub use crate::runtime::executor::JobResult;
+    pub use crate::runtime::fault::FailureInjection;
+    pub use crate::runtime::restart::RestartStrategy;
+    pub use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore, ValueState};
+    pub use crate::state::operator::{InitContext, SnapshotContext};
+    pub use crate::{Error, Result};
+}

@@ -1,0 +1,722 @@
+//! Runs a job: plans the physical graph, spawns task threads, drives the checkpoint
+//! coordinator, and restarts from the latest completed checkpoint after a failure
+//! (DESIGN.md §1, §4, §7).
+//!
+//! Planning: a node is *chained* to its input when the edge is forward with equal
+//! parallelism and neither side fans in or out; each chain × subtask is one task on its
+//! own thread. Non-chained edges get one bounded channel per (sender, receiver) pair.
+//!
+//! This module is the I/O edge of the checkpoint protocol: [`Coordinator`] decides, this
+//! module sends triggers and notifications, writes metadata and deletes folders.
+
+use std::collections::HashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+
+use crate::api::config::{JobConfig, RestoreFrom};
+use crate::api::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
+use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
+use crate::checkpoint::format::FileKind;
+use crate::checkpoint::metadata::{CheckpointMetadata, OperatorMeta, TaskCheckpointStats};
+use crate::checkpoint::restore::{self, RestoredCheckpoint};
+use crate::checkpoint::storage::{validate_name, CheckpointStorage};
+use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
+use crate::error::{Error, Result};
+use crate::runtime::fault::FailureInjector;
+use crate::runtime::operators::OperatorContext;
+use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
+use crate::state::key_group::MAX_MAX_PARALLELISM;
+
+/// Live counters of a running job, readable from any thread (for progress lines).
+#[derive(Debug, Default)]
+pub struct JobMetrics {
+    /// Records emitted by sources (replays after a recovery included).
+    pub source_records: AtomicU64,
+    /// Checkpoints completed.
+    pub checkpoints_completed: AtomicU64,
+    /// Duration of the last completed checkpoint, in microseconds.
+    pub last_checkpoint_micros: AtomicU64,
+    /// Restarts so far.
+    pub restarts: AtomicU64,
+}
+
+/// Statistics of one completed checkpoint.
+#[derive(Debug, Clone)]
+pub struct CompletedCheckpointStats {
+    /// Its id.
+    pub id: u64,
+    /// Trigger to metadata written.
+    pub duration: Duration,
+    /// Bytes of state written.
+    pub bytes: u64,
+    /// Longest synchronous pause of any task.
+    pub max_sync: Duration,
+    /// Longest alignment of any task.
+    pub max_alignment: Duration,
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone, Default)]
+pub struct JobResult {
+    /// Attempts run (1 + restarts).
+    pub attempts: u32,
+    /// The checkpoint the job started from, if any.
+    pub restored_from: Option<PathBuf>,
+    /// Completed checkpoints, in order.
+    pub checkpoints: Vec<CompletedCheckpointStats>,
+    /// Checkpoints aborted for a failure (timeouts, write errors); not subsumed ones.
+    pub failed_checkpoints: u64,
+    /// Failures injected (when injection is configured) and planned.
+    pub injected_failures: Option<(usize, usize)>,
+    /// Wall time of the whole job.
+    pub duration: Duration,
+    /// Records emitted by sources in total (replays included).
+    pub source_records: u64,
+    /// Messages worth showing the user (skipped corrupt checkpoints, fresh starts).
+    pub notices: Vec<String>,
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A task of the physical graph.
+struct TaskPlan {
+    chain: Vec<usize>,
+    subtask: u32,
+    parallelism: u32,
+    name: String,
+}
+
+/// The resolved physical plan.
+struct Plan {
+    uids: Vec<String>,
+    parallelism: Vec<u32>,
+    /// `chained[e]`: edge `e` is inside a chain.
+    chained: Vec<bool>,
+    partitioning: Vec<Partitioning>,
+    tasks: Vec<TaskPlan>,
+}
+
+fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
+    if graph.nodes.is_empty() {
+        return Err(Error::InvalidJob("the job has no operators".into()));
+    }
+    if cfg.max_parallelism == 0 || cfg.max_parallelism > MAX_MAX_PARALLELISM {
+        return Err(Error::InvalidJob(format!(
+            "max parallelism {} is outside 1..={MAX_MAX_PARALLELISM}",
+            cfg.max_parallelism
+        )));
+    }
+    let mut parallelism = Vec::new();
+    let mut uids = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        let p = n.parallelism.unwrap_or(cfg.parallelism);
+        if p == 0 || p > cfg.max_parallelism {
+            return Err(Error::InvalidJob(format!(
+                "operator '{}' has parallelism {p}; it must be between 1 and the max parallelism {}",
+                n.name, cfg.max_parallelism
+            )));
+        }
+        parallelism.push(p);
+        let uid = n.uid.clone().unwrap_or_else(|| format!("{}-{i}", n.name));
+        validate_name("operator uid", &uid)?;
+        if !seen.insert(uid.clone()) {
+            return Err(Error::InvalidJob(format!(
+                "two operators share the uid '{uid}'; uids must be unique"
+            )));
+        }
+        uids.push(uid);
+    }
+    let mut partitioning = Vec::new();
+    let mut chained = Vec::new();
+    for e in &graph.edges {
+        let (pf, pt) = (parallelism[e.from], parallelism[e.to]);
+        let p = match e.partitioning {
+            Partitioning::Default if pf == pt => Partitioning::Forward,
+            Partitioning::Default => Partitioning::Rebalance,
+            Partitioning::Forward if pf != pt => {
+                return Err(Error::InvalidJob(format!(
+                    "forward edge from '{}' (parallelism {pf}) to '{}' (parallelism {pt}) needs equal parallelism",
+                    graph.nodes[e.from].name, graph.nodes[e.to].name
+                )))
+            }
+            other => other,
+        };
+        partitioning.push(p);
+        chained.push(
+            p == Partitioning::Forward
+                && graph.nodes[e.to].inputs.len() == 1
+                && graph.nodes[e.from].outputs.len() == 1,
+        );
+    }
+    let mut tasks = Vec::new();
+    for (head, n) in graph.nodes.iter().enumerate() {
+        let is_chained_in = n.inputs.len() == 1 && chained[n.inputs[0]];
+        if is_chained_in {
+            continue;
+        }
+        let mut chain = vec![head];
+        let mut cur = head;
+        while graph.nodes[cur].outputs.len() == 1 && chained[graph.nodes[cur].outputs[0]] {
+            cur = graph.edges[graph.nodes[cur].outputs[0]].to;
+            chain.push(cur);
+        }
+        let p = parallelism[head];
+        let label = chain
+            .iter()
+            .map(|&c| graph.nodes[c].name.as_str())
+            .collect::<Vec<_>>()
+            .join(" -> ");
+        for s in 0..p {
+            tasks.push(TaskPlan {
+                chain: chain.clone(),
+                subtask: s,
+                parallelism: p,
+                name: format!("{label} ({}/{p})", s + 1),
+            });
+        }
+    }
+    Ok(Plan {
+        uids,
+        parallelism,
+        chained,
+        partitioning,
+        tasks,
+    })
+}
+
+/// A running attempt: the control channels and threads of its tasks.
+struct Attempt {
+    controls: Vec<Sender<Control>>,
+    sources: Vec<usize>,
+    handles: Vec<JoinHandle<()>>,
+    finished: Vec<bool>,
+}
+
+impl Attempt {
+    fn broadcast(&self, c: Control) {
+        for (i, tx) in self.controls.iter().enumerate() {
+            if !self.finished[i] {
+                let _ = tx.send(c); // a task that already exited needs no message
+            }
+        }
+    }
+
+    fn cancel_and_join(self) {
+        self.broadcast(Control::Cancel);
+        drop(self.controls);
+        for h in self.handles {
+            let _ = h.join(); // task panics were caught inside the thread
+        }
+    }
+}
+
+struct Executor<'a> {
+    graph: &'a JobGraph,
+    cfg: &'a JobConfig,
+    plan: Plan,
+    storage: CheckpointStorage,
+    metrics: Arc<JobMetrics>,
+    injector: Option<Arc<FailureInjector>>,
+    events_tx: Sender<TaskEvent>,
+    writer_tx: Sender<SnapshotJob>,
+    task_metrics: Vec<Arc<TaskMetrics>>,
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+impl Executor<'_> {
+    fn operator_context(
+        &self,
+        node: usize,
+        subtask: u32,
+        restore: Option<&RestoredCheckpoint>,
+    ) -> Result<OperatorContext> {
+        let uid = self.plan.uids[node].clone();
+        let p = self.plan.parallelism[node];
+        let (operator_state, keyed_state) = match restore {
+            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,
+            None => Default::default(),
+        };
+        Ok(OperatorContext {
+            uid,
+            subtask,
+            parallelism: p,
+            max_parallelism: self.cfg.max_parallelism,
+            restored: restore.is_some(),
+            operator_state,
+            keyed_state,
+        })
+    }
+
+    fn spawn(&self, attempt: u32, restore: Option<&RestoredCheckpoint>) -> Result<Attempt> {
+        let g = self.graph;
+        // Channels for every non-chained edge.
+        let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        for (i, e) in g.edges.iter().enumerate() {
+            if self.plan.chained[i] {
+                senders.push(Vec::new());
+                receivers.push(Vec::new());
+                continue;
+            }
+            let (tx, rx) = e.factory.channels(
+                self.plan.parallelism[e.from] as usize,
+                self.plan.parallelism[e.to] as usize,
+                self.plan.partitioning[i] == Partitioning::Forward,
+                self.cfg.channel_capacity.max(1),
+            );
+            senders.push(tx.into_iter().map(Some).collect());
+            receivers.push(rx.into_iter().map(Some).collect());
+        }
+        let mut controls = Vec::new();
+        let mut bodies: Vec<(String, TaskBody)> = Vec::new();
+        let mut sources = Vec::new();
+        for (ti, t) in self.plan.tasks.iter().enumerate() {
+            let s = t.subtask as usize;
+            let tail = *t.chain.last().expect("chains are never empty");
+            let outs: Vec<AnyBox> = g.nodes[tail]
+                .outputs
+                .iter()
+                .map(|&e| {
+                    let tx = senders[e][s].take().expect("each sender is used by one task");
+                    g.edges[e]
+                        .factory
+                        .writer(tx, self.plan.partitioning[e], t.subtask)
+                })
+                .collect();
+            let factory = &g.nodes[tail].outputs_factory;
+            let mut output = match outs.len() {
+                0 => factory.terminal(),
+                1 => outs.into_iter().next().expect("one output"),
+                _ => factory.fan_out(outs),
+            };
+            for &n in t.chain[1..].iter().rev() {
+                let NodeKind::Operator(build) = &g.nodes[n].kind else {
+                    return Err(Error::InvalidJob("a source cannot have inputs".into()));
+                };
+                output = build(self.operator_context(n, t.subtask, restore)?, output)?;
+            }
+            let (ctl_tx, ctl_rx) = unbounded();
+            controls.push(ctl_tx);
+            let ctx = TaskContext {
+                name: t.name.clone(),
+                index: ti,
+                subtask: t.subtask,
+                parallelism: t.parallelism,
+                attempt,
+                mode: self.cfg.checkpointing.mode,
+                buffer_timeout: self.cfg.buffer_timeout,
+                control: ctl_rx,
+                writer: self.writer_tx.clone(),
+                injector: self.injector.clone(),
+                metrics: self.task_metrics[ti].clone(),
+            };
+            let head = t.chain[0];
+            let body = match &g.nodes[head].kind {
+                NodeKind::Source(build) => {
+                    sources.push(ti);
+                    build(self.operator_context(head, t.subtask, restore)?, output, ctx)?
+                }
+                NodeKind::Operator(build) => {
+                    let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
+                    let rx: Vec<AnyBox> = g.nodes[head]
+                        .inputs
+                        .iter()
+                        .map(|&e| receivers[e][s].take().expect("each receiver is used by one task"))
+                        .collect();
+                    let first = g.nodes[head].inputs[0];
+                    g.edges[first].factory.input_task(rx, input, ctx)
+                }
+            };
+            bodies.push((t.name.clone(), body));
+        }
+        let mut handles = Vec::new();
+        for (ti, (name, body)) in bodies.into_iter().enumerate() {
+            let events = self.events_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("weir-task-{ti}"))
+                .spawn(move || {
+                    let ev = match catch_unwind(AssertUnwindSafe(body)) {
+                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
+                        Ok(Err(error)) => TaskEvent::Failed {
+                            attempt,
+                            task: ti,
+                            error: match error {
+                                Error::Cancelled => Error::Cancelled,
+                                e => Error::TaskFailed {
+                                    task: name,
+                                    cause: e.to_string(),
+                                },
+                            },
+                        },
+                        Err(p) => TaskEvent::Failed {
+                            attempt,
+                            task: ti,
+                            error: Error::TaskFailed {
+                                task: name,
+                                cause: format!("panicked: {}", panic_message(p)),
+                            },
+                        },
+                    };
+                    let _ = events.send(ev);
+                })
+                .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
+            handles.push(h);
+        }
+        let n = controls.len();
+        Ok(Attempt {
+            controls,
+            sources,
+            handles,
+            finished: vec![false; n],
+        })
+    }
+}
+
+/// Outcome of one attempt.
+enum AttemptEnd {
+    Finished,
+    Failed(Error),
+}
+
+/// Runs `graph` under `cfg`; see the module docs.
+pub(crate) fn execute(graph: JobGraph, cfg: &JobConfig, metrics: Arc<JobMetrics>) -> Result<JobResult> {
+    let started = Instant::now();
+    let plan = plan(&graph, cfg)?;
+    let storage = CheckpointStorage::open(&cfg.checkpoint_dir, &cfg.name)?;
+    let mut result = JobResult::default();
+
+    // Initial restore.
+    let mut restore: Option<RestoredCheckpoint> = match &cfg.restore {
+        RestoreFrom::Nothing => None,
+        RestoreFrom::Path(p) => Some(restore::load(p)?),
+        RestoreFrom::Latest => {
+            let (found, skipped) = restore::load_latest(&storage)?;
+            result.notices.extend(skipped);
+            if found.is_none() {
+                result.notices.push(format!(
+                    "no complete checkpoint in {}; starting fresh",
+                    storage.root().display()
+                ));
+            }
+            found
+        }
+    };
+    if let Some(r) = &restore {
+        // Fail fast on a max-parallelism mismatch, before any thread starts.
+        if r.meta.max_parallelism != cfg.max_parallelism {
+            return Err(Error::Restore(format!(
+                "{} was taken with max parallelism {}, the job uses {}; run with --max-parallelism {}",
+                r.path.display(),
+                r.meta.max_parallelism,
+                cfg.max_parallelism,
+                r.meta.max_parallelism
+            )));
+        }
+        result.restored_from = Some(r.path.clone());
+    }
+    let first_id = storage
+        .max_checkpoint_id()?
+        .max(restore.as_ref().map_or(0, |r| r.meta.checkpoint_id))
+        + 1;
+    let mut latest_path: Option<PathBuf> = restore.as_ref().map(|r| r.path.clone());
+
+    let (events_tx, events_rx) = unbounded::<TaskEvent>();
+    let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
+    let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
+    let injector = cfg
+        .failure_injection
+        .map(|f| Arc::new(FailureInjector::new(f, plan.tasks.len())));
+    let task_metrics: Vec<Arc<TaskMetrics>> =
+        plan.tasks.iter().map(|_| Arc::new(TaskMetrics::default())).collect();
+    let exec = Executor {
+        graph: &graph,
+        cfg,
+        plan,
+        storage: storage.clone(),
+        metrics: metrics.clone(),
+        injector: injector.clone(),
+        events_tx,
+        writer_tx,
+        task_metrics,
+    };
+    let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
+    let mut attempt_no = 0u32;
+    let outcome = loop {
+        attempt_no += 1;
+        result.attempts = attempt_no;
+        let attempt = match exec.spawn(attempt_no, restore.as_ref()) {
+            Ok(a) => a,
+            Err(e) => break Err(e),
+        };
+        drop(restore.take()); // the tasks hold what they need; free the loaded checkpoint
+        for stale in coordinator.start_attempt(exec.plan.tasks.len(), Instant::now()) {
+            let _ = storage.discard(stale);
+        }
+        let (attempt, end) = exec.run_attempt(attempt, attempt_no, &mut coordinator, &events_rx, &mut result, &mut latest_path);
+        attempt.cancel_and_join();
+        match end {
+            AttemptEnd::Finished => break Ok(()),
+            AttemptEnd::Failed(err) => {
+                let restart = attempt_no;
+                match cfg.restart.delay(restart) {
+                    None => {
+                        break Err(Error::JobFailed {
+                            attempts: attempt_no,
+                            last: Box::new(err),
+                        })
+                    }
+                    Some(delay) => {
+                        metrics.restarts.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(delay);
+                        restore = match &latest_path {
+                            None => None,
+                            Some(p) => match restore::load(p) {
+                                Ok(r) => Some(r),
+                                Err(e) => {
+                                    result.notices.push(format!("cannot reload {}: {e}", p.display()));
+                                    let (found, skipped) = restore::load_latest(&storage)?;
+                                    result.notices.extend(skipped);
+                                    found
+                                }
+                            },
+                        };
+                    }
+                }
+            }
+        }
+    };
+    drop(exec);
+    for w in writers {
+        let _ = w.join();
+    }
+    result.injected_failures = injector.map(|i| (i.fired(), i.planned()));
+    result.duration = started.elapsed();
+    result.source_records = metrics.source_records.load(Ordering::Relaxed);
+    outcome.map(|()| result)
+}
+
+fn spawn_writers(
+    storage: &CheckpointStorage,
+    jobs: Receiver<SnapshotJob>,
+    events: Sender<TaskEvent>,
+    n: usize,
+) -> Vec<JoinHandle<()>> {
+    (0..n)
+        .filter_map(|i| {
+            let (storage, jobs, events) = (storage.clone(), jobs.clone(), events.clone());
+            std::thread::Builder::new()
+                .name(format!("weir-snapshot-writer-{i}"))
+                .spawn(move || {
+                    for job in jobs {
+                        let (attempt, task, checkpoint) = (job.attempt, job.task, job.checkpoint_id);
+                        let ev = match write_snapshot(&storage, job) {
+                            Ok(ack) => TaskEvent::Ack {
+                                attempt,
+                                task,
+                                checkpoint,
+                                ack,
+                            },
+                            Err(e) => TaskEvent::Decline {
+                                attempt,
+                                checkpoint,
+                                reason: e.to_string(),
+                            },
+                        };
+                        if events.send(ev).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .ok()
+        })
+        .collect()
+}
+
+impl Executor<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn run_attempt(
+        &self,
+        mut attempt: Attempt,
+        attempt_no: u32,
+        coordinator: &mut Coordinator<TaskAck>,
+        events: &Receiver<TaskEvent>,
+        result: &mut JobResult,
+        latest_path: &mut Option<PathBuf>,
+    ) -> (Attempt, AttemptEnd) {
+        let mut completed: HashSet<u64> = HashSet::new();
+        let mut remaining = attempt.handles.len();
+        let mut last_records = 0u64;
+        loop {
+            // Progress counter: records entering source tasks.
+            let records: u64 = attempt
+                .sources
+                .iter()
+                .map(|&t| self.task_metrics[t].records_in.load(Ordering::Relaxed))
+                .sum();
+            self.metrics
+                .source_records
+                .fetch_add(records.saturating_sub(last_records), Ordering::Relaxed);
+            last_records = records;
+
+            let now = Instant::now();
+            let mut actions = coordinator.tick(now, wall_ms());
+            let deadline = coordinator
+                .next_deadline()
+                .unwrap_or(now + Duration::from_millis(100))
+                .min(now + Duration::from_millis(100));
+            match events.recv_deadline(deadline) {
+                Ok(TaskEvent::Ack { attempt: a, task, checkpoint, ack }) => {
+                    if a != attempt_no || !coordinator.is_pending(checkpoint) {
+                        if !completed.contains(&checkpoint) && !coordinator.is_pending(checkpoint) {
+                            let _ = self.storage.discard(checkpoint);
+                        }
+                    } else if let Some(a) = coordinator.on_ack(checkpoint, task, ack) {
+                        actions.push(a);
+                    }
+                }
+                Ok(TaskEvent::Decline { attempt: a, checkpoint, reason }) => {
+                    if a == attempt_no {
+                        actions.extend(coordinator.on_failure(checkpoint, AbortReason::Failed(reason)));
+                    }
+                }
+                Ok(TaskEvent::Finished { attempt: a, task }) if a == attempt_no => {
+                    attempt.finished[task] = true;
+                    remaining -= 1;
+                    actions.extend(coordinator.on_task_finished());
+                }
+                Ok(TaskEvent::Failed { attempt: a, task, error }) if a == attempt_no => {
+                    attempt.finished[task] = true;
+                    remaining -= 1;
+                    if !matches!(error, Error::Cancelled) {
+                        return (attempt, AttemptEnd::Failed(error));
+                    }
+                    // A task saw its neighbours vanish; the root cause follows shortly.
+                }
+                Ok(_) => {} // events of an older attempt
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return (attempt, AttemptEnd::Failed(Error::Cancelled));
+                }
+            }
+            // Carry out the coordinator's decisions (which may produce more).
+            while let Some(action) = (!actions.is_empty()).then(|| actions.remove(0)) {
+                match action {
+                    Action::Trigger(b) => {
+                        for &s in &attempt.sources {
+                            let _ = attempt.controls[s].send(Control::Trigger(b));
+                        }
+                    }
+                    Action::WriteMetadata { barrier, acks, started } => {
+                        let id = barrier.id;
+                        match self.write_metadata(barrier.id, barrier.timestamp_ms, &acks) {
+                            Ok(stats) => {
+                                completed.insert(id);
+                                *latest_path = Some(self.storage.checkpoint_path(id));
+                                let duration = started.elapsed();
+                                self.metrics.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
+                                self.metrics
+                                    .last_checkpoint_micros
+                                    .store(duration.as_micros() as u64, Ordering::Relaxed);
+                                result.checkpoints.push(CompletedCheckpointStats {
+                                    id,
+                                    duration,
+                                    bytes: stats.bytes,
+                                    max_sync: Duration::from_micros(
+                                        acks.iter().map(|a| a.stats.sync_micros).max().unwrap_or(0),
+                                    ),
+                                    max_alignment: Duration::from_micros(
+                                        acks.iter().map(|a| a.stats.alignment_micros).max().unwrap_or(0),
+                                    ),
+                                });
+                                actions.extend(coordinator.on_metadata_written(id, Instant::now()));
+                            }
+                            Err(e) => {
+                                actions.extend(coordinator.on_failure(id, AbortReason::Failed(e.to_string())));
+                            }
+                        }
+                    }
+                    Action::Abort { id, reason } => {
+                        if reason.is_failure() {
+                            result.failed_checkpoints += 1;
+                            result.notices.push(format!("checkpoint {id} {reason}"));
+                        }
+                        attempt.broadcast(Control::Aborted(id));
+                        let _ = self.storage.discard(id);
+                    }
+                    Action::NotifyComplete(id) => attempt.broadcast(Control::Complete(id)),
+                    Action::Discard(id) => {
+                        let _ = self.storage.discard(id);
+                    }
+                    Action::FailJob(msg) => {
+                        return (attempt, AttemptEnd::Failed(Error::CheckpointFailures(msg)));
+                    }
+                }
+            }
+            if remaining == 0 {
+                return (attempt, AttemptEnd::Finished);
+            }
+        }
+    }
+
+    fn write_metadata(&self, id: u64, trigger_ms: u64, acks: &[TaskAck]) -> Result<TaskCheckpointStats> {
+        let mut operators: Vec<OperatorMeta> = Vec::new();
+        let mut stats = TaskCheckpointStats::default();
+        for ack in acks {
+            stats.bytes += ack.stats.bytes;
+            stats.sync_micros = stats.sync_micros.max(ack.stats.sync_micros);
+            stats.async_micros = stats.async_micros.max(ack.stats.async_micros);
+            stats.alignment_micros = stats.alignment_micros.max(ack.stats.alignment_micros);
+            for op in &ack.operators {
+                match operators.iter_mut().find(|o| o.uid == op.uid) {
+                    Some(o) => o.subtasks.push(op.state.clone()),
+                    None => operators.push(OperatorMeta {
+                        uid: op.uid.clone(),
+                        parallelism: op.parallelism,
+                        subtasks: vec![op.state.clone()],
+                    }),
+                }
+            }
+        }
+        for o in &mut operators {
+            o.subtasks.sort_by_key(|s| s.subtask);
+        }
+        let meta = CheckpointMetadata {
+            checkpoint_id: id,
+            job_name: self.cfg.name.clone(),
+            trigger_timestamp_ms: trigger_ms,
+            completed_timestamp_ms: wall_ms(),
+            mode: self.cfg.checkpointing.mode,
+            max_parallelism: self.cfg.max_parallelism,
+            operators,
+            stats,
+        };
+        let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
+            what: "checkpoint metadata (encoding)".into(),
+            cause: e.to_string(),
+        })?;
+        let _ = FileKind::Metadata;
+        self.storage.write_metadata(id, &payload)?;
+        Ok(stats)
+    }
+}

@@ -1,0 +1,25 @@
+//! The runtime: tasks, the channels between them, and how a job attempt executes.
+//!
+//! * [`event`] — what flows on a channel (batches, barriers, end-of-input).
+//! * [`output`] — the interface between chained operators.
+//! * [`operators`] — the built-in operators of a chain.
+//! * [`network`] — writers that partition and batch records onto channels.
+//! * [`alignment`] — barrier alignment decisions for multi-input tasks (pure).
+//! * [`task`] — the loops a task thread runs (source tasks and input tasks).
+//! * [`fault`] — seeded failure injection for tests and demos.
+//! * [`restart`] — restart strategies.
+//! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
+
+pub mod alignment;
+pub mod event;
+pub mod executor;
+pub mod fault;
+pub mod network;
+pub mod operators;
+pub mod output;
+pub mod restart;
+pub mod task;
+
+/// Records per batch on a channel. Batching amortises the channel's per-message cost
+/// (measured: ~6–7× throughput versus one record per message).
+pub const BATCH_SIZE: usize = 1024;

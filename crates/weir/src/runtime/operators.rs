@@ -1,0 +1,322 @@
+//! The built-in operators that make up a chain: stateless transforms, process functions
+//! (operator state), keyed process functions (keyed state) and sinks.
+//!
+//! Each works a batch at a time: one virtual call per batch per operator, then a tight loop
+//! over the records — no boxing or dynamic dispatch per record.
+
+use std::collections::BTreeMap;
+
+use crate::api::functions::{
+    CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
+};
+use crate::error::Result;
+use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::state::key_group::KeyGroupRange;
+use crate::state::keyed::{
+    KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore, RestoredKeyedState,
+};
+use crate::state::operator::{InitContext, SnapshotContext};
+use crate::state::Key;
+
+/// Everything an operator instance needs to know about where it runs and what it restores.
+pub struct OperatorContext {
+    /// The operator's stable uid (the key of its state in checkpoints).
+    pub uid: String,
+    /// This subtask's index.
+    pub subtask: u32,
+    /// The operator's parallelism.
+    pub parallelism: u32,
+    /// The job's max parallelism (number of key groups).
+    pub max_parallelism: u32,
+    /// Whether the job restores from a checkpoint.
+    pub restored: bool,
+    /// Operator state lists assigned to this subtask.
+    pub operator_state: BTreeMap<String, Vec<Vec<u8>>>,
+    /// Keyed state sections for this subtask's key groups.
+    pub keyed_state: RestoredKeyedState,
+}
+
+impl OperatorContext {
+    /// Hands the restored operator state to a function's `initialize_state`.
+    pub(crate) fn init_function<F: CheckpointedFunction>(&mut self, f: &mut F) -> Result<()> {
+        let ctx = InitContext::new(
+            self.restored,
+            self.subtask,
+            self.parallelism,
+            std::mem::take(&mut self.operator_state),
+        );
+        f.initialize_state(&ctx)
+    }
+}
+
+/// Takes a function's operator-state snapshot.
+fn snapshot_function<F: CheckpointedFunction>(
+    f: &mut F,
+    uid: &str,
+    barrier: CheckpointBarrier,
+    snapshot: &mut TaskSnapshot,
+) -> Result<()> {
+    let mut ctx = SnapshotContext::new(barrier.id);
+    f.snapshot_state(&mut ctx)?;
+    if !ctx.lists.is_empty() {
+        snapshot.parts.push(OperatorSnapshotPart {
+            uid: uid.to_string(),
+            operator_state: ctx.lists,
+            keyed: None,
+        });
+    }
+    Ok(())
+}
+
+/// Forwards the control methods of [`Output`] to `self.next`, for stateless operators.
+macro_rules! forward_control {
+    () => {
+        fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+            self.next.snapshot(b, s)
+        }
+        fn flush(&mut self) -> Result<()> {
+            self.next.flush()
+        }
+        fn end_of_input(&mut self) -> Result<()> {
+            self.next.end_of_input()
+        }
+        fn notify_complete(&mut self, id: u64) -> Result<()> {
+            self.next.notify_complete(id)
+        }
+        fn notify_aborted(&mut self, id: u64) -> Result<()> {
+            self.next.notify_aborted(id)
+        }
+    };
+}
+
+/// `map`: one record in, one out.
+pub struct MapOp<O, F> {
+    pub(crate) f: F,
+    pub(crate) out: Vec<O>,
+    pub(crate) next: Box<dyn Output<O>>,
+}
+
+impl<I, O: Send, F: FnMut(I) -> O + Send> Output<I> for MapOp<O, F> {
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
+        self.out.extend(batch.drain(..).map(&mut self.f));
+        self.next.push(&mut self.out)
+    }
+    forward_control!();
+}
+
+/// `filter`: keeps the records the predicate accepts, in place.
+pub struct FilterOp<T, F> {
+    pub(crate) f: F,
+    pub(crate) next: Box<dyn Output<T>>,
+}
+
+impl<T: Send, F: FnMut(&T) -> bool + Send> Output<T> for FilterOp<T, F> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        batch.retain(|r| (self.f)(r));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.next.push(batch)
+    }
+    forward_control!();
+}
+
+/// `flat_map`: each record becomes any number of records.
+pub struct FlatMapOp<O, F> {
+    pub(crate) f: F,
+    pub(crate) out: Vec<O>,
+    pub(crate) next: Box<dyn Output<O>>,
+}
+
+impl<I, O: Send, It: IntoIterator<Item = O>, F: FnMut(I) -> It + Send> Output<I>
+    for FlatMapOp<O, F>
+{
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
+        for r in batch.drain(..) {
+            self.out.extend((self.f)(r));
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.push(&mut self.out)
+    }
+    forward_control!();
+}
+
+/// A [`ProcessFunction`] with operator state.
+pub struct ProcessOp<O, F> {
+    pub(crate) uid: String,
+    pub(crate) f: F,
+    pub(crate) out: Vec<O>,
+    pub(crate) next: Box<dyn Output<O>>,
+}
+
+impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
+        for r in batch.drain(..) {
+            self.f.process(r, &mut Collector { buf: &mut self.out })?;
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.push(&mut self.out)
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        snapshot_function(&mut self.f, &self.uid, b, s)?;
+        self.next.snapshot(b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.next.flush()
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        self.f.on_end_of_input(&mut Collector { buf: &mut self.out })?;
+        if !self.out.is_empty() {
+            self.next.push(&mut self.out)?;
+        }
+        self.next.end_of_input()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_complete(id)?;
+        self.next.notify_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_aborted(id)?;
+        self.next.notify_aborted(id)
+    }
+}
+
+/// A [`KeyedProcessFunction`] with its keyed state backend.
+pub struct KeyedProcessOp<K, O, F, KS> {
+    uid: String,
+    f: F,
+    key_fn: KS,
+    backend: KeyedStateBackend<K>,
+    out: Vec<O>,
+    next: Box<dyn Output<O>>,
+}
+
+impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
+    /// Builds the operator: restores operator state, then keyed state, then calls `open`.
+    pub(crate) fn new<I>(
+        mut f: F,
+        key_fn: KS,
+        mut ctx: OperatorContext,
+        next: Box<dyn Output<O>>,
+    ) -> Result<Self>
+    where
+        F: KeyedProcessFunction<K, I, O>,
+    {
+        ctx.init_function(&mut f)?;
+        let range = KeyGroupRange::for_subtask(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
+        let mut backend = KeyedStateBackend::new(
+            range,
+            ctx.max_parallelism,
+            std::mem::take(&mut ctx.keyed_state),
+        );
+        f.open(&mut KeyedStateStore::new(&mut backend))?;
+        for name in backend.unclaimed() {
+            eprintln!(
+                "weir: warning: operator '{}' no longer declares keyed state '{name}'; \
+                 its restored entries are dropped",
+                ctx.uid
+            );
+        }
+        Ok(KeyedProcessOp {
+            uid: ctx.uid,
+            f,
+            key_fn,
+            backend,
+            out: Vec::new(),
+            next,
+        })
+    }
+}
+
+impl<K, I, O, F, KS> Output<I> for KeyedProcessOp<K, O, F, KS>
+where
+    K: Key,
+    O: Send,
+    F: KeyedProcessFunction<K, I, O>,
+    KS: Fn(&I) -> K + Send,
+{
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
+        for r in batch.drain(..) {
+            let key = (self.key_fn)(&r);
+            let mut ctx = KeyedContext {
+                key: &key,
+                backend: &mut self.backend,
+            };
+            self.f
+                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.push(&mut self.out)
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        let mut ctx = SnapshotContext::new(b.id);
+        self.f.snapshot_state(&mut ctx)?;
+        s.parts.push(OperatorSnapshotPart {
+            uid: self.uid.clone(),
+            operator_state: ctx.lists,
+            keyed: Some(self.backend.snapshot()),
+        });
+        self.next.snapshot(b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.next.flush()
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        let mut ctx = KeyedEndContext {
+            backend: &mut self.backend,
+        };
+        self.f
+            .on_end_of_input(&mut ctx, &mut Collector { buf: &mut self.out })?;
+        // Emit in bounded batches so a large final result does not build one huge message.
+        while !self.out.is_empty() {
+            let tail = self.out.len().saturating_sub(crate::runtime::BATCH_SIZE);
+            let mut chunk = self.out.split_off(tail);
+            self.next.push(&mut chunk)?;
+        }
+        self.next.end_of_input()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_complete(id)?;
+        self.next.notify_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_aborted(id)?;
+        self.next.notify_aborted(id)
+    }
+}
+
+/// A [`SinkFunction`]: the end of a chain.
+pub struct SinkOp<F> {
+    pub(crate) uid: String,
+    pub(crate) f: F,
+}
+
+impl<T, F: SinkFunction<T>> Output<T> for SinkOp<F> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        self.f.invoke(batch)?;
+        batch.clear();
+        Ok(())
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        snapshot_function(&mut self.f, &self.uid, b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        self.f.finish()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_aborted(id)
+    }
+}

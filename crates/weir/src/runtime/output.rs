@@ -1,0 +1,118 @@
+//! The interface between chained operators, and the snapshot a task assembles at a barrier.
+//!
+//! A task's operator chain is a stack of [`Output`]s: each operator owns the `Output` of the
+//! next one and calls it directly — chaining is a plain (per-batch) function call, never a
+//! channel. The last `Output` in a chain is either a sink or a network writer.
+
+use crate::error::Result;
+use crate::runtime::event::CheckpointBarrier;
+use crate::state::keyed::KeyedSnapshot;
+use crate::state::operator::OperatorStateSnapshot;
+
+/// What one operator captured synchronously at a barrier.
+pub struct OperatorSnapshotPart {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its operator (non-keyed) state.
+    pub operator_state: OperatorStateSnapshot,
+    /// Its keyed state, for keyed operators.
+    pub keyed: Option<KeyedSnapshot>,
+}
+
+/// What a whole task captured synchronously at a barrier; written asynchronously.
+pub struct TaskSnapshot {
+    /// Parts, one per stateful operator of the chain.
+    pub parts: Vec<OperatorSnapshotPart>,
+}
+
+/// The receiving end of an operator (or of a chain of operators).
+///
+/// Calls arrive in stream order. Every method forwards to the next `Output` after doing
+/// its own work, so one call at the chain's head reaches its tail.
+pub trait Output<T>: Send {
+    /// Processes a batch; the implementation drains `batch` (it stays allocated for reuse).
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()>;
+    /// A barrier passed: add this operator's state to `snapshot`, then forward the barrier.
+    fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot)
+        -> Result<()>;
+    /// The buffer timeout passed: send any partly filled network batch.
+    fn flush(&mut self) -> Result<()>;
+    /// Every input ended: emit what is held, flush, and forward end-of-input.
+    fn end_of_input(&mut self) -> Result<()>;
+    /// Checkpoint `id` is complete.
+    fn notify_complete(&mut self, id: u64) -> Result<()>;
+    /// Checkpoint `id` was aborted.
+    fn notify_aborted(&mut self, id: u64) -> Result<()>;
+}
+
+/// Discards everything: the output of an operator nobody consumes.
+pub struct NoOutput;
+
+impl<T: Send> Output<T> for NoOutput {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        batch.clear();
+        Ok(())
+    }
+    fn snapshot(&mut self, _: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn notify_complete(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends every batch to several outputs (a stream consumed by more than one operator).
+pub struct FanOut<T> {
+    /// The consumers; all but the last receive clones.
+    pub outputs: Vec<Box<dyn Output<T>>>,
+    scratch: Vec<T>,
+}
+
+impl<T> FanOut<T> {
+    /// A fan-out to `outputs`.
+    pub fn new(outputs: Vec<Box<dyn Output<T>>>) -> Self {
+        FanOut {
+            outputs,
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl<T: Clone + Send> Output<T> for FanOut<T> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        let n = self.outputs.len();
+        for (i, o) in self.outputs.iter_mut().enumerate() {
+            if i + 1 == n {
+                o.push(batch)?;
+            } else {
+                self.scratch.extend(batch.iter().cloned());
+                o.push(&mut self.scratch)?;
+            }
+        }
+        Ok(())
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.snapshot(b, s))
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.flush())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.end_of_input())
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.notify_complete(id))
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.notify_aborted(id))
+    }
+}

@@ -1,0 +1,318 @@
+//! The loops a task thread runs: a source task (polls a source, injects barriers) and an
+//! input task (reads channels, aligns barriers). Both push batches through the task's
+//! operator chain and hand snapshots to the asynchronous writer.
+//!
+//! Invariants:
+//! * A source injects a barrier only between two `poll` calls, after pushing everything it
+//!   polled before — so the barrier cuts its output exactly at its checkpointed position.
+//! * An input task never reads a channel its [`BarrierHandler`] blocks.
+//! * Control messages (checkpoint complete/aborted, cancel) are handled between batches, on
+//!   the task thread: user hooks never run concurrently with processing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
+
+use crate::api::functions::{SourceFunction, SourceStatus};
+use crate::checkpoint::writer::SnapshotJob;
+use crate::error::{Error, Result};
+use crate::runtime::alignment::{BarrierAction, BarrierHandler, CheckpointingMode};
+use crate::runtime::event::{CheckpointBarrier, Event};
+use crate::runtime::fault::FailureInjector;
+use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::runtime::BATCH_SIZE;
+use crate::state::operator::SnapshotContext;
+
+/// Messages from the executor to a task.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    /// (Sources only) inject this barrier now.
+    Trigger(CheckpointBarrier),
+    /// The checkpoint completed.
+    Complete(u64),
+    /// The checkpoint was aborted.
+    Aborted(u64),
+    /// Stop now: the attempt is being torn down.
+    Cancel,
+}
+
+/// Messages from a task (or its snapshot writer) to the executor.
+#[derive(Debug)]
+pub enum TaskEvent {
+    /// The task's state for `checkpoint` is written.
+    Ack {
+        /// Attempt number.
+        attempt: u32,
+        /// Task index.
+        task: usize,
+        /// Checkpoint id.
+        checkpoint: u64,
+        /// Files and statistics.
+        ack: crate::checkpoint::writer::TaskAck,
+    },
+    /// The task could not take or write its snapshot.
+    Decline {
+        /// Attempt number.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+        /// Why.
+        reason: String,
+    },
+    /// All the task's inputs ended and it finished cleanly.
+    Finished {
+        /// Attempt number.
+        attempt: u32,
+        /// Task index.
+        task: usize,
+    },
+    /// The task failed (error or panic).
+    Failed {
+        /// Attempt number.
+        attempt: u32,
+        /// Task index.
+        task: usize,
+        /// The cause.
+        error: Error,
+    },
+}
+
+/// Counters a task updates for progress reporting (relaxed atomics, no locking).
+#[derive(Debug, Default)]
+pub struct TaskMetrics {
+    /// Records that entered the task (polled from the source or received on channels).
+    pub records_in: AtomicU64,
+}
+
+/// What every task loop needs besides its chain.
+pub struct TaskContext {
+    /// Display name (`chain (subtask/parallelism)`).
+    pub name: String,
+    /// Global task index.
+    pub index: usize,
+    /// Subtask index.
+    pub subtask: u32,
+    /// Parallelism of the chain.
+    pub parallelism: u32,
+    /// Job attempt.
+    pub attempt: u32,
+    /// Checkpointing mode.
+    pub mode: CheckpointingMode,
+    /// Longest time a partly filled batch waits before it is sent.
+    pub buffer_timeout: Duration,
+    /// Control messages from the executor.
+    pub control: Receiver<Control>,
+    /// Snapshots go here to be written.
+    pub writer: Sender<SnapshotJob>,
+    /// Failure injection, if enabled.
+    pub injector: Option<Arc<FailureInjector>>,
+    /// Progress counters.
+    pub metrics: Arc<TaskMetrics>,
+}
+
+impl TaskContext {
+    fn on_records(&self, n: usize) {
+        self.metrics.records_in.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(inj) = &self.injector {
+            inj.on_records(self.index, n);
+        }
+    }
+
+    fn submit(&self, id: u64, snapshot: TaskSnapshot, sync: Duration, alignment: Duration) {
+        // If the writer is gone the executor is shutting down; nothing to acknowledge.
+        let _ = self.writer.send(SnapshotJob {
+            attempt: self.attempt,
+            task: self.index,
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            checkpoint_id: id,
+            snapshot,
+            sync,
+            alignment,
+        });
+    }
+}
+
+/// Handles a control message in an input task; returns `Err(Cancelled)` on cancel.
+fn on_control<T>(c: Control, chain: &mut dyn Output<T>) -> Result<()> {
+    match c {
+        Control::Complete(id) => chain.notify_complete(id),
+        Control::Aborted(id) => chain.notify_aborted(id),
+        Control::Cancel => Err(Error::Cancelled),
+        Control::Trigger(_) => Ok(()),
+    }
+}
+
+/// Handles one control message in a source task.
+fn source_control<T, S: SourceFunction<T>>(
+    c: Control,
+    source: &mut S,
+    uid: &str,
+    chain: &mut dyn Output<T>,
+    ctx: &TaskContext,
+) -> Result<()> {
+    match c {
+        Control::Trigger(barrier) => {
+            let start = Instant::now();
+            let mut snap = TaskSnapshot { parts: Vec::new() };
+            let mut sctx = SnapshotContext::new(barrier.id);
+            source.snapshot_state(&mut sctx)?;
+            if !sctx.lists.is_empty() {
+                snap.parts.push(OperatorSnapshotPart {
+                    uid: uid.to_string(),
+                    operator_state: sctx.lists,
+                    keyed: None,
+                });
+            }
+            chain.snapshot(barrier, &mut snap)?;
+            ctx.submit(barrier.id, snap, start.elapsed(), Duration::ZERO);
+            Ok(())
+        }
+        Control::Complete(id) => {
+            source.notify_checkpoint_complete(id)?;
+            chain.notify_complete(id)
+        }
+        Control::Aborted(id) => {
+            source.notify_checkpoint_aborted(id)?;
+            chain.notify_aborted(id)
+        }
+        Control::Cancel => Err(Error::Cancelled),
+    }
+}
+
+/// Runs a source task until its source finishes or the task is cancelled.
+pub fn run_source<T, S: SourceFunction<T>>(
+    mut source: S,
+    uid: String,
+    mut chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(BATCH_SIZE);
+    let mut last_flush = Instant::now();
+    loop {
+        loop {
+            match ctx.control.try_recv() {
+                Ok(c) => source_control(c, &mut source, &uid, chain.as_mut(), &ctx)?,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+        }
+        let status = source.poll(&mut buf, BATCH_SIZE)?;
+        if !buf.is_empty() {
+            ctx.on_records(buf.len());
+            chain.push(&mut buf)?;
+        }
+        match status {
+            SourceStatus::More => {}
+            SourceStatus::Finished => return chain.end_of_input(),
+            SourceStatus::Idle => {
+                // Nothing to read: wait for a control message or a moment, whichever is first.
+                match ctx.control.recv_timeout(Duration::from_millis(1)) {
+                    Ok(c) => source_control(c, &mut source, &uid, chain.as_mut(), &ctx)?,
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
+                }
+            }
+        }
+        if last_flush.elapsed() >= ctx.buffer_timeout {
+            chain.flush()?;
+            last_flush = Instant::now();
+        }
+    }
+}
+
+/// Runs an input task until every input channel ended or the task is cancelled.
+pub fn run_input<T: Send>(
+    inputs: Vec<Receiver<Event<T>>>,
+    mut chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
+    let mut ended = vec![false; inputs.len()];
+    let mut last_flush = Instant::now();
+    // Selectable channels: rebuilt only when the blocked/ended set changes.
+    let mut readable: Vec<usize> = (0..inputs.len()).collect();
+    let mut dirty = false;
+    loop {
+        if dirty {
+            readable = (0..inputs.len())
+                .filter(|&c| !ended[c] && !handler.is_blocked(c))
+                .collect();
+            dirty = false;
+        }
+        let mut sel = Select::new();
+        sel.recv(&ctx.control);
+        for &c in &readable {
+            sel.recv(&inputs[c]);
+        }
+        let deadline = last_flush + ctx.buffer_timeout;
+        let op = match sel.select_deadline(deadline) {
+            Ok(op) => op,
+            Err(_) => {
+                chain.flush()?;
+                last_flush = Instant::now();
+                continue;
+            }
+        };
+        let i = op.index();
+        if i == 0 {
+            let c = op.recv(&ctx.control).map_err(|_| Error::Cancelled)?;
+            if let Control::Aborted(id) = c {
+                if handler.abort(id) {
+                    dirty = true;
+                }
+            }
+            on_control(c, chain.as_mut())?;
+            continue;
+        }
+        let c = readable[i - 1];
+        let event = op.recv(&inputs[c]).map_err(|_| Error::Cancelled)?;
+        match event {
+            Event::Batch(mut batch) => {
+                ctx.on_records(batch.len());
+                chain.push(&mut batch)?;
+            }
+            Event::Barrier(b) => {
+                let action = handler.on_barrier(c, b);
+                dirty = true;
+                act(action, chain.as_mut(), &ctx)?;
+            }
+            Event::EndOfInput => {
+                ended[c] = true;
+                dirty = true;
+                let action = handler.on_end_of_input(c);
+                act(action, chain.as_mut(), &ctx)?;
+                if handler.all_ended() {
+                    return chain.end_of_input();
+                }
+            }
+        }
+        if last_flush.elapsed() >= ctx.buffer_timeout {
+            chain.flush()?;
+            last_flush = Instant::now();
+        }
+    }
+}
+
+fn act<T>(action: BarrierAction, chain: &mut dyn Output<T>, ctx: &TaskContext) -> Result<()> {
+    let snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
+        let start = Instant::now();
+        let mut snap = TaskSnapshot { parts: Vec::new() };
+        chain.snapshot(b, &mut snap)?;
+        ctx.submit(b.id, snap, start.elapsed(), alignment);
+        Ok(())
+    };
+    match action {
+        BarrierAction::None => Ok(()),
+        BarrierAction::Snapshot { barrier, alignment } => snapshot(barrier, alignment, chain),
+        BarrierAction::Abort { id, then } => {
+            chain.notify_aborted(id)?;
+            match then {
+                Some((b, a)) => snapshot(b, a, chain),
+                None => Ok(()),
+            }
+        }
+    }
+}

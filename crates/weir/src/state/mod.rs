@@ -1,0 +1,39 @@
+//! State: what operators remember between records, and how it is snapshotted and restored.
+//!
+//! * [`keyed`]: state scoped to the current key after `key_by`, stored per key group.
+//! * [`operator`]: state that belongs to one parallel subtask (sources' positions, buffers),
+//!   as named lists that are redistributed when parallelism changes.
+//! * [`key_group`]: the stable hash and the key-group arithmetic both depend on.
+
+pub mod key_group;
+pub mod keyed;
+pub mod operator;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+/// A record type: plain Rust values that can be cloned, sent between threads and encoded.
+///
+/// Records are never boxed or serialized between chained operators or on local channels;
+/// `Serialize` is needed only when a value ends up in state (keys, state values).
+pub trait Data: Clone + Send + 'static {}
+impl<T: Clone + Send + 'static> Data for T {}
+
+/// A key type for `key_by`: hashed with the stable hasher to find its key group, and encoded
+/// into keyed-state snapshots.
+pub trait Key: Data + std::hash::Hash + Eq + Serialize + DeserializeOwned + Sync {}
+impl<T: Data + std::hash::Hash + Eq + Serialize + DeserializeOwned + Sync> Key for T {}
+
+/// A value that can live in state: encoded with postcard in snapshots.
+pub trait StateValue: Data + Serialize + DeserializeOwned {}
+impl<T: Data + Serialize + DeserializeOwned> StateValue for T {}
+
+/// The kinds of state a snapshot can hold; recorded in files so tools can describe them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StateKind {
+    /// Keyed value state: one value per key.
+    Value,
+    /// Operator list state, split evenly among subtasks on rescale.
+    OperatorList,
+    /// Operator list state, given whole to every subtask on restore.
+    UnionList,
+}

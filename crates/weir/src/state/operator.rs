@@ -1,0 +1,246 @@
+//! Operator state: named lists owned by one parallel subtask (DESIGN.md §5).
+//!
+//! A function writes its lists in `snapshot_state` (the equivalent of Flink's
+//! `ListState.update`) and reads the lists assigned to it in `initialize_state`. On restore
+//! the elements of a list are redistributed according to its [`StateKind`]:
+//! * `OperatorList` — with unchanged parallelism every subtask gets back exactly its own
+//!   elements; otherwise all elements are concatenated in subtask order and split into
+//!   `p` contiguous, even chunks (Flink's round-robin split).
+//! * `UnionList` — every subtask gets every element, in subtask order.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{StateKind, StateValue};
+use crate::error::{Error, Result};
+
+/// One named list as snapshotted by one subtask: elements stay encoded so the engine can
+/// move them between subtasks without knowing their type.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ListSnapshot {
+    /// How the list is redistributed on restore.
+    pub kind: Option<StateKind>,
+    /// The encoded elements.
+    pub elements: Vec<Vec<u8>>,
+}
+
+/// All operator state of one subtask of one operator: list name → list.
+pub type OperatorStateSnapshot = BTreeMap<String, ListSnapshot>;
+
+/// Handed to `snapshot_state`: the function records its lists here.
+pub struct SnapshotContext {
+    checkpoint_id: u64,
+    pub(crate) lists: OperatorStateSnapshot,
+}
+
+impl SnapshotContext {
+    pub(crate) fn new(checkpoint_id: u64) -> Self {
+        SnapshotContext {
+            checkpoint_id,
+            lists: BTreeMap::new(),
+        }
+    }
+
+    /// The checkpoint being taken.
+    pub fn checkpoint_id(&self) -> u64 {
+        self.checkpoint_id
+    }
+
+    /// Stores list `name`, split evenly among subtasks if the job is restored at another
+    /// parallelism. Replaces anything stored under `name` in this snapshot.
+    pub fn set_operator_list<T: StateValue>(&mut self, name: &str, items: &[T]) -> Result<()> {
+        self.set(name, StateKind::OperatorList, items)
+    }
+
+    /// Stores list `name`; on restore every subtask receives the union of all subtasks' lists.
+    pub fn set_union_list<T: StateValue>(&mut self, name: &str, items: &[T]) -> Result<()> {
+        self.set(name, StateKind::UnionList, items)
+    }
+
+    fn set<T: StateValue>(&mut self, name: &str, kind: StateKind, items: &[T]) -> Result<()> {
+        let elements = items
+            .iter()
+            .map(|i| {
+                postcard::to_stdvec(i).map_err(|e| Error::StateDecode {
+                    what: format!("operator state '{name}' (encoding)"),
+                    cause: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.lists.insert(
+            name.to_string(),
+            ListSnapshot {
+                kind: Some(kind),
+                elements,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Handed to `initialize_state`: says whether the job restores, and yields the lists this
+/// subtask was assigned.
+pub struct InitContext {
+    restored: bool,
+    subtask: u32,
+    parallelism: u32,
+    lists: BTreeMap<String, Vec<Vec<u8>>>,
+}
+
+impl InitContext {
+    pub(crate) fn new(
+        restored: bool,
+        subtask: u32,
+        parallelism: u32,
+        lists: BTreeMap<String, Vec<Vec<u8>>>,
+    ) -> Self {
+        InitContext {
+            restored,
+            subtask,
+            parallelism,
+            lists,
+        }
+    }
+
+    /// True when the job starts from a checkpoint or savepoint, false on a fresh start.
+    /// (A restored job may still have no state for this operator, e.g. a new operator.)
+    pub fn is_restored(&self) -> bool {
+        self.restored
+    }
+
+    /// This subtask's index, `0..parallelism`.
+    pub fn subtask_index(&self) -> u32 {
+        self.subtask
+    }
+
+    /// The operator's parallelism in this run.
+    pub fn parallelism(&self) -> u32 {
+        self.parallelism
+    }
+
+    /// Whether the restored checkpoint holds any operator state for this operator (a
+    /// restored job may contain operators that are new since the checkpoint).
+    pub fn has_state(&self) -> bool {
+        !self.lists.is_empty()
+    }
+
+    /// The elements of list `name` assigned to this subtask (empty if none were stored).
+    pub fn list<T: StateValue>(&self, name: &str) -> Result<Vec<T>> {
+        let Some(raw) = self.lists.get(name) else {
+            return Ok(Vec::new());
+        };
+        raw.iter()
+            .map(|b| {
+                postcard::from_bytes(b).map_err(|e| Error::StateDecode {
+                    what: format!("operator state '{name}'"),
+                    cause: e.to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Redistributes the operator state that `old` subtasks stored (index = old subtask) to
+/// subtask `subtask` of `parallelism`; see the module docs for the rules.
+pub fn redistribute(
+    old: &[Option<&OperatorStateSnapshot>],
+    subtask: u32,
+    parallelism: u32,
+) -> BTreeMap<String, Vec<Vec<u8>>> {
+    let mut names: BTreeMap<&str, StateKind> = BTreeMap::new();
+    for snap in old.iter().flatten() {
+        for (name, list) in snap.iter() {
+            names.insert(name, list.kind.unwrap_or(StateKind::OperatorList));
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (name, kind) in names {
+        let all = || {
+            old.iter()
+                .flatten()
+                .filter_map(|s| s.get(name))
+                .flat_map(|l| l.elements.iter().cloned())
+        };
+        let mine: Vec<Vec<u8>> = match kind {
+            StateKind::UnionList => all().collect(),
+            _ if old.len() == parallelism as usize => old[subtask as usize]
+                .and_then(|s| s.get(name))
+                .map(|l| l.elements.clone())
+                .unwrap_or_default(),
+            _ => {
+                let total: Vec<Vec<u8>> = all().collect();
+                let n = total.len();
+                let (p, i) = (parallelism as usize, subtask as usize);
+                let (start, end) = (i * n / p, (i + 1) * n / p);
+                total[start..end].to_vec()
+            }
+        };
+        out.insert(name.to_string(), mine);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(lists: &[(&str, StateKind, &[u32])]) -> OperatorStateSnapshot {
+        let mut ctx = SnapshotContext::new(1);
+        for (name, kind, items) in lists {
+            match kind {
+                StateKind::UnionList => ctx.set_union_list(name, items).unwrap(),
+                _ => ctx.set_operator_list(name, items).unwrap(),
+            }
+        }
+        ctx.lists
+    }
+
+    fn decode(m: &BTreeMap<String, Vec<Vec<u8>>>, name: &str) -> Vec<u32> {
+        InitContext::new(true, 0, 1, m.clone()).list(name).unwrap()
+    }
+
+    #[test]
+    fn same_parallelism_keeps_assignment() {
+        let a = snap(&[("s", StateKind::OperatorList, &[1, 2, 3])]);
+        let b = snap(&[("s", StateKind::OperatorList, &[4])]);
+        let old = [Some(&a), Some(&b)];
+        assert_eq!(decode(&redistribute(&old, 0, 2), "s"), vec![1, 2, 3]);
+        assert_eq!(decode(&redistribute(&old, 1, 2), "s"), vec![4]);
+    }
+
+    #[test]
+    fn rescale_splits_evenly_and_loses_nothing() {
+        let a = snap(&[("s", StateKind::OperatorList, &[1, 2, 3])]);
+        let b = snap(&[("s", StateKind::OperatorList, &[4, 5])]);
+        let old = [Some(&a), Some(&b)];
+        for p in 1..=6u32 {
+            let mut all = Vec::new();
+            for i in 0..p {
+                let mine = decode(&redistribute(&old, i, p), "s");
+                assert!(mine.len() <= 5usize.div_ceil(p as usize));
+                all.extend(mine);
+            }
+            assert_eq!(all, vec![1, 2, 3, 4, 5], "p={p}");
+        }
+    }
+
+    #[test]
+    fn union_gives_everything_to_everyone() {
+        let a = snap(&[("u", StateKind::UnionList, &[1])]);
+        let b = snap(&[("u", StateKind::UnionList, &[2])]);
+        let old = [Some(&a), None, Some(&b)];
+        for i in 0..3 {
+            assert_eq!(decode(&redistribute(&old, i, 3), "u"), vec![1, 2]);
+        }
+    }
+
+    #[test]
+    fn undecodable_state_is_an_error_not_a_panic() {
+        let mut m = BTreeMap::new();
+        m.insert("s".to_string(), vec![vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff]]);
+        let ctx = InitContext::new(true, 0, 1, m);
+        let err = ctx.list::<u32>("s").unwrap_err().to_string();
+        assert!(err.contains("operator state 's'"), "{err}");
+    }
+}
