@@ -1,1 +1,376 @@
-fn main() {}
+//! `weir`: run the built-in checkpointed jobs from the command line.
+//!
+//! ```text
+//! weir run keyed-count --events 10000000 --keys 1000 --parallelism 2 --verify
+//! weir run wordcount --input /usr/share/common-licenses/GPL-3 --output counts
+//! ```
+//!
+//! Every error is one line naming the cause and the way out; the exit code is 0 on
+//! success, 1 on an error, 2 on bad flags, 3 when `--verify` finds a wrong count.
+
+mod jobs;
+mod output;
+mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use weir::prelude::*;
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "Stateful stream processing with exactly-once checkpoints")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a built-in job.
+    #[command(subcommand)]
+    Run(Job),
+}
+
+#[derive(Subcommand)]
+enum Job {
+    /// Count events per key: event i has key i % K; writes `key,count` lines.
+    KeyedCount(KeyedCountArgs),
+    /// Count words in text files; writes `word,count` lines.
+    Wordcount(WordcountArgs),
+}
+
+#[derive(Args)]
+struct KeyedCountArgs {
+    /// Number of events (0..N).
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
+    #[arg(long, value_enum, default_value_t = Emit::Final)]
+    emit: Emit,
+    /// Check the final counts against the exact truth; exit 3 on a mismatch.
+    #[arg(long)]
+    verify: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct WordcountArgs {
+    /// Text files or folders to read.
+    #[arg(long, required = true, num_args = 1..)]
+    input: Vec<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Emit {
+    Final,
+    Updates,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Restart {
+    None,
+    FixedDelay,
+    ExponentialDelay,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Parallel subtasks per operator.
+    #[arg(long, default_value_t = 1)]
+    parallelism: u32,
+    /// Number of key groups (fixed for the life of the job's state).
+    #[arg(long, default_value_t = 128)]
+    max_parallelism: u32,
+    /// Folder for checkpoints (the job's checkpoints go in <dir>/<job>/chk-<n>).
+    #[arg(long, default_value = "weir-checkpoints")]
+    checkpoint_dir: PathBuf,
+    /// Time between checkpoints (e.g. 200ms, 1s, 2m), or `off`.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    checkpoint_interval: Interval,
+    /// Checkpointing mode.
+    #[arg(long, value_enum, default_value_t = Mode::ExactlyOnce)]
+    mode: Mode,
+    /// Abort a checkpoint that takes longer than this.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    checkpoint_timeout: Duration,
+    /// Minimum pause between the end of one checkpoint and the start of the next.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    min_pause: Duration,
+    /// Checkpoints in flight at once.
+    #[arg(long, default_value_t = 1)]
+    max_concurrent_checkpoints: usize,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    #[arg(long, default_value_t = 0)]
+    tolerable_checkpoint_failures: u32,
+    /// Completed checkpoints kept on disk.
+    #[arg(long, default_value_t = 3)]
+    retained_checkpoints: usize,
+    /// Start from `latest` (the newest complete checkpoint in --checkpoint-dir) or a
+    /// checkpoint folder.
+    #[arg(long)]
+    restore: Option<String>,
+    /// Limit the sources to about this many events per second in total.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Folder for the final output (published only when the job succeeds).
+    #[arg(long, default_value = "weir-output")]
+    output: PathBuf,
+    /// Write no output (benchmarks).
+    #[arg(long)]
+    discard_output: bool,
+    /// Restart strategy after a failure.
+    #[arg(long, value_enum, default_value_t = Restart::ExponentialDelay)]
+    restart_strategy: Restart,
+    /// Maximum restarts.
+    #[arg(long, default_value_t = u32::MAX)]
+    restart_attempts: u32,
+    /// Delay before a restart (the first one, for exponential-delay).
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    restart_delay: Duration,
+    /// Inject this many panics at seeded random moments in random subtasks.
+    #[arg(long, default_value_t = 0)]
+    inject_failures: usize,
+    /// Seed for --inject-failures.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// A checkpoint interval; `None` when checkpointing is off.
+#[derive(Clone, Copy)]
+struct Interval(Option<Duration>);
+
+fn parse_interval(s: &str) -> Result<Interval, String> {
+    if s == "off" || s == "0" {
+        return Ok(Interval(None));
+    }
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 200ms, 1s or 2m ({e}), nor `off`"))?;
+    Ok(Interval((!d.is_zero()).then_some(d)))
+}
+
+impl Common {
+    fn config(&self, name: &str, records_per_task: u64) -> Result<JobConfig> {
+        if self.parallelism == 0 {
+            bail!("--parallelism must be at least 1");
+        }
+        if self.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+            bail!("--rate must be a positive number of events per second");
+        }
+        let mut c = JobConfig::new(name);
+        c.parallelism = self.parallelism;
+        c.max_parallelism = self.max_parallelism;
+        c.checkpoint_dir = self.checkpoint_dir.clone();
+        c.checkpointing = CheckpointConfig {
+            interval: self.checkpoint_interval.0,
+            mode: match self.mode {
+                Mode::ExactlyOnce => CheckpointingMode::ExactlyOnce,
+                Mode::AtLeastOnce => CheckpointingMode::AtLeastOnce,
+            },
+            timeout: self.checkpoint_timeout,
+            min_pause: self.min_pause,
+            max_concurrent: self.max_concurrent_checkpoints.max(1),
+            tolerable_failures: self.tolerable_checkpoint_failures,
+            retained: self.retained_checkpoints.max(1),
+        };
+        c.restore = match self.restore.as_deref() {
+            None => RestoreFrom::Nothing,
+            Some("latest") => RestoreFrom::Latest,
+            Some(p) => RestoreFrom::Path(PathBuf::from(p)),
+        };
+        c.restart = match self.restart_strategy {
+            Restart::None => RestartStrategy::None,
+            Restart::FixedDelay => RestartStrategy::FixedDelay {
+                attempts: self.restart_attempts,
+                delay: self.restart_delay,
+            },
+            Restart::ExponentialDelay => RestartStrategy::ExponentialDelay {
+                attempts: self.restart_attempts,
+                initial: self.restart_delay,
+                max: Duration::from_secs(10),
+            },
+        };
+        if self.inject_failures > 0 {
+            c.failure_injection = Some(FailureInjection {
+                failures: self.inject_failures,
+                seed: self.seed,
+                horizon: records_per_task.max(2),
+            });
+        }
+        Ok(c)
+    }
+}
+
+/// Output destination decided before the job runs.
+struct Destination {
+    staging: Option<PathBuf>,
+}
+
+fn destination(common: &Common) -> Result<Destination> {
+    if common.discard_output {
+        return Ok(Destination { staging: None });
+    }
+    Ok(Destination {
+        staging: Some(output::prepare(&common.output)?),
+    })
+}
+
+fn run_job(
+    env: StreamEnvironment,
+    label: &str,
+    events: Option<u64>,
+    dest: &Destination,
+    common: &Common,
+) -> Result<JobResult> {
+    let metrics = env.metrics();
+    let cfg = env.config().clone();
+    let progress = progress::Progress::start(metrics);
+    let result = env.execute();
+    progress.stop();
+    let result = result?;
+    for n in &result.notices {
+        eprintln!("weir: {n}");
+    }
+    if let Some(staging) = &dest.staging {
+        output::publish(staging, &common.output)?;
+    }
+    progress::summary(label, &cfg, events, &result, dest.staging.as_ref().map(|_| common.output.as_path()));
+    Ok(result)
+}
+
+fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
+    if args.keys == 0 {
+        bail!("--keys must be at least 1");
+    }
+    let c = &args.common;
+    let cfg = c.config("keyed-count", args.events / u64::from(c.parallelism.max(1)) / 2)?;
+    announce(&cfg);
+    let dest = destination(c)?;
+    let env = StreamEnvironment::new(cfg);
+    let verdicts: jobs::StateVerdicts = Arc::new(Mutex::new(Default::default()));
+    let out = match &dest.staging {
+        Some(dir) => jobs::Output::Files(dir.clone()),
+        None => jobs::Output::Discard,
+    };
+    let in_state = (args.verify && dest.staging.is_none()).then(|| verdicts.clone());
+    jobs::keyed_count(
+        &env,
+        args.events,
+        args.keys,
+        c.rate,
+        args.emit == Emit::Updates,
+        out,
+        in_state,
+    );
+    run_job(env, "keyed-count", Some(args.events), &dest, c)?;
+    if !args.verify {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verdict = if dest.staging.is_some() && args.emit == Emit::Final {
+        output::verify_keyed_count(&c.output, args.events, args.keys)?
+    } else {
+        let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        let bad: Vec<String> = v.values().filter_map(|r| r.clone().err()).collect();
+        let keys: u64 = v.values().filter_map(|r| r.as_ref().ok()).sum();
+        if v.is_empty() {
+            Err("no subtask reported its final state (use --emit final with an --output to verify the output)".to_string())
+        } else if bad.is_empty() {
+            Ok(format!("{keys} keys in state, every count exact"))
+        } else {
+            Err(bad.join("; "))
+        }
+    };
+    match verdict {
+        Ok(msg) => {
+            println!("verify: OK — {msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(msg) => {
+            println!("verify: MISMATCH — {msg}");
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
+    let c = &args.common;
+    let files = weir::connectors::files::FileLineSource::expand(&args.input)?;
+    if files.is_empty() {
+        bail!("no input files found in {:?}", args.input);
+    }
+    let bytes: u64 = files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+    let cfg = c.config("wordcount", (bytes / 40 / u64::from(c.parallelism)).max(2))?;
+    announce(&cfg);
+    let source = FileLineSource::new(files)?;
+    let dest = destination(c)?;
+    let env = StreamEnvironment::new(cfg);
+    let out = match &dest.staging {
+        Some(dir) => jobs::Output::Files(dir.clone()),
+        None => jobs::Output::Discard,
+    };
+    jobs::wordcount(&env, source, out);
+    run_job(env, "wordcount", None, &dest, c)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn announce(cfg: &JobConfig) {
+    let interval = match cfg.checkpointing.interval {
+        Some(d) => format!("every {}", humantime::format_duration(d)),
+        None => "off".to_string(),
+    };
+    eprintln!(
+        "weir: {} — parallelism {}, {} checkpoints {interval} into {}",
+        cfg.name,
+        cfg.parallelism,
+        cfg.checkpointing.mode,
+        cfg.checkpoint_dir.join(&cfg.name).display()
+    );
+}
+
+/// Task panics are caught and recovered from by the engine; print them as one line each
+/// instead of a backtrace (injected failures would otherwise flood the terminal).
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("?");
+        let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
+        eprintln!("weir: {name} panicked: {msg}{at}");
+    }));
+}
+
+fn main() -> ExitCode {
+    quiet_panics();
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Run(Job::KeyedCount(a)) => keyed_count(a),
+        Command::Run(Job::Wordcount(a)) => wordcount(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

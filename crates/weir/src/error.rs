@@ -38,14 +38,14 @@ pub enum Error {
     #[error("cannot restore: {0}")]
     Restore(String),
     /// An I/O error outside checkpoint storage (sources, sinks).
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {cause}")]
     Io {
         /// What was attempted ("cannot open input file").
         op: &'static str,
         /// The file concerned.
         path: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
+        /// The operating system's error (not a `source`, so it is printed once).
+        cause: std::io::Error,
     },
     /// A user function returned an error.
     #[error("{0}")]
@@ -80,11 +80,11 @@ impl Error {
         Error::User(msg.into())
     }
 
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         Error::Io {
             op,
             path: path.into(),
-            source,
+            cause,
         }
     }
 }

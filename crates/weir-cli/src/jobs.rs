@@ -1,0 +1,235 @@
+//! The built-in jobs: `keyed-count` (workload W1) and `wordcount`.
+//!
+//! Both are ordinary DataStream programs; the CLI only fills in their configuration.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use weir::prelude::*;
+use weir::state::key_group::{key_group, KeyGroupRange};
+use weir::state::Key;
+
+/// The exact count of key `k` among events `0..n` with `key = i % keys`.
+pub fn expected_count(n: u64, keys: u64, k: u64) -> u64 {
+    n / keys + u64::from(k < n % keys)
+}
+
+/// Per-subtask verdicts of the in-state verification (latest attempt wins).
+pub type StateVerdicts = Arc<Mutex<BTreeMap<u32, Result<u64, String>>>>;
+
+/// Counts records per key in keyed value state. With `emit_updates` it emits
+/// `(key, count)` for every record (W1); it always emits the final counts at end of input
+/// unless `emit_final` is off. With `verify`, it checks its final state against the exact
+/// counts of the generator workload.
+#[derive(Clone)]
+pub struct CountPerKey<K> {
+    count: Option<ValueState<u64>>,
+    emit_updates: bool,
+    emit_final: bool,
+    verify: Option<(u64, u64, u32, StateVerdicts)>,
+    subtask: u32,
+    parallelism: u32,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> CountPerKey<K> {
+    /// A counter; see the type docs.
+    pub fn new(emit_updates: bool, emit_final: bool) -> Self {
+        CountPerKey {
+            count: None,
+            emit_updates,
+            emit_final,
+            verify: None,
+            subtask: 0,
+            parallelism: 1,
+            _k: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> CheckpointedFunction for CountPerKey<K> {
+    fn initialize_state(&mut self, ctx: &InitContext) -> weir::Result<()> {
+        self.subtask = ctx.subtask_index();
+        self.parallelism = ctx.parallelism();
+        Ok(())
+    }
+}
+
+impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K> {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> weir::Result<()> {
+        self.count = Some(states.value_state("count")?);
+        Ok(())
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        _record: I,
+        ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<'_, (K, u64)>,
+    ) -> weir::Result<()> {
+        let state = self.count.expect("open() declares the state");
+        let c = ctx.get_mut_or_insert_with(state, || 0);
+        *c += 1;
+        if self.emit_updates {
+            let c = *c;
+            out.collect((ctx.key().clone(), c));
+        }
+        Ok(())
+    }
+
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, K>,
+        out: &mut Collector<'_, (K, u64)>,
+    ) -> weir::Result<()> {
+        let state = self.count.expect("open() declares the state");
+        if let Some((n, keys, maxp, verdicts)) = &self.verify {
+            let verdict = verify_state(ctx, state, *n, *keys, *maxp, self.subtask, self.parallelism);
+            verdicts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(self.subtask, verdict);
+        }
+        if self.emit_final {
+            for (k, v) in ctx.entries(state) {
+                out.collect((k.clone(), *v));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Compares one subtask's final counts with the truth; `Ok(keys checked)` or a description.
+fn verify_state<K: Key>(
+    ctx: &KeyedEndContext<'_, K>,
+    state: ValueState<u64>,
+    n: u64,
+    keys: u64,
+    maxp: u32,
+    subtask: u32,
+    parallelism: u32,
+) -> Result<u64, String> {
+    let range = KeyGroupRange::for_subtask(subtask, parallelism, maxp);
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    // Only u64 keys (keyed-count) are verifiable; other key types have no known truth.
+    let have: std::collections::HashMap<u64, u64> = ctx
+        .entries(state)
+        .filter_map(|(k, v)| (k as &dyn std::any::Any).downcast_ref::<u64>().map(|k| (*k, *v)))
+        .collect();
+    for k in 0..keys.min(n) {
+        if !range.contains(key_group(&k, maxp)) {
+            continue;
+        }
+        checked += 1;
+        let want = expected_count(n, keys, k);
+        let got = have.get(&k).copied().unwrap_or(0);
+        if got != want {
+            wrong.push(format!("key {k}: expected {want}, counted {got}"));
+        }
+    }
+    if have.len() as u64 != checked {
+        wrong.push(format!("{} keys in state, {checked} expected", have.len()));
+    }
+    if wrong.is_empty() {
+        Ok(checked)
+    } else {
+        let n_wrong = wrong.len();
+        wrong.truncate(3);
+        Err(format!("{n_wrong} wrong: {}", wrong.join("; ")))
+    }
+}
+
+/// Where a job's final `key,count` lines go.
+pub enum Output {
+    /// A staging folder for part files.
+    Files(PathBuf),
+    /// Nowhere (benchmarks).
+    Discard,
+}
+
+fn format_pair<K: std::fmt::Display>(r: &(K, u64), line: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(line, "{},{}", r.0, r.1);
+}
+
+/// Builds `keyed-count` into `env`: generator → key_by(i % keys) → count → sink.
+pub fn keyed_count(
+    env: &StreamEnvironment,
+    events: u64,
+    keys: u64,
+    rate: Option<f64>,
+    emit_updates: bool,
+    output: Output,
+    verify_state: Option<StateVerdicts>,
+) {
+    let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates);
+    if let Some(v) = verify_state {
+        count.verify = Some((events, keys, env.config().max_parallelism, v));
+    }
+    let counts = env
+        .add_source("generator", GeneratorSource::new(events).with_rate(rate))
+        .uid("generator")
+        .key_by(move |i: &u64| i % keys)
+        .process(count)
+        .name("count")
+        .uid("count");
+    add_output(counts, output);
+}
+
+fn add_output<K: Key + std::fmt::Display>(s: DataStream<(K, u64)>, output: Output) {
+    match output {
+        Output::Files(dir) => {
+            s.add_sink("output", TextFileSink::new(dir, format_pair::<K>))
+                .uid("output");
+        }
+        Output::Discard => {
+            s.add_sink("discard", DiscardSink).uid("discard");
+        }
+    }
+}
+
+/// Splits a line into words: lowercase, then split on anything that is not an ASCII
+/// letter, digit or underscore; empty tokens dropped.
+pub fn tokenize(line: &str) -> impl Iterator<Item = String> + '_ {
+    let lower = line.to_lowercase();
+    lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// Builds `wordcount` into `env`: files → words → key_by(word) → count → sink.
+pub fn wordcount(env: &StreamEnvironment, source: FileLineSource, output: Output) {
+    let counts = env
+        .add_source("files", source)
+        .uid("files")
+        .flat_map(|line: String| tokenize(&line).collect::<Vec<_>>())
+        .name("tokenize")
+        .key_by(|w: &String| w.clone())
+        .process(CountPerKey::<String>::new(false, true))
+        .name("count")
+        .uid("count");
+    add_output(counts, output);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenize_follows_the_spec() {
+        let words: Vec<_> = tokenize("Hello, World! it's foo_bar-42 ÉTÉ").collect();
+        assert_eq!(words, vec!["hello", "world", "it", "s", "foo_bar", "42", "t"]);
+    }
+
+    #[test]
+    fn expected_counts_sum_to_n() {
+        let (n, k) = (1003, 10);
+        assert_eq!((0..k).map(|i| expected_count(n, k, i)).sum::<u64>(), n);
+    }
+}

@@ -1,0 +1,126 @@
+//! The live progress line (on a terminal only) and the end-of-run summary.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use weir::prelude::*;
+use weir::runtime::executor::JobMetrics;
+
+/// A background thread that redraws one status line every half second on stderr.
+pub struct Progress {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts the progress line if stderr is a terminal; does nothing when piped.
+    pub fn start(metrics: Arc<JobMetrics>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        if !std::io::stderr().is_terminal() {
+            return Progress { stop, handle: None };
+        }
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let start = Instant::now();
+            let (mut last, mut last_t) = (0u64, Instant::now());
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                let now = Instant::now();
+                let rec = metrics.source_records.load(Ordering::Relaxed);
+                let rate = (rec - last.min(rec)) as f64 / (now - last_t).as_secs_f64();
+                (last, last_t) = (rec, now);
+                eprint!(
+                    "\r\x1b[2K{:>6.1}s  {:>8} events/s  {:>10} events  checkpoints {} (last {} ms)  restarts {}",
+                    start.elapsed().as_secs_f64(),
+                    human(rate),
+                    human(rec as f64),
+                    metrics.checkpoints_completed.load(Ordering::Relaxed),
+                    metrics.last_checkpoint_micros.load(Ordering::Relaxed) / 1000,
+                    metrics.restarts.load(Ordering::Relaxed),
+                );
+            }
+            eprint!("\r\x1b[2K");
+        });
+        Progress {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops and clears the line.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn human(x: f64) -> String {
+    if x >= 1e9 {
+        format!("{:.2}G", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Prints the end-of-run summary on stdout.
+pub fn summary(label: &str, cfg: &JobConfig, events: Option<u64>, r: &JobResult, output: Option<&Path>) {
+    let secs = r.duration.as_secs_f64().max(1e-9);
+    match events {
+        Some(n) => println!(
+            "{label}: finished in {secs:.2} s — {n} events, {} events/s, parallelism {}, {}",
+            human(n as f64 / secs),
+            cfg.parallelism,
+            cfg.checkpointing.mode
+        ),
+        None => println!(
+            "{label}: finished in {secs:.2} s — {} records read, parallelism {}, {}",
+            r.source_records, cfg.parallelism, cfg.checkpointing.mode
+        ),
+    }
+    let mut durations: Vec<Duration> = r.checkpoints.iter().map(|c| c.duration).collect();
+    durations.sort();
+    if durations.is_empty() {
+        println!("checkpoints: none completed, {} failed", r.failed_checkpoints);
+    } else {
+        let median = durations[durations.len() / 2];
+        let max = durations[durations.len() - 1];
+        let sync = r.checkpoints.iter().map(|c| c.max_sync).max().unwrap_or_default();
+        let align = r.checkpoints.iter().map(|c| c.max_alignment).max().unwrap_or_default();
+        let last = r.checkpoints.last().map(|c| c.bytes).unwrap_or(0);
+        println!(
+            "checkpoints: {} completed, {} failed; duration median {}, max {}; max sync pause {}; max alignment {}; last size {} bytes",
+            durations.len(),
+            r.failed_checkpoints,
+            ms(median),
+            ms(max),
+            ms(sync),
+            ms(align),
+            last
+        );
+    }
+    let injected = match r.injected_failures {
+        Some((fired, planned)) => format!(" (injected failures: {fired} of {planned})"),
+        None => String::new(),
+    };
+    println!("restarts: {}{injected}", r.attempts.saturating_sub(1));
+    if let Some(p) = &r.restored_from {
+        println!("restored from: {}", p.display());
+    }
+    if let Some(o) = output {
+        println!("output: {}", o.display());
+    }
+}
