@@ -86,7 +86,8 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
     ) -> weir::Result<()> {
         let state = self.count.expect("open() declares the state");
         if let Some((n, keys, maxp, verdicts)) = &self.verify {
-            let verdict = verify_state(ctx, state, *n, *keys, *maxp, self.subtask, self.parallelism);
+            let verdict =
+                verify_state(ctx, state, *n, *keys, *maxp, self.subtask, self.parallelism);
             verdicts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -117,7 +118,11 @@ fn verify_state<K: Key>(
     // Only u64 keys (keyed-count) are verifiable; other key types have no known truth.
     let have: std::collections::HashMap<u64, u64> = ctx
         .entries(state)
-        .filter_map(|(k, v)| (k as &dyn std::any::Any).downcast_ref::<u64>().map(|k| (*k, *v)))
+        .filter_map(|(k, v)| {
+            (k as &dyn std::any::Any)
+                .downcast_ref::<u64>()
+                .map(|k| (*k, *v))
+        })
         .collect();
     for k in 0..keys.min(n) {
         if !range.contains(key_group(&k, maxp)) {
@@ -224,7 +229,10 @@ mod tests {
     #[test]
     fn tokenize_follows_the_spec() {
         let words: Vec<_> = tokenize("Hello, World! it's foo_bar-42 ÉTÉ").collect();
-        assert_eq!(words, vec!["hello", "world", "it", "s", "foo_bar", "42", "t"]);
+        assert_eq!(
+            words,
+            vec!["hello", "world", "it", "s", "foo_bar", "42", "t"]
+        );
     }
 
     #[test]

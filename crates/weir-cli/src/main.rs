@@ -22,7 +22,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use weir::prelude::*;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "Stateful stream processing with exactly-once checkpoints")]
+#[command(
+    name = "weir",
+    version,
+    about = "Stateful stream processing with exactly-once checkpoints"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -249,7 +253,13 @@ fn run_job(
     if let Some(staging) = &dest.staging {
         output::publish(staging, &common.output)?;
     }
-    progress::summary(label, &cfg, events, &result, dest.staging.as_ref().map(|_| common.output.as_path()));
+    progress::summary(
+        label,
+        &cfg,
+        events,
+        &result,
+        dest.staging.as_ref().map(|_| common.output.as_path()),
+    );
     Ok(result)
 }
 
@@ -258,7 +268,10 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         bail!("--keys must be at least 1");
     }
     let c = &args.common;
-    let cfg = c.config("keyed-count", args.events / u64::from(c.parallelism.max(1)) / 2)?;
+    let cfg = c.config(
+        "keyed-count",
+        args.events / u64::from(c.parallelism.max(1)) / 2,
+    )?;
     announce(&cfg);
     let dest = destination(c)?;
     let env = StreamEnvironment::new(cfg);
@@ -313,7 +326,11 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
     if files.is_empty() {
         bail!("no input files found in {:?}", args.input);
     }
-    let bytes: u64 = files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+    let bytes: u64 = files
+        .iter()
+        .filter_map(|f| f.metadata().ok())
+        .map(|m| m.len())
+        .sum();
     let cfg = c.config("wordcount", (bytes / 40 / u64::from(c.parallelism)).max(2))?;
     announce(&cfg);
     let source = FileLineSource::new(files)?;
@@ -354,7 +371,10 @@ fn quiet_panics() {
             .unwrap_or_else(|| "panic".into());
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("?");
-        let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
         eprintln!("weir: {name} panicked: {msg}{at}");
     }));
 }

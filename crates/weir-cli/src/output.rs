@@ -30,7 +30,9 @@ pub fn staging_dir(output: &Path) -> Result<PathBuf> {
 pub fn prepare(output: &Path) -> Result<PathBuf> {
     if output.exists() {
         let is_ours = output.join("_SUCCESS").exists()
-            || fs::read_dir(output).map(|mut d| d.next().is_none()).unwrap_or(false);
+            || fs::read_dir(output)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
         if !output.is_dir() || !is_ours {
             bail!(
                 "--output {} exists and is not a previous Weir output (no _SUCCESS marker); \
@@ -72,18 +74,22 @@ pub fn read_pairs(dir: &Path) -> Result<Vec<(String, u64)>> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+        })
         .collect();
     files.sort();
     for f in files {
-        let text = fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
+        let text =
+            fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
         for (i, line) in text.lines().enumerate() {
             let (k, v) = line
                 .rsplit_once(',')
                 .with_context(|| format!("{}:{}: not a key,count line", f.display(), i + 1))?;
-            let v: u64 = v
-                .parse()
-                .with_context(|| format!("{}:{}: count '{v}' is not a number", f.display(), i + 1))?;
+            let v: u64 = v.parse().with_context(|| {
+                format!("{}:{}: count '{v}' is not a number", f.display(), i + 1)
+            })?;
             out.push((k.to_string(), v));
         }
     }

@@ -77,7 +77,13 @@ fn ms(d: Duration) -> String {
 }
 
 /// Prints the end-of-run summary on stdout.
-pub fn summary(label: &str, cfg: &JobConfig, events: Option<u64>, r: &JobResult, output: Option<&Path>) {
+pub fn summary(
+    label: &str,
+    cfg: &JobConfig,
+    events: Option<u64>,
+    r: &JobResult,
+    output: Option<&Path>,
+) {
     let secs = r.duration.as_secs_f64().max(1e-9);
     match events {
         Some(n) => println!(
@@ -94,12 +100,25 @@ pub fn summary(label: &str, cfg: &JobConfig, events: Option<u64>, r: &JobResult,
     let mut durations: Vec<Duration> = r.checkpoints.iter().map(|c| c.duration).collect();
     durations.sort();
     if durations.is_empty() {
-        println!("checkpoints: none completed, {} failed", r.failed_checkpoints);
+        println!(
+            "checkpoints: none completed, {} failed",
+            r.failed_checkpoints
+        );
     } else {
         let median = durations[durations.len() / 2];
         let max = durations[durations.len() - 1];
-        let sync = r.checkpoints.iter().map(|c| c.max_sync).max().unwrap_or_default();
-        let align = r.checkpoints.iter().map(|c| c.max_alignment).max().unwrap_or_default();
+        let sync = r
+            .checkpoints
+            .iter()
+            .map(|c| c.max_sync)
+            .max()
+            .unwrap_or_default();
+        let align = r
+            .checkpoints
+            .iter()
+            .map(|c| c.max_alignment)
+            .max()
+            .unwrap_or_default();
         let last = r.checkpoints.last().map(|c| c.bytes).unwrap_or(0);
         println!(
             "checkpoints: {} completed, {} failed; duration median {}, max {}; max sync pause {}; max alignment {}; last size {} bytes",

@@ -49,7 +49,12 @@ pub fn expected(n: u64, keys: u64) -> HashMap<u64, u64> {
 }
 
 /// Settings for a test job.
-pub fn config(name: &str, dir: &std::path::Path, parallelism: u32, mode: CheckpointingMode) -> JobConfig {
+pub fn config(
+    name: &str,
+    dir: &std::path::Path,
+    parallelism: u32,
+    mode: CheckpointingMode,
+) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
     c.checkpoint_dir = dir.to_path_buf();

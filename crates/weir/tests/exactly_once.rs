@@ -31,7 +31,10 @@ fn exactly_once_survives_many_injected_failures() {
         assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
         // Two tasks may hit their failure in the same attempt.
         assert!(result.attempts > 1 && result.attempts as usize <= fired + 1);
-        assert!(!result.checkpoints.is_empty(), "seed {seed}: checkpoints completed");
+        assert!(
+            !result.checkpoints.is_empty(),
+            "seed {seed}: checkpoints completed"
+        );
         assert_eq!(counts, expected(n, 1000), "seed {seed}: exact counts");
         total_failures += fired;
     }
@@ -54,7 +57,11 @@ fn at_least_once_never_undercounts() {
         let want = expected(n, 500);
         assert_eq!(counts.len(), want.len());
         for (k, c) in &want {
-            assert!(counts[k] >= *c, "seed {seed}: key {k} counted {} < {c}", counts[k]);
+            assert!(
+                counts[k] >= *c,
+                "seed {seed}: key {k} counted {} < {c}",
+                counts[k]
+            );
         }
     }
 }
@@ -62,7 +69,11 @@ fn at_least_once_never_undercounts() {
 /// Source A is fast; source B goes through a slow, separate task, so B's barriers reach the
 /// keyed stage late. Aligned mode holds A's channel back meanwhile; at-least-once mode lets
 /// A's post-barrier records into the snapshot, and after a failure they are replayed.
-fn skewed_job(mode: CheckpointingMode, seed: u64, dir: &std::path::Path) -> (Vec<(u64, u64)>, JobResult) {
+fn skewed_job(
+    mode: CheckpointingMode,
+    seed: u64,
+    dir: &std::path::Path,
+) -> (Vec<(u64, u64)>, JobResult) {
     let n_a = 600_000u64;
     let n_b = 30_000u64;
     let keys = 64u64;
@@ -76,7 +87,10 @@ fn skewed_job(mode: CheckpointingMode, seed: u64, dir: &std::path::Path) -> (Vec
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let a = env
-        .add_source("fast", GeneratorSource::new(n_a).with_rate(Some(1_000_000.0)))
+        .add_source(
+            "fast",
+            GeneratorSource::new(n_a).with_rate(Some(1_000_000.0)),
+        )
         .uid("fast");
     let b = env
         .add_source("slow", GeneratorSource::new(n_b).with_rate(Some(50_000.0)))
@@ -109,15 +123,24 @@ fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() 
         let dir = tempfile::tempdir().unwrap();
         let (diffs, r) = skewed_job(CheckpointingMode::ExactlyOnce, seed, dir.path());
         assert!(r.injected_failures.unwrap().0 > 0);
-        assert!(diffs.is_empty(), "exactly-once seed {seed}: wrong counts {diffs:?}");
+        assert!(
+            diffs.is_empty(),
+            "exactly-once seed {seed}: wrong counts {diffs:?}"
+        );
         let dir = tempfile::tempdir().unwrap();
         let (diffs, r) = skewed_job(CheckpointingMode::AtLeastOnce, seed, dir.path());
         assert!(r.injected_failures.unwrap().0 > 0);
         let truth = expected(630_000, 64);
         for (k, c) in &diffs {
-            assert!(*c > truth[k], "at-least-once seed {seed}: key {k} undercounted");
+            assert!(
+                *c > truth[k],
+                "at-least-once seed {seed}: key {k} undercounted"
+            );
         }
         alo_over += diffs.len();
     }
-    assert!(alo_over > 0, "at-least-once never overcounted: is it secretly aligning?");
+    assert!(
+        alo_over > 0,
+        "at-least-once never overcounted: is it secretly aligning?"
+    );
 }

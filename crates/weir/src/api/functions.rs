@@ -99,7 +99,9 @@ pub trait ProcessFunction<I, O>: CheckpointedFunction + Clone + Send + 'static {
 }
 
 /// A function on a keyed stream: sees the current key and reads/writes keyed state.
-pub trait KeyedProcessFunction<K: Key, I, O>: CheckpointedFunction + Clone + Send + 'static {
+pub trait KeyedProcessFunction<K: Key, I, O>:
+    CheckpointedFunction + Clone + Send + 'static
+{
     /// Declares the keyed states (once per attempt, after `initialize_state`).
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()>;
     /// Handles one record; `ctx` is scoped to its key.

@@ -33,8 +33,7 @@ pub(crate) type SourceBuilder =
     Arc<dyn Fn(OperatorContext, AnyBox, TaskContext) -> Result<TaskBody>>;
 /// Builds an operator instance for one subtask: `(operator context, next output)` →
 /// the operator's own input.
-pub(crate) type OperatorBuilder =
-    Arc<dyn Fn(OperatorContext, AnyBox) -> Result<AnyBox>>;
+pub(crate) type OperatorBuilder = Arc<dyn Fn(OperatorContext, AnyBox) -> Result<AnyBox>>;
 
 /// Type-specific helpers for a node's output type.
 pub(crate) trait OutputFactory {

@@ -76,15 +76,29 @@ impl StreamEnvironment {
     }
 
     /// Adds a source. Each parallel subtask runs a clone of `source`.
-    pub fn add_source<T: Data, S: SourceFunction<T>>(&self, name: &str, source: S) -> DataStream<T> {
-        let builder = Arc::new(move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
-            let chain = unbox::<T>(chain);
-            let mut s = source.clone();
-            ctx.init_function(&mut s)?;
-            let uid = ctx.uid;
-            Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
-        });
-        let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], Partitioning::Default, None, self.config.max_parallelism);
+    pub fn add_source<T: Data, S: SourceFunction<T>>(
+        &self,
+        name: &str,
+        source: S,
+    ) -> DataStream<T> {
+        let builder = Arc::new(
+            move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
+                let chain = unbox::<T>(chain);
+                let mut s = source.clone();
+                ctx.init_function(&mut s)?;
+                let uid = ctx.uid;
+                Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
+            },
+        );
+        let id = add_node::<T>(
+            &self.graph,
+            name,
+            NodeKind::Source(builder),
+            &[],
+            Partitioning::Default,
+            None,
+            self.config.max_parallelism,
+        );
         DataStream::single(self.graph.clone(), id, self.config.max_parallelism)
     }
 
@@ -216,7 +230,11 @@ impl<T: Data> DataStream<T> {
         self
     }
 
-    fn then<O: Data>(&self, name: &str, build: crate::api::graph::OperatorBuilder) -> DataStream<O> {
+    fn then<O: Data>(
+        &self,
+        name: &str,
+        build: crate::api::graph::OperatorBuilder,
+    ) -> DataStream<O> {
         self.then_with(name, build, self.partitioning, None)
     }
 
@@ -361,8 +379,12 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             let op = KeyedProcessOp::new::<T>(f.clone(), key_fn.clone(), ctx, unbox::<O>(next))?;
             Ok(rebox::<T>(Box::new(op)))
         });
-        self.stream
-            .then_with("keyed_process", build, Partitioning::KeyGroups, Some(writer))
+        self.stream.then_with(
+            "keyed_process",
+            build,
+            Partitioning::KeyGroups,
+            Some(writer),
+        )
     }
 
     /// Folds the records of each key with `f` and emits the running result for every record
@@ -372,8 +394,7 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
         T: StateValue,
         R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
     {
-        self.process(Reduce { f, state: None })
-            .name("reduce")
+        self.process(Reduce { f, state: None }).name("reduce")
     }
 }
 

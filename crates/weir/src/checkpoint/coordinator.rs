@@ -282,7 +282,12 @@ impl<A> Coordinator<A> {
         let mut actions = vec![Action::NotifyComplete(id)];
         self.consecutive_failures = 0;
         self.last_completion = Some(now);
-        for older in self.pending.range(..id).map(|(k, _)| *k).collect::<Vec<_>>() {
+        for older in self
+            .pending
+            .range(..id)
+            .map(|(k, _)| *k)
+            .collect::<Vec<_>>()
+        {
             self.abort(older, AbortReason::Subsumed, &mut actions);
         }
         self.retained.push_back(id);
@@ -346,7 +351,10 @@ mod tests {
         let mut c = Coordinator::<u32>::new(cfg(), 5);
         c.start_attempt(2, t0);
         assert!(triggers(&c.tick(t0 + Duration::from_millis(50), 0)).is_empty());
-        assert_eq!(triggers(&c.tick(t0 + Duration::from_millis(100), 0)), vec![5]);
+        assert_eq!(
+            triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+            vec![5]
+        );
         // max_concurrent = 1: no second trigger while 5 is pending
         assert!(triggers(&c.tick(t0 + Duration::from_millis(300), 0)).is_empty());
         assert!(c.on_ack(5, 0, 10).is_none());
@@ -360,7 +368,10 @@ mod tests {
         }
         let a = c.on_metadata_written(5, t0 + Duration::from_millis(310));
         assert!(matches!(a[0], Action::NotifyComplete(5)));
-        assert_eq!(triggers(&c.tick(t0 + Duration::from_millis(310), 0)), vec![6]);
+        assert_eq!(
+            triggers(&c.tick(t0 + Duration::from_millis(310), 0)),
+            vec![6]
+        );
     }
 
     #[test]
@@ -374,11 +385,17 @@ mod tests {
             1,
         );
         c.start_attempt(1, t0);
-        assert_eq!(triggers(&c.tick(t0 + Duration::from_millis(100), 0)), vec![1]);
+        assert_eq!(
+            triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+            vec![1]
+        );
         c.on_ack(1, 0, 0);
         c.on_metadata_written(1, t0 + Duration::from_millis(150));
         assert!(triggers(&c.tick(t0 + Duration::from_millis(600), 0)).is_empty());
-        assert_eq!(triggers(&c.tick(t0 + Duration::from_millis(650), 0)), vec![2]);
+        assert_eq!(
+            triggers(&c.tick(t0 + Duration::from_millis(650), 0)),
+            vec![2]
+        );
     }
 
     #[test]
@@ -388,8 +405,17 @@ mod tests {
         c.start_attempt(1, t0);
         c.tick(t0 + Duration::from_millis(100), 0);
         let a = c.tick(t0 + Duration::from_millis(1100), 0);
-        assert!(matches!(&a[0], Action::Abort { id: 1, reason: AbortReason::Timeout }));
-        assert!(!a.iter().any(|a| matches!(a, Action::FailJob(_))), "1 tolerated");
+        assert!(matches!(
+            &a[0],
+            Action::Abort {
+                id: 1,
+                reason: AbortReason::Timeout
+            }
+        ));
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::FailJob(_))),
+            "1 tolerated"
+        );
         assert_eq!(triggers(&a), vec![2]);
         let a = c.tick(t0 + Duration::from_millis(2200), 0);
         assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
@@ -402,9 +428,18 @@ mod tests {
         c.start_attempt(2, t0);
         c.tick(t0 + Duration::from_millis(100), 0);
         let a = c.on_task_finished();
-        assert!(matches!(&a[..], [Action::Abort { id: 1, reason: AbortReason::TaskFinished }]));
+        assert!(matches!(
+            &a[..],
+            [Action::Abort {
+                id: 1,
+                reason: AbortReason::TaskFinished
+            }]
+        ));
         assert!(c.tick(t0 + Duration::from_secs(10), 0).is_empty());
-        assert!(c.on_ack(1, 0, 0).is_none(), "late ack of an aborted checkpoint");
+        assert!(
+            c.on_ack(1, 0, 0).is_none(),
+            "late ack of an aborted checkpoint"
+        );
     }
 
     #[test]
@@ -436,9 +471,13 @@ mod tests {
         c.tick(t + Duration::from_millis(200), 0);
         c.on_ack(6, 0, 0);
         let a = c.on_metadata_written(6, t + Duration::from_millis(210));
-        assert!(a.iter().any(
-            |a| matches!(a, Action::Abort { id: 5, reason: AbortReason::Subsumed })
-        ));
+        assert!(a.iter().any(|a| matches!(
+            a,
+            Action::Abort {
+                id: 5,
+                reason: AbortReason::Subsumed
+            }
+        )));
     }
 
     #[test]
@@ -448,6 +487,9 @@ mod tests {
         c.start_attempt(1, t0);
         c.tick(t0 + Duration::from_millis(100), 0);
         assert_eq!(c.start_attempt(3, t0 + Duration::from_millis(150)), vec![1]);
-        assert_eq!(triggers(&c.tick(t0 + Duration::from_millis(250), 0)), vec![2]);
+        assert_eq!(
+            triggers(&c.tick(t0 + Duration::from_millis(250), 0)),
+            vec![2]
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::storage::{read_metadata, read_state_file, CheckpointStorage};
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::RestoredKeyedState;
-use crate::state::operator::redistribute;
+use crate::state::operator::{redistribute, AssignedLists};
 
 /// A fully loaded and verified checkpoint.
 pub struct RestoredCheckpoint {
@@ -36,7 +36,8 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, what: &str, bytes: &[u8])
 /// Loads and verifies the checkpoint (or savepoint) in folder `path`.
 pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
     let meta_bytes = read_metadata(path)?;
-    let meta: CheckpointMetadata = decode(&path.join("_metadata"), "checkpoint metadata", &meta_bytes)?;
+    let meta: CheckpointMetadata =
+        decode(&path.join("_metadata"), "checkpoint metadata", &meta_bytes)?;
     let mut operator_state = HashMap::new();
     let mut keyed_state: HashMap<String, Vec<KeyedStateFile>> = HashMap::new();
     for op in &meta.operators {
@@ -79,7 +80,9 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
 
 /// The newest complete checkpoint in `storage` that loads cleanly, with one message per
 /// newer checkpoint that was skipped and why. `None` if there is no usable checkpoint.
-pub fn load_latest(storage: &CheckpointStorage) -> Result<(Option<RestoredCheckpoint>, Vec<String>)> {
+pub fn load_latest(
+    storage: &CheckpointStorage,
+) -> Result<(Option<RestoredCheckpoint>, Vec<String>)> {
     let mut skipped = Vec::new();
     for id in storage.completed_checkpoints()?.into_iter().rev() {
         let path = storage.checkpoint_path(id);
@@ -108,7 +111,7 @@ impl RestoredCheckpoint {
         subtask: u32,
         parallelism: u32,
         max_parallelism: u32,
-    ) -> Result<(BTreeMap<String, Vec<Vec<u8>>>, RestoredKeyedState)> {
+    ) -> Result<(AssignedLists, RestoredKeyedState)> {
         if max_parallelism != self.meta.max_parallelism {
             return Err(Error::Restore(format!(
                 "{} was taken with max parallelism {}, the job uses {}; key groups cannot be \

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::format::FileKind;
 use super::metadata::{
-    FileRef, KeyGroupSection, KeyedFileRef, KeyedStateFile, SubtaskStateMeta,
-    TaskCheckpointStats,
+    FileRef, KeyGroupSection, KeyedFileRef, KeyedStateFile, SubtaskStateMeta, TaskCheckpointStats,
 };
 use super::storage::CheckpointStorage;
 use crate::error::{Error, Result};
@@ -76,8 +75,13 @@ pub fn write_snapshot(storage: &CheckpointStorage, job: SnapshotJob) -> Result<T
         if !part.operator_state.is_empty() {
             let payload = encode("operator state", &part.operator_state)?;
             let name = format!("op-{}", job.subtask);
-            let (path, size) =
-                storage.write_state_file(id, &part.uid, &name, FileKind::OperatorState, &payload)?;
+            let (path, size) = storage.write_state_file(
+                id,
+                &part.uid,
+                &name,
+                FileKind::OperatorState,
+                &payload,
+            )?;
             ack.stats.bytes += size;
             meta.operator_state = Some(FileRef { path, size });
         }
@@ -95,14 +99,21 @@ pub fn write_snapshot(storage: &CheckpointStorage, job: SnapshotJob) -> Result<T
                 if per_state.iter().any(|s| !s[g].is_empty()) {
                     sections.push(KeyGroupSection {
                         group: range.start + g as u32,
-                        states: per_state.iter_mut().map(|s| std::mem::take(&mut s[g])).collect(),
+                        states: per_state
+                            .iter_mut()
+                            .map(|s| std::mem::take(&mut s[g]))
+                            .collect(),
                     });
                 }
             }
             let file = KeyedStateFile {
                 range,
                 max_parallelism: keyed.max_parallelism,
-                states: keyed.tables.iter().map(|(n, k, _)| (n.clone(), *k)).collect(),
+                states: keyed
+                    .tables
+                    .iter()
+                    .map(|(n, k, _)| (n.clone(), *k))
+                    .collect(),
                 groups: sections,
             };
             let payload = encode("keyed state", &file)?;

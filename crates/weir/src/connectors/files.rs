@@ -53,7 +53,10 @@ impl FileLineSource {
                 return Err(Error::io(
                     "cannot read input file",
                     p,
-                    std::io::Error::new(std::io::ErrorKind::NotFound, "not found or not a regular file"),
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "not found or not a regular file",
+                    ),
                 ));
             }
         }
@@ -143,9 +146,9 @@ impl SourceFunction<String> for FileLineSource {
             let idx = *idx;
             for _ in 0..max {
                 self.line.clear();
-                let n = reader.read_until(b'\n', &mut self.line).map_err(|e| {
-                    Error::io("cannot read input file", &self.splits[idx].path, e)
-                })?;
+                let n = reader
+                    .read_until(b'\n', &mut self.line)
+                    .map_err(|e| Error::io("cannot read input file", &self.splits[idx].path, e))?;
                 if n == 0 {
                     self.splits[idx].offset = u64::MAX;
                     self.reader = None;
@@ -200,7 +203,8 @@ impl<F> CheckpointedFunction for TextFileSink<F> {
             .map_err(|e| Error::io("cannot create output folder", &self.dir, e))?;
         let path = self.dir.join(format!("part-{}", ctx.subtask_index()));
         // Truncate: this attempt rewrites everything the restored state will emit.
-        let f = File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
+        let f =
+            File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
         self.writer = Some((path, BufWriter::new(f)));
         Ok(())
     }
@@ -251,7 +255,9 @@ mod tests {
         src.snapshot_state(&mut ctx).unwrap();
         let lists = crate::state::operator::redistribute(&[Some(&ctx.lists)], 0, 1);
         let mut again = src.clone();
-        again.initialize_state(&InitContext::new(true, 0, 1, lists)).unwrap();
+        again
+            .initialize_state(&InitContext::new(true, 0, 1, lists))
+            .unwrap();
         let mut rest = Vec::new();
         while again.poll(&mut rest, 10).unwrap() != SourceStatus::Finished {}
         assert_eq!(rest, vec!["three", "four"]);

@@ -167,7 +167,8 @@ mod tests {
         for s in 0..3 {
             let lists = crate::state::operator::redistribute(&old, s, 3);
             let mut g = GeneratorSource::new(50);
-            g.initialize_state(&InitContext::new(true, s, 3, lists)).unwrap();
+            g.initialize_state(&InitContext::new(true, s, 3, lists))
+                .unwrap();
             after.extend(drain(&mut g, 4));
         }
         before.extend(after);

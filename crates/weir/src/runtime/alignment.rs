@@ -252,7 +252,7 @@ mod tests {
         // abort of a checkpoint not yet seen makes its barriers stale
         assert!(!h.abort(6));
         assert_eq!(h.on_barrier(0, b(6)), BarrierAction::None);
-        assert!(is_snapshot(&h.on_barrier(0, b(7)), 7) == false);
+        assert!(!is_snapshot(&h.on_barrier(0, b(7)), 7));
         assert!(is_snapshot(&h.on_barrier(1, b(7)), 7));
     }
 }

@@ -82,6 +82,9 @@ pub struct JobResult {
     pub notices: Vec<String>,
 }
 
+/// Longest the executor sleeps between looks at progress counters.
+const PROGRESS_TICK: Duration = Duration::from_millis(100);
+
 fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -298,7 +301,9 @@ impl Executor<'_> {
                 .outputs
                 .iter()
                 .map(|&e| {
-                    let tx = senders[e][s].take().expect("each sender is used by one task");
+                    let tx = senders[e][s]
+                        .take()
+                        .expect("each sender is used by one task");
                     g.edges[e]
                         .factory
                         .writer(tx, self.plan.partitioning[e], t.subtask)
@@ -335,14 +340,22 @@ impl Executor<'_> {
             let body = match &g.nodes[head].kind {
                 NodeKind::Source(build) => {
                     sources.push(ti);
-                    build(self.operator_context(head, t.subtask, restore)?, output, ctx)?
+                    build(
+                        self.operator_context(head, t.subtask, restore)?,
+                        output,
+                        ctx,
+                    )?
                 }
                 NodeKind::Operator(build) => {
                     let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
                     let rx: Vec<AnyBox> = g.nodes[head]
                         .inputs
                         .iter()
-                        .map(|&e| receivers[e][s].take().expect("each receiver is used by one task"))
+                        .map(|&e| {
+                            receivers[e][s]
+                                .take()
+                                .expect("each receiver is used by one task")
+                        })
                         .collect();
                     let first = g.nodes[head].inputs[0];
                     g.edges[first].factory.input_task(rx, input, ctx)
@@ -400,7 +413,11 @@ enum AttemptEnd {
 }
 
 /// Runs `graph` under `cfg`; see the module docs.
-pub(crate) fn execute(graph: JobGraph, cfg: &JobConfig, metrics: Arc<JobMetrics>) -> Result<JobResult> {
+pub(crate) fn execute(
+    graph: JobGraph,
+    cfg: &JobConfig,
+    metrics: Arc<JobMetrics>,
+) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
     let storage = CheckpointStorage::open(&cfg.checkpoint_dir, &cfg.name)?;
@@ -447,8 +464,11 @@ pub(crate) fn execute(graph: JobGraph, cfg: &JobConfig, metrics: Arc<JobMetrics>
     let injector = cfg
         .failure_injection
         .map(|f| Arc::new(FailureInjector::new(f, plan.tasks.len())));
-    let task_metrics: Vec<Arc<TaskMetrics>> =
-        plan.tasks.iter().map(|_| Arc::new(TaskMetrics::default())).collect();
+    let task_metrics: Vec<Arc<TaskMetrics>> = plan
+        .tasks
+        .iter()
+        .map(|_| Arc::new(TaskMetrics::default()))
+        .collect();
     let exec = Executor {
         graph: &graph,
         cfg,
@@ -473,7 +493,14 @@ pub(crate) fn execute(graph: JobGraph, cfg: &JobConfig, metrics: Arc<JobMetrics>
         for stale in coordinator.start_attempt(exec.plan.tasks.len(), Instant::now()) {
             let _ = storage.discard(stale);
         }
-        let (attempt, end) = exec.run_attempt(attempt, attempt_no, &mut coordinator, &events_rx, &mut result, &mut latest_path);
+        let (attempt, end) = exec.run_attempt(
+            attempt,
+            attempt_no,
+            &mut coordinator,
+            &events_rx,
+            &mut result,
+            &mut latest_path,
+        );
         attempt.cancel_and_join();
         match end {
             AttemptEnd::Finished => break Ok(()),
@@ -494,7 +521,9 @@ pub(crate) fn execute(graph: JobGraph, cfg: &JobConfig, metrics: Arc<JobMetrics>
                             Some(p) => match restore::load(p) {
                                 Ok(r) => Some(r),
                                 Err(e) => {
-                                    result.notices.push(format!("cannot reload {}: {e}", p.display()));
+                                    result
+                                        .notices
+                                        .push(format!("cannot reload {}: {e}", p.display()));
                                     let (found, skipped) = restore::load_latest(&storage)?;
                                     result.notices.extend(skipped);
                                     found
@@ -529,7 +558,8 @@ fn spawn_writers(
                 .name(format!("weir-snapshot-writer-{i}"))
                 .spawn(move || {
                     for job in jobs {
-                        let (attempt, task, checkpoint) = (job.attempt, job.task, job.checkpoint_id);
+                        let (attempt, task, checkpoint) =
+                            (job.attempt, job.task, job.checkpoint_id);
                         let ev = match write_snapshot(&storage, job) {
                             Ok(ack) => TaskEvent::Ack {
                                 attempt,
@@ -554,132 +584,223 @@ fn spawn_writers(
 }
 
 impl Executor<'_> {
-    #[allow(clippy::too_many_arguments)]
+    /// Drives one attempt until every task finished or one failed.
     fn run_attempt(
         &self,
-        mut attempt: Attempt,
+        attempt: Attempt,
         attempt_no: u32,
         coordinator: &mut Coordinator<TaskAck>,
         events: &Receiver<TaskEvent>,
         result: &mut JobResult,
         latest_path: &mut Option<PathBuf>,
     ) -> (Attempt, AttemptEnd) {
-        let mut completed: HashSet<u64> = HashSet::new();
-        let mut remaining = attempt.handles.len();
-        let mut last_records = 0u64;
-        loop {
-            // Progress counter: records entering source tasks.
-            let records: u64 = attempt
-                .sources
-                .iter()
-                .map(|&t| self.task_metrics[t].records_in.load(Ordering::Relaxed))
-                .sum();
-            self.metrics
-                .source_records
-                .fetch_add(records.saturating_sub(last_records), Ordering::Relaxed);
-            last_records = records;
+        let mut run = AttemptRun {
+            exec: self,
+            attempt,
+            attempt_no,
+            coordinator,
+            result,
+            latest_path,
+            completed: HashSet::new(),
+            last_records: 0,
+        };
+        let end = run.drive(events);
+        (run.attempt, end)
+    }
+}
 
+/// The mutable state of one running attempt, so its event handling reads as small steps.
+struct AttemptRun<'e, 'a> {
+    exec: &'e Executor<'a>,
+    attempt: Attempt,
+    attempt_no: u32,
+    coordinator: &'e mut Coordinator<TaskAck>,
+    result: &'e mut JobResult,
+    latest_path: &'e mut Option<PathBuf>,
+    completed: HashSet<u64>,
+    last_records: u64,
+}
+
+impl AttemptRun<'_, '_> {
+    fn drive(&mut self, events: &Receiver<TaskEvent>) -> AttemptEnd {
+        let mut remaining = self.attempt.handles.len();
+        loop {
+            self.update_progress();
             let now = Instant::now();
-            let mut actions = coordinator.tick(now, wall_ms());
-            let deadline = coordinator
+            let actions = self.coordinator.tick(now, wall_ms());
+            if let Some(end) = self.carry_out(actions) {
+                return end;
+            }
+            let deadline = self
+                .coordinator
                 .next_deadline()
-                .unwrap_or(now + Duration::from_millis(100))
-                .min(now + Duration::from_millis(100));
-            match events.recv_deadline(deadline) {
-                Ok(TaskEvent::Ack { attempt: a, task, checkpoint, ack }) => {
-                    if a != attempt_no || !coordinator.is_pending(checkpoint) {
-                        if !completed.contains(&checkpoint) && !coordinator.is_pending(checkpoint) {
-                            let _ = self.storage.discard(checkpoint);
+                .unwrap_or(now + PROGRESS_TICK)
+                .min(now + PROGRESS_TICK);
+            let actions = match events.recv_deadline(deadline) {
+                Ok(TaskEvent::Ack {
+                    attempt,
+                    task,
+                    checkpoint,
+                    ack,
+                }) => {
+                    if attempt == self.attempt_no && self.coordinator.is_pending(checkpoint) {
+                        self.coordinator
+                            .on_ack(checkpoint, task, ack)
+                            .into_iter()
+                            .collect()
+                    } else {
+                        // A late ack of an aborted checkpoint: its files are garbage.
+                        if !self.completed.contains(&checkpoint)
+                            && !self.coordinator.is_pending(checkpoint)
+                        {
+                            let _ = self.exec.storage.discard(checkpoint);
                         }
-                    } else if let Some(a) = coordinator.on_ack(checkpoint, task, ack) {
-                        actions.push(a);
+                        Vec::new()
                     }
                 }
-                Ok(TaskEvent::Decline { attempt: a, checkpoint, reason }) => {
-                    if a == attempt_no {
-                        actions.extend(coordinator.on_failure(checkpoint, AbortReason::Failed(reason)));
-                    }
-                }
-                Ok(TaskEvent::Finished { attempt: a, task }) if a == attempt_no => {
-                    attempt.finished[task] = true;
+                Ok(TaskEvent::Decline {
+                    attempt,
+                    checkpoint,
+                    reason,
+                }) if attempt == self.attempt_no => self
+                    .coordinator
+                    .on_failure(checkpoint, AbortReason::Failed(reason)),
+                Ok(TaskEvent::Finished { attempt, task }) if attempt == self.attempt_no => {
+                    self.attempt.finished[task] = true;
                     remaining -= 1;
-                    actions.extend(coordinator.on_task_finished());
+                    self.coordinator.on_task_finished()
                 }
-                Ok(TaskEvent::Failed { attempt: a, task, error }) if a == attempt_no => {
-                    attempt.finished[task] = true;
+                Ok(TaskEvent::Failed {
+                    attempt,
+                    task,
+                    error,
+                }) if attempt == self.attempt_no => {
+                    self.attempt.finished[task] = true;
                     remaining -= 1;
                     if !matches!(error, Error::Cancelled) {
-                        return (attempt, AttemptEnd::Failed(error));
+                        return AttemptEnd::Failed(error);
                     }
                     // A task saw its neighbours vanish; the root cause follows shortly.
+                    Vec::new()
                 }
-                Ok(_) => {} // events of an older attempt
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Ok(_) => Vec::new(), // events of an older attempt
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => Vec::new(),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return (attempt, AttemptEnd::Failed(Error::Cancelled));
+                    return AttemptEnd::Failed(Error::Cancelled)
                 }
-            }
-            // Carry out the coordinator's decisions (which may produce more).
-            while let Some(action) = (!actions.is_empty()).then(|| actions.remove(0)) {
-                match action {
-                    Action::Trigger(b) => {
-                        for &s in &attempt.sources {
-                            let _ = attempt.controls[s].send(Control::Trigger(b));
-                        }
-                    }
-                    Action::WriteMetadata { barrier, acks, started } => {
-                        let id = barrier.id;
-                        match self.write_metadata(barrier.id, barrier.timestamp_ms, &acks) {
-                            Ok(stats) => {
-                                completed.insert(id);
-                                *latest_path = Some(self.storage.checkpoint_path(id));
-                                let duration = started.elapsed();
-                                self.metrics.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
-                                self.metrics
-                                    .last_checkpoint_micros
-                                    .store(duration.as_micros() as u64, Ordering::Relaxed);
-                                result.checkpoints.push(CompletedCheckpointStats {
-                                    id,
-                                    duration,
-                                    bytes: stats.bytes,
-                                    max_sync: Duration::from_micros(
-                                        acks.iter().map(|a| a.stats.sync_micros).max().unwrap_or(0),
-                                    ),
-                                    max_alignment: Duration::from_micros(
-                                        acks.iter().map(|a| a.stats.alignment_micros).max().unwrap_or(0),
-                                    ),
-                                });
-                                actions.extend(coordinator.on_metadata_written(id, Instant::now()));
-                            }
-                            Err(e) => {
-                                actions.extend(coordinator.on_failure(id, AbortReason::Failed(e.to_string())));
-                            }
-                        }
-                    }
-                    Action::Abort { id, reason } => {
-                        if reason.is_failure() {
-                            result.failed_checkpoints += 1;
-                            result.notices.push(format!("checkpoint {id} {reason}"));
-                        }
-                        attempt.broadcast(Control::Aborted(id));
-                        let _ = self.storage.discard(id);
-                    }
-                    Action::NotifyComplete(id) => attempt.broadcast(Control::Complete(id)),
-                    Action::Discard(id) => {
-                        let _ = self.storage.discard(id);
-                    }
-                    Action::FailJob(msg) => {
-                        return (attempt, AttemptEnd::Failed(Error::CheckpointFailures(msg)));
-                    }
-                }
+            };
+            if let Some(end) = self.carry_out(actions) {
+                return end;
             }
             if remaining == 0 {
-                return (attempt, AttemptEnd::Finished);
+                return AttemptEnd::Finished;
             }
         }
     }
 
-    fn write_metadata(&self, id: u64, trigger_ms: u64, acks: &[TaskAck]) -> Result<TaskCheckpointStats> {
+    /// Adds the records sources emitted since the last call to the job metrics.
+    fn update_progress(&mut self) {
+        let records: u64 = self
+            .attempt
+            .sources
+            .iter()
+            .map(|&t| self.exec.task_metrics[t].records_in.load(Ordering::Relaxed))
+            .sum();
+        self.exec
+            .metrics
+            .source_records
+            .fetch_add(records.saturating_sub(self.last_records), Ordering::Relaxed);
+        self.last_records = records;
+    }
+
+    /// Carries out the coordinator's decisions (which may produce more); returns `Some`
+    /// when one of them ends the attempt.
+    fn carry_out(&mut self, mut actions: Vec<Action<TaskAck>>) -> Option<AttemptEnd> {
+        actions.reverse();
+        while let Some(action) = actions.pop() {
+            let more = match action {
+                Action::Trigger(b) => {
+                    for &s in &self.attempt.sources {
+                        let _ = self.attempt.controls[s].send(Control::Trigger(b));
+                    }
+                    Vec::new()
+                }
+                Action::WriteMetadata {
+                    barrier,
+                    acks,
+                    started,
+                } => self.complete(barrier.id, barrier.timestamp_ms, &acks, started),
+                Action::Abort { id, reason } => {
+                    if reason.is_failure() {
+                        self.result.failed_checkpoints += 1;
+                        self.result
+                            .notices
+                            .push(format!("checkpoint {id} {reason}"));
+                    }
+                    self.attempt.broadcast(Control::Aborted(id));
+                    let _ = self.exec.storage.discard(id);
+                    Vec::new()
+                }
+                Action::NotifyComplete(id) => {
+                    self.attempt.broadcast(Control::Complete(id));
+                    Vec::new()
+                }
+                Action::Discard(id) => {
+                    let _ = self.exec.storage.discard(id);
+                    Vec::new()
+                }
+                Action::FailJob(msg) => {
+                    return Some(AttemptEnd::Failed(Error::CheckpointFailures(msg)));
+                }
+            };
+            actions.extend(more.into_iter().rev());
+        }
+        None
+    }
+
+    /// Every task acknowledged: write `_metadata` (which completes the checkpoint).
+    fn complete(
+        &mut self,
+        id: u64,
+        trigger_ms: u64,
+        acks: &[TaskAck],
+        started: Instant,
+    ) -> Vec<Action<TaskAck>> {
+        match self.exec.write_metadata(id, trigger_ms, acks) {
+            Ok(stats) => {
+                self.completed.insert(id);
+                *self.latest_path = Some(self.exec.storage.checkpoint_path(id));
+                let duration = started.elapsed();
+                let m = &self.exec.metrics;
+                m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
+                m.last_checkpoint_micros
+                    .store(duration.as_micros() as u64, Ordering::Relaxed);
+                let max = |f: fn(&TaskAck) -> u64| {
+                    Duration::from_micros(acks.iter().map(f).max().unwrap_or(0))
+                };
+                self.result.checkpoints.push(CompletedCheckpointStats {
+                    id,
+                    duration,
+                    bytes: stats.bytes,
+                    max_sync: max(|a| a.stats.sync_micros),
+                    max_alignment: max(|a| a.stats.alignment_micros),
+                });
+                self.coordinator.on_metadata_written(id, Instant::now())
+            }
+            Err(e) => self
+                .coordinator
+                .on_failure(id, AbortReason::Failed(e.to_string())),
+        }
+    }
+}
+
+impl Executor<'_> {
+    fn write_metadata(
+        &self,
+        id: u64,
+        trigger_ms: u64,
+        acks: &[TaskAck],
+    ) -> Result<TaskCheckpointStats> {
         let mut operators: Vec<OperatorMeta> = Vec::new();
         let mut stats = TaskCheckpointStats::default();
         for ack in acks {

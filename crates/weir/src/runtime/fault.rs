@@ -34,7 +34,13 @@ impl FailureInjector {
     pub fn new(cfg: FailureInjection, tasks: usize) -> Self {
         let mut rng = fastrand::Rng::with_seed(cfg.seed);
         let mut plan: Vec<(usize, u64, bool)> = (0..cfg.failures)
-            .map(|_| (rng.usize(..tasks.max(1)), rng.u64(1..cfg.horizon.max(2)), false))
+            .map(|_| {
+                (
+                    rng.usize(..tasks.max(1)),
+                    rng.u64(1..cfg.horizon.max(2)),
+                    false,
+                )
+            })
             .collect();
         plan.sort_by_key(|p| p.1);
         FailureInjector {
@@ -52,11 +58,17 @@ impl FailureInjector {
         };
         let count = c.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = plan.iter_mut().find(|p| p.0 == task && !p.2 && p.1 <= count) {
+        if let Some(p) = plan
+            .iter_mut()
+            .find(|p| p.0 == task && !p.2 && p.1 <= count)
+        {
             p.2 = true;
             let k = self.fired.fetch_add(1, Ordering::SeqCst) + 1;
             drop(plan);
-            panic!("injected failure {k} of {} (task {task}, record {count})", self.planned);
+            panic!(
+                "injected failure {k} of {} (task {task}, record {count})",
+                self.planned
+            );
         }
     }
 

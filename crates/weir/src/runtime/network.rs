@@ -68,7 +68,10 @@ pub struct RoutedWriter<T, R> {
 impl<T, R> RoutedWriter<T, R> {
     /// A writer over `senders` (one per downstream subtask, or one for forward).
     pub fn new(senders: Vec<Sender<Event<T>>>, router: R) -> Self {
-        let buffers = senders.iter().map(|_| Vec::with_capacity(BATCH_SIZE)).collect();
+        let buffers = senders
+            .iter()
+            .map(|_| Vec::with_capacity(BATCH_SIZE))
+            .collect();
         RoutedWriter {
             senders,
             buffers,
@@ -156,7 +159,10 @@ pub struct BroadcastWriter<T> {
 impl<T> BroadcastWriter<T> {
     /// A writer over one sender per downstream subtask.
     pub fn new(senders: Vec<Sender<Event<T>>>) -> Self {
-        let buffers = senders.iter().map(|_| Vec::with_capacity(BATCH_SIZE)).collect();
+        let buffers = senders
+            .iter()
+            .map(|_| Vec::with_capacity(BATCH_SIZE))
+            .collect();
         BroadcastWriter { senders, buffers }
     }
 }

@@ -170,7 +170,8 @@ impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
         self.next.flush()
     }
     fn end_of_input(&mut self) -> Result<()> {
-        self.f.on_end_of_input(&mut Collector { buf: &mut self.out })?;
+        self.f
+            .on_end_of_input(&mut Collector { buf: &mut self.out })?;
         if !self.out.is_empty() {
             self.next.push(&mut self.out)?;
         }

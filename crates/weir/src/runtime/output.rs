@@ -33,8 +33,7 @@ pub trait Output<T>: Send {
     /// Processes a batch; the implementation drains `batch` (it stays allocated for reuse).
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()>;
     /// A barrier passed: add this operator's state to `snapshot`, then forward the barrier.
-    fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot)
-        -> Result<()>;
+    fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
     /// The buffer timeout passed: send any partly filled network batch.
     fn flush(&mut self) -> Result<()>;
     /// Every input ended: emit what is held, flush, and forward end-of-input.
@@ -110,9 +109,13 @@ impl<T: Clone + Send> Output<T> for FanOut<T> {
         self.outputs.iter_mut().try_for_each(|o| o.end_of_input())
     }
     fn notify_complete(&mut self, id: u64) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.notify_complete(id))
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.notify_complete(id))
     }
     fn notify_aborted(&mut self, id: u64) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.notify_aborted(id))
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.notify_aborted(id))
     }
 }

@@ -40,7 +40,9 @@ impl RestartStrategy {
     pub fn delay(&self, restart: u32) -> Option<Duration> {
         match *self {
             RestartStrategy::None => None,
-            RestartStrategy::FixedDelay { attempts, delay } => (restart <= attempts).then_some(delay),
+            RestartStrategy::FixedDelay { attempts, delay } => {
+                (restart <= attempts).then_some(delay)
+            }
             RestartStrategy::ExponentialDelay {
                 attempts,
                 initial,

@@ -114,7 +114,9 @@ pub struct TaskContext {
 
 impl TaskContext {
     fn on_records(&self, n: usize) {
-        self.metrics.records_in.fetch_add(n as u64, Ordering::Relaxed);
+        self.metrics
+            .records_in
+            .fetch_add(n as u64, Ordering::Relaxed);
         if let Some(inj) = &self.injector {
             inj.on_records(self.index, n);
         }

@@ -191,11 +191,18 @@ mod tests {
     fn hash_is_frozen() {
         // These values pin the algorithm: a change here reassigns every key in every
         // checkpoint ever written. Do not update them; add a new hasher instead.
-        assert_eq!(stable_hash(&7u32), stable_hash(&7u64), "integers hash by value");
+        assert_eq!(
+            stable_hash(&7u32),
+            stable_hash(&7u64),
+            "integers hash by value"
+        );
         assert_eq!(stable_hash("hello"), stable_hash(&String::from("hello")));
         assert_ne!(stable_hash("a"), stable_hash("a\0"));
         assert_eq!(stable_hash(&12345u64), 7_961_676_534_855_687_200, "golden");
-        assert_eq!(key_group(&12345u64, 128), (7_961_676_534_855_687_200u64 % 128) as u32);
+        assert_eq!(
+            key_group(&12345u64, 128),
+            (7_961_676_534_855_687_200u64 % 128) as u32
+        );
     }
 
     #[test]

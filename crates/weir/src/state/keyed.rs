@@ -115,12 +115,15 @@ impl<K: Key, V: StateValue> TableSnapshot for ValueTableSnapshot<K, V> {
                     range.start, range.end
                 )));
             }
-            postcard::to_extend(&(k, v), std::mem::take(&mut out[(g - range.start) as usize]))
-                .map(|buf| out[(g - range.start) as usize] = buf)
-                .map_err(|e| Error::StateDecode {
-                    what: "keyed value state (encoding)".into(),
-                    cause: e.to_string(),
-                })?;
+            postcard::to_extend(
+                &(k, v),
+                std::mem::take(&mut out[(g - range.start) as usize]),
+            )
+            .map(|buf| out[(g - range.start) as usize] = buf)
+            .map_err(|e| Error::StateDecode {
+                what: "keyed value state (encoding)".into(),
+                cause: e.to_string(),
+            })?;
         }
         Ok(self.map.len() as u64)
     }
@@ -315,7 +318,9 @@ mod tests {
     #[test]
     fn value_state_round_trips_through_a_snapshot() {
         let mut b = backend(BTreeMap::new());
-        let count = KeyedStateStore::new(&mut b).value_state::<u64>("count").unwrap();
+        let count = KeyedStateStore::new(&mut b)
+            .value_state::<u64>("count")
+            .unwrap();
         for k in 0..100u64 {
             let mut ctx = KeyedContext {
                 key: &k,
@@ -328,12 +333,17 @@ mod tests {
         }
         let snap = b.snapshot();
         let mut groups = vec![Vec::new(); 16];
-        let n = snap.tables[0].2.encode_groups(16, snap.range, &mut groups).unwrap();
+        let n = snap.tables[0]
+            .2
+            .encode_groups(16, snap.range, &mut groups)
+            .unwrap();
         assert_eq!(n, 90);
         let mut restored = BTreeMap::new();
         restored.insert("count".to_string(), groups);
         let mut b2 = backend(restored);
-        let count2 = KeyedStateStore::new(&mut b2).value_state::<u64>("count").unwrap();
+        let count2 = KeyedStateStore::new(&mut b2)
+            .value_state::<u64>("count")
+            .unwrap();
         for k in 0..100u64 {
             let ctx = KeyedContext {
                 key: &k,
@@ -348,7 +358,9 @@ mod tests {
     #[test]
     fn snapshot_is_isolated_from_later_writes() {
         let mut b = backend(BTreeMap::new());
-        let s = KeyedStateStore::new(&mut b).value_state::<u64>("s").unwrap();
+        let s = KeyedStateStore::new(&mut b)
+            .value_state::<u64>("s")
+            .unwrap();
         let key = 1u64;
         KeyedContext {
             key: &key,
@@ -362,7 +374,10 @@ mod tests {
         }
         .set(s, 2);
         let mut groups = vec![Vec::new(); 16];
-        snap.tables[0].2.encode_groups(16, snap.range, &mut groups).unwrap();
+        snap.tables[0]
+            .2
+            .encode_groups(16, snap.range, &mut groups)
+            .unwrap();
         let bytes: Vec<u8> = groups.concat();
         let ((k, v), _): ((u64, u64), _) = postcard::take_from_bytes(&bytes).unwrap();
         assert_eq!((k, v), (1, 1));
@@ -380,6 +395,8 @@ mod tests {
             .to_string();
         assert!(err.contains("keyed value state 's'"), "{err}");
         assert!(KeyedStateStore::new(&mut b).value_state::<u64>("t").is_ok());
-        assert!(KeyedStateStore::new(&mut b).value_state::<u64>("t").is_err());
+        assert!(KeyedStateStore::new(&mut b)
+            .value_state::<u64>("t")
+            .is_err());
     }
 }

@@ -28,6 +28,9 @@ pub struct ListSnapshot {
 /// All operator state of one subtask of one operator: list name → list.
 pub type OperatorStateSnapshot = BTreeMap<String, ListSnapshot>;
 
+/// Operator state assigned to one subtask on restore: list name → encoded elements.
+pub type AssignedLists = BTreeMap<String, Vec<Vec<u8>>>;
+
 /// Handed to `snapshot_state`: the function records its lists here.
 pub struct SnapshotContext {
     checkpoint_id: u64,
@@ -238,7 +241,10 @@ mod tests {
     #[test]
     fn undecodable_state_is_an_error_not_a_panic() {
         let mut m = BTreeMap::new();
-        m.insert("s".to_string(), vec![vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff]]);
+        m.insert(
+            "s".to_string(),
+            vec![vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff]],
+        );
         let ctx = InitContext::new(true, 0, 1, m);
         let err = ctx.list::<u32>("s").unwrap_err().to_string();
         assert!(err.contains("operator state 's'"), "{err}");
