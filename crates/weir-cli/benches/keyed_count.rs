@@ -321,7 +321,7 @@ fn run_floor<S: BuildHasher + Default>(row: &str, n: u64, keys: u64, ticks: f64)
     let map = black_box(map);
     let wall = t0.elapsed();
     let cpu = cpu_seconds(ticks).zip(cpu0).map(|(b, a)| b - a);
-    check_counts(row, n, keys, map.into_iter());
+    check_counts(row, n, keys, map);
     Sample {
         wall,
         cpu,
@@ -551,7 +551,7 @@ fn main() {
     print_table(&rows, n);
     println!();
     println!(
-        "all counts exact; {:.0} s in total; load average {} at end",
+        "all counts exact; {:.1} s in total; load average {} at end",
         started.elapsed().as_secs_f64(),
         load_average()
     );

@@ -25,13 +25,13 @@ use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
 use crate::checkpoint::format::FileKind;
 use crate::checkpoint::metadata::{CheckpointMetadata, OperatorMeta, TaskCheckpointStats};
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
-use crate::checkpoint::storage::{validate_name, CheckpointStorage};
+use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
 use crate::error::{Error, Result};
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::operators::OperatorContext;
+use crate::runtime::plan::{plan, Plan};
 use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
-use crate::state::key_group::MAX_MAX_PARALLELISM;
 
 /// Live counters of a running job, readable from any thread (for progress lines).
 #[derive(Debug, Default)]
@@ -90,113 +90,6 @@ fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// A task of the physical graph.
-struct TaskPlan {
-    chain: Vec<usize>,
-    subtask: u32,
-    parallelism: u32,
-    name: String,
-}
-
-/// The resolved physical plan.
-struct Plan {
-    uids: Vec<String>,
-    parallelism: Vec<u32>,
-    /// `chained[e]`: edge `e` is inside a chain.
-    chained: Vec<bool>,
-    partitioning: Vec<Partitioning>,
-    tasks: Vec<TaskPlan>,
-}
-
-fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
-    if graph.nodes.is_empty() {
-        return Err(Error::InvalidJob("the job has no operators".into()));
-    }
-    if cfg.max_parallelism == 0 || cfg.max_parallelism > MAX_MAX_PARALLELISM {
-        return Err(Error::InvalidJob(format!(
-            "max parallelism {} is outside 1..={MAX_MAX_PARALLELISM}",
-            cfg.max_parallelism
-        )));
-    }
-    let mut parallelism = Vec::new();
-    let mut uids = Vec::new();
-    let mut seen = HashSet::new();
-    for (i, n) in graph.nodes.iter().enumerate() {
-        let p = n.parallelism.unwrap_or(cfg.parallelism);
-        if p == 0 || p > cfg.max_parallelism {
-            return Err(Error::InvalidJob(format!(
-                "operator '{}' has parallelism {p}; it must be between 1 and the max parallelism {}",
-                n.name, cfg.max_parallelism
-            )));
-        }
-        parallelism.push(p);
-        let uid = n.uid.clone().unwrap_or_else(|| format!("{}-{i}", n.name));
-        validate_name("operator uid", &uid)?;
-        if !seen.insert(uid.clone()) {
-            return Err(Error::InvalidJob(format!(
-                "two operators share the uid '{uid}'; uids must be unique"
-            )));
-        }
-        uids.push(uid);
-    }
-    let mut partitioning = Vec::new();
-    let mut chained = Vec::new();
-    for e in &graph.edges {
-        let (pf, pt) = (parallelism[e.from], parallelism[e.to]);
-        let p = match e.partitioning {
-            Partitioning::Default if pf == pt => Partitioning::Forward,
-            Partitioning::Default => Partitioning::Rebalance,
-            Partitioning::Forward if pf != pt => {
-                return Err(Error::InvalidJob(format!(
-                    "forward edge from '{}' (parallelism {pf}) to '{}' (parallelism {pt}) needs equal parallelism",
-                    graph.nodes[e.from].name, graph.nodes[e.to].name
-                )))
-            }
-            other => other,
-        };
-        partitioning.push(p);
-        chained.push(
-            p == Partitioning::Forward
-                && graph.nodes[e.to].inputs.len() == 1
-                && graph.nodes[e.from].outputs.len() == 1,
-        );
-    }
-    let mut tasks = Vec::new();
-    for (head, n) in graph.nodes.iter().enumerate() {
-        let is_chained_in = n.inputs.len() == 1 && chained[n.inputs[0]];
-        if is_chained_in {
-            continue;
-        }
-        let mut chain = vec![head];
-        let mut cur = head;
-        while graph.nodes[cur].outputs.len() == 1 && chained[graph.nodes[cur].outputs[0]] {
-            cur = graph.edges[graph.nodes[cur].outputs[0]].to;
-            chain.push(cur);
-        }
-        let p = parallelism[head];
-        let label = chain
-            .iter()
-            .map(|&c| graph.nodes[c].name.as_str())
-            .collect::<Vec<_>>()
-            .join(" -> ");
-        for s in 0..p {
-            tasks.push(TaskPlan {
-                chain: chain.clone(),
-                subtask: s,
-                parallelism: p,
-                name: format!("{label} ({}/{p})", s + 1),
-            });
-        }
-    }
-    Ok(Plan {
-        uids,
-        parallelism,
-        chained,
-        partitioning,
-        tasks,
-    })
 }
 
 /// A running attempt: the control channels and threads of its tasks.

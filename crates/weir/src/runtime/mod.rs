@@ -8,6 +8,7 @@
 //! * [`task`] — the loops a task thread runs (source tasks and input tasks).
 //! * [`fault`] — seeded failure injection for tests and demos.
 //! * [`restart`] — restart strategies.
+//! * [`plan`] — chains operators into tasks.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 
 pub mod alignment;
@@ -17,6 +18,7 @@ pub mod fault;
 pub mod network;
 pub mod operators;
 pub mod output;
+pub mod plan;
 pub mod restart;
 pub mod task;
 
