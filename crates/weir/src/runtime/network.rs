@@ -58,23 +58,80 @@ impl<T, K: Hash, F: Fn(&T) -> K + Send> Router<T> for KeyGroupRouter<F> {
     }
 }
 
-/// Writes to downstream channels through a [`Router`] (forward = one channel, any router).
-pub struct RoutedWriter<T, R> {
+/// The downstream channels of a writer with one open batch per channel.
+struct Channels<T> {
     senders: Vec<Sender<Event<T>>>,
     buffers: Vec<Vec<T>>,
+}
+
+impl<T> Channels<T> {
+    fn new(senders: Vec<Sender<Event<T>>>) -> Self {
+        let buffers = senders
+            .iter()
+            .map(|_| Vec::with_capacity(BATCH_SIZE))
+            .collect();
+        Channels { senders, buffers }
+    }
+
+    /// Appends `r` to channel `c`'s batch, sending the batch when full.
+    #[inline]
+    fn push_to(&mut self, c: usize, r: T) -> Result<()> {
+        let buf = &mut self.buffers[c];
+        buf.push(r);
+        if buf.len() >= BATCH_SIZE {
+            send_batch(&self.senders[c], buf)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every partly filled batch.
+    fn flush(&mut self) -> Result<()> {
+        for (s, b) in self.senders.iter().zip(self.buffers.iter_mut()) {
+            send_batch(s, b)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then sends `make()` on every channel (barriers, end-of-input): nothing
+    /// buffered can be overtaken.
+    fn flush_then(&mut self, make: impl Fn() -> Event<T>) -> Result<()> {
+        self.flush()?;
+        self.senders.iter().try_for_each(|s| send(s, make()))
+    }
+}
+
+/// The control half of [`Output`] for writers, which hold their channels in `self.channels`.
+macro_rules! writer_control {
+    () => {
+        fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
+            self.channels.flush_then(|| Event::Barrier(b))
+        }
+        fn flush(&mut self) -> Result<()> {
+            self.channels.flush()
+        }
+        fn end_of_input(&mut self) -> Result<()> {
+            self.channels.flush_then(|| Event::EndOfInput)
+        }
+        fn notify_complete(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn notify_aborted(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+    };
+}
+
+/// Writes to downstream channels through a [`Router`] (forward = one channel, any router).
+pub struct RoutedWriter<T, R> {
+    channels: Channels<T>,
     router: R,
 }
 
 impl<T, R> RoutedWriter<T, R> {
     /// A writer over `senders` (one per downstream subtask, or one for forward).
     pub fn new(senders: Vec<Sender<Event<T>>>, router: R) -> Self {
-        let buffers = senders
-            .iter()
-            .map(|_| Vec::with_capacity(BATCH_SIZE))
-            .collect();
         RoutedWriter {
-            senders,
-            buffers,
+            channels: Channels::new(senders),
             router,
         }
     }
@@ -93,108 +150,55 @@ fn send_batch<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>) -> Result<()> {
     send(s, Event::Batch(full))
 }
 
-/// Sends every partly filled batch, then `event` on every channel.
-fn flush_all<T>(senders: &[Sender<Event<T>>], buffers: &mut [Vec<T>]) -> Result<()> {
-    for (s, b) in senders.iter().zip(buffers.iter_mut()) {
-        send_batch(s, b)?;
-    }
-    Ok(())
-}
-
-fn broadcast_event<T>(senders: &[Sender<Event<T>>], make: impl Fn() -> Event<T>) -> Result<()> {
-    senders.iter().try_for_each(|s| send(s, make()))
-}
-
 impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
-        let n = self.senders.len();
+        let n = self.channels.senders.len();
         if n == 1 {
-            let buf = &mut self.buffers[0];
+            let buf = &mut self.channels.buffers[0];
             if buf.is_empty() && batch.len() >= BATCH_SIZE / 2 {
                 // Large enough to ship as it is: hand the vector over, no copy.
                 let full = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
-                return send(&self.senders[0], Event::Batch(full));
+                return send(&self.channels.senders[0], Event::Batch(full));
             }
             buf.append(batch);
             if buf.len() >= BATCH_SIZE {
-                send_batch(&self.senders[0], buf)?;
+                send_batch(&self.channels.senders[0], buf)?;
             }
             return Ok(());
         }
         for r in batch.drain(..) {
             let c = self.router.route(&r, n);
-            let buf = &mut self.buffers[c];
-            buf.push(r);
-            if buf.len() >= BATCH_SIZE {
-                send_batch(&self.senders[c], buf)?;
-            }
+            self.channels.push_to(c, r)?;
         }
         Ok(())
     }
-    fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)?;
-        broadcast_event(&self.senders, || Event::Barrier(b))
-    }
-    fn flush(&mut self) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)
-    }
-    fn end_of_input(&mut self) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)?;
-        broadcast_event(&self.senders, || Event::EndOfInput)
-    }
-    fn notify_complete(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn notify_aborted(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
+    writer_control!();
 }
 
 /// Sends every record to every downstream subtask (Flink's `broadcast`).
 pub struct BroadcastWriter<T> {
-    senders: Vec<Sender<Event<T>>>,
-    buffers: Vec<Vec<T>>,
+    channels: Channels<T>,
 }
 
 impl<T> BroadcastWriter<T> {
     /// A writer over one sender per downstream subtask.
     pub fn new(senders: Vec<Sender<Event<T>>>) -> Self {
-        let buffers = senders
-            .iter()
-            .map(|_| Vec::with_capacity(BATCH_SIZE))
-            .collect();
-        BroadcastWriter { senders, buffers }
+        BroadcastWriter {
+            channels: Channels::new(senders),
+        }
     }
 }
 
 impl<T: Clone + Send> Output<T> for BroadcastWriter<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
-        for (s, buf) in self.senders.iter().zip(self.buffers.iter_mut()) {
-            buf.extend(batch.iter().cloned());
-            if buf.len() >= BATCH_SIZE {
-                send_batch(s, buf)?;
+        for r in batch.drain(..) {
+            for c in 0..self.channels.senders.len() {
+                self.channels.push_to(c, r.clone())?;
             }
         }
-        batch.clear();
         Ok(())
     }
-    fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)?;
-        broadcast_event(&self.senders, || Event::Barrier(b))
-    }
-    fn flush(&mut self) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)
-    }
-    fn end_of_input(&mut self) -> Result<()> {
-        flush_all(&self.senders, &mut self.buffers)?;
-        broadcast_event(&self.senders, || Event::EndOfInput)
-    }
-    fn notify_complete(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn notify_aborted(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
+    writer_control!();
 }
 
 #[cfg(test)]

@@ -50,8 +50,8 @@ impl OperatorContext {
     }
 }
 
-/// Takes a function's operator-state snapshot.
-fn snapshot_function<F: CheckpointedFunction>(
+/// Takes a function's operator-state snapshot into `snapshot` (if it stored anything).
+pub(crate) fn snapshot_function<F: CheckpointedFunction>(
     f: &mut F,
     uid: &str,
     barrier: CheckpointBarrier,

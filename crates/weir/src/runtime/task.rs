@@ -21,9 +21,9 @@ use crate::error::{Error, Result};
 use crate::runtime::alignment::{BarrierAction, BarrierHandler, CheckpointingMode};
 use crate::runtime::event::{CheckpointBarrier, Event};
 use crate::runtime::fault::FailureInjector;
-use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::runtime::operators::snapshot_function;
+use crate::runtime::output::{Output, TaskSnapshot};
 use crate::runtime::BATCH_SIZE;
-use crate::state::operator::SnapshotContext;
 
 /// Messages from the executor to a task.
 #[derive(Debug, Clone, Copy)]
@@ -159,15 +159,7 @@ fn source_control<T, S: SourceFunction<T>>(
         Control::Trigger(barrier) => {
             let start = Instant::now();
             let mut snap = TaskSnapshot { parts: Vec::new() };
-            let mut sctx = SnapshotContext::new(barrier.id);
-            source.snapshot_state(&mut sctx)?;
-            if !sctx.lists.is_empty() {
-                snap.parts.push(OperatorSnapshotPart {
-                    uid: uid.to_string(),
-                    operator_state: sctx.lists,
-                    keyed: None,
-                });
-            }
+            snapshot_function(source, uid, barrier, &mut snap)?;
             chain.snapshot(barrier, &mut snap)?;
             ctx.submit(barrier.id, snap, start.elapsed(), Duration::ZERO);
             Ok(())
