@@ -129,6 +129,9 @@ struct Common {
     /// checkpoint folder.
     #[arg(long)]
     restore: Option<String>,
+    /// Restore even if the checkpoint has state for operators this job lacks (dropped).
+    #[arg(long)]
+    allow_non_restored_state: bool,
     /// Limit the sources to about this many events per second in total.
     #[arg(long)]
     rate: Option<f64>,
@@ -197,6 +200,7 @@ impl Common {
             Some("latest") => RestoreFrom::Latest,
             Some(p) => RestoreFrom::Path(PathBuf::from(p)),
         };
+        c.allow_non_restored_state = self.allow_non_restored_state;
         c.restart = match self.restart_strategy {
             Restart::None => RestartStrategy::None,
             Restart::FixedDelay => RestartStrategy::FixedDelay {

@@ -45,6 +45,9 @@ pub struct JobConfig {
     pub channel_capacity: usize,
     /// Seeded failures for tests and demos.
     pub failure_injection: Option<FailureInjection>,
+    /// Restore even if the checkpoint holds state for operators (uids) the job no longer
+    /// has; that state is dropped. Off by default, so state is never lost silently.
+    pub allow_non_restored_state: bool,
 }
 
 impl JobConfig {
@@ -62,6 +65,7 @@ impl JobConfig {
             buffer_timeout: Duration::from_millis(10),
             channel_capacity: 4,
             failure_injection: None,
+            allow_non_restored_state: false,
         }
     }
 }

@@ -251,19 +251,22 @@ impl<A> Coordinator<A> {
         self.pending.contains_key(&id)
     }
 
-    /// A task declined `id`, or writing its state or metadata failed.
-    pub fn on_failure(&mut self, id: u64, reason: AbortReason) -> Vec<Action<A>> {
+    /// A task declined `id` (or writing its state failed). A decline of a checkpoint that
+    /// is no longer pending (already aborted, e.g. because a task finished) is ignored: the
+    /// abort was already decided and counted.
+    pub fn on_decline(&mut self, id: u64, reason: AbortReason) -> Vec<Action<A>> {
         let mut actions = Vec::new();
-        if reason.is_failure() {
-            // Also count failures of a checkpoint already removed from `pending`
-            // (a metadata write failure).
-            if !self.pending.contains_key(&id) {
-                self.count_failure(&reason, &mut actions);
-                actions.push(Action::Abort { id, reason });
-                return actions;
-            }
-        }
         self.abort(id, reason, &mut actions);
+        actions
+    }
+
+    /// Writing the metadata of `id` failed: the checkpoint failed (it had left `pending`
+    /// when its last acknowledgement arrived).
+    pub fn on_metadata_failed(&mut self, id: u64, cause: String) -> Vec<Action<A>> {
+        let mut actions = Vec::new();
+        let reason = AbortReason::Failed(cause);
+        self.count_failure(&reason, &mut actions);
+        actions.push(Action::Abort { id, reason });
         actions
     }
 
@@ -418,6 +421,31 @@ mod tests {
         );
         assert_eq!(triggers(&a), vec![2]);
         let a = c.tick(t0 + Duration::from_millis(2200), 0);
+        assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
+    }
+
+    #[test]
+    fn declines_of_settled_checkpoints_are_ignored_but_metadata_failures_count() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::<u32>::new(cfg(), 1);
+        c.start_attempt(1, t0);
+        c.tick(t0 + Duration::from_millis(100), 0);
+        c.on_task_finished();
+        assert!(c
+            .on_decline(1, AbortReason::Failed("late".into()))
+            .is_empty());
+        let mut c = Coordinator::<u32>::new(cfg(), 1);
+        c.start_attempt(1, t0);
+        c.tick(t0 + Duration::from_millis(100), 0);
+        assert!(c.on_ack(1, 0, 0).is_some());
+        let a = c.on_metadata_failed(1, "disk full".into());
+        assert!(
+            matches!(&a[..], [Action::Abort { id: 1, .. }]),
+            "1 failure tolerated"
+        );
+        c.tick(t0 + Duration::from_millis(200), 0);
+        c.on_ack(2, 0, 0);
+        let a = c.on_metadata_failed(2, "disk full".into());
         assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
     }
 

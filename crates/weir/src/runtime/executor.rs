@@ -343,6 +343,24 @@ pub(crate) fn execute(
                 r.meta.max_parallelism
             )));
         }
+        let unmatched: Vec<&str> = r
+            .uids()
+            .filter(|u| !plan.uids.iter().any(|p| p == u))
+            .collect();
+        if !unmatched.is_empty() {
+            if !cfg.allow_non_restored_state {
+                return Err(Error::Restore(format!(
+                    "{} holds state for operators this job does not have (uids: {}); \
+                     give the operators their old uids, or pass --allow-non-restored-state to drop that state",
+                    r.path.display(),
+                    unmatched.join(", ")
+                )));
+            }
+            result.notices.push(format!(
+                "dropping state of operators no longer in the job: {}",
+                unmatched.join(", ")
+            ));
+        }
         result.restored_from = Some(r.path.clone());
     }
     let first_id = storage
@@ -408,6 +426,12 @@ pub(crate) fn execute(
                     }
                     Some(delay) => {
                         metrics.restarts.fetch_add(1, Ordering::Relaxed);
+                        result.notices.push(format!(
+                            "attempt {attempt_no} failed: {err}; restarting from {} in {delay:?}",
+                            latest_path
+                                .as_ref()
+                                .map_or("the beginning".to_string(), |p| p.display().to_string())
+                        ));
                         std::thread::sleep(delay);
                         restore = match &latest_path {
                             None => None,
@@ -557,7 +581,7 @@ impl AttemptRun<'_, '_> {
                     reason,
                 }) if attempt == self.attempt_no => self
                     .coordinator
-                    .on_failure(checkpoint, AbortReason::Failed(reason)),
+                    .on_decline(checkpoint, AbortReason::Failed(reason)),
                 Ok(TaskEvent::Finished { attempt, task }) if attempt == self.attempt_no => {
                     self.attempt.finished[task] = true;
                     remaining -= 1;
@@ -680,9 +704,7 @@ impl AttemptRun<'_, '_> {
                 });
                 self.coordinator.on_metadata_written(id, Instant::now())
             }
-            Err(e) => self
-                .coordinator
-                .on_failure(id, AbortReason::Failed(e.to_string())),
+            Err(e) => self.coordinator.on_metadata_failed(id, e.to_string()),
         }
     }
 }
