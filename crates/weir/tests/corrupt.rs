@@ -1,0 +1,134 @@
+//! Corrupt, truncated and foreign checkpoint files: detected by checksum, skipped by
+//! `restore latest` with a message, and never loaded as state.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use weir::prelude::*;
+
+/// Runs the keyed count to completion, leaving its retained checkpoints in `dir`.
+fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(2_000_000.0)).unwrap();
+    assert_eq!(counts, expected(300_000, 100));
+    assert!(r.checkpoints.len() >= 2, "need two checkpoints");
+    let mut chks: Vec<PathBuf> = std::fs::read_dir(dir.join("corrupt"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_metadata").exists())
+        .collect();
+    chks.sort_by_key(|p| {
+        p.file_name().unwrap().to_string_lossy()[4..]
+            .parse::<u64>()
+            .unwrap()
+    });
+    chks
+}
+
+fn restore_latest(dir: &Path) -> (std::collections::HashMap<u64, u64>, JobResult) {
+    let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = RestoreFrom::Latest;
+    run_keyed_count(cfg, 300_000, 100, None).unwrap()
+}
+
+fn keyed_file(chk: &Path) -> PathBuf {
+    let dir = chk.join("count");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
+/// A flipped byte in the newest checkpoint's keyed state: that checkpoint is skipped.
+#[test]
+fn corrupted_newest_checkpoint_is_skipped_for_the_previous_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let chks = leave_checkpoints(dir.path());
+    let (newest, previous) = (&chks[chks.len() - 1], &chks[chks.len() - 2]);
+    let f = keyed_file(newest);
+    let mut bytes = std::fs::read(&f).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&f, bytes).unwrap();
+    let (counts, r) = restore_latest(dir.path());
+    assert_eq!(counts, expected(300_000, 100));
+    assert_eq!(r.restored_from.as_deref(), Some(previous.as_path()));
+    let notice = r.notices.join("\n");
+    assert!(notice.contains("skipping checkpoint"), "{notice}");
+    assert!(
+        notice.contains(&f.display().to_string()),
+        "names the file: {notice}"
+    );
+    assert!(notice.contains("checksum"), "names the cause: {notice}");
+}
+
+/// A truncated `_metadata` is skipped too; an explicit restore of it is a clear error.
+#[test]
+fn truncated_metadata_is_skipped_and_an_explicit_restore_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let chks = leave_checkpoints(dir.path());
+    let newest = &chks[chks.len() - 1];
+    let meta = newest.join("_metadata");
+    let bytes = std::fs::read(&meta).unwrap();
+    std::fs::write(&meta, &bytes[..bytes.len() / 3]).unwrap();
+    let (counts, r) = restore_latest(dir.path());
+    assert_eq!(counts, expected(300_000, 100));
+    assert_ne!(r.restored_from.as_deref(), Some(newest.as_path()));
+
+    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = RestoreFrom::Path(newest.clone());
+    let err = run_keyed_count(cfg, 300_000, 100, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("_metadata") && err.contains("truncated"),
+        "{err}"
+    );
+}
+
+/// A foreign file in place of `_metadata` (not a Weir file at all) is rejected by name.
+#[test]
+fn foreign_metadata_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let chks = leave_checkpoints(dir.path());
+    let newest = &chks[chks.len() - 1];
+    std::fs::write(newest.join("_metadata"), b"{\"json\": true}").unwrap();
+    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = RestoreFrom::Path(newest.clone());
+    let err = run_keyed_count(cfg, 300_000, 100, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("not a Weir checkpoint file") || err.contains("foreign"),
+        "{err}"
+    );
+    // `latest` skips it and still ends exact.
+    let (counts, _) = restore_latest(dir.path());
+    assert_eq!(counts, expected(300_000, 100));
+}
+
+/// Restoring with another max parallelism is refused (key groups cannot be remapped).
+#[test]
+fn other_max_parallelism_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    leave_checkpoints(dir.path());
+    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = RestoreFrom::Latest;
+    cfg.max_parallelism = 64;
+    let err = run_keyed_count(cfg, 300_000, 100, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("max parallelism 128") && err.contains("--max-parallelism 128"),
+        "{err}"
+    );
+}
