@@ -4,12 +4,17 @@
 //! cargo bench -p weir-cli --bench keyed_count
 //! cargo bench -p weir-cli --bench keyed_count -- --events 50000000 --keys 100000 --runs 3
 //! cargo bench -p weir-cli --bench keyed_count -- --quick      # 2 M events: proves it works
+//! cargo bench -p weir-cli --bench keyed_count -- --only p=2    # some rows (+ the floor)
 //! ```
 //!
 //! Every row is run `--runs` times (default 3); the runs go round-robin over the rows so a
 //! burst of load from other processes spreads over all rows instead of spoiling one. The
 //! table shows medians. Each job run is checked against the exact counts and the bench
 //! panics on any mismatch, so a wrong-result run is never reported.
+//!
+//! CPU time comes from `/proc/self/stat` (this process, all threads); the last column
+//! subtracts it from the machine's busy time in `/proc/stat` to show how much CPU other
+//! processes took during the run, since the numbers mean little on a loaded machine.
 //!
 //! The job is built here with the public engine API (the CLI's job code is private to the
 //! binary): `GeneratorSource(N)` → `key_by(i % K)` → a keyed process function counting in
@@ -39,13 +44,15 @@ struct Opts {
     runs: usize,
     /// Label of the size preset for the header.
     preset: &'static str,
+    /// Run only rows whose label contains this (plus the HashMap floor, the ratios' base).
+    only: Option<String>,
 }
 
 /// Prints the usage line to stderr.
 fn usage() {
     eprintln!(
         "usage: cargo bench -p weir-cli --bench keyed_count -- \
-         [--events N] [--keys K] [--runs R] [--quick]"
+         [--events N] [--keys K] [--runs R] [--quick] [--only TEXT]"
     );
 }
 
@@ -71,6 +78,7 @@ fn parse_args() -> Opts {
     let bench_mode = args.iter().any(|a| a == "--bench");
     let (mut events, mut keys, mut runs) = (None, None, None);
     let mut quick = false;
+    let mut only = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -78,6 +86,7 @@ fn parse_args() -> Opts {
             "--keys" => keys = Some(number("--keys", it.next())),
             "--runs" => runs = Some(number("--runs", it.next())),
             "--quick" => quick = true,
+            "--only" => only = it.next(),
             "--bench" => {}
             "-h" | "--help" => {
                 usage();
@@ -103,6 +112,7 @@ fn parse_args() -> Opts {
         keys: keys.unwrap_or(default_keys),
         runs: runs.unwrap_or(if bench_mode { 3 } else { 1 }),
         preset,
+        only,
     };
     if opts.keys == 0 || opts.runs == 0 {
         eprintln!("keyed_count: --keys and --runs must be at least 1");
@@ -134,6 +144,54 @@ fn cpu_seconds(ticks_per_second: f64) -> Option<f64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) as f64 / ticks_per_second)
+}
+
+/// Busy CPU seconds of the whole machine (every process), from the `cpu` line of
+/// `/proc/stat`: user + nice + system + irq + softirq + steal.
+fn machine_busy_seconds(ticks_per_second: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| v.get(i).copied().unwrap_or(0));
+    Some(busy.sum::<u64>() as f64 / ticks_per_second)
+}
+
+/// Measures one run: wall time, this process's CPU time, and the CPU time every other
+/// process on the machine used meanwhile (the shared-machine noise).
+struct Meter {
+    ticks: f64,
+    t0: Instant,
+    own0: Option<f64>,
+    machine0: Option<f64>,
+}
+
+impl Meter {
+    /// Starts measuring.
+    fn start(ticks: f64) -> Meter {
+        Meter {
+            ticks,
+            machine0: machine_busy_seconds(ticks),
+            own0: cpu_seconds(ticks),
+            t0: Instant::now(),
+        }
+    }
+
+    /// Stops: `(wall, own CPU seconds, other processes' CPU seconds)`.
+    fn stop(self) -> (Duration, Option<f64>, Option<f64>) {
+        let wall = self.t0.elapsed();
+        let own = cpu_seconds(self.ticks).zip(self.own0).map(|(b, a)| b - a);
+        let machine = machine_busy_seconds(self.ticks)
+            .zip(self.machine0)
+            .map(|(b, a)| b - a);
+        let others = machine.zip(own).map(|(m, o)| (m - o).max(0.0));
+        (wall, own, others)
+    }
 }
 
 /// The exact count of key `k` among events `0..n` keyed by `i % keys`.
@@ -262,6 +320,8 @@ struct Row {
 struct Sample {
     wall: Duration,
     cpu: Option<f64>,
+    /// CPU seconds other processes used during the run.
+    others: Option<f64>,
     checkpoints: Vec<CompletedCheckpointStats>,
 }
 
@@ -312,19 +372,18 @@ fn rows() -> Vec<Row> {
 /// checked.
 fn run_floor<S: BuildHasher + Default>(row: &str, n: u64, keys: u64, ticks: f64) -> Sample {
     let (n_in, keys_in) = (black_box(n), black_box(keys));
-    let cpu0 = cpu_seconds(ticks);
-    let t0 = Instant::now();
+    let meter = Meter::start(ticks);
     let mut map: HashMap<u64, u64, S> = HashMap::default();
     for i in 0..n_in {
         *map.entry(i % keys_in).or_insert(0) += 1;
     }
     let map = black_box(map);
-    let wall = t0.elapsed();
-    let cpu = cpu_seconds(ticks).zip(cpu0).map(|(b, a)| b - a);
+    let (wall, cpu, others) = meter.stop();
     check_counts(row, n, keys, map);
     Sample {
         wall,
         cpu,
+        others,
         checkpoints: Vec::new(),
     }
 }
@@ -374,13 +433,11 @@ fn run_job(row: &str, kind: Kind, n: u64, keys: u64, ticks: f64) -> Sample {
         counted.add_sink("collect", collect.clone()).uid("collect");
     }
 
-    let cpu0 = cpu_seconds(ticks);
-    let t0 = Instant::now();
+    let meter = Meter::start(ticks);
     let result = env
         .execute()
         .unwrap_or_else(|e| panic!("{row}: the job failed: {e}"));
-    let wall = t0.elapsed();
-    let cpu = cpu_seconds(ticks).zip(cpu0).map(|(b, a)| b - a);
+    let (wall, cpu, others) = meter.stop();
 
     assert_eq!(
         result.source_records, n,
@@ -403,6 +460,7 @@ fn run_job(row: &str, kind: Kind, n: u64, keys: u64, ticks: f64) -> Sample {
     Sample {
         wall,
         cpu,
+        others,
         checkpoints: result.checkpoints,
     }
 }
@@ -461,9 +519,9 @@ fn print_table(rows: &[Row], n: u64) {
     };
     let floor = events_per_s(&rows[0]).unwrap_or(f64::NAN);
     println!(
-        "| row | events/s | ÷ HashMap floor | events/CPU-s | checkpoints | median ckpt | max sync pause | wall s |"
+        "| row | events/s | ÷ HashMap floor | events/CPU-s | checkpoints | median ckpt | max sync pause | wall s | others' CPU |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let eps = events_per_s(r).unwrap_or(f64::NAN);
         let per_cpu = median(
@@ -498,8 +556,15 @@ fn print_table(rows: &[Row], n: u64) {
             ("-".into(), "-".into(), "-".into())
         };
         let wall = median(r.samples.iter().map(|s| s.wall.as_secs_f64()).collect()).unwrap_or(0.0);
+        // Worst run: how many cores other processes kept busy on average.
+        let others = r
+            .samples
+            .iter()
+            .filter_map(|s| s.others.map(|o| o / s.wall.as_secs_f64()))
+            .max_by(f64::total_cmp)
+            .map_or("n/a".into(), |c| format!("{c:.2} cores"));
         println!(
-            "| {} | {} | {:.3} | {} | {} | {} | {} | {:.2} |",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {:.2} | {} |",
             r.label,
             rate(eps),
             eps / floor,
@@ -507,7 +572,8 @@ fn print_table(rows: &[Row], n: u64) {
             count,
             ckpt,
             sync,
-            wall
+            wall,
+            others
         );
     }
 }
@@ -526,6 +592,9 @@ fn main() {
         load_average()
     );
     let mut rows = rows();
+    if let Some(only) = &opts.only {
+        rows.retain(|r| matches!(r.kind, Kind::FloorStd) || r.label.contains(only.as_str()));
+    }
     let started = Instant::now();
     for run in 1..=opts.runs {
         for r in &mut rows {
@@ -537,12 +606,14 @@ fn main() {
                 kind @ Kind::Job { .. } => run_job(&r.label, kind, n, keys, ticks),
             };
             eprintln!(
-                "run {run}/{}: {:<40} {:>10} events/s  {:.2} s  {} checkpoints",
+                "run {run}/{}: {:<40} {:>10} events/s  {:.2} s  {} checkpoints  \
+                 others' CPU {:.2} cores",
                 opts.runs,
                 r.label,
                 rate(n as f64 / sample.wall.as_secs_f64()),
                 sample.wall.as_secs_f64(),
-                sample.checkpoints.len()
+                sample.checkpoints.len(),
+                sample.others.unwrap_or(0.0) / sample.wall.as_secs_f64()
             );
             r.samples.push(sample);
         }
@@ -550,6 +621,10 @@ fn main() {
     println!();
     print_table(&rows, n);
     println!();
+    println!(
+        "others' CPU: cores kept busy by other processes during the worst run of the row \
+         (shared-machine noise)."
+    );
     println!(
         "all counts exact; {:.1} s in total; load average {} at end",
         started.elapsed().as_secs_f64(),
