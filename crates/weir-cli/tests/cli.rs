@@ -1,0 +1,656 @@
+//! End-to-end tests of the `weir` command: exact wordcount of real text (with and without
+//! injected failures), keyed-count under injected failures, fallback past corrupted
+//! checkpoints, one-line errors for bad input, and a fresh start when there is nothing to
+//! restore.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+const LICENCES: &str = "/usr/share/common-licenses";
+
+/// GPL-3, or else any regular file among the licences; panics if there is none.
+fn licence_file() -> PathBuf {
+    let gpl = Path::new(LICENCES).join("GPL-3");
+    if gpl.is_file() {
+        return gpl;
+    }
+    licence_files()
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no licence text found under {LICENCES}; these tests need one"))
+}
+
+/// Every regular file (symlinks resolved) among the licences, sorted by name.
+fn licence_files() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(LICENCES)
+        .unwrap_or_else(|e| panic!("cannot list {LICENCES}: {e}; these tests need licence texts"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && !p.is_symlink())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The word counts of `text` by the rule the CLI documents, computed independently:
+/// lowercase the whole text, split on every char that is not an ASCII letter, digit or
+/// '_', drop empty tokens.
+fn word_counts(text: &str) -> BTreeMap<String, u64> {
+    let lower = text.to_lowercase();
+    let mut m = BTreeMap::new();
+    for w in lower
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+    {
+        *m.entry(w.to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Asserts that the `word,count` lines of output `o`, as a multiset, are exactly `want`.
+fn assert_word_counts(o: &Path, want: &BTreeMap<String, u64>) {
+    assert!(
+        o.join("_SUCCESS").is_file(),
+        "{} not published",
+        o.display()
+    );
+    let mut got = read_pairs(o);
+    got.sort();
+    let want: Vec<(String, u64)> = want.iter().map(|(w, c)| (w.clone(), *c)).collect();
+    if got != want {
+        let gm: BTreeMap<_, _> = got.iter().cloned().collect();
+        let wm: BTreeMap<_, _> = want.iter().cloned().collect();
+        let diff: Vec<String> = wm
+            .iter()
+            .filter(|(w, c)| gm.get(*w) != Some(c))
+            .map(|(w, c)| format!("{w}: want {c}, got {:?}", gm.get(w)))
+            .chain(
+                gm.iter()
+                    .filter(|(w, _)| !wm.contains_key(*w))
+                    .map(|(w, c)| format!("{w}: unexpected, got {c}")),
+            )
+            .take(8)
+            .collect();
+        panic!(
+            "wordcount output differs ({} lines, {} expected; {} duplicate lines): {}",
+            got.len(),
+            want.len(),
+            got.len() - gm.len(),
+            diff.join("; ")
+        );
+    }
+}
+
+/// The number of completed checkpoints in a run summary (0 for "none completed").
+fn completed_in_summary(stdout: &str) -> u64 {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoints: "))
+        .unwrap_or_else(|| panic!("no checkpoints line in:\n{stdout}"));
+    line.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Asserts a bad-input run failed the way users deserve: exit `code`, a short stderr with
+/// an `error:` line mentioning every needle, no panic or backtrace, no job summary.
+fn assert_clean_error(run: &Run, code: i32, needles: &[&str]) {
+    assert_eq!(
+        run.code(),
+        Some(code),
+        "wrong exit code\n{}",
+        run.describe()
+    );
+    let lines = run.stderr.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(
+        lines < 5,
+        "stderr is not short ({lines} lines)\n{}",
+        run.describe()
+    );
+    for bad in ["stack backtrace", "panicked", "RUST_BACKTRACE"] {
+        assert!(
+            !run.stderr.contains(bad),
+            "stderr has {bad:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stderr.lines().any(|l| l.starts_with("error:")),
+        "no `error:` line\n{}",
+        run.describe()
+    );
+    for n in needles {
+        assert!(
+            run.stderr.contains(n),
+            "stderr does not mention {n:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        !run.stdout.contains("finished in"),
+        "the job ran\n{}",
+        run.describe()
+    );
+}
+
+/// Args for a small keyed-count run into `tmp/chk` and `tmp/out`, then `extra`.
+fn small_keyed_count(tmp: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        "1000",
+        "--keys",
+        "10",
+        "--checkpoint-dir",
+        &s(&tmp.join("chk")),
+        "--output",
+        &s(&tmp.join("out")),
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+// ---------------------------------------------------------------------------------------
+// a. wordcount on real text
+
+/// The truth formula used by every keyed-count check agrees with brute-force counting.
+#[test]
+fn keyed_count_truth_formula_matches_brute_force() {
+    for (n, k) in [(0u64, 3u64), (10, 3), (1003, 10), (97, 97), (5, 8)] {
+        for key in 0..k {
+            let brute = (0..n).filter(|i| i % k == key).count() as u64;
+            assert_eq!(expected_count(n, k, key), brute, "n={n} k={k} key={key}");
+        }
+    }
+}
+
+/// Wordcount of a licence text at parallelism 2 equals an independent count of its words.
+#[test]
+fn wordcount_of_a_licence_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = licence_file();
+    let o = tmp.path().join("counts");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "wordcount",
+            "--input",
+            &s(&input),
+            "--output",
+            &s(&o),
+            "--parallelism",
+            "2",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+        ],
+    ));
+    run.assert_success();
+    let text = String::from_utf8_lossy(&fs::read(&input).unwrap()).into_owned();
+    let want = word_counts(&text);
+    assert!(
+        want.len() > 100,
+        "suspiciously few words in {}",
+        input.display()
+    );
+    assert_word_counts(&o, &want);
+}
+
+/// Wordcount of a licence text with 3 injected task panics still equals the independent count.
+#[test]
+fn wordcount_with_injected_failures_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = licence_file();
+    let o = tmp.path().join("counts");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "wordcount",
+            "--input",
+            &s(&input),
+            "--output",
+            &s(&o),
+            "--parallelism",
+            "2",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--inject-failures",
+            "3",
+            "--seed",
+            "1",
+            "--restart-delay",
+            "10ms",
+            "--checkpoint-interval",
+            "10ms",
+        ],
+    ));
+    run.assert_success();
+    assert!(
+        run.stdout.contains("injected failures: 3 of 3"),
+        "not every failure fired\n{}",
+        run.describe()
+    );
+    let text = String::from_utf8_lossy(&fs::read(&input).unwrap()).into_owned();
+    assert_word_counts(&o, &word_counts(&text));
+}
+
+/// Wordcount of 50 copies of 6 licences in 2 files, 3 panics recovered from checkpoints: exact.
+#[test]
+fn wordcount_big_input_with_failures_and_checkpoints_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut unit = String::new();
+    for f in licence_files().iter().take(6) {
+        unit.push_str(&String::from_utf8_lossy(&fs::read(f).unwrap()));
+        unit.push('\n');
+    }
+    let text = unit.repeat(50);
+    assert!(
+        text.len() > 1_000_000,
+        "too little licence text: {} bytes",
+        text.len()
+    );
+    // Split at a line boundary near the middle.
+    let mid = text[text.len() / 2..].find('\n').unwrap() + text.len() / 2 + 1;
+    let (a, b) = (tmp.path().join("a.txt"), tmp.path().join("b.txt"));
+    fs::write(&a, &text[..mid]).unwrap();
+    fs::write(&b, &text[mid..]).unwrap();
+    let o = tmp.path().join("counts");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "wordcount",
+            "--input",
+            &s(&a),
+            &s(&b),
+            "--output",
+            &s(&o),
+            "--parallelism",
+            "2",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--inject-failures",
+            "3",
+            "--seed",
+            "1",
+            "--restart-delay",
+            "10ms",
+            "--checkpoint-interval",
+            "10ms",
+        ],
+    ));
+    run.assert_success();
+    assert!(
+        run.stdout.contains("injected failures: 3 of 3"),
+        "not every failure fired\n{}",
+        run.describe()
+    );
+    assert!(
+        completed_in_summary(&run.stdout) >= 1,
+        "no checkpoint completed, so no failure was recovered from one\n{}",
+        run.describe()
+    );
+    assert_word_counts(&o, &word_counts(&text));
+}
+
+// ---------------------------------------------------------------------------------------
+// b. keyed-count with injected failures
+
+/// Runs the 1M-event keyed-count with ten injected failures under `seed`.
+fn keyed_count_with_ten_failures(seed: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("out");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--parallelism",
+            "2",
+            "--inject-failures",
+            "10",
+            "--seed",
+            seed,
+            "--restart-delay",
+            "5ms",
+            "--checkpoint-interval",
+            "20ms",
+            "--rate",
+            "2000000",
+            "--events",
+            "1000000",
+            "--keys",
+            "1000",
+            "--verify",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--output",
+            &s(&o),
+        ],
+    ));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert!(
+        run.stdout.contains("injected failures: 10 of 10"),
+        "{}",
+        run.describe()
+    );
+    // Two injected panics can land in the same attempt, so up to 10 restarts, not exactly 10.
+    let restarts: u32 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("restarts: "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no restarts line\n{}", run.describe()));
+    assert!((1..=10).contains(&restarts), "{}", run.describe());
+    assert_keyed_count_exact(&o, 1_000_000, 1000);
+}
+
+/// keyed-count (1M events, parallelism 2) survives 10 injected failures (seed 1) exactly.
+#[test]
+fn keyed_count_ten_injected_failures_seed_1() {
+    keyed_count_with_ten_failures("1");
+}
+
+/// keyed-count (1M events, parallelism 2) survives 10 injected failures (seed 7) exactly.
+#[test]
+fn keyed_count_ten_injected_failures_seed_7() {
+    keyed_count_with_ten_failures("7");
+}
+
+// ---------------------------------------------------------------------------------------
+// c. corrupted newest checkpoint
+
+/// Runs a rate-limited keyed-count until three checkpoints are complete, SIGKILLs it, lets
+/// `damage` harm the newest one, restores with `--restore latest --verify`, and returns the
+/// run with the newest and second-newest ids.
+fn kill_damage_restore(
+    tmp: &Path,
+    damage: impl FnOnce(&Path) -> PathBuf,
+) -> (Run, u64, u64, PathBuf) {
+    let (d, o) = (tmp.join("chk"), tmp.join("out"));
+    let (n, keys) = (150_000u64, 1000u64);
+    let args = |restore: bool| {
+        let mut a: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--checkpoint-interval",
+            "50ms",
+            "--rate",
+            "100000",
+            "--checkpoint-dir",
+            &s(&d),
+            "--output",
+            &s(&o),
+        ]
+        .map(String::from)
+        .to_vec();
+        if restore {
+            a.extend(["--restore", "latest", "--verify"].map(String::from));
+        }
+        a
+    };
+    let job = d.join("keyed-count");
+    let mut child = spawn_logged(&mut weir(tmp, args(false)), &tmp.join("first.log"));
+    wait_for_checkpoints(&mut child, &job, 3, Duration::from_secs(20));
+    sigkill_running(&mut child, "first run");
+    let ids = completed_checkpoints(&job);
+    let (newest, older) = (ids[ids.len() - 1], ids[ids.len() - 2]);
+    let damaged = damage(&job.join(format!("chk-{newest}")));
+    let run = run(&mut weir(tmp, args(true)));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert_eq!(
+        restored_from(&run.stdout),
+        Some(job.join(format!("chk-{older}"))),
+        "did not fall back to the next newest checkpoint\n{}",
+        run.describe()
+    );
+    assert_keyed_count_exact(&o, n, keys);
+    (run, newest, older, damaged)
+}
+
+/// A corrupted state file in the newest checkpoint is skipped, named, and the run is exact.
+#[test]
+fn corrupted_state_file_in_newest_checkpoint_is_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, newest, _, file) = kill_damage_restore(tmp.path(), |chk| {
+        let mut files: Vec<PathBuf> = fs::read_dir(chk.join("count"))
+            .expect("count state folder")
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let f = files.into_iter().next().expect("a keyed state file");
+        let mut bytes = fs::read(&f).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        bytes[mid + 1] ^= 0x5a;
+        fs::write(&f, bytes).unwrap();
+        f
+    });
+    assert!(
+        run.stderr
+            .contains(&format!("skipping checkpoint {newest} ")),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        run.stderr.contains(&s(&file)),
+        "file not named\n{}",
+        run.describe()
+    );
+    assert!(
+        run.stderr.contains("corrupt"),
+        "cause not named\n{}",
+        run.describe()
+    );
+}
+
+/// A truncated `_metadata` in the newest checkpoint is skipped, named, and the run is exact.
+#[test]
+fn truncated_metadata_in_newest_checkpoint_is_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, newest, _, file) = kill_damage_restore(tmp.path(), |chk| {
+        let f = chk.join("_metadata");
+        let len = fs::metadata(&f).unwrap().len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        f
+    });
+    assert!(
+        run.stderr
+            .contains(&format!("skipping checkpoint {newest} ")),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        run.stderr.contains(&s(&file)),
+        "file not named\n{}",
+        run.describe()
+    );
+    assert!(
+        run.stderr.contains("truncat"),
+        "cause not named\n{}",
+        run.describe()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// d. bad input
+
+/// A missing `--input` file: exit 1 with one line naming the path.
+#[test]
+fn missing_input_file_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-input.txt");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "wordcount",
+            "--input",
+            &s(&missing),
+            "--output",
+            &s(&tmp.path().join("out")),
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+        ],
+    ));
+    assert_clean_error(&run, 1, &[&s(&missing)]);
+    assert!(!tmp.path().join("out").exists());
+}
+
+/// `--checkpoint-interval 5x` is a flag error: exit 2, naming the bad value.
+#[test]
+fn malformed_checkpoint_interval_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run(&mut weir(
+        tmp.path(),
+        small_keyed_count(tmp.path(), &["--checkpoint-interval", "5x"]),
+    ));
+    assert_clean_error(&run, 2, &["5x", "--checkpoint-interval"]);
+}
+
+/// `--parallelism 0` is refused with a non-zero exit and a line naming the flag.
+#[test]
+fn zero_parallelism_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run(&mut weir(
+        tmp.path(),
+        small_keyed_count(tmp.path(), &["--parallelism", "0"]),
+    ));
+    assert_ne!(run.code(), Some(0), "{}", run.describe());
+    let code = run.code().expect("exited, not killed");
+    assert_clean_error(&run, code, &["--parallelism"]);
+}
+
+/// A checkpoint dir below a regular file cannot be created: exit 1, naming the path.
+#[test]
+fn unwritable_checkpoint_dir_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    fs::write(&file, "not a folder").unwrap();
+    let d = file.join("sub");
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            "1000",
+            "--checkpoint-dir",
+            &s(&d),
+            "--output",
+            &s(&tmp.path().join("out")),
+        ],
+    ));
+    assert_clean_error(&run, 1, &[&s(&d)]);
+    assert!(!tmp.path().join("out").exists());
+}
+
+/// `--restore` of a path that does not exist: exit 1, naming the path.
+#[test]
+fn restore_from_missing_path_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nonexistent");
+    let run = run(&mut weir(
+        tmp.path(),
+        small_keyed_count(tmp.path(), &["--restore", &s(&missing)]),
+    ));
+    assert_clean_error(&run, 1, &[&s(&missing)]);
+    assert!(!tmp.path().join("out").exists());
+}
+
+/// `--restore` of a folder without `_metadata`: exit 1, naming the folder and `_metadata`.
+#[test]
+fn restore_from_non_checkpoint_folder_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("not-a-checkpoint");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("notes.txt"), "hello").unwrap();
+    let run = run(&mut weir(
+        tmp.path(),
+        small_keyed_count(tmp.path(), &["--restore", &s(&dir)]),
+    ));
+    assert_clean_error(&run, 1, &[&s(&dir), "_metadata"]);
+    assert!(!tmp.path().join("out").exists());
+    assert_eq!(fs::read_to_string(dir.join("notes.txt")).unwrap(), "hello");
+}
+
+/// `--output` at a foreign non-empty folder: exit 1, naming it, and leaving it untouched.
+#[test]
+fn foreign_output_folder_is_refused_and_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("precious");
+    fs::create_dir_all(o.join("sub")).unwrap();
+    fs::write(o.join("keep.txt"), "my data").unwrap();
+    fs::write(o.join("part-0"), "looks like output but is not").unwrap();
+    fs::write(o.join("sub/deep.txt"), "more").unwrap();
+    let before = tree(&o);
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            "1000",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--output",
+            &s(&o),
+        ],
+    ));
+    assert_clean_error(&run, 1, &[&s(&o)]);
+    assert!(tree(&o) == before, "the foreign output folder was modified");
+}
+
+// ---------------------------------------------------------------------------------------
+// e. nothing to restore
+
+/// `--restore latest` with no complete checkpoint starts fresh, says so, and counts exactly.
+#[test]
+fn restore_latest_without_checkpoints_starts_fresh() {
+    for incomplete in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("chk");
+        fs::create_dir(&d).unwrap();
+        if incomplete {
+            let half = d.join("keyed-count/chk-7/count");
+            fs::create_dir_all(&half).unwrap();
+            fs::write(half.join("kg-0-128"), b"half-written").unwrap();
+        }
+        let run = run(&mut weir(
+            tmp.path(),
+            small_keyed_count(tmp.path(), &["--restore", "latest", "--verify"]),
+        ));
+        run.assert_success();
+        assert!(run.stderr.contains("starting fresh"), "{}", run.describe());
+        assert!(!run.stderr.contains("skipping"), "{}", run.describe());
+        assert_eq!(restored_from(&run.stdout), None, "{}", run.describe());
+        assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+        assert_keyed_count_exact(&tmp.path().join("out"), 1000, 10);
+    }
+}

@@ -1,0 +1,314 @@
+//! Helpers shared by the end-to-end tests that run the real `weir` binary as a child
+//! process: spawning with a deadline, reading part files, exact keyed-count truth,
+//! listing checkpoints, and a tiny seeded PRNG for kill moments.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The binary under test, built by cargo for this test target.
+pub const BIN: &str = env!("CARGO_BIN_EXE_weir");
+
+/// Longest a run that is expected to finish may take before the test gives up on it.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `weir` command run in `cwd` (so stray default folders land in the test's temp dir),
+/// with backtraces off and stdin closed.
+pub fn weir<I, S>(cwd: &Path, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .current_dir(cwd)
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .stdin(Stdio::null());
+    c
+}
+
+/// A finished run.
+pub struct Run {
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Everything printed on stdout.
+    pub stdout: String,
+    /// Everything printed on stderr.
+    pub stderr: String,
+}
+
+impl Run {
+    /// The exit code (`None` if killed by a signal).
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Status, stdout and stderr, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+
+    /// Panics with the full output unless the run exited 0.
+    pub fn assert_success(&self) {
+        assert_eq!(self.code(), Some(0), "weir failed\n{}", self.describe());
+    }
+}
+
+/// Waits for `child` until `timeout`; kills it and panics if it is still running then.
+pub fn wait_deadline(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn drain<R: Read + Send + 'static>(r: Option<R>) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut buf);
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Runs `cmd` to completion (at most [`RUN_TIMEOUT`]) and captures its output.
+pub fn run(cmd: &mut Command) -> Run {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the weir binary");
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = wait_deadline(&mut child, RUN_TIMEOUT, "weir");
+    Run {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// Starts `cmd` with its output in `log` (stdout and stderr appended to one file), for
+/// runs that the test kills.
+pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
+    let f = fs::File::create(log).expect("create log file");
+    cmd.stdout(Stdio::from(f.try_clone().expect("clone log handle")))
+        .stderr(Stdio::from(f))
+        .spawn()
+        .expect("cannot start the weir binary")
+}
+
+/// `path` as a string argument (temp paths are UTF-8 on the test machines).
+pub fn s(path: &Path) -> String {
+    path.to_str().expect("UTF-8 temp path").to_string()
+}
+
+/// The exact count of key `k` among events `0..n` with key `i % keys`: `n / keys`, plus one
+/// for the first `n % keys` keys.
+pub fn expected_count(n: u64, keys: u64, k: u64) -> u64 {
+    n / keys + u64::from(k < n % keys)
+}
+
+/// Every `key,count` line of the `part-*` files in `dir` (a published Weir output);
+/// panics on a malformed line.
+pub fn read_pairs(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list output {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no part files in {}", dir.display());
+    let mut out = Vec::new();
+    for f in files {
+        let text = fs::read_to_string(&f).expect("read part file");
+        for line in text.lines() {
+            let (k, v) = line
+                .rsplit_once(',')
+                .unwrap_or_else(|| panic!("{}: not a key,count line: {line:?}", f.display()));
+            let v: u64 = v
+                .parse()
+                .unwrap_or_else(|_| panic!("{}: bad count in {line:?}", f.display()));
+            out.push((k.to_string(), v));
+        }
+    }
+    out
+}
+
+/// `key → count` of a keyed-count output; panics if a key is not a number or appears twice.
+pub fn keyed_counts(dir: &Path) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for (k, v) in read_pairs(dir) {
+        let key: u64 = k
+            .parse()
+            .unwrap_or_else(|_| panic!("key {k:?} is not a number"));
+        assert!(m.insert(key, v).is_none(), "key {key} appears twice");
+    }
+    m
+}
+
+/// Asserts that `dir` is a published output (`_SUCCESS`) whose counts are exactly the
+/// truth for `n` events over `keys` keys.
+pub fn assert_keyed_count_exact(dir: &Path, n: u64, keys: u64) {
+    assert!(
+        dir.join("_SUCCESS").is_file(),
+        "{} has no _SUCCESS marker",
+        dir.display()
+    );
+    let got = keyed_counts(dir);
+    let want: BTreeMap<u64, u64> = (0..keys.min(n))
+        .map(|k| (k, expected_count(n, keys, k)))
+        .collect();
+    if got != want {
+        let wrong: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| got.get(k) != Some(v))
+            .take(5)
+            .map(|(k, v)| format!("key {k}: want {v}, got {:?}", got.get(k)))
+            .collect();
+        panic!(
+            "keyed-count output in {} is not exact ({} keys, {} expected): {}",
+            dir.display(),
+            got.len(),
+            want.len(),
+            wrong.join("; ")
+        );
+    }
+}
+
+/// Ids of the complete checkpoints (`chk-<n>` folders holding `_metadata`) in `job_dir`,
+/// ascending; empty if the folder does not exist.
+pub fn completed_checkpoints(job_dir: &Path) -> Vec<u64> {
+    let Ok(rd) = fs::read_dir(job_dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = name.strip_prefix("chk-")?.parse().ok()?;
+            e.path().join("_metadata").is_file().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Polls until `job_dir` holds at least `n` complete checkpoints; panics if `child` exits
+/// first or `timeout` passes.
+pub fn wait_for_checkpoints(child: &mut Child, job_dir: &Path, n: usize, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if completed_checkpoints(job_dir).len() >= n {
+            return;
+        }
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!(
+                "weir exited ({st}) before {n} checkpoints completed in {}",
+                job_dir.display()
+            );
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{n} checkpoints did not complete in {} within {timeout:?}",
+                job_dir.display()
+            );
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// SIGKILLs `child` (std's `Child::kill` sends SIGKILL on Unix), first asserting that it was
+/// still running — a child that already exited would make the kill test meaningless.
+pub fn sigkill_running(child: &mut Child, what: &str) {
+    if let Some(st) = child.try_wait().expect("try_wait") {
+        panic!("{what} exited ({st}) before it could be killed; the run is too short");
+    }
+    child.kill().expect("SIGKILL");
+    let st = child.wait().expect("wait after kill");
+    assert!(
+        st.code().is_none(),
+        "{what} was not ended by the signal: {st}"
+    );
+}
+
+/// The `restored from: <path>` line of a run summary, if any.
+pub fn restored_from(stdout: &str) -> Option<PathBuf> {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("restored from: "))
+        .map(PathBuf::from)
+}
+
+/// xorshift64: a tiny seeded PRNG, so kill moments are random but reproducible.
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// Seeded from `WEIR_TEST_SEED` if set, else `default`; prints the seed it uses.
+    pub fn from_env(default: u64) -> Self {
+        let seed = std::env::var("WEIR_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default);
+        eprintln!("kill-moment seed: {seed} (set WEIR_TEST_SEED to change)");
+        XorShift(seed.max(1))
+    }
+
+    /// The next raw value.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A value in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// A snapshot of every file (relative path → bytes) under `dir`, to prove it untouched.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in fs::read_dir(dir).expect("read_dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).expect("under root").to_path_buf();
+                out.insert(rel, fs::read(&p).expect("read file"));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}

@@ -1,0 +1,244 @@
+//! Whole-process SIGKILL at seeded-random moments, then `--restore latest`: the final
+//! counts are exact in exactly-once mode and never low in at-least-once mode, and a killed
+//! run never leaves a partial `--output`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+/// Events of the killed job; at [`RATE`] an unkilled run lasts 6 s, longer than the five
+/// killed runs together (at most 4.5 s), so the kills always hit a running job.
+const EVENTS: u64 = 600_000;
+/// Keys (not a divisor of [`EVENTS`], so the `k < N % K` term matters).
+const KEYS: u64 = 97;
+/// Events per second over all sources.
+const RATE: &str = "100000";
+/// SIGKILLs per loop.
+const KILLS: usize = 5;
+
+/// The keyed-count command line of the kill loops.
+fn keyed_count_args(d: &Path, o: &Path, mode: &str, restore: bool) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        &EVENTS.to_string(),
+        "--keys",
+        &KEYS.to_string(),
+        "--parallelism",
+        "2",
+        "--checkpoint-interval",
+        "50ms",
+        "--rate",
+        RATE,
+        "--checkpoint-dir",
+        &s(d),
+        "--output",
+        &s(o),
+        "--restart-delay",
+        "10ms",
+        "--mode",
+        mode,
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    if restore {
+        a.extend(["--restore".into(), "latest".into()]);
+    }
+    a
+}
+
+/// What a kill loop leaves behind for the final run.
+struct Killed {
+    /// Newest complete checkpoint after the last kill.
+    newest: u64,
+}
+
+/// Starts the job `KILLS` times (the first fresh, the rest with `--restore latest`) and
+/// SIGKILLs each run 300–900 ms after start; `after_kill(i)` checks the output folder.
+fn kill_loop(
+    tmp: &Path,
+    d: &Path,
+    o: &Path,
+    mode: &str,
+    seed: u64,
+    after_kill: impl Fn(usize),
+) -> Killed {
+    let mut rng = XorShift::from_env(seed);
+    let job = d.join("keyed-count");
+    let (mut newest, mut progressed) = (0u64, 0usize);
+    for i in 0..KILLS {
+        let delay = rng.range(300, 900);
+        let log = tmp.join(format!("{mode}-run-{i}.log"));
+        let mut child = spawn_logged(&mut weir(tmp, keyed_count_args(d, o, mode, i > 0)), &log);
+        thread::sleep(Duration::from_millis(delay));
+        sigkill_running(
+            &mut child,
+            &format!("{mode} run {i} (killed after {delay} ms)"),
+        );
+        after_kill(i);
+        let now = completed_checkpoints(&job).last().copied().unwrap_or(0);
+        if now > newest {
+            progressed += 1;
+        }
+        newest = now;
+    }
+    assert!(
+        newest > 0,
+        "no complete checkpoint (chk-*/_metadata) in {} after {KILLS} kills",
+        job.display()
+    );
+    assert!(
+        progressed >= 3,
+        "only {progressed} of {KILLS} killed runs completed a new checkpoint; restores cannot \
+         have made progress"
+    );
+    Killed { newest }
+}
+
+/// Asserts that the final run restored from exactly `chk-<id>` of `d`.
+fn assert_restored_from(run: &Run, d: &Path, id: u64) {
+    let from = restored_from(&run.stdout)
+        .unwrap_or_else(|| panic!("the final run did not restore\n{}", run.describe()));
+    let want: PathBuf = d.join("keyed-count").join(format!("chk-{id}"));
+    assert_eq!(
+        from,
+        want,
+        "restored from the wrong checkpoint\n{}",
+        run.describe()
+    );
+}
+
+/// 5 SIGKILLs + `--restore latest` in exactly-once mode: exact counts, never a partial output.
+#[test]
+fn sigkill_loop_exactly_once_counts_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    assert!(!o.exists());
+    let killed = kill_loop(tmp.path(), &d, &o, "exactly-once", 0x5eed_0001, |i| {
+        assert!(
+            !o.exists(),
+            "killed run {i} left a partial output folder {}",
+            o.display()
+        );
+    });
+    let mut args = keyed_count_args(&d, &o, "exactly-once", true);
+    args.push("--verify".into());
+    let run = run(&mut weir(tmp.path(), args));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert_restored_from(&run, &d, killed.newest);
+    assert_keyed_count_exact(&o, EVENTS, KEYS);
+    assert!(
+        !tmp.path().join(".out.inprogress").exists(),
+        "the staging folder was not moved into place"
+    );
+}
+
+/// 5 SIGKILLs + `--restore latest` at-least-once: no count low, previous output kept intact.
+#[test]
+fn sigkill_loop_at_least_once_never_undercounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    // A previous, complete output in place: killed runs must leave it alone.
+    let prev = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            "10",
+            "--keys",
+            &KEYS.to_string(),
+            "--checkpoint-dir",
+            &s(&tmp.path().join("prev-chk")),
+            "--output",
+            &s(&o),
+        ],
+    ));
+    prev.assert_success();
+    let before = tree(&o);
+    assert!(before.contains_key(Path::new("_SUCCESS")));
+    kill_loop(tmp.path(), &d, &o, "at-least-once", 0x5eed_0002, |i| {
+        assert!(
+            tree(&o) == before,
+            "killed run {i} changed the previous output {}",
+            o.display()
+        );
+    });
+    let run = run(&mut weir(
+        tmp.path(),
+        keyed_count_args(&d, &o, "at-least-once", true),
+    ));
+    run.assert_success();
+    assert!(restored_from(&run.stdout).is_some(), "{}", run.describe());
+    assert!(o.join("_SUCCESS").is_file());
+    let got = keyed_counts(&o);
+    assert_eq!(got.len() as u64, KEYS, "keys missing or extra: {got:?}");
+    let mut over = 0;
+    for k in 0..KEYS {
+        let want = expected_count(EVENTS, KEYS, k);
+        let have = got[&k];
+        assert!(
+            have >= want,
+            "key {k}: counted {have}, below the truth {want}"
+        );
+        over += u64::from(have > want);
+    }
+    eprintln!("at-least-once: {over} of {KEYS} keys over-counted");
+}
+
+/// A run SIGKILLed at parallelism 2 resumes at parallelism 3 from its newest checkpoint, exact.
+#[test]
+fn sigkill_then_restore_at_other_parallelism_is_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let (n, keys) = (200_000u64, 1000u64);
+    let args = |p: &str, restore: bool| {
+        let mut a: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            p,
+            "--checkpoint-interval",
+            "50ms",
+            "--rate",
+            "100000",
+            "--checkpoint-dir",
+            &s(&d),
+            "--output",
+            &s(&o),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        if restore {
+            a.extend(["--restore", "latest", "--verify"].map(String::from));
+        }
+        a
+    };
+    let job = d.join("keyed-count");
+    let mut child = spawn_logged(
+        &mut weir(tmp.path(), args("2", false)),
+        &tmp.path().join("p2.log"),
+    );
+    wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(20));
+    thread::sleep(Duration::from_millis(200));
+    sigkill_running(&mut child, "parallelism-2 run");
+    let newest = *completed_checkpoints(&job).last().unwrap();
+    let run = run(&mut weir(tmp.path(), args("3", true)));
+    run.assert_success();
+    assert!(run.stdout.contains("parallelism 3"), "{}", run.describe());
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert_restored_from(&run, &d, newest);
+    assert_keyed_count_exact(&o, n, keys);
+}
