@@ -250,10 +250,16 @@ fn run_job(
     let progress = progress::Progress::start(metrics);
     let result = env.execute();
     progress.stop();
-    let result = result?;
-    for n in &result.notices {
-        eprintln!("weir: {n}");
-    }
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // A failed run leaves no staging folder behind (and never a partial --output).
+            if let Some(staging) = &dest.staging {
+                let _ = std::fs::remove_dir_all(staging);
+            }
+            return Err(e.into());
+        }
+    };
     if let Some(staging) = &dest.staging {
         output::publish(staging, &common.output)?;
     }

@@ -10,26 +10,41 @@ use std::time::{Duration, Instant};
 use weir::prelude::*;
 use weir::runtime::executor::JobMetrics;
 
-/// A background thread that redraws one status line every half second on stderr.
+/// A background thread that prints the job's notices as they happen (always) and redraws
+/// one status line every half second (only when stderr is a terminal).
 pub struct Progress {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
+/// Prints pending notices, clearing the status line first on a terminal.
+fn print_notices(metrics: &JobMetrics, tty: bool) {
+    for n in metrics.take_notices() {
+        if tty {
+            eprint!("\r\x1b[2K");
+        }
+        eprintln!("weir: {n}");
+    }
+}
+
 impl Progress {
-    /// Starts the progress line if stderr is a terminal; does nothing when piped.
+    /// Starts the reporting thread.
     pub fn start(metrics: Arc<JobMetrics>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        if !std::io::stderr().is_terminal() {
-            return Progress { stop, handle: None };
-        }
+        let tty = std::io::stderr().is_terminal();
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let start = Instant::now();
             let (mut last, mut last_t) = (0u64, Instant::now());
+            let mut next_line = Instant::now() + Duration::from_millis(500);
             while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(Duration::from_millis(50));
+                print_notices(&metrics, tty);
                 let now = Instant::now();
+                if !tty || now < next_line {
+                    continue;
+                }
+                next_line = now + Duration::from_millis(500);
                 let rec = metrics.source_records.load(Ordering::Relaxed);
                 let rate = (rec - last.min(rec)) as f64 / (now - last_t).as_secs_f64();
                 (last, last_t) = (rec, now);
@@ -43,7 +58,10 @@ impl Progress {
                     metrics.restarts.load(Ordering::Relaxed),
                 );
             }
-            eprint!("\r\x1b[2K");
+            if tty {
+                eprint!("\r\x1b[2K");
+            }
+            print_notices(&metrics, tty);
         });
         Progress {
             stop,
@@ -51,7 +69,7 @@ impl Progress {
         }
     }
 
-    /// Stops and clears the line.
+    /// Stops the thread after it printed every remaining notice, and clears the line.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {

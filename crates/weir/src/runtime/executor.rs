@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -44,6 +44,30 @@ pub struct JobMetrics {
     pub last_checkpoint_micros: AtomicU64,
     /// Restarts so far.
     pub restarts: AtomicU64,
+    /// Notices not yet taken by [`JobMetrics::take_notices`].
+    pending_notices: Mutex<Vec<String>>,
+}
+
+impl JobMetrics {
+    /// Notices (skipped checkpoints, failed attempts, fresh starts) raised since the last
+    /// call, so a front end can show them while the job runs; all of them also end up in
+    /// [`JobResult::notices`].
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .pending_notices
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    fn notice(&self, result: &mut JobResult, msg: String) {
+        self.pending_notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(msg.clone());
+        result.notices.push(msg);
+    }
 }
 
 /// Statistics of one completed checkpoint.
@@ -322,12 +346,27 @@ pub(crate) fn execute(
         RestoreFrom::Path(p) => Some(restore::load(p)?),
         RestoreFrom::Latest => {
             let (found, skipped) = restore::load_latest(&storage)?;
-            result.notices.extend(skipped);
+            let unusable = skipped.len();
+            for n in skipped {
+                metrics.notice(&mut result, n);
+            }
             if found.is_none() {
-                result.notices.push(format!(
-                    "no complete checkpoint in {}; starting fresh",
-                    storage.root().display()
-                ));
+                if unusable > 0 {
+                    // Starting from nothing would silently re-run everything: refuse.
+                    return Err(Error::Restore(format!(
+                        "none of the {unusable} complete checkpoints in {} can be read (see above); \
+                         restore a checkpoint or savepoint from elsewhere with --restore PATH, or \
+                         run without --restore to start fresh",
+                        storage.root().display()
+                    )));
+                }
+                metrics.notice(
+                    &mut result,
+                    format!(
+                        "no complete checkpoint in {}; starting fresh",
+                        storage.root().display()
+                    ),
+                );
             }
             found
         }
@@ -356,10 +395,13 @@ pub(crate) fn execute(
                     unmatched.join(", ")
                 )));
             }
-            result.notices.push(format!(
-                "dropping state of operators no longer in the job: {}",
-                unmatched.join(", ")
-            ));
+            metrics.notice(
+                &mut result,
+                format!(
+                    "dropping state of operators no longer in the job: {}",
+                    unmatched.join(", ")
+                ),
+            );
         }
         result.restored_from = Some(r.path.clone());
     }
@@ -426,24 +468,28 @@ pub(crate) fn execute(
                     }
                     Some(delay) => {
                         metrics.restarts.fetch_add(1, Ordering::Relaxed);
-                        result.notices.push(format!(
+                        metrics.notice(
+                            &mut result,
+                            format!(
                             "attempt {attempt_no} failed: {err}; restarting from {} in {delay:?}",
                             latest_path
                                 .as_ref()
                                 .map_or("the beginning".to_string(), |p| p.display().to_string())
-                        ));
+                        ),
+                        );
                         std::thread::sleep(delay);
                         restore = match &latest_path {
                             None => None,
                             Some(p) => match restore::load(p) {
                                 Ok(r) => Some(r),
                                 Err(e) => {
-                                    result
-                                        .notices
-                                        .push(format!("cannot reload {}: {e}", p.display()));
-                                    let (found, skipped) = restore::load_latest(&storage)?;
-                                    result.notices.extend(skipped);
-                                    found
+                                    // The checkpoint we wrote no longer reads: refuse to
+                                    // guess; the user decides where to resume from.
+                                    break Err(Error::Restore(format!(
+                                        "cannot reload checkpoint {} after a failure: {e}; \
+                                         restart with --restore latest (it skips unreadable checkpoints)",
+                                        p.display()
+                                    )));
                                 }
                             },
                         };
