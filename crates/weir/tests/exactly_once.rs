@@ -144,3 +144,38 @@ fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() 
         "at-least-once never overcounted: is it secretly aligning?"
     );
 }
+
+/// A source that finishes at once (tiny input) does not stop checkpointing: its final
+/// state acknowledges later checkpoints, and recovery from them is still exact.
+#[test]
+fn checkpoints_go_on_after_a_source_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config("early-finish", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    let (n_a, n_b, keys) = (1_000u64, 400_000u64, 100u64);
+    cfg.failure_injection = Some(FailureInjection {
+        failures: 4,
+        seed: 3,
+        horizon: n_b / 4,
+    });
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let a = env.add_source("tiny", GeneratorSource::new(n_a)).uid("tiny");
+    let b = env
+        .add_source("long", GeneratorSource::new(n_b).with_rate(Some(1_000_000.0)))
+        .uid("long")
+        .map(move |i| i + n_a);
+    a.union(b)
+        .key_by(move |i: &u64| i % keys)
+        .process(CountPerKey::default())
+        .uid("count")
+        .add_sink("collect", out.clone());
+    let result = env.execute().unwrap();
+    assert_eq!(result.injected_failures.unwrap().0, 4);
+    assert!(
+        result.checkpoints.len() >= 3,
+        "only {} checkpoints completed",
+        result.checkpoints.len()
+    );
+    let counts: std::collections::HashMap<u64, u64> = out.take().into_iter().collect();
+    assert_eq!(counts, expected(n_a + n_b, keys));
+}

@@ -138,6 +138,7 @@ fn add_node<O: Data>(
         uid: None,
         parallelism: None,
         kind,
+        stateless: false,
         outputs_factory: Box::new(TypedOutputs::<O>(PhantomData)),
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -264,6 +265,11 @@ impl<T: Data> DataStream<T> {
         DataStream::single(self.graph.clone(), id, maxp)
     }
 
+    /// Marks the operator as holding no state (built-in transforms only).
+    fn stateless(self) -> Self {
+        self.configure(|n| n.stateless = true)
+    }
+
     /// Transforms each record.
     pub fn map<O: Data, F: FnMut(T) -> O + Clone + Send + 'static>(self, f: F) -> DataStream<O> {
         self.then(
@@ -276,6 +282,7 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
+        .stateless()
     }
 
     /// Keeps the records for which `f` is true.
@@ -289,6 +296,7 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
+        .stateless()
     }
 
     /// Turns each record into any number of records.
@@ -308,6 +316,7 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
+        .stateless()
     }
 
     /// Applies a [`ProcessFunction`], which may keep operator state.

@@ -4,6 +4,7 @@
 //! on the processing thread) and hands it here as a [`SnapshotJob`]; a writer thread encodes
 //! it per key group and writes the files while the task goes on processing records.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::format::FileKind;
@@ -13,8 +14,19 @@ use super::metadata::{
 use super::storage::CheckpointStorage;
 use crate::error::{Error, Result};
 use crate::runtime::output::TaskSnapshot;
+use crate::state::key_group::KeyGroupRange;
 
-/// A task's captured state, on its way to storage.
+/// A task's state on its way to storage: captured at a barrier (encoded by the writer
+/// thread), or already encoded — the final state of a finished source, which stands in for
+/// it in every later checkpoint.
+pub enum SnapshotPayload {
+    /// Captured synchronously at a barrier; encoding happens on the writer thread.
+    Captured(TaskSnapshot),
+    /// Encoded once, written into each checkpoint that needs it.
+    Encoded(Arc<EncodedSnapshot>),
+}
+
+/// A task's state, on its way to storage.
 pub struct SnapshotJob {
     /// The job attempt the task belongs to (acks of older attempts are ignored).
     pub attempt: u32,
@@ -26,12 +38,24 @@ pub struct SnapshotJob {
     pub parallelism: u32,
     /// The checkpoint.
     pub checkpoint_id: u64,
-    /// The captured state.
-    pub snapshot: TaskSnapshot,
+    /// The state.
+    pub snapshot: SnapshotPayload,
     /// How long the capture blocked the task.
     pub sync: Duration,
     /// How long the barriers took to align.
     pub alignment: Duration,
+}
+
+/// One operator's encoded state files (payloads before the envelope).
+pub struct EncodedPart {
+    uid: String,
+    operator_state: Option<Vec<u8>>,
+    keyed: Option<(Vec<u8>, KeyGroupRange, u64)>,
+}
+
+/// A task's state, encoded and ready to be written into any checkpoint folder.
+pub struct EncodedSnapshot {
+    parts: Vec<EncodedPart>,
 }
 
 /// One operator's part of a task acknowledgement.
@@ -61,74 +85,95 @@ fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
     })
 }
 
-/// Writes every file of `job`; the acknowledgement lists them.
+/// Encodes a captured snapshot: keyed state split per key group, operator state as is.
+pub fn encode_snapshot(snapshot: TaskSnapshot) -> Result<EncodedSnapshot> {
+    let mut parts = Vec::with_capacity(snapshot.parts.len());
+    for part in snapshot.parts {
+        let operator_state = if part.operator_state.is_empty() {
+            None
+        } else {
+            Some(encode("operator state", &part.operator_state)?)
+        };
+        let keyed = match part.keyed {
+            None => None,
+            Some(keyed) => {
+                let range = keyed.range;
+                let mut per_state: Vec<Vec<Vec<u8>>> = Vec::with_capacity(keyed.tables.len());
+                let mut entries = 0;
+                for (_, _, table) in &keyed.tables {
+                    let mut groups = vec![Vec::new(); range.len() as usize];
+                    entries += table.encode_groups(keyed.max_parallelism, range, &mut groups)?;
+                    per_state.push(groups);
+                }
+                let mut sections = Vec::new();
+                for g in 0..range.len() as usize {
+                    if per_state.iter().any(|s| !s[g].is_empty()) {
+                        sections.push(KeyGroupSection {
+                            group: range.start + g as u32,
+                            states: per_state
+                                .iter_mut()
+                                .map(|s| std::mem::take(&mut s[g]))
+                                .collect(),
+                        });
+                    }
+                }
+                let file = KeyedStateFile {
+                    range,
+                    max_parallelism: keyed.max_parallelism,
+                    states: keyed
+                        .tables
+                        .iter()
+                        .map(|(n, k, _)| (n.clone(), *k))
+                        .collect(),
+                    groups: sections,
+                };
+                Some((encode("keyed state", &file)?, range, entries))
+            }
+        };
+        parts.push(EncodedPart {
+            uid: part.uid,
+            operator_state,
+            keyed,
+        });
+    }
+    Ok(EncodedSnapshot { parts })
+}
+
+/// Writes every file of `job` (encoding it first if needed); the acknowledgement lists them.
 pub fn write_snapshot(storage: &CheckpointStorage, job: SnapshotJob) -> Result<TaskAck> {
     let started = Instant::now();
+    let encoded = match job.snapshot {
+        SnapshotPayload::Captured(s) => Arc::new(encode_snapshot(s)?),
+        SnapshotPayload::Encoded(e) => e,
+    };
     let mut ack = TaskAck::default();
     let id = job.checkpoint_id;
-    for part in job.snapshot.parts {
+    for part in &encoded.parts {
         let mut meta = SubtaskStateMeta {
             subtask: job.subtask,
             operator_state: None,
             keyed_state: None,
         };
-        if !part.operator_state.is_empty() {
-            let payload = encode("operator state", &part.operator_state)?;
+        if let Some(payload) = &part.operator_state {
             let name = format!("op-{}", job.subtask);
-            let (path, size) = storage.write_state_file(
-                id,
-                &part.uid,
-                &name,
-                FileKind::OperatorState,
-                &payload,
-            )?;
+            let (path, size) =
+                storage.write_state_file(id, &part.uid, &name, FileKind::OperatorState, payload)?;
             ack.stats.bytes += size;
             meta.operator_state = Some(FileRef { path, size });
         }
-        if let Some(keyed) = part.keyed {
-            let range = keyed.range;
-            let mut per_state: Vec<Vec<Vec<u8>>> = Vec::with_capacity(keyed.tables.len());
-            let mut entries = 0;
-            for (_, _, table) in &keyed.tables {
-                let mut groups = vec![Vec::new(); range.len() as usize];
-                entries += table.encode_groups(keyed.max_parallelism, range, &mut groups)?;
-                per_state.push(groups);
-            }
-            let mut sections = Vec::new();
-            for g in 0..range.len() as usize {
-                if per_state.iter().any(|s| !s[g].is_empty()) {
-                    sections.push(KeyGroupSection {
-                        group: range.start + g as u32,
-                        states: per_state
-                            .iter_mut()
-                            .map(|s| std::mem::take(&mut s[g]))
-                            .collect(),
-                    });
-                }
-            }
-            let file = KeyedStateFile {
-                range,
-                max_parallelism: keyed.max_parallelism,
-                states: keyed
-                    .tables
-                    .iter()
-                    .map(|(n, k, _)| (n.clone(), *k))
-                    .collect(),
-                groups: sections,
-            };
-            let payload = encode("keyed state", &file)?;
+        if let Some((payload, range, entries)) = &part.keyed {
             let name = format!("kg-{}-{}", range.start, range.end);
             let (path, size) =
-                storage.write_state_file(id, &part.uid, &name, FileKind::KeyedState, &payload)?;
+                storage.write_state_file(id, &part.uid, &name, FileKind::KeyedState, payload)?;
             ack.stats.bytes += size;
             meta.keyed_state = Some(KeyedFileRef {
                 file: FileRef { path, size },
-                range,
-                entries,
+                range: *range,
+                entries: *entries,
             });
         }
         ack.operators.push(OperatorAck {
-            uid: part.uid,
+            uid: part.uid.clone(),
             parallelism: job.parallelism,
             state: meta,
         });

@@ -26,12 +26,14 @@ use crate::checkpoint::format::FileKind;
 use crate::checkpoint::metadata::{CheckpointMetadata, OperatorMeta, TaskCheckpointStats};
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
+use crate::checkpoint::writer::{
+    encode_snapshot, write_snapshot, EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck,
+};
 use crate::error::{Error, Result};
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::plan::{plan, Plan};
-use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
+use crate::runtime::task::{Control, FinalState, TaskContext, TaskEvent, TaskMetrics};
 
 /// Live counters of a running job, readable from any thread (for progress lines).
 #[derive(Debug, Default)]
@@ -252,6 +254,7 @@ impl Executor<'_> {
                 writer: self.writer_tx.clone(),
                 injector: self.injector.clone(),
                 metrics: self.task_metrics[ti].clone(),
+                capture_final_state: t.capture_final_state,
             };
             let head = t.chain[0];
             let body = match &g.nodes[head].kind {
@@ -287,7 +290,11 @@ impl Executor<'_> {
                 .name(format!("weir-task-{ti}"))
                 .spawn(move || {
                     let ev = match catch_unwind(AssertUnwindSafe(body)) {
-                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
+                        Ok(Ok(final_state)) => TaskEvent::Finished {
+                            attempt,
+                            task: ti,
+                            final_state,
+                        },
                         Ok(Err(error)) => TaskEvent::Failed {
                             attempt,
                             task: ti,
@@ -566,6 +573,7 @@ impl Executor<'_> {
             latest_path,
             completed: HashSet::new(),
             last_records: 0,
+            standing: (0..self.plan.tasks.len()).map(|_| None).collect(),
         };
         let end = run.drive(events);
         (run.attempt, end)
@@ -582,6 +590,8 @@ struct AttemptRun<'e, 'a> {
     latest_path: &'e mut Option<PathBuf>,
     completed: HashSet<u64>,
     last_records: u64,
+    /// Final states of finished sources, with the last checkpoint each handled itself.
+    standing: Vec<Option<(Arc<EncodedSnapshot>, u64)>>,
 }
 
 impl AttemptRun<'_, '_> {
@@ -628,10 +638,14 @@ impl AttemptRun<'_, '_> {
                 }) if attempt == self.attempt_no => self
                     .coordinator
                     .on_decline(checkpoint, AbortReason::Failed(reason)),
-                Ok(TaskEvent::Finished { attempt, task }) if attempt == self.attempt_no => {
+                Ok(TaskEvent::Finished {
+                    attempt,
+                    task,
+                    final_state,
+                }) if attempt == self.attempt_no => {
                     self.attempt.finished[task] = true;
                     remaining -= 1;
-                    self.coordinator.on_task_finished()
+                    self.on_finished(task, final_state)
                 }
                 Ok(TaskEvent::Failed {
                     attempt,
@@ -661,6 +675,65 @@ impl AttemptRun<'_, '_> {
         }
     }
 
+    /// A task finished. A source that left its final state keeps checkpoints going: that
+    /// state acknowledges, for it, every checkpoint it did not handle itself.
+    fn on_finished(
+        &mut self,
+        task: usize,
+        final_state: Option<FinalState>,
+    ) -> Vec<Action<TaskAck>> {
+        let Some(fs) = final_state else {
+            return self.coordinator.on_task_finished();
+        };
+        match encode_snapshot(fs.snapshot) {
+            Ok(encoded) => {
+                self.standing[task] = Some((Arc::new(encoded), fs.last_checkpoint));
+                for id in self.coordinator.pending_ids() {
+                    self.submit_standing(task, id);
+                }
+                let running = self
+                    .attempt
+                    .sources
+                    .iter()
+                    .filter(|&&s| !self.attempt.finished[s])
+                    .count();
+                self.coordinator.on_source_finished(running);
+                Vec::new()
+            }
+            Err(e) => {
+                self.exec.metrics.notice(
+                    self.result,
+                    format!(
+                        "cannot encode the final state of a finished source: {e}; checkpoints stop"
+                    ),
+                );
+                self.coordinator.on_task_finished()
+            }
+        }
+    }
+
+    /// Writes finished task `task`'s standing state into checkpoint `id`, if it has one and
+    /// did not emit that checkpoint's barrier itself.
+    fn submit_standing(&self, task: usize, id: u64) {
+        let Some((encoded, last)) = &self.standing[task] else {
+            return;
+        };
+        if id <= *last {
+            return;
+        }
+        let t = &self.exec.plan.tasks[task];
+        let _ = self.exec.writer_tx.send(SnapshotJob {
+            attempt: self.attempt_no,
+            task,
+            subtask: t.subtask,
+            parallelism: t.parallelism,
+            checkpoint_id: id,
+            snapshot: SnapshotPayload::Encoded(encoded.clone()),
+            sync: Duration::ZERO,
+            alignment: Duration::ZERO,
+        });
+    }
+
     /// Adds the records sources emitted since the last call to the job metrics.
     fn update_progress(&mut self) {
         let records: u64 = self
@@ -684,7 +757,12 @@ impl AttemptRun<'_, '_> {
             let more = match action {
                 Action::Trigger(b) => {
                     for &s in &self.attempt.sources {
-                        let _ = self.attempt.controls[s].send(Control::Trigger(b));
+                        if !self.attempt.finished[s] {
+                            let _ = self.attempt.controls[s].send(Control::Trigger(b));
+                        }
+                    }
+                    for task in 0..self.standing.len() {
+                        self.submit_standing(task, b.id);
                     }
                     Vec::new()
                 }

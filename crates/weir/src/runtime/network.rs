@@ -227,7 +227,7 @@ mod tests {
             id: 1,
             timestamp_ms: 0,
         };
-        w.snapshot(b, &mut TaskSnapshot { parts: vec![] }).unwrap();
+        w.snapshot(b, &mut TaskSnapshot::new()).unwrap();
         let mut seen = Vec::new();
         for (i, rx) in [rx0, rx1].iter().enumerate() {
             let events = drain(rx);

@@ -20,9 +20,26 @@ pub struct OperatorSnapshotPart {
 }
 
 /// What a whole task captured synchronously at a barrier; written asynchronously.
+#[derive(Default)]
 pub struct TaskSnapshot {
     /// Parts, one per stateful operator of the chain.
     pub parts: Vec<OperatorSnapshotPart>,
+}
+
+impl TaskSnapshot {
+    /// An empty snapshot for the chain to fill.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for TaskSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let uids: Vec<&str> = self.parts.iter().map(|p| p.uid.as_str()).collect();
+        f.debug_struct("TaskSnapshot")
+            .field("operators", &uids)
+            .finish()
+    }
 }
 
 /// The receiving end of an operator (or of a chain of operators).

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use crate::api::config::JobConfig;
-use crate::api::graph::{JobGraph, Partitioning};
+use crate::api::graph::{JobGraph, NodeKind, Partitioning};
 use crate::checkpoint::storage::validate_name;
 use crate::error::{Error, Result};
 use crate::state::key_group::MAX_MAX_PARALLELISM;
@@ -20,6 +20,8 @@ pub(crate) struct TaskPlan {
     pub subtask: u32,
     pub parallelism: u32,
     pub name: String,
+    /// A source whose chained operators are all stateless: its final state is the task's.
+    pub capture_final_state: bool,
 }
 
 /// The resolved physical plan.
@@ -99,6 +101,8 @@ pub(crate) fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
             chain.push(cur);
         }
         let p = parallelism[head];
+        let capture_final_state = matches!(graph.nodes[head].kind, NodeKind::Source(_))
+            && chain[1..].iter().all(|&n| graph.nodes[n].stateless);
         let label = chain
             .iter()
             .map(|&c| graph.nodes[c].name.as_str())
@@ -110,6 +114,7 @@ pub(crate) fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
                 subtask: s,
                 parallelism: p,
                 name: format!("{label} ({}/{p})", s + 1),
+                capture_final_state,
             });
         }
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use crate::api::functions::{SourceFunction, SourceStatus};
-use crate::checkpoint::writer::SnapshotJob;
+use crate::checkpoint::writer::{SnapshotJob, SnapshotPayload};
 use crate::error::{Error, Result};
 use crate::runtime::alignment::{BarrierAction, BarrierHandler, CheckpointingMode};
 use crate::runtime::event::{CheckpointBarrier, Event};
@@ -67,6 +67,8 @@ pub enum TaskEvent {
         attempt: u32,
         /// Task index.
         task: usize,
+        /// A finished source's final state, which stands in for it in later checkpoints.
+        final_state: Option<FinalState>,
     },
     /// The task failed (error or panic).
     Failed {
@@ -77,6 +79,20 @@ pub enum TaskEvent {
         /// The cause.
         error: Error,
     },
+}
+
+/// The state a source task ended with, captured after its source finished.
+///
+/// Checkpoints go on after some sources finished (a subtask that got no input split
+/// finishes at once); a finished source acknowledges each later checkpoint with this state.
+/// It is only valid for checkpoints the task did not handle itself, i.e. ids greater than
+/// `last_checkpoint`: an earlier barrier cut the stream at an earlier position.
+#[derive(Debug)]
+pub struct FinalState {
+    /// The source's operator state after its last record.
+    pub snapshot: TaskSnapshot,
+    /// The newest checkpoint whose barrier the task emitted itself (0 if none).
+    pub last_checkpoint: u64,
 }
 
 /// Counters a task updates for progress reporting (relaxed atomics, no locking).
@@ -110,6 +126,9 @@ pub struct TaskContext {
     pub injector: Option<Arc<FailureInjector>>,
     /// Progress counters.
     pub metrics: Arc<TaskMetrics>,
+    /// (Source tasks) capture the source's final state when it finishes; set when every
+    /// chained operator is stateless, so the source's state is the task's whole state.
+    pub capture_final_state: bool,
 }
 
 impl TaskContext {
@@ -130,7 +149,7 @@ impl TaskContext {
             subtask: self.subtask,
             parallelism: self.parallelism,
             checkpoint_id: id,
-            snapshot,
+            snapshot: SnapshotPayload::Captured(snapshot),
             sync,
             alignment,
         });
@@ -154,11 +173,13 @@ fn source_control<T, S: SourceFunction<T>>(
     uid: &str,
     chain: &mut dyn Output<T>,
     ctx: &TaskContext,
+    last_checkpoint: &mut u64,
 ) -> Result<()> {
     match c {
         Control::Trigger(barrier) => {
+            *last_checkpoint = barrier.id;
             let start = Instant::now();
-            let mut snap = TaskSnapshot { parts: Vec::new() };
+            let mut snap = TaskSnapshot::new();
             snapshot_function(source, uid, barrier, &mut snap)?;
             chain.snapshot(barrier, &mut snap)?;
             ctx.submit(barrier.id, snap, start.elapsed(), Duration::ZERO);
@@ -176,19 +197,28 @@ fn source_control<T, S: SourceFunction<T>>(
     }
 }
 
-/// Runs a source task until its source finishes or the task is cancelled.
+/// Runs a source task until its source finishes or the task is cancelled; returns the
+/// source's final state when the task is set to capture it.
 pub fn run_source<T, S: SourceFunction<T>>(
     mut source: S,
     uid: String,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
-) -> Result<()> {
+) -> Result<Option<FinalState>> {
     let mut buf = Vec::with_capacity(BATCH_SIZE);
     let mut last_flush = Instant::now();
+    let mut last_checkpoint = 0;
     loop {
         loop {
             match ctx.control.try_recv() {
-                Ok(c) => source_control(c, &mut source, &uid, chain.as_mut(), &ctx)?,
+                Ok(c) => source_control(
+                    c,
+                    &mut source,
+                    &uid,
+                    chain.as_mut(),
+                    &ctx,
+                    &mut last_checkpoint,
+                )?,
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
@@ -200,11 +230,33 @@ pub fn run_source<T, S: SourceFunction<T>>(
         }
         match status {
             SourceStatus::More => {}
-            SourceStatus::Finished => return chain.end_of_input(),
+            SourceStatus::Finished => {
+                chain.end_of_input()?;
+                if !ctx.capture_final_state {
+                    return Ok(None);
+                }
+                let mut snapshot = TaskSnapshot::new();
+                let marker = CheckpointBarrier {
+                    id: last_checkpoint,
+                    timestamp_ms: 0,
+                };
+                snapshot_function(&mut source, &uid, marker, &mut snapshot)?;
+                return Ok(Some(FinalState {
+                    snapshot,
+                    last_checkpoint,
+                }));
+            }
             SourceStatus::Idle => {
                 // Nothing to read: wait for a control message or a moment, whichever is first.
                 match ctx.control.recv_timeout(Duration::from_millis(1)) {
-                    Ok(c) => source_control(c, &mut source, &uid, chain.as_mut(), &ctx)?,
+                    Ok(c) => source_control(
+                        c,
+                        &mut source,
+                        &uid,
+                        chain.as_mut(),
+                        &ctx,
+                        &mut last_checkpoint,
+                    )?,
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
                 }
@@ -293,7 +345,7 @@ pub fn run_input<T: Send>(
 fn act<T>(action: BarrierAction, chain: &mut dyn Output<T>, ctx: &TaskContext) -> Result<()> {
     let snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
         let start = Instant::now();
-        let mut snap = TaskSnapshot { parts: Vec::new() };
+        let mut snap = TaskSnapshot::new();
         chain.snapshot(b, &mut snap)?;
         ctx.submit(b.id, snap, start.elapsed(), alignment);
         Ok(())
@@ -363,6 +415,7 @@ mod tests {
             writer: writer_tx,
             injector: None,
             metrics: Arc::new(TaskMetrics::default()),
+            capture_final_state: false,
         };
         let b = CheckpointBarrier {
             id: 1,
