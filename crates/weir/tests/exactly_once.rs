@@ -150,7 +150,12 @@ fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() 
 #[test]
 fn checkpoints_go_on_after_a_source_finishes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config("early-finish", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    let mut cfg = config(
+        "early-finish",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
     let (n_a, n_b, keys) = (1_000u64, 400_000u64, 100u64);
     cfg.failure_injection = Some(FailureInjection {
         failures: 4,
@@ -159,9 +164,14 @@ fn checkpoints_go_on_after_a_source_finishes() {
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let a = env.add_source("tiny", GeneratorSource::new(n_a)).uid("tiny");
+    let a = env
+        .add_source("tiny", GeneratorSource::new(n_a))
+        .uid("tiny");
     let b = env
-        .add_source("long", GeneratorSource::new(n_b).with_rate(Some(1_000_000.0)))
+        .add_source(
+            "long",
+            GeneratorSource::new(n_b).with_rate(Some(1_000_000.0)),
+        )
         .uid("long")
         .map(move |i| i + n_a);
     a.union(b)
