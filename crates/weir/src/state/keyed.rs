@@ -14,8 +14,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use rustc_hash::FxHashMap;
-
+use super::cow_map::{CowMap, CowSnapshot};
 use super::key_group::{key_group, KeyGroupRange};
 use super::{Key, StateKind, StateValue};
 use crate::error::{Error, Result};
@@ -41,7 +40,7 @@ pub(crate) trait StateTable<K>: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn kind(&self) -> StateKind;
     /// Synchronous phase: an immutable view that the asynchronous phase may encode.
-    fn snapshot(&self) -> Box<dyn TableSnapshot>;
+    fn snapshot(&mut self) -> Box<dyn TableSnapshot>;
     /// Loads encoded entries (one key group's section) into the table.
     fn restore(&mut self, name: &str, bytes: &[u8]) -> Result<()>;
     fn len(&self) -> usize;
@@ -60,11 +59,11 @@ pub trait TableSnapshot: Send {
 }
 
 struct ValueTable<K, V> {
-    map: FxHashMap<K, V>,
+    map: CowMap<K, V>,
 }
 
 struct ValueTableSnapshot<K, V> {
-    map: FxHashMap<K, V>,
+    map: CowSnapshot<K, V>,
 }
 
 impl<K: Key, V: StateValue> StateTable<K> for ValueTable<K, V> {
@@ -77,9 +76,9 @@ impl<K: Key, V: StateValue> StateTable<K> for ValueTable<K, V> {
     fn kind(&self) -> StateKind {
         StateKind::Value
     }
-    fn snapshot(&self) -> Box<dyn TableSnapshot> {
+    fn snapshot(&mut self) -> Box<dyn TableSnapshot> {
         Box::new(ValueTableSnapshot {
-            map: self.map.clone(),
+            map: self.map.snapshot(),
         })
     }
     fn restore(&mut self, name: &str, mut bytes: &[u8]) -> Result<()> {
@@ -106,7 +105,7 @@ impl<K: Key, V: StateValue> TableSnapshot for ValueTableSnapshot<K, V> {
         range: KeyGroupRange,
         out: &mut [Vec<u8>],
     ) -> Result<u64> {
-        for (k, v) in &self.map {
+        for (k, v) in self.map.iter() {
             let g = key_group(k, max_parallelism);
             if !range.contains(g) {
                 return Err(Error::InvalidJob(format!(
@@ -163,14 +162,14 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// Synchronous phase of a snapshot: an immutable view of every table.
-    pub(crate) fn snapshot(&self) -> KeyedSnapshot {
+    pub(crate) fn snapshot(&mut self) -> KeyedSnapshot {
         KeyedSnapshot {
             range: self.range,
             max_parallelism: self.max_parallelism,
             tables: self
                 .names
                 .iter()
-                .zip(&self.tables)
+                .zip(&mut self.tables)
                 .map(|(n, t)| (n.clone(), t.kind(), t.snapshot()))
                 .collect(),
         }
@@ -185,7 +184,7 @@ impl<K: Key> KeyedStateBackend<K> {
             .collect()
     }
 
-    fn table<V: StateValue>(&self, h: ValueState<V>) -> &FxHashMap<K, V> {
+    fn table<V: StateValue>(&self, h: ValueState<V>) -> &CowMap<K, V> {
         &self.tables[h.index]
             .as_any()
             .downcast_ref::<ValueTable<K, V>>()
@@ -193,7 +192,7 @@ impl<K: Key> KeyedStateBackend<K> {
             .map
     }
 
-    fn table_mut<V: StateValue>(&mut self, h: ValueState<V>) -> &mut FxHashMap<K, V> {
+    fn table_mut<V: StateValue>(&mut self, h: ValueState<V>) -> &mut CowMap<K, V> {
         &mut self.tables[h.index]
             .as_any_mut()
             .downcast_mut::<ValueTable<K, V>>()
@@ -233,7 +232,7 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
             )));
         }
         let mut table = ValueTable::<K, V> {
-            map: FxHashMap::default(),
+            map: CowMap::default(),
         };
         if let Some(sections) = self.backend.restored.remove(name) {
             for s in &sections {
@@ -276,7 +275,7 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// Mutable access to the current key's value, inserted with `default` if absent — one
     /// hash lookup for read-modify-write (Flink needs two: `value()` then `update()`).
-    /// The key is cloned, which is free for the integer keys the hot paths use.
+    /// The key is cloned only when it is inserted.
     #[inline]
     pub fn get_mut_or_insert_with<V: StateValue>(
         &mut self,
@@ -285,8 +284,7 @@ impl<K: Key> KeyedContext<'_, K> {
     ) -> &mut V {
         self.backend
             .table_mut(state)
-            .entry(self.key.clone())
-            .or_insert_with(default)
+            .get_or_insert_with(self.key, default)
     }
 
     /// Removes the current key's value of `state`.

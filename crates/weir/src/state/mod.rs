@@ -4,7 +4,9 @@
 //! * [`operator`]: state that belongs to one parallel subtask (sources' positions, buffers),
 //!   as named lists that are redistributed when parallelism changes.
 //! * [`key_group`]: the stable hash and the key-group arithmetic both depend on.
+//! * [`cow_map`]: the copy-on-write map that keeps the synchronous snapshot phase short.
 
+pub mod cow_map;
 pub mod key_group;
 pub mod keyed;
 pub mod operator;
@@ -23,9 +25,10 @@ impl<T: Clone + Send + 'static> Data for T {}
 pub trait Key: Data + std::hash::Hash + Eq + Serialize + DeserializeOwned + Sync {}
 impl<T: Data + std::hash::Hash + Eq + Serialize + DeserializeOwned + Sync> Key for T {}
 
-/// A value that can live in state: encoded with postcard in snapshots.
-pub trait StateValue: Data + Serialize + DeserializeOwned {}
-impl<T: Data + Serialize + DeserializeOwned> StateValue for T {}
+/// A value that can live in state: encoded with postcard in snapshots, and shared
+/// read-only with the thread that writes a snapshot (hence `Sync`).
+pub trait StateValue: Data + Serialize + DeserializeOwned + Sync {}
+impl<T: Data + Serialize + DeserializeOwned + Sync> StateValue for T {}
 
 /// The kinds of state a snapshot can hold; recorded in files so tools can describe them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
