@@ -7,9 +7,11 @@
 //! * [`metadata`] — what `_metadata` and the state files contain.
 //! * [`writer`] — turns a task's synchronous snapshot into files, off the processing thread.
 //! * [`restore`] — loads a checkpoint back and hands each subtask its part.
+//! * [`inspect`] — describes a checkpoint's operators and states for tools (`weir state`).
 
 pub mod coordinator;
 pub mod format;
+pub mod inspect;
 pub mod metadata;
 pub mod restore;
 pub mod storage;

@@ -1,0 +1,1 @@
+//! Describing a checkpoint for tools: operators, states, kinds, sizes and raw entries.
