@@ -39,7 +39,10 @@ pub mod prelude {
     pub use crate::runtime::executor::JobResult;
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;
-    pub use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore, ValueState};
+    pub use crate::state::keyed::{
+        AggregateFunction, AggregatingState, KeyedContext, KeyedEndContext, KeyedStateStore,
+        ListState, MapState, ReducingState, StateHandle, ValueState,
+    };
     pub use crate::state::operator::{InitContext, SnapshotContext};
     pub use crate::{Error, Result};
 }

@@ -139,9 +139,13 @@ impl RestoredCheckpoint {
                 if !mine.contains(section.group) {
                     continue;
                 }
-                for ((name, _), bytes) in file.states.iter().zip(&section.states) {
+                for ((name, kind), bytes) in file.states.iter().zip(&section.states) {
                     if !bytes.is_empty() {
-                        keyed.entry(name.clone()).or_default().push(bytes.clone());
+                        keyed
+                            .entry(name.clone())
+                            .or_insert_with(|| (*kind, Vec::new()))
+                            .1
+                            .push(bytes.clone());
                     }
                 }
             }

@@ -31,6 +31,8 @@ pub trait StateValue: Data + Serialize + DeserializeOwned + Sync {}
 impl<T: Data + Serialize + DeserializeOwned + Sync> StateValue for T {}
 
 /// The kinds of state a snapshot can hold; recorded in files so tools can describe them.
+///
+/// Encoded by variant index: new kinds are only ever appended, so old files stay readable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StateKind {
     /// Keyed value state: one value per key.
@@ -39,4 +41,27 @@ pub enum StateKind {
     OperatorList,
     /// Operator list state, given whole to every subtask on restore.
     UnionList,
+    /// Keyed list state: a list per key.
+    List,
+    /// Keyed reducing state: a value per key, folded by a reduce function.
+    Reducing,
+    /// Keyed aggregating state: an accumulator per key.
+    Aggregating,
+    /// Keyed map state: a map per key.
+    Map,
+}
+
+impl StateKind {
+    /// A short lowercase name for messages and tools.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Value => "value",
+            StateKind::OperatorList => "operator list",
+            StateKind::UnionList => "union list",
+            StateKind::List => "list",
+            StateKind::Reducing => "reducing",
+            StateKind::Aggregating => "aggregating",
+            StateKind::Map => "map",
+        }
+    }
 }

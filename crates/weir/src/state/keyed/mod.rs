@@ -1,0 +1,550 @@
+//! Keyed state: state scoped to the current key after `key_by` (DESIGN.md §5).
+//!
+//! A keyed operator owns one [`KeyedStateBackend`] per subtask. Functions declare their
+//! states once, in `open`, through the [`KeyedStateStore`] and get back small handles
+//! ([`ValueState`], [`ListState`], [`MapState`], [`ReducingState`], [`AggregatingState`]);
+//! on each record the [`KeyedContext`] resolves a handle to the current key's slot. Tables
+//! are hash maps keyed by the key itself — no serialization on the hot path; encoding
+//! happens only in the asynchronous part of a snapshot.
+//!
+//! Snapshots are taken per key group: the synchronous part shares each table's
+//! copy-on-write shards (O(shards), not O(entries)); the asynchronous part (on a writer
+//! thread) splits the view by key group and encodes it, so a restore at any parallelism
+//! reads exactly the key groups it owns.
+//!
+//! Each kind stores one value per key (Flink's semantics): a list state whose list becomes
+//! empty, or a map state whose map becomes empty, has no entry for that key any more.
+
+mod handles;
+mod table;
+
+use std::collections::BTreeMap;
+
+pub use handles::{
+    AggregateFunction, AggregatingAccess, AggregatingState, ListAccess, ListState, MapAccess,
+    MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
+};
+pub use table::TableSnapshot;
+
+use super::cow_map::CowMap;
+use super::key_group::KeyGroupRange;
+use super::{Key, StateKind, StateValue};
+use crate::error::{Error, Result};
+use table::{StateTable, Table};
+
+/// Encoded keyed state restored for this subtask: state name → (kind, key-group sections).
+pub type RestoredKeyedState = BTreeMap<String, (StateKind, Vec<Vec<u8>>)>;
+
+/// The keyed state of one subtask of one keyed operator.
+pub struct KeyedStateBackend<K> {
+    range: KeyGroupRange,
+    max_parallelism: u32,
+    names: Vec<String>,
+    tables: Vec<Box<dyn StateTable<K>>>,
+    restored: RestoredKeyedState,
+}
+
+impl<K: Key> KeyedStateBackend<K> {
+    /// A backend for key groups `range`, optionally loaded from a restore.
+    pub(crate) fn new(
+        range: KeyGroupRange,
+        max_parallelism: u32,
+        restored: RestoredKeyedState,
+    ) -> Self {
+        KeyedStateBackend {
+            range,
+            max_parallelism,
+            names: Vec::new(),
+            tables: Vec::new(),
+            restored,
+        }
+    }
+
+    /// Names of restored states that no descriptor claimed (dropped from later snapshots).
+    pub(crate) fn unclaimed(&self) -> Vec<String> {
+        self.restored.keys().cloned().collect()
+    }
+
+    /// Synchronous phase of a snapshot: an immutable view of every table.
+    pub(crate) fn snapshot(&mut self) -> KeyedSnapshot {
+        KeyedSnapshot {
+            range: self.range,
+            max_parallelism: self.max_parallelism,
+            tables: self
+                .names
+                .iter()
+                .zip(&mut self.tables)
+                .map(|(n, t)| (n.clone(), t.kind(), t.snapshot()))
+                .collect(),
+        }
+    }
+
+    /// Number of keys with state, per state, for inspection and tests.
+    pub fn sizes(&self) -> Vec<(String, usize)> {
+        self.names
+            .iter()
+            .zip(&self.tables)
+            .map(|(n, t)| (n.clone(), t.len()))
+            .collect()
+    }
+
+    /// The map behind table `index`, which stores `S` per key.
+    #[inline]
+    pub(crate) fn map<S: StateValue>(&self, index: usize) -> &CowMap<K, S> {
+        &self.tables[index]
+            .as_any()
+            .downcast_ref::<Table<K, S>>()
+            .expect("a state handle is only issued for a table of its stored type")
+            .map
+    }
+
+    /// The map behind table `index`, mutably.
+    #[inline]
+    pub(crate) fn map_mut<S: StateValue>(&mut self, index: usize) -> &mut CowMap<K, S> {
+        &mut self.tables[index]
+            .as_any_mut()
+            .downcast_mut::<Table<K, S>>()
+            .expect("a state handle is only issued for a table of its stored type")
+            .map
+    }
+
+    /// Declares table `name` storing `S` per key, loading its restored entries.
+    fn declare<S: StateValue>(&mut self, name: &str, kind: StateKind) -> Result<usize> {
+        if self.names.iter().any(|n| n == name) {
+            return Err(Error::InvalidJob(format!(
+                "keyed state '{name}' declared twice in one operator"
+            )));
+        }
+        let mut table = Table::<K, S> {
+            map: CowMap::default(),
+            kind,
+        };
+        if let Some((restored_kind, sections)) = self.restored.remove(name) {
+            if restored_kind != kind {
+                return Err(Error::Restore(format!(
+                    "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
+                     {} state now; keep its kind or give the new state another name",
+                    restored_kind.name(),
+                    kind.name()
+                )));
+            }
+            for s in &sections {
+                table.restore(name, s)?;
+            }
+        }
+        self.names.push(name.to_string());
+        self.tables.push(Box::new(table));
+        Ok(self.tables.len() - 1)
+    }
+}
+
+/// Immutable view of a backend, produced synchronously at the barrier.
+pub struct KeyedSnapshot {
+    /// Key groups covered.
+    pub range: KeyGroupRange,
+    /// The job's max parallelism (number of key groups).
+    pub max_parallelism: u32,
+    /// `(state name, kind, view)` per declared state.
+    pub tables: Vec<(String, StateKind, Box<dyn TableSnapshot>)>,
+}
+
+/// Where functions declare their keyed states (handed to `open`).
+///
+/// Restored entries are decoded at declaration, so a type mismatch with the checkpoint
+/// surfaces as an error at start, naming the state; so does declaring a restored state
+/// with another kind, or the same name twice.
+pub struct KeyedStateStore<'a, K> {
+    backend: &'a mut KeyedStateBackend<K>,
+}
+
+impl<'a, K: Key> KeyedStateStore<'a, K> {
+    pub(crate) fn new(backend: &'a mut KeyedStateBackend<K>) -> Self {
+        KeyedStateStore { backend }
+    }
+
+    /// A value per key (Flink's `ValueState`).
+    pub fn value_state<V: StateValue>(&mut self, name: &str) -> Result<ValueState<V>> {
+        let index = self.backend.declare::<V>(name, StateKind::Value)?;
+        Ok(ValueState::new(index))
+    }
+
+    /// A list per key (Flink's `ListState`).
+    pub fn list_state<V: StateValue>(&mut self, name: &str) -> Result<ListState<V>> {
+        let index = self.backend.declare::<Vec<V>>(name, StateKind::List)?;
+        Ok(ListState::new(index))
+    }
+
+    /// A map per key (Flink's `MapState`).
+    pub fn map_state<UK: Key, UV: StateValue>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
+        let index = self
+            .backend
+            .declare::<handles::UserMap<UK, UV>>(name, StateKind::Map)?;
+        Ok(MapState::new(index))
+    }
+
+    /// A value per key folded with `reduce` on every `add` (Flink's `ReducingState`).
+    pub fn reducing_state<V: StateValue>(
+        &mut self,
+        name: &str,
+        reduce: impl Fn(V, V) -> V + Send + Sync + 'static,
+    ) -> Result<ReducingState<V>> {
+        let index = self.backend.declare::<V>(name, StateKind::Reducing)?;
+        Ok(ReducingState::new(index, reduce))
+    }
+
+    /// An accumulator per key, fed by `add` and read through the aggregate function
+    /// (Flink's `AggregatingState`: input, accumulator and output types may all differ).
+    pub fn aggregating_state<IN, ACC: StateValue, OUT>(
+        &mut self,
+        name: &str,
+        aggregate: impl AggregateFunction<IN, ACC, OUT> + 'static,
+    ) -> Result<AggregatingState<IN, ACC, OUT>> {
+        let index = self.backend.declare::<ACC>(name, StateKind::Aggregating)?;
+        Ok(AggregatingState::new(index, aggregate))
+    }
+}
+
+/// Per-record access to keyed state, scoped to the current key.
+pub struct KeyedContext<'a, K> {
+    pub(crate) key: &'a K,
+    pub(crate) backend: &'a mut KeyedStateBackend<K>,
+}
+
+impl<K: Key> KeyedContext<'_, K> {
+    /// The key of the record being processed.
+    pub fn key(&self) -> &K {
+        self.key
+    }
+
+    /// The current key's value of `state`, if set.
+    #[inline]
+    pub fn get<V: StateValue>(&self, state: ValueState<V>) -> Option<&V> {
+        self.backend.map::<V>(state.index()).get(self.key)
+    }
+
+    /// Sets the current key's value of `state`.
+    #[inline]
+    pub fn set<V: StateValue>(&mut self, state: ValueState<V>, value: V) {
+        let key = self.key.clone();
+        self.backend.map_mut::<V>(state.index()).insert(key, value);
+    }
+
+    /// Mutable access to the current key's value, inserted with `default` if absent — one
+    /// hash lookup for read-modify-write (Flink needs two: `value()` then `update()`).
+    /// The key is cloned only when it is inserted.
+    #[inline]
+    pub fn get_mut_or_insert_with<V: StateValue>(
+        &mut self,
+        state: ValueState<V>,
+        default: impl FnOnce() -> V,
+    ) -> &mut V {
+        self.backend
+            .map_mut::<V>(state.index())
+            .get_or_insert_with(self.key, default)
+    }
+
+    /// Removes the current key's value of `state`.
+    pub fn clear<V: StateValue>(&mut self, state: ValueState<V>) {
+        self.backend.map_mut::<V>(state.index()).remove(self.key);
+    }
+
+    /// The current key's list of `state`.
+    pub fn list<V: StateValue>(&mut self, state: &ListState<V>) -> ListAccess<'_, K, V> {
+        ListAccess::new(self.key, self.backend.map_mut(state.index()))
+    }
+
+    /// The current key's map of `state`.
+    pub fn map<UK: Key, UV: StateValue>(
+        &mut self,
+        state: &MapState<UK, UV>,
+    ) -> MapAccess<'_, K, UK, UV> {
+        MapAccess::new(self.key, self.backend.map_mut(state.index()))
+    }
+
+    /// The current key's reduced value of `state`.
+    pub fn reducing<'s, V: StateValue>(
+        &'s mut self,
+        state: &'s ReducingState<V>,
+    ) -> ReducingAccess<'s, K, V> {
+        ReducingAccess::new(self.key, self.backend.map_mut(state.index()), state)
+    }
+
+    /// The current key's accumulator of `state`.
+    pub fn aggregating<'s, IN, ACC: StateValue, OUT>(
+        &'s mut self,
+        state: &'s AggregatingState<IN, ACC, OUT>,
+    ) -> AggregatingAccess<'s, K, IN, ACC, OUT> {
+        AggregatingAccess::new(self.key, self.backend.map_mut(state.index()), state)
+    }
+}
+
+/// Whole-backend access at end of input, for functions that emit final results.
+pub struct KeyedEndContext<'a, K> {
+    pub(crate) backend: &'a mut KeyedStateBackend<K>,
+}
+
+impl<K: Key> KeyedEndContext<'_, K> {
+    /// Every `(key, value)` of `state` on this subtask, in no particular order.
+    pub fn entries<V: StateValue>(&self, state: ValueState<V>) -> impl Iterator<Item = (&K, &V)> {
+        self.backend.map::<V>(state.index()).iter()
+    }
+
+    /// Runs `f` once for every key that has `state` on this subtask, with a context scoped
+    /// to that key (Flink's `applyToAllKeys`): `f` may read and change any state of the key.
+    pub fn apply_to_all_keys<H: StateHandle>(
+        &mut self,
+        state: &H,
+        mut f: impl FnMut(&mut KeyedContext<'_, K>) -> Result<()>,
+    ) -> Result<()> {
+        for key in self.backend.tables[state.index()].keys() {
+            f(&mut KeyedContext {
+                key: &key,
+                backend: self.backend,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
+        KeyedStateBackend::new(KeyGroupRange { start: 0, end: 16 }, 16, restored)
+    }
+
+    #[test]
+    fn value_state_round_trips_through_a_snapshot() {
+        let mut b = backend(BTreeMap::new());
+        let count = KeyedStateStore::new(&mut b)
+            .value_state::<u64>("count")
+            .unwrap();
+        for k in 0..100u64 {
+            let mut ctx = KeyedContext {
+                key: &k,
+                backend: &mut b,
+            };
+            *ctx.get_mut_or_insert_with(count, || 0) += k;
+            if k % 10 == 0 {
+                ctx.clear(count);
+            }
+        }
+        let snap = b.snapshot();
+        let mut groups = vec![Vec::new(); 16];
+        let n = snap.tables[0]
+            .2
+            .encode_groups(16, snap.range, &mut groups)
+            .unwrap();
+        assert_eq!(n, 90);
+        let mut restored = BTreeMap::new();
+        restored.insert("count".to_string(), (StateKind::Value, groups));
+        let mut b2 = backend(restored);
+        let count2 = KeyedStateStore::new(&mut b2)
+            .value_state::<u64>("count")
+            .unwrap();
+        for k in 0..100u64 {
+            let ctx = KeyedContext {
+                key: &k,
+                backend: &mut b2,
+            };
+            let want = if k % 10 == 0 { None } else { Some(k) };
+            assert_eq!(ctx.get(count2).copied(), want);
+        }
+        assert!(b2.unclaimed().is_empty());
+    }
+
+    #[test]
+    fn snapshot_is_isolated_from_later_writes() {
+        let mut b = backend(BTreeMap::new());
+        let s = KeyedStateStore::new(&mut b)
+            .value_state::<u64>("s")
+            .unwrap();
+        let key = 1u64;
+        KeyedContext {
+            key: &key,
+            backend: &mut b,
+        }
+        .set(s, 1);
+        let snap = b.snapshot();
+        KeyedContext {
+            key: &key,
+            backend: &mut b,
+        }
+        .set(s, 2);
+        let mut groups = vec![Vec::new(); 16];
+        snap.tables[0]
+            .2
+            .encode_groups(16, snap.range, &mut groups)
+            .unwrap();
+        let bytes: Vec<u8> = groups.concat();
+        let ((k, v), _): ((u64, u64), _) = postcard::take_from_bytes(&bytes).unwrap();
+        assert_eq!((k, v), (1, 1));
+    }
+
+    #[test]
+    fn wrong_type_on_restore_is_a_clear_error() {
+        let mut restored = BTreeMap::new();
+        restored.insert("s".to_string(), (StateKind::Value, vec![vec![1u8]]));
+        let mut b = backend(restored);
+        let err = KeyedStateStore::new(&mut b)
+            .value_state::<(u64, String)>("s")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("keyed value state 's'"), "{err}");
+        assert!(KeyedStateStore::new(&mut b).value_state::<u64>("t").is_ok());
+        assert!(KeyedStateStore::new(&mut b)
+            .value_state::<u64>("t")
+            .is_err());
+    }
+
+    /// Snapshots `b` and turns the result into what a restore of the same range hands over.
+    fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
+        let snap = b.snapshot();
+        let mut restored = BTreeMap::new();
+        for (name, kind, view) in &snap.tables {
+            let mut groups = vec![Vec::new(); 16];
+            view.encode_groups(16, snap.range, &mut groups).unwrap();
+            restored.insert(name.clone(), (*kind, groups));
+        }
+        restored
+    }
+
+    struct Average;
+
+    impl AggregateFunction<u64, (u64, u64), f64> for Average {
+        fn create_accumulator(&self) -> (u64, u64) {
+            (0, 0)
+        }
+        fn add(&self, value: u64, acc: &mut (u64, u64)) {
+            acc.0 += value;
+            acc.1 += 1;
+        }
+        fn get_result(&self, acc: &(u64, u64)) -> f64 {
+            acc.0 as f64 / acc.1 as f64
+        }
+    }
+
+    struct Handles {
+        list: ListState<u64>,
+        map: MapState<String, u64>,
+        max: ReducingState<u64>,
+        avg: AggregatingState<u64, (u64, u64), f64>,
+    }
+
+    fn declare(b: &mut KeyedStateBackend<u64>) -> Handles {
+        let mut store = KeyedStateStore::new(b);
+        Handles {
+            list: store.list_state("list").unwrap(),
+            map: store.map_state("map").unwrap(),
+            max: store
+                .reducing_state("max", |a: u64, b: u64| a.max(b))
+                .unwrap(),
+            avg: store.aggregating_state("avg", Average).unwrap(),
+        }
+    }
+
+    #[test]
+    fn every_kind_keeps_its_semantics_through_snapshot_and_restore() {
+        let mut b = backend(BTreeMap::new());
+        let h = declare(&mut b);
+        for k in 0..20u64 {
+            let mut ctx = KeyedContext {
+                key: &k,
+                backend: &mut b,
+            };
+            ctx.list(&h.list).add_all([k, k + 1]);
+            ctx.list(&h.list).add(k + 2);
+            ctx.map(&h.map).put(format!("a{k}"), k);
+            ctx.map(&h.map).put("b".into(), 1);
+            for v in [3, k, 1] {
+                ctx.reducing(&h.max).add(v);
+                ctx.aggregating(&h.avg).add(v);
+            }
+            if k % 5 == 0 {
+                ctx.list(&h.list).update(Vec::new());
+                assert_eq!(ctx.map(&h.map).remove(&"b".to_string()), Some(1));
+                ctx.map(&h.map).remove(&format!("a{k}"));
+                assert!(ctx.map(&h.map).is_empty());
+            }
+        }
+        let restored = round_trip(&mut b);
+        let mut b2 = backend(restored);
+        let h2 = declare(&mut b2);
+        assert!(b2.unclaimed().is_empty());
+        for k in 0..20u64 {
+            let mut ctx = KeyedContext {
+                key: &k,
+                backend: &mut b2,
+            };
+            if k % 5 == 0 {
+                assert!(ctx.list(&h2.list).get().is_empty());
+                assert!(ctx.map(&h2.map).is_empty());
+            } else {
+                assert_eq!(ctx.list(&h2.list).get(), &[k, k + 1, k + 2]);
+                let mut keys: Vec<_> = ctx.map(&h2.map).keys().cloned().collect();
+                keys.sort();
+                assert_eq!(keys, vec![format!("a{k}"), "b".to_string()]);
+                assert!(ctx.map(&h2.map).contains(&"b".to_string()));
+                assert_eq!(ctx.map(&h2.map).values().sum::<u64>(), k + 1);
+            }
+            assert_eq!(ctx.reducing(&h2.max).get(), Some(&k.max(3)));
+            let avg = ctx.aggregating(&h2.avg).get().unwrap();
+            assert!((avg - (4 + k) as f64 / 3.0).abs() < 1e-9);
+        }
+        // Empty lists and maps leave no entry behind (they do not bloat snapshots).
+        let sizes: BTreeMap<_, _> = b2.sizes().into_iter().collect();
+        assert_eq!(sizes["list"], 16);
+        assert_eq!(sizes["map"], 16);
+        assert_eq!(sizes["max"], 20);
+    }
+
+    #[test]
+    fn redeclaring_a_restored_state_with_another_kind_is_refused() {
+        let mut b = backend(BTreeMap::new());
+        let h = KeyedStateStore::new(&mut b).list_state::<u64>("s").unwrap();
+        KeyedContext {
+            key: &1u64,
+            backend: &mut b,
+        }
+        .list(&h)
+        .add(1);
+        let restored = round_trip(&mut b);
+        let mut b2 = backend(restored);
+        let err = KeyedStateStore::new(&mut b2)
+            .value_state::<u64>("s")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("was a list state") && err.contains("value state"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn apply_to_all_keys_reaches_every_key_with_state() {
+        let mut b = backend(BTreeMap::new());
+        let h = declare(&mut b);
+        for k in [3u64, 7, 11] {
+            KeyedContext {
+                key: &k,
+                backend: &mut b,
+            }
+            .reducing(&h.max)
+            .add(k);
+        }
+        let mut end = KeyedEndContext { backend: &mut b };
+        let mut seen = Vec::new();
+        end.apply_to_all_keys(&h.max, |ctx| {
+            seen.push(*ctx.key());
+            ctx.reducing(&h.max).clear();
+            Ok(())
+        })
+        .unwrap();
+        seen.sort();
+        assert_eq!(seen, vec![3, 7, 11]);
+        assert_eq!(b.sizes().into_iter().find(|s| s.0 == "max").unwrap().1, 0);
+    }
+}
