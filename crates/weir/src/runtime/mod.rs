@@ -9,9 +9,11 @@
 //! * [`fault`] — seeded failure injection for tests and demos.
 //! * [`restart`] — restart strategies.
 //! * [`plan`] — chains operators into tasks.
+//! * `attempt` — the event loop of one job attempt around the coordinator.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 
 pub mod alignment;
+pub(crate) mod attempt;
 pub mod event;
 pub mod executor;
 pub mod fault;

@@ -1,0 +1,277 @@
+//! Driving one job attempt: the executor's event loop around the checkpoint coordinator.
+//!
+//! [`AttemptRun::drive`] waits for task events (acknowledgements, declines, finished and
+//! failed tasks), feeds them to the [`Coordinator`] and carries out its decisions: send
+//! triggers, write `_metadata`, notify tasks, delete folders. It returns when every task
+//! finished or one failed; the executor decides about restarts.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
+use crate::checkpoint::writer::{
+    encode_snapshot, EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck,
+};
+use crate::error::Error;
+use crate::runtime::executor::{
+    wall_ms, Attempt, AttemptEnd, CompletedCheckpointStats, Executor, JobResult, PROGRESS_TICK,
+};
+use crate::runtime::task::{Control, FinalState, TaskEvent};
+
+/// The mutable state of one running attempt, so its event handling reads as small steps.
+pub(crate) struct AttemptRun<'e, 'a> {
+    pub exec: &'e Executor<'a>,
+    pub attempt: Attempt,
+    pub attempt_no: u32,
+    pub coordinator: &'e mut Coordinator<TaskAck>,
+    pub result: &'e mut JobResult,
+    pub latest_path: &'e mut Option<PathBuf>,
+    pub completed: HashSet<u64>,
+    pub last_records: u64,
+    /// Final states of finished sources, with the last checkpoint each handled itself.
+    pub standing: Vec<Option<(Arc<EncodedSnapshot>, u64)>>,
+}
+
+impl AttemptRun<'_, '_> {
+    pub(crate) fn drive(&mut self, events: &Receiver<TaskEvent>) -> AttemptEnd {
+        let mut remaining = self.attempt.handles.len();
+        loop {
+            self.update_progress();
+            let now = Instant::now();
+            let actions = self.coordinator.tick(now, wall_ms());
+            if let Some(end) = self.carry_out(actions) {
+                return end;
+            }
+            let deadline = self
+                .coordinator
+                .next_deadline()
+                .unwrap_or(now + PROGRESS_TICK)
+                .min(now + PROGRESS_TICK);
+            let actions = match events.recv_deadline(deadline) {
+                Ok(TaskEvent::Ack {
+                    attempt,
+                    task,
+                    checkpoint,
+                    ack,
+                }) => {
+                    if attempt == self.attempt_no && self.coordinator.is_pending(checkpoint) {
+                        self.coordinator
+                            .on_ack(checkpoint, task, ack)
+                            .into_iter()
+                            .collect()
+                    } else {
+                        // A late ack of an aborted checkpoint: its files are garbage.
+                        if !self.completed.contains(&checkpoint)
+                            && !self.coordinator.is_pending(checkpoint)
+                        {
+                            let _ = self.exec.storage.discard(checkpoint);
+                        }
+                        Vec::new()
+                    }
+                }
+                Ok(TaskEvent::Decline {
+                    attempt,
+                    checkpoint,
+                    reason,
+                }) if attempt == self.attempt_no => self
+                    .coordinator
+                    .on_decline(checkpoint, AbortReason::Failed(reason)),
+                Ok(TaskEvent::Finished {
+                    attempt,
+                    task,
+                    final_state,
+                }) if attempt == self.attempt_no => {
+                    self.attempt.finished[task] = true;
+                    remaining -= 1;
+                    self.on_finished(task, final_state)
+                }
+                Ok(TaskEvent::Failed {
+                    attempt,
+                    task,
+                    error,
+                }) if attempt == self.attempt_no => {
+                    self.attempt.finished[task] = true;
+                    remaining -= 1;
+                    if !matches!(error, Error::Cancelled) {
+                        return AttemptEnd::Failed(error);
+                    }
+                    // A task saw its neighbours vanish; the root cause follows shortly.
+                    Vec::new()
+                }
+                Ok(_) => Vec::new(), // events of an older attempt
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => Vec::new(),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return AttemptEnd::Failed(Error::Cancelled)
+                }
+            };
+            if let Some(end) = self.carry_out(actions) {
+                return end;
+            }
+            if remaining == 0 {
+                return AttemptEnd::Finished;
+            }
+        }
+    }
+
+    /// A task finished. A source that left its final state keeps checkpoints going: that
+    /// state acknowledges, for it, every checkpoint it did not handle itself.
+    fn on_finished(
+        &mut self,
+        task: usize,
+        final_state: Option<FinalState>,
+    ) -> Vec<Action<TaskAck>> {
+        let Some(fs) = final_state else {
+            return self.coordinator.on_task_finished();
+        };
+        match encode_snapshot(fs.snapshot) {
+            Ok(encoded) => {
+                self.standing[task] = Some((Arc::new(encoded), fs.last_checkpoint));
+                for id in self.coordinator.pending_ids() {
+                    self.submit_standing(task, id);
+                }
+                let running = self
+                    .attempt
+                    .sources
+                    .iter()
+                    .filter(|&&s| !self.attempt.finished[s])
+                    .count();
+                self.coordinator.on_source_finished(running);
+                Vec::new()
+            }
+            Err(e) => {
+                self.exec.metrics.notice(
+                    self.result,
+                    format!(
+                        "cannot encode the final state of a finished source: {e}; checkpoints stop"
+                    ),
+                );
+                self.coordinator.on_task_finished()
+            }
+        }
+    }
+
+    /// Writes finished task `task`'s standing state into checkpoint `id`, if it has one and
+    /// did not emit that checkpoint's barrier itself.
+    fn submit_standing(&self, task: usize, id: u64) {
+        let Some((encoded, last)) = &self.standing[task] else {
+            return;
+        };
+        if id <= *last {
+            return;
+        }
+        let t = &self.exec.plan.tasks[task];
+        let _ = self.exec.writer_tx.send(SnapshotJob {
+            attempt: self.attempt_no,
+            task,
+            subtask: t.subtask,
+            parallelism: t.parallelism,
+            checkpoint_id: id,
+            snapshot: SnapshotPayload::Encoded(encoded.clone()),
+            sync: Duration::ZERO,
+            alignment: Duration::ZERO,
+        });
+    }
+
+    /// Adds the records sources emitted since the last call to the job metrics.
+    fn update_progress(&mut self) {
+        let records: u64 = self
+            .attempt
+            .sources
+            .iter()
+            .map(|&t| self.exec.task_metrics[t].records_in.load(Ordering::Relaxed))
+            .sum();
+        self.exec
+            .metrics
+            .source_records
+            .fetch_add(records.saturating_sub(self.last_records), Ordering::Relaxed);
+        self.last_records = records;
+    }
+
+    /// Carries out the coordinator's decisions (which may produce more); returns `Some`
+    /// when one of them ends the attempt.
+    fn carry_out(&mut self, mut actions: Vec<Action<TaskAck>>) -> Option<AttemptEnd> {
+        actions.reverse();
+        while let Some(action) = actions.pop() {
+            let more = match action {
+                Action::Trigger(b) => {
+                    for &s in &self.attempt.sources {
+                        if !self.attempt.finished[s] {
+                            let _ = self.attempt.controls[s].send(Control::Trigger(b));
+                        }
+                    }
+                    for task in 0..self.standing.len() {
+                        self.submit_standing(task, b.id);
+                    }
+                    Vec::new()
+                }
+                Action::WriteMetadata {
+                    barrier,
+                    acks,
+                    started,
+                } => self.complete(barrier.id, barrier.timestamp_ms, &acks, started),
+                Action::Abort { id, reason } => {
+                    if reason.is_failure() {
+                        self.result.failed_checkpoints += 1;
+                        self.result
+                            .notices
+                            .push(format!("checkpoint {id} {reason}"));
+                    }
+                    self.attempt.broadcast(Control::Aborted(id));
+                    let _ = self.exec.storage.discard(id);
+                    Vec::new()
+                }
+                Action::NotifyComplete(id) => {
+                    self.attempt.broadcast(Control::Complete(id));
+                    Vec::new()
+                }
+                Action::Discard(id) => {
+                    let _ = self.exec.storage.discard(id);
+                    Vec::new()
+                }
+                Action::FailJob(msg) => {
+                    return Some(AttemptEnd::Failed(Error::CheckpointFailures(msg)));
+                }
+            };
+            actions.extend(more.into_iter().rev());
+        }
+        None
+    }
+
+    /// Every task acknowledged: write `_metadata` (which completes the checkpoint).
+    fn complete(
+        &mut self,
+        id: u64,
+        trigger_ms: u64,
+        acks: &[TaskAck],
+        started: Instant,
+    ) -> Vec<Action<TaskAck>> {
+        match self.exec.write_metadata(id, trigger_ms, acks) {
+            Ok(stats) => {
+                self.completed.insert(id);
+                *self.latest_path = Some(self.exec.storage.checkpoint_path(id));
+                let duration = started.elapsed();
+                let m = &self.exec.metrics;
+                m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
+                m.last_checkpoint_micros
+                    .store(duration.as_micros() as u64, Ordering::Relaxed);
+                let max = |f: fn(&TaskAck) -> u64| {
+                    Duration::from_micros(acks.iter().map(f).max().unwrap_or(0))
+                };
+                self.result.checkpoints.push(CompletedCheckpointStats {
+                    id,
+                    duration,
+                    bytes: stats.bytes,
+                    max_sync: max(|a| a.stats.sync_micros),
+                    max_alignment: max(|a| a.stats.alignment_micros),
+                });
+                self.coordinator.on_metadata_written(id, Instant::now())
+            }
+            Err(e) => self.coordinator.on_metadata_failed(id, e.to_string()),
+        }
+    }
+}
