@@ -1,13 +1,16 @@
-//! `weir`: run the built-in checkpointed jobs from the command line.
+//! `weir`: run the built-in checkpointed jobs, and inspect the state in their checkpoints.
 //!
 //! ```text
 //! weir run keyed-count --events 10000000 --keys 1000 --parallelism 2 --verify
 //! weir run wordcount --input /usr/share/common-licenses/GPL-3 --output counts
+//! weir state ls weir-checkpoints/keyed-count/chk-3
+//! weir state dump weir-checkpoints/keyed-count/chk-3 --uid count --state count --format json
 //! ```
 //!
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
 //! success, 1 on an error, 2 on bad flags, 3 when `--verify` finds a wrong count.
 
+mod inspect;
 mod jobs;
 mod output;
 mod progress;
@@ -37,6 +40,9 @@ enum Command {
     /// Run a built-in job.
     #[command(subcommand)]
     Run(Job),
+    /// Inspect the state in a checkpoint.
+    #[command(subcommand)]
+    State(inspect::StateCommand),
 }
 
 #[derive(Subcommand)]
@@ -395,6 +401,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Run(Job::KeyedCount(a)) => keyed_count(a),
         Command::Run(Job::Wordcount(a)) => wordcount(a),
+        Command::State(c) => inspect::run(c),
     };
     match r {
         Ok(code) => code,

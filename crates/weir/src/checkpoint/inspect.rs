@@ -1,1 +1,0 @@
-//! Describing a checkpoint for tools: operators, states, kinds, sizes and raw entries.

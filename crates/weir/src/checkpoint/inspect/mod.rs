@@ -1,0 +1,768 @@
+//! Describing a checkpoint for tools: operators, states, kinds, sizes and raw entries.
+//!
+//! This is the engine side of `weir state`: it knows the storage layout (DESIGN.md §6) but
+//! not the job's types, so it works on any checkpoint of any job.
+//!
+//! * [`describe`] reads `_metadata` and every state file it names (verifying each envelope)
+//!   and summarises each operator's states: kind, number of entries and encoded bytes.
+//! * [`raw_state`] returns one state's entries still encoded: per key group for keyed state,
+//!   per element for operator lists. A caller that knows the job's types decodes them with
+//!   [`RawState::keyed_entries`] or [`RawState::list_elements`]; one that does not can still
+//!   show the bytes.
+//!
+//! Guarantees: nothing here writes to the checkpoint; nothing panics on any file content —
+//! a missing, foreign, corrupt or inconsistent checkpoint is an [`InspectError`] that names
+//! the file and the way out. The checkpoint is read as untrusted input, like a restore does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+use super::format::FileKind;
+use super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile};
+use super::storage::{
+    parse_checkpoint_dir_name, read_metadata, read_state_file, StorageError, METADATA_FILE_NAME,
+};
+use crate::runtime::alignment::CheckpointingMode;
+use crate::state::StateKind;
+
+/// Why a checkpoint could not be inspected. Every message names the checkpoint or file
+/// and says what to do, so a tool can print it as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// A file is missing, unreadable, foreign, truncated or corrupted, or the path is not a
+    /// complete checkpoint (the storage layer's message says which).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The path is a job's folder (`<checkpoint-dir>/<job>`) rather than one checkpoint in
+    /// it; users pass it by mistake often enough to deserve its own hint.
+    #[error(
+        "{} is a job's checkpoint folder, not a checkpoint; pass one of its complete \
+         checkpoints: {} (the newest is {})",
+        .path.display(),
+        .checkpoints.iter().map(|id| format!("chk-{id}")).collect::<Vec<_>>().join(", "),
+        .path.join(format!("chk-{}", .checkpoints.last().copied().unwrap_or_default())).display()
+    )]
+    JobFolder {
+        /// The folder given.
+        path: PathBuf,
+        /// Ids of the complete checkpoints in it, ascending (never empty).
+        checkpoints: Vec<u64>,
+    },
+    /// An intact file (its checksum matches) whose payload is not in the layout this
+    /// build writes: a different Weir version, or a bug.
+    #[error(
+        "{}: cannot decode {what} ({cause}); the file is intact but not in the layout this \
+         Weir writes (written by another version?); inspect it with the Weir that wrote it",
+        .path.display()
+    )]
+    Undecodable {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold ("checkpoint metadata", "keyed state").
+        what: &'static str,
+        /// The decoder's message.
+        cause: String,
+    },
+    /// The files decode but contradict each other or the metadata.
+    #[error(
+        "{} is inconsistent: {detail}; the checkpoint is damaged or was not written by \
+         Weir, inspect another checkpoint",
+        .path.display()
+    )]
+    Inconsistent {
+        /// The file or checkpoint folder.
+        path: PathBuf,
+        /// What does not add up.
+        detail: String,
+    },
+    /// No operator with this uid has state in the checkpoint.
+    #[error(
+        "no operator with uid '{uid}' in checkpoint {}; {}",
+        .checkpoint.display(), one_of("its operators are", .known)
+    )]
+    UnknownUid {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// The uid asked for.
+        uid: String,
+        /// The uids that exist, sorted.
+        known: Vec<String>,
+    },
+    /// The operator exists but has no state of this name.
+    #[error(
+        "operator '{uid}' has no state '{state}' in checkpoint {}; {}",
+        .checkpoint.display(), one_of("its states are", .known)
+    )]
+    UnknownState {
+        /// The checkpoint folder.
+        checkpoint: PathBuf,
+        /// The operator's uid.
+        uid: String,
+        /// The state asked for.
+        state: String,
+        /// The states the operator has, sorted.
+        known: Vec<String>,
+    },
+    /// A state's entries do not decode as the types the caller asked for.
+    #[error("cannot decode state '{state}' of operator '{uid}' as {as_type}: {cause}")]
+    WrongType {
+        /// The operator's uid.
+        uid: String,
+        /// The state's name.
+        state: String,
+        /// The type the caller tried (for the message).
+        as_type: String,
+        /// What went wrong.
+        cause: String,
+    },
+}
+
+/// "its states are: a, b" or "it has none".
+fn one_of(intro: &str, known: &[String]) -> String {
+    if known.is_empty() {
+        "it has none".to_string()
+    } else {
+        format!("{intro}: {}", known.join(", "))
+    }
+}
+
+/// Result of the inspection functions.
+pub type Result<T, E = InspectError> = std::result::Result<T, E>;
+
+/// Whether a state is keyed (partitioned by key group) or operator state (owned by
+/// subtasks), since the same [`StateKind`] names print differently in each and their
+/// entries are stored differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateScope {
+    /// Keyed state: `(key, value)` entries per key group.
+    Keyed,
+    /// Operator state: lists of elements per subtask.
+    Operator,
+}
+
+/// A human name for a state's kind, e.g. "keyed value", "operator list", "union list".
+///
+/// Derived from the variant's `Debug` name (CamelCase split into lowercase words, "keyed "
+/// prepended for keyed state) rather than a `match`, so kinds added to [`StateKind`] later
+/// are named correctly without touching this module.
+pub fn kind_name(scope: StateScope, kind: StateKind) -> String {
+    let debug = format!("{kind:?}");
+    // Only the variant's identifier, should a variant ever carry fields.
+    let ident: String = debug
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    let mut words = String::new();
+    for (i, c) in ident.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            words.push(' ');
+        }
+        words.extend(c.to_lowercase());
+    }
+    if scope == StateScope::Keyed && !words.starts_with("keyed") {
+        words.insert_str(0, "keyed ");
+    }
+    words
+}
+
+/// What a checkpoint holds, as `weir state ls` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointDescription {
+    /// The checkpoint folder inspected.
+    pub path: PathBuf,
+    /// The checkpoint id.
+    pub checkpoint_id: u64,
+    /// The job's name, which tells a tool which types the states hold.
+    pub job_name: String,
+    /// When the checkpoint was triggered (ms since the Unix epoch).
+    pub trigger_timestamp_ms: u64,
+    /// When it completed (ms since the Unix epoch).
+    pub completed_timestamp_ms: u64,
+    /// The checkpointing mode it was taken in.
+    pub mode: CheckpointingMode,
+    /// The number of key groups; a restore must use the same.
+    pub max_parallelism: u32,
+    /// Size of the `_metadata` file in bytes.
+    pub metadata_bytes: u64,
+    /// Number of state files.
+    pub state_files: u64,
+    /// Total size of the state files in bytes (envelopes included), as on disk.
+    pub state_file_bytes: u64,
+    /// Every operator the metadata lists, in its order.
+    pub operators: Vec<OperatorDescription>,
+}
+
+impl CheckpointDescription {
+    /// Everything the checkpoint occupies on disk: state files plus `_metadata`.
+    pub fn total_bytes(&self) -> u64 {
+        self.state_file_bytes + self.metadata_bytes
+    }
+}
+
+/// One operator's part of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorDescription {
+    /// The operator's uid (what `weir state dump --uid` takes).
+    pub uid: String,
+    /// Its parallelism when the checkpoint was taken.
+    pub parallelism: u32,
+    /// Number of its state files.
+    pub files: u64,
+    /// Size of its state files in bytes (envelopes included).
+    pub file_bytes: u64,
+    /// Its states: keyed states in declaration order, then operator lists by name. Empty for
+    /// a stateless operator.
+    pub states: Vec<StateDescription>,
+}
+
+/// One named state of an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDescription {
+    /// The state's name (what `weir state dump --state` takes).
+    pub name: String,
+    /// Keyed or operator state.
+    pub scope: StateScope,
+    /// Its kind, as recorded in the files.
+    pub kind: StateKind,
+    /// Keyed entries (one per key) or list elements. `None` for a keyed state that shares
+    /// its files with other non-empty keyed states: entries are concatenated without
+    /// framing, so they cannot be told apart without the job's types.
+    pub entries: Option<u64>,
+    /// Encoded size of the entries in bytes (without file overhead).
+    pub bytes: u64,
+    /// For keyed state, the number of key groups that hold entries; 0 for operator state.
+    pub key_groups: u32,
+}
+
+impl StateDescription {
+    /// The kind's human name (see [`kind_name`]).
+    pub fn kind_name(&self) -> String {
+        kind_name(self.scope, self.kind)
+    }
+}
+
+/// One state's entries, still encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawState {
+    /// The checkpoint folder.
+    pub checkpoint: PathBuf,
+    /// The checkpoint id.
+    pub checkpoint_id: u64,
+    /// The job's name, so a tool can pick a decoder for the state's types.
+    pub job_name: String,
+    /// The operator's uid.
+    pub uid: String,
+    /// The state's name.
+    pub name: String,
+    /// Keyed or operator state (decides the shape of [`RawState::entries`]).
+    pub scope: StateScope,
+    /// Its kind.
+    pub kind: StateKind,
+    /// The encoded entries.
+    pub entries: RawEntries,
+}
+
+/// A state's encoded entries, in the shape their scope stores them in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawEntries {
+    /// Keyed state: one blob per non-empty key group, ascending by group. A blob is a
+    /// concatenation of postcard-encoded `(key, value)` pairs with no framing, so it can
+    /// only be split by decoding it with the right types.
+    Keyed(Vec<RawKeyGroup>),
+    /// Operator state: each subtask's elements, ascending by subtask; each element is
+    /// encoded separately.
+    Operator(Vec<RawList>),
+}
+
+/// One key group's entries of a keyed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawKeyGroup {
+    /// The subtask that wrote it.
+    pub subtask: u32,
+    /// The key group.
+    pub key_group: u32,
+    /// The concatenated encoded `(key, value)` pairs (never empty).
+    pub bytes: Vec<u8>,
+}
+
+/// One subtask's elements of an operator list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawList {
+    /// The subtask that wrote them.
+    pub subtask: u32,
+    /// The encoded elements, in list order.
+    pub elements: Vec<Vec<u8>>,
+}
+
+/// A decoded keyed entry, with where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedEntry<K, V> {
+    /// The subtask that wrote it.
+    pub subtask: u32,
+    /// Its key group.
+    pub key_group: u32,
+    /// The key.
+    pub key: K,
+    /// The stored value.
+    pub value: V,
+}
+
+/// A decoded operator-list element, with where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListElement<T> {
+    /// The subtask that wrote it.
+    pub subtask: u32,
+    /// Its position in that subtask's list.
+    pub index: usize,
+    /// The element.
+    pub value: T,
+}
+
+impl RawState {
+    /// The number of entries this state holds, if it can be known without its types:
+    /// always for operator lists, never for keyed state (see [`RawEntries::Keyed`]).
+    pub fn element_count(&self) -> Option<u64> {
+        match &self.entries {
+            RawEntries::Keyed(_) => None,
+            RawEntries::Operator(lists) => {
+                Some(lists.iter().map(|l| l.elements.len() as u64).sum())
+            }
+        }
+    }
+
+    /// Decodes keyed entries as `(K, V)` pairs, in key-group order. Fails (never panics) if
+    /// this is operator state or the bytes are not exactly a sequence of such pairs, so a
+    /// wrong guess of the types is reported instead of printing garbage.
+    pub fn keyed_entries<K: DeserializeOwned, V: DeserializeOwned>(
+        &self,
+    ) -> Result<Vec<KeyedEntry<K, V>>> {
+        let groups = match &self.entries {
+            RawEntries::Keyed(groups) => groups,
+            RawEntries::Operator(_) => {
+                return Err(self.wrong_type::<(K, V)>("it is operator state, not keyed state"))
+            }
+        };
+        let mut out = Vec::new();
+        for g in groups {
+            let mut rest: &[u8] = &g.bytes;
+            while !rest.is_empty() {
+                let ((key, value), after): ((K, V), &[u8]) = postcard::take_from_bytes(rest)
+                    .map_err(|e| {
+                        self.wrong_type::<(K, V)>(&format!(
+                            "key group {} of subtask {}, byte {}: {e}",
+                            g.key_group,
+                            g.subtask,
+                            g.bytes.len() - rest.len()
+                        ))
+                    })?;
+                out.push(KeyedEntry {
+                    subtask: g.subtask,
+                    key_group: g.key_group,
+                    key,
+                    value,
+                });
+                rest = after;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decodes operator-list elements as `T`, in subtask then list order. Fails (never
+    /// panics) if this is keyed state, or an element does not decode as `T` using all of
+    /// its bytes.
+    pub fn list_elements<T: DeserializeOwned>(&self) -> Result<Vec<ListElement<T>>> {
+        let lists = match &self.entries {
+            RawEntries::Operator(lists) => lists,
+            RawEntries::Keyed(_) => {
+                return Err(self.wrong_type::<T>("it is keyed state, not an operator list"))
+            }
+        };
+        let mut out = Vec::new();
+        for list in lists {
+            for (index, bytes) in list.elements.iter().enumerate() {
+                let at = || format!("element {index} of subtask {}", list.subtask);
+                let (value, rest): (T, &[u8]) = postcard::take_from_bytes(bytes)
+                    .map_err(|e| self.wrong_type::<T>(&format!("{}: {e}", at())))?;
+                if !rest.is_empty() {
+                    return Err(self.wrong_type::<T>(&format!(
+                        "{}: {} bytes left over after the value",
+                        at(),
+                        rest.len()
+                    )));
+                }
+                out.push(ListElement {
+                    subtask: list.subtask,
+                    index,
+                    value,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn wrong_type<T>(&self, cause: &str) -> InspectError {
+        InspectError::WrongType {
+            uid: self.uid.clone(),
+            state: self.name.clone(),
+            as_type: std::any::type_name::<T>().to_string(),
+            cause: cause.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for StateScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StateScope::Keyed => "keyed",
+            StateScope::Operator => "operator",
+        })
+    }
+}
+
+/// Describes the checkpoint (or savepoint) in folder `path`: its metadata and, for every
+/// operator, each state's kind, entries and bytes. Reads and verifies every state file, so
+/// a checkpoint that describes cleanly also has intact files.
+pub fn describe(path: &Path) -> Result<CheckpointDescription> {
+    let (meta, metadata_bytes) = read_meta(path)?;
+    let mut operators = Vec::with_capacity(meta.operators.len());
+    let (mut state_files, mut state_file_bytes) = (0, 0);
+    for op in &meta.operators {
+        let files = op_files(path, &meta, op)?;
+        let mut keyed: Vec<StateDescription> = Vec::new();
+        let mut lists: BTreeMap<String, StateDescription> = BTreeMap::new();
+        for file in &files.operator {
+            for (name, list) in &file.lists {
+                let d = lists
+                    .entry(name.clone())
+                    .or_insert_with(|| StateDescription {
+                        name: name.clone(),
+                        scope: StateScope::Operator,
+                        kind: list.kind.unwrap_or(StateKind::OperatorList),
+                        entries: Some(0),
+                        bytes: 0,
+                        key_groups: 0,
+                    });
+                d.entries = d.entries.map(|n| n + list.elements.len() as u64);
+                d.bytes += list.elements.iter().map(|e| e.len() as u64).sum::<u64>();
+            }
+        }
+        for file in &files.keyed {
+            // Entries of the file are attributable only when at most one state has any.
+            let mut non_empty = vec![false; file.content.states.len()];
+            for (i, (name, kind)) in file.content.states.iter().enumerate() {
+                let idx = match keyed.iter().position(|d| &d.name == name) {
+                    Some(idx) => idx,
+                    None => {
+                        keyed.push(StateDescription {
+                            name: name.clone(),
+                            scope: StateScope::Keyed,
+                            kind: *kind,
+                            entries: Some(0),
+                            bytes: 0,
+                            key_groups: 0,
+                        });
+                        keyed.len() - 1
+                    }
+                };
+                let d = &mut keyed[idx];
+                for section in &file.content.groups {
+                    let len = section.states[i].len() as u64;
+                    if len > 0 {
+                        d.bytes += len;
+                        d.key_groups += 1;
+                        non_empty[i] = true;
+                    }
+                }
+            }
+            let holders = non_empty.iter().filter(|b| **b).count();
+            for (i, (name, _)) in file.content.states.iter().enumerate() {
+                if let Some(d) = keyed.iter_mut().find(|d| &d.name == name) {
+                    if !non_empty[i] {
+                        continue;
+                    }
+                    d.entries = if holders == 1 {
+                        d.entries.map(|n| n + file.entries)
+                    } else {
+                        None
+                    };
+                }
+            }
+        }
+        let n_files = (files.operator.len() + files.keyed.len()) as u64;
+        state_files += n_files;
+        state_file_bytes += files.bytes;
+        keyed.extend(lists.into_values());
+        operators.push(OperatorDescription {
+            uid: op.uid.clone(),
+            parallelism: op.parallelism,
+            files: n_files,
+            file_bytes: files.bytes,
+            states: keyed,
+        });
+    }
+    Ok(CheckpointDescription {
+        path: path.to_path_buf(),
+        checkpoint_id: meta.checkpoint_id,
+        job_name: meta.job_name,
+        trigger_timestamp_ms: meta.trigger_timestamp_ms,
+        completed_timestamp_ms: meta.completed_timestamp_ms,
+        mode: meta.mode,
+        max_parallelism: meta.max_parallelism,
+        metadata_bytes,
+        state_files,
+        state_file_bytes,
+        operators,
+    })
+}
+
+/// The entries of state `state` of operator `uid` in the checkpoint at `path`, still
+/// encoded. Reads only that operator's files. If a keyed state and an operator list share
+/// the name, the keyed state is returned.
+pub fn raw_state(path: &Path, uid: &str, state: &str) -> Result<RawState> {
+    let (meta, _) = read_meta(path)?;
+    let Some(op) = meta.operators.iter().find(|o| o.uid == uid) else {
+        let mut known: Vec<String> = meta.operators.iter().map(|o| o.uid.clone()).collect();
+        known.sort();
+        known.dedup();
+        return Err(InspectError::UnknownUid {
+            checkpoint: path.to_path_buf(),
+            uid: uid.to_string(),
+            known,
+        });
+    };
+    let files = op_files(path, &meta, op)?;
+    let mut base = RawState {
+        checkpoint: path.to_path_buf(),
+        checkpoint_id: meta.checkpoint_id,
+        job_name: meta.job_name.clone(),
+        uid: uid.to_string(),
+        name: state.to_string(),
+        scope: StateScope::Keyed,
+        kind: StateKind::Value,
+        entries: RawEntries::Keyed(Vec::new()),
+    };
+
+    let mut keyed_kind = None;
+    let mut groups = Vec::new();
+    for file in &files.keyed {
+        let Some(i) = file.content.states.iter().position(|(n, _)| n == state) else {
+            continue;
+        };
+        keyed_kind.get_or_insert(file.content.states[i].1);
+        for section in &file.content.groups {
+            let bytes = &section.states[i];
+            if !bytes.is_empty() {
+                groups.push(RawKeyGroup {
+                    subtask: file.subtask,
+                    key_group: section.group,
+                    bytes: bytes.clone(),
+                });
+            }
+        }
+    }
+    if let Some(kind) = keyed_kind {
+        groups.sort_by_key(|g| (g.key_group, g.subtask));
+        base.kind = kind;
+        base.entries = RawEntries::Keyed(groups);
+        return Ok(base);
+    }
+
+    let mut list_kind = None;
+    let mut lists = Vec::new();
+    for file in &files.operator {
+        if let Some(list) = file.lists.get(state) {
+            if list_kind.is_none() {
+                list_kind = list.kind;
+            }
+            lists.push(RawList {
+                subtask: file.subtask,
+                elements: list.elements.clone(),
+            });
+        }
+    }
+    if !lists.is_empty() {
+        base.scope = StateScope::Operator;
+        base.kind = list_kind.unwrap_or(StateKind::OperatorList);
+        base.entries = RawEntries::Operator(lists);
+        return Ok(base);
+    }
+
+    let mut known: Vec<String> = files
+        .keyed
+        .iter()
+        .flat_map(|f| f.content.states.iter().map(|(n, _)| n.clone()))
+        .chain(files.operator.iter().flat_map(|f| f.lists.keys().cloned()))
+        .collect();
+    known.sort();
+    known.dedup();
+    Err(InspectError::UnknownState {
+        checkpoint: path.to_path_buf(),
+        uid: uid.to_string(),
+        state: state.to_string(),
+        known,
+    })
+}
+
+/// Reads and decodes `_metadata`; returns it with the file's size. A job folder given by
+/// mistake gets a hint naming its checkpoints.
+fn read_meta(path: &Path) -> Result<(CheckpointMetadata, u64)> {
+    let payload = match read_metadata(path) {
+        Ok(p) => p,
+        Err(e @ StorageError::NotACheckpoint { .. }) => {
+            let checkpoints = complete_checkpoints_in(path);
+            return Err(if checkpoints.is_empty() {
+                e.into()
+            } else {
+                InspectError::JobFolder {
+                    path: path.to_path_buf(),
+                    checkpoints,
+                }
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let file = path.join(METADATA_FILE_NAME);
+    let meta: CheckpointMetadata =
+        postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+            path: file.clone(),
+            what: "checkpoint metadata",
+            cause: e.to_string(),
+        })?;
+    let size = payload.len() as u64 + envelope_len();
+    for op in &meta.operators {
+        for st in &op.subtasks {
+            if st.subtask >= op.parallelism {
+                return Err(InspectError::Inconsistent {
+                    path: file,
+                    detail: format!(
+                        "operator '{}' lists subtask {} but has parallelism {}",
+                        op.uid, st.subtask, op.parallelism
+                    ),
+                });
+            }
+        }
+    }
+    Ok((meta, size))
+}
+
+fn envelope_len() -> u64 {
+    (super::format::HEADER_LEN + super::format::TRAILER_LEN) as u64
+}
+
+/// Ids of the complete checkpoints directly under `dir`, ascending; empty if unreadable.
+fn complete_checkpoints_in(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let id = e.file_name().to_str().and_then(parse_checkpoint_dir_name)?;
+            e.path().join(METADATA_FILE_NAME).is_file().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// One operator's decoded state files.
+struct OpFiles {
+    operator: Vec<OpFile>,
+    keyed: Vec<KeyedFile>,
+    /// Sum of the file sizes, envelopes included.
+    bytes: u64,
+}
+
+struct OpFile {
+    subtask: u32,
+    lists: OperatorStateFile,
+}
+
+struct KeyedFile {
+    subtask: u32,
+    /// Entries across all its states, from the metadata.
+    entries: u64,
+    content: KeyedStateFile,
+}
+
+/// Reads, verifies and decodes every state file of `op`, checking that keyed files agree
+/// with the metadata and are well formed (so callers may index sections by state).
+fn op_files(path: &Path, meta: &CheckpointMetadata, op: &OperatorMeta) -> Result<OpFiles> {
+    let mut out = OpFiles {
+        operator: Vec::new(),
+        keyed: Vec::new(),
+        bytes: 0,
+    };
+    for st in &op.subtasks {
+        if let Some(f) = &st.operator_state {
+            let payload = read_state_file(path, &f.path, FileKind::OperatorState)?;
+            out.bytes += payload.len() as u64 + envelope_len();
+            let lists: OperatorStateFile =
+                postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+                    path: path.join(&f.path),
+                    what: "operator state",
+                    cause: e.to_string(),
+                })?;
+            out.operator.push(OpFile {
+                subtask: st.subtask,
+                lists,
+            });
+        }
+        if let Some(k) = &st.keyed_state {
+            let file = path.join(&k.file.path);
+            let payload = read_state_file(path, &k.file.path, FileKind::KeyedState)?;
+            out.bytes += payload.len() as u64 + envelope_len();
+            let content: KeyedStateFile =
+                postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+                    path: file.clone(),
+                    what: "keyed state",
+                    cause: e.to_string(),
+                })?;
+            check_keyed(&file, meta, &content)?;
+            out.keyed.push(KeyedFile {
+                subtask: st.subtask,
+                entries: k.entries,
+                content,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn check_keyed(file: &Path, meta: &CheckpointMetadata, content: &KeyedStateFile) -> Result<()> {
+    let inconsistent = |detail: String| {
+        Err(InspectError::Inconsistent {
+            path: file.to_path_buf(),
+            detail,
+        })
+    };
+    if content.max_parallelism != meta.max_parallelism {
+        return inconsistent(format!(
+            "written with max parallelism {} but the checkpoint says {}",
+            content.max_parallelism, meta.max_parallelism
+        ));
+    }
+    for section in &content.groups {
+        if !content.range.contains(section.group) {
+            return inconsistent(format!(
+                "key group {} lies outside the file's range {}..{}",
+                section.group, content.range.start, content.range.end
+            ));
+        }
+        if section.states.len() != content.states.len() {
+            return inconsistent(format!(
+                "key group {} has {} state sections but the file declares {} states",
+                section.group,
+                section.states.len(),
+                content.states.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
