@@ -5,6 +5,8 @@
 //! cargo bench -p weir-cli --bench keyed_count -- --events 50000000 --keys 100000 --runs 3
 //! cargo bench -p weir-cli --bench keyed_count -- --quick      # 2 M events: proves it works
 //! cargo bench -p weir-cli --bench keyed_count -- --only p=2    # some rows (+ the floor)
+//! cargo bench -p weir-cli --bench keyed_count -- --scramble-keys   # keys in scattered order
+//! cargo bench -p weir-cli --bench keyed_count -- --state-sizes     # 1 M and 10 M keys
 //! ```
 //!
 //! Every row is run `--runs` times (default 3); the runs go round-robin over the rows so a
@@ -22,6 +24,15 @@
 //! `(key, count)` for every record into a `DiscardSink` instead (like
 //! `weir run keyed-count --emit updates --discard-output`).
 //!
+//! `--scramble-keys` keys event `i` by a fixed pseudo-random permutation of `0..K` applied
+//! to `i % K` (in the floor loops too): the same keys and counts, but consecutive events
+//! hit scattered keys instead of `0, 1, 2, …`.
+//!
+//! `--state-sizes` replaces the table with the state-size rows: `updates` at p=1 with
+//! 1 M and 10 M keys of value state (N = 60 M events each unless `--events` says otherwise),
+//! checkpoints off and EXACTLY_ONCE every second, reporting checkpoint durations, the
+//! longest synchronous snapshot pause and the size of the last checkpoint.
+//!
 //! Without `--bench` on the command line (that is, under `cargo test --all-targets`, which
 //! runs bench targets once as tests) it runs a small smoke test and ignores unknown flags.
 
@@ -36,8 +47,8 @@ use weir::runtime::executor::CompletedCheckpointStats;
 
 /// Command-line settings of one bench invocation.
 struct Opts {
-    /// Events per run (N).
-    events: u64,
+    /// Events per run (N); `None`: the preset's (for `--state-sizes`, each row's own).
+    events: Option<u64>,
     /// Distinct keys (K).
     keys: u64,
     /// Runs per row (R).
@@ -46,13 +57,20 @@ struct Opts {
     preset: &'static str,
     /// Run only rows whose label contains this (plus the HashMap floor, the ratios' base).
     only: Option<String>,
+    /// Key events by a pseudo-random permutation of `i % K` instead of `i % K`.
+    scramble: bool,
+    /// Run the state-size rows (1 M and 10 M keys) instead of the main table.
+    state_sizes: bool,
+    /// `--quick`: small sizes.
+    quick: bool,
 }
 
 /// Prints the usage line to stderr.
 fn usage() {
     eprintln!(
         "usage: cargo bench -p weir-cli --bench keyed_count -- \
-         [--events N] [--keys K] [--runs R] [--quick] [--only TEXT]"
+         [--events N] [--keys K] [--runs R] [--quick] [--only TEXT] [--scramble-keys] \
+         [--state-sizes]"
     );
 }
 
@@ -77,7 +95,7 @@ fn parse_args() -> Opts {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bench_mode = args.iter().any(|a| a == "--bench");
     let (mut events, mut keys, mut runs) = (None, None, None);
-    let mut quick = false;
+    let (mut quick, mut scramble, mut state_sizes) = (false, false, false);
     let mut only = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -87,6 +105,8 @@ fn parse_args() -> Opts {
             "--runs" => runs = Some(number("--runs", it.next())),
             "--quick" => quick = true,
             "--only" => only = it.next(),
+            "--scramble-keys" => scramble = true,
+            "--state-sizes" => state_sizes = true,
             "--bench" => {}
             "-h" | "--help" => {
                 usage();
@@ -100,6 +120,10 @@ fn parse_args() -> Opts {
             _ => {} // libtest flags passed by `cargo test -- …`
         }
     }
+    if state_sizes && keys.is_some() {
+        eprintln!("keyed_count: --state-sizes sets the key counts itself; drop --keys");
+        std::process::exit(2);
+    }
     let (preset, default_events, default_keys) = if !bench_mode {
         ("smoke test (no --bench: cargo test)", 200_000, 1_000)
     } else if quick {
@@ -108,11 +132,14 @@ fn parse_args() -> Opts {
         ("full", 50_000_000, 100_000)
     };
     let opts = Opts {
-        events: events.unwrap_or(default_events),
+        events: events.or((!state_sizes).then_some(default_events)),
         keys: keys.unwrap_or(default_keys),
         runs: runs.unwrap_or(if bench_mode { 3 } else { 1 }),
         preset,
         only,
+        scramble,
+        state_sizes,
+        quick: quick || !bench_mode,
     };
     if opts.keys == 0 || opts.runs == 0 {
         eprintln!("keyed_count: --keys and --runs must be at least 1");
@@ -194,25 +221,124 @@ impl Meter {
     }
 }
 
-/// The exact count of key `k` among events `0..n` keyed by `i % keys`.
-fn expected_count(n: u64, keys: u64, k: u64) -> u64 {
-    n / keys + u64::from(k < n % keys)
+/// How event `i` is keyed: `i % K`, or with `scramble` a fixed pseudo-random permutation
+/// of `0..K` applied to `i % K` (same keys, same counts, scattered order).
+#[derive(Clone, Copy)]
+struct Keying {
+    keys: u64,
+    scramble: bool,
+    /// `2^bits - 1` for the smallest power of two `2^bits >= keys`.
+    mask: u64,
+    /// `ceil(bits / 2)`: `x ^ (x >> shift)` is then its own inverse on `bits` bits.
+    shift: u32,
 }
 
-/// Panics unless `counts` holds every key of `0..min(keys, n)` exactly once with its exact
+/// Odd multipliers of the scrambling bijection (invertible modulo any power of two).
+const MUL: [u64; 2] = [0x9E37_79B9_7F4A_7C15, 0xBF58_476D_1CE4_E5B9];
+
+/// The inverse of odd `a` modulo 2^64 (Newton's iteration; each step doubles the correct
+/// low bits, starting from 3).
+const fn inverse(a: u64) -> u64 {
+    let mut x = a;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+impl Keying {
+    /// Keys `0..keys`, scrambled or not.
+    fn new(keys: u64, scramble: bool) -> Keying {
+        let bits = keys
+            .checked_next_power_of_two()
+            .map_or(64, u64::trailing_zeros);
+        Keying {
+            keys,
+            scramble,
+            mask: if bits >= 64 {
+                u64::MAX
+            } else {
+                (1 << bits) - 1
+            },
+            shift: bits.div_ceil(2).max(1),
+        }
+    }
+
+    /// A bijection of `0..=mask`: multiplications by odd numbers and xor-shifts, each
+    /// invertible on `bits` bits.
+    #[inline]
+    fn mix(self, x: u64) -> u64 {
+        let x = x.wrapping_mul(MUL[0]) & self.mask;
+        let x = x ^ (x >> self.shift);
+        let x = x.wrapping_mul(MUL[1]) & self.mask;
+        x ^ (x >> self.shift)
+    }
+
+    /// The inverse of [`Keying::mix`].
+    fn unmix(self, x: u64) -> u64 {
+        let x = x ^ (x >> self.shift);
+        let x = x.wrapping_mul(inverse(MUL[1])) & self.mask;
+        let x = x ^ (x >> self.shift);
+        x.wrapping_mul(inverse(MUL[0])) & self.mask
+    }
+
+    /// The scrambled key of slot `j < keys`: `mix` repeated until the value is below
+    /// `keys` (cycle walking), which makes it a bijection of `0..keys`.
+    #[inline]
+    fn scrambled(self, j: u64) -> u64 {
+        let mut x = self.mix(j);
+        while x >= self.keys {
+            x = self.mix(x);
+        }
+        x
+    }
+
+    /// The key of event `i`.
+    #[inline]
+    fn key(self, i: u64) -> u64 {
+        if self.scramble {
+            self.scrambled(i % self.keys)
+        } else {
+            i % self.keys
+        }
+    }
+
+    /// The slot `j` (the `i % K` before scrambling) whose key is `k < keys`.
+    fn slot(self, k: u64) -> u64 {
+        if !self.scramble {
+            return k;
+        }
+        let mut x = self.unmix(k);
+        while x >= self.keys {
+            x = self.unmix(x);
+        }
+        x
+    }
+}
+
+/// The exact count of slot `j` (key `j` unless scrambled) among events `0..n`.
+fn expected_count(n: u64, keys: u64, j: u64) -> u64 {
+    n / keys + u64::from(j < n % keys)
+}
+
+/// Panics unless `counts` holds every key of the events `0..n` exactly once with its exact
 /// count.
-fn check_counts(row: &str, n: u64, keys: u64, counts: impl IntoIterator<Item = (u64, u64)>) {
+fn check_counts(row: &str, n: u64, keying: Keying, counts: impl IntoIterator<Item = (u64, u64)>) {
+    let keys = keying.keys;
     let distinct = keys.min(n);
     let mut seen = vec![false; distinct as usize];
     let mut total = 0u64;
     for (k, c) in counts {
-        assert!(k < distinct, "{row}: WRONG RESULT: unexpected key {k}");
+        let j = if k < keys { keying.slot(k) } else { u64::MAX };
+        assert!(j < distinct, "{row}: WRONG RESULT: unexpected key {k}");
         assert!(
-            !seen[k as usize],
+            !seen[j as usize],
             "{row}: WRONG RESULT: key {k} reported twice"
         );
-        seen[k as usize] = true;
-        let want = expected_count(n, keys, k);
+        seen[j as usize] = true;
+        let want = expected_count(n, keys, j);
         assert_eq!(
             c, want,
             "{row}: WRONG RESULT: key {k} counted {c}, expected {want}"
@@ -313,6 +439,10 @@ enum Kind {
 struct Row {
     label: String,
     kind: Kind,
+    /// Events per run (N).
+    events: u64,
+    /// Keys (K).
+    keys: u64,
     samples: Vec<Sample>,
 }
 
@@ -325,19 +455,21 @@ struct Sample {
     checkpoints: Vec<CompletedCheckpointStats>,
 }
 
-/// The rows of the table, in order.
-fn rows() -> Vec<Row> {
+/// The checkpointing settings the rows compare.
+const MODES: [(&str, Option<CheckpointingMode>); 3] = [
+    ("checkpoints off", None),
+    ("EXACTLY_ONCE 1 s", Some(CheckpointingMode::ExactlyOnce)),
+    ("AT_LEAST_ONCE 1 s", Some(CheckpointingMode::AtLeastOnce)),
+];
+
+/// The rows of the main table, in order.
+fn rows(events: u64, keys: u64) -> Vec<Row> {
     let mut kinds = vec![
         ("floor: std HashMap loop".to_string(), Kind::FloorStd),
         ("floor: FxHashMap loop".to_string(), Kind::FloorFx),
     ];
-    let modes = [
-        ("checkpoints off", None),
-        ("EXACTLY_ONCE 1 s", Some(CheckpointingMode::ExactlyOnce)),
-        ("AT_LEAST_ONCE 1 s", Some(CheckpointingMode::AtLeastOnce)),
-    ];
     for p in [1, 2] {
-        for (name, mode) in modes {
+        for (name, mode) in MODES {
             kinds.push((
                 format!("keyed-count p={p}, {name}"),
                 Kind::Job {
@@ -348,12 +480,17 @@ fn rows() -> Vec<Row> {
             ));
         }
     }
-    for p in [1, 2] {
+    let updates = [
+        (1, MODES[0]),
+        (1, MODES[1]),
+        (2, MODES[1]), // p=2 without checkpoints: see the keyed-count rows
+    ];
+    for (p, (name, mode)) in updates {
         kinds.push((
-            format!("updates p={p}, EXACTLY_ONCE 1 s"),
+            format!("updates p={p}, {name}"),
             Kind::Job {
                 parallelism: p,
-                mode: Some(CheckpointingMode::ExactlyOnce),
+                mode,
                 emit_updates: true,
             },
         ));
@@ -363,23 +500,60 @@ fn rows() -> Vec<Row> {
         .map(|(label, kind)| Row {
             label,
             kind,
+            events,
+            keys,
             samples: Vec::new(),
         })
         .collect()
 }
 
-/// Counts `i % keys` for `i` in `0..n` in a fresh hash map with hasher `S`; timed, then
-/// checked.
-fn run_floor<S: BuildHasher + Default>(row: &str, n: u64, keys: u64, ticks: f64) -> Sample {
-    let (n_in, keys_in) = (black_box(n), black_box(keys));
-    let meter = Meter::start(ticks);
-    let mut map: HashMap<u64, u64, S> = HashMap::default();
-    for i in 0..n_in {
-        *map.entry(i % keys_in).or_insert(0) += 1;
+/// The rows of the state-size table: `updates` at p=1 with 1 M and 10 M keys (a tenth of
+/// both sizes with `--quick`), checkpoints off and EXACTLY_ONCE every second.
+fn state_rows(events: Option<u64>, quick: bool) -> Vec<Row> {
+    let scale = if quick { 10 } else { 1 };
+    let mut rows = Vec::new();
+    for keys in [1_000_000 / scale, 10_000_000 / scale] {
+        for (name, mode) in [MODES[0], MODES[1]] {
+            rows.push(Row {
+                label: format!("updates p=1, {} keys, {name}", count(keys as f64)),
+                kind: Kind::Job {
+                    parallelism: 1,
+                    mode,
+                    emit_updates: true,
+                },
+                events: events.unwrap_or(60_000_000 / scale),
+                keys,
+                samples: Vec::new(),
+            });
+        }
     }
+    rows
+}
+
+/// Counts `key(i)` for `i` in `0..n` in a fresh hash map with hasher `S`; timed, then
+/// checked.
+fn run_floor<S: BuildHasher + Default>(row: &str, n: u64, keying: Keying, ticks: f64) -> Sample {
+    fn count_loop<S: BuildHasher + Default>(
+        n: u64,
+        key: impl Fn(u64) -> u64,
+    ) -> HashMap<u64, u64, S> {
+        let mut map: HashMap<u64, u64, S> = HashMap::default();
+        for i in 0..n {
+            *map.entry(key(i)).or_insert(0) += 1;
+        }
+        map
+    }
+    let (n_in, keys_in) = (black_box(n), black_box(keying.keys));
+    let meter = Meter::start(ticks);
+    let map = if keying.scramble {
+        let keying = black_box(keying);
+        count_loop::<S>(n_in, |i| keying.key(i))
+    } else {
+        count_loop::<S>(n_in, |i| i % keys_in)
+    };
     let map = black_box(map);
     let (wall, cpu, others) = meter.stop();
-    check_counts(row, n, keys, map);
+    check_counts(row, n, keying, map);
     Sample {
         wall,
         cpu,
@@ -390,7 +564,21 @@ fn run_floor<S: BuildHasher + Default>(row: &str, n: u64, keys: u64, ticks: f64)
 
 /// Runs the keyed-count job once (checkpoints into a temporary folder deleted afterwards),
 /// then checks its counts.
-fn run_job(row: &str, kind: Kind, n: u64, keys: u64, ticks: f64) -> Sample {
+fn run_job(row: &str, kind: Kind, n: u64, keying: Keying, ticks: f64) -> Sample {
+    if keying.scramble {
+        run_job_keyed_by(row, kind, n, keying, ticks, move |i: &u64| keying.key(*i))
+    } else {
+        let keys = keying.keys;
+        run_job_keyed_by(row, kind, n, keying, ticks, move |i: &u64| i % keys)
+    }
+}
+
+/// [`run_job`] with the key selector `key` (a separate instance per selector, so the
+/// unscrambled job keys by the bare `i % K`).
+fn run_job_keyed_by<F>(row: &str, kind: Kind, n: u64, keying: Keying, ticks: f64, key: F) -> Sample
+where
+    F: Fn(&u64) -> u64 + Clone + Send + Sync + 'static,
+{
     let Kind::Job {
         parallelism,
         mode,
@@ -418,7 +606,7 @@ fn run_job(row: &str, kind: Kind, n: u64, keys: u64, ticks: f64) -> Sample {
     let counted = env
         .add_source("generator", GeneratorSource::new(n))
         .uid("generator")
-        .key_by(move |i: &u64| i % keys)
+        .key_by(key)
         .process(Count {
             state: None,
             emit_updates,
@@ -452,9 +640,9 @@ fn run_job(row: &str, kind: Kind, n: u64, keys: u64, ticks: f64) -> Sample {
             "{row}: WRONG RESULT: {} of {parallelism} subtasks reported final counts",
             finals.len()
         );
-        check_counts(row, n, keys, finals.into_values().flatten());
+        check_counts(row, n, keying, finals.into_values().flatten());
     } else {
-        check_counts(row, n, keys, collect.take());
+        check_counts(row, n, keying, collect.take());
     }
     drop(dir);
     Sample {
@@ -488,6 +676,17 @@ fn rate(x: f64) -> String {
     }
 }
 
+/// `10M` / `100k` / `500` rendering of a round count.
+fn count(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{}k", x / 1e3)
+    } else {
+        format!("{x}")
+    }
+}
+
 /// `850 µs` / `12.3 ms` / `1.20 s` rendering of a duration in seconds.
 fn dur(s: f64) -> String {
     if s < 1e-3 {
@@ -499,6 +698,15 @@ fn dur(s: f64) -> String {
     }
 }
 
+/// `47.9 MB`-style rendering of a byte count (decimal units).
+fn bytes(b: f64) -> String {
+    if b >= 1e6 {
+        format!("{:.1} MB", b / 1e6)
+    } else {
+        format!("{:.0} kB", b / 1e3)
+    }
+}
+
 /// The 1-minute load average from `/proc/loadavg`, for the header.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -507,16 +715,106 @@ fn load_average() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// Prints the table of medians (Markdown) to stdout.
-fn print_table(rows: &[Row], n: u64) {
-    let events_per_s = |r: &Row| {
-        median(
-            r.samples
-                .iter()
-                .map(|s| n as f64 / s.wall.as_secs_f64())
-                .collect(),
-        )
-    };
+/// The median over the row's runs of events per wall second.
+fn events_per_s(r: &Row) -> Option<f64> {
+    median(
+        r.samples
+            .iter()
+            .map(|s| r.events as f64 / s.wall.as_secs_f64())
+            .collect(),
+    )
+}
+
+/// The median over the row's runs of events per CPU second of this process.
+fn events_per_cpu_s(r: &Row) -> String {
+    median(
+        r.samples
+            .iter()
+            .filter_map(|s| s.cpu)
+            .filter(|c| *c > 0.0)
+            .map(|c| r.events as f64 / c)
+            .collect(),
+    )
+    .map_or("n/a".into(), rate)
+}
+
+/// The median wall seconds of the row's runs.
+fn wall_s(r: &Row) -> f64 {
+    median(r.samples.iter().map(|s| s.wall.as_secs_f64()).collect()).unwrap_or(0.0)
+}
+
+/// How many cores other processes kept busy on average, in the row's worst run.
+fn others_cpu(r: &Row) -> String {
+    r.samples
+        .iter()
+        .filter_map(|s| s.others.map(|o| o / s.wall.as_secs_f64()))
+        .max_by(f64::total_cmp)
+        .map_or("n/a".into(), |c| format!("{c:.2} cores"))
+}
+
+/// Checkpoint statistics of a row with checkpointing on (`None` otherwise): the median
+/// count per run, every completed checkpoint of every run, and the median over the runs
+/// of the last checkpoint's size.
+struct CheckpointSummary<'a> {
+    count: Option<f64>,
+    all: Vec<&'a CompletedCheckpointStats>,
+    last_bytes: Option<f64>,
+}
+
+impl<'a> CheckpointSummary<'a> {
+    /// `None` for rows without checkpoints.
+    fn of(r: &'a Row) -> Option<CheckpointSummary<'a>> {
+        if !matches!(r.kind, Kind::Job { mode: Some(_), .. }) {
+            return None;
+        }
+        Some(CheckpointSummary {
+            count: median(
+                r.samples
+                    .iter()
+                    .map(|s| s.checkpoints.len() as f64)
+                    .collect(),
+            ),
+            all: r.samples.iter().flat_map(|s| &s.checkpoints).collect(),
+            last_bytes: median(
+                r.samples
+                    .iter()
+                    .filter_map(|s| s.checkpoints.last().map(|c| c.bytes as f64))
+                    .collect(),
+            ),
+        })
+    }
+
+    fn count(&self) -> String {
+        self.count.map_or("-".into(), |c| format!("{c}"))
+    }
+
+    fn median_duration(&self) -> String {
+        median(self.all.iter().map(|c| c.duration.as_secs_f64()).collect()).map_or("-".into(), dur)
+    }
+
+    fn max_duration(&self) -> String {
+        self.all
+            .iter()
+            .map(|c| c.duration)
+            .max()
+            .map_or("-".into(), |d| dur(d.as_secs_f64()))
+    }
+
+    fn max_sync(&self) -> String {
+        self.all
+            .iter()
+            .map(|c| c.max_sync)
+            .max()
+            .map_or("-".into(), |d| dur(d.as_secs_f64()))
+    }
+
+    fn last_size(&self) -> String {
+        self.last_bytes.map_or("-".into(), bytes)
+    }
+}
+
+/// Prints the main table of medians (Markdown) to stdout.
+fn print_table(rows: &[Row]) {
     let floor = events_per_s(&rows[0]).unwrap_or(f64::NAN);
     println!(
         "| row | events/s | ÷ HashMap floor | events/CPU-s | checkpoints | median ckpt | max sync pause | wall s | others' CPU |"
@@ -524,57 +822,68 @@ fn print_table(rows: &[Row], n: u64) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let eps = events_per_s(r).unwrap_or(f64::NAN);
-        let per_cpu = median(
-            r.samples
-                .iter()
-                .filter_map(|s| s.cpu)
-                .filter(|c| *c > 0.0)
-                .map(|c| n as f64 / c)
-                .collect(),
-        )
-        .map_or("n/a".into(), rate);
-        let is_job = matches!(r.kind, Kind::Job { mode: Some(_), .. });
-        let (count, ckpt, sync) = if is_job {
-            let count = median(
-                r.samples
-                    .iter()
-                    .map(|s| s.checkpoints.len() as f64)
-                    .collect(),
-            )
-            .map_or("-".into(), |c| format!("{c}"));
-            let all: Vec<&CompletedCheckpointStats> =
-                r.samples.iter().flat_map(|s| &s.checkpoints).collect();
-            let ckpt = median(all.iter().map(|c| c.duration.as_secs_f64()).collect())
-                .map_or("-".into(), dur);
-            let sync = all
-                .iter()
-                .map(|c| c.max_sync)
-                .max()
-                .map_or("-".into(), |d| dur(d.as_secs_f64()));
-            (count, ckpt, sync)
-        } else {
-            ("-".into(), "-".into(), "-".into())
-        };
-        let wall = median(r.samples.iter().map(|s| s.wall.as_secs_f64()).collect()).unwrap_or(0.0);
-        // Worst run: how many cores other processes kept busy on average.
-        let others = r
-            .samples
-            .iter()
-            .filter_map(|s| s.others.map(|o| o / s.wall.as_secs_f64()))
-            .max_by(f64::total_cmp)
-            .map_or("n/a".into(), |c| format!("{c:.2} cores"));
+        let (count, ckpt, sync) = CheckpointSummary::of(r).map_or_else(
+            || ("-".into(), "-".into(), "-".into()),
+            |c| (c.count(), c.median_duration(), c.max_sync()),
+        );
         println!(
             "| {} | {} | {:.2} | {} | {} | {} | {} | {:.2} | {} |",
             r.label,
             rate(eps),
             eps / floor,
-            per_cpu,
+            events_per_cpu_s(r),
             count,
             ckpt,
             sync,
-            wall,
-            others
+            wall_s(r),
+            others_cpu(r)
         );
+    }
+}
+
+/// Prints the state-size table of medians (Markdown) to stdout.
+fn print_state_table(rows: &[Row]) {
+    println!(
+        "| row | N | events/s | events/CPU-s | checkpoints | median ckpt | max ckpt | max sync pause | last ckpt size | wall s | others' CPU |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let (ckpts, median_ckpt, max_ckpt, sync, size) = CheckpointSummary::of(r).map_or_else(
+            || ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
+            |c| {
+                (
+                    c.count(),
+                    c.median_duration(),
+                    c.max_duration(),
+                    c.max_sync(),
+                    c.last_size(),
+                )
+            },
+        );
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+            r.label,
+            count(r.events as f64),
+            rate(events_per_s(r).unwrap_or(f64::NAN)),
+            events_per_cpu_s(r),
+            ckpts,
+            median_ckpt,
+            max_ckpt,
+            sync,
+            size,
+            wall_s(r),
+            others_cpu(r)
+        );
+    }
+    for r in rows {
+        if let Some(c) = CheckpointSummary::of(r).and_then(|c| c.count) {
+            if c < 3.0 {
+                println!(
+                    "note: {}: median {c} checkpoints per run, fewer than 3; raise --events",
+                    r.label
+                );
+            }
+        }
     }
 }
 
@@ -582,31 +891,58 @@ fn print_table(rows: &[Row], n: u64) {
 fn main() {
     let opts = parse_args();
     let ticks = clock_ticks();
-    let (n, keys) = (opts.events, opts.keys);
     let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
+    let mut rows = if opts.state_sizes {
+        state_rows(opts.events, opts.quick)
+    } else {
+        rows(opts.events.expect("set without --state-sizes"), opts.keys)
+    };
+    let sizes = if opts.state_sizes {
+        "state sizes".to_string()
+    } else {
+        format!("N = {} events, K = {} keys", rows[0].events, rows[0].keys)
+    };
     println!(
-        "keyed_count bench ({}): N = {n} events, K = {keys} keys, median of {} runs; \
+        "keyed_count bench ({}): {sizes}{}, median of {} runs; \
          {cores} cores, load average {} at start",
         opts.preset,
+        if opts.scramble {
+            ", keys scrambled"
+        } else {
+            ""
+        },
         opts.runs,
         load_average()
     );
-    let mut rows = rows();
     if let Some(only) = &opts.only {
         rows.retain(|r| matches!(r.kind, Kind::FloorStd) || r.label.contains(only.as_str()));
+    }
+    if opts.scramble {
+        // The scrambling must be a bijection the check can invert, or no run would pass.
+        for r in &rows {
+            let keying = Keying::new(r.keys, true);
+            for j in (0..r.keys).take(1000) {
+                let k = keying.scrambled(j);
+                assert!(
+                    k < r.keys && keying.slot(k) == j,
+                    "scrambling is not invertible"
+                );
+            }
+        }
     }
     let started = Instant::now();
     for run in 1..=opts.runs {
         for r in &mut rows {
+            let (n, keying) = (r.events, Keying::new(r.keys, opts.scramble));
             let sample = match r.kind {
                 Kind::FloorStd => {
-                    run_floor::<std::collections::hash_map::RandomState>(&r.label, n, keys, ticks)
+                    run_floor::<std::collections::hash_map::RandomState>(&r.label, n, keying, ticks)
                 }
-                Kind::FloorFx => run_floor::<rustc_hash::FxBuildHasher>(&r.label, n, keys, ticks),
-                kind @ Kind::Job { .. } => run_job(&r.label, kind, n, keys, ticks),
+                Kind::FloorFx => run_floor::<rustc_hash::FxBuildHasher>(&r.label, n, keying, ticks),
+                kind @ Kind::Job { .. } => run_job(&r.label, kind, n, keying, ticks),
             };
             eprintln!(
-                "run {run}/{}: {:<40} {:>10} events/s  {:.2} s  {} checkpoints  \
+                "run {run}/{}: {:<45} {:>10} events/s  {:.2} s  {} checkpoints  \
                  others' CPU {:.2} cores",
                 opts.runs,
                 r.label,
@@ -619,7 +955,11 @@ fn main() {
         }
     }
     println!();
-    print_table(&rows, n);
+    if opts.state_sizes {
+        print_state_table(&rows);
+    } else {
+        print_table(&rows);
+    }
     println!();
     println!(
         "others' CPU: cores kept busy by other processes during the worst run of the row \
