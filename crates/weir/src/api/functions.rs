@@ -111,7 +111,19 @@ pub trait KeyedProcessFunction<K: Key, I, O>:
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, O>,
     ) -> Result<()>;
-    /// Every input has ended; `ctx` reaches every key of this subtask.
+    /// A processing-time timer registered with
+    /// [`KeyedContext::register_processing_time_timer`] is due: `ctx` is scoped to the key
+    /// it was registered for. Runs on the task thread between batches, in timestamp order.
+    fn on_timer(
+        &mut self,
+        _timestamp_ms: u64,
+        _ctx: &mut KeyedContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// Every input has ended; `ctx` reaches every key of this subtask. Timers still
+    /// pending do not fire.
     fn on_end_of_input(
         &mut self,
         _ctx: &mut KeyedEndContext<'_, K>,

@@ -215,6 +215,7 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
             ctx.max_parallelism,
             std::mem::take(&mut ctx.keyed_state),
         );
+        backend.init_timers()?;
         f.open(&mut KeyedStateStore::new(&mut backend))?;
         for name in backend.unclaimed() {
             eprintln!(
@@ -290,6 +291,23 @@ where
     fn notify_aborted(&mut self, id: u64) -> Result<()> {
         self.f.notify_checkpoint_aborted(id)?;
         self.next.notify_aborted(id)
+    }
+    fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
+        while let Some((time, key)) = self.backend.pop_due_timer(now_ms) {
+            let mut ctx = KeyedContext {
+                key: &key,
+                backend: &mut self.backend,
+            };
+            self.f
+                .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
+            if self.out.len() >= crate::runtime::BATCH_SIZE {
+                self.next.push(&mut self.out)?;
+            }
+        }
+        if !self.out.is_empty() {
+            self.next.push(&mut self.out)?;
+        }
+        Ok(())
     }
 }
 

@@ -59,6 +59,13 @@ pub trait Output<T>: Send {
     fn notify_complete(&mut self, id: u64) -> Result<()>;
     /// Checkpoint `id` was aborted.
     fn notify_aborted(&mut self, id: u64) -> Result<()>;
+    /// The processing time advanced to `now_ms`: fire due timers. Only keyed operators have
+    /// timers, and a keyed operator is always the head of its chain (its input is a
+    /// key-group edge, never chained), so the task calls this on the head alone and the
+    /// default does nothing.
+    fn on_processing_time(&mut self, _now_ms: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Discards everything: the output of an operator nobody consumes.

@@ -297,6 +297,7 @@ pub fn run_input<T: Send>(
         let op = match sel.select_deadline(deadline) {
             Ok(op) => op,
             Err(_) => {
+                chain.on_processing_time(crate::runtime::executor::wall_ms())?;
                 chain.flush()?;
                 last_flush = Instant::now();
                 continue;
@@ -336,6 +337,7 @@ pub fn run_input<T: Send>(
             }
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
+            chain.on_processing_time(crate::runtime::executor::wall_ms())?;
             chain.flush()?;
             last_flush = Instant::now();
         }

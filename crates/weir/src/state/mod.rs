@@ -49,6 +49,8 @@ pub enum StateKind {
     Aggregating,
     /// Keyed map state: a map per key.
     Map,
+    /// Processing-time timers of a keyed operator: timestamps per key.
+    ProcessingTimers,
 }
 
 impl StateKind {
@@ -62,6 +64,7 @@ impl StateKind {
             StateKind::Reducing => "reducing",
             StateKind::Aggregating => "aggregating",
             StateKind::Map => "map",
+            StateKind::ProcessingTimers => "processing-time timers",
         }
     }
 }

@@ -17,6 +17,7 @@
 
 mod handles;
 mod table;
+mod timers;
 
 use std::collections::BTreeMap;
 
@@ -31,6 +32,7 @@ use super::key_group::KeyGroupRange;
 use super::{Key, StateKind, StateValue};
 use crate::error::{Error, Result};
 use table::{StateTable, Table};
+use timers::{TimerIndex, TIMERS_STATE};
 
 /// Encoded keyed state restored for this subtask: state name → (kind, key-group sections).
 pub type RestoredKeyedState = BTreeMap<String, (StateKind, Vec<Vec<u8>>)>;
@@ -42,6 +44,8 @@ pub struct KeyedStateBackend<K> {
     names: Vec<String>,
     tables: Vec<Box<dyn StateTable<K>>>,
     restored: RestoredKeyedState,
+    /// Index of the timers table, and the timers' firing order.
+    timers: Option<(usize, TimerIndex<K>)>,
 }
 
 impl<K: Key> KeyedStateBackend<K> {
@@ -57,6 +61,31 @@ impl<K: Key> KeyedStateBackend<K> {
             names: Vec::new(),
             tables: Vec::new(),
             restored,
+            timers: None,
+        }
+    }
+
+    /// Declares the timers table (restoring registrations) and indexes it. Called once,
+    /// before the function's `open`.
+    pub(crate) fn init_timers(&mut self) -> Result<()> {
+        let index = self.declare::<Vec<u64>>(TIMERS_STATE, StateKind::ProcessingTimers)?;
+        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
+        self.timers = Some((index, order));
+        Ok(())
+    }
+
+    /// Removes and returns the earliest processing-time timer due at `now_ms`.
+    pub(crate) fn pop_due_timer(&mut self, now_ms: u64) -> Option<(u64, K)> {
+        let (index, mut order) = self.timers.take()?;
+        let due = order.pop_due(self.map_mut::<Vec<u64>>(index), now_ms);
+        self.timers = Some((index, order));
+        due
+    }
+
+    fn with_timers(&mut self, f: impl FnOnce(&mut TimerIndex<K>, &mut CowMap<K, Vec<u64>>)) {
+        if let Some((index, mut order)) = self.timers.take() {
+            f(&mut order, self.map_mut::<Vec<u64>>(index));
+            self.timers = Some((index, order));
         }
     }
 
@@ -65,7 +94,8 @@ impl<K: Key> KeyedStateBackend<K> {
         self.restored.keys().cloned().collect()
     }
 
-    /// Synchronous phase of a snapshot: an immutable view of every table.
+    /// Synchronous phase of a snapshot: an immutable view of every non-empty table (an
+    /// empty table restores as empty without being written).
     pub(crate) fn snapshot(&mut self) -> KeyedSnapshot {
         KeyedSnapshot {
             range: self.range,
@@ -74,6 +104,7 @@ impl<K: Key> KeyedStateBackend<K> {
                 .names
                 .iter()
                 .zip(&mut self.tables)
+                .filter(|(_, t)| t.len() > 0)
                 .map(|(n, t)| (n.clone(), t.kind(), t.snapshot()))
                 .collect(),
         }
@@ -162,20 +193,32 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         KeyedStateStore { backend }
     }
 
+    fn check_name(name: &str) -> Result<()> {
+        if name.starts_with("__") {
+            return Err(Error::InvalidJob(format!(
+                "keyed state name '{name}': names starting with '__' are reserved for the engine"
+            )));
+        }
+        Ok(())
+    }
+
     /// A value per key (Flink's `ValueState`).
     pub fn value_state<V: StateValue>(&mut self, name: &str) -> Result<ValueState<V>> {
+        Self::check_name(name)?;
         let index = self.backend.declare::<V>(name, StateKind::Value)?;
         Ok(ValueState::new(index))
     }
 
     /// A list per key (Flink's `ListState`).
     pub fn list_state<V: StateValue>(&mut self, name: &str) -> Result<ListState<V>> {
+        Self::check_name(name)?;
         let index = self.backend.declare::<Vec<V>>(name, StateKind::List)?;
         Ok(ListState::new(index))
     }
 
     /// A map per key (Flink's `MapState`).
     pub fn map_state<UK: Key, UV: StateValue>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
+        Self::check_name(name)?;
         let index = self
             .backend
             .declare::<handles::UserMap<UK, UV>>(name, StateKind::Map)?;
@@ -188,6 +231,7 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         reduce: impl Fn(V, V) -> V + Send + Sync + 'static,
     ) -> Result<ReducingState<V>> {
+        Self::check_name(name)?;
         let index = self.backend.declare::<V>(name, StateKind::Reducing)?;
         Ok(ReducingState::new(index, reduce))
     }
@@ -199,6 +243,7 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         aggregate: impl AggregateFunction<IN, ACC, OUT> + 'static,
     ) -> Result<AggregatingState<IN, ACC, OUT>> {
+        Self::check_name(name)?;
         let index = self.backend.declare::<ACC>(name, StateKind::Aggregating)?;
         Ok(AggregatingState::new(index, aggregate))
     }
@@ -246,6 +291,29 @@ impl<K: Key> KeyedContext<'_, K> {
     /// Removes the current key's value of `state`.
     pub fn clear<V: StateValue>(&mut self, state: ValueState<V>) {
         self.backend.map_mut::<V>(state.index()).remove(self.key);
+    }
+
+    /// The current processing time (milliseconds since the Unix epoch): the clock that
+    /// processing-time timers follow.
+    pub fn current_processing_time(&self) -> u64 {
+        crate::runtime::executor::wall_ms()
+    }
+
+    /// Registers a processing-time timer for the current key at `time_ms`: the function's
+    /// `on_timer` runs once the processing time reaches it. Registering the same (key,
+    /// time) twice keeps one timer. Timers are part of the checkpointed state.
+    pub fn register_processing_time_timer(&mut self, time_ms: u64) {
+        let key = self.key;
+        self.backend.with_timers(|order, table| {
+            order.register(table, key, time_ms);
+        });
+    }
+
+    /// Deletes the current key's timer at `time_ms`, if registered.
+    pub fn delete_processing_time_timer(&mut self, time_ms: u64) {
+        let key = self.key;
+        self.backend
+            .with_timers(|order, table| order.delete(table, key, time_ms));
     }
 
     /// The current key's list of `state`.
