@@ -40,6 +40,7 @@ pub(crate) struct AttemptRun<'e, 'a> {
 impl AttemptRun<'_, '_> {
     pub(crate) fn drive(&mut self, events: &Receiver<TaskEvent>) -> AttemptEnd {
         let mut remaining = self.attempt.handles.len();
+        let mut cancelled = false;
         loop {
             self.update_progress();
             let now = Instant::now();
@@ -101,6 +102,7 @@ impl AttemptRun<'_, '_> {
                         return AttemptEnd::Failed(error);
                     }
                     // A task saw its neighbours vanish; the root cause follows shortly.
+                    cancelled = true;
                     Vec::new()
                 }
                 Ok(_) => Vec::new(), // events of an older attempt
@@ -113,7 +115,13 @@ impl AttemptRun<'_, '_> {
                 return end;
             }
             if remaining == 0 {
-                return AttemptEnd::Finished;
+                // Every task ended; if some only saw their neighbours vanish, the attempt
+                // did not finish (never report success for a run that lost tasks).
+                return if cancelled {
+                    AttemptEnd::Failed(Error::Cancelled)
+                } else {
+                    AttemptEnd::Finished
+                };
             }
         }
     }
