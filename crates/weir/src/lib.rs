@@ -41,7 +41,7 @@ pub mod prelude {
     pub use crate::runtime::restart::RestartStrategy;
     pub use crate::state::keyed::{
         AggregateFunction, AggregatingState, KeyedContext, KeyedEndContext, KeyedStateStore,
-        ListState, MapState, ReducingState, StateHandle, ValueState,
+        ListState, MapState, ReducingState, StateHandle, StateTtlConfig, TtlUpdate, ValueState,
     };
     pub use crate::state::operator::{InitContext, SnapshotContext};
     pub use crate::{Error, Result};

@@ -118,4 +118,7 @@ pub struct KeyedStateFile {
     pub states: Vec<(String, StateKind)>,
     /// Non-empty key groups only.
     pub groups: Vec<KeyGroupSection>,
+    /// Per state (in the order of `states`): whether its entries carry a TTL stamp,
+    /// encoded as `(key, (value, last_refresh_ms))` instead of `(key, value)`.
+    pub ttl: Vec<bool>,
 }

@@ -13,7 +13,7 @@ use super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorStateFile};
 use super::storage::{read_metadata, read_state_file, CheckpointStorage};
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::RestoredKeyedState;
+use crate::state::keyed::{RestoredKeyedState, RestoredState};
 use crate::state::operator::{redistribute, AssignedLists};
 
 /// A fully loaded and verified checkpoint.
@@ -139,12 +139,18 @@ impl RestoredCheckpoint {
                 if !mine.contains(section.group) {
                     continue;
                 }
-                for ((name, kind), bytes) in file.states.iter().zip(&section.states) {
+                for (i, ((name, kind), bytes)) in
+                    file.states.iter().zip(&section.states).enumerate()
+                {
                     if !bytes.is_empty() {
                         keyed
                             .entry(name.clone())
-                            .or_insert_with(|| (*kind, Vec::new()))
-                            .1
+                            .or_insert_with(|| RestoredState {
+                                kind: *kind,
+                                ttl: file.ttl.get(i).copied().unwrap_or(false),
+                                sections: Vec::new(),
+                            })
+                            .sections
                             .push(bytes.clone());
                     }
                 }

@@ -100,9 +100,11 @@ pub fn encode_snapshot(snapshot: TaskSnapshot) -> Result<EncodedSnapshot> {
                 let range = keyed.range;
                 let mut per_state: Vec<Vec<Vec<u8>>> = Vec::with_capacity(keyed.tables.len());
                 let mut entries = 0;
-                for (_, _, table) in &keyed.tables {
+                for t in &keyed.tables {
                     let mut groups = vec![Vec::new(); range.len() as usize];
-                    entries += table.encode_groups(keyed.max_parallelism, range, &mut groups)?;
+                    entries += t
+                        .view
+                        .encode_groups(keyed.max_parallelism, range, &mut groups)?;
                     per_state.push(groups);
                 }
                 let mut sections = Vec::new();
@@ -123,9 +125,10 @@ pub fn encode_snapshot(snapshot: TaskSnapshot) -> Result<EncodedSnapshot> {
                     states: keyed
                         .tables
                         .iter()
-                        .map(|(n, k, _)| (n.clone(), *k))
+                        .map(|t| (t.name.clone(), t.kind))
                         .collect(),
                     groups: sections,
+                    ttl: keyed.tables.iter().map(|t| t.ttl).collect(),
                 };
                 Some((encode("keyed state", &file)?, range, entries))
             }

@@ -175,12 +175,30 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
             .flat_map(|s| s.table().iter().map(|e| (&e.0, &e.1)))
     }
 
+    /// The entries of shard `shard` (for incremental sweeps over the map).
+    pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&K, &V)> {
+        self.shards[shard % SHARDS]
+            .table()
+            .iter()
+            .map(|e| (&e.0, &e.1))
+    }
+
     /// An immutable view, in O(shards).
     pub fn snapshot(&mut self) -> CowSnapshot<K, V> {
         CowSnapshot {
             shards: self.shards.iter_mut().map(Shard::share).collect(),
             len: self.len,
         }
+    }
+}
+
+impl<K: Hash + Eq, V> CowSnapshot<K, V> {
+    /// The value of `k` in the view.
+    pub fn get(&self, k: &K) -> Option<&V> {
+        let h = hash_of(k);
+        self.shards[shard_of(h)]
+            .find(h, |e| e.0 == *k)
+            .map(|e| &e.1)
     }
 }
 

@@ -76,6 +76,7 @@ fn write_sample(dir: &Path) -> PathBuf {
     ];
     let mut agg_subtasks = Vec::new();
     for (subtask, range, states, groups, entries) in files {
+        let ttl = vec![false; states.len()];
         let file = KeyedStateFile {
             range,
             max_parallelism: 4,
@@ -84,6 +85,7 @@ fn write_sample(dir: &Path) -> PathBuf {
                 .map(|(n, k)| (n.to_string(), k))
                 .collect(),
             groups,
+            ttl,
         };
         let payload = postcard::to_stdvec(&file).unwrap();
         let name = format!("kg-{}-{}", range.start, range.end);

@@ -18,6 +18,7 @@
 mod handles;
 mod table;
 mod timers;
+mod ttl;
 
 use std::collections::BTreeMap;
 
@@ -26,6 +27,7 @@ pub use handles::{
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
 };
 pub use table::TableSnapshot;
+pub use ttl::{StateTtlConfig, TtlUpdate};
 
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;
@@ -34,8 +36,20 @@ use crate::error::{Error, Result};
 use table::{StateTable, Table};
 use timers::{TimerIndex, TIMERS_STATE};
 
-/// Encoded keyed state restored for this subtask: state name → (kind, key-group sections).
-pub type RestoredKeyedState = BTreeMap<String, (StateKind, Vec<Vec<u8>>)>;
+/// One restored keyed state: its kind, whether its entries carry TTL stamps, and its
+/// encoded key-group sections.
+#[derive(Debug, Clone)]
+pub struct RestoredState {
+    /// The kind it was written as.
+    pub kind: StateKind,
+    /// Whether it was written with TTL stamps.
+    pub ttl: bool,
+    /// One encoded section per key group that had entries.
+    pub sections: Vec<Vec<u8>>,
+}
+
+/// Encoded keyed state restored for this subtask, by state name.
+pub type RestoredKeyedState = BTreeMap<String, RestoredState>;
 
 /// The keyed state of one subtask of one keyed operator.
 pub struct KeyedStateBackend<K> {
@@ -105,7 +119,12 @@ impl<K: Key> KeyedStateBackend<K> {
                 .iter()
                 .zip(&mut self.tables)
                 .filter(|(_, t)| t.len() > 0)
-                .map(|(n, t)| (n.clone(), t.kind(), t.snapshot()))
+                .map(|(n, t)| SnapshotTable {
+                    name: n.clone(),
+                    kind: t.kind(),
+                    ttl: t.has_ttl(),
+                    view: t.snapshot(),
+                })
                 .collect(),
         }
     }
@@ -139,8 +158,38 @@ impl<K: Key> KeyedStateBackend<K> {
             .map
     }
 
+    /// The table behind `index`, which stores `S` per key.
+    #[inline]
+    fn table_mut<S: StateValue>(&mut self, index: usize) -> &mut Table<K, S> {
+        self.tables[index]
+            .as_any_mut()
+            .downcast_mut::<Table<K, S>>()
+            .expect("a state handle is only issued for a table of its stored type")
+    }
+
+    /// The map behind `index`, after TTL bookkeeping for an access to `key`.
+    #[inline]
+    pub(crate) fn slot<S: StateValue>(
+        &mut self,
+        index: usize,
+        key: &K,
+        write: bool,
+    ) -> &mut CowMap<K, S> {
+        self.table_mut::<S>(index).access(key, write)
+    }
+
     /// Declares table `name` storing `S` per key, loading its restored entries.
     fn declare<S: StateValue>(&mut self, name: &str, kind: StateKind) -> Result<usize> {
+        self.declare_with::<S>(name, kind, None)
+    }
+
+    /// Declares table `name`, with TTL if `ttl` is set.
+    fn declare_with<S: StateValue>(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<StateTtlConfig>,
+    ) -> Result<usize> {
         if self.names.iter().any(|n| n == name) {
             return Err(Error::InvalidJob(format!(
                 "keyed state '{name}' declared twice in one operator"
@@ -149,17 +198,26 @@ impl<K: Key> KeyedStateBackend<K> {
         let mut table = Table::<K, S> {
             map: CowMap::default(),
             kind,
+            ttl: ttl.map(ttl::Ttl::new),
         };
-        if let Some((restored_kind, sections)) = self.restored.remove(name) {
-            if restored_kind != kind {
+        if let Some(restored) = self.restored.remove(name) {
+            if restored.kind != kind {
                 return Err(Error::Restore(format!(
                     "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
                      {} state now; keep its kind or give the new state another name",
-                    restored_kind.name(),
+                    restored.kind.name(),
                     kind.name()
                 )));
             }
-            for s in &sections {
+            if restored.ttl != ttl.is_some() {
+                return Err(Error::Restore(format!(
+                    "keyed state '{name}' was written {} a time-to-live and is declared {} one \
+                     now; adding or removing TTL needs a new state name",
+                    if restored.ttl { "with" } else { "without" },
+                    if ttl.is_some() { "with" } else { "without" },
+                )));
+            }
+            for s in &restored.sections {
                 table.restore(name, s)?;
             }
         }
@@ -175,8 +233,20 @@ pub struct KeyedSnapshot {
     pub range: KeyGroupRange,
     /// The job's max parallelism (number of key groups).
     pub max_parallelism: u32,
-    /// `(state name, kind, view)` per declared state.
-    pub tables: Vec<(String, StateKind, Box<dyn TableSnapshot>)>,
+    /// One view per non-empty state.
+    pub tables: Vec<SnapshotTable>,
+}
+
+/// The captured view of one state.
+pub struct SnapshotTable {
+    /// The state's name.
+    pub name: String,
+    /// Its kind.
+    pub kind: StateKind,
+    /// Whether entries carry TTL stamps.
+    pub ttl: bool,
+    /// The view, encoded by the writer thread.
+    pub view: Box<dyn TableSnapshot>,
 }
 
 /// Where functions declare their keyed states (handed to `open`).
@@ -186,11 +256,25 @@ pub struct KeyedSnapshot {
 /// with another kind, or the same name twice.
 pub struct KeyedStateStore<'a, K> {
     backend: &'a mut KeyedStateBackend<K>,
+    ttl: Option<StateTtlConfig>,
 }
 
 impl<'a, K: Key> KeyedStateStore<'a, K> {
     pub(crate) fn new(backend: &'a mut KeyedStateBackend<K>) -> Self {
-        KeyedStateStore { backend }
+        KeyedStateStore { backend, ttl: None }
+    }
+
+    /// Gives the *next* declared state a time-to-live (Flink's `enableTimeToLive`):
+    /// `states.with_ttl(StateTtlConfig::new(ttl)).value_state::<u64>("seen")?`.
+    pub fn with_ttl(&mut self, ttl: StateTtlConfig) -> &mut Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    fn declare<S: StateValue>(&mut self, name: &str, kind: StateKind) -> Result<usize> {
+        Self::check_name(name)?;
+        let ttl = self.ttl.take();
+        self.backend.declare_with::<S>(name, kind, ttl)
     }
 
     fn check_name(name: &str) -> Result<()> {
@@ -204,24 +288,19 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
 
     /// A value per key (Flink's `ValueState`).
     pub fn value_state<V: StateValue>(&mut self, name: &str) -> Result<ValueState<V>> {
-        Self::check_name(name)?;
-        let index = self.backend.declare::<V>(name, StateKind::Value)?;
+        let index = self.declare::<V>(name, StateKind::Value)?;
         Ok(ValueState::new(index))
     }
 
     /// A list per key (Flink's `ListState`).
     pub fn list_state<V: StateValue>(&mut self, name: &str) -> Result<ListState<V>> {
-        Self::check_name(name)?;
-        let index = self.backend.declare::<Vec<V>>(name, StateKind::List)?;
+        let index = self.declare::<Vec<V>>(name, StateKind::List)?;
         Ok(ListState::new(index))
     }
 
     /// A map per key (Flink's `MapState`).
     pub fn map_state<UK: Key, UV: StateValue>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
-        Self::check_name(name)?;
-        let index = self
-            .backend
-            .declare::<handles::UserMap<UK, UV>>(name, StateKind::Map)?;
+        let index = self.declare::<handles::UserMap<UK, UV>>(name, StateKind::Map)?;
         Ok(MapState::new(index))
     }
 
@@ -231,8 +310,7 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         reduce: impl Fn(V, V) -> V + Send + Sync + 'static,
     ) -> Result<ReducingState<V>> {
-        Self::check_name(name)?;
-        let index = self.backend.declare::<V>(name, StateKind::Reducing)?;
+        let index = self.declare::<V>(name, StateKind::Reducing)?;
         Ok(ReducingState::new(index, reduce))
     }
 
@@ -243,8 +321,7 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         aggregate: impl AggregateFunction<IN, ACC, OUT> + 'static,
     ) -> Result<AggregatingState<IN, ACC, OUT>> {
-        Self::check_name(name)?;
-        let index = self.backend.declare::<ACC>(name, StateKind::Aggregating)?;
+        let index = self.declare::<ACC>(name, StateKind::Aggregating)?;
         Ok(AggregatingState::new(index, aggregate))
     }
 }
@@ -263,15 +340,19 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// The current key's value of `state`, if set.
     #[inline]
-    pub fn get<V: StateValue>(&self, state: ValueState<V>) -> Option<&V> {
-        self.backend.map::<V>(state.index()).get(self.key)
+    pub fn get<V: StateValue>(&mut self, state: ValueState<V>) -> Option<&V> {
+        self.backend
+            .slot::<V>(state.index(), self.key, false)
+            .get(self.key)
     }
 
     /// Sets the current key's value of `state`.
     #[inline]
     pub fn set<V: StateValue>(&mut self, state: ValueState<V>, value: V) {
         let key = self.key.clone();
-        self.backend.map_mut::<V>(state.index()).insert(key, value);
+        self.backend
+            .slot::<V>(state.index(), self.key, true)
+            .insert(key, value);
     }
 
     /// Mutable access to the current key's value, inserted with `default` if absent — one
@@ -284,13 +365,15 @@ impl<K: Key> KeyedContext<'_, K> {
         default: impl FnOnce() -> V,
     ) -> &mut V {
         self.backend
-            .map_mut::<V>(state.index())
+            .slot::<V>(state.index(), self.key, true)
             .get_or_insert_with(self.key, default)
     }
 
     /// Removes the current key's value of `state`.
     pub fn clear<V: StateValue>(&mut self, state: ValueState<V>) {
-        self.backend.map_mut::<V>(state.index()).remove(self.key);
+        self.backend
+            .slot::<V>(state.index(), self.key, true)
+            .remove(self.key);
     }
 
     /// The current processing time (milliseconds since the Unix epoch): the clock that
@@ -318,7 +401,7 @@ impl<K: Key> KeyedContext<'_, K> {
 
     /// The current key's list of `state`.
     pub fn list<V: StateValue>(&mut self, state: &ListState<V>) -> ListAccess<'_, K, V> {
-        ListAccess::new(self.key, self.backend.map_mut(state.index()))
+        ListAccess::new(self.key, self.backend.slot(state.index(), self.key, true))
     }
 
     /// The current key's map of `state`.
@@ -326,7 +409,7 @@ impl<K: Key> KeyedContext<'_, K> {
         &mut self,
         state: &MapState<UK, UV>,
     ) -> MapAccess<'_, K, UK, UV> {
-        MapAccess::new(self.key, self.backend.map_mut(state.index()))
+        MapAccess::new(self.key, self.backend.slot(state.index(), self.key, true))
     }
 
     /// The current key's reduced value of `state`.
@@ -334,7 +417,11 @@ impl<K: Key> KeyedContext<'_, K> {
         &'s mut self,
         state: &'s ReducingState<V>,
     ) -> ReducingAccess<'s, K, V> {
-        ReducingAccess::new(self.key, self.backend.map_mut(state.index()), state)
+        ReducingAccess::new(
+            self.key,
+            self.backend.slot(state.index(), self.key, true),
+            state,
+        )
     }
 
     /// The current key's accumulator of `state`.
@@ -342,7 +429,11 @@ impl<K: Key> KeyedContext<'_, K> {
         &'s mut self,
         state: &'s AggregatingState<IN, ACC, OUT>,
     ) -> AggregatingAccess<'s, K, IN, ACC, OUT> {
-        AggregatingAccess::new(self.key, self.backend.map_mut(state.index()), state)
+        AggregatingAccess::new(
+            self.key,
+            self.backend.slot(state.index(), self.key, true),
+            state,
+        )
     }
 }
 
@@ -354,7 +445,12 @@ pub struct KeyedEndContext<'a, K> {
 impl<K: Key> KeyedEndContext<'_, K> {
     /// Every `(key, value)` of `state` on this subtask, in no particular order.
     pub fn entries<V: StateValue>(&self, state: ValueState<V>) -> impl Iterator<Item = (&K, &V)> {
-        self.backend.map::<V>(state.index()).iter()
+        let now = crate::runtime::executor::wall_ms();
+        let table = self.backend.tables[state.index()]
+            .as_any()
+            .downcast_ref::<Table<K, V>>()
+            .expect("a state handle is only issued for a table of its stored type");
+        table.map.iter().filter(move |(k, _)| table.live(k, now))
     }
 
     /// Runs `f` once for every key that has `state` on this subtask, with a context scoped
@@ -401,18 +497,25 @@ mod tests {
         let snap = b.snapshot();
         let mut groups = vec![Vec::new(); 16];
         let n = snap.tables[0]
-            .2
+            .view
             .encode_groups(16, snap.range, &mut groups)
             .unwrap();
         assert_eq!(n, 90);
         let mut restored = BTreeMap::new();
-        restored.insert("count".to_string(), (StateKind::Value, groups));
+        restored.insert(
+            "count".to_string(),
+            RestoredState {
+                kind: StateKind::Value,
+                ttl: false,
+                sections: groups,
+            },
+        );
         let mut b2 = backend(restored);
         let count2 = KeyedStateStore::new(&mut b2)
             .value_state::<u64>("count")
             .unwrap();
         for k in 0..100u64 {
-            let ctx = KeyedContext {
+            let mut ctx = KeyedContext {
                 key: &k,
                 backend: &mut b2,
             };
@@ -442,7 +545,7 @@ mod tests {
         .set(s, 2);
         let mut groups = vec![Vec::new(); 16];
         snap.tables[0]
-            .2
+            .view
             .encode_groups(16, snap.range, &mut groups)
             .unwrap();
         let bytes: Vec<u8> = groups.concat();
@@ -453,7 +556,14 @@ mod tests {
     #[test]
     fn wrong_type_on_restore_is_a_clear_error() {
         let mut restored = BTreeMap::new();
-        restored.insert("s".to_string(), (StateKind::Value, vec![vec![1u8]]));
+        restored.insert(
+            "s".to_string(),
+            RestoredState {
+                kind: StateKind::Value,
+                ttl: false,
+                sections: vec![vec![1u8]],
+            },
+        );
         let mut b = backend(restored);
         let err = KeyedStateStore::new(&mut b)
             .value_state::<(u64, String)>("s")
@@ -471,10 +581,17 @@ mod tests {
     fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
         let snap = b.snapshot();
         let mut restored = BTreeMap::new();
-        for (name, kind, view) in &snap.tables {
+        for t in &snap.tables {
             let mut groups = vec![Vec::new(); 16];
-            view.encode_groups(16, snap.range, &mut groups).unwrap();
-            restored.insert(name.clone(), (*kind, groups));
+            t.view.encode_groups(16, snap.range, &mut groups).unwrap();
+            restored.insert(
+                t.name.clone(),
+                RestoredState {
+                    kind: t.kind,
+                    ttl: t.ttl,
+                    sections: groups,
+                },
+            );
         }
         restored
     }
@@ -614,5 +731,85 @@ mod tests {
         seen.sort();
         assert_eq!(seen, vec![3, 7, 11]);
         assert_eq!(b.sizes().into_iter().find(|s| s.0 == "max").unwrap().1, 0);
+    }
+
+    #[test]
+    fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
+        let mut b = backend(BTreeMap::new());
+        let ttl = StateTtlConfig::new(std::time::Duration::from_millis(50));
+        let mut store = KeyedStateStore::new(&mut b);
+        let v = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
+        let plain = store.value_state::<u64>("plain").unwrap();
+        for k in 0..100u64 {
+            let mut ctx = KeyedContext {
+                key: &k,
+                backend: &mut b,
+            };
+            ctx.set(v, k);
+            ctx.set(plain, k);
+        }
+        let count = |b: &mut KeyedStateBackend<u64>, name: &str| {
+            let snap = b.snapshot();
+            snap.tables
+                .iter()
+                .filter(|t| t.name == name)
+                .map(|t| {
+                    let mut groups = vec![Vec::new(); 16];
+                    t.view.encode_groups(16, snap.range, &mut groups).unwrap()
+                })
+                .sum::<u64>()
+        };
+        assert_eq!(count(&mut b, "v"), 100);
+        // A restore keeps the stamps: the restored values expire on the same schedule.
+        let restored = round_trip(&mut b);
+        assert!(restored["v"].ttl && !restored["plain"].ttl);
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        assert_eq!(
+            count(&mut b, "v"),
+            0,
+            "expired entries are left out of snapshots"
+        );
+        assert_eq!(count(&mut b, "plain"), 100);
+        let mut ctx = KeyedContext {
+            key: &7u64,
+            backend: &mut b,
+        };
+        assert_eq!(ctx.get(v), None, "an expired value is never returned");
+        assert_eq!(ctx.get(plain), Some(&7));
+        let mut b2 = backend(restored);
+        let mut store = KeyedStateStore::new(&mut b2);
+        let v2 = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
+        let err = store.value_state::<u64>("plain2");
+        assert!(err.is_ok());
+        let mut ctx = KeyedContext {
+            key: &7u64,
+            backend: &mut b2,
+        };
+        assert_eq!(ctx.get(v2), None, "restored stamps keep their age");
+        // Declaring a TTL'd state without TTL after restore is refused.
+        let mut b3 = backend(round_trip(&mut b));
+        let mut b4 = backend({
+            let mut bb = backend(BTreeMap::new());
+            let mut s = KeyedStateStore::new(&mut bb);
+            let h = s
+                .with_ttl(StateTtlConfig::new(std::time::Duration::from_secs(60)))
+                .value_state::<u64>("t")
+                .unwrap();
+            KeyedContext {
+                key: &1u64,
+                backend: &mut bb,
+            }
+            .set(h, 1);
+            round_trip(&mut bb)
+        });
+        assert!(KeyedStateStore::new(&mut b3)
+            .value_state::<u64>("plain")
+            .is_ok());
+        let err = KeyedStateStore::new(&mut b4)
+            .value_state::<u64>("t")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("time-to-live"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ use std::any::Any;
 use super::super::cow_map::{CowMap, CowSnapshot};
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateKind, StateValue};
+use super::ttl::{StateTtlConfig, Ttl};
 use crate::error::{Error, Result};
 
 /// One state table, type-erased so a backend can hold states of different value types.
@@ -16,6 +17,8 @@ pub(crate) trait StateTable<K>: Send {
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn kind(&self) -> StateKind;
+    /// Whether entries carry TTL stamps (recorded in the file: it changes the encoding).
+    fn has_ttl(&self) -> bool;
     /// Synchronous phase: an immutable view that the asynchronous phase may encode.
     fn snapshot(&mut self) -> Box<dyn TableSnapshot>;
     /// Loads encoded entries (one key group's section) into the table.
@@ -37,14 +40,44 @@ pub trait TableSnapshot: Send {
     ) -> Result<u64>;
 }
 
-/// The stored value `S` of every key, for a state of kind `kind`.
+/// The stored value `S` of every key, for a state of kind `kind`, with optional TTL.
 pub(crate) struct Table<K, S> {
     pub map: CowMap<K, S>,
     pub kind: StateKind,
+    pub ttl: Option<Ttl<K>>,
+}
+
+impl<K: Key, S: StateValue> Table<K, S> {
+    /// The map, after TTL bookkeeping for an access to `key` (a `write` refreshes it).
+    #[inline]
+    pub fn access(&mut self, key: &K, write: bool) -> &mut CowMap<K, S> {
+        if let Some(ttl) = &mut self.ttl {
+            ttl.on_access(
+                &mut self.map,
+                key,
+                write,
+                crate::runtime::executor::wall_ms(),
+            );
+        }
+        &mut self.map
+    }
+
+    /// Whether `key`'s entry is live (not expired) — always, without TTL.
+    pub fn live(&self, key: &K, now: u64) -> bool {
+        self.ttl.as_ref().is_none_or(|t| t.live(key, now))
+    }
+}
+
+/// The TTL part of a table view: stamps, the config, and the time of the snapshot.
+struct TtlView<K> {
+    stamps: CowSnapshot<K, u64>,
+    cfg: StateTtlConfig,
+    now: u64,
 }
 
 struct TableView<K, S> {
     map: CowSnapshot<K, S>,
+    ttl: Option<TtlView<K>>,
 }
 
 impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
@@ -57,20 +90,41 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     fn kind(&self) -> StateKind {
         self.kind
     }
+    fn has_ttl(&self) -> bool {
+        self.ttl.is_some()
+    }
     fn snapshot(&mut self) -> Box<dyn TableSnapshot> {
+        let now = crate::runtime::executor::wall_ms();
         Box::new(TableView {
             map: self.map.snapshot(),
+            ttl: self.ttl.as_mut().map(|t| TtlView {
+                stamps: t.stamps.snapshot(),
+                cfg: t.cfg,
+                now,
+            }),
         })
     }
     fn restore(&mut self, name: &str, mut bytes: &[u8]) -> Result<()> {
+        let err = |e: postcard::Error| Error::StateDecode {
+            what: format!("keyed {} state '{name}'", self.kind.name()),
+            cause: e.to_string(),
+        };
         while !bytes.is_empty() {
-            let ((k, v), rest): ((K, S), &[u8]) =
-                postcard::take_from_bytes(bytes).map_err(|e| Error::StateDecode {
-                    what: format!("keyed {} state '{name}'", self.kind.name()),
-                    cause: e.to_string(),
-                })?;
-            self.map.insert(k, v);
-            bytes = rest;
+            bytes = match &mut self.ttl {
+                None => {
+                    let ((k, v), rest): ((K, S), &[u8]) =
+                        postcard::take_from_bytes(bytes).map_err(err)?;
+                    self.map.insert(k, v);
+                    rest
+                }
+                Some(ttl) => {
+                    let ((k, (v, stamp)), rest): ((K, (S, u64)), &[u8]) =
+                        postcard::take_from_bytes(bytes).map_err(err)?;
+                    ttl.stamps.insert(k.clone(), stamp);
+                    self.map.insert(k, v);
+                    rest
+                }
+            };
         }
         Ok(())
     }
@@ -89,7 +143,16 @@ impl<K: Key, S: StateValue> TableSnapshot for TableView<K, S> {
         range: KeyGroupRange,
         out: &mut [Vec<u8>],
     ) -> Result<u64> {
+        let mut written = 0;
         for (k, v) in self.map.iter() {
+            // Expired entries are left out (with TTL each entry carries its stamp).
+            let stamp = match &self.ttl {
+                None => None,
+                Some(t) => match t.stamps.get(k) {
+                    Some(s) if t.now < s.saturating_add(t.cfg.ttl_ms()) => Some(*s),
+                    _ => continue,
+                },
+            };
             let g = key_group(k, max_parallelism);
             if !range.contains(g) {
                 return Err(Error::InvalidJob(format!(
@@ -99,13 +162,17 @@ impl<K: Key, S: StateValue> TableSnapshot for TableView<K, S> {
                 )));
             }
             let slot = &mut out[(g - range.start) as usize];
-            *slot = postcard::to_extend(&(k, v), std::mem::take(slot)).map_err(|e| {
-                Error::StateDecode {
-                    what: "keyed state (encoding)".into(),
-                    cause: e.to_string(),
-                }
+            let buf = std::mem::take(slot);
+            let encoded = match stamp {
+                None => postcard::to_extend(&(k, v), buf),
+                Some(s) => postcard::to_extend(&(k, (v, s)), buf),
+            };
+            *slot = encoded.map_err(|e| Error::StateDecode {
+                what: "keyed state (encoding)".into(),
+                cause: e.to_string(),
             })?;
+            written += 1;
         }
-        Ok(self.map.len() as u64)
+        Ok(written)
     }
 }
