@@ -399,7 +399,8 @@ impl<K: Key> KeyedContext<'_, K> {
             .with_timers(|order, table| order.delete(table, key, time_ms));
     }
 
-    /// The current key's list of `state`.
+    /// The current key's list of `state`. For TTL, taking an accessor (of a list, map,
+    /// reducing or aggregating state) counts as a write: it refreshes the entry.
     pub fn list<V: StateValue>(&mut self, state: &ListState<V>) -> ListAccess<'_, K, V> {
         ListAccess::new(self.key, self.backend.slot(state.index(), self.key, true))
     }
