@@ -142,6 +142,13 @@ fn describe_json(d: &CheckpointDescription) -> Value {
         "state_file_bytes": d.state_file_bytes,
         "total_bytes": d.total_bytes(),
         "operators": operators,
+        "tasks": d.tasks.iter().map(|t| json!({
+            "task": t.task,
+            "sync_micros": t.stats.sync_micros,
+            "async_micros": t.stats.async_micros,
+            "alignment_micros": t.stats.alignment_micros,
+            "bytes": t.stats.bytes,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -212,6 +219,25 @@ fn describe_text(d: &CheckpointDescription) -> String {
     }
     let headers = ["UID", "PARALLELISM", "STATE", "KIND", "ENTRIES", "BYTES"];
     s.push_str(&table(&headers, &rows, &[1, 4, 5]));
+    if !d.tasks.is_empty() {
+        let ms = |us: u64| format!("{:.3}", us as f64 / 1000.0);
+        let rows: Vec<Vec<String>> = d
+            .tasks
+            .iter()
+            .map(|t| {
+                vec![
+                    t.task.clone(),
+                    ms(t.stats.sync_micros),
+                    ms(t.stats.async_micros),
+                    ms(t.stats.alignment_micros),
+                    t.stats.bytes.to_string(),
+                ]
+            })
+            .collect();
+        s.push('\n');
+        let headers = ["TASK", "SYNC_MS", "ASYNC_MS", "ALIGNMENT_MS", "BYTES"];
+        s.push_str(&table(&headers, &rows, &[1, 2, 3, 4]));
+    }
     if unknown {
         s.push_str(
             "? keyed states that share files cannot be counted without their types; \

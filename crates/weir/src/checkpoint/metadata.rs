@@ -83,7 +83,18 @@ pub struct CheckpointMetadata {
     pub max_parallelism: u32,
     /// Per-operator state.
     pub operators: Vec<OperatorMeta>,
-    /// Summed task statistics.
+    /// Task statistics: bytes summed, durations the maximum over tasks.
+    pub stats: TaskCheckpointStats,
+    /// Per task (in task order): its display name and statistics.
+    pub tasks: Vec<TaskStatsMeta>,
+}
+
+/// One task's part of a checkpoint, for finding the slow or large one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatsMeta {
+    /// The task's display name (`chain (subtask/parallelism)`).
+    pub task: String,
+    /// Its synchronous pause, asynchronous write time, alignment and bytes.
     pub stats: TaskCheckpointStats,
 }
 

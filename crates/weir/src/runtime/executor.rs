@@ -22,8 +22,9 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use crate::api::config::{JobConfig, RestoreFrom};
 use crate::api::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
 use crate::checkpoint::coordinator::Coordinator;
-use crate::checkpoint::format::FileKind;
-use crate::checkpoint::metadata::{CheckpointMetadata, OperatorMeta, TaskCheckpointStats};
+use crate::checkpoint::metadata::{
+    CheckpointMetadata, OperatorMeta, TaskCheckpointStats, TaskStatsMeta,
+};
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
@@ -616,12 +617,19 @@ impl Executor<'_> {
             max_parallelism: self.cfg.max_parallelism,
             operators,
             stats,
+            tasks: acks
+                .iter()
+                .zip(&self.plan.tasks)
+                .map(|(a, t)| TaskStatsMeta {
+                    task: t.name.clone(),
+                    stats: a.stats,
+                })
+                .collect(),
         };
         let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
             what: "checkpoint metadata (encoding)".into(),
             cause: e.to_string(),
         })?;
-        let _ = FileKind::Metadata;
         self.storage.write_metadata(id, &payload)?;
         Ok(stats)
     }

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 use super::format::FileKind;
-use super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile};
+use super::metadata::{
+    CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile, TaskStatsMeta,
+};
 use super::storage::{
     parse_checkpoint_dir_name, read_metadata, read_state_file, StorageError, METADATA_FILE_NAME,
 };
@@ -193,6 +195,8 @@ pub struct CheckpointDescription {
     pub state_file_bytes: u64,
     /// Every operator the metadata lists, in its order.
     pub operators: Vec<OperatorDescription>,
+    /// Per task: synchronous pause, asynchronous write time, alignment, bytes.
+    pub tasks: Vec<TaskStatsMeta>,
 }
 
 impl CheckpointDescription {
@@ -515,6 +519,7 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
         state_files,
         state_file_bytes,
         operators,
+        tasks: meta.tasks,
     })
 }
 

@@ -131,6 +131,7 @@ fn write_sample(dir: &Path) -> PathBuf {
             },
         ],
         stats: TaskCheckpointStats::default(),
+        tasks: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())
