@@ -178,7 +178,7 @@ fn parse_interval(s: &str) -> Result<Interval, String> {
 }
 
 impl Common {
-    fn config(&self, name: &str, records_per_task: u64) -> Result<JobConfig> {
+    fn config(&self, name: &str, failure_horizon: u64) -> Result<JobConfig> {
         if self.parallelism == 0 {
             bail!("--parallelism must be at least 1");
         }
@@ -223,7 +223,7 @@ impl Common {
             c.failure_injection = Some(FailureInjection {
                 failures: self.inject_failures,
                 seed: self.seed,
-                horizon: records_per_task.max(2),
+                horizon: failure_horizon.max(2),
             });
         }
         Ok(c)
@@ -347,7 +347,8 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
         .filter_map(|f| f.metadata().ok())
         .map(|m| m.len())
         .sum();
-    let cfg = c.config("wordcount", (bytes / 40 / u64::from(c.parallelism)).max(2))?;
+    // About one record per 40 bytes of text (lines at the source, words at the counter).
+    let cfg = c.config("wordcount", (bytes / 40).max(2))?;
     announce(&cfg);
     let source = FileLineSource::new(files)?;
     let dest = destination(c)?;

@@ -27,10 +27,12 @@ pub use error::{Error, Result};
 pub mod prelude {
     pub use crate::api::config::{JobConfig, RestoreFrom};
     pub use crate::api::functions::{
-        CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
-        SourceFunction, SourceStatus,
+        BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
+        ProcessFunction, SinkFunction, SourceFunction, SourceStatus,
     };
-    pub use crate::api::stream::{DataStream, KeyedStream, StreamEnvironment};
+    pub use crate::api::stream::{
+        BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
+    };
     pub use crate::checkpoint::coordinator::CheckpointConfig;
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, TextFileSink};
@@ -39,6 +41,9 @@ pub mod prelude {
     pub use crate::runtime::executor::JobResult;
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;
+    pub use crate::state::broadcast::{
+        BroadcastContext, BroadcastState, BroadcastStateStore, ReadOnlyBroadcastContext,
+    };
     pub use crate::state::keyed::{
         AggregateFunction, AggregatingState, KeyedContext, KeyedEndContext, KeyedStateStore,
         ListState, MapState, ReducingState, StateHandle, StateTtlConfig, TtlUpdate, ValueState,

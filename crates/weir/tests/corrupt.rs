@@ -13,7 +13,7 @@ use weir::prelude::*;
 fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(2_000_000.0)).unwrap();
+    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(600_000.0)).unwrap();
     assert_eq!(counts, expected(300_000, 100));
     assert!(r.checkpoints.len() >= 2, "need two checkpoints");
     let mut chks: Vec<PathBuf> = std::fs::read_dir(dir.join("corrupt"))

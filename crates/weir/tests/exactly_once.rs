@@ -82,7 +82,7 @@ fn skewed_job(
     cfg.failure_injection = Some(FailureInjection {
         failures: 3,
         seed,
-        horizon: n_b / 2,
+        horizon: 400_000,
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();

@@ -79,7 +79,7 @@ fn operator_list_state_is_exactly_once_under_failures() {
     cfg.failure_injection = Some(FailureInjection {
         failures: 5,
         seed: 11,
-        horizon: n / 4,
+        horizon: n,
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();

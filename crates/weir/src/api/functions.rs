@@ -17,6 +17,7 @@
 //! restart strategy then restores the latest completed checkpoint.
 
 use crate::error::Result;
+use crate::state::broadcast::{BroadcastContext, BroadcastStateStore, ReadOnlyBroadcastContext};
 use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore};
 use crate::state::operator::{InitContext, SnapshotContext};
 use crate::state::Key;
@@ -127,6 +128,37 @@ pub trait KeyedProcessFunction<K: Key, I, O>:
     fn on_end_of_input(
         &mut self,
         _ctx: &mut KeyedEndContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A function over a main input `I` and a broadcast input `B` (Flink's
+/// `BroadcastProcessFunction`): every broadcast element reaches every subtask and may update
+/// the broadcast state; main elements see that state read-only. Keep the state a function
+/// of the broadcast elements alone, so that it stays identical on every subtask.
+pub trait BroadcastProcessFunction<I, B, O>: CheckpointedFunction + Clone + Send + 'static {
+    /// Declares the broadcast maps (once per attempt, after `initialize_state`).
+    fn open(&mut self, states: &mut BroadcastStateStore<'_>) -> Result<()>;
+    /// Handles one element of the main input.
+    fn process_element(
+        &mut self,
+        record: I,
+        ctx: &ReadOnlyBroadcastContext<'_>,
+        out: &mut Collector<'_, O>,
+    ) -> Result<()>;
+    /// Handles one element of the broadcast input.
+    fn process_broadcast_element(
+        &mut self,
+        value: B,
+        ctx: &mut BroadcastContext<'_>,
+        out: &mut Collector<'_, O>,
+    ) -> Result<()>;
+    /// Every input has ended.
+    fn on_end_of_input(
+        &mut self,
+        _ctx: &ReadOnlyBroadcastContext<'_>,
         _out: &mut Collector<'_, O>,
     ) -> Result<()> {
         Ok(())

@@ -168,7 +168,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
             })
             .collect();
         let chain = unbox_output::<T>(chain);
-        Box::new(move || run_input(inputs, chain, ctx).map(|()| None))
+        Box::new(move || run_input(inputs, chain, ctx))
     }
 }
 

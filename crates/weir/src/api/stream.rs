@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use crate::api::config::JobConfig;
 use crate::api::functions::{
-    CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
-    SourceFunction,
+    BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
+    ProcessFunction, SinkFunction, SourceFunction,
 };
 use crate::api::graph::{
     AnyBox, Edge, JobGraph, KeyedWriterBuilder, Node, NodeKind, Partitioning, TypedEdge,
@@ -40,7 +40,8 @@ use crate::error::Result;
 use crate::runtime::executor::{self, JobMetrics, JobResult};
 use crate::runtime::network::{KeyGroupRouter, RoutedWriter};
 use crate::runtime::operators::{
-    FilterOp, FlatMapOp, KeyedProcessOp, MapOp, OperatorContext, ProcessOp, SinkOp,
+    BroadcastProcessOp, Connected, FilterOp, FlatMapOp, KeyedProcessOp, MapOp, OperatorContext,
+    ProcessOp, SinkOp,
 };
 use crate::runtime::output::Output;
 use crate::runtime::task::{run_source, TaskContext};
@@ -90,15 +91,7 @@ impl StreamEnvironment {
                 Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
             },
         );
-        let id = add_node::<T>(
-            &self.graph,
-            name,
-            NodeKind::Source(builder),
-            &[],
-            Partitioning::Default,
-            None,
-            self.config.max_parallelism,
-        );
+        let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
         DataStream::single(self.graph.clone(), id, self.config.max_parallelism)
     }
 
@@ -121,15 +114,12 @@ fn rebox<T: 'static>(o: Box<dyn Output<T>>) -> AnyBox {
 }
 
 /// Adds a node of output type `O` fed by `inputs` (all of record type `I`).
-#[allow(clippy::too_many_arguments)]
 fn add_node<O: Data>(
     graph: &Rc<RefCell<JobGraph>>,
     name: &str,
     kind: NodeKind,
-    inputs: &[usize],
-    partitioning: Partitioning,
+    inputs: &[(usize, Partitioning)],
     edge: Option<&dyn Fn() -> Box<dyn crate::api::graph::EdgeFactory>>,
-    _max_parallelism: u32,
 ) -> usize {
     let mut g = graph.borrow_mut();
     let id = g.nodes.len();
@@ -144,7 +134,7 @@ fn add_node<O: Data>(
         outputs: Vec::new(),
     });
     if let Some(make_edge) = edge {
-        for &from in inputs {
+        for &(from, partitioning) in inputs {
             let e = g.edges.len();
             g.edges.push(Edge {
                 from,
@@ -159,11 +149,11 @@ fn add_node<O: Data>(
     id
 }
 
-/// A stream of records of type `T`: the output of one operator, or a union of several.
+/// A stream of records of type `T`: the output of one operator, or a union of several,
+/// each with the partitioning its records take to the next operator.
 pub struct DataStream<T> {
     graph: Rc<RefCell<JobGraph>>,
-    nodes: Vec<usize>,
-    partitioning: Partitioning,
+    nodes: Vec<(usize, Partitioning)>,
     max_parallelism: u32,
     _t: PhantomData<fn() -> T>,
 }
@@ -172,8 +162,7 @@ impl<T: Data> DataStream<T> {
     fn single(graph: Rc<RefCell<JobGraph>>, id: usize, max_parallelism: u32) -> Self {
         DataStream {
             graph,
-            nodes: vec![id],
-            partitioning: Partitioning::Default,
+            nodes: vec![(id, Partitioning::Default)],
             max_parallelism,
             _t: PhantomData,
         }
@@ -183,7 +172,7 @@ impl<T: Data> DataStream<T> {
         {
             let mut g = self.graph.borrow_mut();
             // On a union, settings apply to every operator in it.
-            for &n in &self.nodes {
+            for &(n, _) in &self.nodes {
                 f(&mut g.nodes[n]);
             }
         }
@@ -207,22 +196,24 @@ impl<T: Data> DataStream<T> {
         self.configure(move |n| n.parallelism = Some(parallelism))
     }
 
-    /// Sends records round-robin to the next operator's subtasks.
-    pub fn rebalance(mut self) -> Self {
-        self.partitioning = Partitioning::Rebalance;
+    fn partition(mut self, p: Partitioning) -> Self {
+        self.nodes.iter_mut().for_each(|n| n.1 = p);
         self
+    }
+
+    /// Sends records round-robin to the next operator's subtasks.
+    pub fn rebalance(self) -> Self {
+        self.partition(Partitioning::Rebalance)
     }
 
     /// Sends every record to every subtask of the next operator.
-    pub fn broadcast(mut self) -> Self {
-        self.partitioning = Partitioning::Broadcast;
-        self
+    pub fn broadcast(self) -> Self {
+        self.partition(Partitioning::Broadcast)
     }
 
     /// Sends subtask `i`'s records to subtask `i` of the next operator (equal parallelism).
-    pub fn forward(mut self) -> Self {
-        self.partitioning = Partitioning::Forward;
-        self
+    pub fn forward(self) -> Self {
+        self.partition(Partitioning::Forward)
     }
 
     /// Merges streams of the same type; the next operator reads all of them.
@@ -236,16 +227,22 @@ impl<T: Data> DataStream<T> {
         name: &str,
         build: crate::api::graph::OperatorBuilder,
     ) -> DataStream<O> {
-        self.then_with(name, build, self.partitioning, None)
+        self.then_with(name, build, None, None)
     }
 
     fn then_with<O: Data>(
         &self,
         name: &str,
         build: crate::api::graph::OperatorBuilder,
-        partitioning: Partitioning,
+        partitioning: Option<Partitioning>,
         keyed: Option<KeyedWriterBuilder<T>>,
     ) -> DataStream<O> {
+        // An explicit partitioning (key_by) overrides each input's own.
+        let inputs: Vec<(usize, Partitioning)> = self
+            .nodes
+            .iter()
+            .map(|&(n, p)| (n, partitioning.unwrap_or(p)))
+            .collect();
         let maxp = self.max_parallelism;
         let make_edge = move || {
             Box::new(TypedEdge::<T> {
@@ -257,10 +254,8 @@ impl<T: Data> DataStream<T> {
             &self.graph,
             name,
             NodeKind::Operator(build),
-            &self.nodes,
-            partitioning,
+            &inputs,
             Some(&make_edge),
-            maxp,
         );
         DataStream::single(self.graph.clone(), id, maxp)
     }
@@ -336,6 +331,18 @@ impl<T: Data> DataStream<T> {
         )
     }
 
+    /// Connects a broadcast input: every element of `broadcast` reaches every subtask of
+    /// the next operator, a [`BroadcastProcessFunction`] that keeps broadcast state.
+    pub fn connect_broadcast<B: Data>(
+        self,
+        broadcast: DataStream<B>,
+    ) -> BroadcastConnectedStream<T, B> {
+        BroadcastConnectedStream {
+            main: self,
+            broadcast,
+        }
+    }
+
     /// Partitions the stream by key: records with equal keys go to the same subtask, and the
     /// next operator can keep state per key.
     pub fn key_by<K: Key, F>(self, key_fn: F) -> KeyedStream<K, T, F>
@@ -358,6 +365,31 @@ impl<T: Data> DataStream<T> {
                 let mut f = sink.clone();
                 ctx.init_function(&mut f)?;
                 Ok(rebox::<T>(Box::new(SinkOp { uid: ctx.uid, f })))
+            }),
+        )
+    }
+}
+
+/// A main stream connected to a broadcast stream ([`DataStream::connect_broadcast`]).
+pub struct BroadcastConnectedStream<T, B> {
+    main: DataStream<T>,
+    broadcast: DataStream<B>,
+}
+
+impl<T: Data, B: Data> BroadcastConnectedStream<T, B> {
+    /// Applies `f` to both inputs (see [`BroadcastProcessFunction`]).
+    pub fn process<O: Data, F: BroadcastProcessFunction<T, B, O>>(self, f: F) -> DataStream<O> {
+        let main = self.main.map(Connected::<T, B>::Main).name("connect-main");
+        let side = self
+            .broadcast
+            .map(Connected::<T, B>::Broadcast)
+            .name("connect-broadcast")
+            .broadcast();
+        main.union(side).then(
+            "broadcast_process",
+            Arc::new(move |ctx: OperatorContext, next: AnyBox| {
+                let op = BroadcastProcessOp::new::<T, B>(f.clone(), ctx, unbox::<O>(next))?;
+                Ok(rebox::<Connected<T, B>>(Box::new(op)))
             }),
         )
     }
@@ -391,7 +423,7 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
         self.stream.then_with(
             "keyed_process",
             build,
-            Partitioning::KeyGroups,
+            Some(Partitioning::KeyGroups),
             Some(writer),
         )
     }

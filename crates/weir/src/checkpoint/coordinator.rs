@@ -14,11 +14,11 @@
 //!   subsumes (aborts) every pending checkpoint older than `n`.
 //! * More than `tolerable_failures` consecutive failed checkpoints fail the job; aborts that
 //!   are nobody's fault (superseded, a task finished) do not count.
-//! * A finished source task whose whole state is its source's position acknowledges later
-//!   checkpoints with its final state (the executor supplies it), so checkpoints go on
-//!   while any source runs. Once any other task has finished, no checkpoint is triggered
-//!   any more (its state after end of input must not be restored and finished again), and
-//!   pending ones are aborted.
+//! * A finished task whose whole state is its source's position (or nothing) acknowledges
+//!   later checkpoints with its final state (the executor supplies it), so checkpoints go
+//!   on while any source runs. Once a task with other state has finished, no checkpoint is
+//!   triggered any more (its state after end of input must not be restored and finished
+//!   again), and pending ones are aborted.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -273,8 +273,8 @@ impl<A> Coordinator<A> {
         actions
     }
 
-    /// A source task finished and left its final state to stand in for it: checkpoints go
-    /// on while `running_sources` remain (with none left, no barrier could be injected).
+    /// A task finished and left its final state to stand in for it: checkpoints go on
+    /// while `running_sources` remain (with none left, no barrier could be injected).
     pub fn on_source_finished(&mut self, running_sources: usize) {
         if running_sources == 0 {
             self.triggering = false;

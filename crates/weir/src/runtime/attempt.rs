@@ -126,7 +126,7 @@ impl AttemptRun<'_, '_> {
         }
     }
 
-    /// A task finished. A source that left its final state keeps checkpoints going: that
+    /// A task finished. A task that left its final state keeps checkpoints going: that
     /// state acknowledges, for it, every checkpoint it did not handle itself.
     fn on_finished(
         &mut self,

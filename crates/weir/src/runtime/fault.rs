@@ -1,10 +1,10 @@
-//! Seeded failure injection: panics at reproducible moments in chosen tasks.
+//! Seeded failure injection: panics at reproducible moments in the tasks doing the work.
 //!
-//! Failures are planned up front from a seed: failure `k` targets task `t_k` and fires when
-//! that task's *cumulative* record count (across attempts, replays included) reaches `c_k`.
-//! Each fires exactly once, so a job with N planned failures that runs to the end has been
-//! killed and recovered N times — unless a target task never sees enough records, which the
-//! job result reports (`injected < planned`).
+//! Failures are planned up front from a seed as points on the job's *global* record count
+//! (records entering any task, replays after a recovery included): failure `k` fires in
+//! whichever task pushes the count past `c_k`. Every task that processes records can be hit,
+//! in proportion to the records it handles, and because the count only grows, every planned
+//! failure fires exactly once in a job that processes at least `horizon` records.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -16,36 +16,34 @@ pub struct FailureInjection {
     pub failures: usize,
     /// Seed of the plan.
     pub seed: u64,
-    /// Failures fire within the first `horizon` records a task processes.
+    /// Failures fire within the first `horizon` records the job's tasks process in total.
     pub horizon: u64,
 }
 
 /// The process-wide injector shared by every task of a job (it outlives attempts).
 pub struct FailureInjector {
-    counts: Vec<AtomicU64>,
-    /// `(task, at_count, fired)`, sorted by `at_count`.
-    plan: Mutex<Vec<(usize, u64, bool)>>,
+    count: AtomicU64,
+    /// Planned points on the global count, ascending, with whether each has fired.
+    plan: Mutex<Vec<(u64, bool)>>,
+    /// The smallest point not yet fired (`u64::MAX` when none is left): the fast check.
+    next: AtomicU64,
     fired: AtomicUsize,
     planned: usize,
 }
 
 impl FailureInjector {
-    /// Plans `cfg.failures` failures over `tasks` tasks.
-    pub fn new(cfg: FailureInjection, tasks: usize) -> Self {
+    /// Plans `cfg.failures` failures (the task count is kept for the API's sake).
+    pub fn new(cfg: FailureInjection, _tasks: usize) -> Self {
         let mut rng = fastrand::Rng::with_seed(cfg.seed);
-        let mut plan: Vec<(usize, u64, bool)> = (0..cfg.failures)
-            .map(|_| {
-                (
-                    rng.usize(..tasks.max(1)),
-                    rng.u64(1..cfg.horizon.max(2)),
-                    false,
-                )
-            })
+        let mut plan: Vec<(u64, bool)> = (0..cfg.failures)
+            .map(|_| (rng.u64(1..cfg.horizon.max(2)), false))
             .collect();
-        plan.sort_by_key(|p| p.1);
+        plan.sort_unstable();
+        let next = plan.first().map_or(u64::MAX, |p| p.0);
         FailureInjector {
-            counts: (0..tasks).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
             plan: Mutex::new(plan),
+            next: AtomicU64::new(next),
             fired: AtomicUsize::new(0),
             planned: cfg.failures,
         }
@@ -53,23 +51,23 @@ impl FailureInjector {
 
     /// Called by task `task` before processing `n` records; panics when a failure is due.
     pub fn on_records(&self, task: usize, n: usize) {
-        let Some(c) = self.counts.get(task) else {
+        let count = self.count.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if count < self.next.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = plan.iter_mut().find(|p| !p.1 && p.0 <= count) else {
             return;
         };
-        let count = c.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = plan
-            .iter_mut()
-            .find(|p| p.0 == task && !p.2 && p.1 <= count)
-        {
-            p.2 = true;
-            let k = self.fired.fetch_add(1, Ordering::SeqCst) + 1;
-            drop(plan);
-            panic!(
-                "injected failure {k} of {} (task {task}, record {count})",
-                self.planned
-            );
-        }
+        p.1 = true;
+        let next = plan.iter().find(|p| !p.1).map_or(u64::MAX, |p| p.0);
+        self.next.store(next, Ordering::Relaxed);
+        let k = self.fired.fetch_add(1, Ordering::SeqCst) + 1;
+        drop(plan);
+        panic!(
+            "injected failure {k} of {} (task {task}, job record {count})",
+            self.planned
+        );
     }
 
     /// Failures fired so far.

@@ -7,11 +7,15 @@
 use std::collections::BTreeMap;
 
 use crate::api::functions::{
-    CheckpointedFunction, Collector, KeyedProcessFunction, ProcessFunction, SinkFunction,
+    BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
+    ProcessFunction, SinkFunction,
 };
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::state::broadcast::{
+    BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,
+};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{
     KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore, RestoredKeyedState,
@@ -337,5 +341,102 @@ impl<T, F: SinkFunction<T>> Output<T> for SinkOp<F> {
     }
     fn notify_aborted(&mut self, id: u64) -> Result<()> {
         self.f.notify_checkpoint_aborted(id)
+    }
+}
+
+/// An element of a broadcast-connected stream: from the main input or the broadcast input.
+#[derive(Clone, Debug)]
+pub(crate) enum Connected<I, B> {
+    Main(I),
+    Broadcast(B),
+}
+
+/// A [`BroadcastProcessFunction`] with its broadcast state.
+pub struct BroadcastProcessOp<O, F> {
+    uid: String,
+    f: F,
+    store: BroadcastStore,
+    out: Vec<O>,
+    next: Box<dyn Output<O>>,
+}
+
+impl<O, F> BroadcastProcessOp<O, F> {
+    /// Builds the operator: restores operator state, then broadcast state, then `open`.
+    pub(crate) fn new<I, B>(
+        mut f: F,
+        mut ctx: OperatorContext,
+        next: Box<dyn Output<O>>,
+    ) -> Result<Self>
+    where
+        F: BroadcastProcessFunction<I, B, O>,
+    {
+        let lists = ctx.operator_state.clone();
+        ctx.init_function(&mut f)?;
+        let mut store = BroadcastStore::new(lists);
+        f.open(&mut BroadcastStateStore { store: &mut store })?;
+        Ok(BroadcastProcessOp {
+            uid: ctx.uid,
+            f,
+            store,
+            out: Vec::new(),
+            next,
+        })
+    }
+}
+
+impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>>
+    for BroadcastProcessOp<O, F>
+{
+    fn push(&mut self, batch: &mut Vec<Connected<I, B>>) -> Result<()> {
+        for r in batch.drain(..) {
+            let mut out = Collector { buf: &mut self.out };
+            match r {
+                Connected::Main(i) => {
+                    let ctx = ReadOnlyBroadcastContext { store: &self.store };
+                    self.f.process_element(i, &ctx, &mut out)?;
+                }
+                Connected::Broadcast(b) => {
+                    let mut ctx = BroadcastContext {
+                        store: &mut self.store,
+                    };
+                    self.f.process_broadcast_element(b, &mut ctx, &mut out)?;
+                }
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.next.push(&mut self.out)
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        let mut ctx = SnapshotContext::new(b.id);
+        self.f.snapshot_state(&mut ctx)?;
+        self.store.snapshot(&mut ctx.lists)?;
+        s.parts.push(OperatorSnapshotPart {
+            uid: self.uid.clone(),
+            operator_state: ctx.lists,
+            keyed: None,
+        });
+        self.next.snapshot(b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.next.flush()
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        let ctx = ReadOnlyBroadcastContext { store: &self.store };
+        self.f
+            .on_end_of_input(&ctx, &mut Collector { buf: &mut self.out })?;
+        if !self.out.is_empty() {
+            self.next.push(&mut self.out)?;
+        }
+        self.next.end_of_input()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_complete(id)?;
+        self.next.notify_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_aborted(id)?;
+        self.next.notify_aborted(id)
     }
 }

@@ -20,7 +20,8 @@ pub(crate) struct TaskPlan {
     pub subtask: u32,
     pub parallelism: u32,
     pub name: String,
-    /// A source whose chained operators are all stateless: its final state is the task's.
+    /// The chain holds no state but (maybe) its source's position: its final state can stand
+    /// in for it in checkpoints taken after it finished.
     pub capture_final_state: bool,
 }
 
@@ -101,8 +102,11 @@ pub(crate) fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
             chain.push(cur);
         }
         let p = parallelism[head];
-        let capture_final_state = matches!(graph.nodes[head].kind, NodeKind::Source(_))
-            && chain[1..].iter().all(|&n| graph.nodes[n].stateless);
+        // A finished task whose only state is its source's position (or none at all) can
+        // acknowledge later checkpoints with its final state.
+        let head_ok =
+            matches!(graph.nodes[head].kind, NodeKind::Source(_)) || graph.nodes[head].stateless;
+        let capture_final_state = head_ok && chain[1..].iter().all(|&n| graph.nodes[n].stateless);
         let label = chain
             .iter()
             .map(|&c| graph.nodes[c].name.as_str())

@@ -126,8 +126,8 @@ pub struct TaskContext {
     pub injector: Option<Arc<FailureInjector>>,
     /// Progress counters.
     pub metrics: Arc<TaskMetrics>,
-    /// (Source tasks) capture the source's final state when it finishes; set when every
-    /// chained operator is stateless, so the source's state is the task's whole state.
+    /// Capture the task's final state when it finishes; set when every operator of the chain
+    /// is stateless except maybe its source, so that state is the task's whole state.
     pub capture_final_state: bool,
 }
 
@@ -269,12 +269,14 @@ pub fn run_source<T, S: SourceFunction<T>>(
     }
 }
 
-/// Runs an input task until every input channel ended or the task is cancelled.
+/// Runs an input task until every input channel ended or the task is cancelled; a
+/// stateless task returns its (empty) final state, to acknowledge later checkpoints.
 pub fn run_input<T: Send>(
     inputs: Vec<Receiver<Event<T>>>,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
-) -> Result<()> {
+) -> Result<Option<FinalState>> {
+    let mut last_checkpoint = 0;
     let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
     let mut ended = vec![false; inputs.len()];
     let mut last_flush = Instant::now();
@@ -324,15 +326,19 @@ pub fn run_input<T: Send>(
             Event::Barrier(b) => {
                 let action = handler.on_barrier(c, b);
                 dirty = true;
-                act(action, chain.as_mut(), &ctx)?;
+                act(action, chain.as_mut(), &ctx, &mut last_checkpoint)?;
             }
             Event::EndOfInput => {
                 ended[c] = true;
                 dirty = true;
                 let action = handler.on_end_of_input(c);
-                act(action, chain.as_mut(), &ctx)?;
+                act(action, chain.as_mut(), &ctx, &mut last_checkpoint)?;
                 if handler.all_ended() {
-                    return chain.end_of_input();
+                    chain.end_of_input()?;
+                    return Ok(ctx.capture_final_state.then(|| FinalState {
+                        snapshot: TaskSnapshot::new(),
+                        last_checkpoint,
+                    }));
                 }
             }
         }
@@ -344,8 +350,14 @@ pub fn run_input<T: Send>(
     }
 }
 
-fn act<T>(action: BarrierAction, chain: &mut dyn Output<T>, ctx: &TaskContext) -> Result<()> {
-    let snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
+fn act<T>(
+    action: BarrierAction,
+    chain: &mut dyn Output<T>,
+    ctx: &TaskContext,
+    last_checkpoint: &mut u64,
+) -> Result<()> {
+    let mut snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
+        *last_checkpoint = b.id;
         let start = Instant::now();
         let mut snap = TaskSnapshot::new();
         chain.snapshot(b, &mut snap)?;
@@ -428,7 +440,7 @@ mod tests {
         tx0.send(Event::Batch(vec![2, 3])).unwrap();
         tx0.send(Event::EndOfInput).unwrap();
         let chain = Box::new(Recorder(log.clone()));
-        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx).map(|_| ()));
         // Give the task ample time to read channel 0 as far as it is allowed to.
         std::thread::sleep(Duration::from_millis(100));
         tx1.send(Event::Batch(vec![10])).unwrap();

@@ -3,9 +3,11 @@
 //! * [`keyed`]: state scoped to the current key after `key_by`, stored per key group.
 //! * [`operator`]: state that belongs to one parallel subtask (sources' positions, buffers),
 //!   as named lists that are redistributed when parallelism changes.
+//! * [`broadcast`]: maps kept identical on every subtask by a broadcast input.
 //! * [`key_group`]: the stable hash and the key-group arithmetic both depend on.
 //! * [`cow_map`]: the copy-on-write map that keeps the synchronous snapshot phase short.
 
+pub mod broadcast;
 pub mod cow_map;
 pub mod key_group;
 pub mod keyed;
@@ -51,6 +53,8 @@ pub enum StateKind {
     Map,
     /// Processing-time timers of a keyed operator: timestamps per key.
     ProcessingTimers,
+    /// Broadcast state: a map identical on every subtask.
+    Broadcast,
 }
 
 impl StateKind {
@@ -65,6 +69,7 @@ impl StateKind {
             StateKind::Aggregating => "aggregating",
             StateKind::Map => "map",
             StateKind::ProcessingTimers => "processing-time timers",
+            StateKind::Broadcast => "broadcast",
         }
     }
 }

@@ -7,6 +7,7 @@
 //!   elements; otherwise all elements are concatenated in subtask order and split into
 //!   `p` contiguous, even chunks (Flink's round-robin split).
 //! * `UnionList` — every subtask gets every element, in subtask order.
+//! * `Broadcast` — every subtask gets one (any) subtask's copy; they are all identical.
 
 use std::collections::BTreeMap;
 
@@ -167,6 +168,13 @@ pub fn redistribute(
         };
         let mine: Vec<Vec<u8>> = match kind {
             StateKind::UnionList => all().collect(),
+            // Every copy is identical: hand each subtask the first one.
+            StateKind::Broadcast => old
+                .iter()
+                .flatten()
+                .find_map(|s| s.get(name))
+                .map(|l| l.elements.clone())
+                .unwrap_or_default(),
             _ if old.len() == parallelism as usize => old[subtask as usize]
                 .and_then(|s| s.get(name))
                 .map(|l| l.elements.clone())
