@@ -1,0 +1,341 @@
+//! Unit tests of keyed state: every kind, snapshots, restore, TTL, timers index.
+use super::*;
+
+fn backend(restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
+    KeyedStateBackend::new(KeyGroupRange { start: 0, end: 16 }, 16, restored)
+}
+
+#[test]
+fn value_state_round_trips_through_a_snapshot() {
+    let mut b = backend(BTreeMap::new());
+    let count = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("count")
+        .unwrap();
+    for k in 0..100u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        *ctx.get_mut_or_insert_with(count, || 0) += k;
+        if k % 10 == 0 {
+            ctx.clear(count);
+        }
+    }
+    let snap = b.snapshot();
+    let mut groups = vec![Vec::new(); 16];
+    let n = snap.tables[0]
+        .view
+        .encode_groups(16, snap.range, &mut groups)
+        .unwrap();
+    assert_eq!(n, 90);
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "count".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: groups,
+        },
+    );
+    let mut b2 = backend(restored);
+    let count2 = KeyedStateStore::new(&mut b2)
+        .value_state::<u64>("count")
+        .unwrap();
+    for k in 0..100u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b2,
+        };
+        let want = if k % 10 == 0 { None } else { Some(k) };
+        assert_eq!(ctx.get(count2).copied(), want);
+    }
+    assert!(b2.unclaimed().is_empty());
+}
+
+#[test]
+fn snapshot_is_isolated_from_later_writes() {
+    let mut b = backend(BTreeMap::new());
+    let s = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("s")
+        .unwrap();
+    let key = 1u64;
+    KeyedContext {
+        key: &key,
+        backend: &mut b,
+    }
+    .set(s, 1);
+    let snap = b.snapshot();
+    KeyedContext {
+        key: &key,
+        backend: &mut b,
+    }
+    .set(s, 2);
+    let mut groups = vec![Vec::new(); 16];
+    snap.tables[0]
+        .view
+        .encode_groups(16, snap.range, &mut groups)
+        .unwrap();
+    let bytes: Vec<u8> = groups.concat();
+    let ((k, v), _): ((u64, u64), _) = postcard::take_from_bytes(&bytes).unwrap();
+    assert_eq!((k, v), (1, 1));
+}
+
+#[test]
+fn wrong_type_on_restore_is_a_clear_error() {
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "s".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: vec![vec![1u8]],
+        },
+    );
+    let mut b = backend(restored);
+    let err = KeyedStateStore::new(&mut b)
+        .value_state::<(u64, String)>("s")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("keyed value state 's'"), "{err}");
+    assert!(KeyedStateStore::new(&mut b).value_state::<u64>("t").is_ok());
+    assert!(KeyedStateStore::new(&mut b)
+        .value_state::<u64>("t")
+        .is_err());
+}
+
+/// Snapshots `b` and turns the result into what a restore of the same range hands over.
+fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
+    let snap = b.snapshot();
+    let mut restored = BTreeMap::new();
+    for t in &snap.tables {
+        let mut groups = vec![Vec::new(); 16];
+        t.view.encode_groups(16, snap.range, &mut groups).unwrap();
+        restored.insert(
+            t.name.clone(),
+            RestoredState {
+                kind: t.kind,
+                ttl: t.ttl,
+                sections: groups,
+            },
+        );
+    }
+    restored
+}
+
+struct Average;
+
+impl AggregateFunction<u64, (u64, u64), f64> for Average {
+    fn create_accumulator(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    fn add(&self, value: u64, acc: &mut (u64, u64)) {
+        acc.0 += value;
+        acc.1 += 1;
+    }
+    fn get_result(&self, acc: &(u64, u64)) -> f64 {
+        acc.0 as f64 / acc.1 as f64
+    }
+}
+
+struct Handles {
+    list: ListState<u64>,
+    map: MapState<String, u64>,
+    max: ReducingState<u64>,
+    avg: AggregatingState<u64, (u64, u64), f64>,
+}
+
+fn declare(b: &mut KeyedStateBackend<u64>) -> Handles {
+    let mut store = KeyedStateStore::new(b);
+    Handles {
+        list: store.list_state("list").unwrap(),
+        map: store.map_state("map").unwrap(),
+        max: store
+            .reducing_state("max", |a: u64, b: u64| a.max(b))
+            .unwrap(),
+        avg: store.aggregating_state("avg", Average).unwrap(),
+    }
+}
+
+#[test]
+fn every_kind_keeps_its_semantics_through_snapshot_and_restore() {
+    let mut b = backend(BTreeMap::new());
+    let h = declare(&mut b);
+    for k in 0..20u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        ctx.list(&h.list).add_all([k, k + 1]);
+        ctx.list(&h.list).add(k + 2);
+        ctx.map(&h.map).put(format!("a{k}"), k);
+        ctx.map(&h.map).put("b".into(), 1);
+        for v in [3, k, 1] {
+            ctx.reducing(&h.max).add(v);
+            ctx.aggregating(&h.avg).add(v);
+        }
+        if k % 5 == 0 {
+            ctx.list(&h.list).update(Vec::new());
+            assert_eq!(ctx.map(&h.map).remove(&"b".to_string()), Some(1));
+            ctx.map(&h.map).remove(&format!("a{k}"));
+            assert!(ctx.map(&h.map).is_empty());
+        }
+    }
+    let restored = round_trip(&mut b);
+    let mut b2 = backend(restored);
+    let h2 = declare(&mut b2);
+    assert!(b2.unclaimed().is_empty());
+    for k in 0..20u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b2,
+        };
+        if k % 5 == 0 {
+            assert!(ctx.list(&h2.list).get().is_empty());
+            assert!(ctx.map(&h2.map).is_empty());
+        } else {
+            assert_eq!(ctx.list(&h2.list).get(), &[k, k + 1, k + 2]);
+            let mut keys: Vec<_> = ctx.map(&h2.map).keys().cloned().collect();
+            keys.sort();
+            assert_eq!(keys, vec![format!("a{k}"), "b".to_string()]);
+            assert!(ctx.map(&h2.map).contains(&"b".to_string()));
+            assert_eq!(ctx.map(&h2.map).values().sum::<u64>(), k + 1);
+        }
+        assert_eq!(ctx.reducing(&h2.max).get(), Some(&k.max(3)));
+        let avg = ctx.aggregating(&h2.avg).get().unwrap();
+        assert!((avg - (4 + k) as f64 / 3.0).abs() < 1e-9);
+    }
+    // Empty lists and maps leave no entry behind (they do not bloat snapshots).
+    let sizes: BTreeMap<_, _> = b2.sizes().into_iter().collect();
+    assert_eq!(sizes["list"], 16);
+    assert_eq!(sizes["map"], 16);
+    assert_eq!(sizes["max"], 20);
+}
+
+#[test]
+fn redeclaring_a_restored_state_with_another_kind_is_refused() {
+    let mut b = backend(BTreeMap::new());
+    let h = KeyedStateStore::new(&mut b).list_state::<u64>("s").unwrap();
+    KeyedContext {
+        key: &1u64,
+        backend: &mut b,
+    }
+    .list(&h)
+    .add(1);
+    let restored = round_trip(&mut b);
+    let mut b2 = backend(restored);
+    let err = KeyedStateStore::new(&mut b2)
+        .value_state::<u64>("s")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("was a list state") && err.contains("value state"),
+        "{err}"
+    );
+}
+
+#[test]
+fn apply_to_all_keys_reaches_every_key_with_state() {
+    let mut b = backend(BTreeMap::new());
+    let h = declare(&mut b);
+    for k in [3u64, 7, 11] {
+        KeyedContext {
+            key: &k,
+            backend: &mut b,
+        }
+        .reducing(&h.max)
+        .add(k);
+    }
+    let mut end = KeyedEndContext { backend: &mut b };
+    let mut seen = Vec::new();
+    end.apply_to_all_keys(&h.max, |ctx| {
+        seen.push(*ctx.key());
+        ctx.reducing(&h.max).clear();
+        Ok(())
+    })
+    .unwrap();
+    seen.sort();
+    assert_eq!(seen, vec![3, 7, 11]);
+    assert_eq!(b.sizes().into_iter().find(|s| s.0 == "max").unwrap().1, 0);
+}
+
+#[test]
+fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
+    let mut b = backend(BTreeMap::new());
+    let ttl = StateTtlConfig::new(std::time::Duration::from_millis(50));
+    let mut store = KeyedStateStore::new(&mut b);
+    let v = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
+    let plain = store.value_state::<u64>("plain").unwrap();
+    for k in 0..100u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        ctx.set(v, k);
+        ctx.set(plain, k);
+    }
+    let count = |b: &mut KeyedStateBackend<u64>, name: &str| {
+        let snap = b.snapshot();
+        snap.tables
+            .iter()
+            .filter(|t| t.name == name)
+            .map(|t| {
+                let mut groups = vec![Vec::new(); 16];
+                t.view.encode_groups(16, snap.range, &mut groups).unwrap()
+            })
+            .sum::<u64>()
+    };
+    assert_eq!(count(&mut b, "v"), 100);
+    // A restore keeps the stamps: the restored values expire on the same schedule.
+    let restored = round_trip(&mut b);
+    assert!(restored["v"].ttl && !restored["plain"].ttl);
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    assert_eq!(
+        count(&mut b, "v"),
+        0,
+        "expired entries are left out of snapshots"
+    );
+    assert_eq!(count(&mut b, "plain"), 100);
+    let mut ctx = KeyedContext {
+        key: &7u64,
+        backend: &mut b,
+    };
+    assert_eq!(ctx.get(v), None, "an expired value is never returned");
+    assert_eq!(ctx.get(plain), Some(&7));
+    let mut b2 = backend(restored);
+    let mut store = KeyedStateStore::new(&mut b2);
+    let v2 = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
+    let err = store.value_state::<u64>("plain2");
+    assert!(err.is_ok());
+    let mut ctx = KeyedContext {
+        key: &7u64,
+        backend: &mut b2,
+    };
+    assert_eq!(ctx.get(v2), None, "restored stamps keep their age");
+    // Declaring a TTL'd state without TTL after restore is refused.
+    let mut b3 = backend(round_trip(&mut b));
+    let mut b4 = backend({
+        let mut bb = backend(BTreeMap::new());
+        let mut s = KeyedStateStore::new(&mut bb);
+        let h = s
+            .with_ttl(StateTtlConfig::new(std::time::Duration::from_secs(60)))
+            .value_state::<u64>("t")
+            .unwrap();
+        KeyedContext {
+            key: &1u64,
+            backend: &mut bb,
+        }
+        .set(h, 1);
+        round_trip(&mut bb)
+    });
+    assert!(KeyedStateStore::new(&mut b3)
+        .value_state::<u64>("plain")
+        .is_ok());
+    let err = KeyedStateStore::new(&mut b4)
+        .value_state::<u64>("t")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("time-to-live"), "{err}");
+}
