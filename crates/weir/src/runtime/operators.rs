@@ -94,6 +94,24 @@ macro_rules! forward_control {
     };
 }
 
+/// `flush` and the checkpoint notifications of [`Output`] for operators that run a user
+/// function `self.f`: the function hears the notification first, then the rest of the chain.
+macro_rules! function_notifications {
+    () => {
+        fn flush(&mut self) -> Result<()> {
+            self.next.flush()
+        }
+        fn notify_complete(&mut self, id: u64) -> Result<()> {
+            self.f.notify_checkpoint_complete(id)?;
+            self.next.notify_complete(id)
+        }
+        fn notify_aborted(&mut self, id: u64) -> Result<()> {
+            self.f.notify_checkpoint_aborted(id)?;
+            self.next.notify_aborted(id)
+        }
+    };
+}
+
 /// `map`: one record in, one out.
 pub struct MapOp<O, F> {
     pub(crate) f: F,
@@ -170,9 +188,6 @@ impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
         snapshot_function(&mut self.f, &self.uid, b, s)?;
         self.next.snapshot(b, s)
     }
-    fn flush(&mut self) -> Result<()> {
-        self.next.flush()
-    }
     fn end_of_input(&mut self) -> Result<()> {
         self.f
             .on_end_of_input(&mut Collector { buf: &mut self.out })?;
@@ -181,14 +196,7 @@ impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
         }
         self.next.end_of_input()
     }
-    fn notify_complete(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_complete(id)?;
-        self.next.notify_complete(id)
-    }
-    fn notify_aborted(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_aborted(id)?;
-        self.next.notify_aborted(id)
-    }
+    function_notifications!();
 }
 
 /// A [`KeyedProcessFunction`] with its keyed state backend.
@@ -271,9 +279,6 @@ where
         });
         self.next.snapshot(b, s)
     }
-    fn flush(&mut self) -> Result<()> {
-        self.next.flush()
-    }
     fn end_of_input(&mut self) -> Result<()> {
         let mut ctx = KeyedEndContext {
             backend: &mut self.backend,
@@ -288,14 +293,7 @@ where
         }
         self.next.end_of_input()
     }
-    fn notify_complete(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_complete(id)?;
-        self.next.notify_complete(id)
-    }
-    fn notify_aborted(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_aborted(id)?;
-        self.next.notify_aborted(id)
-    }
+    function_notifications!();
     fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
         while let Some((time, key)) = self.backend.pop_due_timer(now_ms) {
             let mut ctx = KeyedContext {
@@ -419,9 +417,6 @@ impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>
         });
         self.next.snapshot(b, s)
     }
-    fn flush(&mut self) -> Result<()> {
-        self.next.flush()
-    }
     fn end_of_input(&mut self) -> Result<()> {
         let ctx = ReadOnlyBroadcastContext { store: &self.store };
         self.f
@@ -431,12 +426,5 @@ impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>
         }
         self.next.end_of_input()
     }
-    fn notify_complete(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_complete(id)?;
-        self.next.notify_complete(id)
-    }
-    fn notify_aborted(&mut self, id: u64) -> Result<()> {
-        self.f.notify_checkpoint_aborted(id)?;
-        self.next.notify_aborted(id)
-    }
+    function_notifications!();
 }
