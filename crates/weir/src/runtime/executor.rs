@@ -33,6 +33,7 @@ use crate::runtime::attempt::AttemptRun;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::plan::{plan, Plan};
+use crate::runtime::restart::RESET_BACKOFF_AFTER;
 use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
 
 /// Live counters of a running job, readable from any thread (for progress lines).
@@ -442,9 +443,12 @@ pub(crate) fn execute(
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
+    // Restarts since the job last ran stably (for the exponential backoff).
+    let mut streak = 0u32;
     let outcome = loop {
         attempt_no += 1;
         result.attempts = attempt_no;
+        let attempt_started = Instant::now();
         let attempt = match exec.spawn(attempt_no, restore.as_ref()) {
             Ok(a) => a,
             Err(e) => break Err(e),
@@ -466,7 +470,12 @@ pub(crate) fn execute(
             AttemptEnd::Finished => break Ok(()),
             AttemptEnd::Failed(err) => {
                 let restart = attempt_no;
-                match cfg.restart.delay(restart) {
+                streak = if attempt_started.elapsed() >= RESET_BACKOFF_AFTER {
+                    1
+                } else {
+                    streak + 1
+                };
+                match cfg.restart.delay_in_streak(restart, streak) {
                     None => {
                         break Err(Error::JobFailed {
                             attempts: attempt_no,
