@@ -512,7 +512,7 @@ fn value_cell(v: &Value) -> String {
 }
 
 /// Columns padded to their widest cell; columns in `right` (indices) are right-aligned.
-fn table(headers: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
     let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, c) in row.iter().enumerate() {
@@ -550,7 +550,7 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");
@@ -573,7 +573,7 @@ fn ms_dur(ms: u64) -> Duration {
 
 /// `ms` since the Unix epoch as RFC 3339 UTC, or `None` past year 9999 (which only a
 /// damaged file could hold, and which the formatter cannot print).
-fn timestamp(ms: u64) -> Option<String> {
+pub(crate) fn timestamp(ms: u64) -> Option<String> {
     if ms / 1000 >= 253_402_300_800 {
         return None;
     }

@@ -3,6 +3,7 @@
 //! ```text
 //! weir run keyed-count --events 10000000 --keys 1000 --parallelism 2 --verify
 //! weir run wordcount --input /usr/share/common-licenses/GPL-3 --output counts
+//! weir checkpoints list weir-checkpoints
 //! weir state ls weir-checkpoints/keyed-count/chk-3
 //! weir state dump weir-checkpoints/keyed-count/chk-3 --uid count --state count --format json
 //! ```
@@ -10,6 +11,7 @@
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
 //! success, 1 on an error, 2 on bad flags, 3 when `--verify` finds a wrong count.
 
+mod checkpoints;
 mod inspect;
 mod jobs;
 mod output;
@@ -43,6 +45,9 @@ enum Command {
     /// Inspect the state in a checkpoint.
     #[command(subcommand)]
     State(inspect::StateCommand),
+    /// List checkpoints: complete, incomplete or unreadable.
+    #[command(subcommand)]
+    Checkpoints(checkpoints::CheckpointsCommand),
 }
 
 #[derive(Subcommand)]
@@ -403,6 +408,7 @@ fn main() -> ExitCode {
         Command::Run(Job::KeyedCount(a)) => keyed_count(a),
         Command::Run(Job::Wordcount(a)) => wordcount(a),
         Command::State(c) => inspect::run(c),
+        Command::Checkpoints(c) => checkpoints::run(c),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,96 @@
+//! `weir checkpoints list`: complete, incomplete and unreadable checkpoints, for one job's
+//! folder and for a whole checkpoint directory.
+
+mod common;
+
+use common::*;
+
+/// Leaves several complete checkpoints of keyed-count in `<tmp>/ck/keyed-count`.
+fn leave_checkpoints(tmp: &std::path::Path) -> std::path::PathBuf {
+    let ck = tmp.join("ck");
+    run(&mut weir(
+        tmp,
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            "300000",
+            "--keys",
+            "8",
+            "--parallelism",
+            "2",
+            "--rate",
+            "600000",
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            &s(&ck),
+            "--discard-output",
+        ],
+    ))
+    .assert_success();
+    ck
+}
+
+/// Every chk folder is listed with its status; a truncated `_metadata` is called
+/// unreadable with the cause, a folder without `_metadata` incomplete.
+#[test]
+fn lists_complete_incomplete_and_unreadable_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ck = leave_checkpoints(tmp.path());
+    let job = ck.join("keyed-count");
+    let done = completed_checkpoints(&job);
+    assert!(
+        done.len() >= 2,
+        "need two complete checkpoints, have {done:?}"
+    );
+    let newest = *done.last().unwrap();
+    let meta = job.join(format!("chk-{newest}")).join("_metadata");
+    let bytes = std::fs::read(&meta).unwrap();
+    std::fs::write(&meta, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::create_dir_all(job.join("chk-999")).unwrap();
+
+    for dir in [&ck, &job] {
+        let r = run(&mut weir(tmp.path(), ["checkpoints", "list", &s(dir)]));
+        r.assert_success();
+        let line = |id: u64| {
+            r.stdout
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(&id.to_string()))
+                .unwrap_or_else(|| panic!("no row for {id}\n{}", r.describe()))
+                .to_string()
+        };
+        assert!(line(newest).contains("unreadable"), "{}", r.describe());
+        assert!(
+            r.stdout.contains("truncated"),
+            "cause shown\n{}",
+            r.describe()
+        );
+        assert!(line(done[0]).contains("complete"), "{}", r.describe());
+        assert!(line(999).contains("incomplete"), "{}", r.describe());
+    }
+
+    let r = run(&mut weir(
+        tmp.path(),
+        ["checkpoints", "list", &s(&job), "--format", "json"],
+    ));
+    r.assert_success();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), done.len() + 1);
+    let complete = rows.iter().filter(|r| r["status"] == "complete").count();
+    assert_eq!(complete, done.len() - 1);
+}
+
+/// A path that is not a folder is one clear error line, exit 1.
+#[test]
+fn missing_folder_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = run(&mut weir(
+        tmp.path(),
+        ["checkpoints", "list", "/nonexistent/ck"],
+    ));
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+    assert!(r.stderr.contains("/nonexistent/ck"), "{}", r.describe());
+    assert!(r.stderr.lines().count() <= 2, "{}", r.describe());
+}
