@@ -6,8 +6,9 @@
 //! parallelism and neither side fans in or out; each chain × subtask is one task on its
 //! own thread. Non-chained edges get one bounded channel per (sender, receiver) pair.
 //!
-//! With `attempt`, this module is the I/O edge of the checkpoint protocol: [`Coordinator`] decides, they
-//! send triggers and notifications, write metadata and delete folders.
+//! With `attempt`, this module is the I/O edge of the checkpoint protocol: the
+//! [`Coordinator`] decides; they send triggers and notifications, write metadata and
+//! delete folders.
 
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -424,7 +425,7 @@ pub(crate) fn execute(
     let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
     let injector = cfg
         .failure_injection
-        .map(|f| Arc::new(FailureInjector::new(f, plan.tasks.len())));
+        .map(|f| Arc::new(FailureInjector::new(f)));
     let task_metrics: Vec<Arc<TaskMetrics>> = plan
         .tasks
         .iter()

@@ -32,8 +32,8 @@ pub struct FailureInjector {
 }
 
 impl FailureInjector {
-    /// Plans `cfg.failures` failures (the task count is kept for the API's sake).
-    pub fn new(cfg: FailureInjection, _tasks: usize) -> Self {
+    /// Plans `cfg.failures` failures.
+    pub fn new(cfg: FailureInjection) -> Self {
         let mut rng = fastrand::Rng::with_seed(cfg.seed);
         let mut plan: Vec<(u64, bool)> = (0..cfg.failures)
             .map(|_| (rng.u64(1..cfg.horizon.max(2)), false))
@@ -87,14 +87,11 @@ mod tests {
 
     #[test]
     fn every_planned_failure_fires_once() {
-        let inj = FailureInjector::new(
-            FailureInjection {
-                failures: 5,
-                seed: 7,
-                horizon: 1000,
-            },
-            2,
-        );
+        let inj = FailureInjector::new(FailureInjection {
+            failures: 5,
+            seed: 7,
+            horizon: 1000,
+        });
         let mut panics = 0;
         for _ in 0..100 {
             for t in 0..2 {
