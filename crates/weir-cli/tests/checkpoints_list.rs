@@ -44,6 +44,22 @@ fn lists_complete_incomplete_and_unreadable_checkpoints() {
         done.len() >= 2,
         "need two complete checkpoints, have {done:?}"
     );
+    // The run swept up checkpoints in flight when it ended: only complete ones remain.
+    let folders = std::fs::read_dir(&job)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("chk-")
+        })
+        .count();
+    assert_eq!(
+        folders,
+        done.len(),
+        "incomplete checkpoint folders left behind"
+    );
     let newest = *done.last().unwrap();
     let meta = job.join(format!("chk-{newest}")).join("_metadata");
     let bytes = std::fs::read(&meta).unwrap();

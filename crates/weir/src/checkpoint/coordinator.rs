@@ -164,6 +164,13 @@ impl<A> Coordinator<A> {
         std::mem::take(&mut self.pending).into_keys().collect()
     }
 
+    /// The id the next checkpoint will get; every id below it (from `first_id`) was
+    /// triggered by this coordinator, so the executor can sweep up the folders of those that
+    /// never completed once the job ends.
+    pub fn next_checkpoint_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// When `tick` next has something to do (for the executor's wait timeout).
     pub fn next_deadline(&self) -> Option<Instant> {
         let timeouts = self.pending.values().map(|p| p.started + self.cfg.timeout);

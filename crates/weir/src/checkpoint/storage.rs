@@ -243,10 +243,15 @@ impl CheckpointStorage {
         let mut ids: Vec<u64> = self
             .list_ids()?
             .into_iter()
-            .filter(|&id| self.checkpoint_path(id).join(METADATA_FILE_NAME).is_file())
+            .filter(|&id| self.is_complete(id))
             .collect();
         ids.sort_unstable();
         Ok(ids)
+    }
+
+    /// Whether checkpoint `id` has its `_metadata` (the mark of a complete checkpoint).
+    pub fn is_complete(&self, id: u64) -> bool {
+        self.checkpoint_path(id).join(METADATA_FILE_NAME).is_file()
     }
 
     /// Highest checkpoint id with any folder (complete or not), so a new run never reuses

@@ -519,6 +519,14 @@ pub(crate) fn execute(
     for w in writers {
         let _ = w.join();
     }
+    // With every writer gone no file can appear any more: remove what checkpoints that
+    // never completed left behind (in flight when the job ended, or written by a late
+    // writer after their abort), so the folder holds only complete checkpoints.
+    for id in first_id..coordinator.next_checkpoint_id() {
+        if !storage.is_complete(id) {
+            let _ = storage.discard(id);
+        }
+    }
     result.injected_failures = injector.map(|i| (i.fired(), i.planned()));
     result.duration = started.elapsed();
     result.source_records = metrics.source_records.load(Ordering::Relaxed);
