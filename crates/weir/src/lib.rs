@@ -33,6 +33,9 @@ pub mod prelude {
     pub use crate::api::stream::{
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };
+    pub use crate::api::two_phase_commit::{
+        TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
+    };
     pub use crate::checkpoint::coordinator::CheckpointConfig;
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, TextFileSink};
@@ -48,6 +51,6 @@ pub mod prelude {
         AggregateFunction, AggregatingState, KeyedContext, KeyedEndContext, KeyedStateStore,
         ListState, MapState, ReducingState, StateHandle, StateTtlConfig, TtlUpdate, ValueState,
     };
-    pub use crate::state::operator::{InitContext, SnapshotContext};
+    pub use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
     pub use crate::{Error, Result};
 }

@@ -189,6 +189,8 @@ impl Executor<'_> {
             restored: restore.is_some(),
             operator_state,
             keyed_state,
+            job_name: self.cfg.name.clone(),
+            checkpointing: self.cfg.checkpointing.interval.is_some(),
         })
     }
 

@@ -20,7 +20,7 @@ use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{
     KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore, RestoredKeyedState,
 };
-use crate::state::operator::{InitContext, SnapshotContext};
+use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
 use crate::state::Key;
 
 /// Everything an operator instance needs to know about where it runs and what it restores.
@@ -39,6 +39,10 @@ pub struct OperatorContext {
     pub operator_state: BTreeMap<String, Vec<Vec<u8>>>,
     /// Keyed state sections for this subtask's key groups.
     pub keyed_state: RestoredKeyedState,
+    /// The job's name and whether it checkpoints periodically.
+    pub job_name: String,
+    /// Whether periodic checkpoints are on.
+    pub checkpointing: bool,
 }
 
 impl OperatorContext {
@@ -49,7 +53,12 @@ impl OperatorContext {
             self.subtask,
             self.parallelism,
             std::mem::take(&mut self.operator_state),
-        );
+        )
+        .with_identity(OperatorIdentity {
+            job_name: self.job_name.clone(),
+            uid: self.uid.clone(),
+            checkpointing: self.checkpointing,
+        });
         f.initialize_state(&ctx)
     }
 }

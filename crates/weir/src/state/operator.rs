@@ -90,6 +90,21 @@ pub struct InitContext {
     subtask: u32,
     parallelism: u32,
     lists: BTreeMap<String, Vec<Vec<u8>>>,
+    identity: OperatorIdentity,
+}
+
+/// Who an operator instance is, beyond its subtask: what two-phase-commit sinks need to
+/// give their transactions deterministic names (DESIGN.md §8) and to know whether a
+/// checkpoint will ever commit them.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorIdentity {
+    /// The job's name (the folder its checkpoints live in).
+    pub job_name: String,
+    /// The operator's stable uid.
+    pub uid: String,
+    /// Whether the job takes periodic checkpoints. Without them only the end of input
+    /// (or a savepoint) completes a checkpoint.
+    pub checkpointing: bool,
 }
 
 impl InitContext {
@@ -104,7 +119,18 @@ impl InitContext {
             subtask,
             parallelism,
             lists,
+            identity: OperatorIdentity::default(),
         }
+    }
+
+    pub(crate) fn with_identity(mut self, identity: OperatorIdentity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// The job's name, operator uid and whether checkpointing is on.
+    pub fn identity(&self) -> &OperatorIdentity {
+        &self.identity
     }
 
     /// True when the job starts from a checkpoint or savepoint, false on a fresh start.
