@@ -80,7 +80,9 @@ pub struct CheckpointStatus {
 /// The shared side of a job's control: the request queue and the status board.
 #[derive(Debug)]
 pub(crate) struct ControlHub {
-    pub(crate) requests_tx: Sender<Request>,
+    /// `None` once the job ended. Requests are sent while holding the lock, so after
+    /// [`ControlHub::close`] took it no request can be left unanswered in the queue.
+    requests_tx: Mutex<Option<Sender<Request>>>,
     pub(crate) requests: Receiver<Request>,
     pub(crate) status: Mutex<JobStatus>,
 }
@@ -89,7 +91,7 @@ impl Default for ControlHub {
     fn default() -> Self {
         let (requests_tx, requests) = crossbeam_channel::unbounded();
         ControlHub {
-            requests_tx,
+            requests_tx: Mutex::new(Some(requests_tx)),
             requests,
             status: Mutex::new(JobStatus {
                 state: "created".into(),
@@ -103,7 +105,25 @@ impl ControlHub {
     pub(crate) fn update(&self, f: impl FnOnce(&mut JobStatus)) {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
     }
+
+    /// The job ended: refuse new requests and answer the queued ones.
+    pub(crate) fn close(&self) {
+        self.requests_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        for r in self.requests.try_iter() {
+            let reply = match r {
+                Request::Savepoint { reply, .. }
+                | Request::Checkpoint { reply }
+                | Request::Stop { reply, .. } => reply,
+            };
+            let _ = reply.send(Err(NOT_RUNNING.to_string()));
+        }
+    }
 }
+
+const NOT_RUNNING: &str = "the job is no longer running";
 
 /// A handle on a running job, usable from any thread (see the module docs).
 #[derive(Debug, Clone)]
@@ -120,10 +140,17 @@ impl JobControl {
         make: impl FnOnce(Sender<Result<SnapshotDone, String>>) -> Request,
     ) -> Result<SnapshotDone, String> {
         let (tx, rx) = bounded(1);
-        self.hub
-            .requests_tx
-            .send(make(tx))
-            .map_err(|_| "the job is no longer running".to_string())?;
+        {
+            let sender = self
+                .hub
+                .requests_tx
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let sent = sender.as_ref().map(|s| s.send(make(tx)));
+            if !matches!(sent, Some(Ok(()))) {
+                return Err(NOT_RUNNING.to_string());
+            }
+        }
         match rx.recv_timeout(REQUEST_TIMEOUT) {
             Ok(r) => r,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(format!(

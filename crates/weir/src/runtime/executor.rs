@@ -355,6 +355,20 @@ pub(crate) fn execute(
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
 ) -> Result<JobResult> {
+    let result = run_job(graph, cfg, metrics, &control);
+    control.close();
+    if result.is_err() {
+        control.update(|s| s.state = "failed".into());
+    }
+    result
+}
+
+fn run_job(
+    graph: JobGraph,
+    cfg: &JobConfig,
+    metrics: Arc<JobMetrics>,
+    control: &Arc<ControlHub>,
+) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
     control.update(|s| {

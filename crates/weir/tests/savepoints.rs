@@ -1,0 +1,248 @@
+//! Savepoints through `JobControl`: stop with a savepoint, restore at another parallelism,
+//! savepoint again, move the savepoint, drain, and the confinement of requested folders.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{expected, CountPerKey};
+use weir::checkpoint::metadata::{CheckpointMetadata, SnapshotKind};
+use weir::checkpoint::storage::read_metadata;
+use weir::prelude::*;
+
+const N: u64 = 400_000;
+const KEYS: u64 = 40;
+
+fn cfg(dir: &Path, parallelism: u32, restore: RestoreFrom) -> JobConfig {
+    let mut c = common::config(
+        "sp-job",
+        &dir.join("ck"),
+        parallelism,
+        CheckpointingMode::ExactlyOnce,
+    );
+    c.checkpointing.interval = Some(Duration::from_millis(50));
+    c.savepoint_dir = dir.join("savepoints");
+    c.restore = restore;
+    c
+}
+
+/// The keyed count over a rate-limited generator; optionally without the sink's operator
+/// (to show a removed operator's state blocking the restore).
+fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> StreamEnvironment {
+    let env = StreamEnvironment::new(cfg);
+    env.add_source("events", GeneratorSource::new(N).with_rate(rate))
+        .uid("events")
+        .key_by(|i: &u64| i % KEYS)
+        .process(CountPerKey::default())
+        .uid("count")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    env
+}
+
+/// Runs `env` on a thread; once its sources emitted `after` records, calls `act` with the
+/// job's control; returns what `act` returned and the job's result.
+fn while_running<R: Send + 'static>(
+    env: StreamEnvironment,
+    after: u64,
+    act: impl FnOnce(&JobControl) -> R + Send + 'static,
+) -> (R, Result<JobResult>) {
+    let control = env.control();
+    let metrics = env.metrics();
+    let actor = std::thread::spawn(move || {
+        while metrics.source_records.load(Ordering::Relaxed) < after {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        act(&control)
+    });
+    let result = env.execute();
+    (actor.join().unwrap(), result)
+}
+
+fn counts(out: &CollectSink<(u64, u64)>) -> HashMap<u64, u64> {
+    out.take().into_iter().collect()
+}
+
+fn meta(path: &Path) -> CheckpointMetadata {
+    CheckpointMetadata::decode(&read_metadata(path).unwrap()).unwrap()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 1. Parallelism 2, stopped with a savepoint (no drain: no output yet).
+    let out = CollectSink::new();
+    let (stopped, result) = while_running(
+        job(
+            cfg(tmp.path(), 2, RestoreFrom::Nothing),
+            Some(400_000.0),
+            &out,
+        ),
+        60_000,
+        |c| c.stop_with_savepoint(None, false),
+    );
+    let sp1 = stopped.expect("stop with savepoint").path;
+    let result = result.unwrap();
+    assert_eq!(
+        result.stopped_with_savepoint.as_deref(),
+        Some(sp1.as_path())
+    );
+    assert!(
+        sp1.starts_with(tmp.path().join("savepoints")),
+        "{}",
+        sp1.display()
+    );
+    assert!(
+        out.take().is_empty(),
+        "a stop without drain emits no final counts"
+    );
+    let m = meta(&sp1);
+    assert_eq!(m.snapshot, SnapshotKind::StopSavepoint);
+    assert_eq!(m.job_name, "sp-job");
+    assert!(!m.weir_version.is_empty());
+    assert_eq!(m.max_parallelism, 128);
+
+    // 2. Restored at parallelism 3: an intermediate savepoint, then a stop.
+    let out = CollectSink::new();
+    let (sps, result) = while_running(
+        job(
+            cfg(tmp.path(), 3, RestoreFrom::Path(sp1.clone())),
+            Some(400_000.0),
+            &out,
+        ),
+        60_000,
+        |c| {
+            let mid = c
+                .trigger_savepoint(Some(PathBuf::from("mid")))
+                .map(|d| d.path);
+            let checkpoint = c.trigger_checkpoint().map(|d| d.path);
+            let stop = c.stop_with_savepoint(None, false).map(|d| d.path);
+            (mid, checkpoint, stop)
+        },
+    );
+    let (mid, checkpoint, sp2) = (sps.0.unwrap(), sps.1.unwrap(), sps.2.unwrap());
+    result.unwrap();
+    assert!(mid.starts_with(tmp.path().join("savepoints/mid")));
+    assert_eq!(meta(&mid).snapshot, SnapshotKind::Savepoint);
+    assert!(checkpoint.starts_with(tmp.path().join("ck/sp-job")));
+    assert_eq!(meta(&checkpoint).snapshot, SnapshotKind::Checkpoint);
+    assert!(
+        sp1.join("_metadata").is_file(),
+        "a restore never deletes its savepoint"
+    );
+    assert!(
+        mid.join("_metadata").is_file(),
+        "the engine never deletes savepoints"
+    );
+
+    // 3. Moved elsewhere, restored at parallelism 1, run to the end: exact counts.
+    let moved = tmp.path().join("elsewhere/sp");
+    copy_dir(&sp2, &moved);
+    std::fs::remove_dir_all(&sp2).unwrap();
+    let out = CollectSink::new();
+    job(cfg(tmp.path(), 1, RestoreFrom::Path(moved)), None, &out)
+        .execute()
+        .unwrap();
+    assert_eq!(counts(&out), expected(N, KEYS));
+}
+
+#[test]
+fn a_draining_stop_flushes_operators_before_the_savepoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = CollectSink::new();
+    let (stopped, result) = while_running(
+        job(
+            cfg(tmp.path(), 2, RestoreFrom::Nothing),
+            Some(300_000.0),
+            &out,
+        ),
+        30_000,
+        |c| c.stop_with_savepoint(None, true),
+    );
+    let sp = stopped.unwrap().path;
+    result.unwrap();
+    // The drain ended the input: every key's count so far was emitted, fewer than N in all.
+    let drained = counts(&out);
+    let total: u64 = drained.values().sum();
+    assert!(total >= 30_000 && total < N, "drained {total}");
+    assert_eq!(meta(&sp).snapshot, SnapshotKind::StopSavepoint);
+}
+
+#[test]
+fn requested_folders_are_confined_and_a_finished_job_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = CollectSink::new();
+    let env = job(
+        cfg(tmp.path(), 1, RestoreFrom::Nothing),
+        Some(200_000.0),
+        &out,
+    );
+    let control = env.control();
+    let ((outside, dotdot), result) = while_running(env, 10_000, |c| {
+        (
+            c.trigger_savepoint(Some(PathBuf::from("/etc"))),
+            c.trigger_savepoint(Some(PathBuf::from("../../escape"))),
+        )
+    });
+    result.unwrap();
+    for r in [outside, dotdot] {
+        let e = r.unwrap_err();
+        assert!(e.contains("outside the job's savepoint directory"), "{e}");
+    }
+    assert!(!tmp.path().join("escape").exists());
+    let e = control.trigger_savepoint(None).unwrap_err();
+    assert!(e.contains("no longer running"), "{e}");
+    assert_eq!(control.status().state, "finished");
+}
+
+#[test]
+fn a_removed_operator_blocks_the_restore_unless_allowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = CollectSink::new();
+    let (stopped, _) = while_running(
+        job(
+            cfg(tmp.path(), 2, RestoreFrom::Nothing),
+            Some(300_000.0),
+            &out,
+        ),
+        20_000,
+        |c| c.stop_with_savepoint(None, false),
+    );
+    let sp = stopped.unwrap().path;
+    // The new program counts in a process function with another uid.
+    let upgraded = |allow: bool| {
+        let mut c = cfg(tmp.path(), 2, RestoreFrom::Path(sp.clone()));
+        c.allow_non_restored_state = allow;
+        let env = StreamEnvironment::new(c);
+        env.add_source("events", GeneratorSource::new(N))
+            .uid("events")
+            .key_by(|i: &u64| i % KEYS)
+            .process(CountPerKey::default())
+            .uid("count-v2")
+            .add_sink("collect", out.clone())
+            .uid("sink");
+        env.execute()
+    };
+    let e = upgraded(false).unwrap_err().to_string();
+    assert!(
+        e.contains("count") && e.contains("--allow-non-restored-state"),
+        "{e}"
+    );
+    upgraded(true).unwrap();
+}
