@@ -342,6 +342,23 @@ fn make_corpus(root: &Path, files: usize, lines: usize) -> HashMap<String, u64> 
     want
 }
 
+/// Asserts the word counts match, naming a few words that differ.
+fn assert_counts(got: &HashMap<String, u64>, want: &HashMap<String, u64>, what: &str) {
+    let mut diff: Vec<String> = want
+        .iter()
+        .filter(|(w, c)| got.get(*w) != Some(*c))
+        .map(|(w, c)| format!("{w}: {:?} want {c}", got.get(w)))
+        .collect();
+    diff.extend(
+        got.keys()
+            .filter(|w| !want.contains_key(*w))
+            .map(|w| format!("{w}: unexpected")),
+    );
+    diff.sort();
+    diff.truncate(5);
+    assert!(diff.is_empty(), "{what}: counts differ, e.g. {diff:?}");
+}
+
 /// files → (throttle) → words → key_by → count → collect.
 fn run_wordcount(cfg: JobConfig, source: FileSource) -> (HashMap<String, u64>, JobResult) {
     let env = StreamEnvironment::new(cfg);
@@ -352,8 +369,8 @@ fn run_wordcount(cfg: JobConfig, source: FileSource) -> (HashMap<String, u64>, J
         .map(move |line: String| {
             // Slow enough that checkpoints land in the middle of the files.
             seen += 1;
-            if seen % 2_000 == 0 {
-                std::thread::sleep(Duration::from_millis(2));
+            if seen % 250 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
             }
             line
         })
@@ -378,17 +395,18 @@ fn a_glob_is_read_exactly_once_under_injected_failures() {
     let want = make_corpus(&root, 7, 12_000);
     let lines = 7 * 12_000;
     let mut cfg = config("glob-eo", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    // Lines at the source plus words at the counter: ~4 × lines records per pass.
     cfg.failure_injection = Some(FailureInjection {
         failures: 12,
         seed: 3,
-        horizon: lines,
+        horizon: 3 * lines,
     });
     let source = FileSource::new([root.join("**/*.txt")]).unwrap();
     let (counts, r) = run_wordcount(cfg, source);
     let (fired, planned) = r.injected_failures.unwrap();
     assert_eq!((fired, planned), (12, 12));
     assert!(!r.checkpoints.is_empty(), "checkpoints completed");
-    assert_eq!(counts, want);
+    assert_counts(&counts, &want, "glob under failures");
 }
 
 #[test]
@@ -405,7 +423,7 @@ fn a_restore_at_another_parallelism_resumes_every_file_exactly() {
     cfg.checkpointing.retained = 1_000;
     let source = FileSource::new([root.join("**/*.txt")]).unwrap();
     let (counts, r) = run_wordcount(cfg.clone(), source.clone());
-    assert_eq!(counts, want);
+    assert_counts(&counts, &want, "first run");
     assert!(
         r.checkpoints.len() >= 3,
         "{} checkpoints",
@@ -420,7 +438,7 @@ fn a_restore_at_another_parallelism_resumes_every_file_exactly() {
         c.restore = RestoreFrom::Path(chk.clone());
         let (counts, r) = run_wordcount(c, source.clone());
         assert_eq!(r.restored_from.as_deref(), Some(chk.as_path()));
-        assert_eq!(counts, want, "restored at parallelism {p}");
+        assert_counts(&counts, &want, &format!("restored at parallelism {p}"));
     }
 }
 
@@ -437,14 +455,17 @@ fn continuous_mode_reads_a_file_added_while_running_exactly_once() {
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(tmp, folder.join(name)).unwrap();
     };
-    write("a.txt", 20_000);
-    write("b.txt", 20_000);
+    for f in 0..6 {
+        write(&format!("f{f}.txt"), 5_000);
+    }
     let marker = root.join("_DONE");
     let mut cfg = config("continuous", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    // Lines at the source plus lines at the counter: 80k records per pass, so failures
+    // hit before, while and after the late file is read.
     cfg.failure_injection = Some(FailureInjection {
         failures: 10,
         seed: 11,
-        horizon: 40_000,
+        horizon: 60_000,
     });
     let source = FileSource::new([&root])
         .unwrap()
@@ -457,7 +478,10 @@ fn continuous_mode_reads_a_file_added_while_running_exactly_once() {
     env.add_source("files", source)
         .uid("files")
         .map(move |line: String| {
-            counter.fetch_add(1, Ordering::Relaxed);
+            // Slow enough that checkpoints land between finished and unread files.
+            if counter.fetch_add(1, Ordering::Relaxed) % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             line
         })
         .key_by(|l: &String| l.clone())
@@ -469,17 +493,22 @@ fn continuous_mode_reads_a_file_added_while_running_exactly_once() {
     let write_late = write.clone();
     let producer = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while read.load(Ordering::Relaxed) < 40_000 && Instant::now() < deadline {
+        while read.load(Ordering::Relaxed) < 20_000 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        write_late("c.txt", 5_000);
+        write_late("late.txt", 10_000);
         std::fs::write(&marker, "").unwrap();
     });
     let r = env.execute().unwrap();
     producer.join().unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 10);
     let counts: Vec<(String, u64)> = out.take();
-    assert_eq!(counts.len(), 45_000, "every line of a, b and the late c");
-    assert!(counts.iter().all(|(_, c)| *c == 1), "each line once");
-    assert!(counts.iter().any(|(l, _)| l == "c.txt:4999"));
+    assert_eq!(
+        counts.len(),
+        40_000,
+        "every line of the first files and the late one"
+    );
+    let twice: Vec<_> = counts.iter().filter(|(_, c)| *c != 1).take(3).collect();
+    assert!(twice.is_empty(), "each line once, not {twice:?}");
+    assert!(counts.iter().any(|(l, _)| l == "late.txt:9999"));
 }
