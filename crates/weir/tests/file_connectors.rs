@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::config;
-use weir::connectors::files::{tab_separated, FileSink, FileSource};
+use weir::connectors::files::{
+    tab_separated, FileCommittable, FileSink, FileSource, FileTransaction, JsonLines, LinesWith,
+};
 use weir::prelude::*;
 
 // ---------------------------------------------------------------------------------------
@@ -79,7 +81,8 @@ impl KeyedProcessFunction<String, String, (String, u64)> for CountWords {
     }
 }
 
-/// The visible (committed) files' `key<TAB>number` lines by key, and the hidden files left.
+/// The visible (committed) files' `key<TAB>number` (or JSON `[key,number]`) lines by key,
+/// and the hidden files left.
 fn read_output(dir: &Path) -> (BTreeMap<u64, Vec<u64>>, Vec<String>) {
     let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut hidden = Vec::new();
@@ -90,7 +93,11 @@ fn read_output(dir: &Path) -> (BTreeMap<u64, Vec<u64>>, Vec<String>) {
             continue;
         }
         for line in std::fs::read_to_string(dir.join(&name)).unwrap().lines() {
-            let (k, v) = line.split_once('\t').expect("key<TAB>number");
+            let pair = line.strip_prefix('[').and_then(|l| l.strip_suffix(']'));
+            let (k, v) = match pair {
+                Some(json) => json.split_once(',').expect("[key,number]"),
+                None => line.split_once('\t').expect("key<TAB>number"),
+            };
             by_key
                 .entry(k.parse().unwrap())
                 .or_default()
@@ -118,10 +125,23 @@ fn assert_exactly_once(by_key: &mut BTreeMap<u64, Vec<u64>>, n: u64, keys: u64, 
     }
 }
 
-/// generator → key_by → Sequence → FileSink (parts roll at 64 KiB).
-fn run_sink_job(cfg: JobConfig, n: u64, keys: u64, out: &Path) -> JobResult {
+/// The sink of most jobs here: `key<TAB>number` lines, parts rolling at 64 KiB.
+fn tsv_sink(out: &Path) -> FileSink<LinesWith<fn(&(u64, u64), &mut String)>> {
+    FileSink::lines_with(
+        out,
+        tab_separated::<u64, u64> as fn(&(u64, u64), &mut String),
+    )
+    .with_max_part_size(64 * 1024)
+}
+
+/// generator → key_by → Sequence → `sink`.
+fn run_sink_job<S: TwoPhaseCommitSink<(u64, u64)>>(
+    cfg: JobConfig,
+    n: u64,
+    keys: u64,
+    sink: S,
+) -> JobResult {
     let env = StreamEnvironment::new(cfg);
-    let sink = FileSink::lines_with(out, tab_separated::<u64, u64>).with_max_part_size(64 * 1024);
     env.add_source(
         "events",
         GeneratorSource::new(n).with_rate(Some(1_000_000.0)),
@@ -152,7 +172,7 @@ fn sink_output_is_exactly_once_under_injected_failures() {
             seed,
             horizon: n / 2,
         });
-        let r = run_sink_job(cfg, n, keys, &out);
+        let r = run_sink_job(cfg, n, keys, tsv_sink(&out));
         let (fired, planned) = r.injected_failures.unwrap();
         assert_eq!(fired, planned, "seed {seed}: every failure fired");
         assert!(
@@ -180,11 +200,106 @@ fn sink_without_checkpoints_commits_everything_at_end_of_input() {
         seed: 7,
         horizon: n / 4,
     });
-    let r = run_sink_job(cfg, n, keys, &out);
+    let r = run_sink_job(cfg, n, keys, tsv_sink(&out));
     assert_eq!(r.injected_failures.unwrap().0, 3);
     assert!(r.checkpoints.is_empty());
     let (mut by_key, hidden) = read_output(&out);
     assert_exactly_once(&mut by_key, n, keys, "no checkpoints");
+    assert!(hidden.is_empty(), "left behind {hidden:?}");
+}
+
+/// Checkpoints around whose commit [`CrashAroundCommit`] fails: id → crash after the commit.
+type CrashPlan = Arc<std::sync::Mutex<BTreeMap<u64, bool>>>;
+
+/// A `FileSink` whose subtasks fail around the first commit of the first `limit` checkpoints
+/// they commit, alternately before the commit (completed, never committed: recovery must
+/// commit it) and right after it (committed, yet restored as pending: recovery commits
+/// again, idempotently).
+#[derive(Clone)]
+struct CrashAroundCommit {
+    inner: FileSink<JsonLines>,
+    plan: CrashPlan,
+    /// Transactions that crashed already (each crashes once).
+    crashed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    limit: usize,
+}
+
+impl TwoPhaseCommitSink<(u64, u64)> for CrashAroundCommit {
+    type Transaction = FileTransaction;
+    type Committable = FileCommittable;
+
+    fn open(&mut self, ctx: &TransactionContext) -> Result<()> {
+        TwoPhaseCommitSink::<(u64, u64)>::open(&mut self.inner, ctx)
+    }
+    fn recover(&mut self, ctx: &TransactionContext, c: Vec<FileCommittable>) -> Result<()> {
+        TwoPhaseCommitSink::<(u64, u64)>::recover(&mut self.inner, ctx, c)
+    }
+    fn begin(&mut self, ctx: &TransactionContext) -> Result<FileTransaction> {
+        TwoPhaseCommitSink::<(u64, u64)>::begin(&mut self.inner, ctx)
+    }
+    fn write(&mut self, txn: &mut FileTransaction, batch: &mut Vec<(u64, u64)>) -> Result<()> {
+        self.inner.write(txn, batch)
+    }
+    fn pre_commit(
+        &mut self,
+        ctx: &TransactionContext,
+        txn: FileTransaction,
+        id: u64,
+    ) -> Result<Option<FileCommittable>> {
+        TwoPhaseCommitSink::<(u64, u64)>::pre_commit(&mut self.inner, ctx, txn, id)
+    }
+    fn commit(&mut self, c: FileCommittable) -> Result<()> {
+        let id: u64 = c.transaction.rsplit('-').next().unwrap().parse().unwrap();
+        let after = {
+            let mut plan = self.plan.lock().unwrap();
+            let next = plan.len() % 2 == 1;
+            if plan.len() < self.limit {
+                Some(*plan.entry(id).or_insert(next))
+            } else {
+                plan.get(&id).copied()
+            }
+        };
+        let first = self.crashed.lock().unwrap().insert(c.transaction.clone());
+        match after {
+            Some(after) if first => {
+                if after {
+                    TwoPhaseCommitSink::<(u64, u64)>::commit(&mut self.inner, c.clone())?;
+                }
+                Err(Error::user(format!(
+                    "test crash {} the commit of {}",
+                    if after { "after" } else { "before" },
+                    c.transaction
+                )))
+            }
+            _ => TwoPhaseCommitSink::<(u64, u64)>::commit(&mut self.inner, c),
+        }
+    }
+    fn abort(&mut self, txn: FileTransaction) -> Result<()> {
+        TwoPhaseCommitSink::<(u64, u64)>::abort(&mut self.inner, txn)
+    }
+}
+
+#[test]
+fn recovery_commits_what_a_crash_around_the_commit_left_pending() {
+    let (n, keys) = (200_000, 64);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut cfg = config("sink-crash", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.interval = Some(Duration::from_millis(25));
+    let plan = CrashPlan::default();
+    let sink = CrashAroundCommit {
+        inner: FileSink::json_lines(&out).with_max_part_size(16 * 1024),
+        plan: plan.clone(),
+        crashed: Default::default(),
+        limit: 6,
+    };
+    let r = run_sink_job(cfg, n, keys, sink);
+    let plan = plan.lock().unwrap().clone();
+    assert_eq!(plan.len(), 6, "crashed around the commits of {plan:?}");
+    assert!(plan.values().any(|a| *a) && plan.values().any(|a| !*a));
+    assert!(r.attempts > 6, "{} attempts", r.attempts);
+    let (mut by_key, hidden) = read_output(&out);
+    assert_exactly_once(&mut by_key, n, keys, "crashes around commits");
     assert!(hidden.is_empty(), "left behind {hidden:?}");
 }
 
