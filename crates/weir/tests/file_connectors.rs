@@ -125,13 +125,12 @@ fn assert_exactly_once(by_key: &mut BTreeMap<u64, Vec<u64>>, n: u64, keys: u64, 
     }
 }
 
+/// Formats a `(key, number)` pair as a line.
+type PairFormat = fn(&(u64, u64), &mut String);
+
 /// The sink of most jobs here: `key<TAB>number` lines, parts rolling at 64 KiB.
-fn tsv_sink(out: &Path) -> FileSink<LinesWith<fn(&(u64, u64), &mut String)>> {
-    FileSink::lines_with(
-        out,
-        tab_separated::<u64, u64> as fn(&(u64, u64), &mut String),
-    )
-    .with_max_part_size(64 * 1024)
+fn tsv_sink(out: &Path) -> FileSink<LinesWith<PairFormat>> {
+    FileSink::lines_with(out, tab_separated::<u64, u64> as PairFormat).with_max_part_size(64 * 1024)
 }
 
 /// generator → key_by → Sequence → `sink`.
