@@ -103,9 +103,7 @@ impl<E> FileSink<E> {
     }
 
     fn names(&self) -> Result<&(PartNames, u32)> {
-        self.names
-            .as_ref()
-            .ok_or_else(|| Error::InvalidJob("a file sink was used before open".into()))
+        self.names.as_ref().ok_or_else(not_open)
     }
 
     /// Lists this sink's files in its folder: `(file name, kind)`.
@@ -145,6 +143,11 @@ impl<F> FileSink<LinesWith<F>> {
     pub fn lines_with(dir: impl Into<PathBuf>, format: F) -> Self {
         FileSink::new(dir, LinesWith::new(format))
     }
+}
+
+/// The error of a sink used before `open` (a bug in the driver, not in the data).
+fn not_open() -> Error {
+    Error::InvalidJob("a file sink was used before open".into())
 }
 
 /// An open transaction: the parts written so far (closed ones and the current one).
@@ -245,14 +248,23 @@ impl<T: Send + 'static, E: Encoder<T>> TwoPhaseCommitSink<T> for FileSink<E> {
     }
 
     fn write(&mut self, txn: &mut FileTransaction, batch: &mut Vec<T>) -> Result<()> {
-        let (names, subtask) = self.names()?;
-        let (names, subtask) = (names.clone(), *subtask);
+        let FileSink {
+            dir,
+            encoder,
+            max_part_size,
+            names,
+            opened,
+            buf,
+            ..
+        } = self;
+        let (names, subtask) = names.as_ref().ok_or_else(not_open)?;
         for record in batch.drain(..) {
-            self.buf.clear();
-            self.encoder.encode(&record, &mut self.buf)?;
-            let full = txn.current.as_ref().is_some_and(|w| {
-                w.bytes() > 0 && w.bytes() + self.buf.len() as u64 > self.max_part_size
-            });
+            buf.clear();
+            encoder.encode(&record, buf)?;
+            let full = txn
+                .current
+                .as_ref()
+                .is_some_and(|w| w.bytes() > 0 && w.bytes() + buf.len() as u64 > *max_part_size);
             if full {
                 if let Some(w) = txn.current.take() {
                     txn.closed.push(w.close()?);
@@ -261,12 +273,12 @@ impl<T: Send + 'static, E: Encoder<T>> TwoPhaseCommitSink<T> for FileSink<E> {
             let w = match txn.current.as_mut() {
                 Some(w) => w,
                 None => {
-                    let path = self.dir.join(names.in_progress(subtask, self.opened));
-                    self.opened += 1;
+                    let path = dir.join(names.in_progress(*subtask, *opened));
+                    *opened += 1;
                     txn.current.insert(PartWriter::create(path)?)
                 }
             };
-            w.write(&self.buf)?;
+            w.write(buf)?;
         }
         Ok(())
     }

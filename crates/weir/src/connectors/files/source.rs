@@ -47,20 +47,16 @@ struct FileSplit {
     offset: u64,
 }
 
-/// Settings of continuous mode.
-#[derive(Debug, Clone)]
-struct Continuous {
-    interval: Duration,
-    end_marker: Option<PathBuf>,
-}
-
 /// Reads the lines of files (see the module docs), as `String`s without line ends.
 pub struct FileSource {
     inputs: Arc<Vec<PathBuf>>,
     /// The files found at construction, sorted: what a fresh start reads.
     initial: Arc<Vec<String>>,
     lossy: bool,
-    continuous: Option<Continuous>,
+    /// Continuous mode's discovery interval.
+    continuous: Option<Duration>,
+    /// Continuous mode ends once this exists.
+    end_marker: Option<Arc<PathBuf>>,
     subtask: u32,
     parallelism: u32,
     splits: Vec<FileSplit>,
@@ -82,7 +78,8 @@ impl Clone for FileSource {
             inputs: self.inputs.clone(),
             initial: self.initial.clone(),
             lossy: self.lossy,
-            continuous: self.continuous.clone(),
+            continuous: self.continuous,
+            end_marker: self.end_marker.clone(),
             subtask: 0,
             parallelism: 1,
             splits: Vec::new(),
@@ -114,6 +111,7 @@ impl FileSource {
             initial: Arc::new(initial),
             lossy: false,
             continuous: None,
+            end_marker: None,
             subtask: 0,
             parallelism: 1,
             splits: Vec::new(),
@@ -142,10 +140,7 @@ impl FileSource {
     /// files are read (see the module docs). Without [`FileSource::until_exists`] the source
     /// never finishes.
     pub fn continuous(mut self, discovery_interval: Duration) -> Self {
-        self.continuous = Some(Continuous {
-            interval: discovery_interval,
-            end_marker: None,
-        });
+        self.continuous = Some(discovery_interval);
         self
     }
 
@@ -153,19 +148,17 @@ impl FileSource {
     /// noticed is read (the marker itself is never read). Create it after the last input
     /// file is in place.
     pub fn until_exists(mut self, marker: impl Into<PathBuf>) -> Self {
-        if let Some(c) = self.continuous.as_mut() {
-            c.end_marker = Some(marker.into());
-        }
+        self.end_marker = Some(Arc::new(marker.into()));
         self
     }
 
     /// Lists the inputs and claims the new files this subtask owns.
     fn discover(&mut self) -> Result<()> {
-        let Some(c) = &self.continuous else {
+        if self.continuous.is_none() {
             return Ok(());
-        };
+        }
         // The marker is checked first: files listed after it exists are complete.
-        let marker = c.end_marker.as_ref().filter(|m| m.exists()).cloned();
+        let marker = self.end_marker.clone().filter(|m| m.exists());
         for path in list_files(&self.inputs, false)? {
             if marker.as_ref().is_some_and(|m| same_file(m, &path)) {
                 continue;
@@ -190,7 +183,7 @@ impl FileSource {
         match (&self.continuous, self.last_discovery) {
             (None, _) => false,
             (Some(_), None) => true,
-            (Some(c), Some(t)) => t.elapsed() >= c.interval,
+            (Some(interval), Some(t)) => t.elapsed() >= *interval,
         }
     }
 }
