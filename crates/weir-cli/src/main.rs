@@ -355,7 +355,7 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
     // About one record per 40 bytes of text (lines at the source, words at the counter).
     let cfg = c.config("wordcount", (bytes / 40).max(2))?;
     announce(&cfg);
-    let source = FileLineSource::new(files)?;
+    let source = FileLineSource::new(files)?.lossy_utf8();
     let dest = destination(c)?;
     let env = StreamEnvironment::new(cfg);
     let out = match &dest.staging {

@@ -38,7 +38,7 @@ pub mod prelude {
     };
     pub use crate::checkpoint::coordinator::CheckpointConfig;
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
-    pub use crate::connectors::files::{FileLineSource, TextFileSink};
+    pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;
     pub use crate::runtime::alignment::CheckpointingMode;
     pub use crate::runtime::control::{JobControl, JobStatus, SnapshotDone};
