@@ -42,7 +42,7 @@ fn output_is_exactly_once_under_injected_failures() {
             horizon: 2 * n,
         });
         let url = s.url(DB, "out");
-        let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url, true).unwrap();
+        let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url).unwrap();
         let (f, planned) = r.injected_failures.unwrap();
         assert_eq!(f, planned, "seed {seed}: every planned failure fired");
         assert!(r.attempts > 1, "seed {seed}: the job restarted");
@@ -72,7 +72,7 @@ fn upsert_output_has_no_duplicates_under_injected_failures() {
         horizon: 2 * n,
     });
     let url = format!("{}?mode=upsert&key=k,seq", s.url(DB, "ups"));
-    let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url, true).unwrap();
+    let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url).unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);
     assert_exactly_once(&s, DB, "ups", "ups", n, keys);
 }
@@ -89,7 +89,7 @@ fn without_checkpoints_the_end_of_input_commits_once() {
         horizon: 20_000,
     });
     let url = s.url(DB, "out");
-    let r = run_seq_job(cfg, 20_000, 30, None, &url, false).unwrap();
+    let r = run_seq_job(cfg, 20_000, 30, None, &url).unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 2);
     assert_exactly_once(&s, DB, "out", "nochk", 20_000, 30);
 }
@@ -97,7 +97,6 @@ fn without_checkpoints_the_end_of_input_commits_once() {
 /// Needs the engine's final checkpoint at end of input: a bounded job with periodic
 /// checkpoints ends with its last transaction committed.
 #[test]
-#[ignore = "needs the engine's final checkpoint at end of input (not yet merged)"]
 fn a_bounded_job_with_checkpoints_ends_fully_committed() {
     let s = server(&["out"]);
     let dir = tempfile::tempdir().unwrap();
@@ -108,7 +107,7 @@ fn a_bounded_job_with_checkpoints_ends_fully_committed() {
         horizon: 40_000,
     });
     let url = s.url(DB, "out");
-    let r = run_seq_job(cfg, 30_000, 40, Some(100_000.0), &url, false).unwrap();
+    let r = run_seq_job(cfg, 30_000, 40, Some(100_000.0), &url).unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 3);
     assert_exactly_once(&s, DB, "out", "final", 30_000, 40);
 }

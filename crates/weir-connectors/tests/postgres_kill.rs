@@ -33,7 +33,7 @@ fn child_job() {
     };
     let mut cfg = config(JOB, dir.as_ref(), 2, Duration::from_millis(30));
     cfg.restore = RestoreFrom::Latest;
-    run_seq_job(cfg, N, KEYS, Some(40_000.0), &url, true).unwrap();
+    run_seq_job(cfg, N, KEYS, Some(40_000.0), &url).unwrap();
 }
 
 fn spawn(url: &str, dir: &std::path::Path) -> Child {

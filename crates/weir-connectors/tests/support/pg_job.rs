@@ -38,65 +38,6 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for SeqPerKey {
     }
 }
 
-/// Wraps a source so that it finishes only after two checkpoints completed past its last
-/// record: by then the sink has committed everything. Stands in for the engine's final
-/// checkpoint at end of input where a test must not depend on it.
-#[derive(Clone)]
-pub struct FinishAfterCheckpoints<S> {
-    inner: S,
-    drained: bool,
-    first_after: Option<u64>,
-    done: bool,
-}
-
-impl<S> FinishAfterCheckpoints<S> {
-    /// Wraps `inner`.
-    pub fn new(inner: S) -> Self {
-        FinishAfterCheckpoints {
-            inner,
-            drained: false,
-            first_after: None,
-            done: false,
-        }
-    }
-}
-
-impl<S: CheckpointedFunction> CheckpointedFunction for FinishAfterCheckpoints<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        if self.drained && self.first_after.is_none() {
-            self.first_after = Some(ctx.checkpoint_id());
-        }
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        if self.first_after.is_some_and(|first| id > first) {
-            self.done = true;
-        }
-        self.inner.notify_checkpoint_complete(id)
-    }
-}
-
-impl<T, S: SourceFunction<T>> SourceFunction<T> for FinishAfterCheckpoints<S> {
-    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
-        if self.done {
-            return Ok(SourceStatus::Finished);
-        }
-        if self.drained {
-            return Ok(SourceStatus::Idle);
-        }
-        match self.inner.poll(out, max)? {
-            SourceStatus::Finished => {
-                self.drained = true;
-                Ok(SourceStatus::More)
-            }
-            other => Ok(other),
-        }
-    }
-}
-
 /// The sink for `(key, seq)` records into `table (k bigint, seq bigint)`.
 pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
     let config = PostgresSinkConfig::parse(url).unwrap_or_else(|e| panic!("{e}"));
@@ -126,23 +67,17 @@ pub fn config(
     c
 }
 
-/// Builds and runs the job; `linger` wraps the source in [`FinishAfterCheckpoints`].
+/// Builds and runs the job. With checkpoints on, it ends with the engine's final
+/// checkpoint, so everything is committed when it returns.
 pub fn run_seq_job(
     config: JobConfig,
     n: u64,
     keys: u64,
     rate: Option<f64>,
     url: &str,
-    linger: bool,
 ) -> Result<JobResult> {
     let env = StreamEnvironment::new(config);
-    let gen = GeneratorSource::new(n).with_rate(rate);
-    let events = if linger {
-        env.add_source("events", FinishAfterCheckpoints::new(gen))
-    } else {
-        env.add_source("events", gen)
-    };
-    events
+    env.add_source("events", GeneratorSource::new(n).with_rate(rate))
         .uid("events")
         .key_by(move |i: &u64| i % keys)
         .process(SeqPerKey::default())
