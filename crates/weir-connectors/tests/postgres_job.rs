@@ -7,6 +7,8 @@ mod pg;
 #[path = "support/pg_job.rs"]
 mod pg_job;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pg::PgServer;
@@ -42,7 +44,49 @@ fn output_is_exactly_once_under_injected_failures() {
             horizon: 2 * n,
         });
         let url = s.url(DB, "out");
-        let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url).unwrap();
+        // A reader in another session, while the job runs, must only ever see whole
+        // committed checkpoints: every key's rows are 1..=m, without gaps or duplicates
+        // (a key's rows all come from one sink subtask, committed in checkpoint order).
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (stop, mut client) = (stop.clone(), s.client(DB));
+            std::thread::spawn(move || {
+                let (mut reads, mut rows_seen) = (0, 0i64);
+                while !stop.load(Ordering::Relaxed) {
+                    let bad = client
+                        .query(
+                            "SELECT k, count(*), count(DISTINCT seq), max(seq) FROM out \
+                             GROUP BY k HAVING count(*) <> max(seq) \
+                             OR count(*) <> count(DISTINCT seq) OR min(seq) <> 1",
+                            &[],
+                        )
+                        .unwrap();
+                    if let Some(r) = bad.first() {
+                        let (k, c, d, m): (i64, i64, i64, i64) =
+                            (r.get(0), r.get(1), r.get(2), r.get(3));
+                        panic!("a reader saw key {k} with {c} rows, {d} distinct, max {m}");
+                    }
+                    let total: i64 = client
+                        .query_one("SELECT count(*) FROM out", &[])
+                        .unwrap()
+                        .get(0);
+                    rows_seen = rows_seen.max(total);
+                    reads += 1;
+                    std::thread::sleep(Duration::from_millis(15));
+                }
+                (reads, rows_seen)
+            })
+        };
+        let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url);
+        stop.store(true, Ordering::Relaxed);
+        let (reads, rows_seen) = reader
+            .join()
+            .expect("the reader saw only whole checkpoints");
+        assert!(
+            reads > 10 && rows_seen > 0,
+            "the reader ran ({reads} reads)"
+        );
+        let r = r.unwrap();
         let (f, planned) = r.injected_failures.unwrap();
         assert_eq!(f, planned, "seed {seed}: every planned failure fired");
         assert!(r.attempts > 1, "seed {seed}: the job restarted");
