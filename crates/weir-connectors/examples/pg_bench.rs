@@ -13,7 +13,6 @@
 //! in batches of 1024 records, one transaction per `--epoch` records (a checkpoint).
 
 #[path = "../tests/support/pg.rs"]
-#[allow(dead_code)]
 mod pg;
 
 use std::time::Instant;
