@@ -6,3 +6,6 @@
 //! operator state (DESIGN.md §8).
 
 #![deny(missing_docs)]
+
+#[cfg(feature = "postgres")]
+pub mod postgres;

@@ -1,0 +1,118 @@
+//! The job the PostgreSQL end-to-end tests run: a generator of `0..n`, keyed by
+//! `i % keys`, numbering each key's records `1, 2, 3, …` in keyed state, into the sink.
+//! Exactly-once output means every key's rows are exactly `1..=count(key)`.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use weir::prelude::*;
+use weir_connectors::postgres::{PostgresSink, PostgresSinkConfig, SqlValue};
+
+use super::pg::PgServer;
+
+/// Numbers each key's records: emits `(key, seq)` with `seq` = 1, 2, … per key.
+#[derive(Clone, Default)]
+pub struct SeqPerKey {
+    count: Option<ValueState<u64>>,
+}
+
+impl CheckpointedFunction for SeqPerKey {}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for SeqPerKey {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.count = Some(states.value_state("count")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        _event: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> Result<()> {
+        let key = *ctx.key();
+        let c = ctx.get_mut_or_insert_with(self.count.expect("opened"), || 0);
+        *c += 1;
+        out.collect((key, *c));
+        Ok(())
+    }
+}
+
+/// The sink for `(key, seq)` records into `table (k bigint, seq bigint)`.
+pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
+    let config = PostgresSinkConfig::parse(url).unwrap_or_else(|e| panic!("{e}"));
+    PostgresSink::new(config, &["k", "seq"], |r: &(u64, u64)| {
+        let k = i64::try_from(r.0).map_err(|e| e.to_string())?;
+        let s = i64::try_from(r.1).map_err(|e| e.to_string())?;
+        Ok(vec![SqlValue::BigInt(k), SqlValue::BigInt(s)])
+    })
+}
+
+/// Job settings: checkpoints every `interval`, quick fixed-delay restarts.
+pub fn config(
+    name: &str,
+    dir: &std::path::Path,
+    parallelism: u32,
+    interval: Duration,
+) -> JobConfig {
+    let mut c = JobConfig::new(name);
+    c.parallelism = parallelism;
+    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpointing.interval = Some(interval);
+    c.checkpointing.tolerable_failures = 1000;
+    c.restart = RestartStrategy::FixedDelay {
+        attempts: 1000,
+        delay: Duration::from_millis(5),
+    };
+    c
+}
+
+/// Builds and runs the job. With checkpoints on, it ends with the engine's final
+/// checkpoint, so everything is committed when it returns.
+pub fn run_seq_job(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    rate: Option<f64>,
+    url: &str,
+) -> Result<JobResult> {
+    let env = StreamEnvironment::new(config);
+    env.add_source("events", GeneratorSource::new(n).with_rate(rate))
+        .uid("events")
+        .key_by(move |i: &u64| i % keys)
+        .process(SeqPerKey::default())
+        .uid("seq")
+        .add_sink("pg", TwoPhaseCommit::new(seq_sink(url)))
+        .uid("pg");
+    env.execute()
+}
+
+/// Asserts the table holds exactly `1..=count(k)` for every key of `0..n` by `i % keys`,
+/// and that no prepared transaction of `job` is left.
+pub fn assert_exactly_once(s: &PgServer, db: &str, table: &str, job: &str, n: u64, keys: u64) {
+    let mut client = s.client(db);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT k, count(*), count(DISTINCT seq), min(seq), max(seq) FROM {table} \
+                 GROUP BY k ORDER BY k"
+            ),
+            &[],
+        )
+        .expect("read the output");
+    assert_eq!(rows.len() as u64, keys.min(n), "keys present");
+    for r in rows {
+        let (k, c, d, lo, hi): (i64, i64, i64, i64, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+        let want = (n / keys + u64::from((k as u64) < n % keys)) as i64;
+        assert_eq!(
+            (c, d, lo, hi),
+            (want, want, 1, want),
+            "key {k}: (rows, distinct, min, max) must be ({want}, {want}, 1, {want})"
+        );
+    }
+    assert!(
+        s.prepared(db, &format!("{job}-")).is_empty(),
+        "prepared transactions of {job} left behind"
+    );
+}
