@@ -6,3 +6,5 @@
 //! operator state (DESIGN.md §8).
 
 #![deny(missing_docs)]
+#[cfg(feature = "nats")]
+pub mod nats;
