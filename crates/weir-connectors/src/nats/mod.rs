@@ -287,14 +287,14 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(
     Ok(serde_json::from_slice(payload)?)
 }
 
-/// Encodes text as its UTF-8 bytes.
-pub fn encode_utf8(record: &String) -> std::result::Result<Vec<u8>, CodecError> {
-    Ok(record.as_bytes().to_vec())
+/// Encodes text (`String`, `&str`, …) as its UTF-8 bytes.
+pub fn encode_utf8<S: AsRef<str>>(record: &S) -> std::result::Result<Vec<u8>, CodecError> {
+    Ok(record.as_ref().as_bytes().to_vec())
 }
 
-/// Encodes raw bytes as they are.
-pub fn encode_bytes(record: &Vec<u8>) -> std::result::Result<Vec<u8>, CodecError> {
-    Ok(record.clone())
+/// Encodes raw bytes (`Vec<u8>`, …) as they are.
+pub fn encode_bytes<B: AsRef<[u8]>>(record: &B) -> std::result::Result<Vec<u8>, CodecError> {
+    Ok(record.as_ref().to_vec())
 }
 
 /// Encodes a record as JSON.
