@@ -41,6 +41,7 @@ pub mod prelude {
     pub use crate::connectors::files::{FileLineSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;
     pub use crate::runtime::alignment::CheckpointingMode;
+    pub use crate::runtime::control::{JobControl, JobStatus, SnapshotDone};
     pub use crate::runtime::executor::JobResult;
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;

@@ -48,6 +48,13 @@ pub struct JobConfig {
     /// Restore even if the checkpoint holds state for operators (uids) the job no longer
     /// has; that state is dropped. Off by default, so state is never lost silently.
     pub allow_non_restored_state: bool,
+    /// Where savepoints go (Flink's `state.savepoints.dir`). A savepoint asked for with a
+    /// folder must name one inside it: a control request can never write elsewhere.
+    pub savepoint_dir: PathBuf,
+    /// Keep this run's retained checkpoints when the job is stopped or cancelled, so
+    /// `--restore latest` can resume it (Flink's `RETAIN_ON_CANCELLATION`). When off, a
+    /// job that stops with a savepoint deletes the checkpoints it took.
+    pub retain_on_cancel: bool,
 }
 
 impl JobConfig {
@@ -66,6 +73,8 @@ impl JobConfig {
             channel_capacity: 4,
             failure_injection: None,
             allow_non_restored_state: false,
+            savepoint_dir: PathBuf::from("weir-savepoints"),
+            retain_on_cancel: true,
         }
     }
 }

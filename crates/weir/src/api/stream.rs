@@ -37,6 +37,7 @@ use crate::api::graph::{
     TypedOutputs,
 };
 use crate::error::Result;
+use crate::runtime::control::{ControlHub, JobControl};
 use crate::runtime::executor::{self, JobMetrics, JobResult};
 use crate::runtime::network::{KeyGroupRouter, RoutedWriter};
 use crate::runtime::operators::{
@@ -53,6 +54,7 @@ pub struct StreamEnvironment {
     graph: Rc<RefCell<JobGraph>>,
     config: JobConfig,
     metrics: Arc<JobMetrics>,
+    control: Arc<ControlHub>,
 }
 
 impl StreamEnvironment {
@@ -62,6 +64,7 @@ impl StreamEnvironment {
             graph: Rc::new(RefCell::new(JobGraph::default())),
             config,
             metrics: Arc::new(JobMetrics::default()),
+            control: Arc::new(ControlHub::default()),
         }
     }
 
@@ -74,6 +77,14 @@ impl StreamEnvironment {
     /// from another thread while [`StreamEnvironment::execute`] runs.
     pub fn metrics(&self) -> Arc<JobMetrics> {
         self.metrics.clone()
+    }
+
+    /// A handle to control the job while [`StreamEnvironment::execute`] runs (from another
+    /// thread): savepoints, checkpoints on demand, stop-with-savepoint, status.
+    pub fn control(&self) -> JobControl {
+        JobControl {
+            hub: self.control.clone(),
+        }
     }
 
     /// Adds a source. Each parallel subtask runs a clone of `source`.
@@ -100,7 +111,7 @@ impl StreamEnvironment {
         let graph = Rc::try_unwrap(self.graph)
             .map(RefCell::into_inner)
             .unwrap_or_else(|rc| std::mem::take(&mut *rc.borrow_mut()));
-        executor::execute(graph, &self.config, self.metrics)
+        executor::execute(graph, &self.config, self.metrics, self.control)
     }
 }
 

@@ -87,6 +87,69 @@ pub struct CheckpointMetadata {
     pub stats: TaskCheckpointStats,
     /// Per task (in task order): its display name and statistics.
     pub tasks: Vec<TaskStatsMeta>,
+    /// Checkpoint or savepoint (appended in metadata layout 2).
+    pub snapshot: SnapshotKind,
+    /// The Weir version that wrote it, so a restore can name what it came from.
+    pub weir_version: String,
+}
+
+/// Whether a snapshot is the engine's checkpoint or the user's savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotKind {
+    /// Taken by the coordinator; deleted by the engine when subsumed.
+    Checkpoint,
+    /// Asked for by the user; never deleted by the engine.
+    Savepoint,
+    /// The savepoint a job stopped with.
+    StopSavepoint,
+}
+
+impl std::fmt::Display for SnapshotKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SnapshotKind::Checkpoint => "checkpoint",
+            SnapshotKind::Savepoint => "savepoint",
+            SnapshotKind::StopSavepoint => "savepoint (stop)",
+        })
+    }
+}
+
+/// Metadata layout 1 (before the snapshot kind and version were recorded).
+#[derive(Deserialize)]
+struct CheckpointMetadataV1 {
+    checkpoint_id: u64,
+    job_name: String,
+    trigger_timestamp_ms: u64,
+    completed_timestamp_ms: u64,
+    mode: CheckpointingMode,
+    max_parallelism: u32,
+    operators: Vec<OperatorMeta>,
+    stats: TaskCheckpointStats,
+    tasks: Vec<TaskStatsMeta>,
+}
+
+impl CheckpointMetadata {
+    /// Decodes a `_metadata` payload of any layout this version knows. (postcard ignores
+    /// trailing bytes, so the newest layout is tried first.)
+    pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
+        if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
+            return Ok(meta);
+        }
+        let v1: CheckpointMetadataV1 = postcard::from_bytes(payload)?;
+        Ok(CheckpointMetadata {
+            checkpoint_id: v1.checkpoint_id,
+            job_name: v1.job_name,
+            trigger_timestamp_ms: v1.trigger_timestamp_ms,
+            completed_timestamp_ms: v1.completed_timestamp_ms,
+            mode: v1.mode,
+            max_parallelism: v1.max_parallelism,
+            operators: v1.operators,
+            stats: v1.stats,
+            tasks: v1.tasks,
+            snapshot: SnapshotKind::Checkpoint,
+            weir_version: "0.1.0 or earlier".into(),
+        })
+    }
 }
 
 /// One task's part of a checkpoint, for finding the slow or large one.

@@ -36,8 +36,13 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, what: &str, bytes: &[u8])
 /// Loads and verifies the checkpoint (or savepoint) in folder `path`.
 pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
     let meta_bytes = read_metadata(path)?;
-    let meta: CheckpointMetadata =
-        decode(&path.join("_metadata"), "checkpoint metadata", &meta_bytes)?;
+    let meta = CheckpointMetadata::decode(&meta_bytes).map_err(|e| Error::StateDecode {
+        what: format!(
+            "checkpoint metadata in {}",
+            path.join("_metadata").display()
+        ),
+        cause: e.to_string(),
+    })?;
     let mut operator_state = HashMap::new();
     let mut keyed_state: HashMap<String, Vec<KeyedStateFile>> = HashMap::new();
     for op in &meta.operators {

@@ -15,10 +15,12 @@
 //! the path, the cause and the way out.
 
 use super::format::{self, FileKind, FormatError, HEADER_LEN};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
@@ -159,9 +161,14 @@ pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
 }
 
 /// Checkpoints of one job in a local directory; `root` is `<checkpoint-dir>/<job-id>`.
+///
+/// A savepoint is a checkpoint written elsewhere: [`CheckpointStorage::redirect`] sends one
+/// checkpoint id to its own folder, and every clone of the storage (the writer threads')
+/// follows.
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
     root: PathBuf,
+    redirects: Arc<Mutex<HashMap<u64, PathBuf>>>,
 }
 
 impl CheckpointStorage {
@@ -181,7 +188,10 @@ impl CheckpointStorage {
         let removed = fs::remove_file(&probe);
         written.map_err(io_err("write to checkpoint directory", &root, hint))?;
         removed.map_err(io_err("remove probe file", &probe, hint))?;
-        Ok(CheckpointStorage { root })
+        Ok(CheckpointStorage {
+            root,
+            redirects: Arc::default(),
+        })
     }
 
     /// The job's folder, for messages and for tools that inspect it.
@@ -189,9 +199,37 @@ impl CheckpointStorage {
         &self.root
     }
 
-    /// Folder of checkpoint `id` (`root/chk-<id>`), the path a user passes to `--restore`.
+    /// Folder of checkpoint `id` (`root/chk-<id>`, or a savepoint's own folder), the path a
+    /// user passes to `--restore`.
     pub fn checkpoint_path(&self, id: u64) -> PathBuf {
-        self.root.join(format!("chk-{id}"))
+        let redirects = self.redirects.lock().unwrap_or_else(|p| p.into_inner());
+        match redirects.get(&id) {
+            Some(folder) => folder.clone(),
+            None => self.root.join(format!("chk-{id}")),
+        }
+    }
+
+    /// Writes checkpoint `id` into `folder` (a savepoint's) instead of `root/chk-<id>`.
+    /// The folder must not exist yet (no savepoint is ever overwritten); its parent is
+    /// created.
+    pub fn redirect(&self, id: u64, folder: PathBuf) -> Result<(), StorageError> {
+        let hint = "check that the savepoint directory is writable";
+        if folder.exists() {
+            let exists = io::ErrorKind::AlreadyExists.into();
+            return Err(io_err("create savepoint folder", &folder, hint)(exists));
+        }
+        if let Some(parent) = folder.parent() {
+            fs::create_dir_all(parent).map_err(io_err(
+                "create savepoint directory",
+                parent,
+                hint,
+            ))?;
+        }
+        self.redirects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, folder);
+        Ok(())
     }
 
     /// Writes one state file atomically (temp name in the same dir + fsync + rename),
@@ -233,7 +271,7 @@ impl CheckpointStorage {
         let bytes = format::encode(FileKind::Metadata, payload);
         write_atomic(&dir, METADATA_FILE_NAME, &bytes)?;
         sync_dir(&dir)?;
-        sync_dir(&self.root)?;
+        sync_dir(dir.parent().unwrap_or(&self.root))?;
         Ok(dir)
     }
 

@@ -44,6 +44,9 @@ pub struct SnapshotJob {
     pub sync: Duration,
     /// How long the barriers took to align.
     pub alignment: Duration,
+    /// The task's state is frozen (its input ended or it is stopping): the encoded snapshot
+    /// comes back with the acknowledgement, to stand in for the task once it exits.
+    pub frozen: bool,
 }
 
 /// One operator's encoded state files (payloads before the envelope).
@@ -56,6 +59,15 @@ pub struct EncodedPart {
 /// A task's state, encoded and ready to be written into any checkpoint folder.
 pub struct EncodedSnapshot {
     parts: Vec<EncodedPart>,
+}
+
+impl std::fmt::Debug for EncodedSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let uids: Vec<&str> = self.parts.iter().map(|p| p.uid.as_str()).collect();
+        f.debug_struct("EncodedSnapshot")
+            .field("operators", &uids)
+            .finish()
+    }
 }
 
 /// One operator's part of a task acknowledgement.
@@ -76,6 +88,8 @@ pub struct TaskAck {
     pub operators: Vec<OperatorAck>,
     /// Timing and size.
     pub stats: TaskCheckpointStats,
+    /// The encoded state, when the task's state was frozen ([`SnapshotJob::frozen`]).
+    pub frozen: Option<Arc<EncodedSnapshot>>,
 }
 
 fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
@@ -184,5 +198,8 @@ pub fn write_snapshot(storage: &CheckpointStorage, job: SnapshotJob) -> Result<T
     ack.stats.sync_micros = job.sync.as_micros() as u64;
     ack.stats.alignment_micros = job.alignment.as_micros() as u64;
     ack.stats.async_micros = started.elapsed().as_micros() as u64;
+    if job.frozen {
+        ack.frozen = Some(encoded);
+    }
     Ok(ack)
 }

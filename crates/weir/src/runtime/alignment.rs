@@ -1,6 +1,6 @@
 //! Barrier handling for tasks with several input channels: pure decision logic, no I/O.
 //!
-//! The task loop feeds every barrier and end-of-input it receives to a [`BarrierHandler`] and
+//! The task loop feeds every barrier and channel close it receives to a [`BarrierHandler`] and
 //! does what the returned [`BarrierAction`] says; it asks [`BarrierHandler::is_blocked`] before
 //! reading a channel. Keeping the decisions here makes every interleaving a fast unit test.
 //!
@@ -15,7 +15,9 @@
 //!   will be replayed after a recovery, so counts may exceed the truth, never fall short.
 //! * A barrier newer than the one being aligned aborts the older checkpoint; a barrier older
 //!   than the current one belongs to an aborted checkpoint and is ignored.
-//! * A channel that has ended counts as having delivered every future barrier.
+//! * A channel that has closed counts as having delivered every future barrier. (A channel
+//!   that delivered end-of-input but is still open does not: the final checkpoint's barrier
+//!   comes after end-of-input.)
 
 use std::time::{Duration, Instant};
 
@@ -128,8 +130,8 @@ impl BarrierHandler {
         }
     }
 
-    /// Feeds end-of-input received on channel `c`; it may complete an alignment.
-    pub fn on_end_of_input(&mut self, c: usize) -> BarrierAction {
+    /// Channel `c` closed (its sender ended); it may complete an alignment.
+    pub fn on_channel_closed(&mut self, c: usize) -> BarrierAction {
         self.ended[c] = true;
         match self.try_complete() {
             Some((barrier, alignment)) => BarrierAction::Snapshot { barrier, alignment },
@@ -180,10 +182,7 @@ mod tests {
     use CheckpointingMode::*;
 
     fn b(id: u64) -> CheckpointBarrier {
-        CheckpointBarrier {
-            id,
-            timestamp_ms: 0,
-        }
+        CheckpointBarrier::checkpoint(id, 0)
     }
 
     fn is_snapshot(a: &BarrierAction, id: u64) -> bool {
@@ -234,11 +233,11 @@ mod tests {
     fn end_of_input_completes_alignment() {
         let mut h = BarrierHandler::new(ExactlyOnce, 2);
         h.on_barrier(0, b(3));
-        assert!(is_snapshot(&h.on_end_of_input(1), 3));
+        assert!(is_snapshot(&h.on_channel_closed(1), 3));
         // with one channel ended, later barriers complete alone
         assert!(is_snapshot(&h.on_barrier(0, b(4)), 4));
         assert!(!h.all_ended());
-        h.on_end_of_input(0);
+        h.on_channel_closed(0);
         assert!(h.all_ended());
     }
 

@@ -5,19 +5,24 @@
 //! triggers, write `_metadata`, notify tasks, delete folders. It returns when every task
 //! finished or one failed; the executor decides about restarts.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
+use crate::checkpoint::metadata::SnapshotKind;
 use crate::checkpoint::writer::{
     encode_snapshot, EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck,
 };
 use crate::error::Error;
+use crate::runtime::control::{
+    confine, savepoint_folder_name, CheckpointStatus, Request, SnapshotDone,
+};
+use crate::runtime::event::BarrierKind;
 use crate::runtime::executor::{
     wall_ms, Attempt, AttemptEnd, CompletedCheckpointStats, Executor, JobResult, PROGRESS_TICK,
 };
@@ -35,6 +40,19 @@ pub(crate) struct AttemptRun<'e, 'a> {
     pub last_records: u64,
     /// Final states of finished sources, with the last checkpoint each handled itself.
     pub standing: Vec<Option<(Arc<EncodedSnapshot>, u64)>>,
+    /// Per task, its newest snapshot of frozen state (taken after its end), with its id:
+    /// what stands in for the task once it exits.
+    pub frozen: Vec<Option<(Arc<EncodedSnapshot>, u64)>>,
+    /// Source tasks whose input ended.
+    pub inputs_ended: HashSet<usize>,
+    /// Snapshots asked for through the job's control, by id, with whom to answer.
+    pub waiting: HashMap<u64, (BarrierKind, Sender<Result<SnapshotDone, String>>)>,
+}
+
+/// What woke the attempt's loop.
+enum Incoming {
+    Event(Result<TaskEvent, RecvTimeoutError>),
+    Request(Request),
 }
 
 impl AttemptRun<'_, '_> {
@@ -53,13 +71,49 @@ impl AttemptRun<'_, '_> {
                 .next_deadline()
                 .unwrap_or(now + PROGRESS_TICK)
                 .min(now + PROGRESS_TICK);
-            let actions = match events.recv_deadline(deadline) {
+            let incoming = {
+                let requests = &self.exec.control.requests;
+                let mut sel = Select::new();
+                let from_tasks = sel.recv(events);
+                sel.recv(requests);
+                match sel.select_deadline(deadline) {
+                    Err(_) => Incoming::Event(Err(RecvTimeoutError::Timeout)),
+                    Ok(op) if op.index() == from_tasks => {
+                        Incoming::Event(op.recv(events).map_err(|_| RecvTimeoutError::Disconnected))
+                    }
+                    Ok(op) => match op.recv(requests) {
+                        Ok(r) => Incoming::Request(r),
+                        Err(_) => Incoming::Event(Err(RecvTimeoutError::Timeout)),
+                    },
+                }
+            };
+            let event = match incoming {
+                Incoming::Request(r) => {
+                    let actions = self.on_request(r);
+                    if let Some(end) = self.carry_out(actions) {
+                        return end;
+                    }
+                    continue;
+                }
+                Incoming::Event(e) => e,
+            };
+            let actions = match event {
                 Ok(TaskEvent::Ack {
                     attempt,
                     task,
                     checkpoint,
                     ack,
                 }) => {
+                    if attempt == self.attempt_no {
+                        if let Some(enc) = &ack.frozen {
+                            let newer = self.frozen[task]
+                                .as_ref()
+                                .is_none_or(|(_, id)| *id < checkpoint);
+                            if newer {
+                                self.frozen[task] = Some((enc.clone(), checkpoint));
+                            }
+                        }
+                    }
                     if attempt == self.attempt_no && self.coordinator.is_pending(checkpoint) {
                         self.coordinator
                             .on_ack(checkpoint, task, ack)
@@ -82,6 +136,11 @@ impl AttemptRun<'_, '_> {
                 }) if attempt == self.attempt_no => self
                     .coordinator
                     .on_decline(checkpoint, AbortReason::Failed(reason)),
+                Ok(TaskEvent::InputEnded { attempt, task }) if attempt == self.attempt_no => {
+                    self.inputs_ended.insert(task);
+                    self.expedite_if_all_ended();
+                    Vec::new()
+                }
                 Ok(TaskEvent::Finished {
                     attempt,
                     task,
@@ -106,10 +165,8 @@ impl AttemptRun<'_, '_> {
                     Vec::new()
                 }
                 Ok(_) => Vec::new(), // events of an older attempt
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => Vec::new(),
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return AttemptEnd::Failed(Error::Cancelled)
-                }
+                Err(RecvTimeoutError::Timeout) => Vec::new(),
+                Err(RecvTimeoutError::Disconnected) => return AttemptEnd::Failed(Error::Cancelled),
             };
             if let Some(end) = self.carry_out(actions) {
                 return end;
@@ -133,12 +190,17 @@ impl AttemptRun<'_, '_> {
         task: usize,
         final_state: Option<FinalState>,
     ) -> Vec<Action<TaskAck>> {
-        let Some(fs) = final_state else {
-            return self.coordinator.on_task_finished();
+        let encoded = match (final_state, self.frozen[task].take()) {
+            (Some(fs), _) => {
+                encode_snapshot(fs.snapshot).map(|e| (Arc::new(e), fs.last_checkpoint))
+            }
+            // It ended after a checkpoint of its frozen state completed (the final one).
+            (None, Some(frozen)) => Ok(frozen),
+            (None, None) => return self.coordinator.on_task_finished(),
         };
-        match encode_snapshot(fs.snapshot) {
-            Ok(encoded) => {
-                self.standing[task] = Some((Arc::new(encoded), fs.last_checkpoint));
+        match encoded {
+            Ok(standing) => {
+                self.standing[task] = Some(standing);
                 for id in self.coordinator.pending_ids() {
                     self.submit_standing(task, id);
                 }
@@ -182,7 +244,69 @@ impl AttemptRun<'_, '_> {
             snapshot: SnapshotPayload::Encoded(encoded.clone()),
             sync: Duration::ZERO,
             alignment: Duration::ZERO,
+            frozen: false,
         });
+    }
+
+    /// Once every running source's input ended, the final checkpoint is due at once.
+    fn expedite_if_all_ended(&mut self) {
+        let all = self
+            .attempt
+            .sources
+            .iter()
+            .all(|s| self.attempt.finished[*s] || self.inputs_ended.contains(s));
+        if all && !self.inputs_ended.is_empty() {
+            self.coordinator.expedite();
+        }
+    }
+
+    /// A control request: trigger the snapshot it asks for and remember whom to answer.
+    fn on_request(&mut self, request: Request) -> Vec<Action<TaskAck>> {
+        let (kind, dir, reply) = match request {
+            Request::Checkpoint { reply } => (BarrierKind::Checkpoint, None, reply),
+            Request::Savepoint { dir, reply } => (BarrierKind::Savepoint, Some(dir), reply),
+            Request::Stop { dir, drain, reply } => (BarrierKind::Stop { drain }, Some(dir), reply),
+        };
+        let cfg = self.exec.cfg;
+        let folder = match dir.map(|d| confine(&cfg.savepoint_dir, d.as_deref())) {
+            None => None,
+            Some(Ok(folder)) => Some(folder),
+            Some(Err(e)) => {
+                let _ = reply.send(Err(e));
+                return Vec::new();
+            }
+        };
+        let barrier = match self
+            .coordinator
+            .trigger_forced(kind, Instant::now(), wall_ms())
+        {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = reply.send(Err(format!("cannot take a snapshot: {e}")));
+                return Vec::new();
+            }
+        };
+        if let Some(folder) = folder {
+            let target = folder.join(savepoint_folder_name(&cfg.name, barrier.id));
+            if let Err(e) = self.exec.storage.redirect(barrier.id, target) {
+                let _ = reply.send(Err(e.to_string()));
+                return self
+                    .coordinator
+                    .on_decline(barrier.id, AbortReason::Failed(e.to_string()));
+            }
+        }
+        if let BarrierKind::Stop { .. } = kind {
+            self.exec.control.update(|s| s.state = "stopping".into());
+        }
+        self.waiting.insert(barrier.id, (kind, reply));
+        vec![Action::Trigger(barrier)]
+    }
+
+    /// Answers every request still waiting: the attempt ended before their snapshots.
+    pub(crate) fn fail_waiting(&mut self, why: &str) {
+        for (id, (_, reply)) in self.waiting.drain() {
+            let _ = reply.send(Err(format!("snapshot {id} did not complete: {why}")));
+        }
     }
 
     /// Adds the records sources emitted since the last call to the job metrics.
@@ -221,9 +345,16 @@ impl AttemptRun<'_, '_> {
                     barrier,
                     acks,
                     started,
-                } => self.complete(barrier.id, barrier.timestamp_ms, &acks, started),
+                } => self.complete(barrier, &acks, started),
                 Action::Abort { id, reason } => {
-                    if reason.is_failure() {
+                    if let Some((kind, reply)) = self.waiting.remove(&id) {
+                        let what = match kind {
+                            BarrierKind::Checkpoint => "checkpoint",
+                            _ => "savepoint",
+                        };
+                        let _ = reply.send(Err(format!("{what} {id} {reason}")));
+                        self.exec.control.update(|s| s.state = "running".into());
+                    } else if reason.is_failure() {
                         self.result.failed_checkpoints += 1;
                         self.result
                             .notices
@@ -231,6 +362,7 @@ impl AttemptRun<'_, '_> {
                     }
                     self.attempt.broadcast(Control::Aborted(id));
                     let _ = self.exec.storage.discard(id);
+                    self.expedite_if_all_ended();
                     Vec::new()
                 }
                 Action::NotifyComplete(id) => {
@@ -253,16 +385,50 @@ impl AttemptRun<'_, '_> {
     /// Every task acknowledged: write `_metadata` (which completes the checkpoint).
     fn complete(
         &mut self,
-        id: u64,
-        trigger_ms: u64,
+        barrier: crate::runtime::event::CheckpointBarrier,
         acks: &[TaskAck],
         started: Instant,
     ) -> Vec<Action<TaskAck>> {
-        match self.exec.write_metadata(id, trigger_ms, acks) {
+        let id = barrier.id;
+        let kind = match barrier.kind {
+            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
+            BarrierKind::Savepoint => SnapshotKind::Savepoint,
+            BarrierKind::Stop { .. } => SnapshotKind::StopSavepoint,
+        };
+        match self
+            .exec
+            .write_metadata(id, barrier.timestamp_ms, acks, kind)
+        {
             Ok(stats) => {
                 self.completed.insert(id);
-                *self.latest_path = Some(self.exec.storage.checkpoint_path(id));
+                let path = self.exec.storage.checkpoint_path(id);
+                if let Some((_, reply)) = self.waiting.remove(&id) {
+                    let _ = reply.send(Ok(SnapshotDone {
+                        id,
+                        path: path.clone(),
+                    }));
+                }
+                if kind != SnapshotKind::Checkpoint {
+                    // A savepoint is the user's: not the job's recovery point, not retained.
+                    if kind == SnapshotKind::StopSavepoint {
+                        self.result.stopped_with_savepoint = Some(path.clone());
+                    }
+                    self.result.savepoints.push(path.clone());
+                    self.exec.control.update(|s| s.savepoints.push(path));
+                    return self.coordinator.on_metadata_written(id, Instant::now());
+                }
+                *self.latest_path = Some(path.clone());
                 let duration = started.elapsed();
+                self.exec.control.update(|s| {
+                    s.checkpoints.push(CheckpointStatus {
+                        id,
+                        path,
+                        duration_ms: duration.as_millis() as u64,
+                        bytes: stats.bytes,
+                    });
+                    let n = s.checkpoints.len();
+                    s.checkpoints.drain(..n.saturating_sub(10));
+                });
                 let m = &self.exec.metrics;
                 m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);
                 m.last_checkpoint_micros

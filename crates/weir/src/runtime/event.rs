@@ -10,6 +10,36 @@ pub struct CheckpointBarrier {
     pub id: u64,
     /// When the coordinator triggered it (milliseconds since the Unix epoch).
     pub timestamp_ms: u64,
+    /// What the snapshot is for; tasks treat a stop differently (they end after it).
+    pub kind: BarrierKind,
+}
+
+impl CheckpointBarrier {
+    /// A periodic checkpoint's barrier.
+    pub fn checkpoint(id: u64, timestamp_ms: u64) -> Self {
+        CheckpointBarrier {
+            id,
+            timestamp_ms,
+            kind: BarrierKind::Checkpoint,
+        }
+    }
+}
+
+/// Why a barrier was injected (Flink's `SnapshotType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// A checkpoint: periodic, at end of input, or asked for by the user.
+    Checkpoint,
+    /// A savepoint the job keeps running after.
+    Savepoint,
+    /// A savepoint that stops the job (`weir stop`): sources stop after the barrier and
+    /// every task ends once the savepoint completed. With `drain`, sources first end their
+    /// input, so operators flush what they hold (timers, partial results) into the savepoint's
+    /// output; without, the job's state is kept as it is, to be resumed.
+    Stop {
+        /// End the input before the barrier.
+        drain: bool,
+    },
 }
 
 /// One element on a channel.
@@ -19,6 +49,8 @@ pub enum Event<T> {
     Batch(Vec<T>),
     /// A checkpoint barrier; the sender flushed its open batch first.
     Barrier(CheckpointBarrier),
-    /// The sender has no more records; the last event on the channel.
+    /// The sender has no more records. Barriers may still follow (the final checkpoint):
+    /// the channel's end is its disconnection, which is orderly only after `EndOfInput` or a
+    /// stopping barrier ([`BarrierKind::Stop`]); any other disconnection is a failure.
     EndOfInput,
 }

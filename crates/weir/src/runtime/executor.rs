@@ -10,7 +10,7 @@
 //! [`Coordinator`] decides; they send triggers and notifications, write metadata and
 //! delete folders.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,13 +24,14 @@ use crate::api::config::{JobConfig, RestoreFrom};
 use crate::api::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, OperatorMeta, TaskCheckpointStats, TaskStatsMeta,
+    CheckpointMetadata, OperatorMeta, SnapshotKind, TaskCheckpointStats, TaskStatsMeta,
 };
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
 use crate::error::{Error, Result};
 use crate::runtime::attempt::AttemptRun;
+use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::plan::{plan, Plan};
@@ -108,6 +109,10 @@ pub struct JobResult {
     pub source_records: u64,
     /// Messages worth showing the user (skipped corrupt checkpoints, fresh starts).
     pub notices: Vec<String>,
+    /// Savepoints taken during the run (the stopping one included).
+    pub savepoints: Vec<PathBuf>,
+    /// The savepoint the job stopped with (`JobControl::stop_with_savepoint`), if it did.
+    pub stopped_with_savepoint: Option<PathBuf>,
 }
 
 /// Longest the executor sleeps between looks at progress counters.
@@ -156,6 +161,7 @@ pub(crate) struct Executor<'a> {
     pub(crate) events_tx: Sender<TaskEvent>,
     pub(crate) writer_tx: Sender<SnapshotJob>,
     pub(crate) task_metrics: Vec<Arc<TaskMetrics>>,
+    pub(crate) control: Arc<ControlHub>,
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
@@ -259,6 +265,8 @@ impl Executor<'_> {
                 injector: self.injector.clone(),
                 metrics: self.task_metrics[ti].clone(),
                 capture_final_state: t.capture_final_state,
+                final_checkpoint: self.cfg.checkpointing.interval.is_some(),
+                events: self.events_tx.clone(),
             };
             let head = t.chain[0];
             let body = match &g.nodes[head].kind {
@@ -345,9 +353,19 @@ pub(crate) fn execute(
     graph: JobGraph,
     cfg: &JobConfig,
     metrics: Arc<JobMetrics>,
+    control: Arc<ControlHub>,
 ) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
+    control.update(|s| {
+        s.job = cfg.name.clone();
+        s.operators = plan
+            .uids
+            .iter()
+            .cloned()
+            .zip(plan.parallelism.iter().copied())
+            .collect();
+    });
     let storage = CheckpointStorage::open(&cfg.checkpoint_dir, &cfg.name)?;
     let mut result = JobResult::default();
 
@@ -443,6 +461,7 @@ pub(crate) fn execute(
         events_tx,
         writer_tx,
         task_metrics,
+        control: control.clone(),
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
@@ -451,6 +470,10 @@ pub(crate) fn execute(
     let outcome = loop {
         attempt_no += 1;
         result.attempts = attempt_no;
+        control.update(|s| {
+            s.attempt = attempt_no;
+            s.state = "running".into();
+        });
         let attempt_started = Instant::now();
         let attempt = match exec.spawn(attempt_no, restore.as_ref()) {
             Ok(a) => a,
@@ -472,6 +495,7 @@ pub(crate) fn execute(
         match end {
             AttemptEnd::Finished => break Ok(()),
             AttemptEnd::Failed(err) => {
+                control.update(|s| s.state = "restarting".into());
                 let restart = attempt_no;
                 streak = if attempt_started.elapsed() >= RESET_BACKOFF_AFTER {
                     1
@@ -520,6 +544,21 @@ pub(crate) fn execute(
     drop(exec);
     for w in writers {
         let _ = w.join();
+    }
+    control.update(|s| {
+        s.source_records = metrics.source_records.load(Ordering::Relaxed);
+        s.state = match (&outcome, &result.stopped_with_savepoint) {
+            (Err(_), _) => "failed",
+            (Ok(()), Some(_)) => "stopped",
+            (Ok(()), None) => "finished",
+        }
+        .into();
+    });
+    if result.stopped_with_savepoint.is_some() && !cfg.retain_on_cancel {
+        // Stopped, and the user asked not to keep checkpoints: the savepoint is the handle.
+        for id in coordinator.retained_ids() {
+            let _ = storage.discard(id);
+        }
     }
     // With every writer gone no file can appear any more: remove what checkpoints that
     // never completed left behind (in flight when the job ended, or written by a late
@@ -594,8 +633,16 @@ impl Executor<'_> {
             completed: HashSet::new(),
             last_records: 0,
             standing: (0..self.plan.tasks.len()).map(|_| None).collect(),
+            frozen: (0..self.plan.tasks.len()).map(|_| None).collect(),
+            inputs_ended: HashSet::new(),
+            waiting: HashMap::new(),
         };
         let end = run.drive(events);
+        let why = match &end {
+            AttemptEnd::Finished => "the job finished first".to_string(),
+            AttemptEnd::Failed(e) => format!("the job attempt failed ({e}); it restarts from its latest checkpoint if its restart strategy allows"),
+        };
+        run.fail_waiting(&why);
         (run.attempt, end)
     }
 }
@@ -606,6 +653,7 @@ impl Executor<'_> {
         id: u64,
         trigger_ms: u64,
         acks: &[TaskAck],
+        snapshot: SnapshotKind,
     ) -> Result<TaskCheckpointStats> {
         let mut operators: Vec<OperatorMeta> = Vec::new();
         let mut stats = TaskCheckpointStats::default();
@@ -645,6 +693,8 @@ impl Executor<'_> {
                     stats: a.stats,
                 })
                 .collect(),
+            snapshot,
+            weir_version: env!("CARGO_PKG_VERSION").to_string(),
         };
         let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
             what: "checkpoint metadata (encoding)".into(),

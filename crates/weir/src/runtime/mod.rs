@@ -7,16 +7,20 @@
 //! * [`alignment`] — barrier alignment decisions for multi-input tasks (pure).
 //! * [`task`] — the loops a task thread runs (source tasks and input tasks).
 //! * [`fault`] — seeded failure injection for tests and demos.
+//! * [`finishing`] — when a task may end: the final checkpoint and stop-with-savepoint (pure).
 //! * [`restart`] — restart strategies.
 //! * [`plan`] — chains operators into tasks.
 //! * `attempt` — the event loop of one job attempt around the coordinator.
+//! * [`control`] — savepoints, checkpoints and stop on request, status.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 
 pub mod alignment;
 pub(crate) mod attempt;
+pub mod control;
 pub mod event;
 pub mod executor;
 pub mod fault;
+pub mod finishing;
 pub mod network;
 pub mod operators;
 pub mod output;

@@ -223,10 +223,7 @@ mod tests {
         let mut batch: Vec<u64> = (0..10).collect();
         w.push(&mut batch).unwrap();
         assert!(batch.is_empty());
-        let b = CheckpointBarrier {
-            id: 1,
-            timestamp_ms: 0,
-        };
+        let b = CheckpointBarrier::checkpoint(1, 0);
         w.snapshot(b, &mut TaskSnapshot::new()).unwrap();
         let mut seen = Vec::new();
         for (i, rx) in [rx0, rx1].iter().enumerate() {

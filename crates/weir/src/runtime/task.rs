@@ -8,6 +8,9 @@
 //! * An input task never reads a channel its [`BarrierHandler`] blocks.
 //! * Control messages (checkpoint complete/aborted, cancel) are handled between batches, on
 //!   the task thread: user hooks never run concurrently with processing.
+//! * A task exits only when [`Finishing`] says its end is committed and (input tasks) every
+//!   input channel has closed. A channel may close only after end-of-input or a stopping
+//!   barrier; any other disconnection means the upstream task failed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,8 +22,9 @@ use crate::api::functions::{SourceFunction, SourceStatus};
 use crate::checkpoint::writer::{SnapshotJob, SnapshotPayload};
 use crate::error::{Error, Result};
 use crate::runtime::alignment::{BarrierAction, BarrierHandler, CheckpointingMode};
-use crate::runtime::event::{CheckpointBarrier, Event};
+use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
 use crate::runtime::fault::FailureInjector;
+use crate::runtime::finishing::Finishing;
 use crate::runtime::operators::snapshot_function;
 use crate::runtime::output::{Output, TaskSnapshot};
 use crate::runtime::BATCH_SIZE;
@@ -60,6 +64,14 @@ pub enum TaskEvent {
         checkpoint: u64,
         /// Why.
         reason: String,
+    },
+    /// A source task's input ended (the executor hurries the final checkpoint once every
+    /// source's has).
+    InputEnded {
+        /// Attempt number.
+        attempt: u32,
+        /// Task index.
+        task: usize,
     },
     /// All the task's inputs ended and it finished cleanly.
     Finished {
@@ -128,7 +140,14 @@ pub struct TaskContext {
     pub metrics: Arc<TaskMetrics>,
     /// Capture the task's final state when it finishes; set when every operator of the chain
     /// is stateless except maybe its source, so that state is the task's whole state.
+    /// (Used only without periodic checkpoints; with them, the snapshot of the final
+    /// checkpoint stands in for the task.)
     pub capture_final_state: bool,
+    /// Periodic checkpoints are on: after its end, the task waits for a checkpoint to
+    /// complete before it exits ([`Finishing`]).
+    pub final_checkpoint: bool,
+    /// Task events to the executor (input ended).
+    pub events: Sender<TaskEvent>,
 }
 
 impl TaskContext {
@@ -141,7 +160,14 @@ impl TaskContext {
         }
     }
 
-    fn submit(&self, id: u64, snapshot: TaskSnapshot, sync: Duration, alignment: Duration) {
+    fn submit(
+        &self,
+        id: u64,
+        snapshot: TaskSnapshot,
+        sync: Duration,
+        alignment: Duration,
+        frozen: bool,
+    ) {
         // If the writer is gone the executor is shutting down; nothing to acknowledge.
         let _ = self.writer.send(SnapshotJob {
             attempt: self.attempt,
@@ -152,53 +178,94 @@ impl TaskContext {
             snapshot: SnapshotPayload::Captured(snapshot),
             sync,
             alignment,
+            frozen,
         });
     }
 }
 
 /// Handles a control message in an input task; returns `Err(Cancelled)` on cancel.
-fn on_control<T>(c: Control, chain: &mut dyn Output<T>) -> Result<()> {
+fn on_control<T>(c: Control, chain: &mut dyn Output<T>, fin: &mut Finishing) -> Result<()> {
     match c {
-        Control::Complete(id) => chain.notify_complete(id),
-        Control::Aborted(id) => chain.notify_aborted(id),
+        Control::Complete(id) => {
+            chain.notify_complete(id)?;
+            fin.on_complete(id);
+            Ok(())
+        }
+        Control::Aborted(id) => {
+            chain.notify_aborted(id)?;
+            fin.on_aborted(id);
+            Ok(())
+        }
         Control::Cancel => Err(Error::Cancelled),
         Control::Trigger(_) => Ok(()),
     }
 }
 
-/// Handles one control message in a source task.
-fn source_control<T, S: SourceFunction<T>>(
-    c: Control,
-    source: &mut S,
-    uid: &str,
-    chain: &mut dyn Output<T>,
-    ctx: &TaskContext,
-    last_checkpoint: &mut u64,
-) -> Result<()> {
-    match c {
-        Control::Trigger(barrier) => {
-            *last_checkpoint = barrier.id;
-            let start = Instant::now();
-            let mut snap = TaskSnapshot::new();
-            snapshot_function(source, uid, barrier, &mut snap)?;
-            chain.snapshot(barrier, &mut snap)?;
-            ctx.submit(barrier.id, snap, start.elapsed(), Duration::ZERO);
-            Ok(())
+/// A source task's loop state besides its source and chain.
+struct SourceTask<'a> {
+    uid: &'a str,
+    ctx: &'a TaskContext,
+    last_checkpoint: u64,
+    fin: Finishing,
+}
+
+impl SourceTask<'_> {
+    /// The source is exhausted (or a draining stop ends it): emit what the chain holds and
+    /// send end-of-input on.
+    fn end_input<T>(&mut self, chain: &mut dyn Output<T>) -> Result<()> {
+        chain.end_of_input()?;
+        self.fin.on_input_ended();
+        let _ = self.ctx.events.send(TaskEvent::InputEnded {
+            attempt: self.ctx.attempt,
+            task: self.ctx.index,
+        });
+        Ok(())
+    }
+
+    /// Handles one control message.
+    fn control<T, S: SourceFunction<T>>(
+        &mut self,
+        c: Control,
+        source: &mut S,
+        chain: &mut dyn Output<T>,
+    ) -> Result<()> {
+        match c {
+            Control::Trigger(barrier) => {
+                if let BarrierKind::Stop { drain } = barrier.kind {
+                    self.fin.on_stop_barrier(barrier.id);
+                    if drain && !self.fin.input_ended() {
+                        self.end_input(chain)?;
+                    }
+                }
+                self.last_checkpoint = barrier.id;
+                let start = Instant::now();
+                let mut snap = TaskSnapshot::new();
+                snapshot_function(source, self.uid, barrier, &mut snap)?;
+                chain.snapshot(barrier, &mut snap)?;
+                let frozen = self.fin.on_snapshot(barrier.id);
+                self.ctx
+                    .submit(barrier.id, snap, start.elapsed(), Duration::ZERO, frozen);
+                Ok(())
+            }
+            Control::Complete(id) => {
+                source.notify_checkpoint_complete(id)?;
+                chain.notify_complete(id)?;
+                self.fin.on_complete(id);
+                Ok(())
+            }
+            Control::Aborted(id) => {
+                source.notify_checkpoint_aborted(id)?;
+                chain.notify_aborted(id)?;
+                self.fin.on_aborted(id);
+                Ok(())
+            }
+            Control::Cancel => Err(Error::Cancelled),
         }
-        Control::Complete(id) => {
-            source.notify_checkpoint_complete(id)?;
-            chain.notify_complete(id)
-        }
-        Control::Aborted(id) => {
-            source.notify_checkpoint_aborted(id)?;
-            chain.notify_aborted(id)
-        }
-        Control::Cancel => Err(Error::Cancelled),
     }
 }
 
-/// Runs a source task until its source finishes or the task is cancelled; returns the
-/// source's final state when the task is set to capture it.
+/// Runs a source task until its end is committed ([`Finishing`]) or the task is cancelled;
+/// returns the source's final state when the task is set to capture it.
 pub fn run_source<T, S: SourceFunction<T>>(
     mut source: S,
     uid: String,
@@ -207,56 +274,59 @@ pub fn run_source<T, S: SourceFunction<T>>(
 ) -> Result<Option<FinalState>> {
     let mut buf = Vec::with_capacity(BATCH_SIZE);
     let mut last_flush = Instant::now();
-    let mut last_checkpoint = 0;
+    let mut task = SourceTask {
+        uid: &uid,
+        ctx: &ctx,
+        last_checkpoint: 0,
+        fin: Finishing::new(ctx.final_checkpoint),
+    };
     loop {
         loop {
             match ctx.control.try_recv() {
-                Ok(c) => source_control(
-                    c,
-                    &mut source,
-                    &uid,
-                    chain.as_mut(),
-                    &ctx,
-                    &mut last_checkpoint,
-                )?,
+                Ok(c) => task.control(c, &mut source, chain.as_mut())?,
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
         }
-        let status = source.poll(&mut buf, BATCH_SIZE)?;
+        if task.fin.is_done() {
+            chain.flush()?;
+            if !ctx.capture_final_state || ctx.final_checkpoint {
+                return Ok(None);
+            }
+            let mut snapshot = TaskSnapshot::new();
+            let marker = CheckpointBarrier::checkpoint(task.last_checkpoint, 0);
+            snapshot_function(&mut source, &uid, marker, &mut snapshot)?;
+            return Ok(Some(FinalState {
+                snapshot,
+                last_checkpoint: task.last_checkpoint,
+            }));
+        }
+        let status = if task.fin.is_frozen() {
+            // Ended or stopping: only control messages matter now.
+            chain.flush()?;
+            match ctx
+                .control
+                .recv_timeout(ctx.buffer_timeout.max(Duration::from_millis(1)))
+            {
+                Ok(c) => task.control(c, &mut source, chain.as_mut())?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
+            }
+            continue;
+        } else {
+            source.poll(&mut buf, BATCH_SIZE)?
+        };
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             chain.push(&mut buf)?;
         }
         match status {
             SourceStatus::More => {}
-            SourceStatus::Finished => {
-                chain.end_of_input()?;
-                if !ctx.capture_final_state {
-                    return Ok(None);
-                }
-                let mut snapshot = TaskSnapshot::new();
-                let marker = CheckpointBarrier {
-                    id: last_checkpoint,
-                    timestamp_ms: 0,
-                };
-                snapshot_function(&mut source, &uid, marker, &mut snapshot)?;
-                return Ok(Some(FinalState {
-                    snapshot,
-                    last_checkpoint,
-                }));
-            }
+            SourceStatus::Finished => task.end_input(chain.as_mut())?,
             SourceStatus::Idle => {
                 // Nothing to read: wait for a control message or a moment, whichever is first.
                 match ctx.control.recv_timeout(Duration::from_millis(1)) {
-                    Ok(c) => source_control(
-                        c,
-                        &mut source,
-                        &uid,
-                        chain.as_mut(),
-                        &ctx,
-                        &mut last_checkpoint,
-                    )?,
+                    Ok(c) => task.control(c, &mut source, chain.as_mut())?,
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
                 }
@@ -269,8 +339,21 @@ pub fn run_source<T, S: SourceFunction<T>>(
     }
 }
 
-/// Runs an input task until every input channel ended or the task is cancelled; a
-/// stateless task returns its (empty) final state, to acknowledge later checkpoints.
+/// Per input channel: how far its sender got, which decides whether its closing is orderly.
+#[derive(Debug, Clone, Copy, Default)]
+struct ChannelState {
+    /// It delivered end-of-input.
+    ended: bool,
+    /// It delivered the barrier of this stopping savepoint (and nothing will follow unless
+    /// the savepoint is aborted).
+    stopped_at: Option<u64>,
+    /// Its sender is gone.
+    closed: bool,
+}
+
+/// Runs an input task until its end is committed and every input channel closed, or the
+/// task is cancelled; a stateless task returns its (empty) final state, to acknowledge
+/// later checkpoints when the job runs without periodic checkpoints.
 pub fn run_input<T: Send>(
     inputs: Vec<Receiver<Event<T>>>,
     mut chain: Box<dyn Output<T>>,
@@ -278,15 +361,24 @@ pub fn run_input<T: Send>(
 ) -> Result<Option<FinalState>> {
     let mut last_checkpoint = 0;
     let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
-    let mut ended = vec![false; inputs.len()];
+    let mut channels = vec![ChannelState::default(); inputs.len()];
+    let mut fin = Finishing::new(ctx.final_checkpoint);
     let mut last_flush = Instant::now();
-    // Selectable channels: rebuilt only when the blocked/ended set changes.
+    // Selectable channels: rebuilt only when the blocked/closed set changes.
     let mut readable: Vec<usize> = (0..inputs.len()).collect();
     let mut dirty = false;
     loop {
+        if fin.is_done() && channels.iter().all(|c| c.closed) {
+            chain.flush()?;
+            let standing = ctx.capture_final_state && !ctx.final_checkpoint;
+            return Ok(standing.then(|| FinalState {
+                snapshot: TaskSnapshot::new(),
+                last_checkpoint,
+            }));
+        }
         if dirty {
             readable = (0..inputs.len())
-                .filter(|&c| !ended[c] && !handler.is_blocked(c))
+                .filter(|&c| !channels[c].closed && !handler.is_blocked(c))
                 .collect();
             dirty = false;
         }
@@ -299,7 +391,9 @@ pub fn run_input<T: Send>(
         let op = match sel.select_deadline(deadline) {
             Ok(op) => op,
             Err(_) => {
-                chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                if !fin.is_frozen() {
+                    chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                }
                 chain.flush()?;
                 last_flush = Instant::now();
                 continue;
@@ -312,38 +406,50 @@ pub fn run_input<T: Send>(
                 if handler.abort(id) {
                     dirty = true;
                 }
+                for ch in channels.iter_mut().filter(|ch| ch.stopped_at == Some(id)) {
+                    ch.stopped_at = None;
+                }
             }
-            on_control(c, chain.as_mut())?;
+            on_control(c, chain.as_mut(), &mut fin)?;
             continue;
         }
         let c = readable[i - 1];
-        let event = op.recv(&inputs[c]).map_err(|_| Error::Cancelled)?;
+        let Ok(event) = op.recv(&inputs[c]) else {
+            // The sender is gone: orderly only after end-of-input or a stopping barrier.
+            if !channels[c].ended && channels[c].stopped_at.is_none() {
+                return Err(Error::Cancelled);
+            }
+            channels[c].closed = true;
+            dirty = true;
+            let action = handler.on_channel_closed(c);
+            act(action, chain.as_mut(), &ctx, &mut last_checkpoint, &mut fin)?;
+            continue;
+        };
         match event {
             Event::Batch(mut batch) => {
                 ctx.on_records(batch.len());
                 chain.push(&mut batch)?;
             }
             Event::Barrier(b) => {
+                if let BarrierKind::Stop { .. } = b.kind {
+                    channels[c].stopped_at = Some(b.id);
+                }
                 let action = handler.on_barrier(c, b);
                 dirty = true;
-                act(action, chain.as_mut(), &ctx, &mut last_checkpoint)?;
+                act(action, chain.as_mut(), &ctx, &mut last_checkpoint, &mut fin)?;
             }
             Event::EndOfInput => {
-                ended[c] = true;
-                dirty = true;
-                let action = handler.on_end_of_input(c);
-                act(action, chain.as_mut(), &ctx, &mut last_checkpoint)?;
-                if handler.all_ended() {
+                channels[c].ended = true;
+                if channels.iter().all(|ch| ch.ended) {
                     chain.end_of_input()?;
-                    return Ok(ctx.capture_final_state.then(|| FinalState {
-                        snapshot: TaskSnapshot::new(),
-                        last_checkpoint,
-                    }));
+                    fin.on_input_ended();
                 }
             }
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
-            chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+            if !fin.is_frozen() {
+                chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+            }
             chain.flush()?;
             last_flush = Instant::now();
         }
@@ -355,13 +461,18 @@ fn act<T>(
     chain: &mut dyn Output<T>,
     ctx: &TaskContext,
     last_checkpoint: &mut u64,
+    fin: &mut Finishing,
 ) -> Result<()> {
     let mut snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
+        if let BarrierKind::Stop { .. } = b.kind {
+            fin.on_stop_barrier(b.id);
+        }
         *last_checkpoint = b.id;
         let start = Instant::now();
         let mut snap = TaskSnapshot::new();
         chain.snapshot(b, &mut snap)?;
-        ctx.submit(b.id, snap, start.elapsed(), alignment);
+        let frozen = fin.on_snapshot(b.id);
+        ctx.submit(b.id, snap, start.elapsed(), alignment, frozen);
         Ok(())
     };
     match action {
@@ -430,15 +541,15 @@ mod tests {
             injector: None,
             metrics: Arc::new(TaskMetrics::default()),
             capture_final_state: false,
+            final_checkpoint: false,
+            events: crossbeam_channel::unbounded().0,
         };
-        let b = CheckpointBarrier {
-            id: 1,
-            timestamp_ms: 0,
-        };
+        let b = CheckpointBarrier::checkpoint(1, 0);
         tx0.send(Event::Batch(vec![1])).unwrap();
         tx0.send(Event::Barrier(b)).unwrap();
         tx0.send(Event::Batch(vec![2, 3])).unwrap();
         tx0.send(Event::EndOfInput).unwrap();
+        drop(tx0);
         let chain = Box::new(Recorder(log.clone()));
         let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx).map(|_| ()));
         // Give the task ample time to read channel 0 as far as it is allowed to.
@@ -446,6 +557,7 @@ mod tests {
         tx1.send(Event::Batch(vec![10])).unwrap();
         tx1.send(Event::Barrier(b)).unwrap();
         tx1.send(Event::EndOfInput).unwrap();
+        drop(tx1);
         task.join().unwrap().unwrap();
         assert_eq!(writer_rx.try_iter().count(), 1, "one snapshot submitted");
         let log = log.lock().unwrap().clone();

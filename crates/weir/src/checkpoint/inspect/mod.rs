@@ -630,12 +630,11 @@ fn read_meta(path: &Path) -> Result<(CheckpointMetadata, u64)> {
         Err(e) => return Err(e.into()),
     };
     let file = path.join(METADATA_FILE_NAME);
-    let meta: CheckpointMetadata =
-        postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
-            path: file.clone(),
-            what: "checkpoint metadata",
-            cause: e.to_string(),
-        })?;
+    let meta = CheckpointMetadata::decode(&payload).map_err(|e| InspectError::Undecodable {
+        path: file.clone(),
+        what: "checkpoint metadata",
+        cause: e.to_string(),
+    })?;
     let size = payload.len() as u64 + envelope_len();
     for op in &meta.operators {
         for st in &op.subtasks {

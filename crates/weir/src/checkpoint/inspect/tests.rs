@@ -132,6 +132,8 @@ fn write_sample(dir: &Path) -> PathBuf {
         ],
         stats: TaskCheckpointStats::default(),
         tasks: Vec::new(),
+        snapshot: crate::checkpoint::metadata::SnapshotKind::Checkpoint,
+        weir_version: "test".into(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

@@ -18,13 +18,22 @@
 //!   later checkpoints with its final state (the executor supplies it), so checkpoints go
 //!   on while any source runs. Once a task with other state has finished, no checkpoint is
 //!   triggered any more (its state after end of input must not be restored and finished
-//!   again), and pending ones are aborted.
+//!   again), and pending ones are aborted. (With periodic checkpoints on, tasks end only
+//!   after a checkpoint taken after their end of input completed — the final checkpoint —
+//!   so their frozen state stands in for them and checkpoints go on.)
+//! * When every source has ended its input, the next checkpoint (the final one) is due at
+//!   once ([`Coordinator::expedite`]), so bounded jobs end without waiting an interval.
+//! * Savepoints and checkpoints asked for by the user ([`Coordinator::trigger_forced`])
+//!   ignore the interval, `min_pause` and `max_concurrent`. A savepoint is never retained
+//!   nor discarded here (it belongs to the user), never subsumes a checkpoint, and its
+//!   failure does not count towards `tolerable_failures`. Only a stopping savepoint is
+//!   announced to the tasks (they end after it); while it is pending nothing else triggers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::runtime::alignment::CheckpointingMode;
-use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 
 /// Checkpointing settings of a job (Flink's `CheckpointConfig`).
 #[derive(Debug, Clone)]
@@ -137,6 +146,12 @@ pub struct Coordinator<A> {
     consecutive_failures: u32,
     triggering: bool,
     retained: VecDeque<u64>,
+    /// The next periodic trigger is due at once (every source ended its input).
+    expedite: bool,
+    /// Savepoints pending or being completed (not notified, retained or counted).
+    savepoints: BTreeMap<u64, BarrierKind>,
+    /// The pending stopping savepoint: periodic triggers wait for it.
+    stopping: Option<u64>,
 }
 
 impl<A> Coordinator<A> {
@@ -152,6 +167,9 @@ impl<A> Coordinator<A> {
             consecutive_failures: 0,
             triggering: false,
             retained: VecDeque::new(),
+            expedite: false,
+            savepoints: BTreeMap::new(),
+            stopping: None,
         }
     }
 
@@ -159,8 +177,11 @@ impl<A> Coordinator<A> {
     /// (the caller aborts them), triggering resumes; ids and retention carry on.
     pub fn start_attempt(&mut self, tasks: usize, now: Instant) -> Vec<u64> {
         self.tasks = tasks;
-        self.triggering = self.cfg.interval.is_some();
+        self.triggering = true;
         self.last_trigger = Some(now);
+        self.expedite = false;
+        self.stopping = None;
+        self.savepoints.clear();
         std::mem::take(&mut self.pending).into_keys().collect()
     }
 
@@ -180,10 +201,14 @@ impl<A> Coordinator<A> {
 
     fn next_trigger_time(&self) -> Option<Instant> {
         let interval = self.cfg.interval?;
-        if !self.triggering || self.pending.len() >= self.cfg.max_concurrent {
+        let periodic = self.pending.len() - self.pending_savepoints();
+        if !self.triggering || self.stopping.is_some() || periodic >= self.cfg.max_concurrent {
             return None;
         }
-        let by_interval = self.last_trigger.map(|t| t + interval);
+        let by_interval = match self.expedite {
+            true => self.last_trigger, // already in the past: due now
+            false => self.last_trigger.map(|t| t + interval),
+        };
         let by_pause = self.last_completion.map(|t| t + self.cfg.min_pause);
         Some(match (by_interval, by_pause) {
             (Some(a), Some(b)) => a.max(b),
@@ -216,12 +241,56 @@ impl<A> Coordinator<A> {
             .then(|| self.trigger(now, wall_ms))
     }
 
+    /// Every source has ended its input: the final checkpoint is due at once (periodic
+    /// checkpointing only; `max_concurrent` and `min_pause` still apply).
+    pub fn expedite(&mut self) {
+        self.expedite = true;
+    }
+
+    /// A checkpoint or savepoint the user asked for, triggered now whatever the interval,
+    /// `min_pause` or `max_concurrent` say. Refused (with the reason) once no barrier can
+    /// reach every task any more, or while a stopping savepoint is pending.
+    pub fn trigger_forced(
+        &mut self,
+        kind: BarrierKind,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Result<CheckpointBarrier, String> {
+        if !self.triggering {
+            return Err("the job is finishing: no source runs to inject a barrier".into());
+        }
+        if let Some(id) = self.stopping {
+            return Err(format!("the job is stopping with savepoint {id}"));
+        }
+        let mut barrier = self.trigger(now, wall_ms);
+        barrier.kind = kind;
+        if let Some(p) = self.pending.get_mut(&barrier.id) {
+            p.barrier.kind = kind;
+        }
+        match kind {
+            BarrierKind::Checkpoint => {}
+            BarrierKind::Savepoint => {
+                self.savepoints.insert(barrier.id, kind);
+            }
+            BarrierKind::Stop { .. } => {
+                self.savepoints.insert(barrier.id, kind);
+                self.stopping = Some(barrier.id);
+            }
+        }
+        Ok(barrier)
+    }
+
+    fn pending_savepoints(&self) -> usize {
+        self.savepoints
+            .keys()
+            .filter(|id| self.pending.contains_key(id))
+            .count()
+    }
+
     fn trigger(&mut self, now: Instant, wall_ms: u64) -> CheckpointBarrier {
-        let barrier = CheckpointBarrier {
-            id: self.next_id,
-            timestamp_ms: wall_ms,
-        };
+        let barrier = CheckpointBarrier::checkpoint(self.next_id, wall_ms);
         self.next_id += 1;
+        self.expedite = false;
         self.last_trigger = Some(now);
         self.pending.insert(
             barrier.id,
@@ -275,7 +344,7 @@ impl<A> Coordinator<A> {
     pub fn on_metadata_failed(&mut self, id: u64, cause: String) -> Vec<Action<A>> {
         let mut actions = Vec::new();
         let reason = AbortReason::Failed(cause);
-        self.count_failure(&reason, &mut actions);
+        self.count_failure(id, &reason, &mut actions);
         actions.push(Action::Abort { id, reason });
         actions
     }
@@ -286,6 +355,11 @@ impl<A> Coordinator<A> {
         if running_sources == 0 {
             self.triggering = false;
         }
+    }
+
+    /// Completed checkpoints of this run still kept (savepoints excluded), oldest first.
+    pub fn retained_ids(&self) -> Vec<u64> {
+        self.retained.iter().copied().collect()
     }
 
     /// Ids of the checkpoints in flight, oldest first.
@@ -303,8 +377,19 @@ impl<A> Coordinator<A> {
         actions
     }
 
-    /// The metadata of `id` is durable: the checkpoint is complete.
+    /// The metadata of `id` is durable: the checkpoint (or savepoint) is complete.
     pub fn on_metadata_written(&mut self, id: u64, now: Instant) -> Vec<Action<A>> {
+        match self.savepoints.remove(&id) {
+            // A savepoint: the user's, not part of the job's checkpoint history.
+            Some(BarrierKind::Savepoint) => return Vec::new(),
+            // A stopping savepoint: the tasks end once they hear of it.
+            Some(BarrierKind::Stop { .. }) => {
+                self.stopping = None;
+                self.triggering = false;
+                return vec![Action::NotifyComplete(id)];
+            }
+            _ => {}
+        }
         let mut actions = vec![Action::NotifyComplete(id)];
         self.consecutive_failures = 0;
         self.last_completion = Some(now);
@@ -329,11 +414,24 @@ impl<A> Coordinator<A> {
         if self.pending.remove(&id).is_none() {
             return;
         }
-        self.count_failure(&reason, actions);
+        self.count_failure(id, &reason, actions);
         actions.push(Action::Abort { id, reason });
     }
 
-    fn count_failure(&mut self, reason: &AbortReason, actions: &mut Vec<Action<A>>) {
+    /// Whether `id` is a savepoint (pending or being completed).
+    pub fn is_savepoint(&self, id: u64) -> bool {
+        self.savepoints.contains_key(&id)
+    }
+
+    /// Counts a failed checkpoint towards `tolerable_failures`; a failed savepoint is
+    /// reported to whoever asked for it instead.
+    fn count_failure(&mut self, id: u64, reason: &AbortReason, actions: &mut Vec<Action<A>>) {
+        if let Some(kind) = self.savepoints.remove(&id) {
+            if matches!(kind, BarrierKind::Stop { .. }) {
+                self.stopping = None;
+            }
+            return; // a failed savepoint is reported to whoever asked, not counted
+        }
         if !reason.is_failure() {
             return;
         }
@@ -349,198 +447,4 @@ impl<A> Coordinator<A> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg() -> CheckpointConfig {
-        CheckpointConfig {
-            interval: Some(Duration::from_millis(100)),
-            timeout: Duration::from_secs(1),
-            tolerable_failures: 1,
-            retained: 2,
-            ..Default::default()
-        }
-    }
-
-    fn triggers(a: &[Action<u32>]) -> Vec<u64> {
-        a.iter()
-            .filter_map(|a| match a {
-                Action::Trigger(b) => Some(b.id),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn triggers_on_interval_and_completes_after_all_acks_and_metadata() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(cfg(), 5);
-        c.start_attempt(2, t0);
-        assert!(triggers(&c.tick(t0 + Duration::from_millis(50), 0)).is_empty());
-        assert_eq!(
-            triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
-            vec![5]
-        );
-        // max_concurrent = 1: no second trigger while 5 is pending
-        assert!(triggers(&c.tick(t0 + Duration::from_millis(300), 0)).is_empty());
-        assert!(c.on_ack(5, 0, 10).is_none());
-        assert!(c.on_ack(5, 0, 10).is_none(), "duplicate ack ignored");
-        match c.on_ack(5, 1, 11) {
-            Some(Action::WriteMetadata { barrier, acks, .. }) => {
-                assert_eq!(barrier.id, 5);
-                assert_eq!(acks, vec![10, 11]);
-            }
-            other => panic!("{other:?}"),
-        }
-        let a = c.on_metadata_written(5, t0 + Duration::from_millis(310));
-        assert!(matches!(a[0], Action::NotifyComplete(5)));
-        assert_eq!(
-            triggers(&c.tick(t0 + Duration::from_millis(310), 0)),
-            vec![6]
-        );
-    }
-
-    #[test]
-    fn min_pause_delays_the_next_trigger() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(
-            CheckpointConfig {
-                min_pause: Duration::from_millis(500),
-                ..cfg()
-            },
-            1,
-        );
-        c.start_attempt(1, t0);
-        assert_eq!(
-            triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
-            vec![1]
-        );
-        c.on_ack(1, 0, 0);
-        c.on_metadata_written(1, t0 + Duration::from_millis(150));
-        assert!(triggers(&c.tick(t0 + Duration::from_millis(600), 0)).is_empty());
-        assert_eq!(
-            triggers(&c.tick(t0 + Duration::from_millis(650), 0)),
-            vec![2]
-        );
-    }
-
-    #[test]
-    fn timeouts_count_and_fail_the_job_past_the_tolerance() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(cfg(), 1);
-        c.start_attempt(1, t0);
-        c.tick(t0 + Duration::from_millis(100), 0);
-        let a = c.tick(t0 + Duration::from_millis(1100), 0);
-        assert!(matches!(
-            &a[0],
-            Action::Abort {
-                id: 1,
-                reason: AbortReason::Timeout
-            }
-        ));
-        assert!(
-            !a.iter().any(|a| matches!(a, Action::FailJob(_))),
-            "1 tolerated"
-        );
-        assert_eq!(triggers(&a), vec![2]);
-        let a = c.tick(t0 + Duration::from_millis(2200), 0);
-        assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
-    }
-
-    #[test]
-    fn declines_of_settled_checkpoints_are_ignored_but_metadata_failures_count() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(cfg(), 1);
-        c.start_attempt(1, t0);
-        c.tick(t0 + Duration::from_millis(100), 0);
-        c.on_task_finished();
-        assert!(c
-            .on_decline(1, AbortReason::Failed("late".into()))
-            .is_empty());
-        let mut c = Coordinator::<u32>::new(cfg(), 1);
-        c.start_attempt(1, t0);
-        c.tick(t0 + Duration::from_millis(100), 0);
-        assert!(c.on_ack(1, 0, 0).is_some());
-        let a = c.on_metadata_failed(1, "disk full".into());
-        assert!(
-            matches!(&a[..], [Action::Abort { id: 1, .. }]),
-            "1 failure tolerated"
-        );
-        c.tick(t0 + Duration::from_millis(200), 0);
-        c.on_ack(2, 0, 0);
-        let a = c.on_metadata_failed(2, "disk full".into());
-        assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
-    }
-
-    #[test]
-    fn finished_task_stops_triggering_without_counting_failures() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(cfg(), 1);
-        c.start_attempt(2, t0);
-        c.tick(t0 + Duration::from_millis(100), 0);
-        let a = c.on_task_finished();
-        assert!(matches!(
-            &a[..],
-            [Action::Abort {
-                id: 1,
-                reason: AbortReason::TaskFinished
-            }]
-        ));
-        assert!(c.tick(t0 + Duration::from_secs(10), 0).is_empty());
-        assert!(
-            c.on_ack(1, 0, 0).is_none(),
-            "late ack of an aborted checkpoint"
-        );
-    }
-
-    #[test]
-    fn retention_discards_oldest_and_completion_subsumes_older_pending() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(
-            CheckpointConfig {
-                max_concurrent: 2,
-                ..cfg()
-            },
-            1,
-        );
-        c.start_attempt(1, t0);
-        let mut t = t0;
-        let mut discarded = Vec::new();
-        for id in 1..=4 {
-            t += Duration::from_millis(100);
-            assert_eq!(triggers(&c.tick(t, 0)), vec![id]);
-            c.on_ack(id, 0, 0);
-            for a in c.on_metadata_written(id, t) {
-                if let Action::Discard(d) = a {
-                    discarded.push(d);
-                }
-            }
-        }
-        assert_eq!(discarded, vec![1, 2]);
-        // two pending; the newer completes first and subsumes the older
-        c.tick(t + Duration::from_millis(100), 0);
-        c.tick(t + Duration::from_millis(200), 0);
-        c.on_ack(6, 0, 0);
-        let a = c.on_metadata_written(6, t + Duration::from_millis(210));
-        assert!(a.iter().any(|a| matches!(
-            a,
-            Action::Abort {
-                id: 5,
-                reason: AbortReason::Subsumed
-            }
-        )));
-    }
-
-    #[test]
-    fn restart_forgets_pending_but_keeps_ids() {
-        let t0 = Instant::now();
-        let mut c = Coordinator::<u32>::new(cfg(), 1);
-        c.start_attempt(1, t0);
-        c.tick(t0 + Duration::from_millis(100), 0);
-        assert_eq!(c.start_attempt(3, t0 + Duration::from_millis(150)), vec![1]);
-        assert_eq!(
-            triggers(&c.tick(t0 + Duration::from_millis(250), 0)),
-            vec![2]
-        );
-    }
-}
+mod tests;

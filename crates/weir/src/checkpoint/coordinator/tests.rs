@@ -1,0 +1,195 @@
+//! Every rule of the coordinator, as an interleaving of calls.
+
+use super::*;
+
+fn cfg() -> CheckpointConfig {
+    CheckpointConfig {
+        interval: Some(Duration::from_millis(100)),
+        timeout: Duration::from_secs(1),
+        tolerable_failures: 1,
+        retained: 2,
+        ..Default::default()
+    }
+}
+
+fn triggers(a: &[Action<u32>]) -> Vec<u64> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Trigger(b) => Some(b.id),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn triggers_on_interval_and_completes_after_all_acks_and_metadata() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 5);
+    c.start_attempt(2, t0);
+    assert!(triggers(&c.tick(t0 + Duration::from_millis(50), 0)).is_empty());
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+        vec![5]
+    );
+    // max_concurrent = 1: no second trigger while 5 is pending
+    assert!(triggers(&c.tick(t0 + Duration::from_millis(300), 0)).is_empty());
+    assert!(c.on_ack(5, 0, 10).is_none());
+    assert!(c.on_ack(5, 0, 10).is_none(), "duplicate ack ignored");
+    match c.on_ack(5, 1, 11) {
+        Some(Action::WriteMetadata { barrier, acks, .. }) => {
+            assert_eq!(barrier.id, 5);
+            assert_eq!(acks, vec![10, 11]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let a = c.on_metadata_written(5, t0 + Duration::from_millis(310));
+    assert!(matches!(a[0], Action::NotifyComplete(5)));
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(310), 0)),
+        vec![6]
+    );
+}
+
+#[test]
+fn min_pause_delays_the_next_trigger() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(
+        CheckpointConfig {
+            min_pause: Duration::from_millis(500),
+            ..cfg()
+        },
+        1,
+    );
+    c.start_attempt(1, t0);
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+        vec![1]
+    );
+    c.on_ack(1, 0, 0);
+    c.on_metadata_written(1, t0 + Duration::from_millis(150));
+    assert!(triggers(&c.tick(t0 + Duration::from_millis(600), 0)).is_empty());
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(650), 0)),
+        vec![2]
+    );
+}
+
+#[test]
+fn timeouts_count_and_fail_the_job_past_the_tolerance() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    c.tick(t0 + Duration::from_millis(100), 0);
+    let a = c.tick(t0 + Duration::from_millis(1100), 0);
+    assert!(matches!(
+        &a[0],
+        Action::Abort {
+            id: 1,
+            reason: AbortReason::Timeout
+        }
+    ));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::FailJob(_))),
+        "1 tolerated"
+    );
+    assert_eq!(triggers(&a), vec![2]);
+    let a = c.tick(t0 + Duration::from_millis(2200), 0);
+    assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
+}
+
+#[test]
+fn declines_of_settled_checkpoints_are_ignored_but_metadata_failures_count() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    c.tick(t0 + Duration::from_millis(100), 0);
+    c.on_task_finished();
+    assert!(c
+        .on_decline(1, AbortReason::Failed("late".into()))
+        .is_empty());
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    c.tick(t0 + Duration::from_millis(100), 0);
+    assert!(c.on_ack(1, 0, 0).is_some());
+    let a = c.on_metadata_failed(1, "disk full".into());
+    assert!(
+        matches!(&a[..], [Action::Abort { id: 1, .. }]),
+        "1 failure tolerated"
+    );
+    c.tick(t0 + Duration::from_millis(200), 0);
+    c.on_ack(2, 0, 0);
+    let a = c.on_metadata_failed(2, "disk full".into());
+    assert!(a.iter().any(|a| matches!(a, Action::FailJob(_))));
+}
+
+#[test]
+fn finished_task_stops_triggering_without_counting_failures() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(2, t0);
+    c.tick(t0 + Duration::from_millis(100), 0);
+    let a = c.on_task_finished();
+    assert!(matches!(
+        &a[..],
+        [Action::Abort {
+            id: 1,
+            reason: AbortReason::TaskFinished
+        }]
+    ));
+    assert!(c.tick(t0 + Duration::from_secs(10), 0).is_empty());
+    assert!(
+        c.on_ack(1, 0, 0).is_none(),
+        "late ack of an aborted checkpoint"
+    );
+}
+
+#[test]
+fn retention_discards_oldest_and_completion_subsumes_older_pending() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(
+        CheckpointConfig {
+            max_concurrent: 2,
+            ..cfg()
+        },
+        1,
+    );
+    c.start_attempt(1, t0);
+    let mut t = t0;
+    let mut discarded = Vec::new();
+    for id in 1..=4 {
+        t += Duration::from_millis(100);
+        assert_eq!(triggers(&c.tick(t, 0)), vec![id]);
+        c.on_ack(id, 0, 0);
+        for a in c.on_metadata_written(id, t) {
+            if let Action::Discard(d) = a {
+                discarded.push(d);
+            }
+        }
+    }
+    assert_eq!(discarded, vec![1, 2]);
+    // two pending; the newer completes first and subsumes the older
+    c.tick(t + Duration::from_millis(100), 0);
+    c.tick(t + Duration::from_millis(200), 0);
+    c.on_ack(6, 0, 0);
+    let a = c.on_metadata_written(6, t + Duration::from_millis(210));
+    assert!(a.iter().any(|a| matches!(
+        a,
+        Action::Abort {
+            id: 5,
+            reason: AbortReason::Subsumed
+        }
+    )));
+}
+
+#[test]
+fn restart_forgets_pending_but_keeps_ids() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    c.tick(t0 + Duration::from_millis(100), 0);
+    assert_eq!(c.start_attempt(3, t0 + Duration::from_millis(150)), vec![1]);
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(250), 0)),
+        vec![2]
+    );
+}

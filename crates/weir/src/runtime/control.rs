@@ -1,0 +1,259 @@
+//! Controlling a running job from another thread: savepoints, checkpoints on demand,
+//! stop-with-savepoint and status (what Flink's REST API offers; `weir-cli` puts HTTP in
+//! front of it).
+//!
+//! A [`JobControl`] is a cheap handle, taken from the environment before `execute`. Its
+//! requests are queued to the executor, which answers when the snapshot completed or
+//! failed; status reads a board the executor keeps up to date, so it never waits.
+//!
+//! Every folder a request names goes through [`confine`]: a control request can only write
+//! inside the savepoint directory the job was configured with.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use serde::Serialize;
+
+/// What a control request asks the executor for.
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// A savepoint into `dir` (confined); the job goes on.
+    Savepoint {
+        dir: Option<PathBuf>,
+        reply: Sender<Result<SnapshotDone, String>>,
+    },
+    /// A checkpoint now, whatever the interval.
+    Checkpoint {
+        reply: Sender<Result<SnapshotDone, String>>,
+    },
+    /// A savepoint into `dir`, then the job ends.
+    Stop {
+        dir: Option<PathBuf>,
+        drain: bool,
+        reply: Sender<Result<SnapshotDone, String>>,
+    },
+}
+
+/// A completed snapshot asked for through [`JobControl`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotDone {
+    /// Its id (checkpoints and savepoints share one sequence).
+    pub id: u64,
+    /// Its folder: what `--restore` takes.
+    pub path: PathBuf,
+}
+
+/// Where a job stands, as [`JobControl::status`] reports it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JobStatus {
+    /// The job's name.
+    pub job: String,
+    /// `created`, `running`, `restarting`, `stopping`, `finished`, `stopped` or `failed`.
+    pub state: String,
+    /// The current attempt (1 + restarts).
+    pub attempt: u32,
+    /// Parallelism per operator uid, in graph order.
+    pub operators: Vec<(String, u32)>,
+    /// The newest completed checkpoints (at most 10), oldest first.
+    pub checkpoints: Vec<CheckpointStatus>,
+    /// The savepoints taken so far in this run.
+    pub savepoints: Vec<PathBuf>,
+    /// Records emitted by the sources so far (replays included).
+    pub source_records: u64,
+}
+
+/// One completed checkpoint in [`JobStatus`].
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointStatus {
+    /// Its id.
+    pub id: u64,
+    /// Its folder.
+    pub path: PathBuf,
+    /// Trigger to completion, in milliseconds.
+    pub duration_ms: u64,
+    /// Bytes of state.
+    pub bytes: u64,
+}
+
+/// The shared side of a job's control: the request queue and the status board.
+#[derive(Debug)]
+pub(crate) struct ControlHub {
+    pub(crate) requests_tx: Sender<Request>,
+    pub(crate) requests: Receiver<Request>,
+    pub(crate) status: Mutex<JobStatus>,
+}
+
+impl Default for ControlHub {
+    fn default() -> Self {
+        let (requests_tx, requests) = crossbeam_channel::unbounded();
+        ControlHub {
+            requests_tx,
+            requests,
+            status: Mutex::new(JobStatus {
+                state: "created".into(),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl ControlHub {
+    pub(crate) fn update(&self, f: impl FnOnce(&mut JobStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+/// A handle on a running job, usable from any thread (see the module docs).
+#[derive(Debug, Clone)]
+pub struct JobControl {
+    pub(crate) hub: Arc<ControlHub>,
+}
+
+/// Longest a request waits for its snapshot before giving up (the snapshot itself goes on).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl JobControl {
+    fn ask(
+        &self,
+        make: impl FnOnce(Sender<Result<SnapshotDone, String>>) -> Request,
+    ) -> Result<SnapshotDone, String> {
+        let (tx, rx) = bounded(1);
+        self.hub
+            .requests_tx
+            .send(make(tx))
+            .map_err(|_| "the job is no longer running".to_string())?;
+        match rx.recv_timeout(REQUEST_TIMEOUT) {
+            Ok(r) => r,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(format!(
+                "no answer within {}s; the snapshot may still complete",
+                REQUEST_TIMEOUT.as_secs()
+            )),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                Err("the job ended before the snapshot completed".to_string())
+            }
+        }
+    }
+
+    /// Takes a savepoint into `dir` (inside the job's savepoint directory; `None` for that
+    /// directory itself) and waits until it is complete. The job keeps running.
+    pub fn trigger_savepoint(&self, dir: Option<PathBuf>) -> Result<SnapshotDone, String> {
+        self.ask(|reply| Request::Savepoint { dir, reply })
+    }
+
+    /// Takes a checkpoint now and waits until it is complete.
+    pub fn trigger_checkpoint(&self) -> Result<SnapshotDone, String> {
+        self.ask(|reply| Request::Checkpoint { reply })
+    }
+
+    /// Stops the job with a savepoint: sources stop, the savepoint is taken, sinks commit,
+    /// the job ends. With `drain`, sources first end their input so that operators emit what
+    /// they hold (timers, partial results). Waits until the savepoint is complete.
+    pub fn stop_with_savepoint(
+        &self,
+        dir: Option<PathBuf>,
+        drain: bool,
+    ) -> Result<SnapshotDone, String> {
+        self.ask(|reply| Request::Stop { dir, drain, reply })
+    }
+
+    /// Where the job stands now (never waits for the job).
+    pub fn status(&self) -> JobStatus {
+        self.hub
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Resolves the folder a control request names against the job's savepoint directory
+/// `base`: `None` is `base`; a relative path is taken inside `base`; an absolute path must
+/// lie inside `base`. `..` is refused everywhere, so a request can never reach outside.
+pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, String> {
+    let Some(req) = requested else {
+        return Ok(base.to_path_buf());
+    };
+    let outside = || {
+        format!(
+            "{} is outside the job's savepoint directory {}; name a folder inside it \
+             (or restart the job with another --savepoint-dir)",
+            req.display(),
+            base.display()
+        )
+    };
+    if req
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)))
+    {
+        return Err(outside());
+    }
+    if req.is_relative() {
+        return Ok(base.join(req));
+    }
+    let absolute_base = std::path::absolute(base).map_err(|e| {
+        format!(
+            "cannot resolve the savepoint directory {}: {e}",
+            base.display()
+        )
+    })?;
+    let canonical_base = base.canonicalize().ok();
+    let inside =
+        req.starts_with(&absolute_base) || canonical_base.is_some_and(|c| req.starts_with(c));
+    if inside {
+        Ok(req.to_path_buf())
+    } else {
+        Err(outside())
+    }
+}
+
+/// A savepoint's folder name: unique (id and a random suffix), and naming its job.
+pub(crate) fn savepoint_folder_name(job: &str, id: u64) -> String {
+    format!("savepoint-{job}-{id}-{:06x}", fastrand::u32(..0x100_0000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_stay_inside_the_savepoint_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("sp");
+        std::fs::create_dir_all(&base).unwrap();
+        assert_eq!(confine(&base, None).unwrap(), base);
+        assert_eq!(
+            confine(&base, Some(Path::new("nightly"))).unwrap(),
+            base.join("nightly")
+        );
+        assert_eq!(
+            confine(&base, Some(&base.join("a/b"))).unwrap(),
+            base.join("a/b")
+        );
+        for bad in ["../x", "a/../../x", "/etc", "/tmp"] {
+            let e = confine(&base, Some(Path::new(bad))).unwrap_err();
+            assert!(
+                e.contains("outside the job's savepoint directory"),
+                "{bad}: {e}"
+            );
+        }
+        let sneaky = base.join("../other");
+        assert!(confine(&base, Some(&sneaky)).is_err());
+    }
+
+    #[test]
+    fn a_relative_base_accepts_its_absolute_spelling() {
+        let cwd = std::env::current_dir().unwrap();
+        let base = Path::new("weir-savepoints-test-rel");
+        let abs = cwd.join(base).join("x");
+        assert_eq!(confine(base, Some(&abs)).unwrap(), abs);
+    }
+
+    #[test]
+    fn folder_names_carry_job_and_id() {
+        let n = savepoint_folder_name("wc", 42);
+        assert!(n.starts_with("savepoint-wc-42-"), "{n}");
+        assert_eq!(n.len(), "savepoint-wc-42-".len() + 6);
+    }
+}
