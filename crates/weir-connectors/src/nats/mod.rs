@@ -25,6 +25,26 @@
 //!   `Nats-Msg-Id`, so that a commit repeated after a failure is dropped by the stream's
 //!   duplicate window ([`sink`] module docs). Recovery must therefore commit within the
 //!   stream's `duplicate_window` (2 minutes by default).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use weir::prelude::*;
+//! use weir_connectors::nats::{decode_utf8, encode_utf8, JetStreamConfig, JetStreamSink, JetStreamSource};
+//!
+//! # fn main() -> weir::Result<()> {
+//! let env = StreamEnvironment::new(JobConfig::new("upper"));
+//! let input = JetStreamConfig::parse("nats://127.0.0.1:4222/orders")?;
+//! let output = JetStreamConfig::parse("nats://127.0.0.1:4222/shouted?subject=shouted.all")?;
+//! env.add_source("orders", JetStreamSource::bounded(input, decode_utf8))
+//!     .uid("orders")
+//!     .map(|s: String| s.to_uppercase())
+//!     .add_sink("shouted", JetStreamSink::<String>::new(output, encode_utf8).exactly_once())
+//!     .uid("shouted");
+//! env.execute()?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod sink;
 pub mod source;
