@@ -269,11 +269,14 @@ fn clear_errors_for_server_down_missing_stream_and_large_messages() {
 }
 
 /// Exactly-once vs at-least-once publishing rate (printed for BENCHMARKS.md; run with
-/// `--nocapture`, ideally `--release`).
+/// `--nocapture`, ideally `--release`; `WEIR_NATS_BENCH_RECORDS` sets the record count).
 #[test]
 fn sink_throughput() {
     let server = NatsServer::start();
-    let n = 50_000u64;
+    let n: u64 = std::env::var("WEIR_NATS_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
     for mode in ["at-least-once", "exactly-once"] {
         let stream = mode.replace('-', "");
         server
