@@ -77,47 +77,86 @@ fn assert_exact(per_key: &BTreeMap<u64, Vec<u64>>, n: u64, keys: u64) {
     }
 }
 
+/// generator → keyed `"key,seq"` → JetStream sink, under 6 injected failures; returns the
+/// stream read back and what the sink's stats counted as published.
+fn sequence_job(
+    server: &NatsServer,
+    stream: &str,
+    seed: u64,
+    exactly_once: bool,
+) -> (BTreeMap<u64, Vec<u64>>, u64) {
+    server
+        .client()
+        .create_stream(stream, Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config("nats-eo", dir.path(), 2);
+    cfg.failure_injection = Some(FailureInjection {
+        failures: 6,
+        seed,
+        horizon: N,
+    });
+    let sink = JetStreamSink::<String>::new(
+        JetStreamConfig::new(server.url(), stream).with_subject(format!("{stream}.out")),
+        encode_utf8,
+    );
+    let stats = sink.stats();
+    let env = StreamEnvironment::new(cfg);
+    let records = env
+        .add_source(
+            "numbers",
+            GeneratorSource::new(N).with_rate(Some(100_000.0)),
+        )
+        .uid("numbers")
+        .key_by(move |i: &u64| i % KEYS)
+        .process(Sequence::default())
+        .uid("sequence");
+    if exactly_once {
+        records.add_sink("nats", sink.exactly_once()).uid("nats");
+    } else {
+        records.add_sink("nats", sink.at_least_once()).uid("nats");
+    }
+    let result = env.execute().unwrap();
+    let (fired, planned) = result.injected_failures.unwrap();
+    assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
+    assert_eq!(fired, 6);
+    (
+        read_back(server, stream),
+        stats.published.load(Ordering::Relaxed),
+    )
+}
+
+const N: u64 = 20_000;
+const KEYS: u64 = 50;
+
 #[test]
 fn sink_is_exactly_once_under_injected_failures() {
     let server = NatsServer::start();
-    let (n, keys) = (20_000u64, 50u64);
-    let mut fired_total = 0;
     for seed in 0..2u64 {
-        let stream = format!("eo{seed}");
-        server
-            .client()
-            .create_stream(&stream, Duration::from_secs(120));
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config("nats-eo", dir.path(), 2);
-        cfg.failure_injection = Some(FailureInjection {
-            failures: 6,
-            seed,
-            horizon: n,
-        });
-        let sink = JetStreamSink::<String>::new(
-            JetStreamConfig::new(server.url(), &stream).with_subject(format!("{stream}.out")),
-            encode_utf8,
-        );
-        let stats = sink.stats();
-        let env = StreamEnvironment::new(cfg);
-        env.add_source(
-            "numbers",
-            GeneratorSource::new(n).with_rate(Some(100_000.0)),
-        )
-        .uid("numbers")
-        .key_by(move |i: &u64| i % keys)
-        .process(Sequence::default())
-        .uid("sequence")
-        .add_sink("nats", sink.exactly_once())
-        .uid("nats");
-        let result = env.execute().unwrap();
-        let (fired, planned) = result.injected_failures.unwrap();
-        assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
-        assert_exact(&read_back(&server, &stream), n, keys);
-        assert_eq!(stats.published.load(Ordering::Relaxed), n);
-        fired_total += fired;
+        let (per_key, published) = sequence_job(&server, &format!("eo{seed}"), seed, true);
+        assert_exact(&per_key, N, KEYS);
+        assert_eq!(published, N);
     }
-    assert!(fired_total >= 10);
+}
+
+/// The same job with the at-least-once sink republishes what was replayed: the check above
+/// does catch duplicates.
+#[test]
+fn at_least_once_sink_duplicates_under_the_same_failures() {
+    let server = NatsServer::start();
+    let (per_key, published) = sequence_job(&server, "dup", 0, false);
+    assert!(published > N, "no record was published twice");
+    let total: usize = per_key.values().map(Vec::len).sum();
+    assert_eq!(total as u64, published);
+    for (k, seqs) in &per_key {
+        let mut distinct = seqs.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(
+            distinct,
+            (1..=N / KEYS).collect::<Vec<_>>(),
+            "key {k}: a value is missing"
+        );
+    }
 }
 
 fn ctx(subtask: u32) -> TransactionContext {
