@@ -9,3 +9,5 @@
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "nats")]
+pub mod nats;
