@@ -64,7 +64,6 @@ fn run(url: &str, args: &Args, label: &str) -> Result<f64> {
         uid: label.into(),
         subtask: 0,
         parallelism: 1,
-        checkpointing: true,
     };
     sink.open(&ctx)?;
     sink.recover(&ctx, vec![])?;

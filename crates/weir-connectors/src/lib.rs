@@ -7,7 +7,7 @@
 
 #![deny(missing_docs)]
 
-#[cfg(feature = "postgres")]
-pub mod postgres;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "postgres")]
+pub mod postgres;

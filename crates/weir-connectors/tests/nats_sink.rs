@@ -165,7 +165,6 @@ fn ctx(subtask: u32) -> TransactionContext {
         uid: "nats".into(),
         subtask,
         parallelism: 1,
-        checkpointing: true,
     }
 }
 

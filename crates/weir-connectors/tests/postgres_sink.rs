@@ -38,7 +38,6 @@ fn ctx(job: &str, subtask: u32) -> TransactionContext {
         uid: "pg".into(),
         subtask,
         parallelism: 2,
-        checkpointing: true,
     }
 }
 
@@ -98,11 +97,11 @@ fn pre_committed_rows_stay_invisible_until_commit_and_commit_is_idempotent() {
     let c = ctx("vis", 0);
     let mut k = open(&s, &c, vec![]);
     let p = epoch(&mut k, &c, rows(500, 0), 1);
-    assert_eq!(p.gid, "vis-pg-0-1");
+    assert_eq!(p.gid, "vis~pg~0-1");
     assert_eq!(p.rows, 500);
     // Another session sees nothing of a prepared transaction.
     assert_eq!(count(&s, "out"), 0);
-    assert_eq!(s.prepared(DB, "vis-pg-"), ["vis-pg-0-1"]);
+    assert_eq!(s.prepared(DB, "vis~pg~"), ["vis~pg~0-1"]);
     // The next epoch is open on the data connection while the commit runs.
     let mut txn = k.begin(&c).unwrap();
     k.write(&mut txn, &mut rows(10, 500)).unwrap();
@@ -115,7 +114,7 @@ fn pre_committed_rows_stay_invisible_until_commit_and_commit_is_idempotent() {
     assert_eq!(count(&s, "out"), 500);
     k.commit(p2).unwrap();
     assert_eq!(rows_and_distinct(&s), (510, 510));
-    assert!(s.prepared(DB, "vis-pg-").is_empty());
+    assert!(s.prepared(DB, "vis~pg~").is_empty());
 }
 
 #[test]
@@ -135,13 +134,13 @@ fn a_crash_after_pre_commit_is_committed_by_recovery_and_later_epochs_rolled_bac
     k0.write(&mut open_txn, &mut rows(7, 300)).unwrap();
     drop((k0, k1, open_txn));
     assert_eq!(count(&s, "out"), 0);
-    assert_eq!(s.prepared(DB, "crash-pg-").len(), 4);
+    assert_eq!(s.prepared(DB, "crash~pg~").len(), 4);
 
     // The restart restores checkpoint 1: subtask 0 recovers with its pending handles.
     let _k0 = open(&s, &c0, vec![p0.clone(), p1.clone()]);
     assert_eq!(rows_and_distinct(&s), (200, 200));
     assert!(
-        s.prepared(DB, "crash-pg-").is_empty(),
+        s.prepared(DB, "crash~pg~").is_empty(),
         "checkpoint 2's transactions are rolled back"
     );
     // A second recovery from the same checkpoint (another crash) changes nothing.
@@ -160,7 +159,7 @@ fn a_crash_after_commit_before_the_engine_learned_of_it_is_exactly_once() {
     // The restored checkpoint still lists the handle: recovery commits it again.
     let _k = open(&s, &c, vec![p]);
     assert_eq!(rows_and_distinct(&s), (300, 300));
-    assert!(s.prepared(DB, "late-pg-").is_empty());
+    assert!(s.prepared(DB, "late~pg~").is_empty());
 }
 
 #[test]
@@ -177,7 +176,7 @@ fn recovery_leaves_other_sinks_and_jobs_alone() {
     assert_eq!(s.prepared(DB, "job").len(), 3);
     // A fresh start of `job`/`pg` settles only its own names.
     let _k = open(&s, &mine, vec![]);
-    assert_eq!(s.prepared(DB, "job"), ["job-pg-2-0-3", "job2-pg-0-3"]);
+    assert_eq!(s.prepared(DB, "job"), ["job2~pg~0-3", "job~pg-2~0-3"]);
     assert_eq!(count(&s, "out"), 0);
     for c in [&other_uid, &other_job] {
         let _k = open(&s, c, vec![]);
@@ -238,7 +237,7 @@ fn upsert_mode_overwrites_replayed_rows() {
         ]
     );
     assert_eq!(count(&s, "latest"), 2003);
-    assert!(s.prepared(DB, "ups-pg-").is_empty());
+    assert!(s.prepared(DB, "ups~pg~").is_empty());
 }
 
 fn open_err(url: &str, c: &TransactionContext) -> String {

@@ -180,14 +180,15 @@ fn a_bounded_job_ends_with_everything_committed_without_waiting_an_interval() {
 }
 
 #[test]
-fn without_checkpoints_the_end_of_input_commits() {
+fn without_periodic_checkpoints_the_final_checkpoint_commits_once_for_the_job() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config("tpc-off", dir.path(), 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = None;
     let sink = StoreSink::default();
-    sequence_job(cfg, 10_000, 10, None, sink.clone())
+    let result = sequence_job(cfg, 10_000, 10, None, sink.clone())
         .execute()
         .unwrap();
+    assert_eq!(result.checkpoints.len(), 1, "just the final checkpoint");
     let s = sink.store.lock().unwrap();
     assert!(s.prepared.is_empty());
     assert_eq!(s.commits, 2, "one transaction per subtask");

@@ -20,13 +20,13 @@ use crate::runtime::event::Event;
 use crate::runtime::network::{BroadcastWriter, Rebalance, RoutedWriter};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::output::{FanOut, NoOutput, Output};
-use crate::runtime::task::{run_input, FinalState, TaskContext};
+use crate::runtime::task::{run_input, TaskContext};
 use crate::state::Data;
 
 /// A boxed value of a type known to the code that made it.
 pub(crate) type AnyBox = Box<dyn Any + Send>;
 /// The body of a task thread; a finished source may hand back its final state.
-pub(crate) type TaskBody = Box<dyn FnOnce() -> Result<Option<FinalState>> + Send>;
+pub(crate) type TaskBody = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// Builds a source task for one subtask: `(operator context, chain output, task context)`.
 pub(crate) type SourceBuilder =
@@ -72,9 +72,6 @@ pub(crate) struct Node {
     pub uid: Option<String>,
     pub parallelism: Option<u32>,
     pub kind: NodeKind,
-    /// Holds no state of its own (map, filter, flat_map): a source chained only to such
-    /// operators carries the task's whole state.
-    pub stateless: bool,
     pub outputs_factory: Box<dyn OutputFactory>,
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,

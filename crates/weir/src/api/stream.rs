@@ -139,7 +139,6 @@ fn add_node<O: Data>(
         uid: None,
         parallelism: None,
         kind,
-        stateless: false,
         outputs_factory: Box::new(TypedOutputs::<O>(PhantomData)),
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -271,11 +270,6 @@ impl<T: Data> DataStream<T> {
         DataStream::single(self.graph.clone(), id, maxp)
     }
 
-    /// Marks the operator as holding no state (built-in transforms only).
-    fn stateless(self) -> Self {
-        self.configure(|n| n.stateless = true)
-    }
-
     /// Transforms each record.
     pub fn map<O: Data, F: FnMut(T) -> O + Clone + Send + 'static>(self, f: F) -> DataStream<O> {
         self.then(
@@ -288,7 +282,6 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
-        .stateless()
     }
 
     /// Keeps the records for which `f` is true.
@@ -302,7 +295,6 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
-        .stateless()
     }
 
     /// Turns each record into any number of records.
@@ -322,7 +314,6 @@ impl<T: Data> DataStream<T> {
                 })))
             }),
         )
-        .stateless()
     }
 
     /// Applies a [`ProcessFunction`], which may keep operator state.

@@ -18,10 +18,9 @@
 //!   [`TwoPhaseCommitSink::recover`] with them **before any task of the attempt runs**: it
 //!   commits them (idempotently — some may have committed before the crash) and aborts every
 //!   other lingering transaction carrying this sink's [`TransactionContext::prefix`];
-//! * at the end of a bounded input the engine takes a final checkpoint, so everything written
-//!   is committed before the job reports success. Without periodic checkpoints the sink
-//!   commits at end of input directly (a failure then replays the whole input, and nothing
-//!   was committed before it).
+//! * at the end of a bounded input the engine takes a final checkpoint (also when periodic
+//!   checkpoints are off), so everything written is committed, once for the whole job,
+//!   before the job reports success.
 //!
 //! [`Committable`]: TwoPhaseCommitSink::Committable
 
@@ -47,20 +46,19 @@ pub struct TransactionContext {
     pub subtask: u32,
     /// The sink's parallelism in this run.
     pub parallelism: u32,
-    /// Whether periodic checkpoints are on (without them the sink commits at end of input).
-    pub checkpointing: bool,
 }
 
 impl TransactionContext {
     /// The prefix every transaction of this sink (any subtask, any run of this job) carries:
-    /// `<job>-<uid>-`. Recovery settles every lingering transaction with this prefix.
+    /// `<job>~<uid>~`. Recovery settles every lingering transaction with this prefix. `~`
+    /// is refused in job names and uids, so no other sink's prefix can start with this one
+    /// (with `-`, job `a` uid `b-c` and job `a-b` uid `c` would share one).
     pub fn prefix(&self) -> String {
-        format!("{}-{}-", self.job_name, self.uid)
+        format!("{}~{}~", self.job_name, self.uid)
     }
 
     /// The deterministic name of the transaction this subtask pre-commits for checkpoint
-    /// `checkpoint_id`: `<job>-<uid>-<subtask>-<checkpoint>`. Checkpoint 0 names the one
-    /// transaction a job without checkpoints commits at end of input.
+    /// `checkpoint_id`: `<job>~<uid>~<subtask>-<checkpoint>`.
     pub fn transaction_name(&self, checkpoint_id: u64) -> String {
         format!("{}{}-{}", self.prefix(), self.subtask, checkpoint_id)
     }
@@ -182,7 +180,6 @@ impl<T, S: TwoPhaseCommitSink<T>> CheckpointedFunction for TwoPhaseCommit<T, S> 
             uid: id.uid.clone(),
             subtask: init.subtask_index(),
             parallelism: init.parallelism(),
-            checkpointing: id.checkpointing,
         };
         self.sink.open(&ctx)?;
         if ctx.subtask == 0 {
@@ -223,17 +220,9 @@ impl<T: Send + 'static, S: TwoPhaseCommitSink<T>> SinkFunction<T> for TwoPhaseCo
         self.sink.write(txn, batch)
     }
 
+    /// Nothing to do: the final checkpoint, which the engine takes after the end of input,
+    /// pre-commits what is open and commits it.
     fn finish(&mut self) -> Result<()> {
-        let ctx = self.ctx()?.clone();
-        if ctx.checkpointing {
-            // The final checkpoint at end of input pre-commits and commits what is open.
-            return Ok(());
-        }
-        if let Some(txn) = self.current.take() {
-            if let Some(c) = self.sink.pre_commit(&ctx, txn, 0)? {
-                self.sink.commit(c)?;
-            }
-        }
         Ok(())
     }
 }

@@ -130,6 +130,8 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError>
         Some("it contains a path separator")
     } else if name.chars().any(char::is_control) {
         Some("it contains a control character")
+    } else if name.contains('~') {
+        Some("'~' is reserved: it separates job name and uid in transaction names")
     } else if name.starts_with('.') {
         Some("names starting with '.' are reserved for temporary files")
     } else if name == METADATA_FILE_NAME {

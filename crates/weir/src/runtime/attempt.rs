@@ -15,9 +15,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
 use crate::checkpoint::metadata::SnapshotKind;
-use crate::checkpoint::writer::{
-    encode_snapshot, EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck,
-};
+use crate::checkpoint::writer::{EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck};
 use crate::error::Error;
 use crate::runtime::control::{
     confine, savepoint_folder_name, CheckpointStatus, Request, SnapshotDone,
@@ -26,7 +24,7 @@ use crate::runtime::event::BarrierKind;
 use crate::runtime::executor::{
     wall_ms, Attempt, AttemptEnd, CompletedCheckpointStats, Executor, JobResult, PROGRESS_TICK,
 };
-use crate::runtime::task::{Control, FinalState, TaskEvent};
+use crate::runtime::task::{Control, TaskEvent};
 
 /// The mutable state of one running attempt, so its event handling reads as small steps.
 pub(crate) struct AttemptRun<'e, 'a> {
@@ -141,14 +139,10 @@ impl AttemptRun<'_, '_> {
                     self.expedite_if_all_ended();
                     Vec::new()
                 }
-                Ok(TaskEvent::Finished {
-                    attempt,
-                    task,
-                    final_state,
-                }) if attempt == self.attempt_no => {
+                Ok(TaskEvent::Finished { attempt, task }) if attempt == self.attempt_no => {
                     self.attempt.finished[task] = true;
                     remaining -= 1;
-                    self.on_finished(task, final_state)
+                    self.on_finished(task)
                 }
                 Ok(TaskEvent::Failed {
                     attempt,
@@ -183,46 +177,26 @@ impl AttemptRun<'_, '_> {
         }
     }
 
-    /// A task finished. A task that left its final state keeps checkpoints going: that
-    /// state acknowledges, for it, every checkpoint it did not handle itself.
-    fn on_finished(
-        &mut self,
-        task: usize,
-        final_state: Option<FinalState>,
-    ) -> Vec<Action<TaskAck>> {
-        let encoded = match (final_state, self.frozen[task].take()) {
-            (Some(fs), _) => {
-                encode_snapshot(fs.snapshot).map(|e| (Arc::new(e), fs.last_checkpoint))
-            }
-            // It ended after a checkpoint of its frozen state completed (the final one).
-            (None, Some(frozen)) => Ok(frozen),
-            (None, None) => return self.coordinator.on_task_finished(),
+    /// A task ended. Its end was committed by a checkpoint of its frozen state (the final
+    /// checkpoint, or a stopping savepoint); that snapshot stands in for it in every later
+    /// checkpoint, so checkpoints go on while other tasks run.
+    fn on_finished(&mut self, task: usize) -> Vec<Action<TaskAck>> {
+        let Some(frozen) = self.frozen[task].take() else {
+            // Cannot happen (a task exits only after such a checkpoint); stay safe anyway.
+            return self.coordinator.on_task_finished();
         };
-        match encoded {
-            Ok(standing) => {
-                self.standing[task] = Some(standing);
-                for id in self.coordinator.pending_ids() {
-                    self.submit_standing(task, id);
-                }
-                let running = self
-                    .attempt
-                    .sources
-                    .iter()
-                    .filter(|&&s| !self.attempt.finished[s])
-                    .count();
-                self.coordinator.on_source_finished(running);
-                Vec::new()
-            }
-            Err(e) => {
-                self.exec.metrics.notice(
-                    self.result,
-                    format!(
-                        "cannot encode the final state of a finished source: {e}; checkpoints stop"
-                    ),
-                );
-                self.coordinator.on_task_finished()
-            }
+        self.standing[task] = Some(frozen);
+        for id in self.coordinator.pending_ids() {
+            self.submit_standing(task, id);
         }
+        let running = self
+            .attempt
+            .sources
+            .iter()
+            .filter(|&&s| !self.attempt.finished[s])
+            .count();
+        self.coordinator.on_source_finished(running);
+        Vec::new()
     }
 
     /// Writes finished task `task`'s standing state into checkpoint `id`, if it has one and

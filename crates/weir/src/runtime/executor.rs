@@ -196,7 +196,6 @@ impl Executor<'_> {
             operator_state,
             keyed_state,
             job_name: self.cfg.name.clone(),
-            checkpointing: self.cfg.checkpointing.interval.is_some(),
         })
     }
 
@@ -264,8 +263,6 @@ impl Executor<'_> {
                 writer: self.writer_tx.clone(),
                 injector: self.injector.clone(),
                 metrics: self.task_metrics[ti].clone(),
-                capture_final_state: t.capture_final_state,
-                final_checkpoint: self.cfg.checkpointing.interval.is_some(),
                 events: self.events_tx.clone(),
             };
             let head = t.chain[0];
@@ -302,11 +299,7 @@ impl Executor<'_> {
                 .name(format!("weir-task-{ti}"))
                 .spawn(move || {
                     let ev = match catch_unwind(AssertUnwindSafe(body)) {
-                        Ok(Ok(final_state)) => TaskEvent::Finished {
-                            attempt,
-                            task: ti,
-                            final_state,
-                        },
+                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
                         Ok(Err(error)) => TaskEvent::Failed {
                             attempt,
                             task: ti,

@@ -10,9 +10,9 @@
 //! It may *exit* (drop its outputs, which closes its channels) only once that end is
 //! committed: a checkpoint whose barrier it snapshotted after the end has completed. That is
 //! what lets two-phase-commit sinks commit the last transaction of a bounded job, and what
-//! keeps a stopped job's sinks from exiting with uncommitted output. Without periodic
-//! checkpoints an input end exits at once (nothing would ever commit it; such sinks commit
-//! at end of input instead).
+//! keeps a stopped job's sinks from exiting with uncommitted output. It holds without
+//! periodic checkpoints too: the coordinator then takes just the final one, so that sinks
+//! commit once for the whole job, never per subtask.
 //!
 //! Invariants:
 //! * Once the input ended it never restarts; a stop without drain is undone when its
@@ -23,8 +23,6 @@
 /// A task's progress towards its end; see the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct Finishing {
-    /// Whether the job takes periodic checkpoints (so a final one will come).
-    final_checkpoint: bool,
     /// The task's input ended.
     input_ended: bool,
     /// The first snapshot taken after the input ended.
@@ -36,12 +34,9 @@ pub struct Finishing {
 }
 
 impl Finishing {
-    /// A running task; `final_checkpoint` when periodic checkpoints are on.
-    pub fn new(final_checkpoint: bool) -> Self {
-        Finishing {
-            final_checkpoint,
-            ..Default::default()
-        }
+    /// A running task.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// A stopping savepoint's barrier `id` is about to be handled (before a draining
@@ -53,9 +48,6 @@ impl Finishing {
     /// The task's input ended (it has emitted what it held).
     pub fn on_input_ended(&mut self) {
         self.input_ended = true;
-        if !self.final_checkpoint && self.stopping.is_none() {
-            self.done = true;
-        }
     }
 
     /// Whether the input ended.
@@ -95,9 +87,6 @@ impl Finishing {
     pub fn on_aborted(&mut self, id: u64) {
         if self.stopping == Some(id) {
             self.stopping = None;
-            if self.input_ended && !self.final_checkpoint {
-                self.done = true;
-            }
         }
     }
 
@@ -113,9 +102,10 @@ mod tests {
 
     #[test]
     fn input_end_waits_for_a_later_checkpoint_to_complete() {
-        let mut f = Finishing::new(true);
+        let mut f = Finishing::new();
         assert!(!f.on_snapshot(3), "running state is not frozen");
         f.on_input_ended();
+        assert!(!f.is_done());
         f.on_complete(3);
         assert!(!f.is_done(), "checkpoint 3 was taken before the end");
         assert!(f.on_snapshot(4));
@@ -128,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_completion_of_a_later_checkpoint_also_commits_the_end() {
-        let mut f = Finishing::new(true);
+        let mut f = Finishing::new();
         f.on_input_ended();
         f.on_snapshot(7); // a savepoint: never announced as complete
         f.on_snapshot(8);
@@ -137,15 +127,8 @@ mod tests {
     }
 
     #[test]
-    fn without_periodic_checkpoints_the_end_exits_at_once() {
-        let mut f = Finishing::new(false);
-        f.on_input_ended();
-        assert!(f.is_done());
-    }
-
-    #[test]
     fn a_stop_ends_when_its_savepoint_completes_and_is_undone_by_its_abort() {
-        let mut f = Finishing::new(true);
+        let mut f = Finishing::new();
         f.on_stop_barrier(2);
         assert!(f.on_snapshot(2));
         f.on_aborted(2);
@@ -158,19 +141,16 @@ mod tests {
     }
 
     #[test]
-    fn a_draining_stop_without_checkpointing_waits_for_its_savepoint() {
-        let mut f = Finishing::new(false);
+    fn a_draining_stop_waits_for_its_savepoint_and_stays_ended_after_its_abort() {
+        let mut f = Finishing::new();
         f.on_stop_barrier(1);
         f.on_input_ended();
-        assert!(!f.is_done(), "the savepoint must complete first");
         f.on_snapshot(1);
-        f.on_complete(1);
+        f.on_aborted(1);
+        assert!(f.is_frozen(), "a drained input never restarts");
+        assert!(!f.is_done());
+        f.on_snapshot(2);
+        f.on_complete(2);
         assert!(f.is_done());
-        // ...and when that savepoint fails, the drained task has nothing left to wait for.
-        let mut g = Finishing::new(false);
-        g.on_stop_barrier(1);
-        g.on_input_ended();
-        g.on_aborted(1);
-        assert!(g.is_done());
     }
 }

@@ -39,10 +39,8 @@ pub struct OperatorContext {
     pub operator_state: BTreeMap<String, Vec<Vec<u8>>>,
     /// Keyed state sections for this subtask's key groups.
     pub keyed_state: RestoredKeyedState,
-    /// The job's name and whether it checkpoints periodically.
+    /// The job's name.
     pub job_name: String,
-    /// Whether periodic checkpoints are on.
-    pub checkpointing: bool,
 }
 
 impl OperatorContext {
@@ -57,7 +55,6 @@ impl OperatorContext {
         .with_identity(OperatorIdentity {
             job_name: self.job_name.clone(),
             uid: self.uid.clone(),
-            checkpointing: self.checkpointing,
         });
         f.initialize_state(&ctx)
     }

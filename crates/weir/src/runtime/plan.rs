@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use crate::api::config::JobConfig;
-use crate::api::graph::{JobGraph, NodeKind, Partitioning};
+use crate::api::graph::{JobGraph, Partitioning};
 use crate::checkpoint::storage::validate_name;
 use crate::error::{Error, Result};
 use crate::state::key_group::MAX_MAX_PARALLELISM;
@@ -20,9 +20,6 @@ pub(crate) struct TaskPlan {
     pub subtask: u32,
     pub parallelism: u32,
     pub name: String,
-    /// The chain holds no state but (maybe) its source's position: its final state can stand
-    /// in for it in checkpoints taken after it finished.
-    pub capture_final_state: bool,
 }
 
 /// The resolved physical plan.
@@ -102,11 +99,6 @@ pub(crate) fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
             chain.push(cur);
         }
         let p = parallelism[head];
-        // A finished task whose only state is its source's position (or none at all) can
-        // acknowledge later checkpoints with its final state.
-        let head_ok =
-            matches!(graph.nodes[head].kind, NodeKind::Source(_)) || graph.nodes[head].stateless;
-        let capture_final_state = head_ok && chain[1..].iter().all(|&n| graph.nodes[n].stateless);
         let label = chain
             .iter()
             .map(|&c| graph.nodes[c].name.as_str())
@@ -118,7 +110,6 @@ pub(crate) fn plan(graph: &JobGraph, cfg: &JobConfig) -> Result<Plan> {
                 subtask: s,
                 parallelism: p,
                 name: format!("{label} ({}/{p})", s + 1),
-                capture_final_state,
             });
         }
     }

@@ -73,14 +73,13 @@ pub enum TaskEvent {
         /// Task index.
         task: usize,
     },
-    /// All the task's inputs ended and it finished cleanly.
+    /// The task ended cleanly: its end is committed by a completed checkpoint, whose
+    /// snapshot of its frozen state stands in for it in later checkpoints.
     Finished {
         /// Attempt number.
         attempt: u32,
         /// Task index.
         task: usize,
-        /// A finished source's final state, which stands in for it in later checkpoints.
-        final_state: Option<FinalState>,
     },
     /// The task failed (error or panic).
     Failed {
@@ -91,20 +90,6 @@ pub enum TaskEvent {
         /// The cause.
         error: Error,
     },
-}
-
-/// The state a source task ended with, captured after its source finished.
-///
-/// Checkpoints go on after some sources finished (a subtask that got no input split
-/// finishes at once); a finished source acknowledges each later checkpoint with this state.
-/// It is only valid for checkpoints the task did not handle itself, i.e. ids greater than
-/// `last_checkpoint`: an earlier barrier cut the stream at an earlier position.
-#[derive(Debug)]
-pub struct FinalState {
-    /// The source's operator state after its last record.
-    pub snapshot: TaskSnapshot,
-    /// The newest checkpoint whose barrier the task emitted itself (0 if none).
-    pub last_checkpoint: u64,
 }
 
 /// Counters a task updates for progress reporting (relaxed atomics, no locking).
@@ -138,14 +123,6 @@ pub struct TaskContext {
     pub injector: Option<Arc<FailureInjector>>,
     /// Progress counters.
     pub metrics: Arc<TaskMetrics>,
-    /// Capture the task's final state when it finishes; set when every operator of the chain
-    /// is stateless except maybe its source, so that state is the task's whole state.
-    /// (Used only without periodic checkpoints; with them, the snapshot of the final
-    /// checkpoint stands in for the task.)
-    pub capture_final_state: bool,
-    /// Periodic checkpoints are on: after its end, the task waits for a checkpoint to
-    /// complete before it exits ([`Finishing`]).
-    pub final_checkpoint: bool,
     /// Task events to the executor (input ended).
     pub events: Sender<TaskEvent>,
 }
@@ -205,7 +182,6 @@ fn on_control<T>(c: Control, chain: &mut dyn Output<T>, fin: &mut Finishing) -> 
 struct SourceTask<'a> {
     uid: &'a str,
     ctx: &'a TaskContext,
-    last_checkpoint: u64,
     fin: Finishing,
 }
 
@@ -237,7 +213,6 @@ impl SourceTask<'_> {
                         self.end_input(chain)?;
                     }
                 }
-                self.last_checkpoint = barrier.id;
                 let start = Instant::now();
                 let mut snap = TaskSnapshot::new();
                 snapshot_function(source, self.uid, barrier, &mut snap)?;
@@ -264,21 +239,19 @@ impl SourceTask<'_> {
     }
 }
 
-/// Runs a source task until its end is committed ([`Finishing`]) or the task is cancelled;
-/// returns the source's final state when the task is set to capture it.
+/// Runs a source task until its end is committed ([`Finishing`]) or the task is cancelled.
 pub fn run_source<T, S: SourceFunction<T>>(
     mut source: S,
     uid: String,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
-) -> Result<Option<FinalState>> {
+) -> Result<()> {
     let mut buf = Vec::with_capacity(BATCH_SIZE);
     let mut last_flush = Instant::now();
     let mut task = SourceTask {
         uid: &uid,
         ctx: &ctx,
-        last_checkpoint: 0,
-        fin: Finishing::new(ctx.final_checkpoint),
+        fin: Finishing::new(),
     };
     loop {
         loop {
@@ -289,17 +262,7 @@ pub fn run_source<T, S: SourceFunction<T>>(
             }
         }
         if task.fin.is_done() {
-            chain.flush()?;
-            if !ctx.capture_final_state || ctx.final_checkpoint {
-                return Ok(None);
-            }
-            let mut snapshot = TaskSnapshot::new();
-            let marker = CheckpointBarrier::checkpoint(task.last_checkpoint, 0);
-            snapshot_function(&mut source, &uid, marker, &mut snapshot)?;
-            return Ok(Some(FinalState {
-                snapshot,
-                last_checkpoint: task.last_checkpoint,
-            }));
+            return chain.flush();
         }
         let status = if task.fin.is_frozen() {
             // Ended or stopping: only control messages matter now.
@@ -352,29 +315,22 @@ struct ChannelState {
 }
 
 /// Runs an input task until its end is committed and every input channel closed, or the
-/// task is cancelled; a stateless task returns its (empty) final state, to acknowledge
-/// later checkpoints when the job runs without periodic checkpoints.
+/// task is cancelled.
 pub fn run_input<T: Send>(
     inputs: Vec<Receiver<Event<T>>>,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
-) -> Result<Option<FinalState>> {
-    let mut last_checkpoint = 0;
+) -> Result<()> {
     let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
     let mut channels = vec![ChannelState::default(); inputs.len()];
-    let mut fin = Finishing::new(ctx.final_checkpoint);
+    let mut fin = Finishing::new();
     let mut last_flush = Instant::now();
     // Selectable channels: rebuilt only when the blocked/closed set changes.
     let mut readable: Vec<usize> = (0..inputs.len()).collect();
     let mut dirty = false;
     loop {
         if fin.is_done() && channels.iter().all(|c| c.closed) {
-            chain.flush()?;
-            let standing = ctx.capture_final_state && !ctx.final_checkpoint;
-            return Ok(standing.then(|| FinalState {
-                snapshot: TaskSnapshot::new(),
-                last_checkpoint,
-            }));
+            return chain.flush();
         }
         if dirty {
             readable = (0..inputs.len())
@@ -422,7 +378,7 @@ pub fn run_input<T: Send>(
             channels[c].closed = true;
             dirty = true;
             let action = handler.on_channel_closed(c);
-            act(action, chain.as_mut(), &ctx, &mut last_checkpoint, &mut fin)?;
+            act(action, chain.as_mut(), &ctx, &mut fin)?;
             continue;
         };
         match event {
@@ -436,7 +392,7 @@ pub fn run_input<T: Send>(
                 }
                 let action = handler.on_barrier(c, b);
                 dirty = true;
-                act(action, chain.as_mut(), &ctx, &mut last_checkpoint, &mut fin)?;
+                act(action, chain.as_mut(), &ctx, &mut fin)?;
             }
             Event::EndOfInput => {
                 channels[c].ended = true;
@@ -460,14 +416,12 @@ fn act<T>(
     action: BarrierAction,
     chain: &mut dyn Output<T>,
     ctx: &TaskContext,
-    last_checkpoint: &mut u64,
     fin: &mut Finishing,
 ) -> Result<()> {
     let mut snapshot = |b: CheckpointBarrier, alignment: Duration, chain: &mut dyn Output<T>| {
         if let BarrierKind::Stop { .. } = b.kind {
             fin.on_stop_barrier(b.id);
         }
-        *last_checkpoint = b.id;
         let start = Instant::now();
         let mut snap = TaskSnapshot::new();
         chain.snapshot(b, &mut snap)?;
@@ -525,7 +479,7 @@ mod tests {
     fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
         let (tx0, rx0) = crossbeam_channel::unbounded();
         let (tx1, rx1) = crossbeam_channel::unbounded();
-        let (_ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
         let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
         let log = Arc::new(Mutex::new(Vec::new()));
         let ctx = TaskContext {
@@ -540,8 +494,6 @@ mod tests {
             writer: writer_tx,
             injector: None,
             metrics: Arc::new(TaskMetrics::default()),
-            capture_final_state: false,
-            final_checkpoint: false,
             events: crossbeam_channel::unbounded().0,
         };
         let b = CheckpointBarrier::checkpoint(1, 0);
@@ -551,16 +503,31 @@ mod tests {
         tx0.send(Event::EndOfInput).unwrap();
         drop(tx0);
         let chain = Box::new(Recorder(log.clone()));
-        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx).map(|_| ()));
+        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
         // Give the task ample time to read channel 0 as far as it is allowed to.
         std::thread::sleep(Duration::from_millis(100));
         tx1.send(Event::Batch(vec![10])).unwrap();
         tx1.send(Event::Barrier(b)).unwrap();
         tx1.send(Event::EndOfInput).unwrap();
+        // The final checkpoint: after end-of-input, then its completion lets the task exit.
+        tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(2, 0)))
+            .unwrap();
         drop(tx1);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !task.is_finished(),
+            "waits for the final checkpoint to complete"
+        );
+        ctl_tx.send(Control::Complete(2)).unwrap();
         task.join().unwrap().unwrap();
-        assert_eq!(writer_rx.try_iter().count(), 1, "one snapshot submitted");
-        let log = log.lock().unwrap().clone();
+        let frozen: Vec<bool> = writer_rx.try_iter().map(|j| j.frozen).collect();
+        assert_eq!(
+            frozen,
+            [false, true],
+            "checkpoint 1 live, the final one frozen"
+        );
+        let mut log = log.lock().unwrap().clone();
+        assert_eq!(log.pop().as_deref(), Some("S2"));
         log
     }
 

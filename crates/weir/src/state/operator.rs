@@ -94,17 +94,13 @@ pub struct InitContext {
 }
 
 /// Who an operator instance is, beyond its subtask: what two-phase-commit sinks need to
-/// give their transactions deterministic names (DESIGN.md §8) and to know whether a
-/// checkpoint will ever commit them.
+/// give their transactions deterministic names (DESIGN.md §8).
 #[derive(Debug, Clone, Default)]
 pub struct OperatorIdentity {
     /// The job's name (the folder its checkpoints live in).
     pub job_name: String,
     /// The operator's stable uid.
     pub uid: String,
-    /// Whether the job takes periodic checkpoints. Without them only the end of input
-    /// (or a savepoint) completes a checkpoint.
-    pub checkpointing: bool,
 }
 
 impl InitContext {
@@ -128,7 +124,7 @@ impl InitContext {
         self
     }
 
-    /// The job's name, operator uid and whether checkpointing is on.
+    /// The job's name and the operator's uid.
     pub fn identity(&self) -> &OperatorIdentity {
         &self.identity
     }

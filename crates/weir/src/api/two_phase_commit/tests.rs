@@ -60,14 +60,12 @@ impl TwoPhaseCommitSink<u32> for Recorder {
 fn init(
     sink: &mut TwoPhaseCommit<u32, Recorder>,
     subtask: u32,
-    checkpointing: bool,
     lists: BTreeMap<String, Vec<Vec<u8>>>,
 ) {
     let ctx =
         InitContext::new(!lists.is_empty(), subtask, 2, lists).with_identity(OperatorIdentity {
             job_name: "job".into(),
             uid: "out".into(),
-            checkpointing,
         });
     sink.initialize_state(&ctx).unwrap();
 }
@@ -85,14 +83,14 @@ fn snapshot(sink: &mut TwoPhaseCommit<u32, Recorder>, id: u64) -> BTreeMap<Strin
 fn pre_commits_on_snapshot_and_commits_on_completion() {
     let rec = Recorder::default();
     let mut s = TwoPhaseCommit::new(rec.clone());
-    init(&mut s, 1, true, BTreeMap::new());
+    init(&mut s, 1, BTreeMap::new());
     assert!(rec.take().is_empty(), "only subtask 0 recovers");
     s.invoke(&mut vec![1, 2]).unwrap();
     s.invoke(&mut vec![3]).unwrap();
     snapshot(&mut s, 7);
-    assert_eq!(rec.take(), ["begin", "pre_commit job-out-1-7 [1, 2, 3]"]);
+    assert_eq!(rec.take(), ["begin", "pre_commit job~out~1-7 [1, 2, 3]"]);
     s.notify_checkpoint_complete(7).unwrap();
-    assert_eq!(rec.take(), ["commit job-out-1-7"]);
+    assert_eq!(rec.take(), ["commit job~out~1-7"]);
     // Nothing written: no transaction, nothing to commit.
     snapshot(&mut s, 8);
     s.notify_checkpoint_complete(8).unwrap();
@@ -103,7 +101,7 @@ fn pre_commits_on_snapshot_and_commits_on_completion() {
 fn an_aborted_checkpoint_commits_with_the_next_completed_one() {
     let rec = Recorder::default();
     let mut s = TwoPhaseCommit::new(rec.clone());
-    init(&mut s, 0, true, BTreeMap::new());
+    init(&mut s, 0, BTreeMap::new());
     rec.take();
     s.invoke(&mut vec![1]).unwrap();
     snapshot(&mut s, 1);
@@ -114,9 +112,9 @@ fn an_aborted_checkpoint_commits_with_the_next_completed_one() {
     snapshot(&mut s, 3);
     rec.take();
     s.notify_checkpoint_complete(2).unwrap();
-    assert_eq!(rec.take(), ["commit job-out-0-1", "commit job-out-0-2"]);
+    assert_eq!(rec.take(), ["commit job~out~0-1", "commit job~out~0-2"]);
     s.notify_checkpoint_complete(3).unwrap();
-    assert_eq!(rec.take(), ["commit job-out-0-3"]);
+    assert_eq!(rec.take(), ["commit job~out~0-3"]);
 }
 
 #[test]
@@ -126,7 +124,7 @@ fn restore_hands_every_pending_handle_to_subtask_zero() {
     for sub in 0..2 {
         let rec = Recorder::default();
         let mut s = TwoPhaseCommit::new(rec.clone());
-        init(&mut s, sub, true, BTreeMap::new());
+        init(&mut s, sub, BTreeMap::new());
         s.invoke(&mut vec![sub]).unwrap();
         for (k, v) in snapshot(&mut s, 5) {
             lists.entry(k).or_default().extend(v);
@@ -134,47 +132,29 @@ fn restore_hands_every_pending_handle_to_subtask_zero() {
     }
     let rec = Recorder::default();
     let mut s1 = TwoPhaseCommit::new(rec.clone());
-    init(&mut s1, 1, true, lists.clone());
+    init(&mut s1, 1, lists.clone());
     assert!(rec.take().is_empty());
     let mut s0 = TwoPhaseCommit::new(rec.clone());
-    init(&mut s0, 0, true, lists);
+    init(&mut s0, 0, lists);
     assert_eq!(
         rec.take(),
-        [r#"recover job-out- [("job-out-0-5", [0]), ("job-out-1-5", [1])]"#]
+        [r#"recover job~out~ [("job~out~0-5", [0]), ("job~out~1-5", [1])]"#]
     );
 }
 
 #[test]
-fn without_checkpoints_the_end_of_input_commits() {
+fn the_end_of_input_waits_for_the_final_checkpoint() {
     let rec = Recorder::default();
     let mut s = TwoPhaseCommit::new(rec.clone());
-    init(&mut s, 0, false, BTreeMap::new());
+    init(&mut s, 0, BTreeMap::new());
     s.invoke(&mut vec![4]).unwrap();
     s.finish().unwrap();
-    assert_eq!(
-        rec.take(),
-        [
-            "recover job-out- []",
-            "begin",
-            "pre_commit job-out-0-0 [4]",
-            "commit job-out-0-0"
-        ]
-    );
-}
-
-#[test]
-fn with_checkpoints_the_end_of_input_waits_for_the_final_checkpoint() {
-    let rec = Recorder::default();
-    let mut s = TwoPhaseCommit::new(rec.clone());
-    init(&mut s, 0, true, BTreeMap::new());
-    s.invoke(&mut vec![4]).unwrap();
-    s.finish().unwrap();
-    assert_eq!(rec.take(), ["recover job-out- []", "begin"]);
+    assert_eq!(rec.take(), ["recover job~out~ []", "begin"]);
     snapshot(&mut s, 9);
     s.notify_checkpoint_complete(9).unwrap();
     assert_eq!(
         rec.take(),
-        ["pre_commit job-out-0-9 [4]", "commit job-out-0-9"]
+        ["pre_commit job~out~0-9 [4]", "commit job~out~0-9"]
     );
 }
 
@@ -182,7 +162,7 @@ fn with_checkpoints_the_end_of_input_waits_for_the_final_checkpoint() {
 fn a_torn_down_sink_aborts_its_open_transaction() {
     let rec = Recorder::default();
     let mut s = TwoPhaseCommit::new(rec.clone());
-    init(&mut s, 0, true, BTreeMap::new());
+    init(&mut s, 0, BTreeMap::new());
     s.invoke(&mut vec![1, 2]).unwrap();
     rec.take();
     drop(s);

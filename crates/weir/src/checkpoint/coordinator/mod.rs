@@ -14,15 +14,15 @@
 //!   subsumes (aborts) every pending checkpoint older than `n`.
 //! * More than `tolerable_failures` consecutive failed checkpoints fail the job; aborts that
 //!   are nobody's fault (superseded, a task finished) do not count.
-//! * A finished task whose whole state is its source's position (or nothing) acknowledges
-//!   later checkpoints with its final state (the executor supplies it), so checkpoints go
-//!   on while any source runs. Once a task with other state has finished, no checkpoint is
-//!   triggered any more (its state after end of input must not be restored and finished
-//!   again), and pending ones are aborted. (With periodic checkpoints on, tasks end only
-//!   after a checkpoint taken after their end of input completed — the final checkpoint —
-//!   so their frozen state stands in for them and checkpoints go on.)
+//! * A task exits only after a checkpoint taken after its end completed (the final
+//!   checkpoint, see `runtime::finishing`); that snapshot of its frozen state acknowledges
+//!   later checkpoints for it (the executor supplies it), so checkpoints go on while any
+//!   source runs. Should a task ever finish without one, no checkpoint is triggered any more
+//!   and pending ones are aborted.
 //! * When every source has ended its input, the next checkpoint (the final one) is due at
-//!   once ([`Coordinator::expedite`]), so bounded jobs end without waiting an interval.
+//!   once ([`Coordinator::expedite`]), so bounded jobs end without waiting an interval —
+//!   also when periodic checkpoints are off: the final checkpoint is what two-phase-commit
+//!   sinks commit with, once for the whole job.
 //! * Savepoints and checkpoints asked for by the user ([`Coordinator::trigger_forced`])
 //!   ignore the interval, `min_pause` and `max_concurrent`. A savepoint is never retained
 //!   nor discarded here (it belongs to the user), never subsumes a checkpoint, and its
@@ -200,14 +200,14 @@ impl<A> Coordinator<A> {
     }
 
     fn next_trigger_time(&self) -> Option<Instant> {
-        let interval = self.cfg.interval?;
         let periodic = self.pending.len() - self.pending_savepoints();
         if !self.triggering || self.stopping.is_some() || periodic >= self.cfg.max_concurrent {
             return None;
         }
-        let by_interval = match self.expedite {
-            true => self.last_trigger, // already in the past: due now
-            false => self.last_trigger.map(|t| t + interval),
+        let by_interval = match (self.expedite, self.cfg.interval) {
+            (true, _) => self.last_trigger, // already in the past: due now
+            (false, Some(interval)) => self.last_trigger.map(|t| t + interval),
+            (false, None) => return None,
         };
         let by_pause = self.last_completion.map(|t| t + self.cfg.min_pause);
         Some(match (by_interval, by_pause) {
@@ -241,8 +241,8 @@ impl<A> Coordinator<A> {
             .then(|| self.trigger(now, wall_ms))
     }
 
-    /// Every source has ended its input: the final checkpoint is due at once (periodic
-    /// checkpointing only; `max_concurrent` and `min_pause` still apply).
+    /// Every source has ended its input: the final checkpoint is due at once, even with
+    /// periodic checkpoints off (`max_concurrent` and `min_pause` still apply).
     pub fn expedite(&mut self) {
         self.expedite = true;
     }

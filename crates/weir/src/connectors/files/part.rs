@@ -45,11 +45,11 @@ pub(crate) enum PartKind {
 }
 
 /// Replaces every character that is not safe in a file name on common file systems
-/// (anything but ASCII letters, digits, `-`, `_` and `.`) with `_`.
+/// (anything but ASCII letters, digits, `-`, `_`, `~` and `.`) with `_`.
 pub(crate) fn sanitize(name: &str) -> String {
     name.chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '~' | '.') {
                 c
             } else {
                 '_'

@@ -8,7 +8,6 @@ fn ctx(subtask: u32) -> TransactionContext {
         uid: "out".into(),
         subtask,
         parallelism: 2,
-        checkpointing: true,
     }
 }
 
@@ -39,21 +38,21 @@ fn a_transaction_moves_from_in_progress_to_pending_to_committed() {
     let mut s = opened(dir.path(), 1);
     let mut txn = TwoPhaseCommitSink::<u32>::begin(&mut s, &ctx(1)).unwrap();
     write(&mut s, &mut txn, &[1, 2]);
-    assert_eq!(listing(dir.path()), [".part-job-out-1-0.inprogress"]);
+    assert_eq!(listing(dir.path()), [".part-job~out~1-0.inprogress"]);
     let c = TwoPhaseCommitSink::<u32>::pre_commit(&mut s, &ctx(1), txn, 7)
         .unwrap()
         .unwrap();
-    assert_eq!(c.transaction, "job-out-1-7");
-    assert_eq!(listing(dir.path()), [".part-job-out-1-7-0.pending"]);
+    assert_eq!(c.transaction, "job~out~1-7");
+    assert_eq!(listing(dir.path()), [".part-job~out~1-7-0.pending"]);
     TwoPhaseCommitSink::<u32>::commit(&mut s, c.clone()).unwrap();
-    assert_eq!(listing(dir.path()), ["part-job-out-1-7-0"]);
+    assert_eq!(listing(dir.path()), ["part-job~out~1-7-0"]);
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("part-job-out-1-7-0")).unwrap(),
+        std::fs::read_to_string(dir.path().join("part-job~out~1-7-0")).unwrap(),
         "1\n2\n"
     );
     // Idempotent.
     TwoPhaseCommitSink::<u32>::commit(&mut s, c).unwrap();
-    assert_eq!(listing(dir.path()), ["part-job-out-1-7-0"]);
+    assert_eq!(listing(dir.path()), ["part-job~out~1-7-0"]);
 }
 
 #[test]
@@ -82,9 +81,9 @@ fn parts_roll_at_the_size_limit_and_keep_record_boundaries() {
     assert_eq!(
         files,
         [
-            "part-job-out-0-3-0",
-            "part-job-out-0-3-1",
-            "part-job-out-0-3-2"
+            "part-job~out~0-3-0",
+            "part-job~out~0-3-1",
+            "part-job~out~0-3-2"
         ]
     );
     let all: String = files
@@ -127,7 +126,7 @@ fn recover_commits_the_given_and_deletes_every_other_lingering_file() {
         .unwrap();
     TwoPhaseCommitSink::<u32>::commit(&mut old1, c4.clone()).unwrap();
     // Files of another sink in the same folder, and a reader's file, are left alone.
-    std::fs::write(dir.path().join(".part-job-other-0-0.inprogress"), "x").unwrap();
+    std::fs::write(dir.path().join(".part-job~other~0-0.inprogress"), "x").unwrap();
     std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
 
     let mut new = opened(dir.path(), 0);
@@ -135,10 +134,10 @@ fn recover_commits_the_given_and_deletes_every_other_lingering_file() {
     assert_eq!(
         listing(dir.path()),
         [
-            ".part-job-other-0-0.inprogress",
+            ".part-job~other~0-0.inprogress",
             "notes.txt",
-            "part-job-out-0-5-0",
-            "part-job-out-1-4-0"
+            "part-job~out~0-5-0",
+            "part-job~out~1-4-0"
         ]
     );
 }
@@ -152,14 +151,14 @@ fn a_lost_pending_file_and_an_occupied_name_are_clear_errors() {
     let c = TwoPhaseCommitSink::<u32>::pre_commit(&mut s, &ctx(0), t, 1)
         .unwrap()
         .unwrap();
-    std::fs::remove_file(dir.path().join(".part-job-out-0-1-0.pending")).unwrap();
+    std::fs::remove_file(dir.path().join(".part-job~out~0-1-0.pending")).unwrap();
     let err = TwoPhaseCommitSink::<u32>::commit(&mut s, c)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("job-out-0-1") && err.contains("lost"), "{err}");
+    assert!(err.contains("job~out~0-1") && err.contains("lost"), "{err}");
 
     // A second run into the same folder would reuse committed names: refused.
-    std::fs::write(dir.path().join("part-job-out-0-2-0"), "old\n").unwrap();
+    std::fs::write(dir.path().join("part-job~out~0-2-0"), "old\n").unwrap();
     let mut t = TwoPhaseCommitSink::<u32>::begin(&mut s, &ctx(0)).unwrap();
     write(&mut s, &mut t, &[2]);
     let err = TwoPhaseCommitSink::<u32>::pre_commit(&mut s, &ctx(0), t, 2)
@@ -167,7 +166,7 @@ fn a_lost_pending_file_and_an_occupied_name_are_clear_errors() {
         .to_string();
     assert!(err.contains("refusing to overwrite"), "{err}");
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("part-job-out-0-2-0")).unwrap(),
+        std::fs::read_to_string(dir.path().join("part-job~out~0-2-0")).unwrap(),
         "old\n"
     );
 }
