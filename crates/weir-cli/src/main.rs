@@ -6,12 +6,16 @@
 //! weir checkpoints list weir-checkpoints
 //! weir state ls weir-checkpoints/keyed-count/chk-3
 //! weir state dump weir-checkpoints/keyed-count/chk-3 --uid count --state count --format json
+//! weir status --job 127.0.0.1:PORT            # while a job runs (it prints its address)
+//! weir savepoint --job 127.0.0.1:PORT
+//! weir stop --job 127.0.0.1:PORT [--drain]    # then: weir run … --restore <savepoint>
 //! ```
 //!
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
 //! success, 1 on an error, 2 on bad flags, 3 when `--verify` finds a wrong count.
 
 mod checkpoints;
+mod control;
 mod inspect;
 mod jobs;
 mod output;
@@ -48,6 +52,14 @@ enum Command {
     /// List checkpoints: complete, incomplete or unreadable.
     #[command(subcommand)]
     Checkpoints(checkpoints::CheckpointsCommand),
+    /// Take a savepoint of a running job; prints its folder.
+    Savepoint(control::client::SavepointArgs),
+    /// Stop a running job with a savepoint; prints its folder.
+    Stop(control::client::StopArgs),
+    /// Take a checkpoint of a running job now; prints its folder.
+    Checkpoint(control::client::CheckpointArgs),
+    /// Show a running job's state, parallelism and latest checkpoints.
+    Status(control::client::StatusArgs),
 }
 
 #[derive(Subcommand)]
@@ -167,6 +179,8 @@ struct Common {
     /// Seed for --inject-failures.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    control: control::RunControlArgs,
 }
 
 /// A checkpoint interval; `None` when checkpointing is off.
@@ -212,6 +226,7 @@ impl Common {
             Some(p) => RestoreFrom::Path(PathBuf::from(p)),
         };
         c.allow_non_restored_state = self.allow_non_restored_state;
+        self.control.apply(&mut c);
         c.restart = match self.restart_strategy {
             Restart::None => RestartStrategy::None,
             Restart::FixedDelay => RestartStrategy::FixedDelay {
@@ -258,9 +273,31 @@ fn run_job(
 ) -> Result<JobResult> {
     let metrics = env.metrics();
     let cfg = env.config().clone();
+    let server = match common.control.bind_addr()? {
+        None => None,
+        Some(bind) => {
+            let token = common.control.token(bind.ip())?;
+            let server = control::server::ControlServer::start(bind, token.clone(), env.control())?;
+            eprintln!(
+                "weir: control endpoint {} (weir status|savepoint|stop --job {}){}",
+                server.addr(),
+                server.addr(),
+                match (&token, &common.control.control_token_file) {
+                    (Some(t), None) => format!(" — token {t}"),
+                    (Some(_), Some(f)) => format!(" — token from {}", f.display()),
+                    (None, _) => String::new(),
+                }
+            );
+            Some(server)
+        }
+    };
     let progress = progress::Progress::start(metrics);
     let result = env.execute();
     progress.stop();
+    if let Some(server) = server {
+        // Let a `weir stop` hear its savepoint's path before the process exits.
+        server.shutdown(Duration::from_secs(5));
+    }
     let result = match result {
         Ok(r) => r,
         Err(e) => {
@@ -271,6 +308,16 @@ fn run_job(
             return Err(e.into());
         }
     };
+    if let Some(sp) = &result.stopped_with_savepoint {
+        // A stopped job's output is not the job's result: resume from the savepoint.
+        if let Some(staging) = &dest.staging {
+            let _ = std::fs::remove_dir_all(staging);
+        }
+        progress::summary(label, &cfg, None, &result, None);
+        println!("stopped with savepoint {}", sp.display());
+        println!("resume with: --restore {}", sp.display());
+        return Ok(result);
+    }
     if let Some(staging) = &dest.staging {
         output::publish(staging, &common.output)?;
     }
@@ -311,8 +358,12 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         out,
         in_state,
     );
-    run_job(env, "keyed-count", Some(args.events), &dest, c)?;
+    let result = run_job(env, "keyed-count", Some(args.events), &dest, c)?;
     if !args.verify {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if result.stopped_with_savepoint.is_some() {
+        println!("verify: skipped — the job was stopped before the end of its input");
         return Ok(ExitCode::SUCCESS);
     }
     let verdict = if dest.staging.is_some() && args.emit == Emit::Final {
@@ -409,6 +460,10 @@ fn main() -> ExitCode {
         Command::Run(Job::Wordcount(a)) => wordcount(a),
         Command::State(c) => inspect::run(c),
         Command::Checkpoints(c) => checkpoints::run(c),
+        Command::Savepoint(a) => control::client::savepoint(a),
+        Command::Stop(a) => control::client::stop(a),
+        Command::Checkpoint(a) => control::client::checkpoint(a),
+        Command::Status(a) => control::client::status(a),
     };
     match r {
         Ok(code) => code,

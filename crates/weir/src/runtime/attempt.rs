@@ -291,11 +291,14 @@ impl AttemptRun<'_, '_> {
             .iter()
             .map(|&t| self.exec.task_metrics[t].records_in.load(Ordering::Relaxed))
             .sum();
-        self.exec
+        let total = self
+            .exec
             .metrics
             .source_records
-            .fetch_add(records.saturating_sub(self.last_records), Ordering::Relaxed);
+            .fetch_add(records.saturating_sub(self.last_records), Ordering::Relaxed)
+            + records.saturating_sub(self.last_records);
         self.last_records = records;
+        self.exec.control.update(|s| s.source_records = total);
     }
 
     /// Carries out the coordinator's decisions (which may produce more); returns `Some`
@@ -377,10 +380,9 @@ impl AttemptRun<'_, '_> {
                 self.completed.insert(id);
                 let path = self.exec.storage.checkpoint_path(id);
                 if let Some((_, reply)) = self.waiting.remove(&id) {
-                    let _ = reply.send(Ok(SnapshotDone {
-                        id,
-                        path: path.clone(),
-                    }));
+                    // Absolute: whoever asked may sit in another folder (or machine).
+                    let path = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                    let _ = reply.send(Ok(SnapshotDone { id, path }));
                 }
                 if kind != SnapshotKind::Checkpoint {
                     // A savepoint is the user's: not the job's recovery point, not retained.

@@ -1,0 +1,224 @@
+//! `weir savepoint | stop | checkpoint | status --job ADDR`: requests to a running job's
+//! control endpoint (see the module docs of [`super`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+/// Where the job is and how to prove we may ask.
+#[derive(Args, Debug)]
+pub struct JobAddr {
+    /// The job's control endpoint, as `weir run` printed it (`127.0.0.1:PORT`).
+    #[arg(long)]
+    job: String,
+    /// File holding the endpoint's token (needed when the job requires one); the
+    /// `WEIR_CONTROL_TOKEN` environment variable works too.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+/// Arguments of `weir savepoint`.
+#[derive(Args, Debug)]
+pub struct SavepointArgs {
+    #[command(flatten)]
+    job: JobAddr,
+    /// Folder inside the job's --savepoint-dir to put the savepoint in (default: that
+    /// directory itself).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Arguments of `weir stop`.
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    #[command(flatten)]
+    job: JobAddr,
+    /// Folder inside the job's --savepoint-dir for the final savepoint.
+    #[arg(long)]
+    savepoint_dir: Option<PathBuf>,
+    /// End the input first, so operators emit what they hold (timers, partial results).
+    #[arg(long)]
+    drain: bool,
+}
+
+/// Arguments of `weir checkpoint`.
+#[derive(Args, Debug)]
+pub struct CheckpointArgs {
+    #[command(flatten)]
+    job: JobAddr,
+}
+
+/// Arguments of `weir status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    job: JobAddr,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// How `weir status` prints.
+#[derive(Clone, Copy, ValueEnum, Debug)]
+pub enum Format {
+    /// Lines for people.
+    Text,
+    /// The endpoint's JSON.
+    Json,
+}
+
+impl JobAddr {
+    fn base(&self) -> String {
+        let a = self.job.trim_end_matches('/');
+        if a.starts_with("http://") {
+            a.to_string()
+        } else {
+            format!("http://{a}")
+        }
+    }
+
+    fn token(&self) -> Result<Option<String>> {
+        if let Some(f) = &self.token_file {
+            return super::read_token(f).map(Some);
+        }
+        Ok(std::env::var("WEIR_CONTROL_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()))
+    }
+
+    /// Sends one request; returns the JSON answer of a 2xx, else the endpoint's error.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
+        let url = format!("{}{path}", self.base());
+        // Savepoints of large state take a while: wait as long as the engine does.
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(660)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let auth = self.token()?.map(|t| format!("Bearer {t}"));
+        let response = match method {
+            "GET" => {
+                let mut r = agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            _ => {
+                let mut r = agent.post(&url).header("Content-Type", "application/json");
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(body.unwrap_or(Value::Null).to_string().as_str())
+            }
+        };
+        let mut response = response.map_err(|e| {
+            anyhow!(
+                "cannot reach the job's control endpoint at {}: {e}; is the job running? \
+                 (`weir run` prints the address at start)",
+                self.job
+            )
+        })?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| anyhow!("cannot read the answer of {}: {e}", self.job))?;
+        let value: Value = serde_json::from_str(&text).map_err(|_| {
+            anyhow!(
+                "{} answered HTTP {status} with something that is not a Weir control answer",
+                self.job
+            )
+        })?;
+        if (200..300).contains(&status) {
+            return Ok(value);
+        }
+        let msg = value["error"].as_str().unwrap_or("no reason given");
+        if status == 401 {
+            bail!("the job refused the request: {msg}");
+        }
+        bail!("{msg}")
+    }
+}
+
+fn path_of(v: &Value) -> String {
+    v["path"].as_str().unwrap_or("?").to_string()
+}
+
+/// `weir savepoint`: prints the savepoint's folder.
+pub fn savepoint(a: SavepointArgs) -> Result<ExitCode> {
+    let v = a
+        .job
+        .call("POST", "/savepoint", Some(json!({ "dir": a.dir })))?;
+    println!("{}", path_of(&v));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir stop`: prints the final savepoint's folder once the job stopped.
+pub fn stop(a: StopArgs) -> Result<ExitCode> {
+    let v = a.job.call(
+        "POST",
+        "/stop",
+        Some(json!({ "dir": a.savepoint_dir, "drain": a.drain })),
+    )?;
+    println!("{}", path_of(&v));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir checkpoint`: triggers a checkpoint and prints its folder when complete.
+pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
+    let v = a.job.call("POST", "/checkpoint", None)?;
+    println!("{}", path_of(&v));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `weir status`: the job's state, parallelism and latest checkpoints.
+pub fn status(a: StatusArgs) -> Result<ExitCode> {
+    let v = a.job.call("GET", "/status", None)?;
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&v)?),
+        Format::Text => print!("{}", describe_status(&v)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe_status(v: &Value) -> String {
+    let mut out = format!(
+        "job {}: {} (attempt {}), {} source records\n",
+        v["job"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        v["attempt"],
+        v["source_records"],
+    );
+    out.push_str("operators:\n");
+    for op in v["operators"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {:<24} parallelism {}\n",
+            op[0].as_str().unwrap_or("?"),
+            op[1]
+        ));
+    }
+    let checkpoints = v["checkpoints"].as_array().cloned().unwrap_or_default();
+    if checkpoints.is_empty() {
+        out.push_str("no checkpoint completed yet\n");
+    } else {
+        out.push_str("latest checkpoints:\n");
+        for c in checkpoints.iter().rev().take(5) {
+            out.push_str(&format!(
+                "  {:>6}  {:>6} ms  {:>10} B  {}\n",
+                c["id"],
+                c["duration_ms"],
+                c["bytes"],
+                c["path"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    for s in v["savepoints"].as_array().into_iter().flatten() {
+        out.push_str(&format!("savepoint {}\n", s.as_str().unwrap_or("?")));
+    }
+    out
+}

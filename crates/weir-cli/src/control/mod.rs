@@ -1,0 +1,105 @@
+//! The control endpoint of a running job and the commands that talk to it (issue 4).
+//!
+//! `weir run …` starts a small HTTP server ([`server`]) in front of the engine's
+//! [`weir::prelude::JobControl`]; `weir savepoint | stop | checkpoint | status --job ADDR`
+//! ([`client`]) send it requests. The protocol is JSON over HTTP/1.1:
+//!
+//! | request | body | answer |
+//! |---|---|---|
+//! | `GET /status` | — | the job's [`weir::prelude::JobStatus`] |
+//! | `POST /checkpoint` | — | `{"id", "path"}` once the checkpoint completed |
+//! | `POST /savepoint` | `{"dir"?}` | `{"id", "path"}` once the savepoint completed |
+//! | `POST /stop` | `{"dir"?, "drain"?}` | `{"id", "path"}`; the job then ends |
+//!
+//! Errors are `{"error": "…"}` with a 4xx/5xx status. Security: the endpoint binds to
+//! loopback unless told otherwise; bound to any other address it requires a bearer token
+//! (printed at start, or read from `--control-token-file`), and the engine confines every
+//! folder a request names to the job's `--savepoint-dir`.
+
+pub mod client;
+pub mod server;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use weir::prelude::JobConfig;
+
+/// Flags of `weir run` about controlling the running job and its savepoints.
+#[derive(Args, Debug, Clone)]
+pub struct RunControlArgs {
+    /// Address of the control endpoint (`weir savepoint|stop|checkpoint|status --job ADDR`):
+    /// `IP:PORT` (port 0 picks a free one; the address is printed at start) or `off`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub control: String,
+    /// File holding the control endpoint's token. Required of requests whenever given;
+    /// without it, a non-loopback endpoint makes up a token and prints it at start.
+    #[arg(long)]
+    pub control_token_file: Option<PathBuf>,
+    /// Where savepoints go; a savepoint request may only name folders inside it.
+    #[arg(long, default_value = "weir-savepoints")]
+    pub savepoint_dir: PathBuf,
+    /// Keep this run's checkpoints when the job is stopped with a savepoint (`true`), or
+    /// delete them, leaving the savepoint as the way to resume (`false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub retain_on_cancel: bool,
+}
+
+impl RunControlArgs {
+    /// Applies the savepoint settings to the job's configuration.
+    pub fn apply(&self, cfg: &mut JobConfig) {
+        cfg.savepoint_dir = self.savepoint_dir.clone();
+        cfg.retain_on_cancel = self.retain_on_cancel;
+    }
+
+    /// Where to bind, or `None` when the endpoint is off.
+    pub fn bind_addr(&self) -> Result<Option<SocketAddr>> {
+        if self.control == "off" {
+            return Ok(None);
+        }
+        let addr: SocketAddr = self.control.parse().with_context(|| {
+            format!(
+                "--control '{}' is not IP:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:0) nor `off`",
+                self.control
+            )
+        })?;
+        Ok(Some(addr))
+    }
+
+    /// The token requests must carry: the file's content when given, a fresh random one
+    /// when binding beyond loopback, none on loopback.
+    pub fn token(&self, bind: IpAddr) -> Result<Option<String>> {
+        if let Some(path) = &self.control_token_file {
+            return read_token(path).map(Some);
+        }
+        if bind.is_loopback() {
+            return Ok(None);
+        }
+        Ok(Some(
+            (0..4)
+                .map(|_| format!("{:08x}", fastrand::u32(..)))
+                .collect(),
+        ))
+    }
+}
+
+/// Reads a token file: its content without surrounding whitespace, never empty.
+pub fn read_token(path: &std::path::Path) -> Result<String> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the control token file {}", path.display()))?;
+    let token = raw.trim().to_string();
+    if token.is_empty() {
+        bail!(
+            "the control token file {} is empty; put a secret in it",
+            path.display()
+        );
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!(
+            "the control token in {} contains whitespace; use one word",
+            path.display()
+        );
+    }
+    Ok(token)
+}

@@ -1,0 +1,257 @@
+//! The control endpoint of `weir run` and the commands that use it: stop with a savepoint,
+//! restore at another parallelism, savepoint again, move a savepoint, status, tokens and
+//! folder confinement.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const EVENTS: u64 = 2_000_000;
+const KEYS: u64 = 61;
+
+/// A keyed-count run that writes its final counts into `<tmp>/out`.
+fn job_args(tmp: &Path, parallelism: u32, rate: Option<&str>, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        &EVENTS.to_string(),
+        "--keys",
+        &KEYS.to_string(),
+        "--parallelism",
+        &parallelism.to_string(),
+        "--checkpoint-interval",
+        "200ms",
+        "--checkpoint-dir",
+        &s(&tmp.join("ck")),
+        "--savepoint-dir",
+        &s(&tmp.join("sp")),
+        "--output",
+        &s(&tmp.join("out")),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(r) = rate {
+        a.extend(["--rate".to_string(), r.to_string()]);
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// A job started in the background, with the control address it printed.
+struct Running {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Running {
+    fn start(tmp: &Path, args: Vec<String>, name: &str) -> Running {
+        let log = tmp.join(format!("{name}.log"));
+        let child = spawn_logged(&mut weir(tmp, &args), &log);
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(addr) = text
+                .lines()
+                .find_map(|l| l.split("control endpoint ").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                return Running {
+                    child,
+                    addr: addr.to_string(),
+                    log,
+                };
+            }
+            assert!(Instant::now() < deadline, "no control address in\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the job to exit; returns its exit code and everything it printed.
+    fn finish(mut self) -> (Option<i32>, String) {
+        let status = wait_deadline(&mut self.child, RUN_TIMEOUT, "weir run");
+        (status.code(), std::fs::read_to_string(&self.log).unwrap())
+    }
+
+    /// Waits until the job has made progress (its first checkpoint completed).
+    fn wait_running(&self, tmp: &Path) {
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        while completed_checkpoints(&tmp.join("ck/keyed-count")).is_empty() {
+            assert!(Instant::now() < deadline, "no checkpoint completed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn control(tmp: &Path, args: &[&str]) -> Run {
+    run(&mut weir(tmp, args))
+}
+
+#[test]
+fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // Parallelism 2, stopped with a savepoint.
+    let job = Running::start(t, job_args(t, 2, Some("400000"), &["--verify"]), "p2");
+    job.wait_running(t);
+    let status = control(t, &["status", "--job", &job.addr]);
+    status.assert_success();
+    assert!(status.stdout.contains("running"), "{}", status.describe());
+    assert!(
+        status.stdout.contains("parallelism 2"),
+        "{}",
+        status.describe()
+    );
+    let stop = control(t, &["stop", "--job", &job.addr]);
+    stop.assert_success();
+    let sp1 = PathBuf::from(stop.stdout.trim());
+    assert!(
+        sp1.starts_with(t.join("sp")) && sp1.join("_metadata").is_file(),
+        "{sp1:?}"
+    );
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("stopped with savepoint"), "{log}");
+    assert!(!t.join("out").exists(), "a stopped run publishes no output");
+
+    // Restored at parallelism 3: a savepoint (moved elsewhere later), then a stop.
+    let restore = s(&sp1);
+    let job = Running::start(
+        t,
+        job_args(t, 3, Some("400000"), &["--restore", &restore]),
+        "p3",
+    );
+    let sp2 = control(t, &["savepoint", "--job", &job.addr, "--dir", "nightly"]);
+    sp2.assert_success();
+    let sp2 = PathBuf::from(sp2.stdout.trim());
+    assert!(sp2.starts_with(t.join("sp/nightly")), "{sp2:?}");
+    let stop = control(t, &["stop", "--job", &job.addr]);
+    stop.assert_success();
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+
+    // The intermediate savepoint, moved to another folder, restores at parallelism 1.
+    let moved = t.join("moved/sp");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&sp2, &moved).unwrap();
+    let r = run(&mut weir(
+        t,
+        job_args(t, 1, None, &["--restore", &s(&moved), "--verify"]),
+    ));
+    r.assert_success();
+    assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    assert_keyed_count_exact(&t.join("out"), EVENTS, KEYS);
+    std::fs::remove_dir_all(t.join("out")).unwrap();
+
+    // And the final savepoint of the p3 run, at parallelism 1 too.
+    let sp3 = PathBuf::from(stop.stdout.trim());
+    let r = run(&mut weir(
+        t,
+        job_args(t, 1, None, &["--restore", &s(&sp3), "--verify"]),
+    ));
+    r.assert_success();
+    assert_keyed_count_exact(&t.join("out"), EVENTS, KEYS);
+    assert!(
+        sp1.join("_metadata").is_file(),
+        "restores never delete a savepoint"
+    );
+}
+
+#[test]
+fn requests_outside_the_savepoint_dir_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let job = Running::start(t, job_args(t, 1, Some("300000"), &[]), "job");
+    for bad in ["../escape", "/tmp", "a/../../b"] {
+        let r = control(t, &["savepoint", "--job", &job.addr, "--dir", bad]);
+        assert_eq!(r.code(), Some(1), "{}", r.describe());
+        assert!(
+            r.stderr.contains("outside the job's savepoint directory"),
+            "{}",
+            r.describe()
+        );
+    }
+    assert!(!t.join("escape").exists());
+    control(t, &["stop", "--job", &job.addr]).assert_success();
+    assert_eq!(job.finish().0, Some(0));
+}
+
+#[test]
+fn beyond_loopback_the_endpoint_demands_its_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let token = t.join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let args = job_args(
+        t,
+        1,
+        Some("300000"),
+        &["--control", "0.0.0.0:0", "--control-token-file", &s(&token)],
+    );
+    let job = Running::start(t, args, "job");
+    let port = job.addr.rsplit(':').next().unwrap().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let r = control(t, &["status", "--job", &addr]);
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+    assert!(
+        r.stderr.contains("refused") && r.stderr.contains("token"),
+        "{}",
+        r.describe()
+    );
+    let wrong = t.join("wrong");
+    std::fs::write(&wrong, "guess").unwrap();
+    let r = control(t, &["stop", "--job", &addr, "--token-file", &s(&wrong)]);
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+    control(t, &["status", "--job", &addr, "--token-file", &s(&token)]).assert_success();
+    control(t, &["stop", "--job", &addr, "--token-file", &s(&token)]).assert_success();
+    assert_eq!(job.finish().0, Some(0));
+}
+
+#[test]
+fn a_job_that_is_gone_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A port nobody listens on (bound then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let r = control(tmp.path(), &["savepoint", "--job", &addr]);
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+    assert!(
+        r.stderr.contains("cannot reach the job's control endpoint"),
+        "{}",
+        r.describe()
+    );
+    assert!(r.stderr.lines().count() <= 2, "{}", r.describe());
+}
+
+#[test]
+fn a_truncated_or_foreign_savepoint_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let job = Running::start(t, job_args(t, 2, Some("300000"), &[]), "job");
+    let stop = control(t, &["stop", "--job", &job.addr]);
+    stop.assert_success();
+    job.finish();
+    let sp = PathBuf::from(stop.stdout.trim());
+    let meta = sp.join("_metadata");
+    let bytes = std::fs::read(&meta).unwrap();
+    for (what, content) in [
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+        ("foreign", b"{\"not\": \"weir\"}".to_vec()),
+    ] {
+        std::fs::write(&meta, &content).unwrap();
+        let r = run(&mut weir(t, job_args(t, 2, None, &["--restore", &s(&sp)])));
+        assert_eq!(r.code(), Some(1), "{what}\n{}", r.describe());
+        assert!(r.stderr.contains("_metadata"), "{what}\n{}", r.describe());
+        assert!(!r.stderr.contains("panicked"), "{what}\n{}", r.describe());
+    }
+}
