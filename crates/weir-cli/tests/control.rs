@@ -50,7 +50,17 @@ struct Running {
     log: PathBuf,
 }
 
+impl Drop for Running {
+    /// A failing test must not leave its job running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Running {
+    // The child is waited for by `finish` or by `Drop`.
+    #[allow(clippy::zombie_processes)]
     fn start(tmp: &Path, args: Vec<String>, name: &str) -> Running {
         let log = tmp.join(format!("{name}.log"));
         let child = spawn_logged(&mut weir(tmp, &args), &log);
