@@ -42,6 +42,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of `Run`'s flags costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run a built-in job.
     #[command(subcommand)]
