@@ -1,4 +1,5 @@
-//! `weir checkpoints list`: the checkpoints in a folder — complete, incomplete or unreadable.
+//! `weir checkpoints list`: the checkpoints in a folder — complete, incomplete or unreadable;
+//! `weir checkpoints inspect`: one checkpoint or savepoint in detail.
 //!
 //! The folder may be a job's folder (`<checkpoint-dir>/<job>`, holding `chk-<n>`) or a
 //! checkpoint directory holding several jobs' folders. Every complete checkpoint is read in
@@ -21,6 +22,18 @@ use crate::inspect::{human_bytes, table, timestamp, Format};
 pub enum CheckpointsCommand {
     /// List the checkpoints in a folder: id, time, size, duration, complete or not.
     List(ListArgs),
+    /// Show one checkpoint or savepoint: operators, subtasks, state sizes, source positions.
+    Inspect(InspectArgs),
+}
+
+/// Arguments of `weir checkpoints inspect`.
+#[derive(Args)]
+pub struct InspectArgs {
+    /// A checkpoint or savepoint folder (the one `--restore` takes).
+    path: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 /// Arguments of `weir checkpoints list`.
@@ -49,14 +62,20 @@ enum Status {
 
 /// Runs a `weir checkpoints` command.
 pub fn run(cmd: CheckpointsCommand) -> Result<ExitCode> {
-    let CheckpointsCommand::List(args) = cmd;
-    let rows = list(&args.dir)?;
-    let text = match args.format {
-        Format::Json => {
-            let items: Vec<_> = rows.iter().map(row_json).collect();
-            serde_json::to_string_pretty(&items)? + "\n"
+    let text = match cmd {
+        CheckpointsCommand::List(args) => {
+            let rows = list(&args.dir)?;
+            match args.format {
+                Format::Json => {
+                    let items: Vec<_> = rows.iter().map(row_json).collect();
+                    serde_json::to_string_pretty(&items)? + "\n"
+                }
+                Format::Text => rows_text(&rows, &args.dir),
+            }
         }
-        Format::Text => rows_text(&rows, &args.dir),
+        CheckpointsCommand::Inspect(args) => {
+            crate::inspect::inspect_checkpoint(&args.path, args.format == Format::Json)?
+        }
     };
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {

@@ -130,6 +130,8 @@ fn describe_json(d: &CheckpointDescription) -> Value {
     json!({
         "checkpoint": d.path.display().to_string(),
         "checkpoint_id": d.checkpoint_id,
+        "kind": d.snapshot.to_string(),
+        "weir_version": d.weir_version,
         "job": d.job_name,
         "mode": d.mode.to_string(),
         "max_parallelism": d.max_parallelism,
@@ -156,7 +158,8 @@ fn describe_text(d: &CheckpointDescription) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "checkpoint {} of job {} at {}",
+        "{} {} of job {} at {}",
+        d.snapshot,
         d.checkpoint_id,
         cell(&d.job_name),
         d.path.display()
@@ -177,6 +180,7 @@ fn describe_text(d: &CheckpointDescription) -> String {
         n => format!("{n} state files"),
     };
     let facts = [
+        ("written by", format!("weir {}", cell(&d.weir_version))),
         ("mode", d.mode.to_string()),
         ("max parallelism", d.max_parallelism.to_string()),
         ("triggered", when(d.trigger_timestamp_ms)),
@@ -245,6 +249,58 @@ fn describe_text(d: &CheckpointDescription) -> String {
         );
     }
     s
+}
+
+// ---------------------------------------------------------------------------------------
+// checkpoints inspect
+
+/// `weir checkpoints inspect`: the description of `weir state ls` plus where every source
+/// stands (its decoded position state), so a user sees what a restore would resume from.
+pub fn inspect_checkpoint(path: &std::path::Path, json_out: bool) -> Result<String> {
+    let d = inspect::describe(path)?;
+    let mut positions: Vec<(String, String, Vec<Row>)> = Vec::new();
+    for o in &d.operators {
+        for st in &o.states {
+            let Some(dec) = Decoder::find(&d.job_name, &o.uid, &st.name, st.scope) else {
+                continue;
+            };
+            if !matches!(dec, Decoder::GeneratorSplits | Decoder::FileSplits) {
+                continue;
+            }
+            let raw = inspect::raw_state(path, &o.uid, &st.name)?;
+            positions.push((o.uid.clone(), st.name.clone(), dec.rows(&raw)?));
+        }
+    }
+    if json_out {
+        let mut v = describe_json(&d);
+        v["source_positions"] = positions
+            .iter()
+            .map(|(uid, state, rows)| {
+                let rows: Vec<Value> = rows
+                    .iter()
+                    .map(|r| {
+                        Value::Object(r.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+                    })
+                    .collect();
+                json!({ "uid": uid, "state": state, "splits": rows })
+            })
+            .collect();
+        return Ok(pretty(&v));
+    }
+    let mut s = describe_text(&d);
+    for (uid, state, rows) in positions {
+        let _ = writeln!(s, "\nsource positions of {} ({state}):", cell(&uid));
+        if let Some(first) = rows.first() {
+            let headers: Vec<String> = first.iter().map(|(k, _)| k.to_uppercase()).collect();
+            let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| r.iter().map(|(_, v)| value_cell(v)).collect())
+                .collect();
+            s.push_str(&table(&headers, &cells, &[]));
+        }
+    }
+    Ok(s)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -110,3 +110,36 @@ fn missing_folder_is_a_clear_error() {
     assert!(r.stderr.contains("/nonexistent/ck"), "{}", r.describe());
     assert!(r.stderr.lines().count() <= 2, "{}", r.describe());
 }
+
+/// `checkpoints inspect` describes one checkpoint with its sources' positions, in text and
+/// JSON; a folder that is not a checkpoint is one clear error.
+#[test]
+fn inspect_shows_operators_sizes_and_source_positions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ck = leave_checkpoints(tmp.path());
+    let job = ck.join("keyed-count");
+    let newest = *completed_checkpoints(&job).last().unwrap();
+    let chk = job.join(format!("chk-{newest}"));
+    let r = run(&mut weir(tmp.path(), ["checkpoints", "inspect", &s(&chk)]));
+    r.assert_success();
+    for needle in [
+        "checkpoint",
+        "generator",
+        "count",
+        "source positions",
+        "NEXT",
+    ] {
+        assert!(r.stdout.contains(needle), "{needle}\n{}", r.describe());
+    }
+    let r = run(&mut weir(
+        tmp.path(),
+        ["checkpoints", "inspect", &s(&chk), "--format", "json"],
+    ));
+    r.assert_success();
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["kind"], "checkpoint");
+    let splits = v["source_positions"][0]["splits"].as_array().unwrap();
+    assert_eq!(splits.len(), 2, "one split per generator subtask");
+    let r = run(&mut weir(tmp.path(), ["checkpoints", "inspect", &s(&job)]));
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+}

@@ -22,7 +22,8 @@ use serde::de::DeserializeOwned;
 
 use super::format::FileKind;
 use super::metadata::{
-    CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile, TaskStatsMeta,
+    CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile, SnapshotKind,
+    TaskStatsMeta,
 };
 use super::storage::{
     parse_checkpoint_dir_name, read_metadata, read_state_file, StorageError, METADATA_FILE_NAME,
@@ -177,6 +178,10 @@ pub struct CheckpointDescription {
     pub path: PathBuf,
     /// The checkpoint id.
     pub checkpoint_id: u64,
+    /// Checkpoint or savepoint.
+    pub snapshot: SnapshotKind,
+    /// The Weir version that wrote it.
+    pub weir_version: String,
     /// The job's name, which tells a tool which types the states hold.
     pub job_name: String,
     /// When the checkpoint was triggered (ms since the Unix epoch).
@@ -510,6 +515,8 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
     Ok(CheckpointDescription {
         path: path.to_path_buf(),
         checkpoint_id: meta.checkpoint_id,
+        snapshot: meta.snapshot,
+        weir_version: meta.weir_version,
         job_name: meta.job_name,
         trigger_timestamp_ms: meta.trigger_timestamp_ms,
         completed_timestamp_ms: meta.completed_timestamp_ms,
