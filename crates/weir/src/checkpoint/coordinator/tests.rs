@@ -193,3 +193,124 @@ fn restart_forgets_pending_but_keeps_ids() {
         vec![2]
     );
 }
+
+fn complete(c: &mut Coordinator<u32>, id: u64, tasks: usize, now: Instant) -> Vec<Action<u32>> {
+    for t in 0..tasks {
+        c.on_ack(id, t, 0);
+    }
+    c.on_metadata_written(id, now)
+}
+
+#[test]
+fn the_final_checkpoint_is_due_at_once_even_without_periodic_checkpoints() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(
+        CheckpointConfig {
+            interval: None,
+            ..cfg()
+        },
+        1,
+    );
+    c.start_attempt(1, t0);
+    assert!(triggers(&c.tick(t0 + Duration::from_secs(60), 0)).is_empty());
+    assert_eq!(c.next_deadline(), None, "nothing periodic to wait for");
+    c.expedite();
+    assert_eq!(triggers(&c.tick(t0 + Duration::from_secs(61), 0)), vec![1]);
+    assert!(
+        triggers(&c.tick(t0 + Duration::from_secs(62), 0)).is_empty(),
+        "one final checkpoint, not a stream of them"
+    );
+}
+
+#[test]
+fn expedite_still_respects_max_concurrent() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+        vec![1]
+    );
+    c.expedite();
+    assert!(triggers(&c.tick(t0 + Duration::from_millis(101), 0)).is_empty());
+    complete(&mut c, 1, 1, t0 + Duration::from_millis(102));
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(103), 0)),
+        vec![2]
+    );
+}
+
+#[test]
+fn savepoints_are_forced_never_retained_and_never_subsume() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    assert_eq!(
+        triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
+        vec![1]
+    );
+    // Forced past max_concurrent = 1 and the interval.
+    let sp = c
+        .trigger_forced(BarrierKind::Savepoint, t0 + Duration::from_millis(101), 0)
+        .unwrap();
+    assert_eq!((sp.id, sp.kind), (2, BarrierKind::Savepoint));
+    assert!(c.is_savepoint(2));
+    let a = complete(&mut c, 2, 1, t0 + Duration::from_millis(102));
+    assert!(
+        a.is_empty(),
+        "no notification, no retention, no subsumption: {a:?}"
+    );
+    assert!(c.is_pending(1), "checkpoint 1 is still pending");
+    for id in [1, 3, 4, 5] {
+        if id > 1 {
+            c.trigger_forced(BarrierKind::Checkpoint, t0, 0).unwrap();
+        }
+        complete(&mut c, id, 1, t0 + Duration::from_millis(200));
+    }
+    assert_eq!(
+        c.retained_ids(),
+        vec![4, 5],
+        "the savepoint is not among them"
+    );
+}
+
+#[test]
+fn a_failed_savepoint_is_not_a_checkpoint_failure() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(
+        CheckpointConfig {
+            tolerable_failures: 0,
+            ..cfg()
+        },
+        1,
+    );
+    c.start_attempt(1, t0);
+    c.trigger_forced(BarrierKind::Savepoint, t0, 0).unwrap();
+    let a = c.on_decline(1, AbortReason::Failed("disk full".into()));
+    assert!(matches!(&a[..], [Action::Abort { id: 1, .. }]), "{a:?}");
+    let a = c.tick(t0 + Duration::from_secs(2), 0);
+    assert!(!a.iter().any(|a| matches!(a, Action::FailJob(_))), "{a:?}");
+}
+
+#[test]
+fn a_stop_holds_periodic_triggers_and_ends_triggering_when_complete() {
+    let t0 = Instant::now();
+    let mut c = Coordinator::<u32>::new(cfg(), 1);
+    c.start_attempt(1, t0);
+    let stop = BarrierKind::Stop { drain: false };
+    c.trigger_forced(stop, t0, 0).unwrap();
+    // Past the interval (100 ms), within the timeout (1 s): nothing periodic while stopping.
+    assert!(triggers(&c.tick(t0 + Duration::from_millis(500), 0)).is_empty());
+    let e = c.trigger_forced(BarrierKind::Savepoint, t0, 0).unwrap_err();
+    assert!(e.contains("stopping"), "{e}");
+    // Aborted: the job runs on, periodic checkpoints resume.
+    c.on_decline(1, AbortReason::Timeout);
+    assert_eq!(triggers(&c.tick(t0 + Duration::from_secs(6), 0)), vec![2]);
+    complete(&mut c, 2, 1, t0 + Duration::from_secs(6));
+    c.trigger_forced(stop, t0 + Duration::from_secs(6), 0)
+        .unwrap();
+    let a = complete(&mut c, 3, 1, t0 + Duration::from_secs(7));
+    assert!(matches!(&a[..], [Action::NotifyComplete(3)]), "{a:?}");
+    assert!(triggers(&c.tick(t0 + Duration::from_secs(9), 0)).is_empty());
+    assert!(c.trigger_forced(BarrierKind::Checkpoint, t0, 0).is_err());
+}
