@@ -275,7 +275,7 @@ fn run_job(
 ) -> Result<JobResult> {
     let metrics = env.metrics();
     let cfg = env.config().clone();
-    let server = match common.control.bind_addr()? {
+    let server = match common.control.bind_addr() {
         None => None,
         Some(bind) => {
             let token = common.control.token(bind.ip())?;

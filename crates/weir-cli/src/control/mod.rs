@@ -31,8 +31,8 @@ use weir::prelude::JobConfig;
 pub struct RunControlArgs {
     /// Address of the control endpoint (`weir savepoint|stop|checkpoint|status --job ADDR`):
     /// `IP:PORT` (port 0 picks a free one; the address is printed at start) or `off`.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub control: String,
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub control: Bind,
     /// File holding the control endpoint's token. Required of requests whenever given;
     /// without it, a non-loopback endpoint makes up a token and prints it at start.
     #[arg(long)]
@@ -54,17 +54,8 @@ impl RunControlArgs {
     }
 
     /// Where to bind, or `None` when the endpoint is off.
-    pub fn bind_addr(&self) -> Result<Option<SocketAddr>> {
-        if self.control == "off" {
-            return Ok(None);
-        }
-        let addr: SocketAddr = self.control.parse().with_context(|| {
-            format!(
-                "--control '{}' is not IP:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:0) nor `off`",
-                self.control
-            )
-        })?;
-        Ok(Some(addr))
+    pub fn bind_addr(&self) -> Option<SocketAddr> {
+        self.control.0
     }
 
     /// The token requests must carry: the file's content when given, a fresh random one
@@ -82,6 +73,19 @@ impl RunControlArgs {
                 .collect(),
         ))
     }
+}
+
+/// Where the control endpoint listens; `None` when it is off.
+#[derive(Debug, Clone, Copy)]
+pub struct Bind(Option<SocketAddr>);
+
+fn parse_bind(s: &str) -> Result<Bind, String> {
+    if s == "off" {
+        return Ok(Bind(None));
+    }
+    s.parse()
+        .map(|a| Bind(Some(a)))
+        .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:0) nor `off`"))
 }
 
 /// Reads a token file: its content without surrounding whitespace, never empty.
