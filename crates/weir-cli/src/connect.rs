@@ -249,6 +249,8 @@ pub trait CountKey: Key + Display {
     const SQL_TYPE: &'static str;
     /// Appends it as a JSON value.
     fn write_json(&self, out: &mut String);
+    /// A key for the probe row of the upsert check (never committed).
+    fn probe() -> Self;
     /// Its SQL value.
     #[cfg(feature = "postgres")]
     fn sql(&self) -> Result<SqlValue, String>;
@@ -259,6 +261,9 @@ impl CountKey for u64 {
     const SQL_TYPE: &'static str = "BIGINT";
     fn write_json(&self, out: &mut String) {
         let _ = write!(out, "{self}");
+    }
+    fn probe() -> Self {
+        0
     }
     #[cfg(feature = "postgres")]
     fn sql(&self) -> Result<SqlValue, String> {
@@ -272,6 +277,9 @@ impl CountKey for String {
     fn write_json(&self, out: &mut String) {
         // Serializing a string into JSON cannot fail.
         out.push_str(&serde_json::to_string(self).unwrap_or_default());
+    }
+    fn probe() -> Self {
+        String::new()
     }
     #[cfg(feature = "postgres")]
     fn sql(&self) -> Result<SqlValue, String> {
@@ -379,8 +387,20 @@ fn check_sink<K: CountKey>(spec: &SinkSpec, run: &RunInfo<'_>) -> Result<()> {
         SinkSpec::Postgres(c) => {
             let mut sink = postgres_sink::<K>(c);
             let ctx = probe_context(run, "sink-postgres");
-            TwoPhaseCommitSink::<(K, u64)>::open(&mut sink, &ctx)
-                .map_err(|e| anyhow::anyhow!("{}", with_table_hint::<K>(&e.to_string(), c)))
+            let hint =
+                |e: weir::Error| anyhow::anyhow!("{}", with_table_hint::<K>(&e.to_string(), c));
+            TwoPhaseCommitSink::<(K, u64)>::open(&mut sink, &ctx).map_err(hint)?;
+            if let WriteMode::Upsert { .. } = c.mode {
+                // The server checks `ON CONFLICT (key)` against the table's constraints only
+                // when the statement runs, not when it is prepared: upsert one probe row in
+                // a transaction that is rolled back, so a missing primary key fails now.
+                let mut txn =
+                    TwoPhaseCommitSink::<(K, u64)>::begin(&mut sink, &ctx).map_err(hint)?;
+                let written = sink.write(&mut txn, &mut vec![(K::probe(), 0)]);
+                TwoPhaseCommitSink::<(K, u64)>::abort(&mut sink, txn).map_err(hint)?;
+                written.map_err(hint)?;
+            }
+            Ok(())
         }
         #[cfg(feature = "nats")]
         SinkSpec::Nats(c) => {

@@ -90,7 +90,7 @@ fn files_sink_is_exact_after_sigkills_and_restore_latest() {
     kill_loop(
         tmp.path(),
         &chk.join("keyed-count"),
-        4,
+        (4, (300, 900)),
         0x5eed_f11e,
         args,
         |i| {

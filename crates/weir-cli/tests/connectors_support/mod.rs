@@ -132,12 +132,13 @@ pub fn hidden_files(dir: &Path) -> Vec<String> {
 }
 
 /// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
-/// and SIGKILLs each run 300–900 ms after its start; `after_kill(i)` checks the committed
-/// output. Asserts that most runs completed a new checkpoint (the restores progressed).
+/// and SIGKILLs each run a random number of milliseconds in `window` after its start;
+/// `after_kill(i)` checks the committed output. Asserts that most runs completed a new
+/// checkpoint (the restores progressed).
 pub fn kill_loop(
     tmp: &Path,
     job_dir: &Path,
-    kills: usize,
+    (kills, window): (usize, (u64, u64)),
     seed: u64,
     args: impl Fn(bool) -> Vec<String>,
     mut after_kill: impl FnMut(usize),
@@ -145,7 +146,7 @@ pub fn kill_loop(
     let mut rng = XorShift::from_env(seed);
     let (mut newest, mut progressed) = (0u64, 0usize);
     for i in 0..kills {
-        let delay = rng.range(300, 900);
+        let delay = rng.range(window.0, window.1);
         let log = tmp.join(format!("run-{i}.log"));
         let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
         thread::sleep(Duration::from_millis(delay));
