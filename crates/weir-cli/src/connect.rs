@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+#[cfg(any(feature = "postgres", feature = "nats"))]
 use weir::api::two_phase_commit::{TransactionContext, TwoPhaseCommitSink};
 use weir::connectors::files::LinesWith;
 use weir::prelude::*;
@@ -203,7 +204,7 @@ fn parse_nats_source(spec: &str, forms: &str) -> Result<Box<SourceSpec>, String>
         .map_err(|e| format!("{e}; --source accepts {forms}"));
     #[cfg(not(feature = "nats"))]
     return Err(format!(
-        "this weir was built without NATS support (cargo feature `nats`, on by default); \
+        "`{spec}`: this weir was built without NATS support (cargo feature `nats`, on by default); \
          --source accepts {forms}"
     ));
 }
@@ -246,10 +247,12 @@ pub trait CountKey: Key + Display {
     /// Its column in a table and field in JSON lines (`key`, `word`).
     const COLUMN: &'static str;
     /// Its SQL type, for the `CREATE TABLE` a missing table's error suggests.
+    #[cfg(feature = "postgres")]
     const SQL_TYPE: &'static str;
     /// Appends it as a JSON value.
     fn write_json(&self, out: &mut String);
     /// A key for the probe row of the upsert check (never committed).
+    #[cfg(feature = "postgres")]
     fn probe() -> Self;
     /// Its SQL value.
     #[cfg(feature = "postgres")]
@@ -258,10 +261,12 @@ pub trait CountKey: Key + Display {
 
 impl CountKey for u64 {
     const COLUMN: &'static str = "key";
+    #[cfg(feature = "postgres")]
     const SQL_TYPE: &'static str = "BIGINT";
     fn write_json(&self, out: &mut String) {
         let _ = write!(out, "{self}");
     }
+    #[cfg(feature = "postgres")]
     fn probe() -> Self {
         0
     }
@@ -273,11 +278,13 @@ impl CountKey for u64 {
 
 impl CountKey for String {
     const COLUMN: &'static str = "word";
+    #[cfg(feature = "postgres")]
     const SQL_TYPE: &'static str = "TEXT";
     fn write_json(&self, out: &mut String) {
         // Serializing a string into JSON cannot fail.
         out.push_str(&serde_json::to_string(self).unwrap_or_default());
     }
+    #[cfg(feature = "postgres")]
     fn probe() -> Self {
         String::new()
     }
@@ -350,18 +357,17 @@ pub fn prepare<K: CountKey>(
         }
         check_sink::<K>(spec, run)?;
     }
-    let mut source_messages = None;
-    if let Some(spec) = source {
-        match spec {
-            SourceSpec::Files(glob) => {
-                if FileSource::expand(std::slice::from_ref(glob))?.is_empty() {
-                    bail!("--source files:{} matches no files", glob.display());
-                }
+    let source_messages = match source {
+        None => None,
+        Some(SourceSpec::Files(glob)) => {
+            if FileSource::expand(std::slice::from_ref(glob))?.is_empty() {
+                bail!("--source files:{} matches no files", glob.display());
             }
-            #[cfg(feature = "nats")]
-            SourceSpec::Nats(c) => source_messages = Some(c.probe()?.messages),
+            None
         }
-    }
+        #[cfg(feature = "nats")]
+        Some(SourceSpec::Nats(c)) => Some(c.probe()?.messages),
+    };
     Ok(Prepared {
         sink: sink.sink.as_deref().cloned().map(|s| (s, format)),
         source: source.cloned(),
@@ -370,6 +376,7 @@ pub fn prepare<K: CountKey>(
 }
 
 /// The transaction context of subtask 0, for opening a sink before the job.
+#[cfg(any(feature = "postgres", feature = "nats"))]
 fn probe_context(run: &RunInfo<'_>, uid: &str) -> TransactionContext {
     TransactionContext {
         job_name: run.job.to_string(),
