@@ -38,7 +38,7 @@ use weir::connectors::files::LinesWith;
 use weir::prelude::*;
 use weir::state::Key;
 
-use crate::jobs::Output;
+use crate::jobs::{Lines, Output};
 
 #[cfg(feature = "nats")]
 use weir_connectors::nats::{JetStreamConfig, JetStreamSink, JetStreamSource};
@@ -531,6 +531,32 @@ impl Prepared {
         if let Some((spec, _)) = &self.sink {
             println!("sink: {spec} (committed)");
         }
+    }
+
+    /// wordcount's input — the `--source`, else the `--input` files — and about how many
+    /// records the job will process (the horizon of `--inject-failures`).
+    pub fn wordcount_lines(&self, input: &[PathBuf]) -> Result<(Lines<'_>, u64)> {
+        let files = match (&self.source, self.source_files()) {
+            // About 10 records per message (a line at the source, its words at the counter).
+            (Some(_), None) => {
+                let records = self.source_messages.unwrap_or(0) * 10;
+                return Ok((Lines::Connector(self), records));
+            }
+            (_, Some(glob)) => vec![glob.to_path_buf()],
+            (None, None) => input.to_vec(),
+        };
+        let expanded = FileSource::expand(&files)?;
+        if expanded.is_empty() {
+            bail!("no input files found in {files:?}");
+        }
+        let bytes: u64 = expanded
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        let source = FileSource::new(expanded)?.lossy_utf8();
+        // About one record per 40 bytes of text (lines at the source, words at the counter).
+        Ok((Lines::Files(Box::new(source)), bytes / 40))
     }
 
     /// keyed-count's event numbers, from the `--source` connector.

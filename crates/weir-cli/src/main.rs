@@ -366,29 +366,7 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
         &args.connect.sink,
         &run_info("wordcount", c),
     )?;
-    let (lines, horizon) = match (&args.connect.source, prepared.source_files()) {
-        // About 10 records per message (a line at the source, its words at the counter).
-        (Some(_), None) => (
-            jobs::Lines::Connector(&prepared),
-            prepared.source_messages.unwrap_or(0) * 10,
-        ),
-        (_, glob) => {
-            let input = glob.map_or(args.input.clone(), |g| vec![g.to_path_buf()]);
-            let files = weir::connectors::files::FileLineSource::expand(&input)?;
-            if files.is_empty() {
-                bail!("no input files found in {input:?}");
-            }
-            let bytes: u64 = files
-                .iter()
-                .filter_map(|f| f.metadata().ok())
-                .map(|m| m.len())
-                .sum();
-            // About one record per 40 bytes of text (lines at the source, words at the
-            // counter).
-            let source = FileLineSource::new(files)?.lossy_utf8();
-            (jobs::Lines::Files(Box::new(source)), bytes / 40)
-        }
-    };
+    let (lines, horizon) = prepared.wordcount_lines(&args.input)?;
     let cfg = c.config("wordcount", horizon.max(2))?;
     announce(&cfg);
     let dest = match prepared.output() {
