@@ -1,6 +1,7 @@
 //! The built-in jobs: `keyed-count` (workload W1) and `wordcount`.
 //!
-//! Both are ordinary DataStream programs; the CLI only fills in their configuration.
+//! Both are ordinary DataStream programs; the CLI only fills in their configuration and,
+//! with `--source`/`--sink`, the connectors at their ends ([`crate::connect`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use weir::prelude::*;
 use weir::state::key_group::{key_group, KeyGroupRange};
 use weir::state::Key;
+
+use crate::connect::{self, CountKey, Prepared, SinkFormat, SinkSpec};
 
 /// The exact count of key `k` among events `0..n` with `key = i % keys`.
 pub fn expected_count(n: u64, keys: u64, k: u64) -> u64 {
@@ -147,12 +150,35 @@ fn verify_state<K: Key>(
     }
 }
 
-/// Where a job's final `key,count` lines go.
+/// Where a job's `(key, count)` records go.
 pub enum Output {
-    /// A staging folder for part files.
+    /// `key,count` lines in part files in a staging folder (`--output`).
     Files(PathBuf),
     /// Nowhere (benchmarks).
     Discard,
+    /// An exactly-once connector (`--sink`).
+    Connector(SinkSpec, SinkFormat),
+}
+
+/// Where keyed-count's event numbers come from.
+pub enum Events<'a> {
+    /// The generator: `0..n`, at most `rate` per second.
+    Generator {
+        /// Number of events.
+        n: u64,
+        /// Events per second over all subtasks.
+        rate: Option<f64>,
+    },
+    /// The `--source` connector.
+    Connector(&'a Prepared),
+}
+
+/// Where wordcount's lines come from.
+pub enum Lines<'a> {
+    /// Files (`--input`, `--source files:GLOB`).
+    Files(Box<FileLineSource>),
+    /// The `--source` connector.
+    Connector(&'a Prepared),
 }
 
 fn format_pair<K: std::fmt::Display>(r: &(K, u64), line: &mut String) {
@@ -160,31 +186,37 @@ fn format_pair<K: std::fmt::Display>(r: &(K, u64), line: &mut String) {
     let _ = write!(line, "{},{}", r.0, r.1);
 }
 
-/// Builds `keyed-count` into `env`: generator → key_by(i % keys) → count → sink.
+/// Builds `keyed-count` into `env`: generator (or `--source`) → key_by(i % keys) → count →
+/// sink. `verify_state` needs the generator (the only input whose truth is known).
 pub fn keyed_count(
     env: &StreamEnvironment,
-    events: u64,
+    events: Events<'_>,
     keys: u64,
-    rate: Option<f64>,
     emit_updates: bool,
     output: Output,
     verify_state: Option<StateVerdicts>,
-) {
+) -> anyhow::Result<()> {
     let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates);
-    if let Some(v) = verify_state {
-        count.verify = Some((events, keys, env.config().max_parallelism, v));
-    }
-    let counts = env
-        .add_source("generator", GeneratorSource::new(events).with_rate(rate))
-        .uid("generator")
+    let numbers = match events {
+        Events::Generator { n, rate } => {
+            if let Some(v) = verify_state {
+                count.verify = Some((n, keys, env.config().max_parallelism, v));
+            }
+            env.add_source("generator", GeneratorSource::new(n).with_rate(rate))
+                .uid("generator")
+        }
+        Events::Connector(p) => p.numbers(env)?,
+    };
+    let counts = numbers
         .key_by(move |i: &u64| i % keys)
         .process(count)
         .name("count")
         .uid("count");
     add_output(counts, output);
+    Ok(())
 }
 
-fn add_output<K: Key + std::fmt::Display>(s: DataStream<(K, u64)>, output: Output) {
+fn add_output<K: CountKey>(s: DataStream<(K, u64)>, output: Output) {
     match output {
         Output::Files(dir) => {
             s.add_sink("output", TextFileSink::new(dir, format_pair::<K>))
@@ -193,6 +225,7 @@ fn add_output<K: Key + std::fmt::Display>(s: DataStream<(K, u64)>, output: Outpu
         Output::Discard => {
             s.add_sink("discard", DiscardSink).uid("discard");
         }
+        Output::Connector(spec, format) => connect::add_sink(s, &spec, format),
     }
 }
 
@@ -208,11 +241,14 @@ pub fn tokenize(line: &str) -> impl Iterator<Item = String> + '_ {
         .into_iter()
 }
 
-/// Builds `wordcount` into `env`: files → words → key_by(word) → count → sink.
-pub fn wordcount(env: &StreamEnvironment, source: FileLineSource, output: Output) {
-    let counts = env
-        .add_source("files", source)
-        .uid("files")
+/// Builds `wordcount` into `env`: files (or `--source`) → words → key_by(word) → count →
+/// sink.
+pub fn wordcount(env: &StreamEnvironment, lines: Lines<'_>, output: Output) -> anyhow::Result<()> {
+    let lines = match lines {
+        Lines::Files(source) => env.add_source("files", *source).uid("files"),
+        Lines::Connector(p) => p.lines(env)?,
+    };
+    let counts = lines
         .flat_map(|line: String| tokenize(&line).collect::<Vec<_>>())
         .name("tokenize")
         .key_by(|w: &String| w.clone())
@@ -220,6 +256,7 @@ pub fn wordcount(env: &StreamEnvironment, source: FileLineSource, output: Output
         .name("count")
         .uid("count");
     add_output(counts, output);
+    Ok(())
 }
 
 #[cfg(test)]

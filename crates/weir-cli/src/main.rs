@@ -15,6 +15,7 @@
 //! success, 1 on an error, 2 on bad flags, 3 when `--verify` finds a wrong count.
 
 mod checkpoints;
+mod connect;
 mod control;
 mod inspect;
 mod jobs;
@@ -87,14 +88,18 @@ struct KeyedCountArgs {
     #[arg(long)]
     verify: bool,
     #[command(flatten)]
+    connect: connect::KeyedCountConnectors,
+    #[command(flatten)]
     common: Common,
 }
 
 #[derive(Args)]
 struct WordcountArgs {
     /// Text files or folders to read.
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, required_unless_present = "source", num_args = 1..)]
     input: Vec<PathBuf>,
+    #[command(flatten)]
+    connect: connect::WordcountConnectors,
     #[command(flatten)]
     common: Common,
 }
@@ -338,29 +343,42 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         bail!("--keys must be at least 1");
     }
     let c = &args.common;
-    let cfg = c.config(
-        "keyed-count",
-        args.events / u64::from(c.parallelism.max(1)) / 2,
-    )?;
+    let src = args.connect.source.as_deref();
+    if args.verify && src.is_some() {
+        return Err(connect::UsageError(
+            "--verify compares the counts with the generator's events 0..N, and a --source \
+             has no known truth: drop --verify and check the sink's output instead"
+                .into(),
+        )
+        .into());
+    }
+    let prepared = connect::prepare::<u64>(src, &args.connect.sink, &run_info("keyed-count", c))?;
+    let events = prepared.source_messages.unwrap_or(args.events);
+    let cfg = c.config("keyed-count", events / u64::from(c.parallelism.max(1)) / 2)?;
     announce(&cfg);
-    let dest = destination(c)?;
+    let dest = match prepared.output() {
+        Some(_) => Destination { staging: None },
+        None => destination(c)?,
+    };
     let env = StreamEnvironment::new(cfg);
     let verdicts: jobs::StateVerdicts = Arc::new(Mutex::new(Default::default()));
-    let out = match &dest.staging {
+    let out = prepared.output().unwrap_or(match &dest.staging {
         Some(dir) => jobs::Output::Files(dir.clone()),
         None => jobs::Output::Discard,
-    };
+    });
     let in_state = (args.verify && dest.staging.is_none()).then(|| verdicts.clone());
-    jobs::keyed_count(
-        &env,
-        args.events,
-        args.keys,
-        c.rate,
-        args.emit == Emit::Updates,
-        out,
-        in_state,
-    );
-    let result = run_job(env, "keyed-count", Some(args.events), &dest, c)?;
+    let input = match src {
+        Some(_) => jobs::Events::Connector(&prepared),
+        None => jobs::Events::Generator {
+            n: args.events,
+            rate: c.rate,
+        },
+    };
+    let emit_updates = args.emit == Emit::Updates;
+    jobs::keyed_count(&env, input, args.keys, emit_updates, out, in_state)?;
+    let label_events = src.is_none().then_some(args.events);
+    let result = run_job(env, "keyed-count", label_events, &dest, c)?;
+    prepared.print_summary();
     if !args.verify {
         return Ok(ExitCode::SUCCESS);
     }
@@ -396,28 +414,36 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
 
 fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
     let c = &args.common;
-    let files = weir::connectors::files::FileLineSource::expand(&args.input)?;
-    if files.is_empty() {
-        bail!("no input files found in {:?}", args.input);
-    }
-    let bytes: u64 = files
-        .iter()
-        .filter_map(|f| f.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    // About one record per 40 bytes of text (lines at the source, words at the counter).
-    let cfg = c.config("wordcount", (bytes / 40).max(2))?;
+    let prepared = connect::prepare::<String>(
+        args.connect.source.as_deref(),
+        &args.connect.sink,
+        &run_info("wordcount", c),
+    )?;
+    let (lines, horizon) = prepared.wordcount_lines(&args.input)?;
+    let cfg = c.config("wordcount", horizon.max(2))?;
     announce(&cfg);
-    let source = FileLineSource::new(files)?.lossy_utf8();
-    let dest = destination(c)?;
+    let dest = match prepared.output() {
+        Some(_) => Destination { staging: None },
+        None => destination(c)?,
+    };
     let env = StreamEnvironment::new(cfg);
-    let out = match &dest.staging {
+    let out = prepared.output().unwrap_or(match &dest.staging {
         Some(dir) => jobs::Output::Files(dir.clone()),
         None => jobs::Output::Discard,
-    };
-    jobs::wordcount(&env, source, out);
+    });
+    jobs::wordcount(&env, lines, out)?;
     run_job(env, "wordcount", None, &dest, c)?;
+    prepared.print_summary();
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the connectors need to know about a run before it starts.
+fn run_info<'a>(job: &'a str, c: &Common) -> connect::RunInfo<'a> {
+    connect::RunInfo {
+        job,
+        parallelism: c.parallelism,
+        restoring: c.restore.is_some(),
+    }
 }
 
 fn announce(cfg: &JobConfig) {
@@ -471,7 +497,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            match e.downcast_ref::<connect::UsageError>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -166,6 +166,32 @@ impl JetStreamConfig {
     }
 }
 
+/// What [`JetStreamConfig::probe`] found in a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamProbe {
+    /// Messages stored now.
+    pub messages: u64,
+    /// The stream's last sequence now: where a bounded source started now would stop.
+    pub last_sequence: u64,
+}
+
+impl JetStreamConfig {
+    /// Connects and looks the stream up as a source does when it starts, without reading.
+    ///
+    /// Inside a job, an unreachable server or a missing stream is a task failure, which the
+    /// restart strategy retries (by default without end); a program that starts jobs (the
+    /// `weir` CLI) calls this first to report such a problem at once, with the same message.
+    pub fn probe(&self) -> Result<StreamProbe> {
+        let conn = Connection::open(self)?;
+        let stream = conn.stream(&self.stream)?;
+        let state = &stream.cached_info().state;
+        Ok(StreamProbe {
+            messages: state.messages,
+            last_sequence: state.last_sequence,
+        })
+    }
+}
+
 impl fmt::Display for JetStreamConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.server, self.stream)?;

@@ -1,0 +1,195 @@
+//! Helpers shared by the `connectors_*` tests: the keyed-count command line with a
+//! `--sink`, the exactly-once check of `--emit updates` output (every key's counts are
+//! exactly `1..=n`), a SIGKILL loop, and the clean-error check.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// keyed-count with `--emit updates` into `sink`, checkpoints in `chk`, then `extra`.
+pub fn keyed_count_updates(
+    chk: &Path,
+    sink: &str,
+    events: u64,
+    keys: u64,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        &events.to_string(),
+        "--keys",
+        &keys.to_string(),
+        "--emit",
+        "updates",
+        "--sink",
+        sink,
+        "--checkpoint-dir",
+        &s(chk),
+        "--restart-delay",
+        "5ms",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+/// `key → every count emitted for it`, from `(key, count)` records in any order.
+pub fn group(records: impl IntoIterator<Item = (u64, u64)>) -> BTreeMap<u64, Vec<u64>> {
+    let mut per_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (k, c) in records {
+        per_key.entry(k).or_default().push(c);
+    }
+    for v in per_key.values_mut() {
+        v.sort_unstable();
+    }
+    per_key
+}
+
+/// Why `per_key` is not a prefix `1..=m` for every key (no duplicate, no gap), if it is not.
+pub fn prefix_problem(per_key: &BTreeMap<u64, Vec<u64>>) -> Option<String> {
+    for (k, counts) in per_key {
+        for (i, c) in counts.iter().enumerate() {
+            if *c != i as u64 + 1 {
+                let dup = counts.windows(2).any(|w| w[0] == w[1]);
+                return Some(format!(
+                    "key {k}: counts are not 1..={} ({}; first wrong at position {i}: {c})",
+                    counts.len(),
+                    if dup { "duplicates" } else { "a gap" }
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Asserts that the `--emit updates` output of keyed-count over `n` events and `keys` keys
+/// is exactly once: every key's counts are exactly `1..=expected_count(k)`.
+pub fn assert_updates_exact(per_key: &BTreeMap<u64, Vec<u64>>, n: u64, keys: u64, what: &str) {
+    if let Some(p) = prefix_problem(per_key) {
+        panic!("{what}: not exactly-once: {p}");
+    }
+    let want: BTreeMap<u64, u64> = (0..keys.min(n))
+        .map(|k| (k, expected_count(n, keys, k)))
+        .collect();
+    let got: BTreeMap<u64, u64> = per_key.iter().map(|(k, v)| (*k, v.len() as u64)).collect();
+    if got != want {
+        let wrong: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| got.get(k) != Some(v))
+            .take(5)
+            .map(|(k, v)| format!("key {k}: want 1..={v}, got {:?} counts", got.get(k)))
+            .collect();
+        panic!(
+            "{what}: {} keys, {} expected; {}",
+            got.len(),
+            want.len(),
+            wrong.join("; ")
+        );
+    }
+}
+
+/// Every `key<TAB>count` line of the committed (visible) part files in `dir`; hidden
+/// in-progress and pending files are not output and are skipped, as readers do.
+pub fn committed_tsv(dir: &Path) -> Vec<(u64, u64)> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        let p = e.expect("dir entry").path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("part-") {
+            continue;
+        }
+        assert!(name.ends_with(".tsv"), "unexpected file {name}");
+        for line in fs::read_to_string(&p).expect("read part file").lines() {
+            let (k, c) = line
+                .split_once('\t')
+                .unwrap_or_else(|| panic!("{name}: not key<TAB>count: {line:?}"));
+            out.push((k.parse().unwrap(), c.parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// Hidden files (in-progress or pending parts) left in `dir`.
+pub fn hidden_files(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .expect("list sink folder")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect()
+}
+
+/// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
+/// and SIGKILLs each run a random number of milliseconds in `window` after its start;
+/// `after_kill(i)` checks the committed output. Asserts that most runs completed a new
+/// checkpoint (the restores progressed).
+pub fn kill_loop(
+    tmp: &Path,
+    job_dir: &Path,
+    (kills, window): (usize, (u64, u64)),
+    seed: u64,
+    args: impl Fn(bool) -> Vec<String>,
+    mut after_kill: impl FnMut(usize),
+) {
+    let mut rng = XorShift::from_env(seed);
+    let (mut newest, mut progressed) = (0u64, 0usize);
+    for i in 0..kills {
+        let delay = rng.range(window.0, window.1);
+        let log = tmp.join(format!("run-{i}.log"));
+        let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
+        thread::sleep(Duration::from_millis(delay));
+        sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
+        after_kill(i);
+        let now = completed_checkpoints(job_dir).last().copied().unwrap_or(0);
+        progressed += usize::from(now > newest);
+        newest = now;
+    }
+    assert!(
+        progressed + 1 >= kills,
+        "only {progressed} of {kills} killed runs completed a new checkpoint in {}",
+        job_dir.display()
+    );
+}
+
+/// Asserts a refused run: exit `code`, an `error:` line on stderr naming every needle, no
+/// panic, no job summary.
+pub fn assert_clean_error(run: &Run, code: i32, needles: &[&str]) {
+    assert_eq!(
+        run.code(),
+        Some(code),
+        "wrong exit code\n{}",
+        run.describe()
+    );
+    for bad in ["stack backtrace", "panicked"] {
+        assert!(!run.stderr.contains(bad), "{}", run.describe());
+    }
+    assert!(
+        run.stderr.lines().any(|l| l.starts_with("error:")),
+        "no `error:` line\n{}",
+        run.describe()
+    );
+    for n in needles {
+        assert!(
+            run.stderr.contains(n),
+            "stderr does not mention {n:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        !run.stdout.contains("finished in"),
+        "the job ran\n{}",
+        run.describe()
+    );
+}
