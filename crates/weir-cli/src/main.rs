@@ -186,6 +186,10 @@ struct Common {
     /// Seed for --inject-failures.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The job's name (default: the built-in job's): its checkpoint folder and the prefix of
+    /// its sinks' transactions. Give concurrent runs of one job different names.
+    #[arg(long)]
+    job_name: Option<String>,
     #[command(flatten)]
     control: control::RunControlArgs,
 }
@@ -210,6 +214,10 @@ impl Common {
         }
         if self.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
             bail!("--rate must be a positive number of events per second");
+        }
+        let name = self.job_name.as_deref().unwrap_or(name);
+        if let Err(e) = weir::checkpoint::storage::validate_name("job name", name) {
+            bail!("--job-name: {e}");
         }
         let mut c = JobConfig::new(name);
         c.parallelism = self.parallelism;
