@@ -41,6 +41,34 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
     }
 }
 
+/// Numbers each key's records 1, 2, 3, … in keyed state and emits `(key, number)`: any
+/// lost or duplicated output shows up as a gap or a repeat in a key's numbers.
+#[derive(Clone, Default)]
+pub struct Sequence {
+    seq: Option<ValueState<u64>>,
+}
+
+impl CheckpointedFunction for Sequence {}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for Sequence {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.seq = Some(states.value_state("seq")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        _: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> Result<()> {
+        let seq = ctx.get_mut_or_insert_with(self.seq.unwrap(), || 0);
+        *seq += 1;
+        let seq = *seq;
+        out.collect((*ctx.key(), seq));
+        Ok(())
+    }
+}
+
 /// The exact count of key `k` among `0..n` with `key = i % keys`.
 pub fn expected(n: u64, keys: u64) -> HashMap<u64, u64> {
     (0..keys.min(n))

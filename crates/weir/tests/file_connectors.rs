@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::config;
+use common::{config, Sequence};
 use weir::connectors::files::{
     tab_separated, FileCommittable, FileSink, FileSource, FileTransaction, JsonLines, LinesWith,
 };
@@ -18,34 +18,6 @@ use weir::prelude::*;
 
 // ---------------------------------------------------------------------------------------
 // helpers
-
-/// Numbers each key's records 1, 2, 3, … in keyed state and emits `(key, number)`: any
-/// lost or duplicated output shows up as a gap or a repeat in a key's numbers.
-#[derive(Clone, Default)]
-struct Sequence {
-    seq: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for Sequence {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for Sequence {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.seq = Some(states.value_state("seq")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let seq = ctx.get_mut_or_insert_with(self.seq.unwrap(), || 0);
-        *seq += 1;
-        let seq = *seq;
-        out.collect((*ctx.key(), seq));
-        Ok(())
-    }
-}
 
 /// Counts each word (or line) in keyed state; emits `(word, count)` at end of input.
 #[derive(Clone, Default)]

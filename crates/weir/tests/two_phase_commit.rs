@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::config;
+use common::{config, Sequence};
 use weir::prelude::*;
 
 /// A transactional store: prepared transactions by name, and committed rows.
@@ -71,33 +71,6 @@ impl TwoPhaseCommitSink<(u64, u64)> for StoreSink {
         Ok(())
     }
     fn abort(&mut self, _: Vec<(u64, u64)>) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Emits `(key, n)` for the n-th record of each key: the per-key sequence 1..count.
-#[derive(Clone, Default)]
-struct Sequence {
-    count: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for Sequence {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for Sequence {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.count = Some(states.value_state("count")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let c = ctx.get_mut_or_insert_with(self.count.unwrap(), || 0);
-        *c += 1;
-        let c = *c;
-        out.collect((*ctx.key(), c));
         Ok(())
     }
 }
