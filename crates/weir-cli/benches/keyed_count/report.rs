@@ -272,7 +272,7 @@ pub fn print_targets(rows: &[Row]) {
             .samples
             .iter()
             .map(|s| {
-                let replay = s.source_records.saturating_sub(f.events) as f64 / clean;
+                let replay = s.processed.unwrap_or(0).saturating_sub(f.events) as f64 / clean;
                 let down = s.downtime.unwrap_or(f64::NAN);
                 (down + replay, down, s.wall - f.events as f64 / clean)
             })

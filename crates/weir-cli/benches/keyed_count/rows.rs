@@ -7,7 +7,8 @@ use super::workload::{Mode, Outcome};
 pub enum Kind {
     /// The single-threaded `FxHashMap` loop: the floor.
     Floor,
-    /// W1 at parallelism `p`; `fail`: subtask 0 fails once, 60 % into its input.
+    /// W1 at parallelism `p`; `fail`: subtask 0 fails once, 1.5 s into the run (or 60 %
+    /// into its input if that comes first, in small runs).
     W1 { p: u32, mode: Mode, fail: bool },
     /// Large-state recovery: `keys` of `value_bytes` each, the source paced to `rate`
     /// events/s for `seconds` after the keys are built.
@@ -55,7 +56,7 @@ pub fn sizes(preset: &str) -> Sizes {
             keys: 100_000,
             big_events: 60_000_000,
             big_keys: 10_000_000,
-            fail_events: 100_000_000,
+            fail_events: 200_000_000,
             blob_keys: 1_000_000,
             blob_bytes: 1000,
             blob_rate: 2e6,

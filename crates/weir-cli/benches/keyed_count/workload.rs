@@ -39,6 +39,10 @@ pub struct Outcome {
     pub attempts: u32,
     /// Failure to the first record processed after the restart (failure rows only).
     pub downtime: Option<f64>,
+    /// Records the keyed functions processed over all attempts (failure rows only; the
+    /// excess over N is the replay). Counted here because the engine's `source_records`
+    /// counts a failed attempt's records twice after a restart.
+    pub processed: Option<u64>,
     pub checkpoints: Vec<Ckpt>,
 }
 
@@ -57,7 +61,8 @@ impl Outcome {
             })
             .collect();
         format!(
-            "RESULT wall={:.6} cpu={} others={} peak={} records={} attempts={} downtime={} ckpts={}",
+            "RESULT wall={:.6} cpu={} others={} peak={} records={} attempts={} downtime={} \
+             processed={} ckpts={}",
             self.wall,
             opt(self.cpu),
             opt(self.others),
@@ -65,6 +70,7 @@ impl Outcome {
             self.source_records,
             self.attempts,
             opt(self.downtime),
+            self.processed.map_or("-".into(), |p| p.to_string()),
             if ckpts.is_empty() {
                 "-".into()
             } else {
@@ -104,6 +110,7 @@ impl Outcome {
             source_records: fields.get("records")?.parse().ok()?,
             attempts: fields.get("attempts")?.parse().ok()?,
             downtime: f("downtime"),
+            processed: fields.get("processed").and_then(|v| v.parse().ok()),
             checkpoints,
         })
     }
@@ -114,9 +121,13 @@ impl Outcome {
 pub struct FailPlan {
     /// Subtask 0 fails after processing this many records in the first attempt.
     at: u64,
+    /// Or on its first record after this moment (checked every 4096 records).
+    deadline: Option<Instant>,
     /// Set from outside: subtask 0 fails on its next record.
     now: AtomicBool,
     fired: AtomicBool,
+    /// Records processed by every instance, every attempt (added in chunks).
+    processed: AtomicU64,
     t_fail: Mutex<Option<Instant>>,
     t_first: Mutex<Option<Instant>>,
 }
@@ -126,6 +137,15 @@ impl FailPlan {
     pub fn after(at: u64) -> Arc<FailPlan> {
         Arc::new(FailPlan {
             at,
+            ..FailPlan::default()
+        })
+    }
+
+    /// A plan to fail `after` from now (or after `at` records, whichever is first).
+    pub fn after_time(at: u64, after: Duration) -> Arc<FailPlan> {
+        Arc::new(FailPlan {
+            at,
+            deadline: Some(Instant::now() + after),
             ..FailPlan::default()
         })
     }
@@ -145,7 +165,11 @@ impl FailPlan {
                 let mut t = self.t_first.lock().unwrap_or_else(|p| p.into_inner());
                 t.get_or_insert_with(Instant::now);
             }
-        } else if subtask == 0 && (seen >= self.at || self.now.load(Ordering::Relaxed)) {
+        } else if subtask == 0
+            && (seen >= self.at
+                || self.now.load(Ordering::Relaxed)
+                || (seen % 4096 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d)))
+        {
             *self.t_fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             self.fired.store(true, Ordering::Relaxed);
             panic!("{INJECTED}");
@@ -209,6 +233,9 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         out.collect((*ctx.key(), c));
         if let Some(plan) = &self.fail {
             self.seen += 1;
+            if self.seen % 4096 == 0 {
+                plan.processed.fetch_add(4096, Ordering::Relaxed);
+            }
             plan.on_record(self.subtask, self.seen, &mut self.first_after);
         }
         Ok(())
@@ -220,6 +247,10 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         _out: &mut Collector<'_, (u64, u64)>,
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
+        if let Some(plan) = &self.fail {
+            plan.processed
+                .fetch_add(self.seen % 4096, Ordering::Relaxed);
+        }
         let all: Vec<(u64, u64)> = ctx.entries(state).map(|(k, v)| (*k, *v)).collect();
         self.finals
             .lock()
@@ -274,8 +305,10 @@ fn checkpoints(result: &JobResult) -> Vec<Ckpt> {
 }
 
 /// Runs W1 once — `GeneratorSource(n)` → `key_by` → [`Count`] → `DiscardSink` — and checks
-/// the final counts. `fail_at`: subtask 0 fails once after that many records, and the job
-/// recovers with the default restart strategy.
+/// the final counts. `fail_at`: subtask 0 fails once, after that many records or 1.5 s
+/// into the run, whichever comes first — half-way between the checkpoints at 1 s and 2 s,
+/// the average position of a failure — and the job recovers with the default restart
+/// strategy.
 pub fn run_w1(
     row: &str,
     p: u32,
@@ -322,7 +355,7 @@ where
     };
     let env = StreamEnvironment::new(config(dir.path(), p, mode, restart));
     let finals: Finals = Arc::default();
-    let plan = fail_at.map(FailPlan::after);
+    let plan = fail_at.map(|at| FailPlan::after_time(at, Duration::from_millis(1500)));
     env.add_source("generator", GeneratorSource::new(n))
         .uid("generator")
         .key_by(key)
@@ -367,7 +400,8 @@ where
         peak: peak_rss_bytes(),
         source_records: result.source_records,
         attempts: result.attempts,
-        downtime: plan.and_then(|p| p.downtime()),
+        downtime: plan.as_ref().and_then(|p| p.downtime()),
+        processed: plan.map(|p| p.processed.load(Ordering::Relaxed)),
         checkpoints: checkpoints(&result),
     }
 }
@@ -511,6 +545,7 @@ pub fn run_recovery(
         source_records: result.source_records,
         attempts: result.attempts,
         downtime: plan.downtime(),
+        processed: None,
         checkpoints: checkpoints(&result),
     }
 }
