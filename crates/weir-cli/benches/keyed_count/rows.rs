@@ -59,8 +59,10 @@ pub fn sizes(preset: &str) -> Sizes {
             fail_events: 200_000_000,
             blob_keys: 1_000_000,
             blob_bytes: 1000,
-            blob_rate: 2e6,
-            blob_seconds: 6.0,
+            blob_rate: 1e6,
+            // Long enough for a 1 GB checkpoint (5–6 s here) to complete before the
+            // source ends, so that the failure after it hits a running job.
+            blob_seconds: 12.0,
             runs: 3,
         },
         "quick" => Sizes {

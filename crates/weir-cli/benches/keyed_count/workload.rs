@@ -406,10 +406,18 @@ where
     }
 }
 
+/// The value of key `k` in the large-state job: `len` ASCII bytes that depend on the key.
+/// A string, because that is how a payload of bytes travels through serde: a `Vec<u8>`
+/// would be encoded and decoded one element at a time.
+fn blob(k: u64, len: usize) -> String {
+    let digits = format!("{k:016x}");
+    digits.chars().cycle().take(len).collect()
+}
+
 /// The large-state job: each of `keys` keys holds `value_bytes` bytes of value state.
 #[derive(Clone)]
 struct Blob {
-    state: Option<ValueState<Vec<u8>>>,
+    state: Option<ValueState<String>>,
     value_bytes: usize,
     /// Keys created so far (the bench checkpoints once they are all there).
     built: Arc<AtomicU64>,
@@ -443,9 +451,10 @@ impl KeyedProcessFunction<u64, u64, u64> for Blob {
         let (k, len, built) = (*ctx.key(), self.value_bytes, &self.built);
         let v = ctx.get_mut_or_insert_with(state, || {
             built.fetch_add(1, Ordering::Relaxed);
-            vec![k as u8; len]
+            blob(k, len)
         });
-        v[1 % len] = v[1 % len].wrapping_add(1);
+        v.truncate(len - 1);
+        v.push(if v.ends_with('a') { 'b' } else { 'a' });
         self.fail.on_record(self.subtask, 0, &mut self.first_after);
         Ok(())
     }
@@ -457,10 +466,11 @@ impl KeyedProcessFunction<u64, u64, u64> for Blob {
         _out: &mut Collector<'_, u64>,
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
-        let (mut keys, mut intact) = (0, 0);
+        let (mut keys, mut intact, len) = (0, 0, self.value_bytes);
         for (k, v) in ctx.entries(state) {
             keys += 1;
-            intact += u64::from(v.len() == self.value_bytes && v[0] == *k as u8);
+            intact +=
+                u64::from(v.len() == self.value_bytes && v[..len - 1] == blob(*k, len)[..len - 1]);
         }
         self.finals
             .lock()
