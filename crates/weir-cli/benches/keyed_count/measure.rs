@@ -146,7 +146,9 @@ pub fn count(x: f64) -> String {
 
 /// `850 µs` / `12.3 ms` / `1.20 s` rendering of a duration in seconds.
 pub fn dur(s: f64) -> String {
-    if s < 1e-3 {
+    if s < 0.0 {
+        format!("−{}", dur(-s))
+    } else if s < 1e-3 {
         format!("{:.0} µs", s * 1e6)
     } else if s < 1.0 {
         format!("{:.1} ms", s * 1e3)
