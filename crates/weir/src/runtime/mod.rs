@@ -29,5 +29,9 @@ pub mod restart;
 pub mod task;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost
-/// (measured: ~6–7× throughput versus one record per message).
-pub const BATCH_SIZE: usize = 1024;
+/// (measured: ~6–7× throughput versus one record per message). Under backpressure every
+/// message also costs a cross-thread wakeup of the blocked sender, so larger batches pay
+/// off further: 4096 against 1024 gave W1 +10 % at p=1 and +24 % at p=2 (8192: +17 % at
+/// p=1 but only +3 % at p=2, whose batches then crowd the state out of the L2 cache;
+/// BENCHMARKS.md). A partly filled batch still leaves after the buffer timeout.
+pub const BATCH_SIZE: usize = 4096;

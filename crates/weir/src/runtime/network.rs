@@ -103,8 +103,11 @@ impl<T> Channels<T> {
 /// The control half of [`Output`] for writers, which hold their channels in `self.channels`.
 macro_rules! writer_control {
     () => {
-        fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
-            self.channels.flush_then(|| Event::Barrier(b))
+        fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+            let start = std::time::Instant::now();
+            let sent = self.channels.flush_then(|| Event::Barrier(b));
+            s.downstream_wait += start.elapsed();
+            sent
         }
         fn flush(&mut self) -> Result<()> {
             self.channels.flush()

@@ -218,8 +218,9 @@ impl SourceTask<'_> {
                 snapshot_function(source, self.uid, barrier, &mut snap)?;
                 chain.snapshot(barrier, &mut snap)?;
                 let frozen = self.fin.on_snapshot(barrier.id);
+                let sync = start.elapsed().saturating_sub(snap.downstream_wait);
                 self.ctx
-                    .submit(barrier.id, snap, start.elapsed(), Duration::ZERO, frozen);
+                    .submit(barrier.id, snap, sync, Duration::ZERO, frozen);
                 Ok(())
             }
             Control::Complete(id) => {
@@ -426,7 +427,8 @@ fn act<T>(
         let mut snap = TaskSnapshot::new();
         chain.snapshot(b, &mut snap)?;
         let frozen = fin.on_snapshot(b.id);
-        ctx.submit(b.id, snap, start.elapsed(), alignment, frozen);
+        let sync = start.elapsed().saturating_sub(snap.downstream_wait);
+        ctx.submit(b.id, snap, sync, alignment, frozen);
         Ok(())
     };
     match action {

@@ -33,6 +33,25 @@ fn shard_of(hash: u64) -> usize {
         as usize
 }
 
+/// Inserts `k` (absent) with `default()`: the rare half of [`CowMap::get_or_insert_with`],
+/// out of line so that the common half stays short.
+#[cold]
+#[inline(never)]
+fn insert_absent<'t, K: Hash + Clone, V>(
+    absent: hashbrown::hash_table::AbsentEntry<'t, (K, V)>,
+    h: u64,
+    k: &K,
+    default: impl FnOnce() -> V,
+    len: &mut usize,
+) -> &'t mut V {
+    *len += 1;
+    &mut absent
+        .into_table()
+        .insert_unique(h, (k.clone(), default()), |e| hash_of(&e.0))
+        .into_mut()
+        .1
+}
+
 /// One shard: owned (written in place) or shared with a snapshot.
 enum Shard<K, V> {
     Owned(HashTable<(K, V)>),
@@ -50,13 +69,24 @@ impl<K: Clone, V: Clone> Shard<K, V> {
 
     #[inline]
     fn table_mut(&mut self) -> &mut HashTable<(K, V)> {
-        if let Shard::Shared(arc) = self {
-            let arc = std::mem::replace(arc, Arc::new(HashTable::new()));
-            *self = Shard::Owned(Arc::try_unwrap(arc).unwrap_or_else(|shared| (*shared).clone()));
+        if let Shard::Shared(_) = self {
+            self.take_back();
         }
         match self {
             Shard::Owned(t) => t,
             Shard::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// Makes a shared shard owned again: once per shard per checkpoint, so kept out of line
+    /// to keep the per-record path of [`Shard::table_mut`] short (see
+    /// [`CowMap::get_or_insert_with`]).
+    #[cold]
+    #[inline(never)]
+    fn take_back(&mut self) {
+        if let Shard::Shared(arc) = self {
+            let arc = std::mem::replace(arc, Arc::new(HashTable::new()));
+            *self = Shard::Owned(Arc::try_unwrap(arc).unwrap_or_else(|shared| (*shared).clone()));
         }
     }
 
@@ -123,20 +153,19 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
 
     /// Mutable access to `k`'s value, inserting `default()` if absent. The key is cloned
     /// only when it is inserted.
+    ///
+    /// This is the per-record path of keyed state, and with state larger than the cache its
+    /// time is mostly waiting for the slot's cache line. The CPU hides that only by running
+    /// ahead into the next records, which it can do further the fewer instructions each
+    /// record takes — so everything rare (inserting, copying a shard back from a snapshot)
+    /// is out of line, leaving a short lookup here.
     #[inline]
     pub fn get_or_insert_with(&mut self, k: &K, default: impl FnOnce() -> V) -> &mut V {
         let h = hash_of(k);
         let table = self.shards[shard_of(h)].table_mut();
         match table.find_entry(h, |e| e.0 == *k) {
             Ok(found) => &mut found.into_mut().1,
-            Err(absent) => {
-                self.len += 1;
-                let table = absent.into_table();
-                &mut table
-                    .insert_unique(h, (k.clone(), default()), |e| hash_of(&e.0))
-                    .into_mut()
-                    .1
-            }
+            Err(absent) => insert_absent(absent, h, k, default, &mut self.len),
         }
     }
 

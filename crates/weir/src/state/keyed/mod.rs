@@ -20,6 +20,7 @@ mod table;
 mod timers;
 mod ttl;
 
+use std::any::TypeId;
 use std::collections::BTreeMap;
 
 pub use handles::{
@@ -57,6 +58,11 @@ pub struct KeyedStateBackend<K> {
     max_parallelism: u32,
     names: Vec<String>,
     tables: Vec<Box<dyn StateTable<K>>>,
+    /// The concrete type (`Table<K, S>`) boxed at each index of `tables`, recorded at
+    /// declaration. Resolving a handle checks it instead of going through `Any`: that took
+    /// two dynamic calls per state access (`as_any_mut`, then `type_id`), a measurable part
+    /// of every record (see BENCHMARKS.md).
+    table_types: Vec<TypeId>,
     restored: RestoredKeyedState,
     /// Index of the timers table, and the timers' firing order.
     timers: Option<(usize, TimerIndex<K>)>,
@@ -74,6 +80,7 @@ impl<K: Key> KeyedStateBackend<K> {
             max_parallelism,
             names: Vec::new(),
             tables: Vec::new(),
+            table_types: Vec::new(),
             restored,
             timers: None,
         }
@@ -138,33 +145,47 @@ impl<K: Key> KeyedStateBackend<K> {
             .collect()
     }
 
+    /// The table behind `index`, which stores `S` per key.
+    ///
+    /// # Panics
+    /// If it stores another type (a handle used with a backend that did not issue it).
+    #[inline]
+    fn table<S: StateValue>(&self, index: usize) -> &Table<K, S> {
+        self.check_type::<S>(index);
+        let t: &dyn StateTable<K> = &*self.tables[index];
+        // SAFETY: `check_type` verified that the box at `index` holds a `Table<K, S>` (its
+        // `TypeId` was recorded from the boxed value in `declare_with`), so the trait
+        // object's data pointer points to one.
+        unsafe { &*(t as *const dyn StateTable<K>).cast::<Table<K, S>>() }
+    }
+
+    /// The table behind `index`, mutably (see [`KeyedStateBackend::table`]).
+    #[inline]
+    fn table_mut<S: StateValue>(&mut self, index: usize) -> &mut Table<K, S> {
+        self.check_type::<S>(index);
+        let t: &mut dyn StateTable<K> = &mut *self.tables[index];
+        // SAFETY: as in `table`; the `&mut self` borrow makes the reference unique.
+        unsafe { &mut *(t as *mut dyn StateTable<K>).cast::<Table<K, S>>() }
+    }
+
+    #[inline]
+    fn check_type<S: StateValue>(&self, index: usize) {
+        assert!(
+            self.table_types[index] == TypeId::of::<Table<K, S>>(),
+            "a state handle is only issued for a table of its stored type"
+        );
+    }
+
     /// The map behind table `index`, which stores `S` per key.
     #[inline]
     pub(crate) fn map<S: StateValue>(&self, index: usize) -> &CowMap<K, S> {
-        &self.tables[index]
-            .as_any()
-            .downcast_ref::<Table<K, S>>()
-            .expect("a state handle is only issued for a table of its stored type")
-            .map
+        &self.table::<S>(index).map
     }
 
     /// The map behind table `index`, mutably.
     #[inline]
     pub(crate) fn map_mut<S: StateValue>(&mut self, index: usize) -> &mut CowMap<K, S> {
-        &mut self.tables[index]
-            .as_any_mut()
-            .downcast_mut::<Table<K, S>>()
-            .expect("a state handle is only issued for a table of its stored type")
-            .map
-    }
-
-    /// The table behind `index`, which stores `S` per key.
-    #[inline]
-    fn table_mut<S: StateValue>(&mut self, index: usize) -> &mut Table<K, S> {
-        self.tables[index]
-            .as_any_mut()
-            .downcast_mut::<Table<K, S>>()
-            .expect("a state handle is only issued for a table of its stored type")
+        &mut self.table_mut::<S>(index).map
     }
 
     /// The map behind `index`, after TTL bookkeeping for an access to `key`.
@@ -222,6 +243,7 @@ impl<K: Key> KeyedStateBackend<K> {
             }
         }
         self.names.push(name.to_string());
+        self.table_types.push(TypeId::of::<Table<K, S>>());
         self.tables.push(Box::new(table));
         Ok(self.tables.len() - 1)
     }
@@ -447,10 +469,7 @@ impl<K: Key> KeyedEndContext<'_, K> {
     /// Every `(key, value)` of `state` on this subtask, in no particular order.
     pub fn entries<V: StateValue>(&self, state: ValueState<V>) -> impl Iterator<Item = (&K, &V)> {
         let now = crate::runtime::executor::wall_ms();
-        let table = self.backend.tables[state.index()]
-            .as_any()
-            .downcast_ref::<Table<K, V>>()
-            .expect("a state handle is only issued for a table of its stored type");
+        let table = self.backend.table::<V>(state.index());
         table.map.iter().filter(move |(k, _)| table.live(k, now))
     }
 

@@ -4,8 +4,6 @@
 //! so one generic [`Table`] over a copy-on-write map serves them all; the kind decides only
 //! how functions reach the stored value (see `handles`).
 
-use std::any::Any;
-
 use super::super::cow_map::{CowMap, CowSnapshot};
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateKind, StateValue};
@@ -14,8 +12,6 @@ use crate::error::{Error, Result};
 
 /// One state table, type-erased so a backend can hold states of different value types.
 pub(crate) trait StateTable<K>: Send {
-    fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
     fn kind(&self) -> StateKind;
     /// Whether entries carry TTL stamps (recorded in the file: it changes the encoding).
     fn has_ttl(&self) -> bool;
@@ -81,12 +77,6 @@ struct TableView<K, S> {
 }
 
 impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
     fn kind(&self) -> StateKind {
         self.kind
     }

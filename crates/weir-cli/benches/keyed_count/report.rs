@@ -1,0 +1,334 @@
+//! The table of runs and the table of the issue's targets, both Markdown.
+
+use super::measure::{bytes, count, dur, mean, median, quantile, rate};
+use super::rows::{Kind, Row};
+
+/// Events per wall second of each run.
+fn eps(r: &Row) -> Vec<f64> {
+    r.samples.iter().map(|s| r.events as f64 / s.wall).collect()
+}
+
+fn median_eps(r: &Row) -> Option<f64> {
+    median(eps(r))
+}
+
+fn events_per_cpu(r: &Row) -> Option<f64> {
+    median(
+        r.samples
+            .iter()
+            .filter_map(|s| s.cpu)
+            .filter(|c| *c > 0.0)
+            .map(|c| r.events as f64 / c)
+            .collect(),
+    )
+}
+
+/// Every checkpoint duration of every run of the row.
+fn durations(r: &Row) -> Vec<f64> {
+    r.samples
+        .iter()
+        .flat_map(|s| s.checkpoints.iter().map(|c| c.duration))
+        .collect()
+}
+
+fn max_of(r: &Row, f: impl Fn(&super::workload::Ckpt) -> f64) -> Option<f64> {
+    r.samples
+        .iter()
+        .flat_map(|s| s.checkpoints.iter().map(&f))
+        .max_by(f64::total_cmp)
+}
+
+fn median_peak(r: &Row) -> Option<f64> {
+    median(
+        r.samples
+            .iter()
+            .filter_map(|s| s.peak.map(|p| p as f64))
+            .collect(),
+    )
+}
+
+fn median_downtime(r: &Row) -> Option<f64> {
+    median(r.samples.iter().filter_map(|s| s.downtime).collect())
+}
+
+/// The median over runs of `a`'s rate divided by `b`'s in the same round (the rounds are
+/// interleaved, so a burst of outside load hits both sides of a ratio alike).
+fn paired(a: &Row, b: &Row) -> Option<f64> {
+    let (ea, eb) = (eps(a), eps(b));
+    median(ea.iter().zip(&eb).map(|(x, y)| x / y).collect())
+}
+
+fn find<'a>(rows: &'a [Row], id: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| r.id == id && !r.samples.is_empty())
+}
+
+/// The floor row a job row's ratio divides by: the one with the same key count.
+fn floor_for<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    rows.iter()
+        .find(|f| matches!(f.kind, Kind::Floor) && f.keys == r.keys && !f.samples.is_empty())
+}
+
+fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    x.map_or("-".into(), f)
+}
+
+/// Prints the table of runs.
+pub fn print_runs(rows: &[Row]) {
+    println!(
+        "| row | N | K | events/s | ÷ floor | events/CPU-s | ckpts | mean ckpt | p99 ckpt | \
+         max sync pause | max alignment | peak mem | downtime | wall s | others' CPU |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows.iter().filter(|r| !r.samples.is_empty()) {
+        let paced = matches!(r.kind, Kind::Recovery { .. });
+        let ratio = floor_for(rows, r)
+            .filter(|f| f.id != r.id)
+            .and_then(|f| paired(r, f));
+        let ckpt = !matches!(r.kind, Kind::Floor);
+        let d = durations(r);
+        let others = r
+            .samples
+            .iter()
+            .filter_map(|s| s.others.map(|o| o / s.wall))
+            .max_by(f64::total_cmp);
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+            r.label,
+            count(r.events as f64),
+            count(r.keys as f64),
+            if paced {
+                "paced".into()
+            } else {
+                opt(median_eps(r), rate)
+            },
+            if paced {
+                "-".into()
+            } else {
+                opt(ratio, |x| format!("{x:.2}"))
+            },
+            if paced {
+                "-".into()
+            } else {
+                opt(events_per_cpu(r), rate)
+            },
+            if ckpt {
+                opt(
+                    median(
+                        r.samples
+                            .iter()
+                            .map(|s| s.checkpoints.len() as f64)
+                            .collect(),
+                    ),
+                    |c| format!("{c}"),
+                )
+            } else {
+                "-".into()
+            },
+            opt(mean(&d), dur),
+            opt(quantile(d, 0.99), dur),
+            opt(max_of(r, |c| c.sync), dur),
+            opt(max_of(r, |c| c.alignment), dur),
+            opt(median_peak(r), bytes),
+            opt(median_downtime(r), dur),
+            median(r.samples.iter().map(|s| s.wall).collect()).unwrap_or(f64::NAN),
+            opt(others, |c| format!("{c:.2} cores")),
+        );
+    }
+}
+
+/// One line of the targets table.
+struct Target {
+    what: &'static str,
+    goal: &'static str,
+    measured: String,
+    met: Option<bool>,
+}
+
+/// Prints the issue's targets with the measured values and whether each is met.
+pub fn print_targets(rows: &[Row]) {
+    let mut t: Vec<Target> = Vec::new();
+    let mut push = |what, goal, measured: String, met: Option<bool>| {
+        t.push(Target {
+            what,
+            goal,
+            measured,
+            met,
+        })
+    };
+    let [floor, p1_off, p1_eo, p2_eo, p2_alo, fail, big, floor_big, rec] = [
+        "floor",
+        "p1-off",
+        "p1-eo",
+        "p2-eo",
+        "p2-alo",
+        "p2-eo-fail",
+        "p1-eo-big",
+        "floor-big",
+        "recovery",
+    ]
+    .map(|id| find(rows, id));
+
+    let v = p2_eo.and_then(median_eps);
+    push(
+        "p=2, EXACTLY_ONCE every 1 s",
+        "≥ 36 M ev/s",
+        opt(v, rate),
+        v.map(|v| v >= 36e6),
+    );
+
+    let best = rows
+        .iter()
+        .filter(|r| matches!(r.kind, Kind::W1 { fail: false, .. }))
+        .filter_map(|r| events_per_cpu(r).map(|e| (e, r)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    push(
+        "events per CPU-second, any p",
+        "≥ 13 M",
+        best.map_or("-".into(), |(e, r)| {
+            format!("{} ({}, K={})", rate(e), r.label, count(r.keys as f64))
+        }),
+        best.map(|(e, _)| e >= 13e6),
+    );
+
+    let v = p1_eo.zip(floor).and_then(|(a, f)| paired(a, f));
+    push(
+        "p=1, EXACTLY_ONCE every 1 s ÷ floor",
+        "≥ 0.40",
+        opt(v, |x| format!("{x:.2}")),
+        v.map(|v| v >= 0.40),
+    );
+
+    let v = p1_eo
+        .zip(p1_off)
+        .and_then(|(a, b)| paired(a, b))
+        .map(|r| 1.0 - r);
+    push(
+        "p=1, checkpoints every 1 s vs off: slowdown",
+        "< 3 %",
+        opt(v, |x| {
+            format!("{:+.1} % (median of paired runs)", x * 100.0)
+        }),
+        v.map(|v| v < 0.03),
+    );
+
+    let v = p2_eo.zip(p1_eo).and_then(|(a, b)| paired(a, b));
+    push(
+        "p=2 vs p=1 (EXACTLY_ONCE)",
+        "≥ 1.7×",
+        opt(v, |x| format!("{x:.2}×")),
+        v.map(|v| v >= 1.7),
+    );
+
+    let v = p2_alo.zip(p2_eo).and_then(|(a, b)| paired(a, b));
+    let align = |r: Option<&Row>| opt(r.and_then(|r| max_of(r, |c| c.alignment)), dur);
+    push(
+        "AT_LEAST_ONCE vs EXACTLY_ONCE, p=2 (2 input channels per keyed task)",
+        "never slower (≥ 1.00×)",
+        format!(
+            "{}; max alignment EO {}, ALO {}",
+            opt(v, |x| format!("{x:.2}×")),
+            align(p2_eo),
+            align(p2_alo)
+        ),
+        v.map(|v| v >= 1.0),
+    );
+
+    let v = big.and_then(|r| max_of(r, |c| c.sync));
+    let small = p1_eo.and_then(|r| max_of(r, |c| c.sync));
+    push(
+        "sync snapshot pause per task, K_big keys",
+        "< 1 ms, independent of size",
+        format!(
+            "{} max at K={} ({} at K={})",
+            opt(v, dur),
+            big.map_or("-".into(), |r| count(r.keys as f64)),
+            opt(small, dur),
+            p1_eo.map_or("-".into(), |r| count(r.keys as f64)),
+        ),
+        v.map(|v| v < 1e-3),
+    );
+
+    let d = big.map(durations).unwrap_or_default();
+    let (m, p99) = (mean(&d), quantile(d, 0.99));
+    push(
+        "checkpoint duration, K_big keys",
+        "< 1 s",
+        format!("mean {}, p99 {}", opt(m, dur), opt(p99, dur)),
+        p99.map(|v| v < 1.0),
+    );
+
+    let v = rec.and_then(median_downtime);
+    let size = rec.and_then(|r| max_of(r, |c| c.bytes as f64));
+    push(
+        "recovery: failure → first record, large state",
+        "< 2 s (1 GB)",
+        format!("{} with {} of state", opt(v, dur), opt(size, bytes)),
+        v.map(|v| v < 2.0),
+    );
+
+    // Time lost = downtime + replay at the clean run's rate (p=2 EO, same K).
+    let lost = fail.zip(p2_eo.and_then(median_eps)).map(|(f, clean)| {
+        let per_run: Vec<(f64, f64, f64)> = f
+            .samples
+            .iter()
+            .map(|s| {
+                let replay = s.processed.unwrap_or(0).saturating_sub(f.events) as f64 / clean;
+                let down = s.downtime.unwrap_or(f64::NAN);
+                (down + replay, down, s.wall - f.events as f64 / clean)
+            })
+            .collect();
+        (
+            median(per_run.iter().map(|x| x.0).collect()),
+            median(per_run.iter().map(|x| x.1).collect()),
+            median(per_run.iter().map(|x| x.2).collect()),
+        )
+    });
+    push(
+        "time lost to one failure in W1 (downtime + replay), default restarts",
+        "< 0.3 s",
+        lost.map_or("-".into(), |(l, d, w)| {
+            format!(
+                "{} (downtime {}, wall − clean wall {})",
+                opt(l, dur),
+                opt(d, dur),
+                opt(w, dur)
+            )
+        }),
+        lost.and_then(|l| l.0).map(|v| v < 0.3),
+    );
+
+    let v = big
+        .and_then(median_peak)
+        .map(|p| (p, big.map_or(1, |r| r.keys) as f64 * 16.0));
+    let fl = floor_big.and_then(median_peak);
+    push(
+        "peak memory, K_big u64 counts ÷ raw 16 B per key",
+        "< 3×",
+        v.map_or("-".into(), |(p, raw)| {
+            format!(
+                "{:.2}× ({} peak, raw {}; the floor's HashMap {})",
+                p / raw,
+                bytes(p),
+                bytes(raw),
+                opt(fl, |f| format!("{:.2}×", f / raw))
+            )
+        }),
+        v.map(|(p, raw)| p / raw < 3.0),
+    );
+
+    println!("| target | goal | measured | |");
+    println!("|---|---|---|---|");
+    for x in t {
+        println!(
+            "| {} | {} | {} | {} |",
+            x.what,
+            x.goal,
+            x.measured,
+            match x.met {
+                Some(true) => "met",
+                Some(false) => "**missed**",
+                None => "n/a",
+            }
+        );
+    }
+}

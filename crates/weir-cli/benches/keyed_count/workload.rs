@@ -1,0 +1,594 @@
+//! The jobs the rows run — W1 (optionally with one injected failure), the large-state
+//! recovery job — and the floor loop, each returning an [`Outcome`] that a child process
+//! prints as one line for the parent to parse.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir::prelude::*;
+
+use super::keying::{check_counts, Keying};
+use super::measure::{peak_rss_bytes, Meter};
+
+/// The panic message of the bench's own injected failures (the panic hook stays quiet
+/// about them).
+pub const INJECTED: &str = "keyed_count bench: injected failure";
+
+/// One completed checkpoint, in seconds and bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Ckpt {
+    pub duration: f64,
+    pub sync: f64,
+    pub alignment: f64,
+    pub bytes: u64,
+}
+
+/// What one run of one row measured.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub wall: f64,
+    pub cpu: Option<f64>,
+    pub others: Option<f64>,
+    /// Peak resident memory of the (child) process.
+    pub peak: Option<u64>,
+    /// Records the sources emitted, replays included.
+    pub source_records: u64,
+    pub attempts: u32,
+    /// Failure to the first record processed after the restart (failure rows only).
+    pub downtime: Option<f64>,
+    /// Records the keyed functions processed over all attempts (failure rows only; the
+    /// excess over N is the replay). Counted here because the engine's `source_records`
+    /// counts a failed attempt's records twice after a restart.
+    pub processed: Option<u64>,
+    pub checkpoints: Vec<Ckpt>,
+}
+
+impl Outcome {
+    /// The one-line form a child prints (`RESULT key=value …`).
+    pub fn to_line(&self) -> String {
+        let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.6}"));
+        let ckpts: Vec<String> = self
+            .checkpoints
+            .iter()
+            .map(|c| {
+                format!(
+                    "{:.6}:{:.6}:{:.6}:{}",
+                    c.duration, c.sync, c.alignment, c.bytes
+                )
+            })
+            .collect();
+        format!(
+            "RESULT wall={:.6} cpu={} others={} peak={} records={} attempts={} downtime={} \
+             processed={} ckpts={}",
+            self.wall,
+            opt(self.cpu),
+            opt(self.others),
+            self.peak.map_or("-".into(), |p| p.to_string()),
+            self.source_records,
+            self.attempts,
+            opt(self.downtime),
+            self.processed.map_or("-".into(), |p| p.to_string()),
+            if ckpts.is_empty() {
+                "-".into()
+            } else {
+                ckpts.join(",")
+            }
+        )
+    }
+
+    /// Parses [`Outcome::to_line`]'s output.
+    pub fn parse(line: &str) -> Option<Outcome> {
+        let fields: HashMap<&str, &str> = line
+            .strip_prefix("RESULT ")?
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        let f = |k: &str| fields.get(k).and_then(|v| v.parse::<f64>().ok());
+        let checkpoints = match fields.get("ckpts") {
+            Some(&"-") | None => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(|c| {
+                    let v: Vec<&str> = c.split(':').collect();
+                    Some(Ckpt {
+                        duration: v.first()?.parse().ok()?,
+                        sync: v.get(1)?.parse().ok()?,
+                        alignment: v.get(2)?.parse().ok()?,
+                        bytes: v.get(3)?.parse().ok()?,
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?,
+        };
+        Some(Outcome {
+            wall: f("wall")?,
+            cpu: f("cpu"),
+            others: f("others"),
+            peak: fields.get("peak").and_then(|v| v.parse().ok()),
+            source_records: fields.get("records")?.parse().ok()?,
+            attempts: fields.get("attempts")?.parse().ok()?,
+            downtime: f("downtime"),
+            processed: fields.get("processed").and_then(|v| v.parse().ok()),
+            checkpoints,
+        })
+    }
+}
+
+/// When and how the bench fails a job once, and what it saw of the recovery.
+#[derive(Default)]
+pub struct FailPlan {
+    /// Subtask 0 fails after processing this many records in the first attempt.
+    at: u64,
+    /// Or on its first record after this moment (checked every 4096 records).
+    deadline: Option<Instant>,
+    /// Set from outside: subtask 0 fails on its next record.
+    now: AtomicBool,
+    fired: AtomicBool,
+    /// Records processed by every instance, every attempt (added in chunks).
+    processed: AtomicU64,
+    t_fail: Mutex<Option<Instant>>,
+    t_first: Mutex<Option<Instant>>,
+}
+
+impl FailPlan {
+    /// A plan to fail after `at` records of subtask 0 (`u64::MAX`: only on request).
+    pub fn after(at: u64) -> Arc<FailPlan> {
+        Arc::new(FailPlan {
+            at,
+            ..FailPlan::default()
+        })
+    }
+
+    /// A plan to fail `after` from now (or after `at` records, whichever is first).
+    pub fn after_time(at: u64, after: Duration) -> Arc<FailPlan> {
+        Arc::new(FailPlan {
+            at,
+            deadline: Some(Instant::now() + after),
+            ..FailPlan::default()
+        })
+    }
+
+    /// Called per record by a function that carries the plan; panics when the failure is
+    /// due, notes the first record after the restart.
+    /// `first_after` starts `true` in an instance opened after the failure (see
+    /// [`FailPlan::opened`]) and is cleared by its first record.
+    #[cold]
+    #[inline(never)]
+    fn on_record(&self, subtask: u32, seen: u64, first_after: &mut bool) {
+        if self.fired.load(Ordering::Relaxed) {
+            // Instances of the failed attempt may still be running until they are
+            // cancelled: only a restarted instance's records count.
+            if *first_after {
+                *first_after = false;
+                let mut t = self.t_first.lock().unwrap_or_else(|p| p.into_inner());
+                t.get_or_insert_with(Instant::now);
+            }
+        } else if subtask == 0
+            && (seen >= self.at
+                || self.now.load(Ordering::Relaxed)
+                || (seen % 4096 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d)))
+        {
+            *self.t_fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            self.fired.store(true, Ordering::Relaxed);
+            panic!("{INJECTED}");
+        }
+    }
+
+    /// Whether a function instance initialised now belongs to an attempt after the failure.
+    fn opened(&self) -> bool {
+        self.fired.load(Ordering::Relaxed)
+    }
+
+    /// Failure to the first record processed after the restart, if both happened.
+    fn downtime(&self) -> Option<f64> {
+        let fail = (*self.t_fail.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let first = (*self.t_first.lock().unwrap_or_else(|p| p.into_inner()))?;
+        Some(first.saturating_duration_since(fail).as_secs_f64())
+    }
+}
+
+/// Final counts per subtask, reported at end of input for the correctness check.
+type Finals = Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>>;
+
+/// W1's function: counts records per key in value state and emits `(key, count)` for every
+/// record; hands its final counts to `finals` for the check. With a [`FailPlan`] it also
+/// fails once.
+#[derive(Clone)]
+struct Count {
+    state: Option<ValueState<u64>>,
+    finals: Finals,
+    subtask: u32,
+    fail: Option<Arc<FailPlan>>,
+    seen: u64,
+    first_after: bool,
+}
+
+impl CheckpointedFunction for Count {
+    fn initialize_state(&mut self, ctx: &InitContext) -> weir::Result<()> {
+        self.subtask = ctx.subtask_index();
+        self.first_after = self.fail.as_ref().is_some_and(|p| p.opened());
+        Ok(())
+    }
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> weir::Result<()> {
+        self.state = Some(states.value_state("count")?);
+        Ok(())
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        _record: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> weir::Result<()> {
+        let state = self.state.expect("open() declares the state");
+        let c = ctx.get_mut_or_insert_with(state, || 0);
+        *c += 1;
+        let c = *c;
+        out.collect((*ctx.key(), c));
+        if let Some(plan) = &self.fail {
+            self.seen += 1;
+            if self.seen % 4096 == 0 {
+                plan.processed.fetch_add(4096, Ordering::Relaxed);
+            }
+            plan.on_record(self.subtask, self.seen, &mut self.first_after);
+        }
+        Ok(())
+    }
+
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        _out: &mut Collector<'_, (u64, u64)>,
+    ) -> weir::Result<()> {
+        let state = self.state.expect("open() declares the state");
+        if let Some(plan) = &self.fail {
+            plan.processed
+                .fetch_add(self.seen % 4096, Ordering::Relaxed);
+        }
+        let all: Vec<(u64, u64)> = ctx.entries(state).map(|(k, v)| (*k, *v)).collect();
+        self.finals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.subtask, all);
+        Ok(())
+    }
+}
+
+/// The checkpointing of a W1 run.
+#[derive(Clone, Copy, Debug)]
+pub enum Mode {
+    Off,
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// The job configuration shared by the rows: checkpoints into `dir`, `restart` on failure.
+fn config(dir: &std::path::Path, p: u32, mode: Mode, restart: RestartStrategy) -> JobConfig {
+    let mut cfg = JobConfig::new("keyed-count-bench");
+    cfg.parallelism = p;
+    cfg.checkpoint_dir = dir.to_path_buf();
+    cfg.checkpointing.interval = match mode {
+        Mode::Off => None,
+        _ => Some(Duration::from_secs(1)),
+    };
+    if let Mode::AtLeastOnce = mode {
+        cfg.checkpointing.mode = CheckpointingMode::AtLeastOnce;
+    }
+    cfg.restart = restart;
+    cfg
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("weir-bench-")
+        .tempdir()
+        .expect("create a temporary checkpoint folder")
+}
+
+fn checkpoints(result: &JobResult) -> Vec<Ckpt> {
+    result
+        .checkpoints
+        .iter()
+        .map(|c| Ckpt {
+            duration: c.duration.as_secs_f64(),
+            sync: c.max_sync.as_secs_f64(),
+            alignment: c.max_alignment.as_secs_f64(),
+            bytes: c.bytes,
+        })
+        .collect()
+}
+
+/// Runs W1 once — `GeneratorSource(n)` → `key_by` → [`Count`] → `DiscardSink` — and checks
+/// the final counts. `fail_at`: subtask 0 fails once, after that many records or 1.5 s
+/// into the run, whichever comes first — half-way between the checkpoints at 1 s and 2 s,
+/// the average position of a failure — and the job recovers with the default restart
+/// strategy.
+pub fn run_w1(
+    row: &str,
+    p: u32,
+    mode: Mode,
+    n: u64,
+    keying: Keying,
+    fail_at: Option<u64>,
+    ticks: f64,
+) -> Outcome {
+    if keying.scramble {
+        run_w1_keyed_by(row, p, mode, n, keying, fail_at, ticks, move |i: &u64| {
+            keying.key(*i)
+        })
+    } else {
+        let keys = keying.keys;
+        run_w1_keyed_by(row, p, mode, n, keying, fail_at, ticks, move |i: &u64| {
+            i % keys
+        })
+    }
+}
+
+/// [`run_w1`] with the key selector `key` (a separate instance per selector, so the
+/// unscrambled job keys by the bare `i % K`).
+#[allow(clippy::too_many_arguments)]
+fn run_w1_keyed_by<F>(
+    row: &str,
+    p: u32,
+    mode: Mode,
+    n: u64,
+    keying: Keying,
+    fail_at: Option<u64>,
+    ticks: f64,
+    key: F,
+) -> Outcome
+where
+    F: Fn(&u64) -> u64 + Clone + Send + Sync + 'static,
+{
+    let dir = temp_dir();
+    // Without a planned failure, any failure must fail the run rather than be recovered
+    // from inside the measurement.
+    let restart = match fail_at {
+        Some(_) => RestartStrategy::default(),
+        None => RestartStrategy::None,
+    };
+    let env = StreamEnvironment::new(config(dir.path(), p, mode, restart));
+    let finals: Finals = Arc::default();
+    let plan = fail_at.map(|at| FailPlan::after_time(at, Duration::from_millis(1500)));
+    env.add_source("generator", GeneratorSource::new(n))
+        .uid("generator")
+        .key_by(key)
+        .process(Count {
+            state: None,
+            finals: finals.clone(),
+            subtask: 0,
+            fail: plan.clone(),
+            seen: 0,
+            first_after: false,
+        })
+        .name("count")
+        .uid("count")
+        .add_sink("discard", DiscardSink)
+        .uid("discard");
+
+    let meter = Meter::start(ticks);
+    let result = env
+        .execute()
+        .unwrap_or_else(|e| panic!("{row}: the job failed: {e}"));
+    let m = meter.stop();
+
+    if fail_at.is_none() {
+        assert_eq!(
+            result.source_records, n,
+            "{row}: WRONG RESULT: sources emitted {} records, expected {n}",
+            result.source_records
+        );
+    }
+    let finals = std::mem::take(&mut *finals.lock().unwrap_or_else(|p| p.into_inner()));
+    assert_eq!(
+        finals.len(),
+        p as usize,
+        "{row}: WRONG RESULT: {} of {p} subtasks reported final counts",
+        finals.len()
+    );
+    check_counts(row, n, keying, finals.into_values().flatten());
+    Outcome {
+        wall: m.wall.as_secs_f64(),
+        cpu: m.cpu,
+        others: m.others,
+        peak: peak_rss_bytes(),
+        source_records: result.source_records,
+        attempts: result.attempts,
+        downtime: plan.as_ref().and_then(|p| p.downtime()),
+        processed: plan.map(|p| p.processed.load(Ordering::Relaxed)),
+        checkpoints: checkpoints(&result),
+    }
+}
+
+/// The value of key `k` in the large-state job: `len` ASCII bytes that depend on the key.
+/// A string, because that is how a payload of bytes travels through serde: a `Vec<u8>`
+/// would be encoded and decoded one element at a time.
+fn blob(k: u64, len: usize) -> String {
+    let digits = format!("{k:016x}");
+    digits.chars().cycle().take(len).collect()
+}
+
+/// The large-state job: each of `keys` keys holds `value_bytes` bytes of value state.
+#[derive(Clone)]
+struct Blob {
+    state: Option<ValueState<String>>,
+    value_bytes: usize,
+    /// Keys created so far (the bench checkpoints once they are all there).
+    built: Arc<AtomicU64>,
+    finals: Finals,
+    subtask: u32,
+    fail: Arc<FailPlan>,
+    first_after: bool,
+}
+
+impl CheckpointedFunction for Blob {
+    fn initialize_state(&mut self, ctx: &InitContext) -> weir::Result<()> {
+        self.subtask = ctx.subtask_index();
+        self.first_after = self.fail.opened();
+        Ok(())
+    }
+}
+
+impl KeyedProcessFunction<u64, u64, u64> for Blob {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> weir::Result<()> {
+        self.state = Some(states.value_state("blob")?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        _record: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<'_, u64>,
+    ) -> weir::Result<()> {
+        let state = self.state.expect("open() declares the state");
+        let (k, len, built) = (*ctx.key(), self.value_bytes, &self.built);
+        let v = ctx.get_mut_or_insert_with(state, || {
+            built.fetch_add(1, Ordering::Relaxed);
+            blob(k, len)
+        });
+        v.truncate(len - 1);
+        v.push(if v.ends_with('a') { 'b' } else { 'a' });
+        self.fail.on_record(self.subtask, 0, &mut self.first_after);
+        Ok(())
+    }
+
+    /// Reports `(keys, keys whose value is intact)` for the check.
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        _out: &mut Collector<'_, u64>,
+    ) -> weir::Result<()> {
+        let state = self.state.expect("open() declares the state");
+        let (mut keys, mut intact, len) = (0, 0, self.value_bytes);
+        for (k, v) in ctx.entries(state) {
+            keys += 1;
+            intact +=
+                u64::from(v.len() == self.value_bytes && v[..len - 1] == blob(*k, len)[..len - 1]);
+        }
+        self.finals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.subtask, vec![(keys, intact)]);
+        Ok(())
+    }
+}
+
+/// Recovery with large state: builds `keys × value_bytes` of value state at p=1 (the
+/// generator paced to `rate`, so the job is still running when its state is complete),
+/// checkpoints on demand, fails, and measures failure → first record after the restart
+/// under the default restart strategy.
+pub fn run_recovery(
+    row: &str,
+    keys: u64,
+    value_bytes: usize,
+    rate: f64,
+    seconds: f64,
+    ticks: f64,
+) -> Outcome {
+    let dir = temp_dir();
+    let env = StreamEnvironment::new(config(dir.path(), 1, Mode::Off, RestartStrategy::default()));
+    let n = keys + (rate * seconds) as u64;
+    let built = Arc::new(AtomicU64::new(0));
+    let plan = FailPlan::after(u64::MAX);
+    let finals: Finals = Arc::default();
+    env.add_source("generator", GeneratorSource::new(n).with_rate(Some(rate)))
+        .uid("generator")
+        .key_by(move |i: &u64| i % keys)
+        .process(Blob {
+            state: None,
+            value_bytes,
+            built: built.clone(),
+            finals: finals.clone(),
+            subtask: 0,
+            fail: plan.clone(),
+            first_after: false,
+        })
+        .name("blob")
+        .uid("blob")
+        .add_sink("discard", DiscardSink)
+        .uid("discard");
+    let control = env.control();
+    let trigger = {
+        let plan = plan.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while built.load(Ordering::Relaxed) < keys {
+                if t0.elapsed() > Duration::from_secs(120) {
+                    return Err("state never complete".to_string());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let done = control.trigger_checkpoint()?;
+            plan.now.store(true, Ordering::Relaxed);
+            Ok(done.id)
+        })
+    };
+    let meter = Meter::start(ticks);
+    let result = env
+        .execute()
+        .unwrap_or_else(|e| panic!("{row}: the job failed: {e}"));
+    let m = meter.stop();
+    if let Err(e) = trigger.join().expect("trigger thread") {
+        panic!("{row}: no checkpoint before the failure: {e} (raise the run time)");
+    }
+    let finals = std::mem::take(&mut *finals.lock().unwrap_or_else(|p| p.into_inner()));
+    let (k, intact) = finals
+        .get(&0)
+        .and_then(|v| v.first().copied())
+        .unwrap_or((0, 0));
+    assert!(
+        k == keys && intact == keys,
+        "{row}: WRONG RESULT: {k} keys, {intact} intact, {keys} expected"
+    );
+    Outcome {
+        wall: m.wall.as_secs_f64(),
+        cpu: m.cpu,
+        others: m.others,
+        peak: peak_rss_bytes(),
+        source_records: result.source_records,
+        attempts: result.attempts,
+        downtime: plan.downtime(),
+        processed: None,
+        checkpoints: checkpoints(&result),
+    }
+}
+
+/// The floor: `*map.entry(key(i)).or_insert(0) += 1` for `i` in `0..n` in a fresh
+/// `FxHashMap`, single-threaded; timed, then checked.
+pub fn run_floor(row: &str, n: u64, keying: Keying, ticks: f64) -> Outcome {
+    fn count_loop(n: u64, key: impl Fn(u64) -> u64) -> rustc_hash::FxHashMap<u64, u64> {
+        let mut map = rustc_hash::FxHashMap::default();
+        for i in 0..n {
+            *map.entry(key(i)).or_insert(0) += 1;
+        }
+        map
+    }
+    let (n_in, keys_in) = (black_box(n), black_box(keying.keys));
+    let meter = Meter::start(ticks);
+    let map = if keying.scramble {
+        let keying = black_box(keying);
+        count_loop(n_in, |i| keying.key(i))
+    } else {
+        count_loop(n_in, |i| i % keys_in)
+    };
+    let map = black_box(map);
+    let m = meter.stop();
+    let peak = peak_rss_bytes();
+    check_counts(row, n, keying, map);
+    Outcome {
+        wall: m.wall.as_secs_f64(),
+        cpu: m.cpu,
+        others: m.others,
+        peak,
+        source_records: n,
+        attempts: 1,
+        ..Outcome::default()
+    }
+}
