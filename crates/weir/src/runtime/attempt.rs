@@ -35,7 +35,6 @@ pub(crate) struct AttemptRun<'e, 'a> {
     pub result: &'e mut JobResult,
     pub latest_path: &'e mut Option<PathBuf>,
     pub completed: HashSet<u64>,
-    pub last_records: u64,
     /// Final states of finished sources, with the last checkpoint each handled itself.
     pub standing: Vec<Option<(Arc<EncodedSnapshot>, u64)>>,
     /// Per task, its newest snapshot of frozen state (taken after its end), with its id:
@@ -285,19 +284,11 @@ impl AttemptRun<'_, '_> {
 
     /// Adds the records sources emitted since the last call to the job metrics.
     fn update_progress(&mut self) {
-        let records: u64 = self
-            .attempt
-            .sources
-            .iter()
-            .map(|&t| self.exec.task_metrics[t].records_in.load(Ordering::Relaxed))
-            .sum();
-        let total = self
-            .exec
+        let total = self.exec.source_records();
+        self.exec
             .metrics
             .source_records
-            .fetch_add(records.saturating_sub(self.last_records), Ordering::Relaxed)
-            + records.saturating_sub(self.last_records);
-        self.last_records = records;
+            .store(total, Ordering::Relaxed);
         self.exec.control.update(|s| s.source_records = total);
     }
 

@@ -548,6 +548,10 @@ fn run_job(
             }
         }
     };
+    // Every task has stopped: the counters are final.
+    metrics
+        .source_records
+        .store(exec.source_records(), Ordering::Relaxed);
     drop(exec);
     for w in writers {
         let _ = w.join();
@@ -620,6 +624,18 @@ fn spawn_writers(
 }
 
 impl Executor<'_> {
+    /// Records the source tasks emitted so far, replays included. Task counters live as
+    /// long as the job (plans do not change between attempts), so their sum is the total.
+    pub(crate) fn source_records(&self) -> u64 {
+        self.plan
+            .tasks
+            .iter()
+            .zip(&self.task_metrics)
+            .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
+            .map(|(_, m)| m.records_in.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Drives one attempt until every task finished or one failed.
     fn run_attempt(
         &self,
@@ -638,7 +654,6 @@ impl Executor<'_> {
             result,
             latest_path,
             completed: HashSet::new(),
-            last_records: 0,
             standing: (0..self.plan.tasks.len()).map(|_| None).collect(),
             frozen: (0..self.plan.tasks.len()).map(|_| None).collect(),
             inputs_ended: HashSet::new(),
