@@ -39,7 +39,10 @@ pub struct SnapshotContext {
 }
 
 impl SnapshotContext {
-    pub(crate) fn new(checkpoint_id: u64) -> Self {
+    /// A context for checkpoint `checkpoint_id`. The engine makes one per barrier; tests of
+    /// a function's state hooks make their own and restore it with
+    /// [`InitContext::restored_from`].
+    pub fn new(checkpoint_id: u64) -> Self {
         SnapshotContext {
             checkpoint_id,
             lists: BTreeMap::new(),
@@ -117,6 +120,31 @@ impl InitContext {
             lists,
             identity: OperatorIdentity::default(),
         }
+    }
+
+    /// What a restore hands subtask `subtask` of `parallelism` after the old subtasks
+    /// (index = old subtask) stored `snapshots` — with the engine's own redistribution
+    /// rules, so a function's rescaling can be tested without running a job.
+    pub fn restored_from(
+        snapshots: &[SnapshotContext],
+        subtask: u32,
+        parallelism: u32,
+        identity: OperatorIdentity,
+    ) -> Self {
+        let old: Vec<Option<&OperatorStateSnapshot>> =
+            snapshots.iter().map(|s| Some(&s.lists)).collect();
+        InitContext::new(
+            true,
+            subtask,
+            parallelism,
+            redistribute(&old, subtask, parallelism),
+        )
+        .with_identity(identity)
+    }
+
+    /// A fresh start of subtask `subtask` of `parallelism` (nothing restored).
+    pub fn fresh(subtask: u32, parallelism: u32, identity: OperatorIdentity) -> Self {
+        InitContext::new(false, subtask, parallelism, BTreeMap::new()).with_identity(identity)
     }
 
     pub(crate) fn with_identity(mut self, identity: OperatorIdentity) -> Self {
@@ -278,5 +306,34 @@ mod tests {
         let ctx = InitContext::new(true, 0, 1, m);
         let err = ctx.list::<u32>("s").unwrap_err().to_string();
         assert!(err.contains("operator state 's'"), "{err}");
+    }
+
+    #[test]
+    fn the_public_test_contexts_restore_with_the_engines_rules() {
+        let id = OperatorIdentity {
+            job_name: "j".into(),
+            uid: "op".into(),
+        };
+        let old: Vec<SnapshotContext> = (0..2u32)
+            .map(|sub| {
+                let mut c = SnapshotContext::new(4);
+                c.set_operator_list("even", &[sub * 10, sub * 10 + 1])
+                    .unwrap();
+                c.set_union_list("all", &[sub]).unwrap();
+                c
+            })
+            .collect();
+        let mut even = Vec::new();
+        for sub in 0..3 {
+            let ctx = InitContext::restored_from(&old, sub, 3, id.clone());
+            assert!(ctx.is_restored());
+            assert_eq!(ctx.identity().uid, "op");
+            assert_eq!(ctx.list::<u32>("all").unwrap(), vec![0, 1]);
+            even.extend(ctx.list::<u32>("even").unwrap());
+        }
+        even.sort_unstable();
+        assert_eq!(even, vec![0, 1, 10, 11], "split, none lost or doubled");
+        let fresh = InitContext::fresh(0, 1, id);
+        assert!(!fresh.is_restored() && !fresh.has_state());
     }
 }
