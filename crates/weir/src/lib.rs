@@ -41,7 +41,9 @@ pub mod prelude {
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;
     pub use crate::runtime::alignment::CheckpointingMode;
-    pub use crate::runtime::control::{JobControl, JobStatus, SnapshotDone};
+    pub use crate::runtime::control::{
+        ControlError, ControlErrorKind, JobControl, JobStatus, SnapshotDone,
+    };
     pub use crate::runtime::executor::JobResult;
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;

@@ -202,11 +202,11 @@ fn requested_folders_are_confined_and_a_finished_job_refuses() {
     });
     result.unwrap();
     for r in [outside, dotdot] {
-        let e = r.unwrap_err();
+        let e = r.unwrap_err().to_string();
         assert!(e.contains("outside the job's savepoint directory"), "{e}");
     }
     assert!(!tmp.path().join("escape").exists());
-    let e = control.trigger_savepoint(None).unwrap_err();
+    let e = control.trigger_savepoint(None).unwrap_err().to_string();
     assert!(e.contains("no longer running"), "{e}");
     assert_eq!(control.status().state, "finished");
 }

@@ -525,7 +525,7 @@ pub fn run_recovery(
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            let done = control.trigger_checkpoint()?;
+            let done = control.trigger_checkpoint().map_err(|e| e.to_string())?;
             plan.now.store(true, Ordering::Relaxed);
             Ok(done.id)
         })

@@ -15,7 +15,7 @@ use anyhow::{anyhow, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
-use weir::prelude::{JobControl, SnapshotDone};
+use weir::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
 
 /// Largest request body accepted (the bodies are a folder name and a flag).
 const MAX_BODY: u64 = 64 * 1024;
@@ -200,19 +200,18 @@ fn body(request: &mut Request) -> Result<SnapshotBody, (u16, Value)> {
     })
 }
 
-/// Maps the engine's answer to a status: bad folder 400, job not running 409, else 500.
-fn answer(r: Result<SnapshotDone, String>) -> (u16, Value) {
+/// Maps the engine's answer to a status: bad request 400, job not running 409, else 500.
+fn answer(r: Result<SnapshotDone, ControlError>) -> (u16, Value) {
     match r {
         Ok(done) => (200, json!({ "id": done.id, "path": done.path })),
-        Err(e) if e.contains("outside the job's savepoint directory") => error(400, e),
-        Err(e)
-            if e.contains("no longer running")
-                || e.contains("finishing")
-                || e.contains("stopping") =>
-        {
-            error(409, e)
+        Err(e) => {
+            let status = match e.kind {
+                ControlErrorKind::BadRequest => 400,
+                ControlErrorKind::NotRunning => 409,
+                ControlErrorKind::Failed => 500,
+            };
+            error(status, e.message)
         }
-        Err(e) => error(500, e),
     }
 }
 
@@ -229,12 +228,15 @@ mod tests {
 
     #[test]
     fn answers_map_to_statuses() {
-        assert_eq!(
-            answer(Err("x is outside the job's savepoint directory".into())).0,
-            400
-        );
-        assert_eq!(answer(Err("the job is no longer running".into())).0, 409);
-        assert_eq!(answer(Err("savepoint 3 timed out".into())).0, 500);
+        let err = |kind, message: &str| {
+            Err(ControlError {
+                kind,
+                message: message.into(),
+            })
+        };
+        assert_eq!(answer(err(ControlErrorKind::BadRequest, "outside")).0, 400);
+        assert_eq!(answer(err(ControlErrorKind::NotRunning, "ended")).0, 409);
+        assert_eq!(answer(err(ControlErrorKind::Failed, "timed out")).0, 500);
         let ok = answer(Ok(SnapshotDone {
             id: 3,
             path: "/sp".into(),

@@ -11,14 +11,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
 use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
 use crate::checkpoint::metadata::SnapshotKind;
 use crate::checkpoint::writer::{EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck};
 use crate::error::Error;
 use crate::runtime::control::{
-    confine, savepoint_folder_name, CheckpointStatus, Request, SnapshotDone,
+    confine, savepoint_folder_name, CheckpointStatus, ControlError, ControlErrorKind, Reply,
+    Request, SnapshotDone,
 };
 use crate::runtime::event::BarrierKind;
 use crate::runtime::executor::{
@@ -43,7 +44,7 @@ pub(crate) struct AttemptRun<'e, 'a> {
     /// Source tasks whose input ended.
     pub inputs_ended: HashSet<usize>,
     /// Snapshots asked for through the job's control, by id, with whom to answer.
-    pub waiting: HashMap<u64, (BarrierKind, Sender<Result<SnapshotDone, String>>)>,
+    pub waiting: HashMap<u64, (BarrierKind, Reply)>,
 }
 
 /// What woke the attempt's loop.
@@ -235,16 +236,25 @@ impl AttemptRun<'_, '_> {
 
     /// A control request: trigger the snapshot it asks for and remember whom to answer.
     fn on_request(&mut self, request: Request) -> Vec<Action<TaskAck>> {
-        let (kind, dir, reply) = match request {
-            Request::Checkpoint { reply } => (BarrierKind::Checkpoint, None, reply),
-            Request::Savepoint { dir, reply } => (BarrierKind::Savepoint, Some(dir), reply),
-            Request::Stop { dir, drain, reply } => (BarrierKind::Stop { drain }, Some(dir), reply),
-        };
+        let failed = |m: String| ControlError::new(ControlErrorKind::Failed, m);
         let cfg = self.exec.cfg;
-        let folder = match dir.map(|d| confine(&cfg.savepoint_dir, d.as_deref())) {
-            None => None,
-            Some(Ok(folder)) => Some(folder),
-            Some(Err(e)) => {
+        // Savepoints go to a folder of their own inside the savepoint directory.
+        let (kind, folder, reply) = match request {
+            Request::Checkpoint { reply } => (BarrierKind::Checkpoint, Ok(None), reply),
+            Request::Savepoint { dir, reply } => (
+                BarrierKind::Savepoint,
+                confine(&cfg.savepoint_dir, dir.as_deref()).map(Some),
+                reply,
+            ),
+            Request::Stop { dir, drain, reply } => (
+                BarrierKind::Stop { drain },
+                confine(&cfg.savepoint_dir, dir.as_deref()).map(Some),
+                reply,
+            ),
+        };
+        let folder = match folder {
+            Ok(folder) => folder,
+            Err(e) => {
                 let _ = reply.send(Err(e));
                 return Vec::new();
             }
@@ -255,14 +265,17 @@ impl AttemptRun<'_, '_> {
         {
             Ok(b) => b,
             Err(e) => {
-                let _ = reply.send(Err(format!("cannot take a snapshot: {e}")));
+                let _ = reply.send(Err(ControlError::new(
+                    ControlErrorKind::NotRunning,
+                    format!("cannot take a snapshot: {e}"),
+                )));
                 return Vec::new();
             }
         };
         if let Some(folder) = folder {
             let target = folder.join(savepoint_folder_name(&cfg.name, barrier.id));
             if let Err(e) = self.exec.storage.redirect(barrier.id, target) {
-                let _ = reply.send(Err(e.to_string()));
+                let _ = reply.send(Err(failed(e.to_string())));
                 return self
                     .coordinator
                     .on_decline(barrier.id, AbortReason::Failed(e.to_string()));
@@ -278,7 +291,10 @@ impl AttemptRun<'_, '_> {
     /// Answers every request still waiting: the attempt ended before their snapshots.
     pub(crate) fn fail_waiting(&mut self, why: &str) {
         for (id, (_, reply)) in self.waiting.drain() {
-            let _ = reply.send(Err(format!("snapshot {id} did not complete: {why}")));
+            let _ = reply.send(Err(ControlError::new(
+                ControlErrorKind::Failed,
+                format!("snapshot {id} did not complete: {why}"),
+            )));
         }
     }
 
@@ -320,7 +336,10 @@ impl AttemptRun<'_, '_> {
                             BarrierKind::Checkpoint => "checkpoint",
                             _ => "savepoint",
                         };
-                        let _ = reply.send(Err(format!("{what} {id} {reason}")));
+                        let _ = reply.send(Err(ControlError::new(
+                            ControlErrorKind::Failed,
+                            format!("{what} {id} {reason}"),
+                        )));
                         self.exec.control.update(|s| s.state = "running".into());
                     } else if reason.is_failure() {
                         self.result.failed_checkpoints += 1;

@@ -20,20 +20,60 @@ use serde::Serialize;
 #[derive(Debug)]
 pub(crate) enum Request {
     /// A savepoint into `dir` (confined); the job goes on.
-    Savepoint {
-        dir: Option<PathBuf>,
-        reply: Sender<Result<SnapshotDone, String>>,
-    },
+    Savepoint { dir: Option<PathBuf>, reply: Reply },
     /// A checkpoint now, whatever the interval.
-    Checkpoint {
-        reply: Sender<Result<SnapshotDone, String>>,
-    },
+    Checkpoint { reply: Reply },
     /// A savepoint into `dir`, then the job ends.
     Stop {
         dir: Option<PathBuf>,
         drain: bool,
-        reply: Sender<Result<SnapshotDone, String>>,
+        reply: Reply,
     },
+}
+
+/// Where the executor answers a request.
+pub(crate) type Reply = Sender<Result<SnapshotDone, ControlError>>;
+
+/// Why a control request was not carried out; the kind lets a front end choose its answer
+/// (an HTTP status) without reading the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlError {
+    /// What went wrong, in kinds a caller acts on differently.
+    pub kind: ControlErrorKind,
+    /// The cause and the way out, for people.
+    pub message: String,
+}
+
+/// The kinds of [`ControlError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlErrorKind {
+    /// The request itself is wrong (a folder outside the savepoint directory).
+    BadRequest,
+    /// The job cannot take it now: it ended, is finishing or is stopping.
+    NotRunning,
+    /// The snapshot was started and did not complete (or no answer came in time).
+    Failed,
+}
+
+impl ControlError {
+    pub(crate) fn new(kind: ControlErrorKind, message: impl Into<String>) -> Self {
+        ControlError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+fn not_running() -> ControlError {
+    ControlError::new(ControlErrorKind::NotRunning, "the job is no longer running")
 }
 
 /// A completed snapshot asked for through [`JobControl`].
@@ -118,12 +158,10 @@ impl ControlHub {
                 | Request::Checkpoint { reply }
                 | Request::Stop { reply, .. } => reply,
             };
-            let _ = reply.send(Err(NOT_RUNNING.to_string()));
+            let _ = reply.send(Err(not_running()));
         }
     }
 }
-
-const NOT_RUNNING: &str = "the job is no longer running";
 
 /// A handle on a running job, usable from any thread (see the module docs).
 #[derive(Debug, Clone)]
@@ -135,10 +173,7 @@ pub struct JobControl {
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl JobControl {
-    fn ask(
-        &self,
-        make: impl FnOnce(Sender<Result<SnapshotDone, String>>) -> Request,
-    ) -> Result<SnapshotDone, String> {
+    fn ask(&self, make: impl FnOnce(Reply) -> Request) -> Result<SnapshotDone, ControlError> {
         let (tx, rx) = bounded(1);
         {
             let sender = self
@@ -148,29 +183,33 @@ impl JobControl {
                 .unwrap_or_else(|p| p.into_inner());
             let sent = sender.as_ref().map(|s| s.send(make(tx)));
             if !matches!(sent, Some(Ok(()))) {
-                return Err(NOT_RUNNING.to_string());
+                return Err(not_running());
             }
         }
         match rx.recv_timeout(REQUEST_TIMEOUT) {
             Ok(r) => r,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(format!(
-                "no answer within {}s; the snapshot may still complete",
-                REQUEST_TIMEOUT.as_secs()
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(ControlError::new(
+                ControlErrorKind::Failed,
+                format!(
+                    "no answer within {}s; the snapshot may still complete",
+                    REQUEST_TIMEOUT.as_secs()
+                ),
             )),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                Err("the job ended before the snapshot completed".to_string())
-            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(ControlError::new(
+                ControlErrorKind::NotRunning,
+                "the job ended before the snapshot completed",
+            )),
         }
     }
 
     /// Takes a savepoint into `dir` (inside the job's savepoint directory; `None` for that
     /// directory itself) and waits until it is complete. The job keeps running.
-    pub fn trigger_savepoint(&self, dir: Option<PathBuf>) -> Result<SnapshotDone, String> {
+    pub fn trigger_savepoint(&self, dir: Option<PathBuf>) -> Result<SnapshotDone, ControlError> {
         self.ask(|reply| Request::Savepoint { dir, reply })
     }
 
     /// Takes a checkpoint now and waits until it is complete.
-    pub fn trigger_checkpoint(&self) -> Result<SnapshotDone, String> {
+    pub fn trigger_checkpoint(&self) -> Result<SnapshotDone, ControlError> {
         self.ask(|reply| Request::Checkpoint { reply })
     }
 
@@ -181,7 +220,7 @@ impl JobControl {
         &self,
         dir: Option<PathBuf>,
         drain: bool,
-    ) -> Result<SnapshotDone, String> {
+    ) -> Result<SnapshotDone, ControlError> {
         self.ask(|reply| Request::Stop { dir, drain, reply })
     }
 
@@ -198,17 +237,18 @@ impl JobControl {
 /// Resolves the folder a control request names against the job's savepoint directory
 /// `base`: `None` is `base`; a relative path is taken inside `base`; an absolute path must
 /// lie inside `base`. `..` is refused everywhere, so a request can never reach outside.
-pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, String> {
+pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, ControlError> {
     let Some(req) = requested else {
         return Ok(base.to_path_buf());
     };
     let outside = || {
-        format!(
+        let message = format!(
             "{} is outside the job's savepoint directory {}; name a folder inside it \
              (or restart the job with another --savepoint-dir)",
             req.display(),
             base.display()
-        )
+        );
+        ControlError::new(ControlErrorKind::BadRequest, message)
     };
     if req
         .components()
@@ -220,10 +260,11 @@ pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, String>
         return Ok(base.join(req));
     }
     let absolute_base = std::path::absolute(base).map_err(|e| {
-        format!(
+        let message = format!(
             "cannot resolve the savepoint directory {}: {e}",
             base.display()
-        )
+        );
+        ControlError::new(ControlErrorKind::Failed, message)
     })?;
     let canonical_base = base.canonicalize().ok();
     let inside =
@@ -259,7 +300,9 @@ mod tests {
             base.join("a/b")
         );
         for bad in ["../x", "a/../../x", "/etc", "/tmp"] {
-            let e = confine(&base, Some(Path::new(bad))).unwrap_err();
+            let e = confine(&base, Some(Path::new(bad)))
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("outside the job's savepoint directory"),
                 "{bad}: {e}"

@@ -198,6 +198,20 @@ impl SourceTask<'_> {
         Ok(())
     }
 
+    /// Waits up to `wait` for a control message and handles it.
+    fn wait_for_control<T, S: SourceFunction<T>>(
+        &mut self,
+        wait: Duration,
+        source: &mut S,
+        chain: &mut dyn Output<T>,
+    ) -> Result<()> {
+        match self.ctx.control.recv_timeout(wait) {
+            Ok(c) => self.control(c, source, chain),
+            Err(RecvTimeoutError::Timeout) => Ok(()),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Cancelled),
+        }
+    }
+
     /// Handles one control message.
     fn control<T, S: SourceFunction<T>>(
         &mut self,
@@ -265,21 +279,14 @@ pub fn run_source<T, S: SourceFunction<T>>(
         if task.fin.is_done() {
             return chain.flush();
         }
-        let status = if task.fin.is_frozen() {
+        if task.fin.is_frozen() {
             // Ended or stopping: only control messages matter now.
             chain.flush()?;
-            match ctx
-                .control
-                .recv_timeout(ctx.buffer_timeout.max(Duration::from_millis(1)))
-            {
-                Ok(c) => task.control(c, &mut source, chain.as_mut())?,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
-            }
+            let wait = ctx.buffer_timeout.max(Duration::from_millis(1));
+            task.wait_for_control(wait, &mut source, chain.as_mut())?;
             continue;
-        } else {
-            source.poll(&mut buf, BATCH_SIZE)?
-        };
+        }
+        let status = source.poll(&mut buf, BATCH_SIZE)?;
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             chain.push(&mut buf)?;
@@ -287,13 +294,9 @@ pub fn run_source<T, S: SourceFunction<T>>(
         match status {
             SourceStatus::More => {}
             SourceStatus::Finished => task.end_input(chain.as_mut())?,
+            // Nothing to read: wait for a control message or a moment, whichever is first.
             SourceStatus::Idle => {
-                // Nothing to read: wait for a control message or a moment, whichever is first.
-                match ctx.control.recv_timeout(Duration::from_millis(1)) {
-                    Ok(c) => task.control(c, &mut source, chain.as_mut())?,
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return Err(Error::Cancelled),
-                }
+                task.wait_for_control(Duration::from_millis(1), &mut source, chain.as_mut())?
             }
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
