@@ -447,6 +447,11 @@ fn corrupted_state_file_in_newest_checkpoint_is_skipped() {
         fs::write(&f, bytes).unwrap();
         f
     });
+    assert_skipped_and_named(&run, newest, &file, "corrupt");
+}
+
+/// The restore skipped checkpoint `newest`, naming the damaged `file` and the `cause`.
+fn assert_skipped_and_named(run: &Run, newest: u64, file: &Path, cause: &str) {
     assert!(
         run.stderr
             .contains(&format!("skipping checkpoint {newest} ")),
@@ -454,12 +459,12 @@ fn corrupted_state_file_in_newest_checkpoint_is_skipped() {
         run.describe()
     );
     assert!(
-        run.stderr.contains(&s(&file)),
+        run.stderr.contains(&s(file)),
         "file not named\n{}",
         run.describe()
     );
     assert!(
-        run.stderr.contains("corrupt"),
+        run.stderr.contains(cause),
         "cause not named\n{}",
         run.describe()
     );
@@ -480,22 +485,7 @@ fn truncated_metadata_in_newest_checkpoint_is_skipped() {
             .unwrap();
         f
     });
-    assert!(
-        run.stderr
-            .contains(&format!("skipping checkpoint {newest} ")),
-        "{}",
-        run.describe()
-    );
-    assert!(
-        run.stderr.contains(&s(&file)),
-        "file not named\n{}",
-        run.describe()
-    );
-    assert!(
-        run.stderr.contains("truncat"),
-        "cause not named\n{}",
-        run.describe()
-    );
+    assert_skipped_and_named(&run, newest, &file, "truncat");
 }
 
 // ---------------------------------------------------------------------------------------
