@@ -235,12 +235,6 @@ impl<A> Coordinator<A> {
         actions
     }
 
-    /// Triggers a checkpoint now regardless of the interval (if one may be triggered at all).
-    pub fn trigger_now(&mut self, now: Instant, wall_ms: u64) -> Option<CheckpointBarrier> {
-        (self.triggering && self.pending.len() < self.cfg.max_concurrent)
-            .then(|| self.trigger(now, wall_ms))
-    }
-
     /// Every source has ended its input: the final checkpoint is due at once, even with
     /// periodic checkpoints off (`max_concurrent` and `min_pause` still apply).
     pub fn expedite(&mut self) {
