@@ -409,13 +409,8 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
     pub fn process<O: Data, P: KeyedProcessFunction<K, T, O>>(self, f: P) -> DataStream<O> {
         let kf = self.key_fn.clone();
         let writer: KeyedWriterBuilder<T> = Arc::new(move |senders, max_parallelism| {
-            Box::new(RoutedWriter::new(
-                senders,
-                KeyGroupRouter {
-                    key_fn: kf.clone(),
-                    max_parallelism,
-                },
-            )) as Box<dyn Output<T>>
+            let router = KeyGroupRouter::new(kf.clone(), max_parallelism, senders.len());
+            Box::new(RoutedWriter::new(senders, router)) as Box<dyn Output<T>>
         });
         let key_fn = self.key_fn;
         let build = Arc::new(move |ctx: OperatorContext, next: AnyBox| {

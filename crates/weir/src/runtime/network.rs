@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::runtime::event::{CheckpointBarrier, Event};
 use crate::runtime::output::{Output, TaskSnapshot};
 use crate::runtime::BATCH_SIZE;
-use crate::state::key_group::{key_group, operator_index};
+use crate::state::key_group::{key_group_of_hash, operator_index, stable_hash};
 
 /// How records are spread over the downstream subtasks.
 pub trait Router<T>: Send {
@@ -43,18 +43,38 @@ impl<T> Router<T> for Rebalance {
 }
 
 /// By key group: the subtask that owns the record's key group (DESIGN.md §5).
+///
+/// The owner of every key group is computed once, at construction, so routing a record
+/// costs one hash and one table lookup — no division (see [`key_group_of_hash`]).
 pub struct KeyGroupRouter<F> {
-    /// Extracts the key.
-    pub key_fn: F,
-    /// The job's max parallelism.
-    pub max_parallelism: u32,
+    key_fn: F,
+    max_parallelism: u32,
+    /// `owner[g]`: the downstream subtask of key group `g` ([`operator_index`]).
+    owner: Box<[u32]>,
+}
+
+impl<F> KeyGroupRouter<F> {
+    /// Routes by `key_fn` to `channels` downstream subtasks sharing `max_parallelism` key
+    /// groups.
+    pub fn new(key_fn: F, max_parallelism: u32, channels: usize) -> Self {
+        let owner = (0..max_parallelism)
+            .map(|g| operator_index(g, max_parallelism, channels as u32))
+            .collect();
+        KeyGroupRouter {
+            key_fn,
+            max_parallelism,
+            owner,
+        }
+    }
 }
 
 impl<T, K: Hash, F: Fn(&T) -> K + Send> Router<T> for KeyGroupRouter<F> {
     #[inline]
     fn route(&mut self, record: &T, channels: usize) -> usize {
-        let g = key_group(&(self.key_fn)(record), self.max_parallelism);
-        operator_index(g, self.max_parallelism, channels as u32) as usize
+        let g = key_group_of_hash(stable_hash(&(self.key_fn)(record)), self.max_parallelism);
+        let c = self.owner[g as usize] as usize;
+        debug_assert!(c < channels, "router built for {channels} channels");
+        c
     }
 }
 
@@ -207,6 +227,7 @@ impl<T: Clone + Send> Output<T> for BroadcastWriter<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::key_group::key_group;
 
     fn drain<T>(r: &crossbeam_channel::Receiver<Event<T>>) -> Vec<Event<T>> {
         r.try_iter().collect()
@@ -216,13 +237,7 @@ mod tests {
     fn barrier_follows_every_record_sent_before_it() {
         let (tx0, rx0) = crossbeam_channel::unbounded();
         let (tx1, rx1) = crossbeam_channel::unbounded();
-        let mut w = RoutedWriter::new(
-            vec![tx0, tx1],
-            KeyGroupRouter {
-                key_fn: |x: &u64| *x,
-                max_parallelism: 128,
-            },
-        );
+        let mut w = RoutedWriter::new(vec![tx0, tx1], KeyGroupRouter::new(|x: &u64| *x, 128, 2));
         let mut batch: Vec<u64> = (0..10).collect();
         w.push(&mut batch).unwrap();
         assert!(batch.is_empty());

@@ -131,7 +131,21 @@ pub fn stable_hash<K: Hash + ?Sized>(key: &K) -> u64 {
 /// The key group a key belongs to, in `0..max_parallelism`.
 #[inline]
 pub fn key_group<K: Hash + ?Sized>(key: &K, max_parallelism: u32) -> u32 {
-    (stable_hash(key) % max_parallelism as u64) as u32
+    key_group_of_hash(stable_hash(key), max_parallelism)
+}
+
+/// The key group of a key whose [`stable_hash`] is `hash`: `hash % max_parallelism`.
+///
+/// A power-of-two `max_parallelism` (the default, 128) takes a mask instead of a 64-bit
+/// division — the same value, several times cheaper on the per-record routing path.
+#[inline]
+pub fn key_group_of_hash(hash: u64, max_parallelism: u32) -> u32 {
+    let m = max_parallelism as u64;
+    if m.is_power_of_two() {
+        (hash & (m - 1)) as u32
+    } else {
+        (hash % m) as u32
+    }
 }
 
 /// The subtask (of `parallelism`) that owns key group `group` (Flink's formula).
@@ -203,6 +217,17 @@ mod tests {
             key_group(&12345u64, 128),
             (7_961_676_534_855_687_200u64 % 128) as u32
         );
+    }
+
+    #[test]
+    fn key_group_of_hash_is_the_remainder() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for maxp in [1, 2, 3, 7, 128, 129, 1000, 4096, MAX_MAX_PARALLELISM] {
+            for _ in 0..1000 {
+                let h = rng.u64(..);
+                assert_eq!(key_group_of_hash(h, maxp) as u64, h % maxp as u64);
+            }
+        }
     }
 
     #[test]
