@@ -264,7 +264,10 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
     Off,
+    /// EXACTLY_ONCE every 1 s (the W1).
     ExactlyOnce,
+    /// EXACTLY_ONCE every this many milliseconds (to show what a shorter interval buys).
+    ExactlyOnceEvery(u64),
     AtLeastOnce,
 }
 
@@ -275,6 +278,7 @@ fn config(dir: &std::path::Path, p: u32, mode: Mode, restart: RestartStrategy) -
     cfg.checkpoint_dir = dir.to_path_buf();
     cfg.checkpointing.interval = match mode {
         Mode::Off => None,
+        Mode::ExactlyOnceEvery(ms) => Some(Duration::from_millis(ms)),
         _ => Some(Duration::from_secs(1)),
     };
     if let Mode::AtLeastOnce = mode {
