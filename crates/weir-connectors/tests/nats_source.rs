@@ -9,47 +9,8 @@ use std::time::Duration;
 
 use nats_support::{free_port, NatsServer};
 use weir::prelude::*;
+use weir::testing::{expected_counts, CountPerKey};
 use weir_connectors::nats::{decode_utf8, JetStreamConfig, JetStreamSource};
-
-/// Counts records per key; emits every `(key, count)` at end of input.
-#[derive(Clone, Default)]
-struct CountPerKey {
-    count: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for CountPerKey {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.count = Some(states.value_state("count")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        *ctx.get_mut_or_insert_with(self.count.unwrap(), || 0) += 1;
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        for (k, v) in ctx.entries(self.count.unwrap()) {
-            out.collect((*k, *v));
-        }
-        Ok(())
-    }
-}
-
-fn expected(n: u64, keys: u64) -> HashMap<u64, u64> {
-    (0..keys.min(n))
-        .map(|k| (k, n / keys + u64::from(k < n % keys)))
-        .collect()
-}
 
 fn config(name: &str, dir: &std::path::Path, parallelism: u32) -> JobConfig {
     let mut c = JobConfig::new(name);
@@ -135,7 +96,7 @@ fn source_replays_exactly_under_injected_failures() {
             "seed {seed}: only {} checkpoints",
             result.checkpoints.len()
         );
-        assert_eq!(counts, expected(n, 100), "seed {seed}: exact counts");
+        assert_eq!(counts, expected_counts(n, 100), "seed {seed}: exact counts");
         fired_total += fired;
     }
     assert!(fired_total >= 10);
@@ -166,7 +127,7 @@ fn source_rescales_from_two_to_three_subtasks() {
         "the restored run re-read everything ({} records)",
         result.source_records
     );
-    assert_eq!(counts, expected(n, 50));
+    assert_eq!(counts, expected_counts(n, 50));
 }
 
 #[test]

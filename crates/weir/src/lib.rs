@@ -20,6 +20,7 @@ pub mod connectors;
 pub mod error;
 pub mod runtime;
 pub mod state;
+pub mod testing;
 
 pub use error::{Error, Result};
 

@@ -7,73 +7,12 @@ use std::time::Duration;
 
 use weir::prelude::*;
 
-/// Counts events per key in value state; emits every `(key, count)` at end of input.
-#[derive(Clone, Default)]
-pub struct CountPerKey {
-    count: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for CountPerKey {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for CountPerKey {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.count = Some(states.value_state("count")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _event: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        _out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        *ctx.get_mut_or_insert_with(self.count.unwrap(), || 0) += 1;
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        for (k, v) in ctx.entries(self.count.unwrap()) {
-            out.collect((*k, *v));
-        }
-        Ok(())
-    }
-}
-
-/// Numbers each key's records 1, 2, 3, … in keyed state and emits `(key, number)`: any
-/// lost or duplicated output shows up as a gap or a repeat in a key's numbers.
-#[derive(Clone, Default)]
-pub struct Sequence {
-    seq: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for Sequence {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for Sequence {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.seq = Some(states.value_state("seq")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let seq = ctx.get_mut_or_insert_with(self.seq.unwrap(), || 0);
-        *seq += 1;
-        let seq = *seq;
-        out.collect((*ctx.key(), seq));
-        Ok(())
-    }
-}
+#[allow(unused_imports)] // each test crate uses a different subset
+pub use weir::testing::{CountPerKey, Sequence};
 
 /// The exact count of key `k` among `0..n` with `key = i % keys`.
 pub fn expected(n: u64, keys: u64) -> HashMap<u64, u64> {
-    (0..keys.min(n))
-        .map(|k| (k, n / keys + u64::from(k < n % keys)))
-        .collect()
+    weir::testing::expected_counts(n, keys)
 }
 
 /// Settings for a test job.

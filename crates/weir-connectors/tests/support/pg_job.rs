@@ -7,36 +7,10 @@
 use std::time::Duration;
 
 use weir::prelude::*;
+use weir::testing::Sequence;
 use weir_connectors::postgres::{PostgresSink, PostgresSinkConfig, SqlValue};
 
 use super::pg::PgServer;
-
-/// Numbers each key's records: emits `(key, seq)` with `seq` = 1, 2, … per key.
-#[derive(Clone, Default)]
-pub struct SeqPerKey {
-    count: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for SeqPerKey {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for SeqPerKey {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.count = Some(states.value_state("count")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _event: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let key = *ctx.key();
-        let c = ctx.get_mut_or_insert_with(self.count.expect("opened"), || 0);
-        *c += 1;
-        out.collect((key, *c));
-        Ok(())
-    }
-}
 
 /// The sink for `(key, seq)` records into `table (k bigint, seq bigint)`.
 pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
@@ -80,7 +54,7 @@ pub fn run_seq_job(
     env.add_source("events", GeneratorSource::new(n).with_rate(rate))
         .uid("events")
         .key_by(move |i: &u64| i % keys)
-        .process(SeqPerKey::default())
+        .process(Sequence::default())
         .uid("seq")
         .add_sink("pg", TwoPhaseCommit::new(seq_sink(url)))
         .uid("pg");
