@@ -53,52 +53,25 @@ fn keyed_count_args(d: &Path, o: &Path, mode: &str, restore: bool) -> Vec<String
     a
 }
 
-/// What a kill loop leaves behind for the final run.
-struct Killed {
-    /// Newest complete checkpoint after the last kill.
-    newest: u64,
-}
-
-/// Starts the job `KILLS` times (the first fresh, the rest with `--restore latest`) and
-/// SIGKILLs each run 300–900 ms after start; `after_kill(i)` checks the output folder.
-fn kill_loop(
+/// The kill loop of both modes: `KILLS` runs SIGKILLed 300–900 ms after their start
+/// (`common::kill_loop`); returns the newest complete checkpoint.
+fn kill_keyed_count(
     tmp: &Path,
     d: &Path,
     o: &Path,
     mode: &str,
     seed: u64,
     after_kill: impl Fn(usize),
-) -> Killed {
-    let mut rng = XorShift::from_env(seed);
-    let job = d.join("keyed-count");
-    let (mut newest, mut progressed) = (0u64, 0usize);
-    for i in 0..KILLS {
-        let delay = rng.range(300, 900);
-        let log = tmp.join(format!("{mode}-run-{i}.log"));
-        let mut child = spawn_logged(&mut weir(tmp, keyed_count_args(d, o, mode, i > 0)), &log);
-        thread::sleep(Duration::from_millis(delay));
-        sigkill_running(
-            &mut child,
-            &format!("{mode} run {i} (killed after {delay} ms)"),
-        );
-        after_kill(i);
-        let now = completed_checkpoints(&job).last().copied().unwrap_or(0);
-        if now > newest {
-            progressed += 1;
-        }
-        newest = now;
-    }
-    assert!(
-        newest > 0,
-        "no complete checkpoint (chk-*/_metadata) in {} after {KILLS} kills",
-        job.display()
-    );
-    assert!(
-        progressed >= 3,
-        "only {progressed} of {KILLS} killed runs completed a new checkpoint; restores cannot \
-         have made progress"
-    );
-    Killed { newest }
+) -> u64 {
+    let args = |restore| keyed_count_args(d, o, mode, restore);
+    kill_loop(
+        tmp,
+        &d.join("keyed-count"),
+        (KILLS, (300, 900)),
+        seed,
+        args,
+        after_kill,
+    )
 }
 
 /// Asserts that the final run restored from exactly `chk-<id>` of `d`.
@@ -120,7 +93,7 @@ fn sigkill_loop_exactly_once_counts_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
     assert!(!o.exists());
-    let killed = kill_loop(tmp.path(), &d, &o, "exactly-once", 0x5eed_0001, |i| {
+    let newest = kill_keyed_count(tmp.path(), &d, &o, "exactly-once", 0x5eed_0001, |i| {
         assert!(
             !o.exists(),
             "killed run {i} left a partial output folder {}",
@@ -132,7 +105,7 @@ fn sigkill_loop_exactly_once_counts_exactly() {
     let run = run(&mut weir(tmp.path(), args));
     run.assert_success();
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert_restored_from(&run, &d, killed.newest);
+    assert_restored_from(&run, &d, newest);
     assert_keyed_count_exact(&o, EVENTS, KEYS);
     assert!(
         !tmp.path().join(".out.inprogress").exists(),
@@ -164,7 +137,7 @@ fn sigkill_loop_at_least_once_never_undercounts() {
     prev.assert_success();
     let before = tree(&o);
     assert!(before.contains_key(Path::new("_SUCCESS")));
-    kill_loop(tmp.path(), &d, &o, "at-least-once", 0x5eed_0002, |i| {
+    kill_keyed_count(tmp.path(), &d, &o, "at-least-once", 0x5eed_0002, |i| {
         assert!(
             tree(&o) == before,
             "killed run {i} changed the previous output {}",

@@ -312,3 +312,37 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     walk(dir, dir, &mut out);
     out
 }
+
+/// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
+/// and SIGKILLs each run a random number of milliseconds in `window` after its start;
+/// `after_kill(i)` checks the committed output. Asserts that most runs completed a new
+/// checkpoint (the restores progressed), and returns the newest complete checkpoint.
+pub fn kill_loop(
+    tmp: &Path,
+    job_dir: &Path,
+    (kills, window): (usize, (u64, u64)),
+    seed: u64,
+    args: impl Fn(bool) -> Vec<String>,
+    mut after_kill: impl FnMut(usize),
+) -> u64 {
+    let mut rng = XorShift::from_env(seed);
+    let (mut newest, mut progressed) = (0u64, 0usize);
+    for i in 0..kills {
+        let delay = rng.range(window.0, window.1);
+        let log = tmp.join(format!("run-{i}.log"));
+        let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
+        thread::sleep(Duration::from_millis(delay));
+        sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
+        after_kill(i);
+        let now = completed_checkpoints(job_dir).last().copied().unwrap_or(0);
+        progressed += usize::from(now > newest);
+        newest = now;
+    }
+    assert!(
+        newest > 0 && progressed * 2 > kills,
+        "only {progressed} of {kills} killed runs completed a new checkpoint in {}; restores \
+         cannot have made progress",
+        job_dir.display()
+    );
+    newest
+}

@@ -1,14 +1,12 @@
 //! Helpers shared by the `connectors_*` tests: the keyed-count command line with a
 //! `--sink`, the exactly-once check of `--emit updates` output (every key's counts are
-//! exactly `1..=n`), a SIGKILL loop, and the clean-error check.
+//! exactly `1..=n`), and the clean-error check (the SIGKILL loop is `common::kill_loop`).
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::thread;
-use std::time::Duration;
 
 use crate::common::*;
 
@@ -129,38 +127,6 @@ pub fn hidden_files(dir: &Path) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with('.'))
         .collect()
-}
-
-/// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
-/// and SIGKILLs each run a random number of milliseconds in `window` after its start;
-/// `after_kill(i)` checks the committed output. Asserts that most runs completed a new
-/// checkpoint (the restores progressed).
-pub fn kill_loop(
-    tmp: &Path,
-    job_dir: &Path,
-    (kills, window): (usize, (u64, u64)),
-    seed: u64,
-    args: impl Fn(bool) -> Vec<String>,
-    mut after_kill: impl FnMut(usize),
-) {
-    let mut rng = XorShift::from_env(seed);
-    let (mut newest, mut progressed) = (0u64, 0usize);
-    for i in 0..kills {
-        let delay = rng.range(window.0, window.1);
-        let log = tmp.join(format!("run-{i}.log"));
-        let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
-        thread::sleep(Duration::from_millis(delay));
-        sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
-        after_kill(i);
-        let now = completed_checkpoints(job_dir).last().copied().unwrap_or(0);
-        progressed += usize::from(now > newest);
-        newest = now;
-    }
-    assert!(
-        progressed + 1 >= kills,
-        "only {progressed} of {kills} killed runs completed a new checkpoint in {}",
-        job_dir.display()
-    );
 }
 
 /// Asserts a refused run: exit `code`, an `error:` line on stderr naming every needle, no
