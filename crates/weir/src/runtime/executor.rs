@@ -161,6 +161,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) events_tx: Sender<TaskEvent>,
     pub(crate) writer_tx: Sender<SnapshotJob>,
     pub(crate) task_metrics: Vec<Arc<TaskMetrics>>,
+    /// The counters of the source tasks (the plan does not change between attempts).
+    pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
 }
 
@@ -458,6 +460,13 @@ fn run_job(
         .iter()
         .map(|_| Arc::new(TaskMetrics::default()))
         .collect();
+    let source_metrics = plan
+        .tasks
+        .iter()
+        .zip(&task_metrics)
+        .filter(|(t, _)| matches!(graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
+        .map(|(_, m)| m.clone())
+        .collect();
     let exec = Executor {
         graph: &graph,
         cfg,
@@ -468,6 +477,7 @@ fn run_job(
         events_tx,
         writer_tx,
         task_metrics,
+        source_metrics,
         control: control.clone(),
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
@@ -627,12 +637,9 @@ impl Executor<'_> {
     /// Records the source tasks emitted so far, replays included. Task counters live as
     /// long as the job (plans do not change between attempts), so their sum is the total.
     pub(crate) fn source_records(&self) -> u64 {
-        self.plan
-            .tasks
+        self.source_metrics
             .iter()
-            .zip(&self.task_metrics)
-            .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
-            .map(|(_, m)| m.records_in.load(Ordering::Relaxed))
+            .map(|m| m.records_in.load(Ordering::Relaxed))
             .sum()
     }
 
