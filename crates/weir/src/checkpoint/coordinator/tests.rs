@@ -21,6 +21,14 @@ fn triggers(a: &[Action<u32>]) -> Vec<u64> {
         .collect()
 }
 
+/// Acknowledges checkpoint `id` from all `tasks` and writes its metadata at `now`.
+fn complete(c: &mut Coordinator<u32>, id: u64, tasks: usize, now: Instant) -> Vec<Action<u32>> {
+    for t in 0..tasks {
+        c.on_ack(id, t, 0);
+    }
+    c.on_metadata_written(id, now)
+}
+
 #[test]
 fn triggers_on_interval_and_completes_after_all_acks_and_metadata() {
     let t0 = Instant::now();
@@ -65,8 +73,7 @@ fn min_pause_delays_the_next_trigger() {
         triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
         vec![1]
     );
-    c.on_ack(1, 0, 0);
-    c.on_metadata_written(1, t0 + Duration::from_millis(150));
+    complete(&mut c, 1, 1, t0 + Duration::from_millis(150));
     assert!(triggers(&c.tick(t0 + Duration::from_millis(600), 0)).is_empty());
     assert_eq!(
         triggers(&c.tick(t0 + Duration::from_millis(650), 0)),
@@ -159,8 +166,7 @@ fn retention_discards_oldest_and_completion_subsumes_older_pending() {
     for id in 1..=4 {
         t += Duration::from_millis(100);
         assert_eq!(triggers(&c.tick(t, 0)), vec![id]);
-        c.on_ack(id, 0, 0);
-        for a in c.on_metadata_written(id, t) {
+        for a in complete(&mut c, id, 1, t) {
             if let Action::Discard(d) = a {
                 discarded.push(d);
             }
@@ -170,8 +176,7 @@ fn retention_discards_oldest_and_completion_subsumes_older_pending() {
     // two pending; the newer completes first and subsumes the older
     c.tick(t + Duration::from_millis(100), 0);
     c.tick(t + Duration::from_millis(200), 0);
-    c.on_ack(6, 0, 0);
-    let a = c.on_metadata_written(6, t + Duration::from_millis(210));
+    let a = complete(&mut c, 6, 1, t + Duration::from_millis(210));
     assert!(a.iter().any(|a| matches!(
         a,
         Action::Abort {
@@ -192,13 +197,6 @@ fn restart_forgets_pending_but_keeps_ids() {
         triggers(&c.tick(t0 + Duration::from_millis(250), 0)),
         vec![2]
     );
-}
-
-fn complete(c: &mut Coordinator<u32>, id: u64, tasks: usize, now: Instant) -> Vec<Action<u32>> {
-    for t in 0..tasks {
-        c.on_ack(id, t, 0);
-    }
-    c.on_metadata_written(id, now)
 }
 
 #[test]
