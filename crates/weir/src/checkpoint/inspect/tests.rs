@@ -1,7 +1,9 @@
 //! Unit tests of checkpoint inspection on hand-built checkpoints.
 use super::*;
+use crate::checkpoint::format::FileKind;
 use crate::checkpoint::metadata::{
-    FileRef, KeyGroupSection, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats,
+    CheckpointMetadata, FileRef, KeyGroupSection, KeyedFileRef, KeyedStateFile, OperatorMeta,
+    OperatorStateFile, SubtaskStateMeta, TaskCheckpointStats,
 };
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::state::key_group::KeyGroupRange;

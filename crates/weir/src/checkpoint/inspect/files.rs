@@ -1,0 +1,176 @@
+//! Reading a checkpoint's files for inspection: `_metadata`, and every state file it names,
+//! each checked against the metadata (as a restore checks them) before it is described.
+
+use std::path::Path;
+
+use super::super::format::FileKind;
+use super::super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile};
+use super::super::storage::{
+    parse_checkpoint_dir_name, read_metadata, read_state_file, StorageError, METADATA_FILE_NAME,
+};
+use super::{InspectError, Result};
+
+/// Reads and decodes `_metadata`; returns it with the file's size. A job folder given by
+/// mistake gets a hint naming its checkpoints.
+pub(super) fn read_meta(path: &Path) -> Result<(CheckpointMetadata, u64)> {
+    let payload = match read_metadata(path) {
+        Ok(p) => p,
+        Err(e @ StorageError::NotACheckpoint { .. }) => {
+            let checkpoints = complete_checkpoints_in(path);
+            return Err(if checkpoints.is_empty() {
+                e.into()
+            } else {
+                InspectError::JobFolder {
+                    path: path.to_path_buf(),
+                    checkpoints,
+                }
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let file = path.join(METADATA_FILE_NAME);
+    let meta = CheckpointMetadata::decode(&payload).map_err(|e| InspectError::Undecodable {
+        path: file.clone(),
+        what: "checkpoint metadata",
+        cause: e.to_string(),
+    })?;
+    let size = payload.len() as u64 + envelope_len();
+    for op in &meta.operators {
+        for st in &op.subtasks {
+            if st.subtask >= op.parallelism {
+                return Err(InspectError::Inconsistent {
+                    path: file,
+                    detail: format!(
+                        "operator '{}' lists subtask {} but has parallelism {}",
+                        op.uid, st.subtask, op.parallelism
+                    ),
+                });
+            }
+        }
+    }
+    Ok((meta, size))
+}
+
+pub(super) fn envelope_len() -> u64 {
+    (super::super::format::HEADER_LEN + super::super::format::TRAILER_LEN) as u64
+}
+
+/// Ids of the complete checkpoints directly under `dir`, ascending; empty if unreadable.
+pub(super) fn complete_checkpoints_in(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let id = e.file_name().to_str().and_then(parse_checkpoint_dir_name)?;
+            e.path().join(METADATA_FILE_NAME).is_file().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// One operator's decoded state files.
+pub(super) struct OpFiles {
+    pub(super) operator: Vec<OpFile>,
+    pub(super) keyed: Vec<KeyedFile>,
+    /// Sum of the file sizes, envelopes included.
+    pub(super) bytes: u64,
+}
+
+pub(super) struct OpFile {
+    pub(super) subtask: u32,
+    pub(super) lists: OperatorStateFile,
+}
+
+pub(super) struct KeyedFile {
+    pub(super) subtask: u32,
+    /// Entries across all its states, from the metadata.
+    pub(super) entries: u64,
+    pub(super) content: KeyedStateFile,
+}
+
+/// Reads, verifies and decodes every state file of `op`, checking that keyed files agree
+/// with the metadata and are well formed (so callers may index sections by state).
+pub(super) fn op_files(
+    path: &Path,
+    meta: &CheckpointMetadata,
+    op: &OperatorMeta,
+) -> Result<OpFiles> {
+    let mut out = OpFiles {
+        operator: Vec::new(),
+        keyed: Vec::new(),
+        bytes: 0,
+    };
+    for st in &op.subtasks {
+        if let Some(f) = &st.operator_state {
+            let payload = read_state_file(path, &f.path, FileKind::OperatorState)?;
+            out.bytes += payload.len() as u64 + envelope_len();
+            let lists: OperatorStateFile =
+                postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+                    path: path.join(&f.path),
+                    what: "operator state",
+                    cause: e.to_string(),
+                })?;
+            out.operator.push(OpFile {
+                subtask: st.subtask,
+                lists,
+            });
+        }
+        if let Some(k) = &st.keyed_state {
+            let file = path.join(&k.file.path);
+            let payload = read_state_file(path, &k.file.path, FileKind::KeyedState)?;
+            out.bytes += payload.len() as u64 + envelope_len();
+            let content: KeyedStateFile =
+                postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+                    path: file.clone(),
+                    what: "keyed state",
+                    cause: e.to_string(),
+                })?;
+            check_keyed(&file, meta, &content)?;
+            out.keyed.push(KeyedFile {
+                subtask: st.subtask,
+                entries: k.entries,
+                content,
+            });
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn check_keyed(
+    file: &Path,
+    meta: &CheckpointMetadata,
+    content: &KeyedStateFile,
+) -> Result<()> {
+    let inconsistent = |detail: String| {
+        Err(InspectError::Inconsistent {
+            path: file.to_path_buf(),
+            detail,
+        })
+    };
+    if content.max_parallelism != meta.max_parallelism {
+        return inconsistent(format!(
+            "written with max parallelism {} but the checkpoint says {}",
+            content.max_parallelism, meta.max_parallelism
+        ));
+    }
+    for section in &content.groups {
+        if !content.range.contains(section.group) {
+            return inconsistent(format!(
+                "key group {} lies outside the file's range {}..{}",
+                section.group, content.range.start, content.range.end
+            ));
+        }
+        if section.states.len() != content.states.len() {
+            return inconsistent(format!(
+                "key group {} has {} state sections but the file declares {} states",
+                section.group,
+                section.states.len(),
+                content.states.len()
+            ));
+        }
+    }
+    Ok(())
+}
