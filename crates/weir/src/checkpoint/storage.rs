@@ -15,6 +15,7 @@
 //! the path, the cause and the way out.
 
 use super::format::{self, FileKind, FormatError, HEADER_LEN};
+use super::shared_bytes::SharedBytes;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -371,6 +372,32 @@ pub fn read_state_file(
     relative: &str,
     kind: FileKind,
 ) -> Result<Vec<u8>, StorageError> {
+    let (path, bytes) = read_state_bytes(checkpoint_path, relative)?;
+    into_payload(&path, kind, bytes)
+}
+
+/// Like [`read_state_file`], but returns the payload as a range of the file's buffer
+/// instead of moving it to the front of the buffer: restoring large state copies nothing
+/// after the read.
+pub fn read_state_payload(
+    checkpoint_path: &Path,
+    relative: &str,
+    kind: FileKind,
+) -> Result<SharedBytes, StorageError> {
+    let (path, bytes) = read_state_bytes(checkpoint_path, relative)?;
+    let len = format::decode(&path, kind, &bytes)?.len();
+    Ok(
+        SharedBytes::new(Arc::new(bytes), HEADER_LEN..HEADER_LEN + len)
+            .expect("decode returned a payload within the file"),
+    )
+}
+
+/// The whole content of the state file at `relative`, after the path checks of
+/// [`read_state_file`], with the path it was read from.
+fn read_state_bytes(
+    checkpoint_path: &Path,
+    relative: &str,
+) -> Result<(PathBuf, Vec<u8>), StorageError> {
     let unsafe_path = |reason| StorageError::UnsafePath {
         checkpoint: checkpoint_path.to_path_buf(),
         relative: relative.to_string(),
@@ -393,7 +420,7 @@ pub fn read_state_file(
     let hint = "the checkpoint is incomplete or was copied without all its files; \
                 restore from another checkpoint";
     match fs::read(&path) {
-        Ok(bytes) => into_payload(&path, kind, bytes),
+        Ok(bytes) => Ok((path, bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             Err(io_err("read state file", &path, hint)(e))
         }
@@ -582,6 +609,27 @@ mod tests {
         s.write_state_file(1, "op", "2", kind, b"abc").unwrap();
         let wrong = read_state_file(&chk, "op/2", FileKind::KeyedState);
         fails(wrong, "expected keyed state, found operator state");
+    }
+
+    #[test]
+    fn payload_reads_check_exactly_like_whole_reads() {
+        let (_tmp, s) = setup();
+        let (chk, kind) = (s.checkpoint_path(1), FileKind::KeyedState);
+        let (rel, _) = s.write_state_file(1, "op", "0", kind, b"payload").unwrap();
+        assert_eq!(&*read_state_payload(&chk, &rel, kind).unwrap(), b"payload");
+        let mut bytes = format::encode(kind, b"payload");
+        bytes[HEADER_LEN + 3] ^= 0x01;
+        fs::write(chk.join(&rel), &bytes).unwrap();
+        let path = chk.join(&rel).display().to_string();
+        fails(
+            read_state_payload(&chk, &rel, kind),
+            &format!("{path} is corrupted (checksum mismatch"),
+        );
+        fails(read_state_payload(&chk, "op/9", kind), "op/9: No such file");
+        assert!(matches!(
+            read_state_payload(&chk, "../x", kind),
+            Err(StorageError::UnsafePath { .. })
+        ));
     }
 
     #[test]

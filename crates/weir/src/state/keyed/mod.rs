@@ -33,6 +33,7 @@ pub use ttl::{StateTtlConfig, TtlUpdate};
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;
 use super::{Key, StateKind, StateValue};
+use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
 use table::{StateTable, Table};
 use timers::{TimerIndex, TIMERS_STATE};
@@ -45,8 +46,8 @@ pub struct RestoredState {
     pub kind: StateKind,
     /// Whether it was written with TTL stamps.
     pub ttl: bool,
-    /// One encoded section per key group that had entries.
-    pub sections: Vec<Vec<u8>>,
+    /// One encoded section per key group that had entries (ranges of the loaded file).
+    pub sections: Vec<SharedBytes>,
 }
 
 /// Encoded keyed state restored for this subtask, by state name.
@@ -238,9 +239,7 @@ impl<K: Key> KeyedStateBackend<K> {
                     if ttl.is_some() { "with" } else { "without" },
                 )));
             }
-            for s in &restored.sections {
-                table.restore(name, s)?;
-            }
+            table.restore(name, &restored.sections)?;
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<Table<K, S>>());
