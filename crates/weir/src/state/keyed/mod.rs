@@ -112,8 +112,10 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// Names of restored states that no descriptor claimed (dropped from later snapshots).
-    pub(crate) fn unclaimed(&self) -> Vec<String> {
-        self.restored.keys().cloned().collect()
+    /// Called once every state is declared; forgets their entries, which would otherwise keep
+    /// the whole loaded state file alive (restored sections are ranges of its buffer).
+    pub(crate) fn unclaimed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.restored).into_keys().collect()
     }
 
     /// Synchronous phase of a snapshot: an immutable view of every non-empty table (an

@@ -339,3 +339,19 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
         .to_string();
     assert!(err.contains("time-to-live"), "{err}");
 }
+
+#[test]
+fn unclaimed_states_are_reported_once_and_let_go() {
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "gone".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: vec![vec![1u8, 2].into()],
+        },
+    );
+    let mut b = backend(restored);
+    assert_eq!(b.unclaimed(), ["gone"]);
+    assert!(b.unclaimed().is_empty(), "its entries are forgotten");
+}
