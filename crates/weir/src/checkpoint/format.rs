@@ -199,6 +199,37 @@ pub fn decode<'a>(
     expected: FileKind,
     bytes: &'a [u8],
 ) -> Result<&'a [u8], FormatError> {
+    decode_checked(path, expected, bytes, crc32c::crc32c)
+}
+
+/// Like [`decode`], for a reader that computed `crc_of_body` — the crc32c of every byte
+/// but the last [`TRAILER_LEN`] — while reading the file (a pass over a large file less).
+/// Every check is the same: the precomputed value stands in only where it is exactly the
+/// checksum `decode` would compute (the file is as long as its header says), and the
+/// checksum is computed here otherwise.
+pub fn decode_with_crc<'a>(
+    path: &Path,
+    expected: FileKind,
+    bytes: &'a [u8],
+    crc_of_body: u32,
+) -> Result<&'a [u8], FormatError> {
+    let body_len = bytes.len().saturating_sub(TRAILER_LEN);
+    decode_checked(path, expected, bytes, |covered| {
+        if covered.len() == body_len {
+            crc_of_body
+        } else {
+            crc32c::crc32c(covered)
+        }
+    })
+}
+
+/// [`decode`], with `checksum` computing the crc32c of the bytes the envelope covers.
+fn decode_checked<'a>(
+    path: &Path,
+    expected: FileKind,
+    bytes: &'a [u8],
+    checksum: impl FnOnce(&[u8]) -> u32,
+) -> Result<&'a [u8], FormatError> {
     let path_buf = || path.to_path_buf();
     let not_ours = |detail: String| FormatError::NotCheckpointFile {
         path: path_buf(),
@@ -256,7 +287,7 @@ pub fn decode<'a>(
     let (payload, after) = rest.split_at(payload_len);
     let crc_end = HEADER_LEN + payload_len;
     let stored = u32::from_le_bytes([after[0], after[1], after[2], after[3]]);
-    let computed = crc32c::crc32c(&bytes[..crc_end]);
+    let computed = checksum(&bytes[..crc_end]);
     if stored != computed {
         return Err(corrupted(format!(
             "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -321,6 +352,12 @@ mod tests {
                 let bytes = encode(kind, payload);
                 assert_eq!(bytes.len(), HEADER_LEN + payload.len() + TRAILER_LEN);
                 assert_eq!(decode(Path::new(PATH), kind, &bytes).unwrap(), payload);
+                let body = crc32c::crc32c(&bytes[..bytes.len() - TRAILER_LEN]);
+                let with_crc = decode_with_crc(Path::new(PATH), kind, &bytes, body);
+                assert_eq!(with_crc.unwrap(), payload);
+                // A reader whose checksum disagrees with the trailer saw other bytes.
+                let err = decode_with_crc(Path::new(PATH), kind, &bytes, !body).unwrap_err();
+                assert!(err.to_string().contains("checksum mismatch"), "{err}");
             }
         }
     }
@@ -389,6 +426,15 @@ mod tests {
             ("Corrupted", resealed(19, 0xFF), "impossible payload length"),
         ];
         for (variant, bytes, want) in cases {
+            let body = crc32c::crc32c(&bytes[..bytes.len().saturating_sub(TRAILER_LEN)]);
+            let with_crc = decode_with_crc(Path::new(PATH), FileKind::Metadata, &bytes, body);
+            assert_eq!(
+                with_crc.unwrap_err().to_string(),
+                decode(Path::new(PATH), FileKind::Metadata, &bytes)
+                    .unwrap_err()
+                    .to_string(),
+                "{variant}: a reader's checksum changes no verdict"
+            );
             let err = decode(Path::new(PATH), FileKind::Metadata, &bytes).unwrap_err();
             let msg = err.to_string();
             assert!(
@@ -409,6 +455,13 @@ mod tests {
         for len in 0..bytes.len() {
             let result = decode(Path::new(PATH), FileKind::KeyedState, &bytes[..len]);
             assert!(result.is_err(), "accepted a file cut to {len} bytes");
+            let cut = &bytes[..len];
+            let body = crc32c::crc32c(&cut[..len.saturating_sub(TRAILER_LEN)]);
+            let result = decode_with_crc(Path::new(PATH), FileKind::KeyedState, cut, body);
+            assert!(
+                result.is_err(),
+                "with crc: accepted a file cut to {len} bytes"
+            );
         }
     }
 
@@ -423,6 +476,13 @@ mod tests {
                 assert!(
                     result.is_err(),
                     "accepted byte {i} flipped with {mask:#04x}"
+                );
+                // A reader's checksum, computed over the damaged bytes as it read them.
+                let body = crc32c::crc32c(&damaged[..damaged.len() - TRAILER_LEN]);
+                let result = decode_with_crc(Path::new(PATH), FileKind::Metadata, &damaged, body);
+                assert!(
+                    result.is_err(),
+                    "with crc: byte {i} flipped with {mask:#04x}"
                 );
             }
         }

@@ -4,17 +4,26 @@
 //! checksum, so a corrupt checkpoint is rejected as a whole before any task starts — never
 //! half-loaded. [`load_latest`] walks complete checkpoints newest first and falls back past
 //! the ones that fail to load, reporting each skip (DESIGN.md §6).
+//!
+//! Keyed state is not copied after the read: each file stays one buffer, its envelope and
+//! layout checked, and every key-group section handed to a subtask is a range of it
+//! ([`SharedBytes`]). The entries themselves are decoded when the operator declares the
+//! state (`Table::restore`), where their types are known.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+
 use super::format::FileKind;
-use super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorStateFile};
-use super::storage::{read_metadata, read_state_file, CheckpointStorage};
+use super::metadata::{CheckpointMetadata, OperatorStateFile};
+use super::shared_bytes::SharedBytes;
+use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{RestoredKeyedState, RestoredState};
 use crate::state::operator::{redistribute, AssignedLists};
+use crate::state::StateKind;
 
 /// A fully loaded and verified checkpoint.
 pub struct RestoredCheckpoint {
@@ -23,10 +32,65 @@ pub struct RestoredCheckpoint {
     /// Its metadata.
     pub meta: CheckpointMetadata,
     operator_state: HashMap<String, Vec<Option<OperatorStateFile>>>,
-    keyed_state: HashMap<String, Vec<KeyedStateFile>>,
+    keyed_state: HashMap<String, Vec<LoadedKeyedFile>>,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(path: &Path, what: &str, bytes: &[u8]) -> Result<T> {
+/// A keyed-state file ([`super::metadata::KeyedStateFile`]) as loaded: its header fields,
+/// and per key group one range of the file's buffer per state.
+struct LoadedKeyedFile {
+    range: KeyGroupRange,
+    max_parallelism: u32,
+    states: Vec<(String, StateKind)>,
+    ttl: Vec<bool>,
+    groups: Vec<(u32, Vec<SharedBytes>)>,
+}
+
+/// [`super::metadata::KeyedStateFile`] decoded without copying its sections: the same
+/// fields in the same order (postcard writes no field names), each section borrowed from the
+/// file's buffer. The test `borrowed_layout_matches_the_file_layout` keeps the two in step.
+#[derive(Deserialize)]
+struct KeyedStateFileRef<'a> {
+    range: KeyGroupRange,
+    max_parallelism: u32,
+    states: Vec<(String, StateKind)>,
+    #[serde(borrow)]
+    groups: Vec<KeyGroupSectionRef<'a>>,
+    ttl: Vec<bool>,
+}
+
+/// [`super::metadata::KeyGroupSection`], borrowed.
+#[derive(Deserialize)]
+struct KeyGroupSectionRef<'a> {
+    group: u32,
+    #[serde(borrow)]
+    states: Vec<&'a [u8]>,
+}
+
+impl LoadedKeyedFile {
+    /// Decodes the keyed-state file payload `payload` (read from `path`), keeping its
+    /// sections as ranges of `payload`'s buffer.
+    fn decode(path: &Path, payload: &SharedBytes) -> Result<LoadedKeyedFile> {
+        let file: KeyedStateFileRef<'_> = decode(path, "keyed state", payload)?;
+        let share = |bytes: &[u8]| {
+            payload
+                .slice_ref(bytes)
+                .expect("postcard borrows sections from the payload it decodes")
+        };
+        Ok(LoadedKeyedFile {
+            range: file.range,
+            max_parallelism: file.max_parallelism,
+            states: file.states,
+            ttl: file.ttl,
+            groups: file
+                .groups
+                .into_iter()
+                .map(|s| (s.group, s.states.into_iter().map(share).collect()))
+                .collect(),
+        })
+    }
+}
+
+fn decode<'a, T: Deserialize<'a>>(path: &Path, what: &str, bytes: &'a [u8]) -> Result<T> {
     postcard::from_bytes(bytes).map_err(|e| Error::StateDecode {
         what: format!("{what} in {}", path.display()),
         cause: e.to_string(),
@@ -44,7 +108,7 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         cause: e.to_string(),
     })?;
     let mut operator_state = HashMap::new();
-    let mut keyed_state: HashMap<String, Vec<KeyedStateFile>> = HashMap::new();
+    let mut keyed_state: HashMap<String, Vec<LoadedKeyedFile>> = HashMap::new();
     for op in &meta.operators {
         let mut per_subtask: Vec<Option<OperatorStateFile>> = vec![None; op.parallelism as usize];
         for st in &op.subtasks {
@@ -60,8 +124,8 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
                     Some(decode(&path.join(&f.path), "operator state", &bytes)?);
             }
             if let Some(k) = &st.keyed_state {
-                let bytes = read_state_file(path, &k.file.path, FileKind::KeyedState)?;
-                let file: KeyedStateFile = decode(&path.join(&k.file.path), "keyed state", &bytes)?;
+                let payload = read_state_payload(path, &k.file.path, FileKind::KeyedState)?;
+                let file = LoadedKeyedFile::decode(&path.join(&k.file.path), &payload)?;
                 if file.max_parallelism != meta.max_parallelism {
                     return Err(Error::Restore(format!(
                         "{}: written with max parallelism {} but the checkpoint says {}",
@@ -81,6 +145,40 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         operator_state,
         keyed_state,
     })
+}
+
+/// A checkpoint being loaded on a background thread, so that reading and verifying it
+/// overlaps other work: after a failure, the teardown of the failed attempt and the restart
+/// delay (with 1 GB of state, reading it back is most of a restart's time).
+pub struct Prefetch {
+    path: PathBuf,
+    loading: Option<std::thread::JoinHandle<Result<RestoredCheckpoint>>>,
+}
+
+impl Prefetch {
+    /// Starts loading the checkpoint in folder `path` (on the caller's thread at
+    /// [`Prefetch::wait`] instead, if no thread can be started).
+    pub fn start(path: PathBuf) -> Prefetch {
+        let for_thread = path.clone();
+        let loading = std::thread::Builder::new()
+            .name("weir-restore".into())
+            .spawn(move || load(&for_thread))
+            .ok();
+        Prefetch { path, loading }
+    }
+
+    /// The loaded checkpoint, or the folder and why it did not load.
+    pub fn wait(self) -> std::result::Result<RestoredCheckpoint, (PathBuf, Error)> {
+        let loaded = match self.loading {
+            None => load(&self.path),
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::Restore(
+                    "loading the checkpoint panicked (a bug in Weir; please report it)".into(),
+                ))
+            }),
+        };
+        loaded.map_err(|e| (self.path, e))
+    }
 }
 
 /// The newest complete checkpoint in `storage` that loads cleanly, with one message per
@@ -140,13 +238,11 @@ impl RestoredCheckpoint {
             if !file.range.intersects(&mine) {
                 continue;
             }
-            for section in &file.groups {
-                if !mine.contains(section.group) {
+            for (group, sections) in &file.groups {
+                if !mine.contains(*group) {
                     continue;
                 }
-                for (i, ((name, kind), bytes)) in
-                    file.states.iter().zip(&section.states).enumerate()
-                {
+                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
                     if !bytes.is_empty() {
                         keyed
                             .entry(name.clone())
@@ -162,5 +258,74 @@ impl RestoredCheckpoint {
             }
         }
         Ok((lists, keyed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::metadata::{KeyGroupSection, KeyedStateFile};
+
+    fn sample() -> KeyedStateFile {
+        KeyedStateFile {
+            range: KeyGroupRange { start: 3, end: 9 },
+            max_parallelism: 16,
+            states: vec![
+                ("a".into(), StateKind::Value),
+                ("b".into(), StateKind::List),
+            ],
+            groups: vec![
+                KeyGroupSection {
+                    group: 3,
+                    states: vec![vec![1, 2, 3], vec![]],
+                },
+                KeyGroupSection {
+                    group: 7,
+                    states: vec![vec![9; 300], vec![4]],
+                },
+            ],
+            ttl: vec![false, true],
+        }
+    }
+
+    #[test]
+    fn borrowed_layout_matches_the_file_layout() {
+        let file = sample();
+        let payload = SharedBytes::from(postcard::to_allocvec(&file).unwrap());
+        let loaded = LoadedKeyedFile::decode(Path::new("f"), &payload).unwrap();
+        assert_eq!(loaded.range, file.range);
+        assert_eq!(loaded.max_parallelism, file.max_parallelism);
+        assert_eq!(loaded.states, file.states);
+        assert_eq!(loaded.ttl, file.ttl);
+        let groups: Vec<(u32, Vec<Vec<u8>>)> = loaded
+            .groups
+            .iter()
+            .map(|(g, s)| (*g, s.iter().map(|b| b.to_vec()).collect()))
+            .collect();
+        let want: Vec<(u32, Vec<Vec<u8>>)> = file
+            .groups
+            .iter()
+            .map(|s| (s.group, s.states.clone()))
+            .collect();
+        assert_eq!(groups, want);
+        // The sections are ranges of the payload, not copies.
+        let range = payload.as_ptr_range();
+        for (_, sections) in &loaded.groups {
+            for s in sections.iter().filter(|s| !s.is_empty()) {
+                assert!(range.contains(&s.as_ptr()));
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_keyed_payloads_are_decode_errors_naming_the_file() {
+        let bytes = postcard::to_allocvec(&sample()).unwrap();
+        for len in 0..bytes.len() {
+            let cut = SharedBytes::from(bytes[..len].to_vec());
+            let err = LoadedKeyedFile::decode(Path::new("/c/op/0"), &cut)
+                .err()
+                .unwrap_or_else(|| panic!("accepted a payload cut to {len} bytes"));
+            assert!(err.to_string().contains("keyed state in /c/op/0"), "{err}");
+        }
     }
 }

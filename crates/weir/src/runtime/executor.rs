@@ -508,18 +508,30 @@ fn run_job(
             &mut result,
             &mut latest_path,
         );
-        attempt.cancel_and_join();
-        match end {
-            AttemptEnd::Finished => break Ok(()),
-            AttemptEnd::Failed(err) => {
-                control.update(|s| s.state = "restarting".into());
-                let restart = attempt_no;
+        // Decide about a restart before tearing the attempt down: if there is one, the
+        // checkpoint to restart from is read back while the failed tasks are cancelled
+        // and during the restart delay (the new attempt still starts no earlier than the
+        // delay after the old one stopped).
+        let restart_delay = match &end {
+            AttemptEnd::Finished => None,
+            AttemptEnd::Failed(_) => {
                 streak = if attempt_started.elapsed() >= RESET_BACKOFF_AFTER {
                     1
                 } else {
                     streak + 1
                 };
-                match cfg.restart.delay_in_streak(restart, streak) {
+                cfg.restart.delay_in_streak(attempt_no, streak)
+            }
+        };
+        let reload = restart_delay
+            .and(latest_path.clone())
+            .map(restore::Prefetch::start);
+        attempt.cancel_and_join();
+        match end {
+            AttemptEnd::Finished => break Ok(()),
+            AttemptEnd::Failed(err) => {
+                control.update(|s| s.state = "restarting".into());
+                match restart_delay {
                     None => {
                         break Err(Error::JobFailed {
                             attempts: attempt_no,
@@ -538,11 +550,11 @@ fn run_job(
                         ),
                         );
                         std::thread::sleep(delay);
-                        restore = match &latest_path {
+                        restore = match reload {
                             None => None,
-                            Some(p) => match restore::load(p) {
+                            Some(loading) => match loading.wait() {
                                 Ok(r) => Some(r),
-                                Err(e) => {
+                                Err((p, e)) => {
                                     // The checkpoint we wrote no longer reads: refuse to
                                     // guess; the user decides where to resume from.
                                     break Err(Error::Restore(format!(

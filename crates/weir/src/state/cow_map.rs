@@ -219,6 +219,20 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
             len: self.len,
         }
     }
+
+    /// Makes room for `additional` more entries (spread over the shards as hashing spreads
+    /// them, with headroom), so that a restore, which knows its entry count, does not
+    /// rehash every shard again and again as it grows. Does nothing for a few entries.
+    pub fn reserve(&mut self, additional: usize) {
+        if additional < SHARDS * 16 {
+            return;
+        }
+        let per_shard = additional / SHARDS;
+        let per_shard = per_shard + per_shard / 8;
+        for shard in &mut self.shards {
+            shard.table_mut().reserve(per_shard, |e| hash_of(&e.0));
+        }
+    }
 }
 
 impl<K: Hash + Eq, V> CowSnapshot<K, V> {

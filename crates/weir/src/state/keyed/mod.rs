@@ -33,6 +33,7 @@ pub use ttl::{StateTtlConfig, TtlUpdate};
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;
 use super::{Key, StateKind, StateValue};
+use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
 use table::{StateTable, Table};
 use timers::{TimerIndex, TIMERS_STATE};
@@ -45,8 +46,8 @@ pub struct RestoredState {
     pub kind: StateKind,
     /// Whether it was written with TTL stamps.
     pub ttl: bool,
-    /// One encoded section per key group that had entries.
-    pub sections: Vec<Vec<u8>>,
+    /// One encoded section per key group that had entries (ranges of the loaded file).
+    pub sections: Vec<SharedBytes>,
 }
 
 /// Encoded keyed state restored for this subtask, by state name.
@@ -111,8 +112,10 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// Names of restored states that no descriptor claimed (dropped from later snapshots).
-    pub(crate) fn unclaimed(&self) -> Vec<String> {
-        self.restored.keys().cloned().collect()
+    /// Called once every state is declared; forgets their entries, which would otherwise keep
+    /// the whole loaded state file alive (restored sections are ranges of its buffer).
+    pub(crate) fn unclaimed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.restored).into_keys().collect()
     }
 
     /// Synchronous phase of a snapshot: an immutable view of every non-empty table (an
@@ -238,9 +241,7 @@ impl<K: Key> KeyedStateBackend<K> {
                     if ttl.is_some() { "with" } else { "without" },
                 )));
             }
-            for s in &restored.sections {
-                table.restore(name, s)?;
-            }
+            table.restore(name, &restored.sections)?;
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<Table<K, S>>());

@@ -8,6 +8,7 @@ use super::super::cow_map::{CowMap, CowSnapshot};
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateKind, StateValue};
 use super::ttl::{StateTtlConfig, Ttl};
+use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
 
 /// One state table, type-erased so a backend can hold states of different value types.
@@ -17,8 +18,9 @@ pub(crate) trait StateTable<K>: Send {
     fn has_ttl(&self) -> bool;
     /// Synchronous phase: an immutable view that the asynchronous phase may encode.
     fn snapshot(&mut self) -> Box<dyn TableSnapshot>;
-    /// Loads encoded entries (one key group's section) into the table.
-    fn restore(&mut self, name: &str, bytes: &[u8]) -> Result<()>;
+    /// Loads the encoded entries of `sections` (one per key group) into the table; on a
+    /// decode error the table is left unchanged.
+    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()>;
     fn len(&self) -> usize;
     /// Every key that has state in this table (for `apply_to_all_keys`).
     fn keys(&self) -> Vec<K>;
@@ -94,27 +96,30 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
             }),
         })
     }
-    fn restore(&mut self, name: &str, mut bytes: &[u8]) -> Result<()> {
+    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
         let err = |e: postcard::Error| Error::StateDecode {
             what: format!("keyed {} state '{name}'", self.kind.name()),
             cause: e.to_string(),
         };
-        while !bytes.is_empty() {
-            bytes = match &mut self.ttl {
-                None => {
-                    let ((k, v), rest): ((K, S), &[u8]) =
-                        postcard::take_from_bytes(bytes).map_err(err)?;
+        let threads = restore_threads(sections);
+        match &mut self.ttl {
+            None => {
+                let decoded = decode_sections::<(K, S)>(sections, threads).map_err(err)?;
+                self.map.reserve(decoded.iter().map(Vec::len).sum());
+                for (k, v) in decoded.into_iter().flatten() {
                     self.map.insert(k, v);
-                    rest
                 }
-                Some(ttl) => {
-                    let ((k, (v, stamp)), rest): ((K, (S, u64)), &[u8]) =
-                        postcard::take_from_bytes(bytes).map_err(err)?;
+            }
+            Some(ttl) => {
+                let decoded = decode_sections::<(K, (S, u64))>(sections, threads).map_err(err)?;
+                let n = decoded.iter().map(Vec::len).sum();
+                self.map.reserve(n);
+                ttl.stamps.reserve(n);
+                for (k, (v, stamp)) in decoded.into_iter().flatten() {
                     ttl.stamps.insert(k.clone(), stamp);
                     self.map.insert(k, v);
-                    rest
                 }
-            };
+            }
         }
         Ok(())
     }
@@ -164,5 +169,175 @@ impl<K: Key, S: StateValue> TableSnapshot for TableView<K, S> {
             written += 1;
         }
         Ok(written)
+    }
+}
+
+/// Sections smaller than this in total are decoded on the calling thread: a thread costs
+/// tens of microseconds to start, about what decoding this much takes.
+const PARALLEL_RESTORE_BYTES: usize = 1 << 20;
+
+/// Most threads one table's restore uses (besides being bounded by the cores).
+const MAX_RESTORE_THREADS: usize = 4;
+
+/// How many threads should decode `sections`: one for small state, else one per core.
+fn restore_threads(sections: &[SharedBytes]) -> usize {
+    let bytes: usize = sections.iter().map(|s| s.len()).sum();
+    if bytes < PARALLEL_RESTORE_BYTES || sections.len() < 2 {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_RESTORE_THREADS)
+        .min(sections.len())
+}
+
+/// Decodes every entry of one section.
+fn decode_section<T: serde::de::DeserializeOwned>(
+    mut bytes: &[u8],
+) -> std::result::Result<Vec<T>, postcard::Error> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (entry, rest) = postcard::take_from_bytes(bytes)?;
+        out.push(entry);
+        bytes = rest;
+    }
+    Ok(out)
+}
+
+/// The entries of each section, in section order, decoded on `threads` threads (the
+/// caller's and `threads - 1` more), each taking the next undecoded section. Decoding —
+/// allocating and copying every key and value — is most of a restore's time, and sections
+/// decode independently; inserting into the table stays on the caller's thread.
+///
+/// On failure returns the error of the first bad section in section order, the same error
+/// a sequential decode reports; sections after a bad one are not started.
+fn decode_sections<T: serde::de::DeserializeOwned + Send>(
+    sections: &[SharedBytes],
+    threads: usize,
+) -> std::result::Result<Vec<Vec<T>>, postcard::Error> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    type Decoded<T> = Vec<(usize, std::result::Result<Vec<T>, postcard::Error>)>;
+    if threads <= 1 {
+        return sections.iter().map(|s| decode_section(s)).collect();
+    }
+    let next = AtomicUsize::new(0);
+    // Index of the first bad section seen so far (usize::MAX: none): no section after it
+    // is started, every one before it was already claimed and finishes.
+    let first_bad = AtomicUsize::new(usize::MAX);
+    let work = || {
+        let mut done: Decoded<T> = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= sections.len() || i > first_bad.load(Ordering::Relaxed) {
+                return done;
+            }
+            let result = decode_section(&sections[i]);
+            if result.is_err() {
+                first_bad.fetch_min(i, Ordering::Relaxed);
+            }
+            done.push((i, result));
+        }
+    };
+    let mut slots: Vec<Option<std::result::Result<Vec<T>, postcard::Error>>> =
+        (0..sections.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mine = work();
+        let theirs = helpers.into_iter().flat_map(|h| match h.join() {
+            Ok(done) => done,
+            // Decoding does not panic on any input; if it ever did, fail like a
+            // sequential restore would rather than hide it.
+            Err(panic) => std::panic::resume_unwind(panic),
+        });
+        for (i, result) in mine.into_iter().chain(theirs) {
+            slots[i] = Some(result);
+        }
+    });
+    let mut out = Vec::with_capacity(sections.len());
+    for slot in slots {
+        match slot {
+            Some(Ok(entries)) => out.push(entries),
+            Some(Err(e)) => return Err(e),
+            None => unreachable!("every section before the first bad one is decoded"),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::key_group::key_group;
+
+    /// `keys` entries `(k, "v{k}")`, encoded into one section per key group of 16.
+    fn sections(keys: u64) -> Vec<SharedBytes> {
+        let mut groups = vec![Vec::new(); 16];
+        for k in 0..keys {
+            let g = key_group(&k, 16) as usize;
+            groups[g] =
+                postcard::to_extend(&(k, format!("v{k}")), std::mem::take(&mut groups[g])).unwrap();
+        }
+        groups.into_iter().map(Into::into).collect()
+    }
+
+    fn table() -> Table<u64, String> {
+        Table {
+            map: CowMap::default(),
+            kind: StateKind::Value,
+            ttl: None,
+        }
+    }
+
+    fn sorted(t: &Table<u64, String>) -> Vec<(u64, String)> {
+        let mut all: Vec<_> = t.map.iter().map(|(k, v)| (*k, v.clone())).collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn parallel_decode_gives_the_sequential_result() {
+        let secs = sections(5000);
+        let sequential = decode_sections::<(u64, String)>(&secs, 1).unwrap();
+        for threads in [2, 3, 16] {
+            let parallel = decode_sections::<(u64, String)>(&secs, threads).unwrap();
+            assert_eq!(parallel, sequential, "{threads} threads");
+        }
+        let mut t = table();
+        t.restore("s", &secs).unwrap();
+        assert_eq!(t.len(), 5000);
+        let want: Vec<_> = (0..5000).map(|k| (k, format!("v{k}"))).collect();
+        assert_eq!(sorted(&t), want);
+    }
+
+    #[test]
+    fn a_corrupt_section_is_rejected_whatever_the_threads() {
+        let mut secs = sections(2000);
+        // Cut the sixth section inside its last entry, and garble the tenth.
+        let cut = secs[5][..secs[5].len() - 1].to_vec();
+        secs[5] = cut.into();
+        let mut garbled = secs[9].to_vec();
+        garbled[1] = 0xFF;
+        garbled[2] = 0xFF;
+        secs[9] = garbled.into();
+        let sequential = decode_sections::<(u64, String)>(&secs, 1).unwrap_err();
+        for threads in [2, 3, 16] {
+            let parallel = decode_sections::<(u64, String)>(&secs, threads).unwrap_err();
+            assert_eq!(
+                parallel, sequential,
+                "{threads} threads: the first bad section"
+            );
+        }
+        let mut t = table();
+        let err = t.restore("s", &secs).unwrap_err().to_string();
+        assert!(err.contains("keyed value state 's'"), "{err}");
+        assert_eq!(t.len(), 0, "nothing half-restored");
+    }
+
+    #[test]
+    fn small_state_is_decoded_on_the_calling_thread() {
+        assert_eq!(restore_threads(&sections(100)), 1);
+        let big: Vec<SharedBytes> = (0..8).map(|_| vec![0u8; 1 << 18].into()).collect();
+        assert!(restore_threads(&big) >= 1 && restore_threads(&big) <= MAX_RESTORE_THREADS);
+        assert_eq!(restore_threads(&big[..1]), 1);
     }
 }

@@ -34,7 +34,7 @@ fn value_state_round_trips_through_a_snapshot() {
         RestoredState {
             kind: StateKind::Value,
             ttl: false,
-            sections: groups,
+            sections: groups.into_iter().map(Into::into).collect(),
         },
     );
     let mut b2 = backend(restored);
@@ -88,7 +88,7 @@ fn wrong_type_on_restore_is_a_clear_error() {
         RestoredState {
             kind: StateKind::Value,
             ttl: false,
-            sections: vec![vec![1u8]],
+            sections: vec![vec![1u8].into()],
         },
     );
     let mut b = backend(restored);
@@ -116,7 +116,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
             RestoredState {
                 kind: t.kind,
                 ttl: t.ttl,
-                sections: groups,
+                sections: groups.into_iter().map(Into::into).collect(),
             },
         );
     }
@@ -338,4 +338,20 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
         .unwrap()
         .to_string();
     assert!(err.contains("time-to-live"), "{err}");
+}
+
+#[test]
+fn unclaimed_states_are_reported_once_and_let_go() {
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "gone".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: vec![vec![1u8, 2].into()],
+        },
+    );
+    let mut b = backend(restored);
+    assert_eq!(b.unclaimed(), ["gone"]);
+    assert!(b.unclaimed().is_empty(), "its entries are forgotten");
 }
