@@ -118,7 +118,6 @@ fn skewed_job(
 
 #[test]
 fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() {
-    let mut alo_over = 0;
     for seed in 0..3 {
         let dir = tempfile::tempdir().unwrap();
         let (diffs, r) = skewed_job(CheckpointingMode::ExactlyOnce, seed, dir.path());
@@ -127,6 +126,12 @@ fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() 
             diffs.is_empty(),
             "exactly-once seed {seed}: wrong counts {diffs:?}"
         );
+    }
+    // An over-count needs a restore from a checkpoint whose snapshot took post-barrier
+    // records of the fast input — likely for each failure, not certain (a failure before
+    // the first completed checkpoint restores nothing): try seeds until one shows it.
+    let mut alo_over = 0;
+    for seed in 0..10 {
         let dir = tempfile::tempdir().unwrap();
         let (diffs, r) = skewed_job(CheckpointingMode::AtLeastOnce, seed, dir.path());
         assert!(r.injected_failures.unwrap().0 > 0);
@@ -138,10 +143,13 @@ fn at_least_once_overcounts_on_a_multi_input_task_where_exactly_once_is_exact() 
             );
         }
         alo_over += diffs.len();
+        if alo_over > 0 {
+            break;
+        }
     }
     assert!(
         alo_over > 0,
-        "at-least-once never overcounted: is it secretly aligning?"
+        "at-least-once never overcounted in 10 runs: is it secretly aligning?"
     );
 }
 

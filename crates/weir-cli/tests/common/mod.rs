@@ -315,8 +315,9 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
 /// and SIGKILLs each run a random number of milliseconds in `window` after its start;
-/// `after_kill(i)` checks the committed output. Asserts that most runs completed a new
-/// checkpoint (the restores progressed), and returns the newest complete checkpoint.
+/// `after_kill(i)` checks the committed output. Asserts that at least half the runs completed a new
+/// checkpoint (the restores progressed; half of them, since a loaded machine can slow a
+/// run's first checkpoint past its kill), and returns the newest complete checkpoint.
 pub fn kill_loop(
     tmp: &Path,
     job_dir: &Path,
@@ -339,7 +340,7 @@ pub fn kill_loop(
         newest = now;
     }
     assert!(
-        newest > 0 && progressed * 2 > kills,
+        newest > 0 && progressed * 2 >= kills,
         "only {progressed} of {kills} killed runs completed a new checkpoint in {}; restores \
          cannot have made progress",
         job_dir.display()
