@@ -64,9 +64,10 @@ pub fn sizes(preset: &str) -> Sizes {
             blob_keys: 1_000_000,
             blob_bytes: 1000,
             blob_rate: 1e6,
-            // Long enough for a 1 GB checkpoint (5–6 s here) to complete before the
-            // source ends, so that the failure after it hits a running job.
-            blob_seconds: 12.0,
+            // Long enough for a 1 GB checkpoint (5–6 s here on a quiet machine, up to 23 s
+            // under load) to complete before the source ends, so that the failure after it
+            // hits a running job (the row fails loudly otherwise).
+            blob_seconds: 20.0,
             runs: 3,
         },
         "quick" => Sizes {

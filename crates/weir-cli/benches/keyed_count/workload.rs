@@ -542,6 +542,12 @@ pub fn run_recovery(
     if let Err(e) = trigger.join().expect("trigger thread") {
         panic!("{row}: no checkpoint before the failure: {e} (raise the run time)");
     }
+    assert!(
+        plan.downtime().is_some(),
+        "{row}: the source ended before the injected failure (the checkpoint of the whole \
+         state took longer than the paced part of the run): nothing was measured; rerun on a \
+         quieter machine or raise `blob_seconds` in rows.rs"
+    );
     let finals = std::mem::take(&mut *finals.lock().unwrap_or_else(|p| p.into_inner()));
     let (k, intact) = finals
         .get(&0)
