@@ -14,10 +14,10 @@
 //! metadata as untrusted: relative paths from it cannot leave the folder. Every error names
 //! the path, the cause and the way out.
 
-use super::format::{self, FileKind, FormatError, HEADER_LEN};
+use super::format::{self, FileKind, FormatError, HEADER_LEN, TRAILER_LEN};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -247,13 +247,39 @@ impl CheckpointStorage {
         payload: &[u8],
     ) -> Result<(String, u64), StorageError> {
         validate_name("operator uid", uid)?;
+        // Streamed in one piece rather than wrapped in its envelope in memory: a frozen
+        // task's keyed state is written this way, and may be large.
+        self.write_state_file_streamed(id, uid, file_name, kind, |w| w.write(payload))
+    }
+
+    /// Writes one state file atomically like [`CheckpointStorage::write_state_file`], but
+    /// with the payload streamed by `payload` into a [`PayloadWriter`] rather than held in
+    /// memory whole: large keyed state is encoded key group by key group straight to disk.
+    /// The file is byte for byte what `write_state_file` writes for the same payload.
+    pub fn write_state_file_streamed<E: From<StorageError>>(
+        &self,
+        id: u64,
+        uid: &str,
+        file_name: &str,
+        kind: FileKind,
+        payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
+    ) -> Result<(String, u64), E> {
+        validate_name("operator uid", uid)?;
         validate_name("state file name", file_name)?;
         let dir = self.checkpoint_path(id).join(uid);
         create_dir(&dir)?;
-        let bytes = format::encode(kind, payload);
-        write_atomic(&dir, file_name, &bytes)?;
+        let (tmp, target) = (temp_path(&dir, file_name), dir.join(file_name));
+        let result = write_streamed(&tmp, kind, payload).and_then(|size| {
+            let op = "rename temporary file to";
+            fs::rename(&tmp, &target).map_err(io_err(op, &target, WRITE_HINT))?;
+            Ok(size)
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        let size = result?;
         sync_dir(&dir)?;
-        Ok((format!("{uid}/{file_name}"), bytes.len() as u64))
+        Ok((format!("{uid}/{file_name}"), size))
     }
 
     /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
@@ -431,6 +457,62 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError
     result
 }
 
+/// The payload of a state file being streamed to disk: buffered, counted and checksummed
+/// on the way (the envelope's header, which holds the length, is written last).
+pub struct PayloadWriter {
+    out: BufWriter<File>,
+    path: PathBuf,
+    crc: u32,
+    len: u64,
+}
+
+impl PayloadWriter {
+    /// Appends `bytes` to the payload.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.len += bytes.len() as u64;
+        self.out
+            .write_all(bytes)
+            .map_err(|e| io_err("write", &self.path, WRITE_HINT)(e))
+    }
+}
+
+/// Size of the write buffer of a streamed state file.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// Creates `path` (which must not exist), streams the payload into it between a placeholder
+/// header and the checksum, then writes the real header (the checksum of header and payload
+/// is combined from the two parts) and fsyncs. Returns the file size.
+fn write_streamed<E: From<StorageError>>(
+    path: &Path,
+    kind: FileKind,
+    payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
+) -> Result<u64, E> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
+    let mut w = PayloadWriter {
+        out: BufWriter::with_capacity(STREAM_BUFFER, file),
+        path: path.to_path_buf(),
+        crc: 0,
+        len: 0,
+    };
+    let write_err = |e| io_err("write", path, WRITE_HINT)(e);
+    w.out.write_all(&[0; HEADER_LEN]).map_err(write_err)?;
+    payload(&mut w)?;
+    let header = format::header(kind, w.len);
+    let crc = crc32c::crc32c_combine(crc32c::crc32c(&header), w.crc, w.len as usize);
+    w.out.write_all(&crc.to_le_bytes()).map_err(write_err)?;
+    let mut file = w.out.into_inner().map_err(|e| write_err(e.into_error()))?;
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.write_all(&header))
+        .map_err(write_err)?;
+    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))?;
+    Ok(w.len + (HEADER_LEN + TRAILER_LEN) as u64)
+}
+
 /// Creates `path` (which must not exist), writes `bytes` and fsyncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let mut file = OpenOptions::new()
@@ -502,6 +584,44 @@ mod tests {
         fs::rename(&chk, &moved).unwrap();
         assert_eq!(read_metadata(&moved).unwrap(), b"meta");
         assert_eq!(read_state_file(&moved, &rel, kind).unwrap(), b"state");
+    }
+
+    #[test]
+    fn streamed_files_equal_whole_ones() {
+        let (_tmp, s) = setup();
+        let kind = FileKind::KeyedState;
+        let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let (whole, size) = s.write_state_file(1, "op", "a", kind, &payload).unwrap();
+        let (streamed, size2) = s
+            .write_state_file_streamed(1, "op", "b", kind, |w| {
+                for part in payload.chunks(70_001) {
+                    w.write(part)?;
+                }
+                Ok::<(), StorageError>(())
+            })
+            .unwrap();
+        assert_eq!(size, size2);
+        let chk = s.checkpoint_path(1);
+        let (a, b) = (
+            fs::read(chk.join(whole)).unwrap(),
+            fs::read(chk.join(&streamed)),
+        );
+        let want = format::encode(kind, &payload);
+        assert!(
+            a == want && b.unwrap() == want,
+            "a written file is not the envelope"
+        );
+        assert_eq!(read_state_file(&chk, &streamed, kind).unwrap(), payload);
+        // A failed payload leaves no file, temporary or real.
+        let failed = s.write_state_file_streamed(1, "op", "c", kind, |w| {
+            w.write(b"partial")?;
+            Err(StorageError::NotACheckpoint {
+                path: PathBuf::from("x"),
+                reason: "test",
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(names(&chk.join("op")), ["a", "b"]);
     }
 
     #[test]
