@@ -14,13 +14,17 @@
 //! metadata as untrusted: relative paths from it cannot leave the folder. Every error names
 //! the path, the cause and the way out.
 
-use super::format::{self, FileKind, FormatError, HEADER_LEN, TRAILER_LEN};
+use super::format::{self, FileKind, FormatError, HEADER_LEN};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod streamed;
+use streamed::write_streamed;
+pub use streamed::{PayloadWriter, SpillFile};
 
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
@@ -282,6 +286,18 @@ impl CheckpointStorage {
         Ok((format!("{uid}/{file_name}"), size))
     }
 
+    /// A scratch file in checkpoint `id`'s folder for operator `uid`, for a writer that
+    /// produces data in another order than the file needs it (keyed state is encoded
+    /// shard by shard and laid out key group by key group): on disk rather than in memory,
+    /// so a checkpoint's memory does not grow with the state. Nothing is left behind: the
+    /// file is removed when dropped — on Unix at once, while it stays open.
+    pub fn spill_file(&self, id: u64, uid: &str) -> Result<SpillFile, StorageError> {
+        validate_name("operator uid", uid)?;
+        let dir = self.checkpoint_path(id).join(uid);
+        create_dir(&dir)?;
+        SpillFile::create(&dir)
+    }
+
     /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
     /// checkpoint dir (and the job dir). Once it returns, the checkpoint is complete and
     /// durable. Returns the checkpoint folder path.
@@ -457,62 +473,6 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError
     result
 }
 
-/// The payload of a state file being streamed to disk: buffered, counted and checksummed
-/// on the way (the envelope's header, which holds the length, is written last).
-pub struct PayloadWriter {
-    out: BufWriter<File>,
-    path: PathBuf,
-    crc: u32,
-    len: u64,
-}
-
-impl PayloadWriter {
-    /// Appends `bytes` to the payload.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
-        self.len += bytes.len() as u64;
-        self.out
-            .write_all(bytes)
-            .map_err(|e| io_err("write", &self.path, WRITE_HINT)(e))
-    }
-}
-
-/// Size of the write buffer of a streamed state file.
-const STREAM_BUFFER: usize = 1 << 20;
-
-/// Creates `path` (which must not exist), streams the payload into it between a placeholder
-/// header and the checksum, then writes the real header (the checksum of header and payload
-/// is combined from the two parts) and fsyncs. Returns the file size.
-fn write_streamed<E: From<StorageError>>(
-    path: &Path,
-    kind: FileKind,
-    payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
-) -> Result<u64, E> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
-    let mut w = PayloadWriter {
-        out: BufWriter::with_capacity(STREAM_BUFFER, file),
-        path: path.to_path_buf(),
-        crc: 0,
-        len: 0,
-    };
-    let write_err = |e| io_err("write", path, WRITE_HINT)(e);
-    w.out.write_all(&[0; HEADER_LEN]).map_err(write_err)?;
-    payload(&mut w)?;
-    let header = format::header(kind, w.len);
-    let crc = crc32c::crc32c_combine(crc32c::crc32c(&header), w.crc, w.len as usize);
-    w.out.write_all(&crc.to_le_bytes()).map_err(write_err)?;
-    let mut file = w.out.into_inner().map_err(|e| write_err(e.into_error()))?;
-    file.seek(SeekFrom::Start(0))
-        .and_then(|_| file.write_all(&header))
-        .map_err(write_err)?;
-    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))?;
-    Ok(w.len + (HEADER_LEN + TRAILER_LEN) as u64)
-}
-
 /// Creates `path` (which must not exist), writes `bytes` and fsyncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let mut file = OpenOptions::new()
@@ -622,6 +582,26 @@ mod tests {
         });
         assert!(failed.is_err());
         assert_eq!(names(&chk.join("op")), ["a", "b"]);
+    }
+
+    #[test]
+    fn spill_files_read_back_and_leave_nothing() {
+        let (_tmp, s) = setup();
+        let mut spill = s.spill_file(4, "op").unwrap();
+        assert_eq!(spill.append(b"hello ").unwrap(), 0);
+        assert_eq!(spill.append(b"world").unwrap(), 6);
+        let mut buf = [0u8; 5];
+        spill.read_at(6, &mut buf).unwrap();
+        assert_eq!(&buf, b"world");
+        spill.read_at(1, &mut buf).unwrap();
+        assert_eq!(
+            spill.append(b"!").unwrap(),
+            11,
+            "appends after reads go at the end"
+        );
+        assert_eq!(&buf, b"ello ");
+        drop(spill);
+        assert!(names(&s.checkpoint_path(4).join("op")).is_empty());
     }
 
     #[test]
