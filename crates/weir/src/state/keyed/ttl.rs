@@ -181,7 +181,10 @@ mod tests {
             ttl.accesses = SWEEP_EVERY - 1;
             ttl.on_access(&mut map, &k, true, 1000);
             map.insert(k, k);
-            assert!(ttl.live(&k, 1000), "the sweep of shard {shard} unstamped the key");
+            assert!(
+                ttl.live(&k, 1000),
+                "the sweep of shard {shard} unstamped the key"
+            );
             map.remove(&k);
             ttl.stamps.remove(&k);
         }
