@@ -298,6 +298,13 @@ impl CheckpointStorage {
         SpillFile::create(&dir)
     }
 
+    /// A scratch file in the job's folder, outside every checkpoint (so discarding one
+    /// never touches it), for data that outlives a checkpoint: a finished task's encoded
+    /// state. Like [`CheckpointStorage::spill_file`], it leaves nothing behind.
+    pub fn scratch_file(&self) -> Result<SpillFile, StorageError> {
+        SpillFile::create(&self.root)
+    }
+
     /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
     /// checkpoint dir (and the job dir). Once it returns, the checkpoint is complete and
     /// durable. Returns the checkpoint folder path.

@@ -9,7 +9,7 @@
 //! group by key group into the state file, so a checkpoint holds neither a copy of the
 //! state nor its whole encoding in memory (see `state::cow_map` and `state::keyed::view`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::format::FileKind;
@@ -59,7 +59,36 @@ pub struct SnapshotJob {
 pub struct EncodedPart {
     uid: String,
     operator_state: Option<Vec<u8>>,
-    keyed: Option<(Vec<u8>, KeyGroupRange, u64)>,
+    keyed: Option<FrozenKeyed>,
+}
+
+/// A frozen operator's encoded keyed state: the payload sits in a scratch file (unlinked
+/// where the platform allows, so it needs no cleanup) rather than in memory, since it may
+/// be as large as the state and lives as long as the job.
+struct FrozenKeyed {
+    payload: Mutex<SpillFile>,
+    len: u64,
+    range: KeyGroupRange,
+    entries: u64,
+}
+
+/// Bytes copied at a time from a frozen payload into a state file.
+const COPY_CHUNK: usize = 1 << 20;
+
+impl FrozenKeyed {
+    /// Streams the payload into `w`.
+    fn copy_to(&self, w: &mut PayloadWriter) -> Result<()> {
+        let mut payload = self.payload.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = vec![0; COPY_CHUNK.min(self.len as usize)];
+        let mut at = 0;
+        while at < self.len {
+            let n = COPY_CHUNK.min((self.len - at) as usize);
+            payload.read_at(at, &mut buf[..n])?;
+            w.write(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
 }
 
 /// A task's state, encoded and ready to be written into any checkpoint folder.
@@ -117,6 +146,13 @@ impl Sink for Vec<u8> {
     }
 }
 
+impl Sink for SpillFile {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.append(bytes)?;
+        Ok(())
+    }
+}
+
 impl Sink for PayloadWriter {
     fn put(&mut self, bytes: &[u8]) -> Result<()> {
         Ok(self.write(bytes)?)
@@ -164,7 +200,7 @@ impl Spill for Vec<u8> {
 
 /// How many bytes of encoded keyed state a writer holds in memory before it moves them to
 /// a spill file (see [`stream_keyed`]).
-const SPILL_BUDGET: usize = 16 << 20;
+const SPILL_BUDGET: usize = 8 << 20;
 
 /// Encoded shards on their way into a file laid out by key group: regrouped in memory,
 /// and moved to a spill file (still grouped) whenever they exceed the budget.
@@ -320,10 +356,10 @@ fn encode_operator_state(state: &OperatorStateSnapshot) -> Result<Option<Vec<u8>
     }
 }
 
-/// Encodes a captured snapshot in memory: keyed state split per key group, operator state
-/// as is. For frozen state, which is written again into every later checkpoint; a live
-/// task's snapshot is streamed to its files instead ([`write_snapshot`]). The spill files
-/// go into checkpoint `id`'s folder.
+/// Encodes a captured snapshot once, for frozen state, which is written again into every
+/// later checkpoint: keyed state into a scratch file (not memory: it may be as large as
+/// the state), operator state in memory. A live task's snapshot is streamed to its files
+/// instead ([`write_snapshot`]). Spill files go into checkpoint `id`'s folder.
 fn encode_snapshot(
     snapshot: TaskSnapshot,
     storage: &CheckpointStorage,
@@ -334,12 +370,16 @@ fn encode_snapshot(
         let keyed = match &part.keyed {
             None => None,
             Some(keyed) => {
-                let mut payload = Vec::new();
+                let mut payload = storage.scratch_file()?;
                 let entries = stream_keyed(keyed, &mut payload, SPILL_BUDGET, || {
                     Ok(storage.spill_file(id, &part.uid)?)
                 })?;
-                payload.shrink_to_fit();
-                Some((payload, keyed.range, entries))
+                Some(FrozenKeyed {
+                    len: payload.len(),
+                    payload: Mutex::new(payload),
+                    range: keyed.range,
+                    entries,
+                })
             }
         };
         parts.push(EncodedPart {
@@ -355,8 +395,8 @@ fn encode_snapshot(
 enum KeyedSource<'a> {
     /// Captured: encoded while it is written.
     Captured(&'a KeyedSnapshot),
-    /// Already encoded (frozen state): payload, range, entries.
-    Encoded(&'a [u8], KeyGroupRange, u64),
+    /// Already encoded (frozen state).
+    Encoded(&'a FrozenKeyed),
 }
 
 /// Writes one operator's files into checkpoint `job.checkpoint_id`, adding their sizes
@@ -397,10 +437,13 @@ fn write_part(
                     })?;
                 (path, size, range, entries)
             }
-            KeyedSource::Encoded(payload, range, entries) => {
+            KeyedSource::Encoded(frozen) => {
+                let range = frozen.range;
                 let name = format!("kg-{}-{}", range.start, range.end);
-                let (path, size) = storage.write_state_file(id, uid, &name, kind, payload)?;
-                (path, size, range, entries)
+                let (path, size) =
+                    storage
+                        .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
+                (path, size, range, frozen.entries)
             }
         };
         stats.bytes += size;
@@ -453,9 +496,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                 SnapshotPayload::Encoded(e) => e,
             };
             for part in &encoded.parts {
-                let keyed = part.keyed.as_ref().map(|(payload, range, entries)| {
-                    KeyedSource::Encoded(payload, *range, *entries)
-                });
+                let keyed = part.keyed.as_ref().map(KeyedSource::Encoded);
                 let op = write_part(
                     storage,
                     &job,

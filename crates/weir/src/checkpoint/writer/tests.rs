@@ -165,3 +165,63 @@ fn a_key_outside_the_range_fails_the_snapshot() {
     let g = key_group(&k, MAXP);
     assert!(err.contains(&format!("key group {g}, outside")), "{err}");
 }
+
+/// A job writing `b`'s keyed state (as operator `count`) into checkpoint `id`.
+fn job(b: &mut KeyedStateBackend<u64>, id: u64, frozen: bool) -> SnapshotJob {
+    let mut snapshot = TaskSnapshot::new();
+    snapshot
+        .parts
+        .push(crate::runtime::output::OperatorSnapshotPart {
+            uid: "count".into(),
+            operator_state: Default::default(),
+            keyed: Some(b.snapshot()),
+        });
+    SnapshotJob {
+        attempt: 0,
+        task: 0,
+        subtask: 0,
+        parallelism: 1,
+        checkpoint_id: id,
+        snapshot: SnapshotPayload::Captured(snapshot),
+        sync: Duration::ZERO,
+        alignment: Duration::ZERO,
+        frozen,
+    }
+}
+
+#[test]
+fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::open(tmp.path(), "job").unwrap();
+    let (mut b, _, _) = backend();
+    let read = |id: u64, ack: &TaskAck| {
+        let file = ack.operators[0].state.keyed_state.as_ref().unwrap();
+        let chk = storage.checkpoint_path(id);
+        crate::checkpoint::storage::read_state_file(&chk, &file.file.path, FileKind::KeyedState)
+            .unwrap()
+    };
+    let live = write_snapshot(&storage, job(&mut b, 1, false)).unwrap();
+    let frozen = write_snapshot(&storage, job(&mut b, 2, true)).unwrap();
+    let encoded = frozen.frozen.clone().expect("a frozen snapshot comes back");
+    let mut again = job(&mut b, 3, false);
+    again.snapshot = SnapshotPayload::Encoded(encoded);
+    let later = write_snapshot(&storage, again).unwrap();
+    let want = derived(&b.snapshot());
+    assert!(read(1, &live) == want, "live file differs");
+    assert!(read(2, &frozen) == want, "frozen file differs");
+    assert!(read(3, &later) == want, "re-written frozen file differs");
+    let entries = |a: &TaskAck| a.operators[0].state.keyed_state.as_ref().unwrap().entries;
+    assert_eq!(
+        (entries(&live), entries(&later)),
+        (entries(&frozen), entries(&frozen))
+    );
+    // Scratch and spill files leave nothing behind.
+    drop(later);
+    drop(frozen);
+    let leftovers: Vec<_> = std::fs::read_dir(storage.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
