@@ -178,14 +178,21 @@ impl FormatError {
     }
 }
 
+/// The header of a file of `kind` whose payload is `payload_len` bytes: what a writer
+/// that streams the payload (and learns its length only at the end) puts in front of it.
+pub fn header(kind: FileKind, payload_len: u64) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out[10] = kind as u8;
+    out[12..].copy_from_slice(&payload_len.to_le_bytes());
+    out
+}
+
 /// Wraps `payload` in the envelope; the result is what goes on disk, byte for byte.
 pub fn encode(kind: FileKind, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.push(kind as u8);
-    out.push(0);
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header(kind, payload.len() as u64));
     out.extend_from_slice(payload);
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());

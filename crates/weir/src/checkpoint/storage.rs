@@ -23,6 +23,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+mod streamed;
+use streamed::write_streamed;
+pub use streamed::{PayloadWriter, SpillFile};
+
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
 
@@ -248,13 +252,58 @@ impl CheckpointStorage {
         payload: &[u8],
     ) -> Result<(String, u64), StorageError> {
         validate_name("operator uid", uid)?;
+        // Streamed in one piece rather than wrapped in its envelope in memory: a frozen
+        // task's keyed state is written this way, and may be large.
+        self.write_state_file_streamed(id, uid, file_name, kind, |w| w.write(payload))
+    }
+
+    /// Writes one state file atomically like [`CheckpointStorage::write_state_file`], but
+    /// with the payload streamed by `payload` into a [`PayloadWriter`] rather than held in
+    /// memory whole: large keyed state is encoded key group by key group straight to disk.
+    /// The file is byte for byte what `write_state_file` writes for the same payload.
+    pub fn write_state_file_streamed<E: From<StorageError>>(
+        &self,
+        id: u64,
+        uid: &str,
+        file_name: &str,
+        kind: FileKind,
+        payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
+    ) -> Result<(String, u64), E> {
+        validate_name("operator uid", uid)?;
         validate_name("state file name", file_name)?;
         let dir = self.checkpoint_path(id).join(uid);
         create_dir(&dir)?;
-        let bytes = format::encode(kind, payload);
-        write_atomic(&dir, file_name, &bytes)?;
+        let (tmp, target) = (temp_path(&dir, file_name), dir.join(file_name));
+        let result = write_streamed(&tmp, kind, payload).and_then(|size| {
+            let op = "rename temporary file to";
+            fs::rename(&tmp, &target).map_err(io_err(op, &target, WRITE_HINT))?;
+            Ok(size)
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        let size = result?;
         sync_dir(&dir)?;
-        Ok((format!("{uid}/{file_name}"), bytes.len() as u64))
+        Ok((format!("{uid}/{file_name}"), size))
+    }
+
+    /// A scratch file in checkpoint `id`'s folder for operator `uid`, for a writer that
+    /// produces data in another order than the file needs it (keyed state is encoded
+    /// shard by shard and laid out key group by key group): on disk rather than in memory,
+    /// so a checkpoint's memory does not grow with the state. Nothing is left behind: the
+    /// file is removed when dropped — on Unix at once, while it stays open.
+    pub fn spill_file(&self, id: u64, uid: &str) -> Result<SpillFile, StorageError> {
+        validate_name("operator uid", uid)?;
+        let dir = self.checkpoint_path(id).join(uid);
+        create_dir(&dir)?;
+        SpillFile::create(&dir)
+    }
+
+    /// A scratch file in the job's folder, outside every checkpoint (so discarding one
+    /// never touches it), for data that outlives a checkpoint: a finished task's encoded
+    /// state. Like [`CheckpointStorage::spill_file`], it leaves nothing behind.
+    pub fn scratch_file(&self) -> Result<SpillFile, StorageError> {
+        SpillFile::create(&self.root)
     }
 
     /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
@@ -591,6 +640,64 @@ mod tests {
         fs::rename(&chk, &moved).unwrap();
         assert_eq!(read_metadata(&moved).unwrap(), b"meta");
         assert_eq!(read_state_file(&moved, &rel, kind).unwrap(), b"state");
+    }
+
+    #[test]
+    fn streamed_files_equal_whole_ones() {
+        let (_tmp, s) = setup();
+        let kind = FileKind::KeyedState;
+        let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let (whole, size) = s.write_state_file(1, "op", "a", kind, &payload).unwrap();
+        let (streamed, size2) = s
+            .write_state_file_streamed(1, "op", "b", kind, |w| {
+                for part in payload.chunks(70_001) {
+                    w.write(part)?;
+                }
+                Ok::<(), StorageError>(())
+            })
+            .unwrap();
+        assert_eq!(size, size2);
+        let chk = s.checkpoint_path(1);
+        let (a, b) = (
+            fs::read(chk.join(whole)).unwrap(),
+            fs::read(chk.join(&streamed)),
+        );
+        let want = format::encode(kind, &payload);
+        assert!(
+            a == want && b.unwrap() == want,
+            "a written file is not the envelope"
+        );
+        assert_eq!(read_state_file(&chk, &streamed, kind).unwrap(), payload);
+        // A failed payload leaves no file, temporary or real.
+        let failed = s.write_state_file_streamed(1, "op", "c", kind, |w| {
+            w.write(b"partial")?;
+            Err(StorageError::NotACheckpoint {
+                path: PathBuf::from("x"),
+                reason: "test",
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(names(&chk.join("op")), ["a", "b"]);
+    }
+
+    #[test]
+    fn spill_files_read_back_and_leave_nothing() {
+        let (_tmp, s) = setup();
+        let mut spill = s.spill_file(4, "op").unwrap();
+        assert_eq!(spill.append(b"hello ").unwrap(), 0);
+        assert_eq!(spill.append(b"world").unwrap(), 6);
+        let mut buf = [0u8; 5];
+        spill.read_at(6, &mut buf).unwrap();
+        assert_eq!(&buf, b"world");
+        spill.read_at(1, &mut buf).unwrap();
+        assert_eq!(
+            spill.append(b"!").unwrap(),
+            11,
+            "appends after reads go at the end"
+        );
+        assert_eq!(&buf, b"ello ");
+        drop(spill);
+        assert!(names(&s.checkpoint_path(4).join("op")).is_empty());
     }
 
     #[test]

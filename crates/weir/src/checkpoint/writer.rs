@@ -3,18 +3,24 @@
 //! A task captures an immutable view of its state at the barrier (the synchronous phase,
 //! on the processing thread) and hands it here as a [`SnapshotJob`]; a writer thread encodes
 //! it per key group and writes the files while the task goes on processing records.
+//!
+//! Keyed state is streamed: its shards are encoded one at a time (and let go of at once, so
+//! the task writes to them without copying them) into a scratch file, then laid out key
+//! group by key group into the state file, so a checkpoint holds neither a copy of the
+//! state nor its whole encoding in memory (see `state::cow_map` and `state::keyed::view`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::format::FileKind;
-use super::metadata::{
-    FileRef, KeyGroupSection, KeyedFileRef, KeyedStateFile, SubtaskStateMeta, TaskCheckpointStats,
-};
-use super::storage::CheckpointStorage;
+use super::metadata::{FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
+use super::storage::{CheckpointStorage, PayloadWriter, SpillFile};
 use crate::error::{Error, Result};
 use crate::runtime::output::TaskSnapshot;
 use crate::state::key_group::KeyGroupRange;
+use crate::state::keyed::{EncodedShard, KeyedSnapshot};
+use crate::state::operator::OperatorStateSnapshot;
+use crate::state::StateKind;
 
 /// A task's state on its way to storage: captured at a barrier (encoded by the writer
 /// thread), or already encoded — the final state of a finished source, which stands in for
@@ -53,7 +59,36 @@ pub struct SnapshotJob {
 pub struct EncodedPart {
     uid: String,
     operator_state: Option<Vec<u8>>,
-    keyed: Option<(Vec<u8>, KeyGroupRange, u64)>,
+    keyed: Option<FrozenKeyed>,
+}
+
+/// A frozen operator's encoded keyed state: the payload sits in a scratch file (unlinked
+/// where the platform allows, so it needs no cleanup) rather than in memory, since it may
+/// be as large as the state and lives as long as the job.
+struct FrozenKeyed {
+    payload: Mutex<SpillFile>,
+    len: u64,
+    range: KeyGroupRange,
+    entries: u64,
+}
+
+/// Bytes copied at a time from a frozen payload into a state file.
+const COPY_CHUNK: usize = 1 << 20;
+
+impl FrozenKeyed {
+    /// Streams the payload into `w`.
+    fn copy_to(&self, w: &mut PayloadWriter) -> Result<()> {
+        let mut payload = self.payload.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = vec![0; COPY_CHUNK.min(self.len as usize)];
+        let mut at = 0;
+        while at < self.len {
+            let n = COPY_CHUNK.min((self.len - at) as usize);
+            payload.read_at(at, &mut buf[..n])?;
+            w.write(&buf[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
 }
 
 /// A task's state, encoded and ready to be written into any checkpoint folder.
@@ -99,107 +134,389 @@ fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
     })
 }
 
-/// Encodes a captured snapshot: keyed state split per key group, operator state as is.
-pub fn encode_snapshot(snapshot: TaskSnapshot) -> Result<EncodedSnapshot> {
+/// Where an encoded keyed-state payload goes: a file being written, or memory.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]) -> Result<()>;
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl Sink for SpillFile {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.append(bytes)?;
+        Ok(())
+    }
+}
+
+impl Sink for PayloadWriter {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        Ok(self.write(bytes)?)
+    }
+}
+
+/// Appends `v` as a postcard varint (the encoding of every integer and length below).
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Where encoded shards wait to be laid out by key group: a scratch file (or memory, in
+/// tests).
+trait Spill {
+    /// Appends `bytes`, returning the offset they start at.
+    fn append(&mut self, bytes: &[u8]) -> Result<u64>;
+    /// Fills `buf` from offset `at`.
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+impl Spill for SpillFile {
+    fn append(&mut self, bytes: &[u8]) -> Result<u64> {
+        Ok(SpillFile::append(self, bytes)?)
+    }
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()> {
+        Ok(SpillFile::read_at(self, at, buf)?)
+    }
+}
+
+impl Spill for Vec<u8> {
+    fn append(&mut self, bytes: &[u8]) -> Result<u64> {
+        let at = self.len() as u64;
+        self.extend_from_slice(bytes);
+        Ok(at)
+    }
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()> {
+        buf.copy_from_slice(&self[at as usize..at as usize + buf.len()]);
+        Ok(())
+    }
+}
+
+/// How many bytes of encoded keyed state a writer holds in memory before it moves them to
+/// a spill file (see [`stream_keyed`]).
+const SPILL_BUDGET: usize = 8 << 20;
+
+/// Encoded shards on their way into a file laid out by key group: regrouped in memory,
+/// and moved to a spill file (still grouped) whenever they exceed the budget.
+struct Regroup<S> {
+    /// `[table][group]`: the current batch's bytes.
+    batch: Vec<Vec<Vec<u8>>>,
+    batch_bytes: usize,
+    /// `[table][group]`: `(offset, length)` of the group's run in each spilled batch.
+    spilled: Vec<Vec<Vec<(u64, usize)>>>,
+    spill: Option<S>,
+}
+
+impl<S: Spill> Regroup<S> {
+    fn new(tables: usize, groups: usize) -> Self {
+        Regroup {
+            batch: vec![vec![Vec::new(); groups]; tables],
+            batch_bytes: 0,
+            spilled: vec![vec![Vec::new(); groups]; tables],
+            spill: None,
+        }
+    }
+
+    /// Adds table `t`'s shard; spills the batch if it is over `budget`.
+    fn add(
+        &mut self,
+        t: usize,
+        shard: &EncodedShard,
+        first_group: u32,
+        budget: usize,
+        new_spill: &mut impl FnMut() -> Result<S>,
+    ) -> Result<()> {
+        let mut at = 0;
+        for &(g, len) in &shard.runs {
+            self.batch[t][(g - first_group) as usize].extend_from_slice(&shard.bytes[at..at + len]);
+            at += len;
+        }
+        self.batch_bytes += at;
+        if self.batch_bytes > budget {
+            let spill = match &mut self.spill {
+                Some(spill) => spill,
+                None => self.spill.insert(new_spill()?),
+            };
+            for (runs, spilled) in self
+                .batch
+                .iter_mut()
+                .flatten()
+                .zip(self.spilled.iter_mut().flatten())
+            {
+                if !runs.is_empty() {
+                    spilled.push((spill.append(runs)?, runs.len()));
+                    // Freed, not cleared: a batch holds at most the budget, not its peak.
+                    *runs = Vec::new();
+                }
+            }
+            self.batch_bytes = 0;
+        }
+        Ok(())
+    }
+
+    /// Whether key group index `g` has entries in any table.
+    fn has(&self, g: usize) -> bool {
+        (0..self.batch.len())
+            .any(|t| !self.batch[t][g].is_empty() || !self.spilled[t][g].is_empty())
+    }
+
+    /// Writes table `t`'s section of key group index `g` (its length, then its bytes) to
+    /// `sink`, after `frame`.
+    fn write_section(
+        &mut self,
+        t: usize,
+        g: usize,
+        frame: &mut Vec<u8>,
+        buf: &mut Vec<u8>,
+        sink: &mut impl Sink,
+    ) -> Result<()> {
+        let spilled = &self.spilled[t][g];
+        let len = spilled.iter().map(|(_, len)| len).sum::<usize>() + self.batch[t][g].len();
+        varint(len as u64, frame);
+        sink.put(frame)?;
+        frame.clear();
+        for &(at, len) in spilled {
+            if let Some(spill) = &mut self.spill {
+                buf.resize(len, 0);
+                spill.read_at(at, buf)?;
+                sink.put(buf)?;
+            }
+        }
+        sink.put(&std::mem::take(&mut self.batch[t][g]))
+    }
+}
+
+/// Encodes `keyed` into `sink` as the postcard payload of a [`KeyedStateFile`]
+/// (`crate::checkpoint::metadata`), returning the number of entries written.
+///
+/// The tables are sharded by hash and the file is laid out by key group, so this goes in
+/// two passes. First every shard of every table is taken from its view (encoded, grouped by
+/// key group, and let go of, so the processing thread can write to it without a copy) and
+/// regrouped: in memory up to `budget` bytes, then in batches appended to a spill file
+/// (made by `new_spill` when first needed). Then the file is written key group by key
+/// group, each section gathered from the batches. Memory holds at most the budget, one
+/// shard's encoding and one run, never the whole state or its encoding.
+///
+/// The bytes are exactly those of the derived encoding of a `KeyedStateFile` with the
+/// same content (tested), so the restore side reads them as before: postcard frames
+/// nothing but sequences and byte strings, each behind a varint length, and both are known
+/// once the first pass is done.
+fn stream_keyed<S: Spill>(
+    keyed: &KeyedSnapshot,
+    sink: &mut impl Sink,
+    budget: usize,
+    mut new_spill: impl FnMut() -> Result<S>,
+) -> Result<u64> {
+    let range = keyed.range;
+    let mut regroup = Regroup::new(keyed.tables.len(), range.len() as usize);
+    let mut entries = 0;
+    for (t, table) in keyed.tables.iter().enumerate() {
+        for i in 0..table.view.shards() {
+            let shard = table.view.take_shard(i)?;
+            regroup.add(t, &shard, range.start, budget, &mut new_spill)?;
+            entries += shard.entries;
+        }
+    }
+    let groups: Vec<usize> = (0..range.len() as usize)
+        .filter(|&g| regroup.has(g))
+        .collect();
+    let states: Vec<(&str, StateKind)> = keyed
+        .tables
+        .iter()
+        .map(|t| (t.name.as_str(), t.kind))
+        .collect();
+    let mut frame = encode("keyed state", &(range, keyed.max_parallelism, &states))?;
+    varint(groups.len() as u64, &mut frame);
+    let mut buf = Vec::new();
+    for g in groups {
+        varint(range.start as u64 + g as u64, &mut frame);
+        varint(keyed.tables.len() as u64, &mut frame);
+        for t in 0..keyed.tables.len() {
+            regroup.write_section(t, g, &mut frame, &mut buf, sink)?;
+        }
+    }
+    let ttl: Vec<bool> = keyed.tables.iter().map(|t| t.ttl).collect();
+    frame.extend_from_slice(&encode("keyed state", &ttl)?);
+    sink.put(&frame)?;
+    Ok(entries)
+}
+
+/// The operator state of a part, encoded; `None` when it has none (no file is written).
+fn encode_operator_state(state: &OperatorStateSnapshot) -> Result<Option<Vec<u8>>> {
+    if state.is_empty() {
+        Ok(None)
+    } else {
+        encode("operator state", state).map(Some)
+    }
+}
+
+/// Encodes a captured snapshot once, for frozen state, which is written again into every
+/// later checkpoint: keyed state into a scratch file (not memory: it may be as large as
+/// the state), operator state in memory. A live task's snapshot is streamed to its files
+/// instead ([`write_snapshot`]). Spill files go into checkpoint `id`'s folder.
+fn encode_snapshot(
+    snapshot: TaskSnapshot,
+    storage: &CheckpointStorage,
+    id: u64,
+) -> Result<EncodedSnapshot> {
     let mut parts = Vec::with_capacity(snapshot.parts.len());
     for part in snapshot.parts {
-        let operator_state = if part.operator_state.is_empty() {
-            None
-        } else {
-            Some(encode("operator state", &part.operator_state)?)
-        };
-        let keyed = match part.keyed {
+        let keyed = match &part.keyed {
             None => None,
             Some(keyed) => {
-                let range = keyed.range;
-                let mut per_state: Vec<Vec<Vec<u8>>> = Vec::with_capacity(keyed.tables.len());
-                let mut entries = 0;
-                for t in &keyed.tables {
-                    let mut groups = vec![Vec::new(); range.len() as usize];
-                    entries += t
-                        .view
-                        .encode_groups(keyed.max_parallelism, range, &mut groups)?;
-                    per_state.push(groups);
-                }
-                let mut sections = Vec::new();
-                for g in 0..range.len() as usize {
-                    if per_state.iter().any(|s| !s[g].is_empty()) {
-                        sections.push(KeyGroupSection {
-                            group: range.start + g as u32,
-                            states: per_state
-                                .iter_mut()
-                                .map(|s| std::mem::take(&mut s[g]))
-                                .collect(),
-                        });
-                    }
-                }
-                let file = KeyedStateFile {
-                    range,
-                    max_parallelism: keyed.max_parallelism,
-                    states: keyed
-                        .tables
-                        .iter()
-                        .map(|t| (t.name.clone(), t.kind))
-                        .collect(),
-                    groups: sections,
-                    ttl: keyed.tables.iter().map(|t| t.ttl).collect(),
-                };
-                Some((encode("keyed state", &file)?, range, entries))
+                let mut payload = storage.scratch_file()?;
+                let entries = stream_keyed(keyed, &mut payload, SPILL_BUDGET, || {
+                    Ok(storage.spill_file(id, &part.uid)?)
+                })?;
+                Some(FrozenKeyed {
+                    len: payload.len(),
+                    payload: Mutex::new(payload),
+                    range: keyed.range,
+                    entries,
+                })
             }
         };
         parts.push(EncodedPart {
+            operator_state: encode_operator_state(&part.operator_state)?,
             uid: part.uid,
-            operator_state,
             keyed,
         });
     }
     Ok(EncodedSnapshot { parts })
 }
 
-/// Writes every file of `job` (encoding it first if needed); the acknowledgement lists them.
-pub fn write_snapshot(storage: &CheckpointStorage, job: SnapshotJob) -> Result<TaskAck> {
-    let started = Instant::now();
-    let encoded = match job.snapshot {
-        SnapshotPayload::Captured(s) => Arc::new(encode_snapshot(s)?),
-        SnapshotPayload::Encoded(e) => e,
-    };
-    let mut ack = TaskAck::default();
+/// One operator's keyed state on its way into a file.
+enum KeyedSource<'a> {
+    /// Captured: encoded while it is written.
+    Captured(&'a KeyedSnapshot),
+    /// Already encoded (frozen state).
+    Encoded(&'a FrozenKeyed),
+}
+
+/// Writes one operator's files into checkpoint `job.checkpoint_id`, adding their sizes
+/// to `stats`.
+fn write_part(
+    storage: &CheckpointStorage,
+    job: &SnapshotJob,
+    uid: &str,
+    operator_state: Option<&[u8]>,
+    keyed: Option<KeyedSource<'_>>,
+    stats: &mut TaskCheckpointStats,
+) -> Result<OperatorAck> {
     let id = job.checkpoint_id;
-    for part in &encoded.parts {
-        let mut meta = SubtaskStateMeta {
-            subtask: job.subtask,
-            operator_state: None,
-            keyed_state: None,
+    let mut meta = SubtaskStateMeta {
+        subtask: job.subtask,
+        operator_state: None,
+        keyed_state: None,
+    };
+    if let Some(payload) = operator_state {
+        let name = format!("op-{}", job.subtask);
+        let (path, size) =
+            storage.write_state_file(id, uid, &name, FileKind::OperatorState, payload)?;
+        stats.bytes += size;
+        meta.operator_state = Some(FileRef { path, size });
+    }
+    if let Some(keyed) = keyed {
+        let kind = FileKind::KeyedState;
+        let (path, size, range, entries) = match keyed {
+            KeyedSource::Captured(snapshot) => {
+                let range = snapshot.range;
+                let name = format!("kg-{}-{}", range.start, range.end);
+                let mut entries = 0;
+                let (path, size) =
+                    storage.write_state_file_streamed(id, uid, &name, kind, |w| {
+                        let new_spill = || Ok(storage.spill_file(id, uid)?);
+                        entries = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
+                        Ok::<(), Error>(())
+                    })?;
+                (path, size, range, entries)
+            }
+            KeyedSource::Encoded(frozen) => {
+                let range = frozen.range;
+                let name = format!("kg-{}-{}", range.start, range.end);
+                let (path, size) =
+                    storage
+                        .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
+                (path, size, range, frozen.entries)
+            }
         };
-        if let Some(payload) = &part.operator_state {
-            let name = format!("op-{}", job.subtask);
-            let (path, size) =
-                storage.write_state_file(id, &part.uid, &name, FileKind::OperatorState, payload)?;
-            ack.stats.bytes += size;
-            meta.operator_state = Some(FileRef { path, size });
-        }
-        if let Some((payload, range, entries)) = &part.keyed {
-            let name = format!("kg-{}-{}", range.start, range.end);
-            let (path, size) =
-                storage.write_state_file(id, &part.uid, &name, FileKind::KeyedState, payload)?;
-            ack.stats.bytes += size;
-            meta.keyed_state = Some(KeyedFileRef {
-                file: FileRef { path, size },
-                range: *range,
-                entries: *entries,
-            });
-        }
-        ack.operators.push(OperatorAck {
-            uid: part.uid.clone(),
-            parallelism: job.parallelism,
-            state: meta,
+        stats.bytes += size;
+        meta.keyed_state = Some(KeyedFileRef {
+            file: FileRef { path, size },
+            range,
+            entries,
         });
+    }
+    Ok(OperatorAck {
+        uid: uid.to_string(),
+        parallelism: job.parallelism,
+        state: meta,
+    })
+}
+
+/// Writes every file of `job`; the acknowledgement lists them. A captured snapshot is
+/// encoded as it is written (one key group at a time), unless the task's state is frozen:
+/// then it is encoded in memory once and comes back with the acknowledgement.
+pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Result<TaskAck> {
+    let started = Instant::now();
+    let mut ack = TaskAck::default();
+    let payload = std::mem::replace(
+        &mut job.snapshot,
+        SnapshotPayload::Captured(TaskSnapshot::new()),
+    );
+    match payload {
+        SnapshotPayload::Captured(snapshot) if !job.frozen => {
+            for part in snapshot.parts {
+                let operator_state = encode_operator_state(&part.operator_state)?;
+                let keyed = part.keyed.as_ref().map(KeyedSource::Captured);
+                let op = write_part(
+                    storage,
+                    &job,
+                    &part.uid,
+                    operator_state.as_deref(),
+                    keyed,
+                    &mut ack.stats,
+                )?;
+                ack.operators.push(op);
+                // Dropped part by part: its shards go back to the task as they are written.
+                drop(part);
+            }
+        }
+        payload => {
+            let encoded = match payload {
+                SnapshotPayload::Captured(s) => {
+                    Arc::new(encode_snapshot(s, storage, job.checkpoint_id)?)
+                }
+                SnapshotPayload::Encoded(e) => e,
+            };
+            for part in &encoded.parts {
+                let keyed = part.keyed.as_ref().map(KeyedSource::Encoded);
+                let op = write_part(
+                    storage,
+                    &job,
+                    &part.uid,
+                    part.operator_state.as_deref(),
+                    keyed,
+                    &mut ack.stats,
+                )?;
+                ack.operators.push(op);
+            }
+            if job.frozen {
+                ack.frozen = Some(encoded);
+            }
+        }
     }
     ack.stats.sync_micros = job.sync.as_micros() as u64;
     ack.stats.alignment_micros = job.alignment.as_micros() as u64;
     ack.stats.async_micros = started.elapsed().as_micros() as u64;
-    if job.frozen {
-        ack.frozen = Some(encoded);
-    }
     Ok(ack)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,23 +1,35 @@
-//! A hash map whose snapshot costs O(shards), not O(entries): the copy-on-write store
-//! behind keyed state.
+//! A hash map whose snapshot costs O(shards), not O(entries), and whose writes during a
+//! snapshot do not copy it: the store behind keyed state.
 //!
 //! The map is split into [`SHARDS`] hash tables. A snapshot moves each table behind an
 //! `Arc` and shares it (a few microseconds whatever the size — the synchronous phase of a
 //! checkpoint does not grow with the state). The first write to a shared shard takes the
-//! table back: without a copy if the snapshot has already been written and dropped, with a
-//! copy of that one shard otherwise. So a checkpoint copies only the shards written while
-//! its snapshot is being encoded, and writes to an owned shard touch no atomic at all.
+//! table back:
 //!
-//! Each key is hashed once per access (FxHash); the shard comes from a second mix of that
-//! hash, so the bits the tables use within a shard stay well distributed.
+//! * without a copy if the snapshot is done with it (written, or dropped);
+//! * otherwise the snapshots still holding it are asked to let go first
+//!   ([`ShardRelease`]: keyed state encodes the shard to compact bytes for the writer),
+//!   and then without a copy either;
+//! * with a copy of that one shard if it is small (a few kilobytes: cheaper than encoding
+//!   it), or if a writer thread is reading it at that moment.
+//!
+//! So a checkpoint of a large map never holds a second copy of its tables — at most the
+//! encoded bytes of the shards written to before the writer reached them — and writes to
+//! an owned shard touch no atomic at all.
+//!
+//! Each key is hashed once per access (FxHash: the per-record path cannot afford the
+//! stable hash that decides key groups, which costs several times more); the shard comes
+//! from a second mix of that hash, so the bits the tables use within a shard stay well
+//! distributed. Key groups are the writer's business (see `state::keyed::view`).
 
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
-/// Number of shards (a power of two).
+/// Number of shards (a power of two): bounds the work of one shard's take-back (or
+/// encoding) to 1/256 of the map.
 pub const SHARDS: usize = 256;
 
 #[inline]
@@ -52,10 +64,40 @@ fn insert_absent<'t, K: Hash + Clone, V>(
         .1
 }
 
-/// One shard: owned (written in place) or shared with a snapshot.
+/// A shared shard whose entries take at most this many bytes (shallow) is copied when
+/// written rather than released ([`ShardRelease`]): copying a small table is far cheaper
+/// for the processing thread than encoding it, and the copies of a map whose shards are
+/// all this small add at most `SHARDS` × this to memory.
+#[cfg(not(test))]
+const COPY_AT_MOST: usize = 16 << 10;
+/// Unit tests keep states small: most take the release path, as large states do.
+#[cfg(test)]
+const COPY_AT_MOST: usize = 64;
+
+/// Something still holding shards of a snapshot (keyed state's view on its way to
+/// storage), asked to let go of one before the map writes to it, so that the write needs
+/// no copy of the shard.
+pub trait ShardRelease: Send + Sync {
+    /// Drops every hold on shard `shard` (for keyed state: encodes it first). Runs on the
+    /// processing thread, inside a state access, so it should take time in proportion to
+    /// one shard at most.
+    fn release(&self, shard: usize);
+}
+
+/// A shard's table while snapshots share it, with what the map needs to take it back:
+/// its number and the views to ask (kept here, so that the per-record path passes
+/// nothing but the shard to the rare take-back).
+struct Frozen<K, V> {
+    table: HashTable<(K, V)>,
+    index: usize,
+    watchers: Mutex<Vec<Weak<dyn ShardRelease>>>,
+}
+
+/// One shard: owned (written in place) or shared with a snapshot. 32 bytes: the `Arc`
+/// fits beside the table's non-null control pointer.
 enum Shard<K, V> {
     Owned(HashTable<(K, V)>),
-    Shared(Arc<HashTable<(K, V)>>),
+    Shared(Arc<Frozen<K, V>>),
 }
 
 impl<K: Clone, V: Clone> Shard<K, V> {
@@ -63,7 +105,7 @@ impl<K: Clone, V: Clone> Shard<K, V> {
     fn table(&self) -> &HashTable<(K, V)> {
         match self {
             Shard::Owned(t) => t,
-            Shard::Shared(t) => t,
+            Shard::Shared(f) => &f.table,
         }
     }
 
@@ -78,25 +120,48 @@ impl<K: Clone, V: Clone> Shard<K, V> {
         }
     }
 
-    /// Makes a shared shard owned again: once per shard per checkpoint, so kept out of line
-    /// to keep the per-record path of [`Shard::table_mut`] short (see
+    /// Makes a shared shard owned again: first asks the snapshots still holding it to let
+    /// go ([`ShardRelease`]), then takes the table without a copy — or copies this one
+    /// shard if a writer thread is still reading it. Once per shard per checkpoint, so
+    /// kept out of line to keep the per-record path of [`Shard::table_mut`] short (see
     /// [`CowMap::get_or_insert_with`]).
     #[cold]
     #[inline(never)]
     fn take_back(&mut self) {
-        if let Shard::Shared(arc) = self {
-            let arc = std::mem::replace(arc, Arc::new(HashTable::new()));
-            *self = Shard::Owned(Arc::try_unwrap(arc).unwrap_or_else(|shared| (*shared).clone()));
+        let Shard::Shared(frozen) = self else {
+            return;
+        };
+        let small = frozen.table.len() * std::mem::size_of::<(K, V)>() <= COPY_AT_MOST;
+        if Arc::strong_count(frozen) > 1 && !small {
+            let watchers = frozen.watchers.lock().unwrap_or_else(|p| p.into_inner());
+            for view in watchers.iter().filter_map(Weak::upgrade) {
+                view.release(frozen.index);
+            }
+        }
+        if let Shard::Shared(frozen) = std::mem::replace(self, Shard::Owned(HashTable::new())) {
+            *self = Shard::Owned(match Arc::try_unwrap(frozen) {
+                Ok(f) => f.table,
+                Err(shared) => shared.table.clone(),
+            });
         }
     }
 
     /// Shares the table (moving it behind an `Arc` if owned) and returns a handle to it.
-    fn share(&mut self) -> Arc<HashTable<(K, V)>> {
+    /// An owned empty table is not shared: there is nothing to keep, and a sparse map
+    /// then costs no allocation per shard at the barrier.
+    fn share(&mut self, index: usize) -> SharedShard<K, V> {
         if let Shard::Owned(t) = self {
-            *self = Shard::Shared(Arc::new(std::mem::take(t)));
+            if t.is_empty() {
+                return SharedShard(None);
+            }
+            *self = Shard::Shared(Arc::new(Frozen {
+                table: std::mem::take(t),
+                index,
+                watchers: Mutex::new(Vec::new()),
+            }));
         }
         match self {
-            Shard::Shared(a) => a.clone(),
+            Shard::Shared(f) => SharedShard(Some(f.clone())),
             Shard::Owned(_) => unreachable!("shared above"),
         }
     }
@@ -110,9 +175,13 @@ pub struct CowMap<K, V> {
 
 /// An immutable view of a [`CowMap`] at one moment; cheap to take, safe to send.
 pub struct CowSnapshot<K, V> {
-    shards: Vec<Arc<HashTable<(K, V)>>>,
+    shards: Vec<SharedShard<K, V>>,
     len: usize,
 }
+
+/// One shard of a [`CowSnapshot`]; dropping it is what lets the map write to the shard
+/// without a copy. `None` for a shard that was empty.
+pub struct SharedShard<K, V>(Option<Arc<Frozen<K, V>>>);
 
 impl<K, V> Default for CowMap<K, V> {
     fn default() -> Self {
@@ -157,7 +226,7 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
     /// This is the per-record path of keyed state, and with state larger than the cache its
     /// time is mostly waiting for the slot's cache line. The CPU hides that only by running
     /// ahead into the next records, which it can do further the fewer instructions each
-    /// record takes — so everything rare (inserting, copying a shard back from a snapshot)
+    /// record takes — so everything rare (inserting, taking a shard back from a snapshot)
     /// is out of line, leaving a short lookup here.
     #[inline]
     pub fn get_or_insert_with(&mut self, k: &K, default: impl FnOnce() -> V) -> &mut V {
@@ -215,7 +284,12 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
     /// An immutable view, in O(shards).
     pub fn snapshot(&mut self) -> CowSnapshot<K, V> {
         CowSnapshot {
-            shards: self.shards.iter_mut().map(Shard::share).collect(),
+            shards: self
+                .shards
+                .iter_mut()
+                .enumerate()
+                .map(|(i, s)| s.share(i))
+                .collect(),
             len: self.len,
         }
     }
@@ -233,24 +307,33 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
             shard.table_mut().reserve(per_shard, |e| hash_of(&e.0));
         }
     }
+
+    /// Registers `view`, which holds shards of a snapshot of this map, to be asked to let
+    /// go of a shard before it is written (held weakly: a dropped view is forgotten). Call
+    /// it right after [`CowMap::snapshot`]; O(shards).
+    pub fn watch(&mut self, view: Weak<dyn ShardRelease>) {
+        for shard in &self.shards {
+            if let Shard::Shared(f) = shard {
+                let mut watchers = f.watchers.lock().unwrap_or_else(|p| p.into_inner());
+                watchers.retain(|w| w.strong_count() > 0);
+                watchers.push(view.clone());
+            }
+        }
+    }
 }
 
 impl<K: Hash + Eq, V> CowSnapshot<K, V> {
     /// The value of `k` in the view.
     pub fn get(&self, k: &K) -> Option<&V> {
         let h = hash_of(k);
-        self.shards[shard_of(h)]
-            .find(h, |e| e.0 == *k)
-            .map(|e| &e.1)
+        self.shards[shard_of(h)].get_hashed(h, k)
     }
 }
 
 impl<K, V> CowSnapshot<K, V> {
     /// Every entry of the view.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.iter().map(|e| (&e.0, &e.1)))
+        self.shards.iter().flat_map(|s| s.iter())
     }
 
     /// Number of entries in the view.
@@ -262,73 +345,44 @@ impl<K, V> CowSnapshot<K, V> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The shards, in shard order (shard `i` of every map holds the same keys: the shard
+    /// depends on the key alone), to be encoded and dropped one by one.
+    pub fn into_shards(self) -> Vec<SharedShard<K, V>> {
+        self.shards
+    }
+}
+
+impl<K, V> SharedShard<K, V> {
+    /// Every entry of the shard.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.0
+            .iter()
+            .flat_map(|f| f.table.iter().map(|e| (&e.0, &e.1)))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |f| f.table.len())
+    }
+
+    /// Whether the shard is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K: Hash + Eq, V> SharedShard<K, V> {
+    /// The value of `k`, if it is in this shard.
+    pub fn get(&self, k: &K) -> Option<&V> {
+        self.get_hashed(hash_of(k), k)
+    }
+
+    fn get_hashed(&self, h: u64, k: &K) -> Option<&V> {
+        let f = self.0.as_ref()?;
+        f.table.find(h, |e| e.0 == *k).map(|e| &e.1)
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    #[test]
-    fn behaves_like_a_hash_map() {
-        let mut m = CowMap::<u64, u64>::default();
-        let mut model = HashMap::new();
-        let mut rng = fastrand::Rng::with_seed(1);
-        for _ in 0..20_000 {
-            let k = rng.u64(0..500);
-            match rng.u8(0..4) {
-                0 => assert_eq!(m.insert(k, k * 3), model.insert(k, k * 3)),
-                1 => assert_eq!(m.remove(&k), model.remove(&k)),
-                2 => {
-                    *m.get_or_insert_with(&k, || 7) += 1;
-                    *model.entry(k).or_insert(7) += 1;
-                }
-                _ => assert_eq!(m.get(&k), model.get(&k)),
-            }
-            assert_eq!(m.len(), model.len());
-        }
-        let mut all: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
-        all.sort();
-        let mut want: Vec<_> = model.into_iter().collect();
-        want.sort();
-        assert_eq!(all, want);
-    }
-
-    #[test]
-    fn snapshots_are_isolated_and_cheap() {
-        let mut m = CowMap::<String, u64>::default();
-        for i in 0..1000u64 {
-            m.insert(format!("k{i}"), i);
-        }
-        let snap = m.snapshot();
-        for i in 0..1000u64 {
-            *m.get_or_insert_with(&format!("k{i}"), || 0) += 1;
-        }
-        m.remove(&"k0".to_string());
-        m.insert("new".into(), 1);
-        assert_eq!(snap.len(), 1000);
-        let mut seen: Vec<u64> = snap.iter().map(|(_, v)| *v).collect();
-        seen.sort();
-        assert_eq!(seen, (0..1000).collect::<Vec<_>>());
-        assert_eq!(m.get(&"k5".to_string()), Some(&6));
-        assert_eq!(m.len(), 1000);
-        // Once the snapshot is gone, a shared shard is taken back without a copy.
-        let snap2 = m.snapshot();
-        let i = (0..SHARDS).find(|&i| !snap2.shards[i].is_empty()).unwrap();
-        let before = snap2.shards[i].iter().next().unwrap() as *const (String, u64);
-        drop(snap2);
-        let after = m.shards[i].table_mut().iter().next().unwrap() as *const (String, u64);
-        assert_eq!(before, after, "no copy once the snapshot is dropped");
-    }
-
-    #[test]
-    fn keys_spread_over_shards() {
-        let mut m = CowMap::<u64, ()>::default();
-        for k in 0..(SHARDS as u64 * 100) {
-            m.insert(k, ());
-        }
-        let sizes: Vec<usize> = m.shards.iter().map(|s| s.table().len()).collect();
-        let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
-        assert!(*min > 50 && *max < 160, "min {min} max {max}");
-    }
-}
+mod tests;

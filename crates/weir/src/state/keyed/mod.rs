@@ -19,6 +19,7 @@ mod handles;
 mod table;
 mod timers;
 mod ttl;
+mod view;
 
 use std::any::TypeId;
 use std::collections::BTreeMap;
@@ -27,7 +28,7 @@ pub use handles::{
     AggregateFunction, AggregatingAccess, AggregatingState, ListAccess, ListState, MapAccess,
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
 };
-pub use table::TableSnapshot;
+pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
 
 use super::cow_map::CowMap;
@@ -133,7 +134,7 @@ impl<K: Key> KeyedStateBackend<K> {
                     name: n.clone(),
                     kind: t.kind(),
                     ttl: t.has_ttl(),
-                    view: t.snapshot(),
+                    view: t.snapshot(self.range, self.max_parallelism),
                 })
                 .collect(),
         }

@@ -4,10 +4,13 @@
 //! so one generic [`Table`] over a copy-on-write map serves them all; the kind decides only
 //! how functions reach the stored value (see `handles`).
 
-use super::super::cow_map::{CowMap, CowSnapshot};
-use super::super::key_group::{key_group, KeyGroupRange};
+use std::sync::{Arc, Weak};
+
+use super::super::cow_map::CowMap;
+use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
-use super::ttl::{StateTtlConfig, Ttl};
+use super::ttl::Ttl;
+use super::view::View;
 use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
 
@@ -16,8 +19,9 @@ pub(crate) trait StateTable<K>: Send {
     fn kind(&self) -> StateKind;
     /// Whether entries carry TTL stamps (recorded in the file: it changes the encoding).
     fn has_ttl(&self) -> bool;
-    /// Synchronous phase: an immutable view that the asynchronous phase may encode.
-    fn snapshot(&mut self) -> Box<dyn TableSnapshot>;
+    /// Synchronous phase: an immutable view that the asynchronous phase may encode; its
+    /// keys belong to key groups `range` of `max_parallelism`.
+    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot>;
     /// Loads the encoded entries of `sections` (one per key group) into the table; on a
     /// decode error the table is left unchanged.
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()>;
@@ -26,16 +30,50 @@ pub(crate) trait StateTable<K>: Send {
     fn keys(&self) -> Vec<K>;
 }
 
-/// An immutable view of one table, encoded per key group off the processing thread.
+/// The encoded entries of one shard of a table's view, grouped by key group: the writer
+/// lays the groups out in key-group order across shards.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedShard {
+    /// The entries, each key group's run after the other.
+    pub bytes: Vec<u8>,
+    /// `(key group, byte length)` of each run of `bytes`, in ascending key-group order.
+    pub runs: Vec<(u32, usize)>,
+    /// Number of entries.
+    pub entries: u64,
+}
+
+/// An immutable view of one table, encoded shard by shard off the processing thread (or
+/// by the processing thread, for a shard it must write to before the writer got there:
+/// see [`crate::state::cow_map::ShardRelease`]).
 pub trait TableSnapshot: Send {
+    /// Number of shards; shard `i` of every table of a backend holds the same keys.
+    fn shards(&self) -> usize;
+
+    /// Shard `shard`'s live entries, encoded and grouped by key group. Each shard is taken
+    /// once: the view lets go of it (so the processing thread writes to it without a copy).
+    fn take_shard(&self, shard: usize) -> Result<EncodedShard>;
+
     /// Appends the entries of each key group in `range` to `out[group - range.start]`,
-    /// returning the number of entries written.
+    /// returning the number of entries written (every shard, taken in memory: for tests
+    /// and small states; the writer streams instead).
     fn encode_groups(
         &self,
-        max_parallelism: u32,
+        _max_parallelism: u32,
         range: KeyGroupRange,
         out: &mut [Vec<u8>],
-    ) -> Result<u64>;
+    ) -> Result<u64> {
+        let mut written = 0;
+        for i in 0..self.shards() {
+            let shard = self.take_shard(i)?;
+            let mut at = 0;
+            for (g, len) in shard.runs {
+                out[(g - range.start) as usize].extend_from_slice(&shard.bytes[at..at + len]);
+                at += len;
+            }
+            written += shard.entries;
+        }
+        Ok(written)
+    }
 }
 
 /// The stored value `S` of every key, for a state of kind `kind`, with optional TTL.
@@ -66,18 +104,6 @@ impl<K: Key, S: StateValue> Table<K, S> {
     }
 }
 
-/// The TTL part of a table view: stamps, the config, and the time of the snapshot.
-struct TtlView<K> {
-    stamps: CowSnapshot<K, u64>,
-    cfg: StateTtlConfig,
-    now: u64,
-}
-
-struct TableView<K, S> {
-    map: CowSnapshot<K, S>,
-    ttl: Option<TtlView<K>>,
-}
-
 impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     fn kind(&self) -> StateKind {
         self.kind
@@ -85,16 +111,17 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     fn has_ttl(&self) -> bool {
         self.ttl.is_some()
     }
-    fn snapshot(&mut self) -> Box<dyn TableSnapshot> {
+    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot> {
         let now = crate::runtime::executor::wall_ms();
-        Box::new(TableView {
-            map: self.map.snapshot(),
-            ttl: self.ttl.as_mut().map(|t| TtlView {
-                stamps: t.stamps.snapshot(),
-                cfg: t.cfg,
-                now,
-            }),
-        })
+        let map = self.map.snapshot();
+        let ttl = self.ttl.as_mut().map(|t| (t.stamps.snapshot(), t.cfg, now));
+        let view = Arc::new(View::new(map, ttl, range, max_parallelism));
+        let weak: Weak<View<K, S>> = Arc::downgrade(&view);
+        self.map.watch(weak.clone());
+        if let Some(t) = &mut self.ttl {
+            t.stamps.watch(weak);
+        }
+        Box::new(TableView(view))
     }
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
         let err = |e: postcard::Error| Error::StateDecode {
@@ -131,44 +158,16 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     }
 }
 
+/// A table's view on its way to storage (see [`View`]).
+struct TableView<K, S>(Arc<View<K, S>>);
+
 impl<K: Key, S: StateValue> TableSnapshot for TableView<K, S> {
-    fn encode_groups(
-        &self,
-        max_parallelism: u32,
-        range: KeyGroupRange,
-        out: &mut [Vec<u8>],
-    ) -> Result<u64> {
-        let mut written = 0;
-        for (k, v) in self.map.iter() {
-            // Expired entries are left out (with TTL each entry carries its stamp).
-            let stamp = match &self.ttl {
-                None => None,
-                Some(t) => match t.stamps.get(k) {
-                    Some(s) if t.now < s.saturating_add(t.cfg.ttl_ms()) => Some(*s),
-                    _ => continue,
-                },
-            };
-            let g = key_group(k, max_parallelism);
-            if !range.contains(g) {
-                return Err(Error::InvalidJob(format!(
-                    "a key in keyed state belongs to key group {g}, outside this subtask's range {}..{}; \
-                     is the key_by function deterministic?",
-                    range.start, range.end
-                )));
-            }
-            let slot = &mut out[(g - range.start) as usize];
-            let buf = std::mem::take(slot);
-            let encoded = match stamp {
-                None => postcard::to_extend(&(k, v), buf),
-                Some(s) => postcard::to_extend(&(k, (v, s)), buf),
-            };
-            *slot = encoded.map_err(|e| Error::StateDecode {
-                what: "keyed state (encoding)".into(),
-                cause: e.to_string(),
-            })?;
-            written += 1;
-        }
-        Ok(written)
+    fn shards(&self) -> usize {
+        self.0.shards()
+    }
+
+    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
+        self.0.take(shard)
     }
 }
 

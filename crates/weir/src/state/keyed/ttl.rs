@@ -78,8 +78,8 @@ impl<K: Key> Ttl<K> {
         now >= stamp.saturating_add(self.cfg.ttl_ms())
     }
 
-    /// Before an access to `key` at `now`: drops the entry if expired, refreshes the stamp
-    /// if the access counts as an update, and now and then sweeps one shard.
+    /// Before an access to `key` at `now`: now and then sweeps one shard, drops the entry
+    /// if expired, and refreshes the stamp if the access counts as an update.
     pub(crate) fn on_access<S: Clone>(
         &mut self,
         map: &mut CowMap<K, S>,
@@ -87,6 +87,14 @@ impl<K: Key> Ttl<K> {
         write: bool,
         now: u64,
     ) {
+        // Sweep first: a sweep between stamping `key` and the caller's write would find a
+        // stamp without a value and drop it, leaving the written value unstamped (hidden,
+        // and left out of snapshots).
+        self.accesses += 1;
+        if self.accesses >= SWEEP_EVERY {
+            self.accesses = 0;
+            self.sweep_step(map, now);
+        }
         if let Some(&stamp) = self.stamps.get(key) {
             if self.expired(stamp, now) {
                 map.remove(key);
@@ -98,11 +106,6 @@ impl<K: Key> Ttl<K> {
             if write || map.get(key).is_some() {
                 self.stamps.insert(key.clone(), now);
             }
-        }
-        self.accesses += 1;
-        if self.accesses >= SWEEP_EVERY {
-            self.accesses = 0;
-            self.sweep_step(map, now);
         }
     }
 
@@ -165,5 +168,25 @@ mod tests {
             ttl.sweep_step(&mut map, 100);
         }
         assert!(map.is_empty() && ttl.stamps.is_empty());
+    }
+
+    #[test]
+    fn a_sweep_never_unstamps_the_key_being_written() {
+        // Whichever shard the sweep of this access hits, the written value keeps its stamp.
+        let mut map = CowMap::<u64, u64>::default();
+        let mut ttl = Ttl::new(StateTtlConfig::new(Duration::from_secs(60)));
+        let k = 7u64;
+        for shard in 0..SHARDS {
+            ttl.cursor = shard;
+            ttl.accesses = SWEEP_EVERY - 1;
+            ttl.on_access(&mut map, &k, true, 1000);
+            map.insert(k, k);
+            assert!(
+                ttl.live(&k, 1000),
+                "the sweep of shard {shard} unstamped the key"
+            );
+            map.remove(&k);
+            ttl.stamps.remove(&k);
+        }
     }
 }

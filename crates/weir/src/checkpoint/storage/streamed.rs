@@ -1,0 +1,136 @@
+//! The write side of storage that never holds a whole file in memory: state files whose
+//! payload is streamed in ([`PayloadWriter`]), and scratch files ([`SpillFile`]) for a
+//! writer that produces data in another order than the file needs it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::format::{self, FileKind, HEADER_LEN, TRAILER_LEN};
+use super::{io_err, temp_path, StorageError, WRITE_HINT};
+
+/// The payload of a state file being streamed to disk: buffered, counted and checksummed
+/// on the way (the envelope's header, which holds the length, is written last).
+pub struct PayloadWriter {
+    out: BufWriter<File>,
+    path: PathBuf,
+    crc: u32,
+    len: u64,
+}
+
+impl PayloadWriter {
+    /// Appends `bytes` to the payload.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.len += bytes.len() as u64;
+        self.out
+            .write_all(bytes)
+            .map_err(|e| io_err("write", &self.path, WRITE_HINT)(e))
+    }
+}
+
+/// A scratch file (see [`CheckpointStorage::spill_file`]): appended to, read back at any
+/// offset, removed when dropped.
+pub struct SpillFile {
+    file: File,
+    path: PathBuf,
+    len: u64,
+    /// Whether the file still has its name (it is unlinked at creation where possible).
+    linked: bool,
+}
+
+impl SpillFile {
+    /// A new scratch file in `dir`, unlinked at once where the platform allows it.
+    pub(super) fn create(dir: &Path) -> Result<SpillFile, StorageError> {
+        let path = temp_path(dir, "spill");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_err("create temporary file", &path, WRITE_HINT))?;
+        let linked = !cfg!(unix) || fs::remove_file(&path).is_err();
+        Ok(SpillFile {
+            file,
+            path,
+            len: 0,
+            linked,
+        })
+    }
+
+    /// Appends `bytes`, returning the offset they start at.
+    pub fn append(&mut self, bytes: &[u8]) -> Result<u64, StorageError> {
+        let at = self.len;
+        let err = |e| io_err("write", &self.path, WRITE_HINT)(e);
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.write_all(bytes))
+            .map_err(err)?;
+        self.len += bytes.len() as u64;
+        Ok(at)
+    }
+
+    /// Bytes appended so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Fills `buf` from offset `at` (which, with `buf`'s length, must lie in what was
+    /// appended).
+    pub fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<(), StorageError> {
+        let err = |e| io_err("read back", &self.path, WRITE_HINT)(e);
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| io::Read::read_exact(&mut self.file, buf))
+            .map_err(err)
+    }
+}
+
+impl Drop for SpillFile {
+    fn drop(&mut self) {
+        if self.linked {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Size of the write buffer of a streamed state file.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// Creates `path` (which must not exist), streams the payload into it between a placeholder
+/// header and the checksum, then writes the real header (the checksum of header and payload
+/// is combined from the two parts) and fsyncs. Returns the file size.
+pub(super) fn write_streamed<E: From<StorageError>>(
+    path: &Path,
+    kind: FileKind,
+    payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
+) -> Result<u64, E> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
+    let mut w = PayloadWriter {
+        out: BufWriter::with_capacity(STREAM_BUFFER, file),
+        path: path.to_path_buf(),
+        crc: 0,
+        len: 0,
+    };
+    let write_err = |e| io_err("write", path, WRITE_HINT)(e);
+    w.out.write_all(&[0; HEADER_LEN]).map_err(write_err)?;
+    payload(&mut w)?;
+    let header = format::header(kind, w.len);
+    let crc = crc32c::crc32c_combine(crc32c::crc32c(&header), w.crc, w.len as usize);
+    w.out.write_all(&crc.to_le_bytes()).map_err(write_err)?;
+    let mut file = w.out.into_inner().map_err(|e| write_err(e.into_error()))?;
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.write_all(&header))
+        .map_err(write_err)?;
+    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))?;
+    Ok(w.len + (HEADER_LEN + TRAILER_LEN) as u64)
+}
