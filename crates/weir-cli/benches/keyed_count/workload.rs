@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use weir::prelude::*;
 
-use super::keying::{check_counts, Keying};
+use super::keying::{check_counts, check_summaries, CountSummary, Keying};
 use super::measure::{peak_rss_bytes, Meter};
 
 /// The panic message of the bench's own injected failures (the panic hook stays quiet
@@ -189,8 +189,11 @@ impl FailPlan {
     }
 }
 
-/// Final counts per subtask, reported at end of input for the correctness check.
+/// Final results per subtask, reported at end of input for the correctness check.
 type Finals = Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>>;
+
+/// W1's final counts per subtask, checked where they are read (see [`CountSummary`]).
+type Summaries = Arc<Mutex<BTreeMap<u32, CountSummary>>>;
 
 /// W1's function: counts records per key in value state and emits `(key, count)` for every
 /// record; hands its final counts to `finals` for the check. With a [`FailPlan`] it also
@@ -198,7 +201,9 @@ type Finals = Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>>;
 #[derive(Clone)]
 struct Count {
     state: Option<ValueState<u64>>,
-    finals: Finals,
+    finals: Summaries,
+    /// N and the keying, to check the final counts against.
+    truth: (u64, Keying),
     subtask: u32,
     fail: Option<Arc<FailPlan>>,
     seen: u64,
@@ -251,11 +256,12 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
             plan.processed
                 .fetch_add(self.seen % 4096, Ordering::Relaxed);
         }
-        let all: Vec<(u64, u64)> = ctx.entries(state).map(|(k, v)| (*k, *v)).collect();
+        let (n, keying) = self.truth;
+        let summary = CountSummary::of(n, keying, ctx.entries(state).map(|(k, v)| (*k, *v)));
         self.finals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(self.subtask, all);
+            .insert(self.subtask, summary);
         Ok(())
     }
 }
@@ -358,7 +364,7 @@ where
         None => RestartStrategy::None,
     };
     let env = StreamEnvironment::new(config(dir.path(), p, mode, restart));
-    let finals: Finals = Arc::default();
+    let finals: Summaries = Arc::default();
     let plan = fail_at.map(|at| FailPlan::after_time(at, Duration::from_millis(1500)));
     env.add_source("generator", GeneratorSource::new(n))
         .uid("generator")
@@ -366,6 +372,7 @@ where
         .process(Count {
             state: None,
             finals: finals.clone(),
+            truth: (n, keying),
             subtask: 0,
             fail: plan.clone(),
             seen: 0,
@@ -396,7 +403,7 @@ where
         "{row}: WRONG RESULT: {} of {p} subtasks reported final counts",
         finals.len()
     );
-    check_counts(row, n, keying, finals.into_values().flatten());
+    check_summaries(row, n, keying, finals.into_values().collect());
     Outcome {
         wall: m.wall.as_secs_f64(),
         cpu: m.cpu,
