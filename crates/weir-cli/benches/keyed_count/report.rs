@@ -167,8 +167,14 @@ pub fn print_targets(rows: &[Row]) {
         "recovery",
     ]
     .map(|id| find(rows, id));
-    let [fail200, long_off, long_eo] =
-        ["p2-eo200-fail", "p1-off-long", "p1-eo-long"].map(|id| find(rows, id));
+    let [fail200, long_off, long_eo, long_p2_eo, long_p2_alo] = [
+        "p2-eo200-fail",
+        "p1-off-long",
+        "p1-eo-long",
+        "p2-eo-long",
+        "p2-alo-long",
+    ]
+    .map(|id| find(rows, id));
 
     let v = p2_eo.and_then(median_eps);
     push(
@@ -236,16 +242,22 @@ pub fn print_targets(rows: &[Row]) {
         v.map(|v| v >= 1.7),
     );
 
-    let v = p2_alo.zip(p2_eo).and_then(|(a, b)| paired(a, b));
+    // The long pair when it ran, for the same reason as on vs off above.
+    let (alo, eo) = match long_p2_alo.zip(long_p2_eo) {
+        Some(pair) => (Some(pair.0), Some(pair.1)),
+        None => (p2_alo, p2_eo),
+    };
+    let v = alo.zip(eo).and_then(|(a, b)| paired(a, b));
     let align = |r: Option<&Row>| opt(r.and_then(|r| max_of(r, |c| c.alignment)), dur);
     push(
         "AT_LEAST_ONCE vs EXACTLY_ONCE, p=2 (2 input channels per keyed task)",
         "never slower (≥ 1.00×)",
         format!(
-            "{}; max alignment EO {}, ALO {}",
+            "{} (N={}); max alignment EO {}, ALO {}",
             opt(v, |x| format!("{x:.2}×")),
-            align(p2_eo),
-            align(p2_alo)
+            eo.map_or("-".into(), |r| count(r.events as f64)),
+            align(eo),
+            align(alo)
         ),
         v.map(|v| v >= 1.0),
     );

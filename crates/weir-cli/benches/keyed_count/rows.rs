@@ -40,8 +40,8 @@ pub struct Sizes {
     pub big_events: u64,
     pub big_keys: u64,
     pub fail_events: u64,
-    /// N of the checkpoints-on-vs-off pair: long enough for several periodic checkpoints
-    /// (a 50 M run at p=1 ends before the first one).
+    /// N of the long pairs (checkpoints on vs off at p=1, EXACTLY_ONCE vs AT_LEAST_ONCE at
+    /// p=2): long enough for several periodic checkpoints (a 50 M run ends before the first).
     pub long_events: u64,
     pub blob_keys: u64,
     pub blob_bytes: usize,
@@ -175,6 +175,20 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
             "p1-eo-long",
             "W1 p=1, EXACTLY_ONCE 1 s",
             w1(1, Mode::ExactlyOnce, false),
+            s.long_events,
+            k,
+        ),
+        row(
+            "p2-eo-long",
+            "W1 p=2, EXACTLY_ONCE 1 s",
+            w1(2, Mode::ExactlyOnce, false),
+            s.long_events,
+            k,
+        ),
+        row(
+            "p2-alo-long",
+            "W1 p=2, AT_LEAST_ONCE 1 s",
+            w1(2, Mode::AtLeastOnce, false),
             s.long_events,
             k,
         ),
