@@ -168,6 +168,15 @@ pub struct FileCommittable {
     pub parts: Vec<String>,
 }
 
+/// The error for a committed part file that is already there: output is never overwritten.
+fn refuse_overwrite(target: &std::path::Path, why: String) -> Error {
+    Error::io(
+        "refusing to overwrite output file",
+        target,
+        std::io::Error::new(std::io::ErrorKind::AlreadyExists, why),
+    )
+}
+
 impl FileCommittable {
     /// Commits one part: rename pending → committed, unless that already happened.
     fn commit_part(&self, committed: &str) -> Result<()> {
@@ -175,16 +184,12 @@ impl FileCommittable {
         let pending = self.dir.join(PartNames::pending(committed));
         if pending.exists() {
             if target.exists() {
-                return Err(Error::io(
-                    "refusing to overwrite output file",
+                return Err(refuse_overwrite(
                     &target,
-                    std::io::Error::new(
-                        std::io::ErrorKind::AlreadyExists,
-                        format!(
-                            "it exists, yet transaction {} still has it pending; \
-                             another run of this job and uid wrote into the same folder",
-                            self.transaction
-                        ),
+                    format!(
+                        "it exists, yet transaction {} still has it pending; another run of \
+                         this job and uid wrote into the same folder",
+                        self.transaction
                     ),
                 ));
             }
@@ -302,14 +307,11 @@ impl<T: Send + 'static, E: Encoder<T>> TwoPhaseCommitSink<T> for FileSink<E> {
             let committed = names.committed(&transaction, k);
             let target = self.dir.join(&committed);
             if target.exists() {
-                return Err(Error::io(
-                    "refusing to overwrite output file",
+                return Err(refuse_overwrite(
                     &target,
-                    std::io::Error::new(
-                        std::io::ErrorKind::AlreadyExists,
-                        "an earlier run of this job and uid committed it; write into an \
-                         empty folder, or give the sink another uid",
-                    ),
+                    "an earlier run of this job and uid committed it; write into an empty \
+                     folder, or give the sink another uid"
+                        .into(),
                 ));
             }
             let pending = self.dir.join(PartNames::pending(&committed));

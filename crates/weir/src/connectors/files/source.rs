@@ -75,19 +75,10 @@ impl Clone for FileSource {
     /// subtask sets up its own in `initialize_state`).
     fn clone(&self) -> Self {
         FileSource {
-            inputs: self.inputs.clone(),
-            initial: self.initial.clone(),
             lossy: self.lossy,
             continuous: self.continuous,
             end_marker: self.end_marker.clone(),
-            subtask: 0,
-            parallelism: 1,
-            splits: Vec::new(),
-            seen: HashSet::new(),
-            responsible: BTreeSet::new(),
-            reader: None,
-            last_discovery: None,
-            ended: false,
+            ..FileSource::unopened(self.inputs.clone(), self.initial.clone())
         }
     }
 }
@@ -106,9 +97,15 @@ impl FileSource {
             .iter()
             .map(|p| path_key(p))
             .collect::<Result<Vec<_>>>()?;
-        Ok(FileSource {
-            inputs: Arc::new(inputs),
-            initial: Arc::new(initial),
+        Ok(FileSource::unopened(Arc::new(inputs), Arc::new(initial)))
+    }
+
+    /// A source over `inputs` with default settings and no subtask state yet (each subtask
+    /// sets up its own in `initialize_state`).
+    fn unopened(inputs: Arc<Vec<PathBuf>>, initial: Arc<Vec<String>>) -> Self {
+        FileSource {
+            inputs,
+            initial,
             lossy: false,
             continuous: None,
             end_marker: None,
@@ -120,7 +117,7 @@ impl FileSource {
             reader: None,
             last_discovery: None,
             ended: false,
-        })
+        }
     }
 
     /// The files `inputs` name now (sorted; the rules of [`FileSource::new`]) — to show or
