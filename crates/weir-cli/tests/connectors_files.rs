@@ -73,26 +73,13 @@ fn files_sink_is_exact_after_sigkills_and_restore_latest() {
     // 5 s at the rate: longer than the 4 killed runs together (at most 3.6 s).
     let (n, keys) = (500_000u64, 101u64);
     let sink = format!("files:{}", s(&out));
-    let args = |restore: bool| {
-        let mut extra = vec![
-            "--parallelism",
-            "2",
-            "--checkpoint-interval",
-            "50ms",
-            "--rate",
-            "100000",
-        ];
-        if restore {
-            extra.extend(["--restore", "latest"]);
-        }
-        keyed_count_updates(&chk, &sink, n, keys, &extra)
-    };
+    let args = kill_run_args(&chk, &sink, (n, keys), "100000");
     kill_loop(
         tmp.path(),
         &chk.join("keyed-count"),
         (4, (300, 900)),
         0x5eed_f11e,
-        args,
+        &args,
         |i| {
             let per_key = group(committed_tsv(&out));
             if let Some(p) = prefix_problem(&per_key) {

@@ -105,26 +105,13 @@ fn nats_sink_is_exact_after_sigkills_and_restore_latest() {
     let chk = tmp.path().join("chk");
     let (n, keys) = (200_000u64, 37u64);
     let sink = format!("{}/counts?subject=counts.out", server.url());
-    let args = |restore: bool| {
-        let mut extra = vec![
-            "--parallelism",
-            "2",
-            "--checkpoint-interval",
-            "50ms",
-            "--rate",
-            "50000",
-        ];
-        if restore {
-            extra.extend(["--restore", "latest"]);
-        }
-        keyed_count_updates(&chk, &sink, n, keys, &extra)
-    };
+    let args = kill_run_args(&chk, &sink, (n, keys), "50000");
     kill_loop(
         tmp.path(),
         &chk.join("keyed-count"),
         (4, (400, 900)),
         0x00c0_ffee,
-        args,
+        &args,
         |i| {
             if let Some(p) = prefix_problem(&group(read_counts(&server, "counts"))) {
                 panic!("after kill {i}, the published counts are not exactly-once: {p}");

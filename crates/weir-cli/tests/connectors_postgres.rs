@@ -93,20 +93,7 @@ fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
     // 8 s at the rate: longer than the 4 killed runs together (at most 6.4 s).
     let (n, keys) = (800_000u64, 101u64);
     let url = pg.url("postgres", "counts");
-    let args = |restore: bool| {
-        let mut extra = vec![
-            "--parallelism",
-            "2",
-            "--checkpoint-interval",
-            "50ms",
-            "--rate",
-            "100000",
-        ];
-        if restore {
-            extra.extend(["--restore", "latest"]);
-        }
-        keyed_count_updates(&chk, &url, n, keys, &extra)
-    };
+    let args = kill_run_args(&chk, &url, (n, keys), "100000");
     let mut lingering = 0;
     kill_loop(
         tmp.path(),
@@ -115,7 +102,7 @@ fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
         // logins (preflight, two data connections, a control connection).
         (4, (800, 1600)),
         0x5eed_0095,
-        args,
+        &args,
         |i| {
             if let Some(p) = prefix_problem(&group(rows(&pg, "counts"))) {
                 panic!("after kill {i}, the committed rows are not exactly-once: {p}");

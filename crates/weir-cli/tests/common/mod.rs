@@ -347,3 +347,38 @@ pub fn kill_loop(
     );
     newest
 }
+
+/// Asserts a refused run failed the way users deserve: exit `code`, an `error:` line on
+/// stderr naming every needle, no panic or backtrace, no job summary.
+pub fn assert_clean_error(run: &Run, code: i32, needles: &[&str]) {
+    assert_eq!(
+        run.code(),
+        Some(code),
+        "wrong exit code\n{}",
+        run.describe()
+    );
+    for bad in ["stack backtrace", "panicked", "RUST_BACKTRACE"] {
+        assert!(
+            !run.stderr.contains(bad),
+            "stderr has {bad:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stderr.lines().any(|l| l.starts_with("error:")),
+        "no `error:` line\n{}",
+        run.describe()
+    );
+    for n in needles {
+        assert!(
+            run.stderr.contains(n),
+            "stderr does not mention {n:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        !run.stdout.contains("finished in"),
+        "the job ran\n{}",
+        run.describe()
+    );
+}

@@ -1,6 +1,7 @@
 //! Helpers shared by the `connectors_*` tests: the keyed-count command line with a
 //! `--sink`, the exactly-once check of `--emit updates` output (every key's counts are
-//! exactly `1..=n`), and the clean-error check (the SIGKILL loop is `common::kill_loop`).
+//! exactly `1..=n`) and the arguments of the SIGKILL loops (the loop itself and the
+//! clean-error check are in `common`).
 
 #![allow(dead_code)]
 
@@ -39,6 +40,31 @@ pub fn keyed_count_updates(
     .collect();
     a.extend(extra.iter().map(|x| x.to_string()));
     a
+}
+
+/// The command line of a SIGKILL loop's runs ([`kill_loop`]'s `args`): keyed-count into
+/// `sink` at parallelism 2, checkpoints every 50 ms, the generator paced to `rate` events
+/// per second, and `--restore latest` for every run after the first.
+pub fn kill_run_args<'a>(
+    chk: &'a Path,
+    sink: &'a str,
+    (events, keys): (u64, u64),
+    rate: &'a str,
+) -> impl Fn(bool) -> Vec<String> + 'a {
+    move |restore| {
+        let mut extra = vec![
+            "--parallelism",
+            "2",
+            "--checkpoint-interval",
+            "50ms",
+            "--rate",
+            rate,
+        ];
+        if restore {
+            extra.extend(["--restore", "latest"]);
+        }
+        keyed_count_updates(chk, sink, events, keys, &extra)
+    }
 }
 
 /// `key → every count emitted for it`, from `(key, count)` records in any order.
@@ -127,35 +153,4 @@ pub fn hidden_files(dir: &Path) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with('.'))
         .collect()
-}
-
-/// Asserts a refused run: exit `code`, an `error:` line on stderr naming every needle, no
-/// panic, no job summary.
-pub fn assert_clean_error(run: &Run, code: i32, needles: &[&str]) {
-    assert_eq!(
-        run.code(),
-        Some(code),
-        "wrong exit code\n{}",
-        run.describe()
-    );
-    for bad in ["stack backtrace", "panicked"] {
-        assert!(!run.stderr.contains(bad), "{}", run.describe());
-    }
-    assert!(
-        run.stderr.lines().any(|l| l.starts_with("error:")),
-        "no `error:` line\n{}",
-        run.describe()
-    );
-    for n in needles {
-        assert!(
-            run.stderr.contains(n),
-            "stderr does not mention {n:?}\n{}",
-            run.describe()
-        );
-    }
-    assert!(
-        !run.stdout.contains("finished in"),
-        "the job ran\n{}",
-        run.describe()
-    );
 }

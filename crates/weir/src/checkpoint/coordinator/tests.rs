@@ -21,6 +21,14 @@ fn triggers(a: &[Action<u32>]) -> Vec<u64> {
         .collect()
 }
 
+/// A coordinator (first checkpoint id 1) whose first attempt of `tasks` tasks started at
+/// `t0`.
+fn started(cfg: CheckpointConfig, tasks: usize, t0: Instant) -> Coordinator<u32> {
+    let mut c = Coordinator::<u32>::new(cfg, 1);
+    c.start_attempt(tasks, t0);
+    c
+}
+
 /// Acknowledges checkpoint `id` from all `tasks` and writes its metadata at `now`.
 fn complete(c: &mut Coordinator<u32>, id: u64, tasks: usize, now: Instant) -> Vec<Action<u32>> {
     for t in 0..tasks {
@@ -61,14 +69,14 @@ fn triggers_on_interval_and_completes_after_all_acks_and_metadata() {
 #[test]
 fn min_pause_delays_the_next_trigger() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(
+    let mut c = started(
         CheckpointConfig {
             min_pause: Duration::from_millis(500),
             ..cfg()
         },
         1,
+        t0,
     );
-    c.start_attempt(1, t0);
     assert_eq!(
         triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
         vec![1]
@@ -84,8 +92,7 @@ fn min_pause_delays_the_next_trigger() {
 #[test]
 fn timeouts_count_and_fail_the_job_past_the_tolerance() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     c.tick(t0 + Duration::from_millis(100), 0);
     let a = c.tick(t0 + Duration::from_millis(1100), 0);
     assert!(matches!(
@@ -107,15 +114,13 @@ fn timeouts_count_and_fail_the_job_past_the_tolerance() {
 #[test]
 fn declines_of_settled_checkpoints_are_ignored_but_metadata_failures_count() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     c.tick(t0 + Duration::from_millis(100), 0);
     c.on_task_finished();
     assert!(c
         .on_decline(1, AbortReason::Failed("late".into()))
         .is_empty());
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     c.tick(t0 + Duration::from_millis(100), 0);
     assert!(c.on_ack(1, 0, 0).is_some());
     let a = c.on_metadata_failed(1, "disk full".into());
@@ -132,8 +137,7 @@ fn declines_of_settled_checkpoints_are_ignored_but_metadata_failures_count() {
 #[test]
 fn finished_task_stops_triggering_without_counting_failures() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(2, t0);
+    let mut c = started(cfg(), 2, t0);
     c.tick(t0 + Duration::from_millis(100), 0);
     let a = c.on_task_finished();
     assert!(matches!(
@@ -153,14 +157,14 @@ fn finished_task_stops_triggering_without_counting_failures() {
 #[test]
 fn retention_discards_oldest_and_completion_subsumes_older_pending() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(
+    let mut c = started(
         CheckpointConfig {
             max_concurrent: 2,
             ..cfg()
         },
         1,
+        t0,
     );
-    c.start_attempt(1, t0);
     let mut t = t0;
     let mut discarded = Vec::new();
     for id in 1..=4 {
@@ -189,8 +193,7 @@ fn retention_discards_oldest_and_completion_subsumes_older_pending() {
 #[test]
 fn restart_forgets_pending_but_keeps_ids() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     c.tick(t0 + Duration::from_millis(100), 0);
     assert_eq!(c.start_attempt(3, t0 + Duration::from_millis(150)), vec![1]);
     assert_eq!(
@@ -202,14 +205,14 @@ fn restart_forgets_pending_but_keeps_ids() {
 #[test]
 fn the_final_checkpoint_is_due_at_once_even_without_periodic_checkpoints() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(
+    let mut c = started(
         CheckpointConfig {
             interval: None,
             ..cfg()
         },
         1,
+        t0,
     );
-    c.start_attempt(1, t0);
     assert!(triggers(&c.tick(t0 + Duration::from_secs(60), 0)).is_empty());
     assert_eq!(c.next_deadline(), None, "nothing periodic to wait for");
     c.expedite();
@@ -223,8 +226,7 @@ fn the_final_checkpoint_is_due_at_once_even_without_periodic_checkpoints() {
 #[test]
 fn expedite_still_respects_max_concurrent() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     assert_eq!(
         triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
         vec![1]
@@ -241,8 +243,7 @@ fn expedite_still_respects_max_concurrent() {
 #[test]
 fn savepoints_are_forced_never_retained_and_never_subsume() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     assert_eq!(
         triggers(&c.tick(t0 + Duration::from_millis(100), 0)),
         vec![1]
@@ -275,14 +276,14 @@ fn savepoints_are_forced_never_retained_and_never_subsume() {
 #[test]
 fn a_failed_savepoint_is_not_a_checkpoint_failure() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(
+    let mut c = started(
         CheckpointConfig {
             tolerable_failures: 0,
             ..cfg()
         },
         1,
+        t0,
     );
-    c.start_attempt(1, t0);
     c.trigger_forced(BarrierKind::Savepoint, t0, 0).unwrap();
     let a = c.on_decline(1, AbortReason::Failed("disk full".into()));
     assert!(matches!(&a[..], [Action::Abort { id: 1, .. }]), "{a:?}");
@@ -293,8 +294,7 @@ fn a_failed_savepoint_is_not_a_checkpoint_failure() {
 #[test]
 fn a_stop_holds_periodic_triggers_and_ends_triggering_when_complete() {
     let t0 = Instant::now();
-    let mut c = Coordinator::<u32>::new(cfg(), 1);
-    c.start_attempt(1, t0);
+    let mut c = started(cfg(), 1, t0);
     let stop = BarrierKind::Stop { drain: false };
     c.trigger_forced(stop, t0, 0).unwrap();
     // Past the interval (100 ms), within the timeout (1 s): nothing periodic while stopping.
