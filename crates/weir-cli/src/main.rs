@@ -259,6 +259,7 @@ impl Common {
                 failures: self.inject_failures,
                 seed: self.seed,
                 horizon: failure_horizon.max(2),
+                after_checkpoint: false,
             });
         }
         Ok(c)

@@ -94,6 +94,7 @@ fn sequence_job(
         failures: 6,
         seed,
         horizon: N,
+        after_checkpoint: false,
     });
     let sink = JetStreamSink::<String>::new(
         JetStreamConfig::new(server.url(), stream).with_subject(format!("{stream}.out")),

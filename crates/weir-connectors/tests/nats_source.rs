@@ -85,6 +85,7 @@ fn source_replays_exactly_under_injected_failures() {
             failures: 6,
             seed,
             horizon: n,
+            after_checkpoint: false,
         });
         let src =
             JetStreamSource::bounded(JetStreamConfig::new(server.url(), "replay"), decode_utf8);

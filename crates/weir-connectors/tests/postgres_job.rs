@@ -42,6 +42,7 @@ fn output_is_exactly_once_under_injected_failures() {
             failures: 6,
             seed,
             horizon: 2 * n,
+            after_checkpoint: false,
         });
         let url = s.url(DB, "out");
         // A reader in another session, while the job runs, must only ever see whole
@@ -114,6 +115,7 @@ fn upsert_output_has_no_duplicates_under_injected_failures() {
         failures: 4,
         seed: 7,
         horizon: 2 * n,
+        after_checkpoint: false,
     });
     let url = format!("{}?mode=upsert&key=k,seq", s.url(DB, "ups"));
     let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url).unwrap();
@@ -131,6 +133,7 @@ fn without_checkpoints_the_end_of_input_commits_once() {
         failures: 2,
         seed: 1,
         horizon: 20_000,
+        after_checkpoint: false,
     });
     let url = s.url(DB, "out");
     let r = run_seq_job(cfg, 20_000, 30, None, &url).unwrap();
@@ -149,6 +152,7 @@ fn a_bounded_job_with_checkpoints_ends_fully_committed() {
         failures: 3,
         seed: 5,
         horizon: 40_000,
+        after_checkpoint: false,
     });
     let url = s.url(DB, "out");
     let r = run_seq_job(cfg, 30_000, 40, Some(100_000.0), &url).unwrap();

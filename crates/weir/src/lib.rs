@@ -45,7 +45,7 @@ pub mod prelude {
     pub use crate::runtime::control::{
         ControlError, ControlErrorKind, JobControl, JobStatus, SnapshotDone,
     };
-    pub use crate::runtime::executor::JobResult;
+    pub use crate::runtime::executor::{AttemptSummary, JobResult, RestoreInfo};
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;
     pub use crate::state::broadcast::{

@@ -3,12 +3,16 @@
 //!
 //! The pattern every exactly-once test here follows: run a job over the generator (event
 //! `i` has key `i % keys`), fail it as often as you like, and compare what it produced with
-//! [`expected_counts`] — the exact truth, not a tolerance.
+//! [`expected_counts`] — the exact truth, not a tolerance. Over a bounded input a job that
+//! ignored its checkpoints and started over would give the same counts, so a recovery test
+//! also calls [`assert_resumed`]: the restarts restored completed checkpoints and the
+//! sources read only what those checkpoints had not covered.
 
 use std::collections::HashMap;
 
 use crate::api::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
 use crate::error::Result;
+use crate::runtime::executor::JobResult;
 use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore, ValueState};
 
 /// Counts records per key in value state `count`; emits every `(key, count)` once, at end
@@ -86,6 +90,73 @@ pub fn expected_counts(n: u64, keys: u64) -> HashMap<u64, u64> {
     (0..keys.min(n))
         .map(|k| (k, n / keys + u64::from(k < n % keys)))
         .collect()
+}
+
+/// Panics unless `result` proves that the job recovered from checkpoints rather than from
+/// the beginning, for a job whose sources emit `total_records` records in all:
+/// * at least one attempt started from a checkpoint (a restart, or `--restore`);
+/// * every restart restored a checkpoint completed in this run (or the one the run itself
+///   started from), which the restart notice names, at a source position past 0;
+/// * the last attempt finished, and its sources read exactly the records the restored
+///   checkpoint had not covered: `restored + read == total_records`.
+///
+/// Together with exact final counts this catches a restore that loaded nothing, one that
+/// rewound the sources but dropped the state (counts too low) and one that restored the
+/// state but replayed the input from the start (the last check, and counts too high).
+pub fn assert_resumed(result: &JobResult, total_records: u64) {
+    let history = &result.history;
+    assert!(
+        history.iter().any(|a| a.restored.is_some()),
+        "no attempt started from a checkpoint: {history:#?}\nnotices: {:#?}",
+        result.notices
+    );
+    let initial = history.first().and_then(|a| a.restored.as_ref());
+    for a in history.iter().skip(1) {
+        let Some(r) = &a.restored else {
+            panic!(
+                "attempt {} restarted from the beginning, not from a checkpoint: {history:#?}\n\
+                 notices: {:#?}",
+                a.attempt, result.notices
+            );
+        };
+        let ours = result.checkpoints.iter().any(|c| c.id == r.checkpoint_id);
+        assert!(
+            ours || initial.is_some_and(|i| i.checkpoint_id == r.checkpoint_id),
+            "attempt {} restored checkpoint {}, which this run never completed",
+            a.attempt,
+            r.checkpoint_id
+        );
+        let named = format!("restarting from {}", r.path.display());
+        assert!(
+            result.notices.iter().any(|n| n.contains(&named)),
+            "no restart notice names {}: {:#?}",
+            r.path.display(),
+            result.notices
+        );
+    }
+    for a in history.iter() {
+        if let Some(r) = &a.restored {
+            assert!(
+                r.source_records > 0,
+                "attempt {} restored checkpoint {} at source position 0 (nothing had been read)",
+                a.attempt,
+                r.checkpoint_id
+            );
+        }
+    }
+    let last = history.last().expect("a job has at least one attempt");
+    assert!(last.failure.is_none(), "the last attempt failed: {last:#?}");
+    if let Some(r) = &last.restored {
+        assert_eq!(
+            r.source_records + last.source_records,
+            total_records,
+            "the last attempt restored checkpoint {} at {} records and then read {}: the \
+             sources did not resume where the checkpoint left them",
+            r.checkpoint_id,
+            r.source_records,
+            last.source_records
+        );
+    }
 }
 
 #[cfg(test)]

@@ -21,12 +21,9 @@ fn exactly_once_survives_many_injected_failures() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config("eo", dir.path(), 2, CheckpointingMode::ExactlyOnce);
         let n = 400_000;
-        cfg.failure_injection = Some(FailureInjection {
-            failures: 6,
-            seed,
-            horizon: n / 4,
-        });
+        cfg.failure_injection = Some(FailureInjection::after_checkpoints(6, seed, n / 4));
         let (counts, result) = run_keyed_count(cfg, n, 1000, Some(1_000_000.0)).unwrap();
+        weir::testing::assert_resumed(&result, n);
         let (fired, planned) = result.injected_failures.unwrap();
         assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
         // Two tasks may hit their failure in the same attempt.
@@ -51,6 +48,7 @@ fn at_least_once_never_undercounts() {
             failures: 4,
             seed,
             horizon: n / 4,
+            after_checkpoint: false,
         });
         let (counts, result) = run_keyed_count(cfg, n, 500, Some(3_000_000.0)).unwrap();
         assert_eq!(result.injected_failures.unwrap().0, 4);
@@ -83,6 +81,7 @@ fn skewed_job(
         failures: 3,
         seed,
         horizon: 400_000,
+        after_checkpoint: false,
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
@@ -169,6 +168,7 @@ fn checkpoints_go_on_after_a_source_finishes() {
         failures: 4,
         seed: 3,
         horizon: n_b / 4,
+        after_checkpoint: false,
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
@@ -236,6 +236,7 @@ fn source_records_count_every_attempt_once() {
         failures: 4,
         seed: 3,
         horizon: 200_000,
+        after_checkpoint: false,
     });
     let emitted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let env = StreamEnvironment::new(cfg);

@@ -142,6 +142,7 @@ fn sink_output_is_exactly_once_under_injected_failures() {
             failures: 6,
             seed,
             horizon: n / 2,
+            after_checkpoint: false,
         });
         let r = run_sink_job(cfg, n, keys, tsv_sink(&out));
         let (fired, planned) = r.injected_failures.unwrap();
@@ -170,6 +171,7 @@ fn sink_without_periodic_checkpoints_commits_everything_with_the_final_checkpoin
         failures: 3,
         seed: 7,
         horizon: n / 4,
+        after_checkpoint: false,
     });
     let r = run_sink_job(cfg, n, keys, tsv_sink(&out));
     assert_eq!(r.injected_failures.unwrap().0, 3);
@@ -488,6 +490,7 @@ fn a_glob_is_read_exactly_once_under_injected_failures() {
         failures: 12,
         seed: 3,
         horizon: 3 * lines,
+        after_checkpoint: false,
     });
     let source = FileSource::new([root.join("**/*.txt")]).unwrap();
     let (counts, r) = run_wordcount(cfg, source);
@@ -554,6 +557,7 @@ fn continuous_mode_reads_a_file_added_while_running_exactly_once() {
         failures: 10,
         seed: 11,
         horizon: 60_000,
+        after_checkpoint: false,
     });
     let source = FileSource::new([&root])
         .unwrap()

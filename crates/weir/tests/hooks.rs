@@ -80,6 +80,7 @@ fn operator_list_state_is_exactly_once_under_failures() {
         failures: 5,
         seed: 11,
         horizon: n,
+        after_checkpoint: false,
     });
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
@@ -141,6 +142,7 @@ fn restart_strategy_none_fails_on_first_failure() {
         failures: 1,
         seed: 1,
         horizon: 1000,
+        after_checkpoint: false,
     });
     let err = run_keyed_count(cfg, 100_000, 10, None)
         .err()
@@ -163,6 +165,7 @@ fn fixed_delay_gives_up_after_its_attempts() {
         failures: 5,
         seed: 2,
         horizon: 1000,
+        after_checkpoint: false,
     });
     let err = run_keyed_count(cfg, 100_000, 10, None)
         .err()

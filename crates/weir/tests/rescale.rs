@@ -123,6 +123,7 @@ fn broadcast_and_union_state_survive_failures() {
         failures: 4,
         seed: 5,
         horizon: n / 4,
+        after_checkpoint: false,
     });
     let (got, r) = run(cfg, n, Some(1_000_000.0));
     assert_eq!(r.injected_failures.unwrap().0, 4);

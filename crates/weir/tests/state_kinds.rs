@@ -175,6 +175,7 @@ fn every_state_kind_is_exactly_once_under_failures() {
             failures: 4,
             seed,
             horizon: n / 4,
+            after_checkpoint: false,
         });
         let (got, r) = run(cfg, n, Some(300_000.0));
         assert_eq!(r.injected_failures.unwrap().0, 4, "seed {seed}");

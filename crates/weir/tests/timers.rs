@@ -120,6 +120,7 @@ fn timers_fire_once_per_key_and_time_under_failures() {
             failures: 4,
             seed,
             horizon: n / 4,
+            after_checkpoint: false,
         });
         let (fired, r) = run(cfg, n, Some(200_000.0));
         assert_eq!(r.injected_failures.unwrap().0, 4);

@@ -117,6 +117,7 @@ fn committed_output_is_exactly_once_under_failures() {
         failures: 12,
         seed: 7,
         horizon: n * 2,
+        after_checkpoint: false,
     });
     let sink = StoreSink::default();
     let result = sequence_job(cfg, n, keys, Some(400_000.0), sink.clone())

@@ -91,6 +91,21 @@ pub struct CheckpointMetadata {
     pub snapshot: SnapshotKind,
     /// The Weir version that wrote it, so a restore can name what it came from.
     pub weir_version: String,
+    /// Per source operator, how many records its subtasks had emitted in total up to the
+    /// barrier: the position every source rewinds to, counted in records (appended in
+    /// metadata layout 3; empty for older checkpoints). A restore reports it, so a run can
+    /// prove it resumed there rather than from the beginning.
+    pub sources: Vec<SourceProgress>,
+}
+
+/// How far one source operator had read when a checkpoint was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceProgress {
+    /// The source's uid.
+    pub uid: String,
+    /// Records its subtasks emitted before the barrier, since the job first started
+    /// (summed over subtasks, so the figure survives a change of parallelism).
+    pub records: u64,
 }
 
 /// Whether a snapshot is the engine's checkpoint or the user's savepoint.
@@ -114,6 +129,22 @@ impl std::fmt::Display for SnapshotKind {
     }
 }
 
+/// Metadata layout 2 (before the source positions were recorded).
+#[derive(Deserialize)]
+struct CheckpointMetadataV2 {
+    checkpoint_id: u64,
+    job_name: String,
+    trigger_timestamp_ms: u64,
+    completed_timestamp_ms: u64,
+    mode: CheckpointingMode,
+    max_parallelism: u32,
+    operators: Vec<OperatorMeta>,
+    stats: TaskCheckpointStats,
+    tasks: Vec<TaskStatsMeta>,
+    snapshot: SnapshotKind,
+    weir_version: String,
+}
+
 /// Metadata layout 1 (before the snapshot kind and version were recorded).
 #[derive(Deserialize)]
 struct CheckpointMetadataV1 {
@@ -135,6 +166,22 @@ impl CheckpointMetadata {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
         }
+        if let Ok(v2) = postcard::from_bytes::<CheckpointMetadataV2>(payload) {
+            return Ok(CheckpointMetadata {
+                checkpoint_id: v2.checkpoint_id,
+                job_name: v2.job_name,
+                trigger_timestamp_ms: v2.trigger_timestamp_ms,
+                completed_timestamp_ms: v2.completed_timestamp_ms,
+                mode: v2.mode,
+                max_parallelism: v2.max_parallelism,
+                operators: v2.operators,
+                stats: v2.stats,
+                tasks: v2.tasks,
+                snapshot: v2.snapshot,
+                weir_version: v2.weir_version,
+                sources: Vec::new(),
+            });
+        }
         let v1: CheckpointMetadataV1 = postcard::from_bytes(payload)?;
         Ok(CheckpointMetadata {
             checkpoint_id: v1.checkpoint_id,
@@ -148,6 +195,7 @@ impl CheckpointMetadata {
             tasks: v1.tasks,
             snapshot: SnapshotKind::Checkpoint,
             weir_version: "0.1.0 or earlier".into(),
+            sources: Vec::new(),
         })
     }
 }
@@ -165,6 +213,14 @@ impl CheckpointMetadata {
     /// Total bytes of state files.
     pub fn state_size(&self) -> u64 {
         self.stats.bytes
+    }
+
+    /// Records source `uid` had emitted up to this checkpoint (0 if it recorded none).
+    pub fn source_records(&self, uid: &str) -> u64 {
+        self.sources
+            .iter()
+            .find(|s| s.uid == uid)
+            .map_or(0, |s| s.records)
     }
 }
 
@@ -293,5 +349,44 @@ mod tests {
         assert_eq!(back, section);
         let old: DerivedSection = postcard::from_bytes(&ours).unwrap();
         assert_eq!(old.states, derived.states);
+    }
+
+    fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
+        CheckpointMetadata {
+            checkpoint_id: 7,
+            job_name: "job".into(),
+            trigger_timestamp_ms: 1,
+            completed_timestamp_ms: 2,
+            mode: CheckpointingMode::ExactlyOnce,
+            max_parallelism: 128,
+            operators: Vec::new(),
+            stats: TaskCheckpointStats::default(),
+            tasks: Vec::new(),
+            snapshot: SnapshotKind::Savepoint,
+            weir_version: "0.1.0".into(),
+            sources,
+        }
+    }
+
+    #[test]
+    fn layout_3_round_trips_its_source_positions() {
+        let meta = sample_meta(vec![SourceProgress {
+            uid: "events".into(),
+            records: 12_345,
+        }]);
+        let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.source_records("events"), 12_345);
+        assert_eq!(back.source_records("other"), 0);
+    }
+
+    #[test]
+    fn layout_2_still_decodes_without_source_positions() {
+        // Layout 2 is layout 3 without the trailing `sources` (an empty one is one byte).
+        let meta = sample_meta(Vec::new());
+        let mut bytes = postcard::to_allocvec(&meta).unwrap();
+        assert_eq!(bytes.pop(), Some(0));
+        let back = CheckpointMetadata::decode(&bytes).unwrap();
+        assert_eq!(back, meta);
     }
 }

@@ -94,6 +94,8 @@ impl FrozenKeyed {
 /// A task's state, encoded and ready to be written into any checkpoint folder.
 pub struct EncodedSnapshot {
     parts: Vec<EncodedPart>,
+    /// The source position the snapshot was taken at ([`TaskSnapshot::source`]).
+    source: Option<(String, u64)>,
 }
 
 impl std::fmt::Debug for EncodedSnapshot {
@@ -125,6 +127,9 @@ pub struct TaskAck {
     pub stats: TaskCheckpointStats,
     /// The encoded state, when the task's state was frozen ([`SnapshotJob::frozen`]).
     pub frozen: Option<Arc<EncodedSnapshot>>,
+    /// (Source tasks) the source's uid and the records it emitted in this attempt before
+    /// the barrier ([`TaskSnapshot::source`]).
+    pub source: Option<(String, u64)>,
 }
 
 fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
@@ -366,6 +371,7 @@ fn encode_snapshot(
     id: u64,
 ) -> Result<EncodedSnapshot> {
     let mut parts = Vec::with_capacity(snapshot.parts.len());
+    let source = snapshot.source;
     for part in snapshot.parts {
         let keyed = match &part.keyed {
             None => None,
@@ -388,7 +394,7 @@ fn encode_snapshot(
             keyed,
         });
     }
-    Ok(EncodedSnapshot { parts })
+    Ok(EncodedSnapshot { parts, source })
 }
 
 /// One operator's keyed state on its way into a file.
@@ -472,6 +478,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
     );
     match payload {
         SnapshotPayload::Captured(snapshot) if !job.frozen => {
+            ack.source = snapshot.source;
             for part in snapshot.parts {
                 let operator_state = encode_operator_state(&part.operator_state)?;
                 let keyed = part.keyed.as_ref().map(KeyedSource::Captured);
@@ -495,6 +502,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                 }
                 SnapshotPayload::Encoded(e) => e,
             };
+            ack.source.clone_from(&encoded.source);
             for part in &encoded.parts {
                 let keyed = part.keyed.as_ref().map(KeyedSource::Encoded);
                 let op = write_part(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
 use crate::checkpoint::coordinator::{AbortReason, Action, Coordinator};
-use crate::checkpoint::metadata::SnapshotKind;
+use crate::checkpoint::metadata::{SnapshotKind, SourceProgress};
 use crate::checkpoint::writer::{EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck};
 use crate::error::Error;
 use crate::runtime::control::{
@@ -32,6 +32,8 @@ pub(crate) struct AttemptRun<'e, 'a> {
     pub exec: &'e Executor<'a>,
     pub attempt: Attempt,
     pub attempt_no: u32,
+    /// Where the attempt's sources were restored to ([`Executor::write_metadata`]).
+    pub baseline: &'e [SourceProgress],
     pub coordinator: &'e mut Coordinator<TaskAck>,
     pub result: &'e mut JobResult,
     pub latest_path: &'e mut Option<PathBuf>,
@@ -384,7 +386,7 @@ impl AttemptRun<'_, '_> {
         };
         match self
             .exec
-            .write_metadata(id, barrier.timestamp_ms, acks, kind)
+            .write_metadata(id, barrier.timestamp_ms, acks, kind, self.baseline)
         {
             Ok(stats) => {
                 self.completed.insert(id);
@@ -404,6 +406,9 @@ impl AttemptRun<'_, '_> {
                     return self.coordinator.on_metadata_written(id, Instant::now());
                 }
                 *self.latest_path = Some(path.clone());
+                if let Some(inj) = &self.exec.injector {
+                    inj.on_checkpoint_completed();
+                }
                 let duration = started.elapsed();
                 self.exec.control.update(|s| {
                     s.checkpoints.push(CheckpointStatus {

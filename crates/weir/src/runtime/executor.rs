@@ -24,7 +24,8 @@ use crate::api::config::{JobConfig, RestoreFrom};
 use crate::api::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, OperatorMeta, SnapshotKind, TaskCheckpointStats, TaskStatsMeta,
+    CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
+    TaskStatsMeta,
 };
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
@@ -113,6 +114,54 @@ pub struct JobResult {
     pub savepoints: Vec<PathBuf>,
     /// The savepoint the job stopped with (`JobControl::stop_with_savepoint`), if it did.
     pub stopped_with_savepoint: Option<PathBuf>,
+    /// One entry per attempt, in order: where it started from and what it read. This is
+    /// what shows that a recovery resumed from a checkpoint's positions and did not start
+    /// over (which, over a bounded input, would give the same final counts).
+    pub history: Vec<AttemptSummary>,
+}
+
+/// One attempt of a job: the checkpoint it restored, the records its sources read, and
+/// how it ended.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptSummary {
+    /// The attempt's number (1 for the first).
+    pub attempt: u32,
+    /// The checkpoint or savepoint it started from; `None` for a start from the beginning.
+    pub restored: Option<RestoreInfo>,
+    /// Records the sources emitted during this attempt (replays of what a failed attempt
+    /// had read included).
+    pub source_records: u64,
+    /// Why it failed; `None` if it finished (or stopped with a savepoint).
+    pub failure: Option<String>,
+}
+
+/// A restore: which checkpoint, and how far into their input the sources resumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreInfo {
+    /// The checkpoint's id.
+    pub checkpoint_id: u64,
+    /// Its folder.
+    pub path: PathBuf,
+    /// Records the job's sources had emitted before the restored positions (summed over
+    /// the sources the job still has). Those records are not read again; 0 means the
+    /// checkpoint recorded no progress (or predates layout 3 of the metadata).
+    pub source_records: u64,
+}
+
+impl JobResult {
+    /// Records the sources had already read at the checkpoint the job started from: what
+    /// a resumed run skips (0 for a fresh start).
+    pub fn records_restored(&self) -> u64 {
+        self.history
+            .first()
+            .and_then(|a| a.restored.as_ref())
+            .map_or(0, |r| r.source_records)
+    }
+
+    /// The restore the last attempt started from, if any.
+    pub fn last_restore(&self) -> Option<&RestoreInfo> {
+        self.history.last().and_then(|a| a.restored.as_ref())
+    }
 }
 
 /// Longest the executor sleeps between looks at progress counters.
@@ -492,6 +541,24 @@ fn run_job(
             s.state = "running".into();
         });
         let attempt_started = Instant::now();
+        let baseline = restore
+            .as_ref()
+            .map(|r| exec.source_baseline(&r.meta))
+            .unwrap_or_default();
+        let mut summary = AttemptSummary {
+            attempt: attempt_no,
+            restored: restore.as_ref().map(|r| RestoreInfo {
+                checkpoint_id: r.meta.checkpoint_id,
+                path: r.path.clone(),
+                source_records: baseline.iter().map(|s| s.records).sum(),
+            }),
+            source_records: 0,
+            failure: None,
+        };
+        let records_before = exec.source_records();
+        if let Some(inj) = &injector {
+            inj.on_attempt_started();
+        }
         let attempt = match exec.spawn(attempt_no, restore.as_ref()) {
             Ok(a) => a,
             Err(e) => break Err(e),
@@ -503,6 +570,7 @@ fn run_job(
         let (attempt, end) = exec.run_attempt(
             attempt,
             attempt_no,
+            &baseline,
             &mut coordinator,
             &events_rx,
             &mut result,
@@ -527,6 +595,11 @@ fn run_job(
             .and(latest_path.clone())
             .map(restore::Prefetch::start);
         attempt.cancel_and_join();
+        summary.source_records = exec.source_records() - records_before;
+        if let AttemptEnd::Failed(e) = &end {
+            summary.failure = Some(e.to_string());
+        }
+        result.history.push(summary);
         match end {
             AttemptEnd::Finished => break Ok(()),
             AttemptEnd::Failed(err) => {
@@ -655,11 +728,33 @@ impl Executor<'_> {
             .sum()
     }
 
+    /// Where the job's sources stand in `meta`: per source uid of this job, the records it
+    /// had emitted (the positions the sources resume from, counted in records).
+    fn source_baseline(&self, meta: &CheckpointMetadata) -> Vec<SourceProgress> {
+        let mut uids: Vec<&String> = self
+            .plan
+            .tasks
+            .iter()
+            .map(|t| t.chain[0])
+            .filter(|&n| matches!(self.graph.nodes[n].kind, NodeKind::Source(_)))
+            .map(|n| &self.plan.uids[n])
+            .collect();
+        uids.dedup();
+        uids.into_iter()
+            .map(|uid| SourceProgress {
+                uid: uid.clone(),
+                records: meta.source_records(uid),
+            })
+            .collect()
+    }
+
     /// Drives one attempt until every task finished or one failed.
+    #[allow(clippy::too_many_arguments)]
     fn run_attempt(
         &self,
         attempt: Attempt,
         attempt_no: u32,
+        baseline: &[SourceProgress],
         coordinator: &mut Coordinator<TaskAck>,
         events: &Receiver<TaskEvent>,
         result: &mut JobResult,
@@ -669,6 +764,7 @@ impl Executor<'_> {
             exec: self,
             attempt,
             attempt_no,
+            baseline,
             coordinator,
             result,
             latest_path,
@@ -695,8 +791,21 @@ impl Executor<'_> {
         trigger_ms: u64,
         acks: &[TaskAck],
         snapshot: SnapshotKind,
+        baseline: &[SourceProgress],
     ) -> Result<TaskCheckpointStats> {
         let mut operators: Vec<OperatorMeta> = Vec::new();
+        // Each source's position: where the attempt restored it, plus what its subtasks
+        // emitted in this attempt before the barrier.
+        let mut sources = baseline.to_vec();
+        for (uid, records) in acks.iter().filter_map(|a| a.source.as_ref()) {
+            match sources.iter_mut().find(|s| &s.uid == uid) {
+                Some(s) => s.records += records,
+                None => sources.push(SourceProgress {
+                    uid: uid.clone(),
+                    records: *records,
+                }),
+            }
+        }
         let mut stats = TaskCheckpointStats::default();
         for ack in acks {
             stats.bytes += ack.stats.bytes;
@@ -736,6 +845,7 @@ impl Executor<'_> {
                 .collect(),
             snapshot,
             weir_version: env!("CARGO_PKG_VERSION").to_string(),
+            sources,
         };
         let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
             what: "checkpoint metadata (encoding)".into(),

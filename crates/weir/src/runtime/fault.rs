@@ -5,8 +5,13 @@
 //! whichever task pushes the count past `c_k`. Every task that processes records can be hit,
 //! in proportion to the records it handles, and because the count only grows, every planned
 //! failure fires exactly once in a job that processes at least `horizon` records.
+//!
+//! With [`FailureInjection::after_checkpoint`], a failure whose point has passed waits
+//! until a checkpoint has completed in the running attempt, and at most one fires per
+//! attempt: every restart then has a checkpoint with progress to restore, which is what a
+//! test needs to tell a real recovery from a start from scratch.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// What to inject.
@@ -18,6 +23,24 @@ pub struct FailureInjection {
     pub seed: u64,
     /// Failures fire within the first `horizon` records the job's tasks process in total.
     pub horizon: u64,
+    /// Hold each failure back until a checkpoint has completed in the current attempt (and
+    /// fire at most one per attempt), so every failure restores a checkpoint, never the
+    /// beginning. A failure still pending when the input ends does not fire.
+    pub after_checkpoint: bool,
+}
+
+impl FailureInjection {
+    /// `failures` failures planned from `seed` within the first `horizon` records, each
+    /// fired only after a checkpoint completed in its attempt (see
+    /// [`FailureInjection::after_checkpoint`]): the setting for recovery tests.
+    pub fn after_checkpoints(failures: usize, seed: u64, horizon: u64) -> Self {
+        FailureInjection {
+            failures,
+            seed,
+            horizon,
+            after_checkpoint: true,
+        }
+    }
 }
 
 /// The process-wide injector shared by every task of a job (it outlives attempts).
@@ -29,6 +52,10 @@ pub struct FailureInjector {
     next: AtomicU64,
     fired: AtomicUsize,
     planned: usize,
+    /// [`FailureInjection::after_checkpoint`].
+    gated: bool,
+    /// Whether a due failure may fire now (always, unless gated).
+    armed: AtomicBool,
 }
 
 impl FailureInjector {
@@ -46,16 +73,34 @@ impl FailureInjector {
             next: AtomicU64::new(next),
             fired: AtomicUsize::new(0),
             planned: cfg.failures,
+            gated: cfg.after_checkpoint,
+            armed: AtomicBool::new(!cfg.after_checkpoint),
         }
+    }
+
+    /// A new attempt starts: a gated injector waits for its first completed checkpoint.
+    pub(crate) fn on_attempt_started(&self) {
+        if self.gated {
+            self.armed.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// A checkpoint completed: a gated injector may fire the next due failure.
+    pub(crate) fn on_checkpoint_completed(&self) {
+        self.armed.store(true, Ordering::SeqCst);
     }
 
     /// Called by task `task` before processing `n` records; panics when a failure is due.
     pub fn on_records(&self, task: usize, n: usize) {
         let count = self.count.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        if count < self.next.load(Ordering::Relaxed) {
+        if count < self.next.load(Ordering::Relaxed) || !self.armed.load(Ordering::Relaxed) {
             return;
         }
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        // Re-checked under the lock: with a gate, only one task may take the failure.
+        if self.gated && !self.armed.swap(false, Ordering::SeqCst) {
+            return;
+        }
         let Some(p) = plan.iter_mut().find(|p| !p.1 && p.0 <= count) else {
             return;
         };
@@ -91,6 +136,7 @@ mod tests {
             failures: 5,
             seed: 7,
             horizon: 1000,
+            after_checkpoint: false,
         });
         let mut panics = 0;
         for _ in 0..100 {
@@ -102,5 +148,28 @@ mod tests {
         }
         assert_eq!(panics, 5);
         assert_eq!(inj.fired(), 5);
+    }
+
+    #[test]
+    fn a_gated_failure_waits_for_a_checkpoint_and_fires_once_per_attempt() {
+        let inj = FailureInjector::new(FailureInjection::after_checkpoints(3, 7, 100));
+        let fire = |n| std::panic::catch_unwind(|| inj.on_records(0, n)).is_err();
+        inj.on_attempt_started();
+        // Every point lies within 100 records; none fires before a checkpoint completes.
+        assert!(!fire(1000));
+        inj.on_checkpoint_completed();
+        assert!(fire(1));
+        // Due, but this attempt already failed once: wait for the next checkpoint.
+        assert!(!fire(1));
+        inj.on_attempt_started();
+        assert!(!fire(1));
+        inj.on_checkpoint_completed();
+        assert!(fire(1));
+        inj.on_attempt_started();
+        inj.on_checkpoint_completed();
+        assert!(fire(1));
+        inj.on_checkpoint_completed();
+        assert!(!fire(1), "only 3 were planned");
+        assert_eq!(inj.fired(), 3);
     }
 }

@@ -31,6 +31,10 @@ pub struct TaskSnapshot {
     /// keyed task reported pauses that grew with the keyed task's state (0.4 ms at 10 M
     /// keys against 14 µs at 100 k), though it has none (BENCHMARKS.md).
     pub downstream_wait: std::time::Duration,
+    /// (Source tasks) the source's uid and the records it emitted in this attempt before
+    /// the barrier; the executor adds the restored position to get the checkpoint's
+    /// [`SourceProgress`](crate::checkpoint::metadata::SourceProgress).
+    pub source: Option<(String, u64)>,
 }
 
 impl TaskSnapshot {

@@ -183,6 +183,9 @@ struct SourceTask<'a> {
     uid: &'a str,
     ctx: &'a TaskContext,
     fin: Finishing,
+    /// Records polled in this attempt: the source's position relative to where it was
+    /// restored, reported with every snapshot ([`TaskSnapshot::source`]).
+    emitted: u64,
 }
 
 impl SourceTask<'_> {
@@ -231,6 +234,7 @@ impl SourceTask<'_> {
                 let mut snap = TaskSnapshot::new();
                 snapshot_function(source, self.uid, barrier, &mut snap)?;
                 chain.snapshot(barrier, &mut snap)?;
+                snap.source = Some((self.uid.to_string(), self.emitted));
                 let frozen = self.fin.on_snapshot(barrier.id);
                 let sync = start.elapsed().saturating_sub(snap.downstream_wait);
                 self.ctx
@@ -267,6 +271,7 @@ pub fn run_source<T, S: SourceFunction<T>>(
         uid: &uid,
         ctx: &ctx,
         fin: Finishing::new(),
+        emitted: 0,
     };
     loop {
         loop {
@@ -289,6 +294,7 @@ pub fn run_source<T, S: SourceFunction<T>>(
         let status = source.poll(&mut buf, BATCH_SIZE)?;
         if !buf.is_empty() {
             ctx.on_records(buf.len());
+            task.emitted += buf.len() as u64;
             chain.push(&mut buf)?;
         }
         match status {

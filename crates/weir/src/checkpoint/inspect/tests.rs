@@ -136,6 +136,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         tasks: Vec::new(),
         snapshot: crate::checkpoint::metadata::SnapshotKind::Checkpoint,
         weir_version: "test".into(),
+        sources: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())
