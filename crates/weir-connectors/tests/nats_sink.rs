@@ -90,12 +90,7 @@ fn sequence_job(
         .create_stream(stream, Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config("nats-eo", dir.path(), 2);
-    cfg.failure_injection = Some(FailureInjection {
-        failures: 6,
-        seed,
-        horizon: N,
-        after_checkpoint: false,
-    });
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(6, seed, N));
     let sink = JetStreamSink::<String>::new(
         JetStreamConfig::new(server.url(), stream).with_subject(format!("{stream}.out")),
         encode_utf8,
@@ -103,10 +98,7 @@ fn sequence_job(
     let stats = sink.stats();
     let env = StreamEnvironment::new(cfg);
     let records = env
-        .add_source(
-            "numbers",
-            GeneratorSource::new(N).with_rate(Some(100_000.0)),
-        )
+        .add_source("numbers", GeneratorSource::new(N).with_rate(Some(50_000.0)))
         .uid("numbers")
         .key_by(move |i: &u64| i % KEYS)
         .process(Sequence::default())
@@ -120,6 +112,7 @@ fn sequence_job(
     let (fired, planned) = result.injected_failures.unwrap();
     assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
     assert_eq!(fired, 6);
+    weir::testing::assert_resumed(&result, N);
     (
         read_back(server, stream),
         stats.published.load(Ordering::Relaxed),
