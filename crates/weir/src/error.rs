@@ -59,12 +59,15 @@ pub enum Error {
         cause: String,
     },
     /// The job failed and the restart strategy gave up.
-    #[error("job failed after {attempts} attempt(s); last failure: {last}")]
+    #[error("job failed after {attempts} attempt(s); last failure: {last}{}", giving_up(.why))]
     JobFailed {
         /// Attempts made, including the first.
         attempts: u32,
         /// The failure that ended the job.
         last: Box<Error>,
+        /// Why the restart strategy gave up, when it was not simply out of restarts (a
+        /// repeating failure, the failure rate); empty otherwise.
+        why: String,
     },
     /// Too many consecutive checkpoints failed (`tolerable_failures` exceeded).
     #[error("{0}")]
@@ -86,5 +89,13 @@ impl Error {
             path: path.into(),
             cause,
         }
+    }
+}
+
+fn giving_up(why: &str) -> String {
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!("; not restarting: {why}")
     }
 }

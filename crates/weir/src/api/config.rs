@@ -39,6 +39,12 @@ pub struct JobConfig {
     pub restore: RestoreFrom,
     /// What happens after a failure.
     pub restart: RestartStrategy,
+    /// Give up (whatever `restart` allows) once the same failure — same message, numbers
+    /// aside — has ended this many attempts in a row without the completed checkpoints
+    /// getting further into the input in between: such a failure (a record that cannot be decoded, a full disk) fails every
+    /// attempt, and restarting it forever hides the cause. Injected failures never count.
+    /// `None` restarts as `restart` says. Default 5.
+    pub identical_failure_limit: Option<u32>,
     /// Longest time a partly filled batch waits before it is sent.
     pub buffer_timeout: Duration,
     /// Batches in flight per channel (the backpressure bound).
@@ -69,6 +75,7 @@ impl JobConfig {
             checkpoint_dir: PathBuf::from("weir-checkpoints"),
             restore: RestoreFrom::Nothing,
             restart: RestartStrategy::default(),
+            identical_failure_limit: Some(5),
             buffer_timeout: Duration::from_millis(10),
             channel_capacity: 4,
             failure_injection: None,

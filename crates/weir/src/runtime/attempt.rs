@@ -388,7 +388,7 @@ impl AttemptRun<'_, '_> {
             .exec
             .write_metadata(id, barrier.timestamp_ms, acks, kind, self.baseline)
         {
-            Ok(stats) => {
+            Ok((stats, source_records)) => {
                 self.completed.insert(id);
                 let path = self.exec.storage.checkpoint_path(id);
                 if let Some((_, reply)) = self.waiting.remove(&id) {
@@ -433,6 +433,7 @@ impl AttemptRun<'_, '_> {
                     bytes: stats.bytes,
                     max_sync: max(|a| a.stats.sync_micros),
                     max_alignment: max(|a| a.stats.alignment_micros),
+                    source_records,
                 });
                 self.coordinator.on_metadata_written(id, Instant::now())
             }

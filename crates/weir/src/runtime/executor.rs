@@ -36,7 +36,7 @@ use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::plan::{plan, Plan};
-use crate::runtime::restart::RESET_BACKOFF_AFTER;
+use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
 use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
 
 /// Live counters of a running job, readable from any thread (for progress lines).
@@ -89,6 +89,9 @@ pub struct CompletedCheckpointStats {
     pub max_sync: Duration,
     /// Longest alignment of any task.
     pub max_alignment: Duration,
+    /// Records the sources had emitted up to its barrier, since the job first started
+    /// (summed over sources): how far the input a restore from it resumes.
+    pub source_records: u64,
 }
 
 /// What a finished job reports.
@@ -531,8 +534,7 @@ fn run_job(
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
-    // Restarts since the job last ran stably (for the exponential backoff).
-    let mut streak = 0u32;
+    let mut restarts = RestartTracker::new(cfg.restart.clone(), cfg.identical_failure_limit);
     let outcome = loop {
         attempt_no += 1;
         result.attempts = attempt_no;
@@ -556,6 +558,7 @@ fn run_job(
             failure: None,
         };
         let records_before = exec.source_records();
+        let fired_before = injector.as_ref().map_or(0, |i| i.fired());
         if let Some(inj) = &injector {
             inj.on_attempt_started();
         }
@@ -580,16 +583,19 @@ fn run_job(
         // checkpoint to restart from is read back while the failed tasks are cancelled
         // and during the restart delay (the new attempt still starts no earlier than the
         // delay after the old one stopped).
-        let restart_delay = match &end {
+        let decision = match &end {
             AttemptEnd::Finished => None,
-            AttemptEnd::Failed(_) => {
-                streak = if attempt_started.elapsed() >= RESET_BACKOFF_AFTER {
-                    1
-                } else {
-                    streak + 1
-                };
-                cfg.restart.delay_in_streak(attempt_no, streak)
-            }
+            AttemptEnd::Failed(e) => Some(restarts.on_failure(Failure {
+                at: Instant::now(),
+                message: &e.to_string(),
+                injected: injector.as_ref().is_some_and(|i| i.fired() > fired_before),
+                progress: result.checkpoints.last().map(|c| c.source_records),
+                ran_for: attempt_started.elapsed(),
+            })),
+        };
+        let restart_delay = match &decision {
+            Some(RestartDecision::Restart(delay)) => Some(*delay),
+            _ => None,
         };
         let reload = restart_delay
             .and(latest_path.clone())
@@ -606,10 +612,15 @@ fn run_job(
                 control.update(|s| s.state = "restarting".into());
                 match restart_delay {
                     None => {
+                        let why = match decision {
+                            Some(RestartDecision::GiveUp(why)) => why,
+                            _ => String::new(),
+                        };
                         break Err(Error::JobFailed {
                             attempts: attempt_no,
                             last: Box::new(err),
-                        })
+                            why,
+                        });
                     }
                     Some(delay) => {
                         metrics.restarts.fetch_add(1, Ordering::Relaxed);
@@ -792,7 +803,7 @@ impl Executor<'_> {
         acks: &[TaskAck],
         snapshot: SnapshotKind,
         baseline: &[SourceProgress],
-    ) -> Result<TaskCheckpointStats> {
+    ) -> Result<(TaskCheckpointStats, u64)> {
         let mut operators: Vec<OperatorMeta> = Vec::new();
         // Each source's position: where the attempt restored it, plus what its subtasks
         // emitted in this attempt before the barrier.
@@ -826,6 +837,7 @@ impl Executor<'_> {
         for o in &mut operators {
             o.subtasks.sort_by_key(|s| s.subtask);
         }
+        let source_records = sources.iter().map(|s| s.records).sum();
         let meta = CheckpointMetadata {
             checkpoint_id: id,
             job_name: self.cfg.name.clone(),
@@ -852,6 +864,6 @@ impl Executor<'_> {
             cause: e.to_string(),
         })?;
         self.storage.write_metadata(id, &payload)?;
-        Ok(stats)
+        Ok((stats, source_records))
     }
 }
