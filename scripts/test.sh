@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace, as CI does, after installing what the tests need and
+# this machine lacks: the connector tests start their own PostgreSQL and nats-server on
+# loopback, from Debian's packages. Arguments are passed on to `cargo test`.
+#
+#   scripts/test.sh                      # everything
+#   scripts/test.sh -p weir --test rescale
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "scripts/test.sh: installing ${need[*]} (Debian packages) for the connector tests" >&2
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || {
+            echo "scripts/test.sh: need root (or sudo) to install: apt-get install ${need[*]}" >&2
+            exit 1
+        }
+        SUDO="sudo"
+    fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ $# -eq 0 ]; then
+    set -- --workspace --all-features
+fi
+exec cargo test "$@"
