@@ -124,3 +124,32 @@ fn failure_rate_restarts_failures_that_stay_under_the_rate() {
     assert_eq!(r.injected_failures, Some((3, 3)));
     assert_eq!(r.attempts, 4);
 }
+
+/// A checkpoint that can never complete (here: a zero timeout; a full disk behaves the same)
+/// fails the job under the default tolerance; the restarts fail identically, so the job ends
+/// with the cause after a few attempts instead of retrying for ever, and leaves no
+/// half-written checkpoint behind.
+#[test]
+fn a_checkpoint_that_can_never_complete_ends_the_job_with_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config("no-checkpoint-completes", dir.path());
+    cfg.checkpointing.timeout = Duration::ZERO;
+    cfg.restart = RestartStrategy::ExponentialDelay {
+        attempts: u32::MAX,
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+    };
+    let err = run_with_bad_record(cfg, 100_000, u64::MAX).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("timed out"), "{msg}");
+    assert!(msg.contains("not restarting"), "{msg}");
+    let Error::JobFailed { attempts, .. } = err else {
+        panic!("expected JobFailed, got {err:?}");
+    };
+    assert_eq!(attempts, 5, "{msg}");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("no-checkpoint-completes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

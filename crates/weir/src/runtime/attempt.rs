@@ -133,9 +133,19 @@ impl AttemptRun<'_, '_> {
                     attempt,
                     checkpoint,
                     reason,
-                }) if attempt == self.attempt_no => self
-                    .coordinator
-                    .on_decline(checkpoint, AbortReason::Failed(reason)),
+                }) => {
+                    if attempt == self.attempt_no && self.coordinator.is_pending(checkpoint) {
+                        self.coordinator
+                            .on_decline(checkpoint, AbortReason::Failed(reason))
+                    } else {
+                        // Declined after its abort (a writer that failed late): whatever it
+                        // wrote before failing is garbage, and may be large.
+                        if !self.completed.contains(&checkpoint) {
+                            let _ = self.exec.storage.discard(checkpoint);
+                        }
+                        Vec::new()
+                    }
+                }
                 Ok(TaskEvent::InputEnded { attempt, task }) if attempt == self.attempt_no => {
                     self.inputs_ended.insert(task);
                     self.expedite_if_all_ended();

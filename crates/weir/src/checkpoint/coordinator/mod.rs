@@ -23,6 +23,9 @@
 //!   once ([`Coordinator::expedite`]), so bounded jobs end without waiting an interval —
 //!   also when periodic checkpoints are off: the final checkpoint is what two-phase-commit
 //!   sinks commit with, once for the whole job.
+//! * After a failed checkpoint the next trigger waits [`Coordinator::retry_pause`] from the
+//!   failed one's trigger, expedited or not: a cause that fails every checkpoint (a full
+//!   disk) is retried at the job's pace, not as fast as the disk can refuse.
 //! * Savepoints and checkpoints asked for by the user ([`Coordinator::trigger_forced`])
 //!   ignore the interval, `min_pause` and `max_concurrent`. A savepoint is never retained
 //!   nor discarded here (it belongs to the user), never subsumes a checkpoint, and its
@@ -152,6 +155,8 @@ pub struct Coordinator<A> {
     savepoints: BTreeMap<u64, BarrierKind>,
     /// The pending stopping savepoint: periodic triggers wait for it.
     stopping: Option<u64>,
+    /// The last checkpoint failed: the next trigger waits [`Coordinator::retry_pause`].
+    failed_last: bool,
 }
 
 impl<A> Coordinator<A> {
@@ -170,7 +175,17 @@ impl<A> Coordinator<A> {
             expedite: false,
             savepoints: BTreeMap::new(),
             stopping: None,
+            failed_last: false,
         }
+    }
+
+    /// The least time between the trigger of a checkpoint that failed and the next one:
+    /// the interval (one second with periodic checkpoints off), and at least `min_pause`.
+    pub fn retry_pause(&self) -> Duration {
+        self.cfg
+            .interval
+            .unwrap_or(Duration::from_secs(1))
+            .max(self.cfg.min_pause)
     }
 
     /// A new attempt with `tasks` tasks starts at `now`: pending checkpoints are forgotten
@@ -208,6 +223,10 @@ impl<A> Coordinator<A> {
             (true, _) => self.last_trigger, // already in the past: due now
             (false, Some(interval)) => self.last_trigger.map(|t| t + interval),
             (false, None) => return None,
+        };
+        let by_interval = match (self.failed_last, by_interval) {
+            (true, Some(t)) => Some(t.max(self.last_trigger.map_or(t, |l| l + self.retry_pause()))),
+            (_, t) => t,
         };
         let by_pause = self.last_completion.map(|t| t + self.cfg.min_pause);
         Some(match (by_interval, by_pause) {
@@ -386,6 +405,7 @@ impl<A> Coordinator<A> {
         }
         let mut actions = vec![Action::NotifyComplete(id)];
         self.consecutive_failures = 0;
+        self.failed_last = false;
         self.last_completion = Some(now);
         for older in self
             .pending
@@ -430,6 +450,7 @@ impl<A> Coordinator<A> {
             return;
         }
         self.consecutive_failures += 1;
+        self.failed_last = true;
         if self.consecutive_failures > self.cfg.tolerable_failures {
             actions.push(Action::FailJob(format!(
                 "{} consecutive checkpoint failures exceed the tolerated {} (last: {reason}); \

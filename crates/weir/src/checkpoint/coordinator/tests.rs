@@ -312,3 +312,54 @@ fn a_stop_holds_periodic_triggers_and_ends_triggering_when_complete() {
     assert!(triggers(&c.tick(t0 + Duration::from_secs(9), 0)).is_empty());
     assert!(c.trigger_forced(BarrierKind::Checkpoint, t0, 0).is_err());
 }
+
+#[test]
+fn a_failed_final_checkpoint_is_retried_at_the_interval_not_at_once() {
+    let t0 = Instant::now();
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    let mut c = started(
+        CheckpointConfig {
+            tolerable_failures: 100,
+            ..cfg()
+        },
+        1,
+        t0,
+    );
+    c.expedite();
+    assert_eq!(triggers(&c.tick(ms(1), 0)), vec![1]);
+    c.on_decline(1, AbortReason::Failed("No space left on device".into()));
+    // The executor expedites again (every source has still ended): not due before the
+    // interval has passed since the failed trigger.
+    c.expedite();
+    assert!(triggers(&c.tick(ms(2), 0)).is_empty());
+    assert!(triggers(&c.tick(ms(100), 0)).is_empty());
+    assert_eq!(c.next_deadline(), Some(ms(101)));
+    assert_eq!(triggers(&c.tick(ms(101), 0)), vec![2]);
+    // Once one completes, expedited checkpoints are due at once again.
+    complete(&mut c, 2, 1, ms(110));
+    c.expedite();
+    assert_eq!(triggers(&c.tick(ms(111), 0)), vec![3]);
+}
+
+#[test]
+fn retries_after_a_failure_also_wait_for_min_pause_and_happen_without_an_interval() {
+    let t0 = Instant::now();
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    let mut c = started(
+        CheckpointConfig {
+            interval: None,
+            min_pause: Duration::from_millis(2_500),
+            tolerable_failures: 100,
+            ..cfg()
+        },
+        1,
+        t0,
+    );
+    assert_eq!(c.retry_pause(), Duration::from_millis(2_500));
+    c.expedite();
+    assert_eq!(triggers(&c.tick(ms(0), 0)), vec![1]);
+    let _ = c.on_metadata_failed(1, "disk full".into());
+    c.expedite();
+    assert!(triggers(&c.tick(ms(2_499), 0)).is_empty());
+    assert_eq!(triggers(&c.tick(ms(2_500), 0)), vec![2]);
+}
