@@ -256,24 +256,45 @@ pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, Control
     {
         return Err(outside());
     }
-    if req.is_relative() {
-        return Ok(base.join(req));
+    let candidate = if req.is_relative() {
+        base.join(req)
+    } else {
+        lexically_inside(base, req).ok_or_else(outside)?
+    };
+    // A symbolic link inside the savepoint directory must not lead out of it: resolve the
+    // part of the path that exists and check where it really is.
+    if !really_inside(base, &candidate) {
+        return Err(outside());
     }
-    let absolute_base = std::path::absolute(base).map_err(|e| {
-        let message = format!(
-            "cannot resolve the savepoint directory {}: {e}",
-            base.display()
-        );
-        ControlError::new(ControlErrorKind::Failed, message)
-    })?;
+    Ok(candidate)
+}
+
+/// `req` (absolute) if it lies inside `base` as spelt, absolutely or canonically.
+fn lexically_inside(base: &Path, req: &Path) -> Option<PathBuf> {
+    let absolute_base = std::path::absolute(base).ok()?;
     let canonical_base = base.canonicalize().ok();
     let inside =
         req.starts_with(&absolute_base) || canonical_base.is_some_and(|c| req.starts_with(c));
-    if inside {
-        Ok(req.to_path_buf())
-    } else {
-        Err(outside())
+    inside.then(|| req.to_path_buf())
+}
+
+/// Whether the deepest existing ancestor of `candidate` (itself included), with every
+/// symbolic link resolved, lies inside `base` resolved the same way. A base that does not
+/// exist yet holds no link, so anything under it is inside.
+fn really_inside(base: &Path, candidate: &Path) -> bool {
+    let Ok(canonical_base) = base.canonicalize() else {
+        return true;
+    };
+    let mut existing = Some(candidate);
+    while let Some(p) = existing {
+        if p.symlink_metadata().is_ok() {
+            return p
+                .canonicalize()
+                .is_ok_and(|real| real.starts_with(&canonical_base));
+        }
+        existing = p.parent();
     }
+    false
 }
 
 /// A savepoint's folder name: unique (id and a random suffix), and naming its job.
@@ -310,6 +331,34 @@ mod tests {
         }
         let sneaky = base.join("../other");
         assert!(confine(&base, Some(&sneaky)).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symbolic_link_cannot_lead_a_request_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("sp");
+        let outside = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, base.join("link")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("gone"), base.join("dangling")).unwrap();
+        for bad in ["link", "link/deeper/still", "dangling"] {
+            let e = confine(&base, Some(Path::new(bad)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("outside the job's savepoint directory"),
+                "{bad}: {e}"
+            );
+            let abs = base.join(bad);
+            assert!(confine(&base, Some(&abs)).is_err(), "{}", abs.display());
+        }
+        // A link that stays inside is fine, and so is a folder not created yet.
+        std::fs::create_dir_all(base.join("real")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("alias")).unwrap();
+        assert!(confine(&base, Some(Path::new("alias/x"))).is_ok());
+        assert!(confine(&base, Some(Path::new("new/folder"))).is_ok());
     }
 
     #[test]
