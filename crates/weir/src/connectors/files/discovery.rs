@@ -7,7 +7,13 @@
 //! [`FileSink`](super::FileSink), `_SUCCESS` markers. A file named explicitly is always read.
 //! Results are sorted and free of duplicates, so every subtask that lists the same inputs
 //! sees the same files in the same order.
+//!
+//! Symbolic links are followed, but a folder is walked once however many links lead to it
+//! (a link to `.` or to an ancestor would otherwise loop), and a file reached under several
+//! names is read once, under the first name in sorted order. Special files (FIFOs, sockets,
+//! devices) inside folders are skipped; named explicitly, they are an error.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -31,13 +37,24 @@ fn is_pattern(input: &Path) -> bool {
 /// discovery), it contributes nothing for now.
 pub(crate) fn list_files(inputs: &[PathBuf], strict: bool) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
+    let mut seen = Seen::default();
     for input in inputs {
         if input.is_dir() {
-            walk(input, &mut out)?;
+            walk(input, &mut seen, &mut out)?;
         } else if input.is_file() {
             out.push(input.clone());
+        } else if input.exists() {
+            return Err(Error::io(
+                "cannot read input",
+                input,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file or folder (a FIFO, socket or device); name regular \
+                     files, folders or glob patterns",
+                ),
+            ));
         } else if is_pattern(input) {
-            glob_files(input, &mut out)?;
+            glob_files(input, &mut seen, &mut out)?;
         } else if strict {
             return Err(Error::io(
                 "cannot read input",
@@ -51,22 +68,45 @@ pub(crate) fn list_files(inputs: &[PathBuf], strict: bool) -> Result<Vec<PathBuf
     }
     out.sort();
     out.dedup();
+    // The same file under several names (through links) is read once: keep the first name.
+    let mut real = HashSet::new();
+    out.retain(|p| real.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
     Ok(out)
 }
 
-/// Adds every non-hidden file under `dir`, recursively.
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::io("cannot list input folder", dir, e))?;
+/// Folders already walked, by their real path: a link back into one is not walked again.
+#[derive(Default)]
+struct Seen {
+    folders: HashSet<PathBuf>,
+}
+
+impl Seen {
+    /// Whether `dir` is walked for the first time (and marks it).
+    fn first_visit(&mut self, dir: &Path) -> Result<bool> {
+        let real = dir
+            .canonicalize()
+            .map_err(|e| Error::io("cannot resolve input folder", dir, e))?;
+        Ok(self.folders.insert(real))
+    }
+}
+
+/// Adds every non-hidden file under `dir`, recursively, in name order.
+fn walk(dir: &Path, seen: &mut Seen, out: &mut Vec<PathBuf>) -> Result<()> {
+    if !seen.first_visit(dir)? {
+        return Ok(());
+    }
+    let mut entries = std::fs::read_dir(dir)
+        .and_then(|entries| entries.collect::<std::io::Result<Vec<_>>>())
+        .map_err(|e| Error::io("cannot list input folder", dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io("cannot list input folder", dir, e))?;
         if is_hidden(&entry.file_name()) {
             continue;
         }
         let path = entry.path();
-        // Follows symbolic links, like `is_dir` above.
+        // Follows symbolic links, like `is_dir` above; special files are skipped.
         if path.is_dir() {
-            walk(&path, out)?;
+            walk(&path, seen, out)?;
         } else if path.is_file() {
             out.push(path);
         }
@@ -75,7 +115,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 }
 
 /// Adds every non-hidden file matching `pattern`; matched folders are walked.
-fn glob_files(pattern: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn glob_files(pattern: &Path, seen: &mut Seen, out: &mut Vec<PathBuf>) -> Result<()> {
     let text = pattern.to_str().unwrap_or_default();
     let options = glob::MatchOptions {
         case_sensitive: true,
@@ -98,7 +138,7 @@ fn glob_files(pattern: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
             continue;
         }
         if path.is_dir() {
-            walk(&path, out)?;
+            walk(&path, seen, out)?;
         } else if path.is_file() {
             out.push(path);
         }
@@ -205,6 +245,41 @@ mod tests {
         assert!(list_files(&[dir.path().join("*.csv")], true)
             .unwrap()
             .is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_are_followed_once_and_never_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::fs::write(d.join("a.txt"), "alpha\n").unwrap();
+        std::fs::write(d.join("sub/b.txt"), "beta\n").unwrap();
+        std::os::unix::fs::symlink(".", d.join("self")).unwrap();
+        std::os::unix::fs::symlink("..", d.join("sub/up")).unwrap();
+        std::os::unix::fs::symlink("a.txt", d.join("z-alias.txt")).unwrap();
+        let files = list_files(std::slice::from_ref(&d), true).unwrap();
+        assert_eq!(names(&d, files), ["a.txt", "sub/b.txt"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_special_file_named_as_input_is_an_error_that_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return; // no mkfifo here: nothing to test against
+        }
+        let err = list_files(std::slice::from_ref(&fifo), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file or folder"), "{err}");
+        assert!(!err.contains("no such file"), "{err}");
+        // Inside a folder it is skipped.
+        std::fs::write(dir.path().join("a.txt"), "x\n").unwrap();
+        let files = list_files(&[dir.path().to_path_buf()], true).unwrap();
+        assert_eq!(names(dir.path(), files), ["a.txt"]);
     }
 
     #[test]
