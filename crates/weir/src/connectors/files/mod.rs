@@ -41,7 +41,7 @@ mod text;
 
 pub use format::{tab_separated, Encoder, JsonLines, Lines, LinesWith};
 pub use sink::{FileCommittable, FileSink, FileTransaction, DEFAULT_MAX_PART_SIZE};
-pub use source::FileSource;
+pub use source::{FileSource, DEFAULT_MAX_LINE_BYTES};
 pub use text::TextFileSink;
 
 /// The source's earlier name, kept so existing jobs build unchanged.

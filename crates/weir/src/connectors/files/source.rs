@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::discovery::{list_files, owner, path_key};
 use super::reader::LineReader;
+pub use super::reader::DEFAULT_MAX_LINE_BYTES;
 use crate::api::functions::{CheckpointedFunction, SourceFunction, SourceStatus};
 use crate::error::Result;
 use crate::state::operator::{InitContext, SnapshotContext};
@@ -53,6 +54,8 @@ pub struct FileSource {
     /// The files found at construction, sorted: what a fresh start reads.
     initial: Arc<Vec<String>>,
     lossy: bool,
+    /// The longest line accepted (bytes, line end not counted).
+    max_line: usize,
     /// Continuous mode's discovery interval.
     continuous: Option<Duration>,
     /// Continuous mode ends once this exists.
@@ -76,6 +79,7 @@ impl Clone for FileSource {
     fn clone(&self) -> Self {
         FileSource {
             lossy: self.lossy,
+            max_line: self.max_line,
             continuous: self.continuous,
             end_marker: self.end_marker.clone(),
             ..FileSource::unopened(self.inputs.clone(), self.initial.clone())
@@ -107,6 +111,7 @@ impl FileSource {
             inputs,
             initial,
             lossy: false,
+            max_line: DEFAULT_MAX_LINE_BYTES,
             continuous: None,
             end_marker: None,
             subtask: 0,
@@ -124,6 +129,14 @@ impl FileSource {
     /// size the input before running.
     pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
         list_files(inputs, true)
+    }
+
+    /// Sets the longest line accepted, in bytes (default [`DEFAULT_MAX_LINE_BYTES`]); a
+    /// longer one fails the job with an error naming the file and the line's offset,
+    /// before the line is held in memory.
+    pub fn max_line_length(mut self, bytes: usize) -> Self {
+        self.max_line = bytes.max(1);
+        self
     }
 
     /// Replaces invalid UTF-8 with U+FFFD instead of failing with an error that names the
@@ -257,7 +270,10 @@ impl SourceFunction<String> for FileSource {
                     });
                 };
                 let split = &self.splits[i];
-                self.reader = Some((i, LineReader::open(&split.path, split.offset)?));
+                self.reader = Some((
+                    i,
+                    LineReader::open(&split.path, split.offset, self.max_line)?,
+                ));
                 continue;
             };
             let idx = *idx;
