@@ -27,6 +27,11 @@ mod streamed;
 use streamed::write_streamed;
 pub use streamed::{PayloadWriter, SpillFile};
 
+/// The file in a job's checkpoint folder that its running owner holds locked; it records
+/// who holds it. A lock (not the file's presence) is what counts, so a run killed with
+/// SIGKILL leaves nothing to clean up: the operating system releases its lock.
+pub const LOCK_FILE_NAME: &str = "_lock";
+
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
 
@@ -69,6 +74,18 @@ pub enum StorageError {
         name: String,
         /// Why it was rejected.
         reason: &'static str,
+    },
+    /// Another run holds the job's checkpoint folder (DESIGN.md §6, "one owner").
+    #[error(
+        "the checkpoint folder {} is in use by another run ({holder}); stop that run, or give \
+         this one another --job-name or --checkpoint-dir",
+        .root.display()
+    )]
+    InUse {
+        /// The job's checkpoint folder.
+        root: PathBuf,
+        /// Who holds it, as the holder recorded (process id, start time).
+        holder: String,
     },
     /// A state-file path read from metadata would leave the checkpoint folder.
     #[error(
@@ -154,6 +171,52 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError>
     }
 }
 
+/// Locks `root`'s [`LOCK_FILE_NAME`] for this process, or names the run that holds it.
+/// Two runs writing one job folder would mix their checkpoints (one run's state with the
+/// other's source positions) and delete each other's through retention.
+fn take_ownership(root: &Path) -> Result<File, StorageError> {
+    let path = root.join(LOCK_FILE_NAME);
+    let hint = "check that the folder is writable or pass --checkpoint-dir";
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_err("open the lock file", &path, hint))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = io::Read::read_to_string(&mut file, &mut holder);
+            let holder = holder.trim();
+            return Err(StorageError::InUse {
+                root: root.to_path_buf(),
+                holder: if holder.is_empty() {
+                    "it has not said who it is yet".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(io_err("lock", &path, hint)(e));
+        }
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let me = format!(
+        "process {} since {since} (seconds since the Unix epoch)",
+        std::process::id()
+    );
+    file.set_len(0)
+        .and_then(|()| io::Seek::rewind(&mut file))
+        .and_then(|()| file.write_all(me.as_bytes()))
+        .map_err(io_err("write the lock file", &path, hint))?;
+    Ok(file)
+}
+
 /// Parses a `chk-<n>` folder name (canonical decimal only, so `chk-<n>` and the id map one
 /// to one); anything else in the job folder is ignored by listings.
 pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
@@ -176,6 +239,8 @@ pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
 pub struct CheckpointStorage {
     root: PathBuf,
     redirects: Arc<Mutex<HashMap<u64, PathBuf>>>,
+    /// The job folder's lock, held while any clone lives ([`LOCK_FILE_NAME`]).
+    _owner: Arc<File>,
 }
 
 impl CheckpointStorage {
@@ -195,9 +260,11 @@ impl CheckpointStorage {
         let removed = fs::remove_file(&probe);
         written.map_err(io_err("write to checkpoint directory", &root, hint))?;
         removed.map_err(io_err("remove probe file", &probe, hint))?;
+        let owner = take_ownership(&root)?;
         Ok(CheckpointStorage {
             root,
             redirects: Arc::default(),
+            _owner: Arc::new(owner),
         })
     }
 

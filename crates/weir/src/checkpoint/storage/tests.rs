@@ -40,7 +40,7 @@ fn round_trip_leaves_no_temp_files_and_is_relocatable() {
     assert_eq!(fs::metadata(chk.join(&rel)).unwrap().len(), size);
     assert_eq!(names(&chk), ["_metadata", "count"]);
     assert_eq!(names(&chk.join("count")), ["kg-0-63"]);
-    assert_eq!(names(s.root()), ["chk-3"]);
+    assert_eq!(names(s.root()), ["_lock", "chk-3"]);
     let moved = tmp.path().join("elsewhere");
     fs::rename(&chk, &moved).unwrap();
     assert_eq!(read_metadata(&moved).unwrap(), b"meta");
@@ -293,4 +293,28 @@ fn checkpoint_dir_names() {
     for bad in "chk- chk-007 chk-+1 chk--1 chk-1a chk-99999999999999999999 x".split(' ') {
         assert_eq!(parse_checkpoint_dir_name(bad), None, "{bad}");
     }
+}
+
+#[test]
+fn one_run_owns_a_job_folder_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = CheckpointStorage::open(tmp.path(), "job").unwrap();
+    let clone = first.clone();
+    let err = CheckpointStorage::open(tmp.path(), "job").unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, StorageError::InUse { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("process {}", std::process::id())),
+        "{msg}"
+    );
+    assert!(msg.contains("--job-name or --checkpoint-dir"), "{msg}");
+    // Another job's folder is free.
+    CheckpointStorage::open(tmp.path(), "other").unwrap();
+    // Held while any clone lives; free once the last is gone.
+    drop(first);
+    assert!(CheckpointStorage::open(tmp.path(), "job").is_err());
+    drop(clone);
+    let again = CheckpointStorage::open(tmp.path(), "job").unwrap();
+    // The lock file is not a checkpoint.
+    assert_eq!(again.max_checkpoint_id().unwrap(), 0);
 }
