@@ -52,7 +52,7 @@ fn run_count(
             if fail_at == Some(i) {
                 panic!("planned stop at record {i}");
             }
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 // Slow enough for several checkpoints to complete.
                 std::thread::sleep(Duration::from_micros(300));
             }

@@ -459,7 +459,7 @@ fn run_wordcount(cfg: JobConfig, source: FileSource) -> (HashMap<String, u64>, J
         .map(move |line: String| {
             // Slow enough that checkpoints land in the middle of the files.
             seen += 1;
-            if seen % 250 == 0 {
+            if seen.is_multiple_of(250) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             line
@@ -571,7 +571,7 @@ fn continuous_mode_reads_a_file_added_while_running_exactly_once() {
         .uid("files")
         .map(move |line: String| {
             // Slow enough that checkpoints land between finished and unread files.
-            if counter.fetch_add(1, Ordering::Relaxed) % 50 == 0 {
+            if counter.fetch_add(1, Ordering::Relaxed).is_multiple_of(50) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             line

@@ -168,7 +168,8 @@ impl FailPlan {
         } else if subtask == 0
             && (seen >= self.at
                 || self.now.load(Ordering::Relaxed)
-                || (seen % 4096 == 0 && self.deadline.is_some_and(|d| Instant::now() >= d)))
+                || (seen.is_multiple_of(4096)
+                    && self.deadline.is_some_and(|d| Instant::now() >= d)))
         {
             *self.t_fail.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             self.fired.store(true, Ordering::Relaxed);
@@ -238,7 +239,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         out.collect((*ctx.key(), c));
         if let Some(plan) = &self.fail {
             self.seen += 1;
-            if self.seen % 4096 == 0 {
+            if self.seen.is_multiple_of(4096) {
                 plan.processed.fetch_add(4096, Ordering::Relaxed);
             }
             plan.on_record(self.subtask, self.seen, &mut self.first_after);
