@@ -87,8 +87,86 @@ fn keyed_count_from_nats_to_nats_is_exact_under_injected_failures() {
     let counts = read_counts(&server, "counts");
     assert_eq!(counts.len() as u64, n, "one message per update");
     assert_updates_exact(&group(counts), n, keys, "nats sink");
-    // Messages published after the start are not read by this (bounded) run.
-    assert_eq!(client.count("events"), n);
+}
+
+/// A `--source nats://` run is bounded by the stream's last message at the job's fresh
+/// start, and a restore keeps that bound: keyed-count is paused (SIGSTOP) right after its
+/// first checkpoint, more messages are published, the run is SIGKILLed and resumed with
+/// `--restore latest`. The resumed run must count exactly the first `n` messages, although
+/// the stream then holds more.
+#[test]
+fn a_bounded_nats_source_keeps_its_bound_across_a_restore() {
+    let server = NatsServer::start();
+    let client = server.client();
+    client.create_stream("events", Duration::from_secs(120));
+    client.create_stream("counts", Duration::from_secs(120));
+    let (n, keys, extra) = (60_000u64, 13u64, 5_000u64);
+    client.publish("events.in", (0..n).map(|i| i.to_string()));
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk");
+    let args = |restore: bool| {
+        let mut a: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--source",
+            &format!("{}/events", server.url()),
+            "--keys",
+            &keys.to_string(),
+            "--emit",
+            "updates",
+            "--sink",
+            &format!("{}/counts?subject=counts.out", server.url()),
+            "--parallelism",
+            "2",
+            "--checkpoint-interval",
+            "20ms",
+            "--checkpoint-dir",
+            &s(&chk),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        if restore {
+            a.extend(["--restore".to_string(), "latest".to_string()]);
+        }
+        a
+    };
+    let started = std::time::Instant::now();
+    let mut child = spawn_logged(
+        &mut weir(tmp.path(), args(false)),
+        &tmp.path().join("first.log"),
+    );
+    wait_for_checkpoints(&mut child, &chk.join("keyed-count"), 1, RUN_TIMEOUT);
+    // Pause the run at once, so that it is still mid-input while the extra messages go in.
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &child.id().to_string()])
+        .status()
+        .expect("run kill -STOP");
+    eprintln!("first checkpoint after {:?}", started.elapsed());
+    assert!(stopped.success(), "kill -STOP failed: {stopped}");
+    client.publish("events.in", (n..n + extra).map(|i| i.to_string()));
+    assert_eq!(
+        client.count("events"),
+        n + extra,
+        "the extra messages are in the stream"
+    );
+    sigkill_running(
+        &mut child,
+        "the first run (paused after its first checkpoint)",
+    );
+    let resumed = run(&mut weir(tmp.path(), args(true)));
+    resumed.assert_success();
+    assert!(
+        restored_from(&resumed.stdout).is_some(),
+        "{}",
+        resumed.describe()
+    );
+    assert_updates_exact(
+        &group(read_counts(&server, "counts")),
+        n,
+        keys,
+        "messages published after the fresh start were read",
+    );
 }
 
 /// SIGKILL keyed-count (nats: sink) 4 times at random moments, resuming each time with

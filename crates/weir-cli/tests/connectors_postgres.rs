@@ -122,19 +122,66 @@ fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
     );
 }
 
-/// `?mode=upsert&key=key` with final counts and injected failures: one row per key with
-/// the exact count (at-least-once writes, idempotent by the primary key).
+/// `?mode=upsert&key=key` is idempotent under replay: every record the sink wrote since the
+/// restored checkpoint is written again, and the table must still hold one row per key with
+/// the exact count.
+///
+/// 1. keyed-count `--emit updates` is SIGKILLed twice mid-run (each time after a new
+///    checkpoint) and resumed with `--restore latest` to the end: the restored runs re-upsert the updates after their checkpoint.
+///    After every kill no key is ahead of the truth, and the end is exact.
+/// 2. The whole input is then run again from scratch with final counts and injected
+///    failures (`--verify`): every key's row is upserted again with the value it already
+///    holds. A non-idempotent write (one that adds to the stored count, or inserts a second
+///    row) would change the table; it must stay exactly the truth.
 #[test]
-fn postgres_upsert_mode_ends_with_exact_final_counts() {
+fn postgres_upsert_mode_is_idempotent_under_replay() {
     let pg = PgServer::start();
     pg.exec(
         "postgres",
         "CREATE TABLE totals (key BIGINT PRIMARY KEY, count BIGINT)",
     );
     let tmp = tempfile::tempdir().unwrap();
-    let (n, keys) = (200_000u64, 50u64);
+    let (n, keys) = (400_000u64, 50u64);
     let url = format!("{}?mode=upsert&key=key", pg.url("postgres", "totals"));
-    let run = run(&mut weir(
+    let want: BTreeMap<u64, u64> = (0..keys).map(|k| (k, expected_count(n, keys, k))).collect();
+    let rows_by_key = |what: &str| -> BTreeMap<u64, u64> {
+        let rows = rows(&pg, "totals");
+        let by_key: BTreeMap<u64, u64> = rows.iter().copied().collect();
+        assert_eq!(by_key.len(), rows.len(), "{what}: a key has two rows");
+        by_key
+    };
+
+    // 1. SIGKILLs mid-run, then resumed to the end.
+    let chk = tmp.path().join("chk");
+    // 4 s at the rate: each killed run stops soon after its first new checkpoint.
+    let args = kill_run_args(&chk, &url, (n, keys), "100000");
+    kill_after_new_checkpoints(
+        tmp.path(),
+        &chk.join("keyed-count"),
+        (2, 200),
+        0x5eed_0125,
+        &args,
+        |i| {
+            for (k, c) in rows_by_key(&format!("after kill {i}")) {
+                let truth = want.get(&k).copied().unwrap_or(0);
+                assert!(
+                    c <= truth,
+                    "after kill {i}, key {k} holds {c}, more than its final count {truth}"
+                );
+            }
+        },
+    );
+    let resumed = run(&mut weir(tmp.path(), args(true)));
+    resumed.assert_success();
+    assert!(
+        restored_from(&resumed.stdout).is_some(),
+        "{}",
+        resumed.describe()
+    );
+    assert_eq!(rows_by_key("after the restore"), want, "after the restore");
+
+    // 2. The same input again, from scratch, over the rows already there.
+    let again = run(&mut weir(
         tmp.path(),
         [
             "run",
@@ -152,15 +199,17 @@ fn postgres_upsert_mode_ends_with_exact_final_counts() {
             "--restart-delay",
             "5ms",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &s(&tmp.path().join("chk-again")),
             "--verify",
         ],
     ));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    let got: BTreeMap<u64, u64> = rows(&pg, "totals").into_iter().collect();
-    let want: BTreeMap<u64, u64> = (0..keys).map(|k| (k, expected_count(n, keys, k))).collect();
-    assert_eq!(got, want);
+    again.assert_success();
+    assert!(again.stdout.contains("verify: OK"), "{}", again.describe());
+    assert_eq!(
+        rows_by_key("after the second run"),
+        want,
+        "upserting the same input again changed the table"
+    );
 }
 
 /// The first errors a user meets end the run at once (exit 1), naming the way out: a

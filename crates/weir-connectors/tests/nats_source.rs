@@ -5,12 +5,41 @@
 mod nats_support;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use nats_support::{free_port, NatsServer};
 use weir::prelude::*;
 use weir::testing::{expected_counts, CountPerKey};
 use weir_connectors::nats::{decode_utf8, JetStreamConfig, JetStreamSource};
+
+/// Longest any wait of these tests may take (a job, a publisher, the job reaching a state):
+/// generous for a loaded 2-core machine, and a clear failure instead of a hang.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `env` to its end (on this thread: an environment is not `Send`). A job still
+/// running after [`DEADLINE`] — a continuous source waiting for messages that never come —
+/// ends the test binary with a message naming the hang instead of holding the suite.
+fn execute_within(env: StreamEnvironment) -> Result<JobResult> {
+    let (finished, watch) = mpsc::channel::<()>();
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(DEADLINE) {
+            // Straight to the process's stderr: the test harness captures `eprintln!`, and
+            // its capture is lost when the process exits.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: the job did not finish within {DEADLINE:?}; aborting the tests"
+            );
+            std::process::exit(101);
+        }
+    });
+    let result = env.execute();
+    drop(finished);
+    result
+}
 
 fn config(name: &str, dir: &std::path::Path, parallelism: u32) -> JobConfig {
     let mut c = JobConfig::new(name);
@@ -64,7 +93,7 @@ fn run_count(
         .uid("count")
         .add_sink("collect", out.clone())
         .uid("collect");
-    let result = env.execute()?;
+    let result = execute_within(env)?;
     let mut counts = HashMap::new();
     for (k, c) in out.take() {
         assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
@@ -144,7 +173,7 @@ fn subject_filter_and_bound_at_start() {
     let cfg = JetStreamConfig::parse(&format!("{}/mixed?subject=mixed.b", server.url())).unwrap();
     env.add_source("nats", JetStreamSource::bounded(cfg, decode_utf8))
         .add_sink("collect", out.clone());
-    env.execute().unwrap();
+    execute_within(env).unwrap();
     let mut got: Vec<u32> = out.take().iter().map(|s| s.parse().unwrap()).collect();
     got.sort();
     assert_eq!(got, (0..50).collect::<Vec<_>>());
@@ -163,14 +192,28 @@ fn continuous_mode_idles_then_reads_new_messages() {
     let mut jc = config("nats-live", dir.path(), 1);
     jc.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(jc);
-    let publisher = {
+    // Publishes once the job has idled through two checkpoints on the empty stream (or
+    // after the deadline, so that the job can end either way); says whether it saw them.
+    let (published_tx, published) = mpsc::channel();
+    {
         let url = server.url();
+        let metrics = env.metrics();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
+            let deadline = Instant::now() + DEADLINE;
+            let idled = loop {
+                if metrics.checkpoints_completed.load(Ordering::Relaxed) >= 2 {
+                    break true;
+                }
+                if Instant::now() >= deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
             let c = nats_support::TestClient::connect(&url);
             c.publish("live.x", (0..20u32).map(|i| i.to_string()));
-        })
-    };
+            let _ = published_tx.send(idled);
+        });
+    }
     src = src.with_splits(1);
     env.add_source("nats", src).map(|s: String| {
         if s == "19" {
@@ -178,8 +221,14 @@ fn continuous_mode_idles_then_reads_new_messages() {
         }
         s
     });
-    let err = env.execute().unwrap_err().to_string();
-    publisher.join().unwrap();
+    let err = execute_within(env).unwrap_err().to_string();
+    let idled = published
+        .recv_timeout(DEADLINE)
+        .unwrap_or_else(|e| panic!("the publisher did not finish within {DEADLINE:?}: {e}"));
+    assert!(
+        idled,
+        "the job completed no 2 checkpoints on the empty stream within {DEADLINE:?}"
+    );
     assert!(err.contains("all 20 arrived"), "{err}");
 }
 
@@ -192,7 +241,7 @@ fn clear_errors_for_server_down_missing_stream_and_bad_payload() {
         let env = StreamEnvironment::new(jc);
         env.add_source("nats", JetStreamSource::bounded(cfg, decode_utf8))
             .add_sink("discard", DiscardSink);
-        env.execute().unwrap_err().to_string()
+        execute_within(env).unwrap_err().to_string()
     };
     let port = free_port();
     let e = run(JetStreamConfig::new(format!("127.0.0.1:{port}"), "s"));

@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod checkpoint;
+pub(crate) mod clock;
 pub mod connectors;
 pub mod error;
 pub mod runtime;

@@ -4,9 +4,11 @@
 mod common;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use common::{expected, CountPerKey};
 use weir::checkpoint::metadata::{CheckpointMetadata, SnapshotKind};
@@ -43,8 +45,15 @@ fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> Stre
     env
 }
 
+/// Longest any wait of these tests may take (the job itself, its sources reaching a
+/// record count, a control call): generous for a loaded 2-core machine, and a clear failure
+/// instead of a hang.
+const DEADLINE: Duration = Duration::from_secs(120);
+
 /// Runs `env` on a thread; once its sources emitted `after` records, calls `act` with the
-/// job's control; returns what `act` returned and the job's result.
+/// job's control; returns what `act` returned and the job's result. Every wait has a
+/// deadline: a job that ends (or stalls) before `after` records, an `act` that does not
+/// return, or a job that does not finish fails the test with the cause.
 fn while_running<R: Send + 'static>(
     env: StreamEnvironment,
     after: u64,
@@ -52,14 +61,70 @@ fn while_running<R: Send + 'static>(
 ) -> (R, Result<JobResult>) {
     let control = env.control();
     let metrics = env.metrics();
-    let actor = std::thread::spawn(move || {
-        while metrics.source_records.load(Ordering::Relaxed) < after {
-            std::thread::sleep(Duration::from_millis(2));
+    let ended = Arc::new(AtomicBool::new(false));
+    let (acted_tx, acted) = mpsc::channel();
+    {
+        let ended = ended.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + DEADLINE;
+            let outcome = loop {
+                let seen = metrics.source_records.load(Ordering::Relaxed);
+                if seen >= after {
+                    break Ok(act(&control));
+                }
+                if ended.load(Ordering::Acquire) {
+                    break Err(format!(
+                        "the job ended after {seen} source records, before the {after} the \
+                         test waits for"
+                    ));
+                }
+                if Instant::now() >= deadline {
+                    break Err(format!(
+                        "the sources emitted {seen} of {after} records within {DEADLINE:?}"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let _ = acted_tx.send(outcome);
+        });
+    }
+    let result = execute_within(env, Some(ended));
+    let acted = within(acted, "the control action").unwrap_or_else(|cause| panic!("{cause}"));
+    (acted, result)
+}
+
+/// Runs `env` to its end (on this thread: an environment is not `Send`) and sets `ended`
+/// when it returns. A job still running after [`DEADLINE`] ends the test binary with a
+/// message naming the hang: no run can hold the test suite forever.
+fn execute_within(env: StreamEnvironment, ended: Option<Arc<AtomicBool>>) -> Result<JobResult> {
+    let (finished, watch) = mpsc::channel::<()>();
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(DEADLINE) {
+            // Straight to the process's stderr: the test harness captures `eprintln!`,
+            // and its capture is lost when the process exits.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: the job did not finish within {DEADLINE:?}; aborting the tests"
+            );
+            std::process::exit(101);
         }
-        act(&control)
     });
     let result = env.execute();
-    (actor.join().unwrap(), result)
+    drop(finished);
+    if let Some(ended) = ended {
+        ended.store(true, Ordering::Release);
+    }
+    result
+}
+
+/// What `rx`'s thread sends, at most [`DEADLINE`] from now; fails the test with `what` if
+/// it takes longer or the thread ends without sending (it panicked: its message is above).
+fn within<T>(rx: mpsc::Receiver<T>, what: &str) -> T {
+    rx.recv_timeout(DEADLINE).unwrap_or_else(|e| match e {
+        mpsc::RecvTimeoutError::Timeout => panic!("{what} did not finish within {DEADLINE:?}"),
+        mpsc::RecvTimeoutError::Disconnected => panic!("{what} panicked"),
+    })
 }
 
 fn counts(out: &CollectSink<(u64, u64)>) -> HashMap<u64, u64> {
@@ -156,9 +221,11 @@ fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
     copy_dir(&sp2, &moved);
     std::fs::remove_dir_all(&sp2).unwrap();
     let out = CollectSink::new();
-    job(cfg(tmp.path(), 1, RestoreFrom::Path(moved)), None, &out)
-        .execute()
-        .unwrap();
+    execute_within(
+        job(cfg(tmp.path(), 1, RestoreFrom::Path(moved)), None, &out),
+        None,
+    )
+    .unwrap();
     assert_eq!(counts(&out), expected(N, KEYS));
 }
 
@@ -237,7 +304,7 @@ fn a_removed_operator_blocks_the_restore_unless_allowed() {
             .uid("count-v2")
             .add_sink("collect", out.clone())
             .uid("sink");
-        env.execute()
+        execute_within(env, None)
     };
     let e = upgraded(false).unwrap_err().to_string();
     assert!(

@@ -1,11 +1,15 @@
 //! End-to-end exactly-once output through the two-phase-commit protocol, against an
 //! in-memory transactional store: under injected failures every record is committed exactly
 //! once, bounded jobs end with everything committed (the final checkpoint), and nothing
-//! pre-committed is visible before its checkpoint completes.
+//! pre-committed is visible before its checkpoint completes. The store checks every
+//! commit against the checkpoint folder: a transaction may be committed only once its
+//! checkpoint's `_metadata` exists (the checkpoint completed), and pre-committed only while
+//! it does not, so an engine that committed at pre-commit time fails every test here.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,11 +24,43 @@ struct Store {
     /// Names of committed transactions (a second commit of one is a no-op).
     done: std::collections::HashSet<String>,
     commits: u64,
+    /// Commits (and pre-commits) checked against the checkpoint folder.
+    checked: u64,
+    /// Protocol violations seen: a commit before its checkpoint completed, or a pre-commit
+    /// after. Recorded rather than panicked on, so the engine's restart cannot hide them.
+    violations: Vec<String>,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct StoreSink {
     store: Arc<Mutex<Store>>,
+    /// `<checkpoint-dir>/<job>`: where `chk-<id>/_metadata` marks a completed checkpoint.
+    job_dir: PathBuf,
+}
+
+impl StoreSink {
+    /// A sink for the job whose checkpoints are in `<checkpoint_dir>/<job>`.
+    fn new(checkpoint_dir: &Path, job: &str) -> Self {
+        StoreSink {
+            store: Arc::default(),
+            job_dir: checkpoint_dir.join(job),
+        }
+    }
+
+    /// Whether checkpoint `id` is complete: its `_metadata` exists.
+    fn completed(&self, id: u64) -> bool {
+        self.job_dir
+            .join(format!("chk-{id}"))
+            .join("_metadata")
+            .is_file()
+    }
+}
+
+/// The checkpoint id at the end of a transaction name `<prefix><subtask>-<id>`.
+fn checkpoint_of(name: &str) -> u64 {
+    name.rsplit_once('-')
+        .and_then(|(_, id)| id.parse().ok())
+        .unwrap_or_else(|| panic!("transaction name {name} does not end with a checkpoint id"))
 }
 
 impl TwoPhaseCommitSink<(u64, u64)> for StoreSink {
@@ -54,13 +90,28 @@ impl TwoPhaseCommitSink<(u64, u64)> for StoreSink {
         id: u64,
     ) -> Result<Option<String>> {
         let name = ctx.transaction_name(id);
+        let early = self.completed(id);
         let mut s = self.store.lock().unwrap();
         assert!(!s.done.contains(&name), "transaction name {name} reused");
+        s.checked += 1;
+        if early {
+            s.violations.push(format!(
+                "{name} pre-committed after checkpoint {id} had completed"
+            ));
+        }
         s.prepared.insert(name.clone(), txn);
         Ok(Some(name))
     }
     fn commit(&mut self, name: String) -> Result<()> {
+        let id = checkpoint_of(&name);
+        let complete = self.completed(id);
         let mut s = self.store.lock().unwrap();
+        s.checked += 1;
+        if !complete {
+            s.violations.push(format!(
+                "{name} committed before checkpoint {id} completed (no _metadata)"
+            ));
+        }
         if let Some(rows) = s.prepared.remove(&name) {
             s.committed.extend(rows);
             s.done.insert(name);
@@ -73,6 +124,26 @@ impl TwoPhaseCommitSink<(u64, u64)> for StoreSink {
     fn abort(&mut self, _: Vec<(u64, u64)>) -> Result<()> {
         Ok(())
     }
+}
+
+/// Asserts that every pre-commit ran before, and every commit after, its checkpoint
+/// completed, and that such checks happened.
+fn check_protocol(s: &Store) {
+    assert!(
+        s.violations.is_empty(),
+        "two-phase commit out of order ({} times), first:\n{}",
+        s.violations.len(),
+        s.violations[..s.violations.len().min(10)].join("\n")
+    );
+    assert!(s.checked > 0 && s.commits > 0, "nothing was committed");
+}
+
+/// Test settings, keeping every completed checkpoint: a commit of checkpoint `n` must find
+/// `chk-n/_metadata` even if newer checkpoints completed in the meantime.
+fn tpc_config(name: &str, dir: &Path, parallelism: u32) -> JobConfig {
+    let mut cfg = config(name, dir, parallelism, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.retained = 1_000_000;
+    cfg
 }
 
 /// Every key's committed values are exactly 1..=expected, each once.
@@ -112,14 +183,14 @@ fn sequence_job(
 fn committed_output_is_exactly_once_under_failures() {
     let dir = tempfile::tempdir().unwrap();
     let (n, keys) = (200_000, 50);
-    let mut cfg = config("tpc", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    let mut cfg = tpc_config("tpc", dir.path(), 2);
     cfg.failure_injection = Some(FailureInjection {
         failures: 12,
         seed: 7,
         horizon: n * 2,
         after_checkpoint: false,
     });
-    let sink = StoreSink::default();
+    let sink = StoreSink::new(dir.path(), "tpc");
     let result = sequence_job(cfg, n, keys, Some(400_000.0), sink.clone())
         .execute()
         .unwrap();
@@ -131,14 +202,15 @@ fn committed_output_is_exactly_once_under_failures() {
         s.prepared.keys()
     );
     check_sequences(&s.committed, n, keys);
+    check_protocol(&s);
 }
 
 #[test]
 fn a_bounded_job_ends_with_everything_committed_without_waiting_an_interval() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config("tpc-final", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    let mut cfg = tpc_config("tpc-final", dir.path(), 2);
     cfg.checkpointing.interval = Some(Duration::from_secs(3600));
-    let sink = StoreSink::default();
+    let sink = StoreSink::new(dir.path(), "tpc-final");
     let started = Instant::now();
     let result = sequence_job(cfg, 10_000, 10, None, sink.clone())
         .execute()
@@ -151,14 +223,15 @@ fn a_bounded_job_ends_with_everything_committed_without_waiting_an_interval() {
     let s = sink.store.lock().unwrap();
     assert!(s.prepared.is_empty());
     check_sequences(&s.committed, 10_000, 10);
+    check_protocol(&s);
 }
 
 #[test]
 fn without_periodic_checkpoints_the_final_checkpoint_commits_once_for_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config("tpc-off", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    let mut cfg = tpc_config("tpc-off", dir.path(), 2);
     cfg.checkpointing.interval = None;
-    let sink = StoreSink::default();
+    let sink = StoreSink::new(dir.path(), "tpc-off");
     let result = sequence_job(cfg, 10_000, 10, None, sink.clone())
         .execute()
         .unwrap();
@@ -167,14 +240,15 @@ fn without_periodic_checkpoints_the_final_checkpoint_commits_once_for_the_job() 
     assert!(s.prepared.is_empty());
     assert_eq!(s.commits, 2, "one transaction per subtask");
     check_sequences(&s.committed, 10_000, 10);
+    check_protocol(&s);
 }
 
 #[test]
 fn pre_committed_output_is_invisible_until_its_checkpoint_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config("tpc-visible", dir.path(), 1, CheckpointingMode::ExactlyOnce);
+    let mut cfg = tpc_config("tpc-visible", dir.path(), 1);
     cfg.checkpointing.interval = Some(Duration::from_millis(50));
-    let sink = StoreSink::default();
+    let sink = StoreSink::new(dir.path(), "tpc-visible");
     let store = sink.store.clone();
     // A reader that watches while the job runs: committed rows only ever grow by whole
     // transactions, and each key's committed values are a prefix 1..m (never a hole).
@@ -209,4 +283,5 @@ fn pre_committed_output_is_invisible_until_its_checkpoint_completes() {
     let s = store.lock().unwrap();
     assert!(s.commits > 2, "several checkpoints committed along the way");
     check_sequences(&s.committed, 100_000, 5);
+    check_protocol(&s);
 }

@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -65,6 +67,59 @@ pub fn kill_run_args<'a>(
         }
         keyed_count_updates(chk, sink, events, keys, &extra)
     }
+}
+
+/// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
+/// and SIGKILLs each run mid-run: once it completed a checkpoint newer than any before it
+/// (so a restored run proved it resumed and progressed), plus a random 0–`extra_ms` ms
+/// (seeded, see [`XorShift::from_env`]), asserting it had not finished. Driven by
+/// checkpoints rather than by wall time, so a loaded machine makes it slower, not wrong.
+/// `after_kill(i)` checks the committed output. Returns the newest complete checkpoint.
+pub fn kill_after_new_checkpoints(
+    tmp: &Path,
+    job_dir: &Path,
+    (kills, extra_ms): (usize, u64),
+    seed: u64,
+    args: impl Fn(bool) -> Vec<String>,
+    mut after_kill: impl FnMut(usize),
+) -> u64 {
+    let mut rng = XorShift::from_env(seed);
+    let mut newest = 0u64;
+    for i in 0..kills {
+        let log = tmp.join(format!("run-{i}.log"));
+        let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        while completed_checkpoints(job_dir)
+            .last()
+            .is_none_or(|&id| id <= newest)
+        {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                panic!(
+                    "run {i} exited ({st}) before completing a checkpoint after chk-{newest}; \
+                     see {}",
+                    log.display()
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("run {i} completed no checkpoint after chk-{newest} within {RUN_TIMEOUT:?}");
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        let extra = rng.range(0, extra_ms);
+        thread::sleep(Duration::from_millis(extra));
+        sigkill_running(
+            &mut child,
+            &format!("run {i} (killed {extra} ms after a checkpoint after chk-{newest})"),
+        );
+        after_kill(i);
+        newest = completed_checkpoints(job_dir)
+            .last()
+            .copied()
+            .unwrap_or(newest);
+    }
+    newest
 }
 
 /// `key → every count emitted for it`, from `(key, count)` records in any order.

@@ -260,10 +260,15 @@ fn apply_to_all_keys_reaches_every_key_with_state() {
     assert_eq!(b.sizes().into_iter().find(|s| s.0 == "max").unwrap().1, 0);
 }
 
+/// Time stands still under a manual clock ([`crate::clock::manual`]): expiry is decided by
+/// the test's `advance`, never by how long the machine took between two lines.
 #[test]
 fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
+    use crate::clock::manual::ManualClock;
+    use std::time::Duration;
+    let clock = ManualClock::start_at(1_700_000_000_000);
     let mut b = backend(BTreeMap::new());
-    let ttl = StateTtlConfig::new(std::time::Duration::from_millis(50));
+    let ttl = StateTtlConfig::new(Duration::from_millis(50));
     let mut store = KeyedStateStore::new(&mut b);
     let v = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
     let plain = store.value_state::<u64>("plain").unwrap();
@@ -290,7 +295,35 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
     // A restore keeps the stamps: the restored values expire on the same schedule.
     let restored = round_trip(&mut b);
     assert!(restored["v"].ttl && !restored["plain"].ttl);
-    std::thread::sleep(std::time::Duration::from_millis(80));
+    // One millisecond before the end of the TTL everything is still there, in the original
+    // and in a backend restored from a snapshot taken just now.
+    clock.advance(Duration::from_millis(49));
+    assert_eq!(count(&mut b, "v"), 100, "nothing expires before its TTL");
+    let mut early = backend(round_trip(&mut b));
+    let early_v = KeyedStateStore::new(&mut early)
+        .with_ttl(ttl)
+        .value_state::<u64>("v")
+        .unwrap();
+    let mut ctx = KeyedContext {
+        key: &7u64,
+        backend: &mut early,
+    };
+    assert_eq!(
+        ctx.get(early_v),
+        Some(&7),
+        "a live value survives a restore"
+    );
+    assert_eq!(
+        KeyedContext {
+            key: &7u64,
+            backend: &mut b,
+        }
+        .get(v),
+        Some(&7),
+        "a value is returned until its TTL ends"
+    );
+    // At exactly the TTL the values expire.
+    clock.advance(Duration::from_millis(1));
     assert_eq!(
         count(&mut b, "v"),
         0,
@@ -303,6 +336,11 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
     };
     assert_eq!(ctx.get(v), None, "an expired value is never returned");
     assert_eq!(ctx.get(plain), Some(&7));
+    let mut ctx = KeyedContext {
+        key: &7u64,
+        backend: &mut early,
+    };
+    assert_eq!(ctx.get(early_v), None, "restored stamps keep their age");
     let mut b2 = backend(restored);
     let mut store = KeyedStateStore::new(&mut b2);
     let v2 = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
