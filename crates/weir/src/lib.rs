@@ -16,10 +16,12 @@
 
 pub mod api;
 pub mod checkpoint;
+mod clock;
 pub mod connectors;
 pub mod error;
 pub mod runtime;
 pub mod state;
+pub mod storage;
 pub mod testing;
 
 pub use error::{Error, Result};

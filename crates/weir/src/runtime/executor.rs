@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
@@ -167,12 +167,7 @@ impl JobResult {
 /// Longest the executor sleeps between looks at progress counters.
 pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
-pub(crate) fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use crate::clock::wall_ms;
 
 /// A running attempt: the control channels and threads of its tasks.
 pub(crate) struct Attempt {

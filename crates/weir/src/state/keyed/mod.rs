@@ -34,8 +34,8 @@ pub use ttl::{StateTtlConfig, TtlUpdate};
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;
 use super::{Key, StateKind, StateValue};
-use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
+use crate::storage::shared_bytes::SharedBytes;
 use table::{StateTable, Table};
 use timers::{TimerIndex, TIMERS_STATE};
 
@@ -403,7 +403,7 @@ impl<K: Key> KeyedContext<'_, K> {
     /// The current processing time (milliseconds since the Unix epoch): the clock that
     /// processing-time timers follow.
     pub fn current_processing_time(&self) -> u64 {
-        crate::runtime::executor::wall_ms()
+        crate::clock::wall_ms()
     }
 
     /// Registers a processing-time timer for the current key at `time_ms`: the function's
@@ -470,7 +470,7 @@ pub struct KeyedEndContext<'a, K> {
 impl<K: Key> KeyedEndContext<'_, K> {
     /// Every `(key, value)` of `state` on this subtask, in no particular order.
     pub fn entries<V: StateValue>(&self, state: ValueState<V>) -> impl Iterator<Item = (&K, &V)> {
-        let now = crate::runtime::executor::wall_ms();
+        let now = crate::clock::wall_ms();
         let table = self.backend.table::<V>(state.index());
         table.map.iter().filter(move |(k, _)| table.live(k, now))
     }

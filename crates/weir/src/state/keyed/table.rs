@@ -11,8 +11,8 @@ use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
 use super::ttl::Ttl;
 use super::view::View;
-use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
+use crate::storage::shared_bytes::SharedBytes;
 
 /// One state table, type-erased so a backend can hold states of different value types.
 pub(crate) trait StateTable<K>: Send {
@@ -88,12 +88,7 @@ impl<K: Key, S: StateValue> Table<K, S> {
     #[inline]
     pub fn access(&mut self, key: &K, write: bool) -> &mut CowMap<K, S> {
         if let Some(ttl) = &mut self.ttl {
-            ttl.on_access(
-                &mut self.map,
-                key,
-                write,
-                crate::runtime::executor::wall_ms(),
-            );
+            ttl.on_access(&mut self.map, key, write, crate::clock::wall_ms());
         }
         &mut self.map
     }
@@ -112,7 +107,7 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         self.ttl.is_some()
     }
     fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot> {
-        let now = crate::runtime::executor::wall_ms();
+        let now = crate::clock::wall_ms();
         let map = self.map.snapshot();
         let ttl = self.ttl.as_mut().map(|t| (t.stamps.snapshot(), t.cfg, now));
         let view = Arc::new(View::new(map, ttl, range, max_parallelism));
