@@ -1,6 +1,8 @@
 //! Checkpoints: the coordinator's protocol, the storage format, and the asynchronous
 //! writing and loading of snapshots.
 //!
+//! * [`barrier`] — the barrier and the checkpointing mode, shared with the runtime.
+//! * [`snapshot`] — what a task captured at a barrier, for the writer.
 //! * [`coordinator`] — when to trigger, when a checkpoint is complete (pure logic).
 //! * [`format`], [`storage`], [`shared_bytes`] — re-exported from the layer below,
 //!   [`crate::storage`], where they now live: the checksummed envelope of every file, the
@@ -11,10 +13,12 @@
 //! * [`restore`] — loads a checkpoint back and hands each subtask its part.
 //! * [`inspect`] — describes a checkpoint's operators and states for tools (`weir state`).
 
+pub mod barrier;
 pub mod coordinator;
 pub mod inspect;
 pub mod metadata;
 pub mod restore;
+pub mod snapshot;
 pub mod writer;
 
 pub use crate::storage::{self, format, shared_bytes};
