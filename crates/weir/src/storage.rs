@@ -3,7 +3,7 @@
 //! It knows files, folders and bytes, not checkpoints' meaning, and imports nothing else
 //! of the crate (see the layer map in the crate docs):
 //!
-//! * [`format`] — the checksummed envelope of every file.
+//! * [`format`](mod@format) — the checksummed envelope of every file.
 //! * [`shared_bytes`] — ranges of a loaded file, handed out without copying.
 //! * this module — the folder layout on a local disk, atomic writes.
 //!

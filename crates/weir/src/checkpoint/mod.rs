@@ -4,7 +4,7 @@
 //! * [`barrier`] — the barrier and the checkpointing mode, shared with the runtime.
 //! * [`snapshot`] — what a task captured at a barrier, for the writer.
 //! * [`coordinator`] — when to trigger, when a checkpoint is complete (pure logic).
-//! * [`format`], [`storage`], [`shared_bytes`] — re-exported from the layer below,
+//! * [`format`](mod@format), [`storage`], [`shared_bytes`] — re-exported from the layer below,
 //!   [`crate::storage`], where they now live: the checksummed envelope of every file, the
 //!   folder layout on a local disk with atomic writes, and ranges of a loaded file handed
 //!   out without copying. The paths under `checkpoint` keep working.
