@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use crate::checkpoint::format::FormatError;
-use crate::checkpoint::storage::StorageError;
+use crate::storage::format::FormatError;
+use crate::storage::StorageError;
 
 /// Result alias used across the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -11,16 +11,39 @@
 //!
 //! The design contract is `DESIGN.md` in the shared folder; module docs state each
 //! module's guarantees.
+//!
+//! # Layers
+//!
+//! Imports go one way, from the top down; a module never imports a layer above its own
+//! (`tests/layers.rs` checks it, `docs/architecture.md` explains it):
+//!
+//! ```text
+//! api, connectors, testing → runtime → checkpoint → state → error → storage → clock
+//! ```
+//!
+//! * [`api`], [`connectors`], [`testing`] — what jobs are written with.
+//! * [`runtime`] — executes jobs; it owns the user-function traits, [`JobConfig`] and the
+//!   job graph, which [`api`] re-exports under `api::functions` and `api::config`.
+//! * [`checkpoint`] — the protocol; it owns the barrier, the checkpointing mode and the
+//!   task snapshot, which the runtime re-exports from `runtime::{event, alignment, output}`.
+//! * [`state`] — what operators remember.
+//! * [`error`] — the engine's error, which wraps storage's.
+//! * [`storage`] — checkpoint files on disk, their envelope format and shared byte ranges
+//!   (still reachable under `checkpoint::{storage, format, shared_bytes}`).
+//! * `clock` — the wall clock (internal).
+//!
+//! [`JobConfig`]: runtime::config::JobConfig
 
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod checkpoint;
-pub(crate) mod clock;
+mod clock;
 pub mod connectors;
 pub mod error;
 pub mod runtime;
 pub mod state;
+pub mod storage;
 pub mod testing;
 
 pub use error::{Error, Result};

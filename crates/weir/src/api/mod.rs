@@ -1,13 +1,16 @@
-//! The DataStream API: how a user describes a job.
+//! The DataStream API: how a user describes a job. It is the top layer: it imports the
+//! runtime, and nothing below imports it.
 //!
 //! * [`config`] — job-wide settings.
 //! * [`functions`] — the traits user code implements and their state hooks.
 //! * [`stream`] — the environment, `DataStream` and `KeyedStream`.
 //! * [`two_phase_commit`] — exactly-once sinks: the two-phase-commit protocol.
-//! * `graph` — the logical graph those build (internal).
+//!
+//! `config` and `functions` are owned by the runtime, which runs the functions under the
+//! configuration; they are re-exported here, where users look for them, under the same
+//! paths as before. The logical graph `stream` builds is the runtime's too
+//! (`runtime::graph`, internal).
 
-pub mod config;
-pub mod functions;
-pub(crate) mod graph;
+pub use crate::runtime::{config, functions};
 pub mod stream;
 pub mod two_phase_commit;

@@ -27,18 +27,18 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::api::config::JobConfig;
-use crate::api::functions::{
+use crate::error::Result;
+use crate::runtime::config::JobConfig;
+use crate::runtime::control::{ControlHub, JobControl};
+use crate::runtime::executor::{self, JobMetrics, JobResult};
+use crate::runtime::functions::{
     BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
     ProcessFunction, SinkFunction, SourceFunction,
 };
-use crate::api::graph::{
+use crate::runtime::graph::{
     AnyBox, Edge, JobGraph, KeyedWriterBuilder, Node, NodeKind, Partitioning, TypedEdge,
     TypedOutputs,
 };
-use crate::error::Result;
-use crate::runtime::control::{ControlHub, JobControl};
-use crate::runtime::executor::{self, JobMetrics, JobResult};
 use crate::runtime::network::{KeyGroupRouter, RoutedWriter};
 use crate::runtime::operators::{
     BroadcastProcessOp, Connected, FilterOp, FlatMapOp, KeyedProcessOp, MapOp, OperatorContext,
@@ -130,7 +130,7 @@ fn add_node<O: Data>(
     name: &str,
     kind: NodeKind,
     inputs: &[(usize, Partitioning)],
-    edge: Option<&dyn Fn() -> Box<dyn crate::api::graph::EdgeFactory>>,
+    edge: Option<&dyn Fn() -> Box<dyn crate::runtime::graph::EdgeFactory>>,
 ) -> usize {
     let mut g = graph.borrow_mut();
     let id = g.nodes.len();
@@ -235,7 +235,7 @@ impl<T: Data> DataStream<T> {
     fn then<O: Data>(
         &self,
         name: &str,
-        build: crate::api::graph::OperatorBuilder,
+        build: crate::runtime::graph::OperatorBuilder,
     ) -> DataStream<O> {
         self.then_with(name, build, None, None)
     }
@@ -243,7 +243,7 @@ impl<T: Data> DataStream<T> {
     fn then_with<O: Data>(
         &self,
         name: &str,
-        build: crate::api::graph::OperatorBuilder,
+        build: crate::runtime::graph::OperatorBuilder,
         partitioning: Option<Partitioning>,
         keyed: Option<KeyedWriterBuilder<T>>,
     ) -> DataStream<O> {
@@ -258,7 +258,7 @@ impl<T: Data> DataStream<T> {
             Box::new(TypedEdge::<T> {
                 keyed: keyed.clone(),
                 max_parallelism: maxp,
-            }) as Box<dyn crate::api::graph::EdgeFactory>
+            }) as Box<dyn crate::runtime::graph::EdgeFactory>
         };
         let id = add_node::<O>(
             &self.graph,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::alignment::CheckpointingMode;
+use crate::checkpoint::barrier::CheckpointingMode;
 use crate::state::key_group::KeyGroupRange;
 use crate::state::operator::OperatorStateSnapshot;
 use crate::state::StateKind;

@@ -1,20 +1,24 @@
 //! Checkpoints: the coordinator's protocol, the storage format, and the asynchronous
 //! writing and loading of snapshots.
 //!
+//! * [`barrier`] — the barrier and the checkpointing mode, shared with the runtime.
+//! * [`snapshot`] — what a task captured at a barrier, for the writer.
 //! * [`coordinator`] — when to trigger, when a checkpoint is complete (pure logic).
-//! * [`format`] — the checksummed envelope of every file.
-//! * [`storage`] — the folder layout on a local disk, atomic writes.
+//! * [`format`](mod@format), [`storage`], [`shared_bytes`] — re-exported from the layer below,
+//!   [`crate::storage`], where they now live: the checksummed envelope of every file, the
+//!   folder layout on a local disk with atomic writes, and ranges of a loaded file handed
+//!   out without copying. The paths under `checkpoint` keep working.
 //! * [`metadata`] — what `_metadata` and the state files contain.
 //! * [`writer`] — turns a task's synchronous snapshot into files, off the processing thread.
 //! * [`restore`] — loads a checkpoint back and hands each subtask its part.
-//! * [`shared_bytes`] — ranges of a loaded file, handed out without copying.
 //! * [`inspect`] — describes a checkpoint's operators and states for tools (`weir state`).
 
+pub mod barrier;
 pub mod coordinator;
-pub mod format;
 pub mod inspect;
 pub mod metadata;
 pub mod restore;
-pub mod shared_bytes;
-pub mod storage;
+pub mod snapshot;
 pub mod writer;
+
+pub use crate::storage::{self, format, shared_bytes};

@@ -23,23 +23,9 @@ use std::time::{Duration, Instant};
 
 use super::event::CheckpointBarrier;
 
-/// How a task with several inputs treats barriers (the job's checkpointing mode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CheckpointingMode {
-    /// Align barriers: state counts every record exactly once after recovery.
-    ExactlyOnce,
-    /// Do not align: cheaper, lower latency; counts may be higher after recovery.
-    AtLeastOnce,
-}
-
-impl std::fmt::Display for CheckpointingMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CheckpointingMode::ExactlyOnce => "exactly-once",
-            CheckpointingMode::AtLeastOnce => "at-least-once",
-        })
-    }
-}
+/// The job's checkpointing mode, owned by the checkpoint layer (it is recorded in
+/// `_metadata`); re-exported here, where it decides alignment.
+pub use crate::checkpoint::barrier::CheckpointingMode;
 
 /// What the task must do after feeding an event to the handler.
 #[derive(Debug, Clone, PartialEq, Eq)]

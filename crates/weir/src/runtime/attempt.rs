@@ -416,7 +416,15 @@ impl AttemptRun<'_, '_> {
                     return self.coordinator.on_metadata_written(id, Instant::now());
                 }
                 *self.latest_path = Some(path.clone());
-                if let Some(inj) = &self.exec.injector {
+                // A gated failure waits for a checkpoint that got the sources further than
+                // this attempt's restore: its restart then resumes from real progress.
+                let restored_at: u64 = self.baseline.iter().map(|s| s.records).sum();
+                if let Some(inj) = self
+                    .exec
+                    .injector
+                    .as_ref()
+                    .filter(|_| source_records > restored_at)
+                {
                     inj.on_checkpoint_completed();
                 }
                 let duration = started.elapsed();

@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use crate::api::config::{JobConfig, RestoreFrom};
-use crate::api::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{
     CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
@@ -32,8 +30,10 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
 use crate::error::{Error, Result};
 use crate::runtime::attempt::AttemptRun;
+use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
+use crate::runtime::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};

@@ -7,9 +7,10 @@
 //! failure fires exactly once in a job that processes at least `horizon` records.
 //!
 //! With [`FailureInjection::after_checkpoint`], a failure whose point has passed waits
-//! until a checkpoint has completed in the running attempt, and at most one fires per
-//! attempt: every restart then has a checkpoint with progress to restore, which is what a
-//! test needs to tell a real recovery from a start from scratch.
+//! until a checkpoint that got the sources further than the attempt's restore has completed
+//! in the running attempt, and at most one fires per attempt: every restart then has a
+//! checkpoint with progress to restore, which is what a test needs to tell a real recovery
+//! from a start from scratch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -23,9 +24,10 @@ pub struct FailureInjection {
     pub seed: u64,
     /// Failures fire within the first `horizon` records the job's tasks process in total.
     pub horizon: u64,
-    /// Hold each failure back until a checkpoint has completed in the current attempt (and
-    /// fire at most one per attempt), so every failure restores a checkpoint, never the
-    /// beginning. A failure still pending when the input ends does not fire.
+    /// Hold each failure back until a checkpoint has completed in the current attempt with
+    /// the sources further than where the attempt started (and fire at most one per
+    /// attempt), so every failure restores a checkpoint with progress, never the beginning.
+    /// A failure still pending when the input ends does not fire.
     pub after_checkpoint: bool,
 }
 
@@ -85,7 +87,7 @@ impl FailureInjector {
         }
     }
 
-    /// A checkpoint completed: a gated injector may fire the next due failure.
+    /// A checkpoint with progress completed: a gated injector may fire the next due failure.
     pub(crate) fn on_checkpoint_completed(&self) {
         self.armed.store(true, Ordering::SeqCst);
     }

@@ -1,5 +1,8 @@
 //! The runtime: tasks, the channels between them, and how a job attempt executes.
 //!
+//! * [`functions`] — the traits user code implements; the operators call them.
+//! * [`config`] — job-wide settings a job runs under.
+//! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
 //! * [`event`] — what flows on a channel (batches, barriers, end-of-input).
 //! * [`output`] — the interface between chained operators.
 //! * [`operators`] — the built-in operators of a chain.
@@ -13,14 +16,21 @@
 //! * `attempt` — the event loop of one job attempt around the coordinator.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
+//!
+//! The runtime owns the contract it executes — the function traits, the configuration and
+//! the job graph — so it never imports the API above it; `api` re-exports `functions` and
+//! `config` under their user-facing paths.
 
 pub mod alignment;
 pub(crate) mod attempt;
+pub mod config;
 pub mod control;
 pub mod event;
 pub mod executor;
 pub mod fault;
 pub mod finishing;
+pub mod functions;
+pub(crate) mod graph;
 pub mod network;
 pub mod operators;
 pub mod output;

@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::functions::{
+use crate::error::Result;
+use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::functions::{
     BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
     ProcessFunction, SinkFunction,
 };
-use crate::error::Result;
-use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
 use crate::state::broadcast::{
     BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,

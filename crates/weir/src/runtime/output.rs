@@ -1,57 +1,16 @@
 //! The interface between chained operators, and the snapshot a task assembles at a barrier.
 //!
+//! The snapshot's types belong to the checkpoint layer ([`crate::checkpoint::snapshot`]),
+//! which writes them; they are re-exported here, where operators fill them.
+//!
 //! A task's operator chain is a stack of [`Output`]s: each operator owns the `Output` of the
 //! next one and calls it directly — chaining is a plain (per-batch) function call, never a
 //! channel. The last `Output` in a chain is either a sink or a network writer.
 
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
-use crate::state::keyed::KeyedSnapshot;
-use crate::state::operator::OperatorStateSnapshot;
 
-/// What one operator captured synchronously at a barrier.
-pub struct OperatorSnapshotPart {
-    /// The operator's uid.
-    pub uid: String,
-    /// Its operator (non-keyed) state.
-    pub operator_state: OperatorStateSnapshot,
-    /// Its keyed state, for keyed operators.
-    pub keyed: Option<KeyedSnapshot>,
-}
-
-/// What a whole task captured synchronously at a barrier; written asynchronously.
-#[derive(Default)]
-pub struct TaskSnapshot {
-    /// Parts, one per stateful operator of the chain.
-    pub parts: Vec<OperatorSnapshotPart>,
-    /// Time the chain's network writers spent forwarding the barrier (and the records
-    /// buffered ahead of it) into full downstream channels. That is backpressure, not
-    /// snapshot work — the task would wait as long to send a batch of records — so the
-    /// reported synchronous pause leaves it out. Without this, a source upstream of a slow
-    /// keyed task reported pauses that grew with the keyed task's state (0.4 ms at 10 M
-    /// keys against 14 µs at 100 k), though it has none (BENCHMARKS.md).
-    pub downstream_wait: std::time::Duration,
-    /// (Source tasks) the source's uid and the records it emitted in this attempt before
-    /// the barrier; the executor adds the restored position to get the checkpoint's
-    /// [`SourceProgress`](crate::checkpoint::metadata::SourceProgress).
-    pub source: Option<(String, u64)>,
-}
-
-impl TaskSnapshot {
-    /// An empty snapshot for the chain to fill.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl std::fmt::Debug for TaskSnapshot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let uids: Vec<&str> = self.parts.iter().map(|p| p.uid.as_str()).collect();
-        f.debug_struct("TaskSnapshot")
-            .field("operators", &uids)
-            .finish()
-    }
-}
+pub use crate::checkpoint::snapshot::{OperatorSnapshotPart, TaskSnapshot};
 
 /// The receiving end of an operator (or of a chain of operators).
 ///

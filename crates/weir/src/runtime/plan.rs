@@ -8,10 +8,10 @@
 
 use std::collections::HashSet;
 
-use crate::api::config::JobConfig;
-use crate::api::graph::{JobGraph, Partitioning};
 use crate::checkpoint::storage::validate_name;
 use crate::error::{Error, Result};
+use crate::runtime::config::JobConfig;
+use crate::runtime::graph::{JobGraph, Partitioning};
 use crate::state::key_group::MAX_MAX_PARALLELISM;
 
 /// A task of the physical graph.

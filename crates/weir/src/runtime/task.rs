@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
-use crate::api::functions::{SourceFunction, SourceStatus};
 use crate::checkpoint::writer::{SnapshotJob, SnapshotPayload};
 use crate::error::{Error, Result};
 use crate::runtime::alignment::{BarrierAction, BarrierHandler, CheckpointingMode};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::finishing::Finishing;
+use crate::runtime::functions::{SourceFunction, SourceStatus};
 use crate::runtime::operators::snapshot_function;
 use crate::runtime::output::{Output, TaskSnapshot};
 use crate::runtime::BATCH_SIZE;

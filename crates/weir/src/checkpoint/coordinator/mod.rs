@@ -35,8 +35,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::runtime::alignment::CheckpointingMode;
-use crate::runtime::event::{BarrierKind, CheckpointBarrier};
+use crate::checkpoint::barrier::{BarrierKind, CheckpointBarrier, CheckpointingMode};
 
 /// Checkpointing settings of a job (Flink's `CheckpointConfig`).
 #[derive(Debug, Clone)]

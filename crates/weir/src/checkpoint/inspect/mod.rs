@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 use super::metadata::{SnapshotKind, TaskStatsMeta};
-use crate::runtime::alignment::CheckpointingMode;
+use crate::checkpoint::barrier::CheckpointingMode;
 use crate::state::StateKind;
 
 mod error;

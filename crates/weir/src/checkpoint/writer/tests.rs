@@ -171,7 +171,7 @@ fn job(b: &mut KeyedStateBackend<u64>, id: u64, frozen: bool) -> SnapshotJob {
     let mut snapshot = TaskSnapshot::new();
     snapshot
         .parts
-        .push(crate::runtime::output::OperatorSnapshotPart {
+        .push(crate::checkpoint::snapshot::OperatorSnapshotPart {
             uid: "count".into(),
             operator_state: Default::default(),
             keyed: Some(b.snapshot()),

@@ -34,8 +34,8 @@ pub use ttl::{StateTtlConfig, TtlUpdate};
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;
 use super::{Key, StateKind, StateValue};
-use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
+use crate::storage::shared_bytes::SharedBytes;
 use table::{StateTable, Table};
 use timers::{TimerIndex, TIMERS_STATE};
 

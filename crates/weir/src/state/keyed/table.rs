@@ -11,8 +11,8 @@ use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
 use super::ttl::Ttl;
 use super::view::View;
-use crate::checkpoint::shared_bytes::SharedBytes;
 use crate::error::{Error, Result};
+use crate::storage::shared_bytes::SharedBytes;
 
 /// One state table, type-erased so a backend can hold states of different value types.
 pub(crate) trait StateTable<K>: Send {

@@ -1,4 +1,11 @@
-//! Checkpoint storage in a local directory.
+//! Checkpoint storage in a local directory: the lowest layer of the engine.
+//!
+//! It knows files, folders and bytes, not checkpoints' meaning, and imports nothing else
+//! of the crate (see the layer map in the crate docs):
+//!
+//! * [`format`](mod@format) — the checksummed envelope of every file.
+//! * [`shared_bytes`] — ranges of a loaded file, handed out without copying.
+//! * this module — the folder layout on a local disk, atomic writes.
 //!
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
@@ -14,8 +21,8 @@
 //! metadata as untrusted: relative paths from it cannot leave the folder. Every error names
 //! the path, the cause and the way out.
 
-use super::format::{self, FileKind, FormatError, HEADER_LEN, TRAILER_LEN};
-use super::shared_bytes::SharedBytes;
+use self::format::{FileKind, FormatError, HEADER_LEN, TRAILER_LEN};
+use self::shared_bytes::SharedBytes;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -23,6 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod format;
+pub mod shared_bytes;
 mod streamed;
 use streamed::write_streamed;
 pub use streamed::{PayloadWriter, SpillFile};
