@@ -3,7 +3,7 @@
 //!
 //! Every sink here is exactly-once through the engine's two-phase-commit protocol
 //! ([`weir::api::two_phase_commit`]); every source is replayable from a position kept in
-//! operator state (DESIGN.md §8).
+//! operator state (docs/architecture.md §8).
 
 #![deny(missing_docs)]
 

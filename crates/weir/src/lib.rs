@@ -7,10 +7,10 @@
 //! passes; the checkpoint is complete when its `_metadata` is written ([`checkpoint`]).
 //! After a failure the job restarts from the latest complete checkpoint and the sources
 //! replay from their checkpointed positions, so the state counts every record exactly
-//! once (aligned barriers) or at least once (unaligned). State lives in [`state`].
+//! once (aligned barriers) or at least once (barriers not aligned). State lives in [`state`].
 //!
-//! The design contract is `DESIGN.md` in the shared folder; module docs state each
-//! module's guarantees.
+//! `docs/architecture.md` in the repository is the map of the parts and what each
+//! guarantees; module docs state each module's guarantees.
 //!
 //! # Layers
 //!

@@ -84,7 +84,7 @@ pub enum StorageError {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// Another run holds the job's checkpoint folder (DESIGN.md §6, "one owner").
+    /// Another run holds the job's checkpoint folder (docs/architecture.md §6, "one owner").
     #[error(
         "the checkpoint folder {} is in use by another run ({holder}); stop that run, or give \
          this one another --job-name or --checkpoint-dir",

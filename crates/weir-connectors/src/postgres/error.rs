@@ -1,5 +1,5 @@
 //! Turns client and server errors into messages that name the server, the table and the
-//! way out (DESIGN.md §9), and the SQLSTATE codes the sink branches on.
+//! way out (docs/architecture.md §9), and the SQLSTATE codes the sink branches on.
 
 use postgres::error::SqlState;
 

@@ -1,4 +1,4 @@
-//! Exactly-once output: the two-phase-commit sink protocol (DESIGN.md §8, Flink's
+//! Exactly-once output: the two-phase-commit sink protocol (docs/architecture.md §8, Flink's
 //! `TwoPhaseCommitSinkFunction`).
 //!
 //! A connector implements [`TwoPhaseCommitSink`] (begin, write, pre-commit, commit, abort,

@@ -1,5 +1,5 @@
 //! The checkpoint barrier and the checkpointing mode: the vocabulary the coordinator, the
-//! tasks and `_metadata` share (DESIGN.md §2, §3).
+//! tasks and `_metadata` share (docs/architecture.md §2, §3).
 //!
 //! They live in the checkpoint layer because the checkpoint protocol defines them; the
 //! runtime, which carries barriers on its channels ([`crate::runtime::event`]) and aligns

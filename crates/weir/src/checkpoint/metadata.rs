@@ -1,4 +1,4 @@
-//! The `_metadata` of a checkpoint and the state-file payloads it points to (DESIGN.md §6).
+//! The `_metadata` of a checkpoint and the state-file payloads it points to (docs/architecture.md §6).
 //!
 //! All structures are encoded with postcard inside the checksummed envelope of
 //! [`super::format`]. The metadata names every file by a path *relative to the checkpoint

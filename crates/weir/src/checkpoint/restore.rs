@@ -3,7 +3,7 @@
 //! [`load`] reads `_metadata` and every state file it names, verifying each envelope's
 //! checksum, so a corrupt checkpoint is rejected as a whole before any task starts — never
 //! half-loaded. [`load_latest`] walks complete checkpoints newest first and falls back past
-//! the ones that fail to load, reporting each skip (DESIGN.md §6).
+//! the ones that fail to load, reporting each skip (docs/architecture.md §6).
 //!
 //! Keyed state is not copied after the read: each file stays one buffer, its envelope and
 //! layout checked, and every key-group section handed to a subtask is a range of it

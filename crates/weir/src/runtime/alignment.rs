@@ -4,7 +4,7 @@
 //! does what the returned [`BarrierAction`] says; it asks [`BarrierHandler::is_blocked`] before
 //! reading a channel. Keeping the decisions here makes every interleaving a fast unit test.
 //!
-//! Invariants (DESIGN.md §3):
+//! Invariants (docs/architecture.md §3):
 //! * **Aligned (exactly-once):** after barrier `n` arrives on channel `c`, `c` is blocked —
 //!   the task reads nothing more from it — until barrier `n` has arrived on every channel
 //!   that has not ended. Then the snapshot is taken and all channels are released. Blocking

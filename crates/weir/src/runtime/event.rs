@@ -1,4 +1,4 @@
-//! What flows on a channel between two subtasks (DESIGN.md §2).
+//! What flows on a channel between two subtasks (docs/architecture.md §2).
 //!
 //! One enum carries data and control in a single ordered stream, so a barrier can never
 //! overtake the records sent before it: the channel's FIFO order *is* the consistency cut.

@@ -1,6 +1,6 @@
 //! Runs a job: plans the physical graph, spawns task threads, drives the checkpoint
 //! coordinator, and restarts from the latest completed checkpoint after a failure
-//! (DESIGN.md §1, §4, §7).
+//! (docs/architecture.md §1, §4, §7).
 //!
 //! Planning: a node is *chained* to its input when the edge is forward with equal
 //! parallelism and neither side fans in or out; each chain × subtask is one task on its

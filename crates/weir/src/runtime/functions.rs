@@ -69,7 +69,7 @@ pub enum SourceStatus {
 
 /// A replayable source. Its position must live in operator state (`snapshot_state`), so
 /// that a restore rewinds it to exactly the checkpointed record: that is what makes the
-/// job's state exactly-once (DESIGN.md §8).
+/// job's state exactly-once (docs/architecture.md §8).
 ///
 /// Each parallel subtask gets its own clone; `initialize_state` tells it which subtask it is.
 /// A checkpoint barrier is emitted only between two `poll` calls.

@@ -3,7 +3,7 @@
 //! A writer routes each record to one of the downstream subtasks' channels (the
 //! *partitioner*), collects records per channel into batches and sends a batch when it is
 //! full, when the buffer timeout passes ([`Output::flush`]) and always before a barrier or
-//! end-of-input — so a barrier never overtakes a record (DESIGN.md §2). Channels are bounded:
+//! end-of-input — so a barrier never overtakes a record (docs/architecture.md §2). Channels are bounded:
 //! a full channel blocks the sender, which is how backpressure travels upstream.
 
 use std::hash::Hash;
@@ -42,7 +42,7 @@ impl<T> Router<T> for Rebalance {
     }
 }
 
-/// By key group: the subtask that owns the record's key group (DESIGN.md §5).
+/// By key group: the subtask that owns the record's key group (docs/architecture.md §5).
 ///
 /// The owner of every key group is computed once, at construction, so routing a record
 /// costs one hash and one table lookup — no division (see [`key_group_of_hash`]).

@@ -1,4 +1,4 @@
-//! Planning: from the logical graph to tasks (DESIGN.md §1).
+//! Planning: from the logical graph to tasks (docs/architecture.md §1).
 //!
 //! * Parallelism is resolved per operator (its own or the job's) and checked against the
 //!   max parallelism; uids are resolved (explicit or `<name>-<index>`) and must be unique.

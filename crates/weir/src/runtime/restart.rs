@@ -1,4 +1,4 @@
-//! Restart strategies: whether and when a failed job attempt is restarted (DESIGN.md §7).
+//! Restart strategies: whether and when a failed job attempt is restarted (docs/architecture.md §7).
 //!
 //! [`RestartTracker`] is the pure decision: fed each failure with the time, whether it was
 //! injected, and the newest completed checkpoint, it answers "restart after this delay" or

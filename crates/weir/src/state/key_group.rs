@@ -1,6 +1,6 @@
 //! Key groups: the unit in which keyed state is partitioned, snapshotted and rescaled.
 //!
-//! Invariants (DESIGN.md §5):
+//! Invariants (docs/architecture.md §5):
 //! * `key_group(key) = stable_hash(key) % max_parallelism`, identical on every run, process
 //!   and platform. The hash is [`StableHasher`], defined here and frozen: changing it would
 //!   silently reassign every key of every existing checkpoint.

@@ -1,4 +1,4 @@
-//! Operator state: named lists owned by one parallel subtask (DESIGN.md §5).
+//! Operator state: named lists owned by one parallel subtask (docs/architecture.md §5).
 //!
 //! A function writes its lists in `snapshot_state` (the equivalent of Flink's
 //! `ListState.update`) and reads the lists assigned to it in `initialize_state`. On restore
@@ -97,7 +97,7 @@ pub struct InitContext {
 }
 
 /// Who an operator instance is, beyond its subtask: what two-phase-commit sinks need to
-/// give their transactions deterministic names (DESIGN.md §8).
+/// give their transactions deterministic names (docs/architecture.md §8).
 #[derive(Debug, Clone, Default)]
 pub struct OperatorIdentity {
     /// The job's name (the folder its checkpoints live in).

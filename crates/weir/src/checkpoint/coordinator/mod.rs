@@ -1,4 +1,4 @@
-//! The checkpoint coordinator's decisions, free of I/O and threads (DESIGN.md §4).
+//! The checkpoint coordinator's decisions, free of I/O and threads (docs/architecture.md §4).
 //!
 //! The executor calls [`Coordinator::tick`] on a timer and reports acknowledgements, declines
 //! and finished tasks; it carries out the returned [`Action`]s (send triggers, write

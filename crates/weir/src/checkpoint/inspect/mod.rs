@@ -1,6 +1,6 @@
 //! Describing a checkpoint for tools: operators, states, kinds, sizes and raw entries.
 //!
-//! This is the engine side of `weir state`: it knows the storage layout (DESIGN.md §6) but
+//! This is the engine side of `weir state`: it knows the storage layout (docs/architecture.md §6) but
 //! not the job's types, so it works on any checkpoint of any job.
 //!
 //! * [`describe`] reads `_metadata` and every state file it names (verifying each envelope)

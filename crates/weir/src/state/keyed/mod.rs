@@ -1,4 +1,4 @@
-//! Keyed state: state scoped to the current key after `key_by` (DESIGN.md §5).
+//! Keyed state: state scoped to the current key after `key_by` (docs/architecture.md §5).
 //!
 //! A keyed operator owns one [`KeyedStateBackend`] per subtask. Functions declare their
 //! states once, in `open`, through the [`KeyedStateStore`] and get back small handles
