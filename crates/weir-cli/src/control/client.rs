@@ -9,6 +9,14 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
+/// Longest wait for the TCP connection to the control endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a status answer (the engine answers it at once).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest wait for a checkpoint, savepoint or stop: as long as the engine's default
+/// checkpoint timeout, and a minute more.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(660);
+
 /// Where the job is and how to prove we may ask.
 #[derive(Args, Debug)]
 pub struct JobAddr {
@@ -90,12 +98,19 @@ impl JobAddr {
             .filter(|t| !t.is_empty()))
     }
 
-    /// Sends one request; returns the JSON answer of a 2xx, else the endpoint's error.
+    /// Sends one request; returns the JSON answer of a 2xx, else the endpoint's error (a
+    /// peer that does not answer in time is an error too, naming the address).
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
         let url = format!("{}{path}", self.base());
-        // Savepoints of large state take a while: wait as long as the engine does.
+        // A status answers at once, so a peer that says nothing within seconds is not a
+        // Weir job. Savepoints of large state take a while: wait as long as the engine does.
+        let answer_within = match method {
+            "GET" => STATUS_TIMEOUT,
+            _ => SNAPSHOT_TIMEOUT,
+        };
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(660)))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_global(Some(answer_within))
             .http_status_as_error(false)
             .build()
             .into();
@@ -116,12 +131,17 @@ impl JobAddr {
                 r.send(body.unwrap_or(Value::Null).to_string().as_str())
             }
         };
-        let mut response = response.map_err(|e| {
-            anyhow!(
+        let mut response = response.map_err(|e| match e {
+            ureq::Error::Timeout(_) => anyhow!(
+                "the control endpoint at {} did not answer within {answer_within:?}; is that \
+                 the address `weir run` printed?",
+                self.job
+            ),
+            e => anyhow!(
                 "cannot reach the job's control endpoint at {}: {e}; is the job running? \
                  (`weir run` prints the address at start)",
                 self.job
-            )
+            ),
         })?;
         let status = response.status().as_u16();
         let text = response

@@ -180,14 +180,46 @@ fn route(request: &mut Request, control: &JobControl, token: Option<&str>) -> (u
 }
 
 fn body(request: &mut Request) -> Result<SnapshotBody, (u16, Value)> {
+    // A request whose framing is wrong is refused before anything is done for it.
+    for h in request.headers() {
+        if h.field.equiv("Content-Length") && h.value.as_str().trim().parse::<u64>().is_err() {
+            return Err(error(
+                400,
+                format!("invalid Content-Length {:?}", h.value.as_str()),
+            ));
+        }
+    }
+    let announced = request.body_length();
+    parse_body(request.as_reader(), announced)
+}
+
+/// Reads and parses a snapshot request's body, refusing one larger than [`MAX_BODY`] or of
+/// another length than its `Content-Length` (a client that went away mid-body).
+fn parse_body(
+    reader: &mut dyn Read,
+    announced: Option<usize>,
+) -> Result<SnapshotBody, (u16, Value)> {
+    if announced.is_some_and(|n| n as u64 > MAX_BODY) {
+        return Err(error(413, "request body too large"));
+    }
     let mut raw = String::new();
-    request
-        .as_reader()
+    reader
         .take(MAX_BODY + 1)
         .read_to_string(&mut raw)
         .map_err(|e| error(400, format!("cannot read the request body: {e}")))?;
     if raw.len() as u64 > MAX_BODY {
         return Err(error(413, "request body too large"));
+    }
+    if let Some(announced) = announced {
+        if raw.len() != announced {
+            return Err(error(
+                400,
+                format!(
+                    "the body has {} bytes, its Content-Length says {announced}",
+                    raw.len()
+                ),
+            ));
+        }
     }
     if raw.trim().is_empty() {
         return Ok(SnapshotBody::default());
@@ -218,6 +250,18 @@ fn answer(r: Result<SnapshotDone, ControlError>) -> (u16, Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_must_match_their_length() {
+        let parse = |body: &str, announced| parse_body(&mut body.as_bytes(), announced);
+        assert_eq!(parse("{}", Some(10)).err().unwrap().0, 400, "cut short");
+        assert_eq!(parse("{}", Some(1)).err().unwrap().0, 400, "longer");
+        assert_eq!(parse("{}", Some(70_000)).err().unwrap().0, 413);
+        assert_eq!(parse("{\"dir\": 3}", None).err().unwrap().0, 400);
+        let ok = parse("{\"dir\": \"n\", \"drain\": true}", Some(27)).unwrap();
+        assert!(ok.drain && ok.dir.as_deref() == Some(std::path::Path::new("n")));
+        assert!(parse("", Some(0)).unwrap().dir.is_none());
+    }
 
     #[test]
     fn tokens_compare_whole() {
