@@ -242,3 +242,63 @@ fn source_records_count_every_attempt_once() {
     counts.sort_unstable();
     assert_eq!(counts, (0..10).map(|k| (k, 20_000)).collect::<Vec<_>>());
 }
+
+/// A generator that emits nothing for its first `idle` (checkpoints meanwhile cover no
+/// progress at all).
+#[derive(Clone)]
+struct SlowStart {
+    inner: GeneratorSource,
+    idle: std::time::Duration,
+    first_poll: Option<std::time::Instant>,
+}
+
+impl CheckpointedFunction for SlowStart {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        self.inner.snapshot_state(ctx)
+    }
+}
+
+impl SourceFunction<u64> for SlowStart {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
+        let first = *self.first_poll.get_or_insert_with(std::time::Instant::now);
+        if first.elapsed() < self.idle {
+            return Ok(SourceStatus::Idle);
+        }
+        self.inner.poll(out, max)
+    }
+}
+
+/// A failure that waits for a checkpoint waits for one with progress: checkpoints taken
+/// before the sources emitted anything (position 0) do not arm it, so the restart restores
+/// a position past 0, never the beginning in disguise.
+#[test]
+fn a_failure_after_checkpoints_waits_for_one_past_the_beginning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config("slow-start", dir.path(), 1, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.interval = Some(std::time::Duration::from_millis(5));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(1, 1, 10));
+    let n = 50_000;
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    env.add_source(
+        "events",
+        SlowStart {
+            inner: GeneratorSource::new(n).with_rate(Some(100_000.0)),
+            idle: std::time::Duration::from_millis(200),
+            first_poll: None,
+        },
+    )
+    .uid("events")
+    .key_by(|i: &u64| i % 10)
+    .process(CountPerKey::default())
+    .uid("count")
+    .add_sink("collect", out.clone());
+    let result = env.execute().unwrap();
+    assert_eq!(result.injected_failures, Some((1, 1)));
+    weir::testing::assert_resumed(&result, n);
+    let counts: std::collections::HashMap<u64, u64> = out.take().into_iter().collect();
+    assert_eq!(counts, expected(n, 10));
+}

@@ -407,7 +407,17 @@ impl AttemptRun<'_, '_> {
                 }
                 *self.latest_path = Some(path.clone());
                 if let Some(inj) = &self.exec.injector {
-                    inj.on_checkpoint_completed();
+                    // Only a checkpoint past the beginning arms a gated failure: restoring
+                    // one at source position 0 would be a start from scratch in disguise.
+                    let restored: u64 = self.baseline.iter().map(|s| s.records).sum();
+                    let read: u64 = acks
+                        .iter()
+                        .filter_map(|a| a.source.as_ref())
+                        .map(|s| s.1)
+                        .sum();
+                    if restored + read > 0 {
+                        inj.on_checkpoint_completed();
+                    }
                 }
                 let duration = started.elapsed();
                 self.exec.control.update(|s| {

@@ -25,7 +25,8 @@ pub struct FailureInjection {
     pub horizon: u64,
     /// Hold each failure back until a checkpoint has completed in the current attempt (and
     /// fire at most one per attempt), so every failure restores a checkpoint, never the
-    /// beginning. A failure still pending when the input ends does not fire.
+    /// beginning: only a checkpoint past source position 0 counts. A failure still pending
+    /// when the input ends does not fire.
     pub after_checkpoint: bool,
 }
 
