@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use weir::prelude::*;
@@ -43,13 +44,38 @@ pub fn run_keyed_count(
     keys: u64,
     rate: Option<f64>,
 ) -> Result<(HashMap<u64, u64>, JobResult)> {
+    keyed_count_with(config, n, keys, |len| {
+        GeneratorSource::new(len).with_rate(rate)
+    })
+}
+
+/// [`run_keyed_count`] whose sources each stop mid-input ([`StopMidRun`]) after `stop_at`
+/// records per subtask: the job fails (with [`RestartStrategy::None`]) leaving a mid-run
+/// checkpoint behind.
+pub fn run_keyed_count_stopping(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    stop_at: u64,
+) -> Result<(HashMap<u64, u64>, JobResult)> {
+    keyed_count_with(config, n, keys, |len| {
+        StopMidRun::new(GeneratorSource::new(len), stop_at)
+    })
+}
+
+/// The job of [`run_keyed_count`] over the sources `source(len)` makes (the first of
+/// `n / 2` records, the second of the rest).
+fn keyed_count_with<S: SourceFunction<u64>>(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    source: impl Fn(u64) -> S,
+) -> Result<(HashMap<u64, u64>, JobResult)> {
     let env = StreamEnvironment::new(config);
     let out = CollectSink::new();
-    let a = env
-        .add_source("events-a", GeneratorSource::new(n / 2).with_rate(rate))
-        .uid("events-a");
+    let a = env.add_source("events-a", source(n / 2)).uid("events-a");
     let b = env
-        .add_source("events-b", GeneratorSource::new(n - n / 2).with_rate(rate))
+        .add_source("events-b", source(n - n / 2))
         .uid("events-b")
         .map(move |i| i + n / 2);
     a.union(b)
@@ -64,4 +90,122 @@ pub fn run_keyed_count(
         assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
     }
     Ok((counts, result))
+}
+
+/// A source that stops a job in the middle of its input, deterministically: each subtask
+/// emits what `inner` emits up to `stop_at` records (in this attempt), then holds (emits
+/// nothing, never finishes) until a checkpoint taken while it held has completed, and then
+/// fails for good. With [`RestartStrategy::None`] the job fails, and its newest checkpoint
+/// holds every subtask's progress up to the hold: a mid-run checkpoint with progress > 0
+/// and (if `stop_at` is below each subtask's share) input left to read — what a restore
+/// test needs, where the final checkpoint of a finished run would replay nothing.
+#[derive(Clone)]
+pub struct StopMidRun<S> {
+    inner: S,
+    stop_at: u64,
+    emitted: u64,
+    /// The first checkpoint snapshotted while holding.
+    held_at_checkpoint: Option<u64>,
+    /// A checkpoint covering the hold completed: fail at the next poll.
+    fail: bool,
+}
+
+impl<S> StopMidRun<S> {
+    pub fn new(inner: S, stop_at: u64) -> Self {
+        StopMidRun {
+            inner,
+            stop_at,
+            emitted: 0,
+            held_at_checkpoint: None,
+            fail: false,
+        }
+    }
+}
+
+/// The message [`StopMidRun`] fails with.
+pub const STOPPED_MID_RUN: &str = "test source stopped mid-input";
+
+impl<S: CheckpointedFunction> CheckpointedFunction for StopMidRun<S> {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        if self.emitted >= self.stop_at && self.held_at_checkpoint.is_none() {
+            self.held_at_checkpoint = Some(ctx.checkpoint_id());
+        }
+        self.inner.snapshot_state(ctx)
+    }
+    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        if self.held_at_checkpoint.is_some_and(|h| id >= h) {
+            self.fail = true;
+        }
+        self.inner.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_aborted(id)
+    }
+}
+
+impl<T, S: SourceFunction<T>> SourceFunction<T> for StopMidRun<S> {
+    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
+        if self.fail {
+            return Err(Error::user(STOPPED_MID_RUN));
+        }
+        let left = self.stop_at - self.emitted.min(self.stop_at);
+        if left == 0 {
+            return Ok(SourceStatus::Idle);
+        }
+        let before = out.len();
+        let status = self.inner.poll(out, max.min(left as usize))?;
+        self.emitted += (out.len() - before) as u64;
+        Ok(status)
+    }
+}
+
+/// Asserts that a run built with [`StopMidRun`] sources failed because of them.
+pub fn assert_stopped_mid_run<T>(result: Result<T>) {
+    match result {
+        Ok(_) => panic!("the run was to stop mid-input, but it finished"),
+        Err(e) => assert!(e.to_string().contains(STOPPED_MID_RUN), "{e}"),
+    }
+}
+
+/// The newest complete checkpoint of job `name` under `dir` (the one `RestoreFrom::Latest`
+/// would pick, if none is damaged) and the records its sources had emitted.
+pub fn newest_checkpoint(dir: &Path, name: &str) -> (PathBuf, u64) {
+    let newest = std::fs::read_dir(dir.join(name))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_metadata").exists())
+        .filter_map(|p| {
+            let id = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse::<u64>();
+            Some((id.ok()?, p))
+        })
+        .max()
+        .expect("a complete checkpoint")
+        .1;
+    let bytes = weir::checkpoint::storage::read_metadata(&newest).unwrap();
+    let meta = weir::checkpoint::metadata::CheckpointMetadata::decode(&bytes).unwrap();
+    let records = meta.sources.iter().map(|s| s.records).sum();
+    (newest, records)
+}
+
+/// Asserts a run restored `from` (taken mid-run) as its only attempt, and read exactly the
+/// records the checkpoint had not covered of `total`: it resumed, neither starting over
+/// nor restoring the end of the input.
+pub fn assert_resumed_mid_run(result: &JobResult, from: &Path, total: u64) {
+    weir::testing::assert_resumed(result, total);
+    assert_eq!(result.history.len(), 1, "{:#?}", result.history);
+    let r = result.history[0].restored.as_ref().unwrap();
+    assert_eq!(r.path, from, "restored another checkpoint");
+    assert!(
+        r.source_records > 0 && r.source_records < total,
+        "checkpoint {} is not mid-run: it covers {} of {total} records",
+        r.checkpoint_id,
+        r.source_records
+    );
 }

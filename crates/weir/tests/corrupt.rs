@@ -29,10 +29,15 @@ fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
     chks
 }
 
+/// Restores the newest readable checkpoint and runs to the end; asserts the run did start
+/// from it (its state and its sources' positions), not from the beginning.
 fn restore_latest(dir: &Path) -> (std::collections::HashMap<u64, u64>, JobResult) {
     let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.restore = RestoreFrom::Latest;
-    run_keyed_count(cfg, 300_000, 100, None).unwrap()
+    let (counts, r) = run_keyed_count(cfg, 300_000, 100, None).unwrap();
+    weir::testing::assert_resumed(&r, 300_000);
+    assert_eq!(r.last_restore().map(|i| &i.path), r.restored_from.as_ref());
+    (counts, r)
 }
 
 fn keyed_file(chk: &Path) -> PathBuf {

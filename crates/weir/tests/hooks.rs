@@ -70,23 +70,19 @@ impl SinkFunction<u64> for NotifiedSink {
     }
 }
 
-/// Operator list state restores exactly: the per-subtask counters sum to N after failures.
+/// Operator list state restores exactly: the per-subtask counters sum to N after failures,
+/// each after a checkpoint of its attempt.
 #[test]
 fn operator_list_state_is_exactly_once_under_failures() {
     let dir = tempfile::tempdir().unwrap();
     let n = 300_000;
     let mut cfg = config("oplist", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.failure_injection = Some(FailureInjection {
-        failures: 5,
-        seed: 11,
-        horizon: n,
-        after_checkpoint: false,
-    });
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(5, 11, n / 2));
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let f = CountingProcess::default();
     let restored = f.restored.clone();
-    env.add_source("gen", GeneratorSource::new(n).with_rate(Some(1_000_000.0)))
+    env.add_source("gen", GeneratorSource::new(n).with_rate(Some(300_000.0)))
         .uid("gen")
         .rebalance()
         .process(f)
@@ -94,6 +90,7 @@ fn operator_list_state_is_exactly_once_under_failures() {
         .add_sink("collect", out.clone());
     let result = env.execute().unwrap();
     assert_eq!(result.injected_failures.unwrap().0, 5);
+    weir::testing::assert_resumed(&result, n);
     assert!(*restored.lock().unwrap() > 0, "some attempt restored state");
     assert_eq!(out.take().iter().sum::<u64>(), n);
 }
@@ -178,21 +175,35 @@ fn fixed_delay_gives_up_after_its_attempts() {
 #[test]
 fn keyed_state_restores_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
-    // Run 1 at parallelism 2 completes, leaving its newest checkpoints (taken mid-run)
-    // behind; run 2 restores the newest at parallelism 3, run 3 the newest of run 2 at 1.
+    // Run 1 at parallelism 2 stops mid-input (each of its 4 source subtasks after 40 000
+    // of its 100 000 records), leaving a mid-run checkpoint; run 2 restores it at
+    // parallelism 3 and stops mid-input too; run 3 restores run 2's newest at 1 and
+    // finishes. Each restore resumes from a mid-run cut and must end exact.
     let n = 400_000;
     let mut cfg = config("rescale", dir.path(), 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r1) = run_keyed_count(cfg.clone(), n, 777, Some(2_000_000.0)).unwrap();
-    assert_eq!(counts, expected(n, 777));
-    assert!(!r1.checkpoints.is_empty());
-    // Each restore resumes from a mid-run cut and must end exact.
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Latest;
-        let (counts, r) = run_keyed_count(c, n, 777, None).unwrap();
-        assert!(r.restored_from.is_some());
-        assert_eq!(counts, expected(n, 777), "parallelism {p}");
-    }
+    cfg.restart = RestartStrategy::None;
+    assert_stopped_mid_run(run_keyed_count_stopping(cfg.clone(), n, 777, 40_000));
+    let (mid1, at1) = newest_checkpoint(dir.path(), "rescale");
+    assert!(at1 > 0 && at1 < n, "run 1 stopped at {at1} records");
+
+    let mut c = cfg.clone();
+    c.parallelism = 3;
+    c.restore = RestoreFrom::Path(mid1.clone());
+    // At parallelism 3 the source subtasks share the 2 splits of each source and stop
+    // after 10 000 more records each.
+    assert_stopped_mid_run(run_keyed_count_stopping(c, n, 777, 10_000));
+    let (mid2, at2) = newest_checkpoint(dir.path(), "rescale");
+    assert_ne!(mid2, mid1, "run 2 completed a checkpoint");
+    assert!(
+        at2 > at1 && at2 < n,
+        "run 2 resumed at {at1}, stopped at {at2}"
+    );
+
+    let mut c = cfg.clone();
+    c.parallelism = 1;
+    c.restore = RestoreFrom::Latest;
+    let (counts, r) = run_keyed_count(c, n, 777, None).unwrap();
+    assert_resumed_mid_run(&r, &mid2, n);
+    assert_eq!(counts, expected(n, 777), "parallelism 3, then 1");
 }

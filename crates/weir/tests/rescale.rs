@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::config;
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
 
 const RULES: u64 = 20;
@@ -77,6 +77,12 @@ impl BroadcastProcessFunction<u64, u64, (Vec<(u64, u64)>, u64)> for Rules {
 type Summaries = Vec<(Vec<(u64, u64)>, u64)>;
 
 fn run(cfg: JobConfig, n: u64, rate: Option<f64>) -> (Summaries, JobResult) {
+    let (got, r) = run_over(cfg, GeneratorSource::new(n).with_rate(rate));
+    (got, r.unwrap())
+}
+
+/// The job with `events` as its main source.
+fn run_over<S: SourceFunction<u64>>(cfg: JobConfig, events: S) -> (Summaries, Result<JobResult>) {
     let p = cfg.parallelism;
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
@@ -84,7 +90,7 @@ fn run(cfg: JobConfig, n: u64, rate: Option<f64>) -> (Summaries, JobResult) {
         .add_source("rules", GeneratorSource::new(RULES))
         .uid("rules")
         .set_parallelism(1);
-    env.add_source("events", GeneratorSource::new(n).with_rate(rate))
+    env.add_source("events", events)
         .uid("events")
         .connect_broadcast(rules)
         .process(Rules::default())
@@ -92,7 +98,7 @@ fn run(cfg: JobConfig, n: u64, rate: Option<f64>) -> (Summaries, JobResult) {
         .set_parallelism(p)
         .add_sink("collect", out.clone())
         .uid("sink");
-    let r = env.execute().unwrap();
+    let r = env.execute();
     (out.take(), r)
 }
 
@@ -112,28 +118,25 @@ fn check(got: &[(Vec<(u64, u64)>, u64)], n: u64, p: u32) {
     );
 }
 
-/// Broadcast and union list state are exactly-once under injected failures.
+/// Broadcast and union list state are exactly-once under injected failures, each after a
+/// checkpoint of its attempt (so every restart restores both, and the rules are not read
+/// again: the rules source's position is restored at its end).
 #[test]
 fn broadcast_and_union_state_survive_failures() {
     let dir = tempfile::tempdir().unwrap();
     let n = 200_000;
     let mut cfg = config("bcast", dir.path(), 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection {
-        failures: 4,
-        seed: 5,
-        horizon: n / 4,
-        after_checkpoint: false,
-    });
-    let (got, r) = run(cfg, n, Some(1_000_000.0));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 5, n / 4));
+    let (got, r) = run(cfg, n, Some(200_000.0));
     assert_eq!(r.injected_failures.unwrap().0, 4);
-    assert!(!r.checkpoints.is_empty());
+    weir::testing::assert_resumed(&r, n + RULES);
     check(&got, n, 2);
 }
 
-/// Checkpointed at parallelism 2, restored at 3 and then at 1: broadcast state reaches
-/// every new subtask, union list state is complete, the generator's even-split splits
-/// resume where they were.
+/// Checkpointed at parallelism 2 mid-input, restored at 3 and (the same checkpoint) at 1:
+/// broadcast state reaches every new subtask, union list state is complete, the
+/// generator's even-split splits resume where they were.
 #[test]
 fn broadcast_union_and_split_state_rescale() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,15 +148,18 @@ fn broadcast_union_and_split_state_rescale() {
         CheckpointingMode::ExactlyOnce,
     );
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (got, r) = run(cfg.clone(), n, Some(1_000_000.0));
-    assert!(!r.checkpoints.is_empty());
-    check(&got, n, 2);
+    let mut first = cfg.clone();
+    first.restart = RestartStrategy::None;
+    // Each events subtask stops after 30 000 of its 100 000 records.
+    let (_, r) = run_over(first, StopMidRun::new(GeneratorSource::new(n), 30_000));
+    assert_stopped_mid_run(r);
+    let (mid, _) = common::newest_checkpoint(dir.path(), "bcast-rescale");
     for p in [3, 1] {
         let mut c = cfg.clone();
         c.parallelism = p;
-        c.restore = RestoreFrom::Latest;
+        c.restore = RestoreFrom::Path(mid.clone());
         let (got, r) = run(c, n, None);
-        assert!(r.restored_from.is_some());
+        assert_resumed_mid_run(&r, &mid, n + RULES);
         check(&got, n, p);
     }
 }

@@ -202,7 +202,11 @@ fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
         },
     );
     let (mid, checkpoint, sp2) = (sps.0.unwrap(), sps.1.unwrap(), sps.2.unwrap());
-    result.unwrap();
+    // It resumed sp1's state and positions: at least the 60 000 records read before it.
+    let result = result.unwrap();
+    let at_sp1 = result.records_restored();
+    assert_eq!(result.last_restore().map(|r| &r.path), Some(&sp1));
+    assert!((60_000..N).contains(&at_sp1), "sp1 restored at {at_sp1}");
     assert!(mid.starts_with(tmp.path().join("savepoints/mid")));
     assert_eq!(meta(&mid).snapshot, SnapshotKind::Savepoint);
     assert!(checkpoint.starts_with(tmp.path().join("ck/sp-job")));
@@ -221,12 +225,21 @@ fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
     copy_dir(&sp2, &moved);
     std::fs::remove_dir_all(&sp2).unwrap();
     let out = CollectSink::new();
-    execute_within(
-        job(cfg(tmp.path(), 1, RestoreFrom::Path(moved)), None, &out),
+    let result = execute_within(
+        job(
+            cfg(tmp.path(), 1, RestoreFrom::Path(moved.clone())),
+            None,
+            &out,
+        ),
         None,
     )
     .unwrap();
     assert_eq!(counts(&out), expected(N, KEYS));
+    // Restored sp2, past sp1, and read only the rest of the input.
+    weir::testing::assert_resumed(&result, N);
+    assert_eq!(result.last_restore().map(|r| &r.path), Some(&moved));
+    let at_sp2 = result.records_restored();
+    assert!(at_sp2 > at_sp1 && at_sp2 < N, "sp2 restored at {at_sp2}");
 }
 
 #[test]

@@ -58,6 +58,9 @@ pub struct FailureInjector {
     gated: bool,
     /// Whether a due failure may fire now (always, unless gated).
     armed: AtomicBool,
+    /// (Gated) a failure fired in the running attempt: no later checkpoint of the dying
+    /// attempt may arm another one.
+    spent: AtomicBool,
 }
 
 impl FailureInjector {
@@ -77,6 +80,7 @@ impl FailureInjector {
             planned: cfg.failures,
             gated: cfg.after_checkpoint,
             armed: AtomicBool::new(!cfg.after_checkpoint),
+            spent: AtomicBool::new(false),
         }
     }
 
@@ -84,12 +88,15 @@ impl FailureInjector {
     pub(crate) fn on_attempt_started(&self) {
         if self.gated {
             self.armed.store(false, Ordering::SeqCst);
+            self.spent.store(false, Ordering::SeqCst);
         }
     }
 
     /// A checkpoint with progress completed: a gated injector may fire the next due failure.
     pub(crate) fn on_checkpoint_completed(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+        if !self.spent.load(Ordering::SeqCst) {
+            self.armed.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Called by task `task` before processing `n` records; panics when a failure is due.
@@ -100,8 +107,11 @@ impl FailureInjector {
         }
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
         // Re-checked under the lock: with a gate, only one task may take the failure.
-        if self.gated && !self.armed.swap(false, Ordering::SeqCst) {
-            return;
+        if self.gated {
+            if !self.armed.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            self.spent.store(true, Ordering::SeqCst);
         }
         let Some(p) = plan.iter_mut().find(|p| !p.1 && p.0 <= count) else {
             return;
@@ -161,7 +171,10 @@ mod tests {
         assert!(!fire(1000));
         inj.on_checkpoint_completed();
         assert!(fire(1));
-        // Due, but this attempt already failed once: wait for the next checkpoint.
+        // Due, but this attempt already failed once: a checkpoint the dying attempt still
+        // completes does not arm another failure; only the next attempt's does.
+        assert!(!fire(1));
+        inj.on_checkpoint_completed();
         assert!(!fire(1));
         inj.on_attempt_started();
         assert!(!fire(1));
