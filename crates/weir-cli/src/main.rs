@@ -255,12 +255,23 @@ impl Common {
             },
         };
         if self.inject_failures > 0 {
-            c.failure_injection = Some(FailureInjection {
-                failures: self.inject_failures,
-                seed: self.seed,
-                horizon: failure_horizon.max(2),
-                after_checkpoint: false,
-            });
+            if self.checkpoint_interval.0.is_none() {
+                return Err(connect::UsageError(
+                    "--inject-failures needs periodic checkpoints (each failure waits for one, \
+                     so that the restart has progress to restore): drop \
+                     --checkpoint-interval off"
+                        .into(),
+                )
+                .into());
+            }
+            // Each failure waits until a checkpoint has completed in the running attempt
+            // (one per attempt), so every restart restores progress rather than starting
+            // over, which over a bounded input would give the same counts.
+            c.failure_injection = Some(FailureInjection::after_checkpoints(
+                self.inject_failures,
+                self.seed,
+                failure_horizon.max(2),
+            ));
         }
         Ok(c)
     }
@@ -363,7 +374,11 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
     }
     let prepared = connect::prepare::<u64>(src, &args.connect.sink, &run_info("keyed-count", c))?;
     let events = prepared.source_messages.unwrap_or(args.events);
-    let cfg = c.config("keyed-count", events / u64::from(c.parallelism.max(1)) / 2)?;
+    // The engine counts a record at every task it passes (here the source's and the
+    // counter's: about 2 × events in a clean run). Planning the failures within the first
+    // `events` of that count spreads them over the first half of the run and leaves the
+    // second half for failures held back until their attempt completes a checkpoint.
+    let cfg = c.config("keyed-count", events)?;
     announce(&cfg);
     let dest = match prepared.output() {
         Some(_) => Destination { staging: None },
