@@ -294,7 +294,6 @@ fn destination(common: &Common) -> Result<Destination> {
 fn run_job(
     env: StreamEnvironment,
     label: &str,
-    events: Option<u64>,
     dest: &Destination,
     common: &Common,
 ) -> Result<JobResult> {
@@ -340,7 +339,7 @@ fn run_job(
         if let Some(staging) = &dest.staging {
             let _ = std::fs::remove_dir_all(staging);
         }
-        progress::summary(label, &cfg, None, &result, None);
+        progress::summary(label, &cfg, &result, None);
         println!("stopped with savepoint {}", sp.display());
         println!("resume with: --restore {}", sp.display());
         return Ok(result);
@@ -351,7 +350,6 @@ fn run_job(
     progress::summary(
         label,
         &cfg,
-        events,
         &result,
         dest.staging.as_ref().map(|_| common.output.as_path()),
     );
@@ -400,8 +398,7 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
     };
     let emit_updates = args.emit == Emit::Updates;
     jobs::keyed_count(&env, input, args.keys, emit_updates, out, in_state)?;
-    let label_events = src.is_none().then_some(args.events);
-    let result = run_job(env, "keyed-count", label_events, &dest, c)?;
+    let result = run_job(env, "keyed-count", &dest, c)?;
     prepared.print_summary();
     if !args.verify {
         return Ok(ExitCode::SUCCESS);
@@ -456,7 +453,7 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
         None => jobs::Output::Discard,
     });
     jobs::wordcount(&env, lines, out)?;
-    run_job(env, "wordcount", None, &dest, c)?;
+    run_job(env, "wordcount", &dest, c)?;
     prepared.print_summary();
     Ok(ExitCode::SUCCESS)
 }
