@@ -388,7 +388,9 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         Some(dir) => jobs::Output::Files(dir.clone()),
         None => jobs::Output::Discard,
     });
-    let in_state = (args.verify && dest.staging.is_none()).then(|| verdicts.clone());
+    let target = verify_target(&prepared, &dest, c);
+    let in_state =
+        (args.verify && matches!(target, VerifyTarget::State(_))).then(|| verdicts.clone());
     let input = match src {
         Some(_) => jobs::Events::Connector(&prepared),
         None => jobs::Events::Generator {
@@ -407,18 +409,21 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         println!("verify: skipped — the job was stopped before the end of its input");
         return Ok(ExitCode::SUCCESS);
     }
-    let verdict = if dest.staging.is_some() && args.emit == Emit::Final {
-        output::verify_keyed_count(&c.output, args.events, args.keys)?
-    } else {
-        let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
-        let bad: Vec<String> = v.values().filter_map(|r| r.clone().err()).collect();
-        let keys: u64 = v.values().filter_map(|r| r.as_ref().ok()).sum();
-        if v.is_empty() {
-            Err("no subtask reported its final state (use --emit final with an --output to verify the output)".to_string())
-        } else if bad.is_empty() {
-            Ok(format!("{keys} keys in state, every count exact"))
-        } else {
-            Err(bad.join("; "))
+    let emitted = match args.emit {
+        Emit::Final => output::Emitted::Final,
+        Emit::Updates => output::Emitted::Updates,
+    };
+    let (events, keys) = (args.events, args.keys);
+    let verdict = match &target {
+        VerifyTarget::Files(dir, format) => {
+            output::verify_keyed_count(dir, *format, events, keys, emitted)?
+        }
+        VerifyTarget::State(sink) => {
+            let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
+            judge_state(&v, c.parallelism, keys.min(events)).map(|m| match sink {
+                Some(sink) => format!("{m} (the {sink} sink's rows are not read back: query them)"),
+                None => m,
+            })
         }
     };
     match verdict {
@@ -431,6 +436,74 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(3))
         }
     }
+}
+
+/// What `keyed-count --verify` reads: what a user would read when the CLI can read it
+/// back (a published `--output`, a `files:` sink's committed part files), else the job's
+/// final state (`--discard-output`; a PostgreSQL or NATS sink, named in the verdict).
+enum VerifyTarget {
+    /// Part files of these lines in this folder.
+    Files(PathBuf, output::LineFormat),
+    /// The counters' final state; `Some(sink)` when the output went to that sink unread.
+    State(Option<&'static str>),
+}
+
+fn verify_target(prepared: &connect::Prepared, dest: &Destination, c: &Common) -> VerifyTarget {
+    match prepared.output() {
+        Some(jobs::Output::Connector(connect::SinkSpec::Files(dir), format)) => {
+            let format = match format {
+                connect::SinkFormat::Tsv => output::LineFormat::Tsv,
+                connect::SinkFormat::Jsonl => output::LineFormat::Jsonl,
+            };
+            VerifyTarget::Files(dir, format)
+        }
+        #[cfg(feature = "postgres")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Postgres(_), _)) => {
+            VerifyTarget::State(Some("postgres"))
+        }
+        #[cfg(feature = "nats")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Nats(_), _)) => {
+            VerifyTarget::State(Some("nats"))
+        }
+        _ if dest.staging.is_some() => {
+            VerifyTarget::Files(c.output.clone(), output::LineFormat::Csv)
+        }
+        _ => VerifyTarget::State(None),
+    }
+}
+
+/// The verdict on the counters' final states: every one of the `parallelism` subtasks
+/// reported, none found a wrong count, and together they hold exactly `want_keys` keys
+/// (`min(keys, events)`), so a subtask that never reached the end of its input, or keys
+/// lost between subtasks, cannot pass.
+fn judge_state(
+    verdicts: &std::collections::BTreeMap<u32, Result<u64, String>>,
+    parallelism: u32,
+    want_keys: u64,
+) -> Result<String, String> {
+    let silent: Vec<String> = (0..parallelism)
+        .filter(|i| !verdicts.contains_key(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !silent.is_empty() {
+        return Err(format!(
+            "subtask(s) {} of {parallelism} never reported their final state",
+            silent.join(", ")
+        ));
+    }
+    let bad: Vec<String> = verdicts.values().filter_map(|r| r.clone().err()).collect();
+    if !bad.is_empty() {
+        return Err(bad.join("; "));
+    }
+    let keys: u64 = verdicts.values().filter_map(|r| r.as_ref().ok()).sum();
+    if keys != want_keys {
+        return Err(format!(
+            "{keys} keys in state over all subtasks, {want_keys} expected"
+        ));
+    }
+    Ok(format!(
+        "{keys} keys in the final state of all {parallelism} subtasks, every count exact"
+    ))
 }
 
 fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
@@ -523,5 +596,30 @@ fn main() -> ExitCode {
                 None => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn state_verdicts_need_every_subtask_and_every_key() {
+        let all: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6)), (1, Ok(4))].into();
+        assert!(judge_state(&all, 2, 10).is_ok());
+        // A subtask that never reported (its keys never checked) is a mismatch.
+        let one: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6))].into();
+        let e = judge_state(&one, 2, 6).unwrap_err();
+        assert!(e.contains("subtask(s) 1 of 2 never reported"), "{e}");
+        // So is a key total other than min(keys, events).
+        let e = judge_state(&all, 2, 11).unwrap_err();
+        assert!(
+            e.contains("10 keys in state over all subtasks, 11 expected"),
+            "{e}"
+        );
+        let bad: BTreeMap<u32, Result<u64, String>> =
+            [(0, Ok(6)), (1, Err("1 wrong: key 3".into()))].into();
+        assert_eq!(judge_state(&bad, 2, 10).unwrap_err(), "1 wrong: key 3");
     }
 }

@@ -635,3 +635,119 @@ fn restore_latest_without_checkpoints_starts_fresh() {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// f. what --verify reads
+
+/// `--emit updates --output --verify` checks the published lines: each key's counts are
+/// exactly 1..n (it used to report a mismatch without checking anything).
+#[test]
+fn verify_checks_every_update_in_the_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, keys) = (5_000u64, 7u64);
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--emit",
+            "updates",
+            "--verify",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--output",
+            &s(&tmp.path().join("out")),
+        ],
+    ));
+    run.assert_success();
+    assert!(
+        run.stdout
+            .contains("verify: OK — 7 keys, each with its counts exactly 1..n (5000 lines)"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// With a `files:` sink, `--verify` reads what was committed, across the runs of the job:
+/// a line that should not be there fails it (exit 3), although the job's state is exact.
+#[test]
+fn verify_reads_what_a_files_sink_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, out) = (tmp.path().join("chk"), tmp.path().join("sink"));
+    let (n, keys) = (200_000u64, 13u64);
+    let args = |restore: bool| {
+        let mut a: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--emit",
+            "updates",
+            "--rate",
+            if restore { "1000000" } else { "50000" },
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            &s(&d),
+            "--sink",
+            &format!("files:{}", s(&out)),
+        ]
+        .map(String::from)
+        .to_vec();
+        if restore {
+            a.extend(["--restore", "latest", "--verify"].map(String::from));
+        }
+        a
+    };
+    let job = d.join("keyed-count");
+    let mut child = spawn_logged(
+        &mut weir(tmp.path(), args(false)),
+        &tmp.path().join("a.log"),
+    );
+    wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(30));
+    sigkill_running(&mut child, "the first run");
+    // A committed-looking file with a count key 0 already has.
+    fs::write(out.join("part-planted.tsv"), "0\t1\n").unwrap();
+    let run = run(&mut weir(tmp.path(), args(true)));
+    assert_eq!(run.code(), Some(3), "{}", run.describe());
+    assert!(
+        run.stdout.contains("verify: MISMATCH")
+            && run.stdout.contains("key 0: count 1 appears twice"),
+        "{}",
+        run.describe()
+    );
+    assert_resumed(&run, n);
+    // Without the planted line, the committed output of both runs is exact.
+    fs::remove_file(out.join("part-planted.tsv")).unwrap();
+    let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for e in fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("part-")
+        {
+            for line in fs::read_to_string(&p).unwrap().lines() {
+                let (k, c) = line.split_once('\t').unwrap();
+                seen.entry(k.parse().unwrap())
+                    .or_default()
+                    .push(c.parse().unwrap());
+            }
+        }
+    }
+    for k in 0..keys {
+        let mut got = seen.remove(&k).unwrap_or_default();
+        got.sort_unstable();
+        let want: Vec<u64> = (1..=expected_count(n, keys, k)).collect();
+        assert!(got == want, "key {k}: {} counts committed", got.len());
+    }
+}
