@@ -84,7 +84,9 @@ struct KeyedCountArgs {
     /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
     #[arg(long, value_enum, default_value_t = Emit::Final)]
     emit: Emit,
-    /// Check the final counts against the exact truth; exit 3 on a mismatch.
+    /// Check what was written (--output, or a files: sink's committed files) against the
+    /// exact truth, else the final state (--discard-output, postgres/nats sinks); exit 3 on
+    /// a mismatch.
     #[arg(long)]
     verify: bool,
     #[command(flatten)]
