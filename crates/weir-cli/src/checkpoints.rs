@@ -20,7 +20,8 @@ use crate::inspect::{human_bytes, table, timestamp, Format};
 /// `weir checkpoints …`
 #[derive(Subcommand)]
 pub enum CheckpointsCommand {
-    /// List the checkpoints in a folder: id, time, size, duration, complete or not.
+    /// List the checkpoints in a folder: id, time, size, duration, the records its sources
+    /// had read (where a restore resumes), complete or not.
     List(ListArgs),
     /// Show one checkpoint or savepoint: operators, subtasks, state sizes, source positions.
     Inspect(InspectArgs),
@@ -55,7 +56,8 @@ struct Row {
 }
 
 enum Status {
-    Complete(Box<inspect::CheckpointDescription>),
+    /// Readable; with the records its sources had read (`None` before metadata layout 3).
+    Complete(Box<inspect::CheckpointDescription>, Option<u64>),
     Incomplete,
     Unreadable(String),
 }
@@ -129,7 +131,13 @@ fn list(dir: &Path) -> Result<Vec<Row>> {
                 Status::Incomplete
             } else {
                 match inspect::describe(&path) {
-                    Ok(d) => Status::Complete(Box::new(d)),
+                    Ok(d) => {
+                        let read = crate::inspect::source_records(&path)
+                            .ok()
+                            .filter(|s| !s.is_empty())
+                            .map(|s| s.iter().map(|p| p.records).sum());
+                        Status::Complete(Box::new(d), read)
+                    }
                     Err(e) => Status::Unreadable(e.to_string()),
                 }
             };
@@ -146,11 +154,12 @@ fn list(dir: &Path) -> Result<Vec<Row>> {
 
 fn row_json(r: &Row) -> serde_json::Value {
     match &r.status {
-        Status::Complete(d) => json!({
+        Status::Complete(d, read) => json!({
             "job": r.job, "id": r.id, "path": r.path.display().to_string(), "status": "complete",
             "completed": timestamp(d.completed_timestamp_ms),
             "duration_ms": d.completed_timestamp_ms.saturating_sub(d.trigger_timestamp_ms),
             "bytes": d.total_bytes(),
+            "source_records": read,
         }),
         Status::Incomplete => json!({
             "job": r.job, "id": r.id, "path": r.path.display().to_string(), "status": "incomplete",
@@ -170,8 +179,8 @@ fn rows_text(rows: &[Row], dir: &Path) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let (status, when, took, size) = match &r.status {
-                Status::Complete(d) => (
+            let (status, when, took, size, read) = match &r.status {
+                Status::Complete(d, read) => (
                     "complete".to_string(),
                     timestamp(d.completed_timestamp_ms).unwrap_or_else(|| "?".into()),
                     format!(
@@ -180,20 +189,44 @@ fn rows_text(rows: &[Row], dir: &Path) -> String {
                             .saturating_sub(d.trigger_timestamp_ms)
                     ),
                     human_bytes(d.total_bytes()),
+                    read.map_or("?".into(), |n| n.to_string()),
                 ),
-                Status::Incomplete => ("incomplete".into(), "-".into(), "-".into(), "-".into()),
+                Status::Incomplete => (
+                    "incomplete".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ),
                 Status::Unreadable(e) => {
                     notes.push(format!("chk-{} of {}: {e}", r.id, r.job));
-                    ("unreadable".into(), "-".into(), "-".into(), "-".into())
+                    let dash = || "-".to_string();
+                    ("unreadable".into(), dash(), dash(), dash(), dash())
                 }
             };
-            vec![r.job.clone(), r.id.to_string(), status, when, took, size]
+            vec![
+                r.job.clone(),
+                r.id.to_string(),
+                status,
+                when,
+                took,
+                size,
+                read,
+            ]
         })
         .collect();
     let mut s = table(
-        &["JOB", "ID", "STATUS", "COMPLETED", "DURATION", "SIZE"],
+        &[
+            "JOB",
+            "ID",
+            "STATUS",
+            "COMPLETED",
+            "DURATION",
+            "SIZE",
+            "RECORDS_READ",
+        ],
         &cells,
-        &[1, 4, 5],
+        &[1, 4, 5, 6],
     );
     for n in notes {
         s.push_str(&format!("! {n}\n"));

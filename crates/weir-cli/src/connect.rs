@@ -533,13 +533,14 @@ impl Prepared {
         }
     }
 
-    /// wordcount's input — the `--source`, else the `--input` files — and about how many
-    /// records the job will process (the horizon of `--inject-failures`).
+    /// wordcount's input — the `--source`, else the `--input` files — and the horizon of
+    /// `--inject-failures`: about half the records the job's tasks will process.
     pub fn wordcount_lines(&self, input: &[PathBuf]) -> Result<(Lines<'_>, u64)> {
         let files = match (&self.source, self.source_files()) {
-            // About 10 records per message (a line at the source, its words at the counter).
+            // About 10 records per message (a line at the source, its words at the
+            // counter); the failures are planned within the first half of them.
             (Some(_), None) => {
-                let records = self.source_messages.unwrap_or(0) * 10;
+                let records = self.source_messages.unwrap_or(0) * 5;
                 return Ok((Lines::Connector(self), records));
             }
             (_, Some(glob)) => vec![glob.to_path_buf()],
@@ -555,8 +556,10 @@ impl Prepared {
             .map(|m| m.len())
             .sum();
         let source = FileSource::new(expanded)?.lossy_utf8();
-        // About one record per 40 bytes of text (lines at the source, words at the counter).
-        Ok((Lines::Files(Box::new(source)), bytes / 40))
+        // About one record per 6 bytes of text (a word at the counter; lines at the source
+        // add a few): the failures are planned within the first half of a clean run's
+        // records, leaving the rest for failures held back until a checkpoint completes.
+        Ok((Lines::Files(Box::new(source)), bytes / 12))
     }
 
     /// keyed-count's event numbers, from the `--source` connector.

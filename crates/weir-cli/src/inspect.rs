@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use weir::checkpoint::inspect::{
     self, CheckpointDescription, InspectError, RawEntries, RawState, StateScope,
 };
+use weir::checkpoint::metadata::{CheckpointMetadata, SourceProgress};
 
 /// `weir state …`: the subcommands, dispatched by [`run`].
 #[derive(Subcommand)]
@@ -254,10 +255,26 @@ fn describe_text(d: &CheckpointDescription) -> String {
 // ---------------------------------------------------------------------------------------
 // checkpoints inspect
 
+/// How many records each source had emitted up to the checkpoint at `path`, as its
+/// `_metadata` records them (layout 3; empty for older checkpoints): the position a restore
+/// resumes from, which is what a user about to resume wants to see.
+pub(crate) fn source_records(path: &std::path::Path) -> Result<Vec<SourceProgress>> {
+    let payload = weir::checkpoint::storage::read_metadata(path)?;
+    let meta = CheckpointMetadata::decode(&payload).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: _metadata is not a Weir checkpoint file ({e})",
+            path.display()
+        )
+    })?;
+    Ok(meta.sources)
+}
+
 /// `weir checkpoints inspect`: the description of `weir state ls` plus where every source
-/// stands (its decoded position state), so a user sees what a restore would resume from.
+/// stands (the records it had emitted, and its decoded position state), so a user sees
+/// what a restore would resume from.
 pub fn inspect_checkpoint(path: &std::path::Path, json_out: bool) -> Result<String> {
     let d = inspect::describe(path)?;
+    let sources = source_records(path)?;
     let mut positions: Vec<(String, String, Vec<Row>)> = Vec::new();
     for o in &d.operators {
         for st in &o.states {
@@ -273,6 +290,10 @@ pub fn inspect_checkpoint(path: &std::path::Path, json_out: bool) -> Result<Stri
     }
     if json_out {
         let mut v = describe_json(&d);
+        v["sources"] = sources
+            .iter()
+            .map(|p| json!({ "uid": p.uid, "records": p.records }))
+            .collect();
         v["source_positions"] = positions
             .iter()
             .map(|(uid, state, rows)| {
@@ -288,6 +309,14 @@ pub fn inspect_checkpoint(path: &std::path::Path, json_out: bool) -> Result<Stri
         return Ok(pretty(&v));
     }
     let mut s = describe_text(&d);
+    if !sources.is_empty() {
+        let rows: Vec<Vec<String>> = sources
+            .iter()
+            .map(|p| vec![cell(&p.uid), p.records.to_string()])
+            .collect();
+        s.push_str("\nrecords each source had read (a restore resumes after them):\n");
+        s.push_str(&table(&["SOURCE", "RECORDS"], &rows, &[1]));
+    }
     for (uid, state, rows) in positions {
         let _ = writeln!(s, "\nsource positions of {} ({state}):", cell(&uid));
         if let Some(first) = rows.first() {

@@ -84,7 +84,9 @@ struct KeyedCountArgs {
     /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
     #[arg(long, value_enum, default_value_t = Emit::Final)]
     emit: Emit,
-    /// Check the final counts against the exact truth; exit 3 on a mismatch.
+    /// Check what was written (--output, or a files: sink's committed files) against the
+    /// exact truth, else the final state (--discard-output, postgres/nats sinks); exit 3 on
+    /// a mismatch.
     #[arg(long)]
     verify: bool,
     #[command(flatten)]
@@ -255,12 +257,23 @@ impl Common {
             },
         };
         if self.inject_failures > 0 {
-            c.failure_injection = Some(FailureInjection {
-                failures: self.inject_failures,
-                seed: self.seed,
-                horizon: failure_horizon.max(2),
-                after_checkpoint: false,
-            });
+            if self.checkpoint_interval.0.is_none() {
+                return Err(connect::UsageError(
+                    "--inject-failures needs periodic checkpoints (each failure waits for one, \
+                     so that the restart has progress to restore): drop \
+                     --checkpoint-interval off"
+                        .into(),
+                )
+                .into());
+            }
+            // Each failure waits until a checkpoint has completed in the running attempt
+            // (one per attempt), so every restart restores progress rather than starting
+            // over, which over a bounded input would give the same counts.
+            c.failure_injection = Some(FailureInjection::after_checkpoints(
+                self.inject_failures,
+                self.seed,
+                failure_horizon.max(2),
+            ));
         }
         Ok(c)
     }
@@ -283,7 +296,6 @@ fn destination(common: &Common) -> Result<Destination> {
 fn run_job(
     env: StreamEnvironment,
     label: &str,
-    events: Option<u64>,
     dest: &Destination,
     common: &Common,
 ) -> Result<JobResult> {
@@ -329,7 +341,7 @@ fn run_job(
         if let Some(staging) = &dest.staging {
             let _ = std::fs::remove_dir_all(staging);
         }
-        progress::summary(label, &cfg, None, &result, None);
+        progress::summary(label, &cfg, &result, None);
         println!("stopped with savepoint {}", sp.display());
         println!("resume with: --restore {}", sp.display());
         return Ok(result);
@@ -340,7 +352,6 @@ fn run_job(
     progress::summary(
         label,
         &cfg,
-        events,
         &result,
         dest.staging.as_ref().map(|_| common.output.as_path()),
     );
@@ -363,7 +374,11 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
     }
     let prepared = connect::prepare::<u64>(src, &args.connect.sink, &run_info("keyed-count", c))?;
     let events = prepared.source_messages.unwrap_or(args.events);
-    let cfg = c.config("keyed-count", events / u64::from(c.parallelism.max(1)) / 2)?;
+    // The engine counts a record at every task it passes (here the source's and the
+    // counter's: about 2 × events in a clean run). Planning the failures within the first
+    // `events` of that count spreads them over the first half of the run and leaves the
+    // second half for failures held back until their attempt completes a checkpoint.
+    let cfg = c.config("keyed-count", events)?;
     announce(&cfg);
     let dest = match prepared.output() {
         Some(_) => Destination { staging: None },
@@ -375,7 +390,9 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         Some(dir) => jobs::Output::Files(dir.clone()),
         None => jobs::Output::Discard,
     });
-    let in_state = (args.verify && dest.staging.is_none()).then(|| verdicts.clone());
+    let target = verify_target(&prepared, &dest, c);
+    let in_state =
+        (args.verify && matches!(target, VerifyTarget::State(_))).then(|| verdicts.clone());
     let input = match src {
         Some(_) => jobs::Events::Connector(&prepared),
         None => jobs::Events::Generator {
@@ -385,8 +402,7 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
     };
     let emit_updates = args.emit == Emit::Updates;
     jobs::keyed_count(&env, input, args.keys, emit_updates, out, in_state)?;
-    let label_events = src.is_none().then_some(args.events);
-    let result = run_job(env, "keyed-count", label_events, &dest, c)?;
+    let result = run_job(env, "keyed-count", &dest, c)?;
     prepared.print_summary();
     if !args.verify {
         return Ok(ExitCode::SUCCESS);
@@ -395,18 +411,21 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
         println!("verify: skipped — the job was stopped before the end of its input");
         return Ok(ExitCode::SUCCESS);
     }
-    let verdict = if dest.staging.is_some() && args.emit == Emit::Final {
-        output::verify_keyed_count(&c.output, args.events, args.keys)?
-    } else {
-        let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
-        let bad: Vec<String> = v.values().filter_map(|r| r.clone().err()).collect();
-        let keys: u64 = v.values().filter_map(|r| r.as_ref().ok()).sum();
-        if v.is_empty() {
-            Err("no subtask reported its final state (use --emit final with an --output to verify the output)".to_string())
-        } else if bad.is_empty() {
-            Ok(format!("{keys} keys in state, every count exact"))
-        } else {
-            Err(bad.join("; "))
+    let emitted = match args.emit {
+        Emit::Final => output::Emitted::Final,
+        Emit::Updates => output::Emitted::Updates,
+    };
+    let (events, keys) = (args.events, args.keys);
+    let verdict = match &target {
+        VerifyTarget::Files(dir, format) => {
+            output::verify_keyed_count(dir, *format, events, keys, emitted)?
+        }
+        VerifyTarget::State(sink) => {
+            let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
+            judge_state(&v, c.parallelism, keys.min(events)).map(|m| match sink {
+                Some(sink) => format!("{m} (the {sink} sink's rows are not read back: query them)"),
+                None => m,
+            })
         }
     };
     match verdict {
@@ -419,6 +438,74 @@ fn keyed_count(args: KeyedCountArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(3))
         }
     }
+}
+
+/// What `keyed-count --verify` reads: what a user would read when the CLI can read it
+/// back (a published `--output`, a `files:` sink's committed part files), else the job's
+/// final state (`--discard-output`; a PostgreSQL or NATS sink, named in the verdict).
+enum VerifyTarget {
+    /// Part files of these lines in this folder.
+    Files(PathBuf, output::LineFormat),
+    /// The counters' final state; `Some(sink)` when the output went to that sink unread.
+    State(Option<&'static str>),
+}
+
+fn verify_target(prepared: &connect::Prepared, dest: &Destination, c: &Common) -> VerifyTarget {
+    match prepared.output() {
+        Some(jobs::Output::Connector(connect::SinkSpec::Files(dir), format)) => {
+            let format = match format {
+                connect::SinkFormat::Tsv => output::LineFormat::Tsv,
+                connect::SinkFormat::Jsonl => output::LineFormat::Jsonl,
+            };
+            VerifyTarget::Files(dir, format)
+        }
+        #[cfg(feature = "postgres")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Postgres(_), _)) => {
+            VerifyTarget::State(Some("postgres"))
+        }
+        #[cfg(feature = "nats")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Nats(_), _)) => {
+            VerifyTarget::State(Some("nats"))
+        }
+        _ if dest.staging.is_some() => {
+            VerifyTarget::Files(c.output.clone(), output::LineFormat::Csv)
+        }
+        _ => VerifyTarget::State(None),
+    }
+}
+
+/// The verdict on the counters' final states: every one of the `parallelism` subtasks
+/// reported, none found a wrong count, and together they hold exactly `want_keys` keys
+/// (`min(keys, events)`), so a subtask that never reached the end of its input, or keys
+/// lost between subtasks, cannot pass.
+fn judge_state(
+    verdicts: &std::collections::BTreeMap<u32, Result<u64, String>>,
+    parallelism: u32,
+    want_keys: u64,
+) -> Result<String, String> {
+    let silent: Vec<String> = (0..parallelism)
+        .filter(|i| !verdicts.contains_key(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !silent.is_empty() {
+        return Err(format!(
+            "subtask(s) {} of {parallelism} never reported their final state",
+            silent.join(", ")
+        ));
+    }
+    let bad: Vec<String> = verdicts.values().filter_map(|r| r.clone().err()).collect();
+    if !bad.is_empty() {
+        return Err(bad.join("; "));
+    }
+    let keys: u64 = verdicts.values().filter_map(|r| r.as_ref().ok()).sum();
+    if keys != want_keys {
+        return Err(format!(
+            "{keys} keys in state over all subtasks, {want_keys} expected"
+        ));
+    }
+    Ok(format!(
+        "{keys} keys in the final state of all {parallelism} subtasks, every count exact"
+    ))
 }
 
 fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
@@ -441,7 +528,7 @@ fn wordcount(args: WordcountArgs) -> Result<ExitCode> {
         None => jobs::Output::Discard,
     });
     jobs::wordcount(&env, lines, out)?;
-    run_job(env, "wordcount", None, &dest, c)?;
+    run_job(env, "wordcount", &dest, c)?;
     prepared.print_summary();
     Ok(ExitCode::SUCCESS)
 }
@@ -511,5 +598,30 @@ fn main() -> ExitCode {
                 None => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn state_verdicts_need_every_subtask_and_every_key() {
+        let all: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6)), (1, Ok(4))].into();
+        assert!(judge_state(&all, 2, 10).is_ok());
+        // A subtask that never reported (its keys never checked) is a mismatch.
+        let one: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6))].into();
+        let e = judge_state(&one, 2, 6).unwrap_err();
+        assert!(e.contains("subtask(s) 1 of 2 never reported"), "{e}");
+        // So is a key total other than min(keys, events).
+        let e = judge_state(&all, 2, 11).unwrap_err();
+        assert!(
+            e.contains("10 keys in state over all subtasks, 11 expected"),
+            "{e}"
+        );
+        let bad: BTreeMap<u32, Result<u64, String>> =
+            [(0, Ok(6)), (1, Err("1 wrong: key 3".into()))].into();
+        assert_eq!(judge_state(&bad, 2, 10).unwrap_err(), "1 wrong: key 3");
     }
 }

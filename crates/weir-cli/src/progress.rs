@@ -94,27 +94,34 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-/// Prints the end-of-run summary on stdout.
-pub fn summary(
-    label: &str,
-    cfg: &JobConfig,
-    events: Option<u64>,
-    r: &JobResult,
-    output: Option<&Path>,
-) {
+/// Prints the end-of-run summary on stdout. It reports what the sources actually read in
+/// this run (replays after restarts included) and, apart from it, what a restore let them
+/// skip, so a resumed run can be told from one that started over: events/s counts only
+/// what was read.
+pub fn summary(label: &str, cfg: &JobConfig, r: &JobResult, output: Option<&Path>) {
     let secs = r.duration.as_secs_f64().max(1e-9);
-    match events {
-        Some(n) => println!(
-            "{label}: finished in {secs:.2} s — {n} events, {} events/s, parallelism {}, {}",
-            human(n as f64 / secs),
-            cfg.parallelism,
-            cfg.checkpointing.mode
-        ),
-        None => println!(
-            "{label}: finished in {secs:.2} s — {} records read, parallelism {}, {}",
-            r.source_records, cfg.parallelism, cfg.checkpointing.mode
-        ),
+    let read = r.source_records;
+    let mut notes = Vec::new();
+    let again = records_read_again(r);
+    if again > 0 {
+        notes.push(format!("{again} of them again after restarts"));
     }
+    let restored = r.records_restored();
+    if restored > 0 {
+        notes.push(format!("{restored} restored from the checkpoint instead"));
+    }
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
+    println!(
+        "{label}: finished in {secs:.2} s — {read} records read{notes}, {} records/s, \
+         parallelism {}, {}",
+        human(read as f64 / secs),
+        cfg.parallelism,
+        cfg.checkpointing.mode
+    );
     let mut durations: Vec<Duration> = r.checkpoints.iter().map(|c| c.duration).collect();
     durations.sort();
     if durations.is_empty() {
@@ -150,14 +157,59 @@ pub fn summary(
         );
     }
     let injected = match r.injected_failures {
+        Some((fired, planned)) if fired < planned => format!(
+            " (injected failures: {fired} of {planned}; the input ended before the other {} \
+             could follow a checkpoint)",
+            planned - fired
+        ),
         Some((fired, planned)) => format!(" (injected failures: {fired} of {planned})"),
         None => String::new(),
     };
     println!("restarts: {}{injected}", r.attempts.saturating_sub(1));
-    if let Some(p) = &r.restored_from {
-        println!("restored from: {}", p.display());
+    for line in attempt_lines(r) {
+        println!("  {line}");
     }
     if let Some(o) = output {
         println!("output: {}", o.display());
     }
+}
+
+/// Records the sources read a second time: for each restart, what the failed attempt had
+/// read past the position the restart rewound to.
+fn records_read_again(r: &JobResult) -> u64 {
+    let start = |a: &AttemptSummary| a.restored.as_ref().map_or(0, |x| x.source_records);
+    r.history
+        .windows(2)
+        .map(|w| (start(&w[0]) + w[0].source_records).saturating_sub(start(&w[1])))
+        .sum()
+}
+
+/// One line per attempt, when there was more than one or the run restored a checkpoint:
+/// where its sources started (the checkpoint's id, path and position, or the beginning),
+/// what they read, and whether it failed. Empty for a single fresh attempt.
+fn attempt_lines(r: &JobResult) -> Vec<String> {
+    if r.history.len() < 2 && r.history.iter().all(|a| a.restored.is_none()) {
+        return Vec::new();
+    }
+    r.history
+        .iter()
+        .map(|a| {
+            let from = match &a.restored {
+                Some(x) => format!(
+                    "from checkpoint {} at source record {}",
+                    x.checkpoint_id, x.source_records
+                ),
+                None => "from the start".to_string(),
+            };
+            let failed = if a.failure.is_some() { ", failed" } else { "" };
+            let path = match &a.restored {
+                Some(x) => format!(" — {}", x.path.display()),
+                None => String::new(),
+            };
+            format!(
+                "attempt {}: {from}, read {}{failed}{path}",
+                a.attempt, a.source_records
+            )
+        })
+        .collect()
 }

@@ -89,18 +89,6 @@ fn assert_word_counts(o: &Path, want: &BTreeMap<String, u64>) {
     }
 }
 
-/// The number of completed checkpoints in a run summary (0 for "none completed").
-fn completed_in_summary(stdout: &str) -> u64 {
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("checkpoints: "))
-        .unwrap_or_else(|| panic!("no checkpoints line in:\n{stdout}"));
-    line.split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// [`assert_clean_error`] for the CLI's own bad input, whose message also fits in a few
 /// lines.
 fn assert_short_clean_error(run: &Run, code: i32, needles: &[&str]) {
@@ -179,7 +167,10 @@ fn wordcount_of_a_licence_is_exact() {
     assert_word_counts(&o, &want);
 }
 
-/// Wordcount of a licence text with 3 injected task panics still equals the independent count.
+/// Wordcount of a licence text with 3 injected task panics still equals the independent
+/// count. Each failure waits for a checkpoint in its attempt, and the text is read in a
+/// moment: the summary must say how many fired and, if some could not, why; every restart
+/// that did happen resumed from a checkpoint.
 #[test]
 fn wordcount_with_injected_failures_is_exact() {
     let tmp = tempfile::tempdir().unwrap();
@@ -209,12 +200,25 @@ fn wordcount_with_injected_failures_is_exact() {
         ],
     ));
     run.assert_success();
+    let fired = (0..=3)
+        .find(|f| run.stdout.contains(&format!("injected failures: {f} of 3")))
+        .unwrap_or_else(|| panic!("no injected failures count\n{}", run.describe()));
     assert!(
-        run.stdout.contains("injected failures: 3 of 3"),
-        "not every failure fired\n{}",
+        run.stdout.contains(&format!("restarts: {fired} ")),
+        "{}",
         run.describe()
     );
-    let text = String::from_utf8_lossy(&fs::read(&input).unwrap()).into_owned();
+    if fired < 3 {
+        let why = format!(
+            "the input ended before the other {} could follow",
+            3 - fired
+        );
+        assert!(run.stdout.contains(&why), "{}", run.describe());
+    }
+    let text = fs::read_to_string(&input).unwrap();
+    if fired > 0 {
+        assert_resumed(&run, text.lines().count() as u64);
+    }
     assert_word_counts(&o, &word_counts(&text));
 }
 
@@ -269,11 +273,11 @@ fn wordcount_big_input_with_failures_and_checkpoints_is_exact() {
         "not every failure fired\n{}",
         run.describe()
     );
-    assert!(
-        completed_in_summary(&run.stdout) >= 1,
-        "no checkpoint completed, so no failure was recovered from one\n{}",
-        run.describe()
-    );
+    // Every failure waited for a checkpoint: each restart restored one mid-file, and the
+    // last attempt read only the lines after it.
+    let lines = (text[..mid].lines().count() + text[mid..].lines().count()) as u64;
+    let attempts = assert_resumed(&run, lines);
+    assert_eq!(attempts.len(), 4, "{}", run.describe());
     assert_word_counts(&o, &word_counts(&text));
 }
 
@@ -299,6 +303,8 @@ fn keyed_count_with_ten_failures(seed: &str) {
             "5ms",
             "--checkpoint-interval",
             "20ms",
+            "--restart-strategy",
+            "fixed-delay",
             "--rate",
             "2000000",
             "--events",
@@ -319,14 +325,11 @@ fn keyed_count_with_ten_failures(seed: &str) {
         "{}",
         run.describe()
     );
-    // Two injected panics can land in the same attempt, so up to 10 restarts, not exactly 10.
-    let restarts: u32 = run
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("restarts: "))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no restarts line\n{}", run.describe()));
-    assert!((1..=10).contains(&restarts), "{}", run.describe());
+    // One failure per attempt, each after a checkpoint: exactly 10 restarts, each from a
+    // checkpoint with progress, and the sources read only what the last one had not.
+    assert!(run.stdout.contains("restarts: 10 "), "{}", run.describe());
+    let attempts = assert_resumed(&run, 1_000_000);
+    assert_eq!(attempts.len(), 11, "{}", run.describe());
     assert_keyed_count_exact(&o, 1_000_000, 1000);
 }
 
@@ -396,6 +399,7 @@ fn kill_damage_restore(
         "did not fall back to the next newest checkpoint\n{}",
         run.describe()
     );
+    assert_resumed(&run, n);
     assert_keyed_count_exact(&o, n, keys);
     (run, newest, older, damaged)
 }
@@ -493,6 +497,21 @@ fn malformed_checkpoint_interval_exits_2() {
         small_keyed_count(tmp.path(), &["--checkpoint-interval", "5x"]),
     ));
     assert_short_clean_error(&run, 2, &["5x", "--checkpoint-interval"]);
+}
+
+/// `--inject-failures` with checkpoints off is a flag error (each failure waits for a
+/// checkpoint, so none could fire): exit 2, naming both flags.
+#[test]
+fn injected_failures_without_checkpoints_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run(&mut weir(
+        tmp.path(),
+        small_keyed_count(
+            tmp.path(),
+            &["--inject-failures", "1", "--checkpoint-interval", "off"],
+        ),
+    ));
+    assert_short_clean_error(&run, 2, &["--inject-failures", "--checkpoint-interval off"]);
 }
 
 /// `--parallelism 0` is refused with a non-zero exit and a line naming the flag.
@@ -613,5 +632,122 @@ fn restore_latest_without_checkpoints_starts_fresh() {
         assert_eq!(restored_from(&run.stdout), None, "{}", run.describe());
         assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
         assert_keyed_count_exact(&tmp.path().join("out"), 1000, 10);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// f. what --verify reads
+
+/// `--emit updates --output --verify` checks the published lines: each key's counts are
+/// exactly 1..n (it used to report a mismatch without checking anything).
+#[test]
+fn verify_checks_every_update_in_the_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, keys) = (5_000u64, 7u64);
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--emit",
+            "updates",
+            "--verify",
+            "--checkpoint-dir",
+            &s(&tmp.path().join("chk")),
+            "--output",
+            &s(&tmp.path().join("out")),
+        ],
+    ));
+    run.assert_success();
+    assert!(
+        run.stdout
+            .contains("verify: OK — 7 keys, each with its counts exactly 1..n (5000 lines)"),
+        "{}",
+        run.describe()
+    );
+}
+
+/// With a `files:` sink, `--verify` reads what was committed, across the runs of the job:
+/// a line that should not be there fails it (exit 3), although the job's state is exact.
+#[test]
+fn verify_reads_what_a_files_sink_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, out) = (tmp.path().join("chk"), tmp.path().join("sink"));
+    let (n, keys) = (200_000u64, 13u64);
+    let args = |restore: bool| {
+        let mut a: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--events",
+            &n.to_string(),
+            "--keys",
+            &keys.to_string(),
+            "--parallelism",
+            "2",
+            "--emit",
+            "updates",
+            "--rate",
+            if restore { "1000000" } else { "50000" },
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            &s(&d),
+            "--sink",
+            &format!("files:{}", s(&out)),
+        ]
+        .map(String::from)
+        .to_vec();
+        if restore {
+            a.extend(["--restore", "latest", "--verify"].map(String::from));
+        }
+        a
+    };
+    let job = d.join("keyed-count");
+    let mut child = spawn_logged(
+        &mut weir(tmp.path(), args(false)),
+        &tmp.path().join("a.log"),
+    );
+    wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(30));
+    sigkill_running(&mut child, "the first run");
+    // A committed-looking file with a count key 0 already has.
+    fs::write(out.join("part-planted.tsv"), "0\t1\n").unwrap();
+    let run = run(&mut weir(tmp.path(), args(true)));
+    assert_eq!(run.code(), Some(3), "{}", run.describe());
+    assert!(
+        run.stdout.contains("verify: MISMATCH")
+            && run.stdout.contains("key 0: count 1 appears twice"),
+        "{}",
+        run.describe()
+    );
+    assert_resumed(&run, n);
+    // Without the planted line, the committed output of both runs is exact.
+    fs::remove_file(out.join("part-planted.tsv")).unwrap();
+    let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for e in fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("part-")
+        {
+            for line in fs::read_to_string(&p).unwrap().lines() {
+                let (k, c) = line.split_once('\t').unwrap();
+                seen.entry(k.parse().unwrap())
+                    .or_default()
+                    .push(c.parse().unwrap());
+            }
+        }
+    }
+    for k in 0..keys {
+        let mut got = seen.remove(&k).unwrap_or_default();
+        got.sort_unstable();
+        let want: Vec<u64> = (1..=expected_count(n, keys, k)).collect();
+        assert!(got == want, "key {k}: {} counts committed", got.len());
     }
 }

@@ -145,6 +145,13 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     stop.assert_success();
     let (code, log) = job.finish();
     assert_eq!(code, Some(0), "{log}");
+    // It resumed from sp1's source positions, not from the beginning.
+    let first = attempts(&log).into_iter().next();
+    let (_, pos, from) = first
+        .and_then(|a| a.restored)
+        .unwrap_or_else(|| panic!("the p3 run did not restore\n{log}"));
+    assert_eq!(from, sp1, "{log}");
+    assert!(pos > 0 && pos < EVENTS, "{log}");
 
     // The intermediate savepoint, moved to another folder, restores at parallelism 1.
     let moved = t.join("moved/sp");
@@ -156,6 +163,13 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     ));
     r.assert_success();
     assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    assert_eq!(
+        restored_from(&r.stdout),
+        Some(moved.clone()),
+        "{}",
+        r.describe()
+    );
+    assert_resumed(&r, EVENTS);
     assert_keyed_count_exact(&t.join("out"), EVENTS, KEYS);
     std::fs::remove_dir_all(t.join("out")).unwrap();
 
@@ -166,6 +180,14 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
         job_args(t, 1, None, &["--restore", &s(&sp3), "--verify"]),
     ));
     r.assert_success();
+    assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    assert_eq!(
+        restored_from(&r.stdout),
+        Some(sp3.clone()),
+        "{}",
+        r.describe()
+    );
+    assert_resumed(&r, EVENTS);
     assert_keyed_count_exact(&t.join("out"), EVENTS, KEYS);
     assert!(
         sp1.join("_metadata").is_file(),

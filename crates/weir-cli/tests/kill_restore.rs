@@ -106,6 +106,7 @@ fn sigkill_loop_exactly_once_counts_exactly() {
     run.assert_success();
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert_restored_from(&run, &d, newest);
+    assert_resumed(&run, EVENTS);
     assert_keyed_count_exact(&o, EVENTS, KEYS);
     assert!(
         !tmp.path().join(".out.inprogress").exists(),
@@ -150,6 +151,8 @@ fn sigkill_loop_at_least_once_never_undercounts() {
     ));
     run.assert_success();
     assert!(restored_from(&run.stdout).is_some(), "{}", run.describe());
+    // At-least-once rewinds the sources to the checkpoint too: only the rest is read.
+    assert_resumed(&run, EVENTS);
     assert!(o.join("_SUCCESS").is_file());
     let got = keyed_counts(&o);
     assert_eq!(got.len() as u64, KEYS, "keys missing or extra: {got:?}");
@@ -213,5 +216,6 @@ fn sigkill_then_restore_at_other_parallelism_is_exact() {
     assert!(run.stdout.contains("parallelism 3"), "{}", run.describe());
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert_restored_from(&run, &d, newest);
+    assert_resumed(&run, n);
     assert_keyed_count_exact(&o, n, keys);
 }

@@ -68,28 +68,50 @@ fn newest_checkpoint(job_dir: &Path) -> PathBuf {
 /// Runs keyed-count (2 subtasks, rate-limited so that checkpoints complete while it runs)
 /// in `cwd` and returns its job folder.
 fn run_keyed_count(cwd: &Path, events: u64, rate: u64) -> PathBuf {
-    let (events, rate, keys) = (events.to_string(), rate.to_string(), KEYS.to_string());
-    weir_ok(
-        cwd,
-        &[
-            "run",
-            "keyed-count",
-            "--events",
-            &events,
-            "--keys",
-            &keys,
-            "--parallelism",
-            "2",
-            "--rate",
-            &rate,
-            "--checkpoint-interval",
-            "50ms",
-            "--discard-output",
-            "--checkpoint-dir",
-            "ck",
-        ],
-    );
+    let r = run(&mut weir(cwd, keyed_count_args(events, rate, 2, None)));
+    r.assert_success();
     cwd.join("ck").join("keyed-count")
+}
+
+/// The arguments of a keyed-count run into `<cwd>/ck`, writing into `out` unless `None`.
+fn keyed_count_args(events: u64, rate: u64, parallelism: u32, out: Option<&str>) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        &events.to_string(),
+        "--keys",
+        &KEYS.to_string(),
+        "--parallelism",
+        &parallelism.to_string(),
+        "--rate",
+        &rate.to_string(),
+        "--checkpoint-interval",
+        "50ms",
+        "--checkpoint-dir",
+        "ck",
+    ]
+    .map(String::from)
+    .to_vec();
+    match out {
+        Some(o) => a.extend(["--output".to_string(), o.to_string()]),
+        None => a.push("--discard-output".into()),
+    }
+    a
+}
+
+/// Runs keyed-count over [`EVENTS`] slowly enough (5 s) to be SIGKILLed once two
+/// checkpoints completed, so that its newest checkpoint is a mid-run one (not the final
+/// checkpoint every bounded run ends with, taken after the end of input); returns it.
+fn kill_keyed_count_mid_run(cwd: &Path) -> PathBuf {
+    let job = cwd.join("ck").join("keyed-count");
+    let mut child = spawn_logged(
+        &mut weir(cwd, keyed_count_args(EVENTS, EVENTS / 5, 2, None)),
+        &cwd.join("killed.log"),
+    );
+    wait_for_checkpoints(&mut child, &job, 2, std::time::Duration::from_secs(30));
+    sigkill_running(&mut child, "keyed-count");
+    newest_checkpoint(&job)
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -127,8 +149,7 @@ fn ls_state<'a>(ls: &'a Value, uid: &str, name: &str) -> &'a Value {
 #[test]
 fn keyed_count_ls_and_dump_agree_with_each_other_and_the_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let job = run_keyed_count(tmp.path(), EVENTS, EVENTS);
-    let chk = newest_checkpoint(&job);
+    let chk = kill_keyed_count_mid_run(tmp.path());
     let before = tree(&chk);
     let c = s(&chk);
     let id: u64 = chk
@@ -232,6 +253,35 @@ fn keyed_count_ls_and_dump_agree_with_each_other_and_the_run() {
         got, emitted,
         "counts in state vs values the sources had emitted"
     );
+    // A mid-run checkpoint: the sources had read some of the input, not all of it, and
+    // `checkpoints inspect` shows how much (what a restore resumes after).
+    let read: u64 = emitted.values().sum();
+    assert!(read > 0 && read < EVENTS, "read {read} of {EVENTS}");
+    let inspect = json(&weir_ok(
+        tmp.path(),
+        &["checkpoints", "inspect", &c, "--format", "json"],
+    ));
+    assert_eq!(
+        inspect["sources"],
+        serde_json::json!([{ "uid": "generator", "records": read }]),
+        "{inspect}"
+    );
+    let text = weir_ok(tmp.path(), &["checkpoints", "inspect", &c]);
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["generator", read.to_string().as_str()]),
+        "{text}"
+    );
+    let list = weir_ok(
+        tmp.path(),
+        &["checkpoints", "list", &s(chk.parent().unwrap())],
+    );
+    let row = list
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("no row for {id}:\n{list}"));
+    assert!(row.ends_with(&format!(" {read}")), "{list}");
 
     // The text forms show the same rows.
     let text = weir_ok(tmp.path(), &["state", "ls", &c]);
@@ -293,6 +343,23 @@ fn keyed_count_ls_and_dump_agree_with_each_other_and_the_run() {
     }
 
     assert!(tree(&chk) == before, "inspecting changed the checkpoint");
+
+    // Restored at parallelism 3, the run reads only the events after the checkpoint and
+    // its counts are exact.
+    let mut args = keyed_count_args(EVENTS, 1_000_000, 3, Some("out"));
+    args.extend(["--restore".into(), c.clone(), "--verify".into()]);
+    let r = run(&mut weir(tmp.path(), args));
+    r.assert_success();
+    assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    assert_eq!(
+        restored_from(&r.stdout),
+        Some(chk.clone()),
+        "{}",
+        r.describe()
+    );
+    let attempts = assert_resumed(&r, EVENTS);
+    assert_eq!(attempts[0].restored.as_ref().map(|a| a.1), Some(read));
+    assert_keyed_count_exact(&tmp.path().join("out"), EVENTS, KEYS);
 }
 
 #[test]

@@ -257,12 +257,146 @@ pub fn sigkill_running(child: &mut Child, what: &str) {
     );
 }
 
-/// The `restored from: <path>` line of a run summary, if any.
-pub fn restored_from(stdout: &str) -> Option<PathBuf> {
+/// One `attempt N: …` line of a run summary: where the attempt's sources started and what
+/// they read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The attempt's number (1 for the first).
+    pub n: u32,
+    /// The checkpoint it restored: id, the records its sources had read, and its folder;
+    /// `None` for a start from the beginning.
+    pub restored: Option<(u64, u64, PathBuf)>,
+    /// Records its sources read.
+    pub read: u64,
+    /// Whether it failed.
+    pub failed: bool,
+}
+
+/// The `attempt N: …` lines of a run summary (none for a single fresh attempt); panics on
+/// one it cannot parse.
+pub fn attempts(stdout: &str) -> Vec<Attempt> {
     stdout
         .lines()
-        .find_map(|l| l.strip_prefix("restored from: "))
-        .map(PathBuf::from)
+        .filter_map(|l| l.trim_start().strip_prefix("attempt "))
+        .map(|l| {
+            parse_attempt(l)
+                .unwrap_or_else(|| panic!("cannot parse the attempt line {l:?} in\n{stdout}"))
+        })
+        .collect()
+}
+
+/// `N: from checkpoint ID at source record P, read R[, failed] — PATH` or
+/// `N: from the start, read R[, failed]`.
+fn parse_attempt(l: &str) -> Option<Attempt> {
+    let (n, rest) = l.split_once(": ")?;
+    let (desc, path) = match rest.split_once(" — ") {
+        Some((d, p)) => (d, Some(PathBuf::from(p))),
+        None => (rest, None),
+    };
+    let parts: Vec<&str> = desc.split(", ").collect();
+    let restored = match parts[0].strip_prefix("from checkpoint ") {
+        Some(r) => {
+            let (id, pos) = r.split_once(" at source record ")?;
+            Some((id.parse().ok()?, pos.parse().ok()?, path?))
+        }
+        None if parts[0] == "from the start" => None,
+        None => return None,
+    };
+    let read = parts.get(1)?.strip_prefix("read ")?.parse().ok()?;
+    Some(Attempt {
+        n: n.parse().ok()?,
+        restored,
+        read,
+        failed: parts.get(2) == Some(&"failed"),
+    })
+}
+
+/// The records the sources read in the run (the summary's first line, replays included).
+pub fn records_read(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.split(" s — ").nth(1))
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `… records read` in the summary:\n{stdout}"))
+}
+
+/// The checkpoint folder the run's first attempt restored (`--restore`), if any.
+pub fn restored_from(stdout: &str) -> Option<PathBuf> {
+    let first = attempts(stdout).into_iter().next()?;
+    first.restored.map(|(_, _, path)| path)
+}
+
+/// Asserts from `run`'s summary and notices that it recovered from checkpoints, not from
+/// the beginning, for sources holding `total` records: some attempt restored a checkpoint;
+/// every restart restored one at a source position past 0, which its `restarting from`
+/// notice names; the records read add up; and the last attempt finished after reading
+/// exactly what its checkpoint had not covered (fewer than `total`). Over a bounded input
+/// a run that started over gives the same final counts, so exact counts alone prove
+/// nothing; this does. Returns the attempts.
+pub fn assert_resumed(run: &Run, total: u64) -> Vec<Attempt> {
+    let all = attempts(&run.stdout);
+    assert!(
+        all.iter().any(|a| a.restored.is_some()),
+        "no attempt restored a checkpoint\n{}",
+        run.describe()
+    );
+    for (i, a) in all.iter().enumerate() {
+        assert_eq!(a.n as usize, i + 1, "{}", run.describe());
+        if i > 0 || a.restored.is_some() {
+            let Some((id, pos, path)) = &a.restored else {
+                panic!(
+                    "attempt {} started over from the beginning\n{}",
+                    a.n,
+                    run.describe()
+                );
+            };
+            assert!(
+                path.ends_with(format!("chk-{id}")) || path.join("_metadata").is_file(),
+                "attempt {} names {} for checkpoint {id}\n{}",
+                a.n,
+                path.display(),
+                run.describe()
+            );
+            assert!(
+                *pos > 0 && *pos < total,
+                "attempt {} restored checkpoint {id} at source record {pos} of {total}\n{}",
+                a.n,
+                run.describe()
+            );
+        }
+        if i > 0 {
+            let (_, _, path) = a.restored.as_ref().expect("checked above");
+            let notice = format!("attempt {} failed: ", i);
+            let named = format!("restarting from {}", path.display());
+            assert!(
+                run.stderr
+                    .lines()
+                    .any(|l| l.contains(&notice) && l.contains(&named)),
+                "no restart notice names {}\n{}",
+                path.display(),
+                run.describe()
+            );
+            assert!(all[i - 1].failed, "{}", run.describe());
+        }
+    }
+    let last = all.last().expect("checked above");
+    assert!(!last.failed, "the last attempt failed\n{}", run.describe());
+    let (id, pos, _) = last.restored.as_ref().expect("checked above");
+    assert_eq!(
+        pos + last.read,
+        total,
+        "the last attempt restored checkpoint {id} at source record {pos} and then read {}: \
+         the sources did not resume where the checkpoint left them\n{}",
+        last.read,
+        run.describe()
+    );
+    assert_eq!(
+        records_read(&run.stdout),
+        all.iter().map(|a| a.read).sum::<u64>(),
+        "{}",
+        run.describe()
+    );
+    all
 }
 
 /// xorshift64: a tiny seeded PRNG, so kill moments are random but reproducible.
