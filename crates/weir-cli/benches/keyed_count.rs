@@ -14,6 +14,15 @@
 //! checked against the exact counts and panics on a mismatch, so a wrong result never
 //! reaches the table.
 //!
+//! The one-failure rows and the large-state recovery row also prove the recovery: the
+//! injected failure fired (only after a checkpoint completed), the restart restored a
+//! checkpoint of this run at a source position past 0, and the last attempt read only the
+//! rest of the input (`JobResult::history`, `weir::testing::assert_resumed`); a run that
+//! started over fails loudly. Each one-failure row has a clean reference row (same N, same
+//! interval, the same failure plan that never fires): time lost to the failure is the
+//! median over rounds of the two walls' difference, measured; the downtime + replay model
+//! is printed beside it, labelled as an estimate.
+//!
 //! Each run of each row is a child process (this binary re-run with `--child ROW`), so
 //! every row's peak memory (`VmHWM`) is its own and rows do not warm each other's caches
 //! or allocator. Runs go round-robin over the rows, so a burst of outside load spreads
@@ -35,12 +44,12 @@ mod rows;
 mod workload;
 
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use keying::Keying;
 use measure::{clock_ticks, count, load_average, rate};
 use rows::{rows, sizes, Kind, Row};
-use workload::{run_floor, run_recovery, run_w1, Outcome, INJECTED};
+use workload::{run_floor, run_recovery, run_w1, Due, Outcome, INJECTED};
 
 /// Command-line settings of one bench invocation.
 struct Opts {
@@ -143,9 +152,13 @@ fn child(o: &Opts, id: &str) {
     let outcome = match row.kind {
         Kind::Floor => run_floor(label, n, keying, ticks),
         Kind::W1 { p, mode, fail } => {
-            // A failure 60 % into subtask 0's share of the input.
-            let fail_at = fail.then(|| n / u64::from(p) * 3 / 5);
-            run_w1(label, p, mode, n, keying, fail_at, ticks)
+            // A failure `fail_after_ms` into the run, or 60 % into subtask 0's share of the
+            // input if that comes first.
+            let due = Due {
+                records: n / u64::from(p) * 3 / 5,
+                after: Duration::from_millis(s.fail_after_ms),
+            };
+            run_w1(label, p, mode, n, keying, fail, due, ticks)
         }
         Kind::Recovery {
             value_bytes,
@@ -156,9 +169,15 @@ fn child(o: &Opts, id: &str) {
     println!("{}", outcome.to_line());
 }
 
-/// Runs row `r` once in a child process and returns what it measured.
+/// Runs row `r` once in a child process of this binary and returns what it measured.
 fn run_child(o: &Opts, r: &Row) -> Outcome {
     let exe = std::env::current_exe().expect("the bench binary's path");
+    run_child_of(&exe, o, r)
+}
+
+/// Runs row `r` once as a child of the bench binary `exe` (this one, or the other side of
+/// an A/B) and returns what it measured.
+fn run_child_of(exe: &std::path::Path, o: &Opts, r: &Row) -> Outcome {
     let mut cmd = Command::new(exe);
     cmd.args(["--bench", "--preset", &o.preset, "--child", r.id]);
     if let Some(n) = o.events {
@@ -177,7 +196,12 @@ fn run_child(o: &Opts, r: &Row) -> Outcome {
         Some(outcome) if out.status.success() => outcome,
         _ => {
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
-            panic!("{}: the child run failed ({})", r.label, out.status);
+            panic!(
+                "{}: the child run of {} failed ({})",
+                r.label,
+                exe.display(),
+                out.status
+            );
         }
     }
 }
@@ -206,11 +230,25 @@ fn main() {
     );
     let started = Instant::now();
     for run in 1..=runs {
-        for r in &mut rows {
+        // Odd rounds go down the rows, even rounds up: no row always runs right after
+        // the same neighbour, and the two rows of a pair swap order every round.
+        let order: Vec<usize> = if run % 2 == 1 {
+            (0..rows.len()).collect()
+        } else {
+            (0..rows.len()).rev().collect()
+        };
+        for i in order {
+            let r = &mut rows[i];
             let outcome = run_child(&o, r);
+            let restored = outcome.restored.map_or(String::new(), |x| {
+                format!(
+                    "  restored chk-{} at {} records, then read {}",
+                    x.id, x.position, x.read
+                )
+            });
             eprintln!(
                 "run {run}/{runs}: {:<45} K={:<5} {:>9} events/s  {:.2} s  {} checkpoints  \
-                 others' CPU {:.2} cores  load {}",
+                 others' CPU {:.2} cores  load {}{restored}",
                 r.label,
                 count(r.keys as f64),
                 rate(r.events as f64 / outcome.wall),
@@ -231,8 +269,10 @@ fn main() {
         "÷ floor: median over rounds of the row's rate ÷ the floor's (same K) in that round. \
          ckpts: median per run (the job's final checkpoint included); mean/p99 ckpt: trigger \
          to metadata over every checkpoint of every run; peak mem: median VmHWM of the child; \
-         downtime: failure → first record after the restart; others' CPU: cores kept busy \
-         by other processes in the row's worst run."
+         downtime: failure → first record after the restart; time lost: per round, wall \
+         of the one-failure row − wall of its no-failure reference, median over rounds (the \
+         estimate beside it is a model); events/CPU-s: getrusage user + system time of the \
+         child; others' CPU: cores kept busy by other processes in the row's worst run."
     );
     println!(
         "all counts exact; {:.1} s in total; load average {} at end",
