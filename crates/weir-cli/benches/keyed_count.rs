@@ -6,7 +6,12 @@
 //! cargo bench -p weir-cli --bench keyed_count -- --quick       # small: proves it runs (CI)
 //! cargo bench -p weir-cli --bench keyed_count -- --runs 5 --only W1
 //! cargo bench -p weir-cli --bench keyed_count -- --events 200000000 --scramble-keys
+//! cargo bench -p weir-cli --bench keyed_count -- --ab OTHER_BENCH_BINARY --runs 5 --only p=2
 //! ```
+//!
+//! `--ab OTHER`: an interleaved A/B of another build of this bench (A, e.g. built from an
+//! older commit) against this one (B): per round and row, the two children run back to
+//! back, A first in odd rounds; medians and the median of per-round ratios.
 //!
 //! W1: event `i` in `0..N` has key `i % K` (`--scramble-keys`: a fixed permutation of it),
 //! source subtask `s` of `p` emits `s, s+p, …`; a keyed process function counts in value
@@ -47,7 +52,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use keying::Keying;
-use measure::{clock_ticks, count, load_average, rate};
+use measure::{bytes, clock_ticks, count, load_average, median, rate};
 use rows::{rows, sizes, Kind, Row};
 use workload::{run_floor, run_recovery, run_w1, Due, Outcome, INJECTED};
 
@@ -62,12 +67,16 @@ struct Opts {
     scramble: bool,
     /// Set in a child: the row to run once.
     child: Option<String>,
+    /// `--ab BENCH`: interleaved A/B of another build of this bench (A) against this one
+    /// (B), row by row.
+    ab: Option<String>,
 }
 
 fn usage() {
     eprintln!(
         "usage: cargo bench -p weir-cli --bench keyed_count -- \
-         [--quick] [--events N] [--keys K] [--runs R] [--only TEXT] [--scramble-keys]"
+         [--quick] [--events N] [--keys K] [--runs R] [--only TEXT] [--scramble-keys] \
+         [--ab OTHER_BENCH_BINARY]"
     );
 }
 
@@ -95,6 +104,7 @@ fn parse_args() -> Opts {
         only: None,
         scramble: false,
         child: None,
+        ab: None,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -107,6 +117,7 @@ fn parse_args() -> Opts {
             "--scramble-keys" => o.scramble = true,
             "--preset" => o.preset = it.next().unwrap_or_default(),
             "--child" => o.child = it.next(),
+            "--ab" => o.ab = it.next(),
             "--bench" => {}
             "-h" | "--help" => {
                 usage();
@@ -218,6 +229,10 @@ fn main() {
     if let Some(only) = &o.only {
         rows.retain(|r| r.id == "floor" || r.label.contains(only.as_str()));
     }
+    if let Some(other) = o.ab.clone() {
+        ab(&o, std::path::Path::new(&other), &mut rows, runs);
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(0, |c| c.get());
     println!(
         "keyed_count bench ({}): N = {}, K = {}{}; {runs} runs per row, each in a child process; \
@@ -276,6 +291,96 @@ fn main() {
     );
     println!(
         "all counts exact; {:.1} s in total; load average {} at end",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+}
+
+/// `--ab OTHER`: for each round, for each row, runs the row's child of `other` (A) and of
+/// this binary (B) back to back, A first in odd rounds and B first in even ones; prints
+/// every run, then per row the medians and the median of the per-round B ÷ A ratios. Both
+/// binaries must know the rows (`--only` picks them) and print the same `RESULT` line.
+fn ab(o: &Opts, other: &std::path::Path, rows: &mut [Row], runs: usize) {
+    let this = std::env::current_exe().expect("the bench binary's path");
+    let s = sizes(&o.preset);
+    println!(
+        "keyed_count A/B ({}): A = {}, B = {}; {runs} rounds, each row's child of A and of B \
+         back to back (A first in odd rounds); load average {} at start",
+        s.name,
+        other.display(),
+        this.display(),
+        load_average()
+    );
+    let started = Instant::now();
+    let mut a_samples: Vec<Vec<Outcome>> = rows.iter().map(|_| Vec::new()).collect();
+    for run in 1..=runs {
+        for (i, r) in rows.iter_mut().enumerate() {
+            let sides: [(&str, &std::path::Path); 2] = if run % 2 == 1 {
+                [("A", other), ("B", &this)]
+            } else {
+                [("B", &this), ("A", other)]
+            };
+            for (side, exe) in sides {
+                let outcome = run_child_of(exe, o, r);
+                eprintln!(
+                    "round {run}/{runs} {side}: {:<45} {:>9} events/s  {:.2} s  load {}",
+                    r.label,
+                    rate(r.events as f64 / outcome.wall),
+                    outcome.wall,
+                    load_average(),
+                );
+                if side == "A" {
+                    a_samples[i].push(outcome);
+                } else {
+                    r.samples.push(outcome);
+                }
+            }
+        }
+    }
+    println!();
+    println!(
+        "| row | N | K | A events/s | B events/s | B ÷ A (median of rounds) | per-round B ÷ A | \
+         A events/CPU-s | B events/CPU-s | A peak mem | B peak mem |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    for (r, a) in rows.iter().zip(&a_samples) {
+        let eps = |v: &[Outcome]| median(v.iter().map(|x| r.events as f64 / x.wall).collect());
+        let epc = |v: &[Outcome]| {
+            median(
+                v.iter()
+                    .filter_map(|x| x.cpu.filter(|c| *c > 0.0))
+                    .map(|c| r.events as f64 / c)
+                    .collect(),
+            )
+        };
+        let peak =
+            |v: &[Outcome]| median(v.iter().filter_map(|x| x.peak.map(|p| p as f64)).collect());
+        let ratios: Vec<f64> = a
+            .iter()
+            .zip(&r.samples)
+            .map(|(x, y)| x.wall / y.wall)
+            .collect();
+        let list: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
+        let show = |x: Option<f64>, f: fn(f64) -> String| x.map_or("-".into(), f);
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.label,
+            count(r.events as f64),
+            count(r.keys as f64),
+            show(eps(a), rate),
+            show(eps(&r.samples), rate),
+            show(median(ratios), |x| format!("×{x:.2}")),
+            list.join(", "),
+            show(epc(a), rate),
+            show(epc(&r.samples), rate),
+            show(peak(a), bytes),
+            show(peak(&r.samples), bytes),
+        );
+    }
+    println!();
+    println!(
+        "B ÷ A: events/s of B ÷ events/s of A in the same round (= A's wall ÷ B's wall); \
+         {:.1} s in total; load average {} at end",
         started.elapsed().as_secs_f64(),
         load_average()
     );
