@@ -5,20 +5,26 @@
 # and the median of the per-round B ÷ A ratios: a burst of outside load hits both runs of a
 # round, so the per-round ratio is steadier than the ratio of medians.
 #
-#   crates/weir-cli/benches/scripts/ab-cli.sh [-r ROUNDS] BIN_A BIN_B -- ARGS...
+#   crates/weir-cli/benches/scripts/ab-cli.sh [-r ROUNDS] [-A "ARGS"] [-B "ARGS"] BIN_A BIN_B -- ARGS...
 #
 # ARGS are the weir arguments (`run keyed-count --events N ...`) and must include
-# `--events N`: events/s = N ÷ the job's time as the run summary prints it
-# ("finished in X s"), or ÷ the process's wall time if the summary has no such line.
-# Peak RSS comes from `/usr/bin/time -f %M` when it is installed. The script stops at
-# the first run that fails. Example (BENCHMARKS.md, "Before and after this pass"):
+# `--events N`; -A / -B add arguments to one side only (split on spaces), so BIN_A and
+# BIN_B may be the same binary run two ways. events/s = N ÷ the job's time as the run
+# summary prints it ("finished in X s"), or ÷ the process's wall time (start-up included)
+# if the summary has no such line. Peak RSS comes from `/usr/bin/time -f %M` when it is
+# installed. The script stops at the first run that fails. Examples (BENCHMARKS.md):
 #
-#   git archive a33b62c | tar -x -C /tmp/a33b62c
+#   # two commits: "Before and after this pass, interleaved"
+#   mkdir -p /tmp/a33b62c && git archive a33b62c | tar -x -C /tmp/a33b62c
 #   (cd /tmp/a33b62c && cargo build --release -p weir-cli)   # -> /tmp/a33b62c/target/release/weir
 #   cargo build --release -p weir-cli                         # -> target/release/weir
 #   crates/weir-cli/benches/scripts/ab-cli.sh -r 7 /tmp/a33b62c/target/release/weir \
 #       target/release/weir -- run keyed-count --events 50000000 --keys 100000 \
 #       --emit updates --discard-output --parallelism 2
+#   # one binary, two settings: checkpoints every 200 ms against off
+#   crates/weir-cli/benches/scripts/ab-cli.sh -r 5 -A "--checkpoint-interval off" \
+#       -B "--checkpoint-interval 200ms" target/release/weir target/release/weir -- \
+#       run keyed-count --events 300000000 --keys 100000 --emit updates --discard-output
 set -euo pipefail
 
 usage() {
@@ -27,9 +33,13 @@ usage() {
 }
 
 rounds=5
-while getopts "r:h" opt; do
+extra_a=""
+extra_b=""
+while getopts "r:A:B:h" opt; do
     case $opt in
     r) rounds=$OPTARG ;;
+    A) extra_a=$OPTARG ;;
+    B) extra_b=$OPTARG ;;
     *) usage ;;
     esac
 done
@@ -77,15 +87,16 @@ run() {
     awk -v n="$events" -v s="$secs" -v r="$rss" 'BEGIN{printf "%.0f %s\n", n/s, r}'
 }
 
-echo "ab-cli.sh: A = $bin_a, B = $bin_b, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+echo "ab-cli.sh: A = $bin_a $extra_a, B = $bin_b $extra_b, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 echo "ARGS: $*"
 : >"$work/a"
 : >"$work/b"
 for ((i = 1; i <= rounds; i++)); do
     if ((i % 2 == 1)); then order="a b"; else order="b a"; fi
     for side in $order; do
-        if [ "$side" = a ]; then bin=$bin_a; else bin=$bin_b; fi
-        res=$(run "$bin" "$@")
+        if [ "$side" = a ]; then bin=$bin_a extra=$extra_a; else bin=$bin_b extra=$extra_b; fi
+        # shellcheck disable=SC2086 # -A / -B are lists of arguments
+        res=$(run "$bin" "$@" $extra)
         echo "$res" >>"$work/$side"
         echo "round $i/$rounds $side: $(echo "$res" | awk '{printf "%.1f M events/s, peak %s kB", $1/1e6, $2}'), load $(cut -d' ' -f1 /proc/loadavg)"
     done
