@@ -391,6 +391,10 @@ struct TimeLost {
     replayed: Option<f64>,
     /// downtime + replayed ÷ the reference's median rate: a model, not a measurement.
     estimate: Option<f64>,
+    /// Median over rounds of (CPU seconds with the failure − without): the work the
+    /// failure cost, which time-sharing with other processes inflates far less than wall
+    /// time.
+    cpu: Option<f64>,
     interval: String,
 }
 
@@ -399,13 +403,14 @@ impl TimeLost {
         let list: Vec<String> = self.per_round.iter().map(|d| dur(*d)).collect();
         format!(
             "**{}** measured (median of {} paired rounds: {}; median walls {} with, {} \
-             without); estimate from a model, not measured: {} (downtime {} + {} records \
-             read twice at the clean rate); checkpoints every {}",
+             without; extra CPU time {}); estimate from a model, not measured: {} \
+             (downtime {} + {} records read twice at the clean rate); checkpoints every {}",
             opt(self.measured, dur),
             self.per_round.len(),
             list.join(", "),
             opt(self.walls.0, dur),
             opt(self.walls.1, dur),
+            opt(self.cpu, dur),
             opt(self.estimate, dur),
             opt(self.downtime, dur),
             opt(self.replayed, count_m),
@@ -442,7 +447,15 @@ fn time_lost(f: &Row, r: &Row) -> TimeLost {
         } => super::rows::interval(ms),
         _ => "1 s".into(),
     };
+    let cpu = median(
+        f.samples
+            .iter()
+            .zip(&r.samples)
+            .filter_map(|(a, b)| a.cpu.zip(b.cpu).map(|(x, y)| x - y))
+            .collect(),
+    );
     TimeLost {
+        cpu,
         measured: median(per_round.clone()),
         per_round,
         walls: (walls(f), walls(r)),
