@@ -11,7 +11,10 @@
 //!
 //! `--ab OTHER`: an interleaved A/B of another build of this bench (A, e.g. built from an
 //! older commit) against this one (B): per round and row, the two children run back to
-//! back, A first in odd rounds; medians and the median of per-round ratios.
+//! back, A first in odd rounds; medians and the median of per-round ratios. `--ab-b B`
+//! takes B from another build too (this binary then only drives). The other builds must
+//! know the rows picked (`--only`) by id and print the same `RESULT` line (any build of
+//! this bench since issue 6 does).
 //!
 //! W1: event `i` in `0..N` has key `i % K` (`--scramble-keys`: a fixed permutation of it),
 //! source subtask `s` of `p` emits `s, s+p, …`; a keyed process function counts in value
@@ -70,13 +73,16 @@ struct Opts {
     /// `--ab BENCH`: interleaved A/B of another build of this bench (A) against this one
     /// (B), row by row.
     ab: Option<String>,
+    /// `--ab-b BENCH`: B is this build instead of the running one (to compare two other
+    /// builds, e.g. two past commits, with this binary only driving).
+    ab_b: Option<String>,
 }
 
 fn usage() {
     eprintln!(
         "usage: cargo bench -p weir-cli --bench keyed_count -- \
          [--quick] [--events N] [--keys K] [--runs R] [--only TEXT] [--scramble-keys] \
-         [--ab OTHER_BENCH_BINARY]"
+         [--ab OTHER_BENCH_BINARY [--ab-b BENCH_BINARY]]"
     );
 }
 
@@ -105,6 +111,7 @@ fn parse_args() -> Opts {
         scramble: false,
         child: None,
         ab: None,
+        ab_b: None,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -118,6 +125,7 @@ fn parse_args() -> Opts {
             "--preset" => o.preset = it.next().unwrap_or_default(),
             "--child" => o.child = it.next(),
             "--ab" => o.ab = it.next(),
+            "--ab-b" => o.ab_b = it.next(),
             "--bench" => {}
             "-h" | "--help" => {
                 usage();
@@ -297,11 +305,14 @@ fn main() {
 }
 
 /// `--ab OTHER`: for each round, for each row, runs the row's child of `other` (A) and of
-/// this binary (B) back to back, A first in odd rounds and B first in even ones; prints
+/// this binary (B; or of `--ab-b`) back to back, A first in odd rounds and B first in even ones; prints
 /// every run, then per row the medians and the median of the per-round B ÷ A ratios. Both
 /// binaries must know the rows (`--only` picks them) and print the same `RESULT` line.
 fn ab(o: &Opts, other: &std::path::Path, rows: &mut [Row], runs: usize) {
-    let this = std::env::current_exe().expect("the bench binary's path");
+    let this = match &o.ab_b {
+        Some(b) => std::path::PathBuf::from(b),
+        None => std::env::current_exe().expect("the bench binary's path"),
+    };
     let s = sizes(&o.preset);
     println!(
         "keyed_count A/B ({}): A = {}, B = {}; {runs} rounds, each row's child of A and of B \
