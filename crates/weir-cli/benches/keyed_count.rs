@@ -6,7 +6,7 @@
 //! cargo bench -p weir-cli --bench keyed_count -- --quick       # small: proves it runs (CI)
 //! cargo bench -p weir-cli --bench keyed_count -- --runs 5 --only W1
 //! cargo bench -p weir-cli --bench keyed_count -- --events 200000000 --scramble-keys
-//! cargo bench -p weir-cli --bench keyed_count -- --ab OTHER_BENCH_BINARY --runs 5 --only p=2
+//! cargo bench -p weir-cli --bench keyed_count -- --ab OTHER_BENCH_BINARY --runs 5 --rows floor,p2-eo
 //! ```
 //!
 //! `--ab OTHER`: an interleaved A/B of another build of this bench (A, e.g. built from an
@@ -67,6 +67,8 @@ struct Opts {
     keys: Option<u64>,
     runs: Option<usize>,
     only: Option<String>,
+    /// `--rows ID,ID…`: exactly these rows (by id, as `--child` takes them).
+    ids: Option<Vec<String>>,
     scramble: bool,
     /// Set in a child: the row to run once.
     child: Option<String>,
@@ -81,7 +83,8 @@ struct Opts {
 fn usage() {
     eprintln!(
         "usage: cargo bench -p weir-cli --bench keyed_count -- \
-         [--quick] [--events N] [--keys K] [--runs R] [--only TEXT] [--scramble-keys] \
+         [--quick] [--events N] [--keys K] [--runs R] [--only TEXT] [--rows ID,ID...] \
+         [--scramble-keys] \
          [--ab OTHER_BENCH_BINARY [--ab-b BENCH_BINARY]]"
     );
 }
@@ -108,6 +111,7 @@ fn parse_args() -> Opts {
         keys: None,
         runs: None,
         only: None,
+        ids: None,
         scramble: false,
         child: None,
         ab: None,
@@ -121,6 +125,11 @@ fn parse_args() -> Opts {
             "--runs" => o.runs = Some(number("--runs", it.next())),
             "--quick" if bench_mode => o.preset = "quick".into(),
             "--only" => o.only = it.next(),
+            "--rows" => {
+                o.ids = it
+                    .next()
+                    .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+            }
             "--scramble-keys" => o.scramble = true,
             "--preset" => o.preset = it.next().unwrap_or_default(),
             "--child" => o.child = it.next(),
@@ -236,6 +245,13 @@ fn main() {
     let mut rows = rows(&s, o.events, o.keys);
     if let Some(only) = &o.only {
         rows.retain(|r| r.id == "floor" || r.label.contains(only.as_str()));
+    }
+    if let Some(ids) = &o.ids {
+        if let Some(bad) = ids.iter().find(|id| !rows.iter().any(|r| &r.id == id)) {
+            eprintln!("keyed_count: no row '{bad}' (or filtered out by --only)");
+            std::process::exit(2);
+        }
+        rows.retain(|r| ids.contains(&r.id.to_string()));
     }
     if let Some(other) = o.ab.clone() {
         ab(&o, std::path::Path::new(&other), &mut rows, runs);
