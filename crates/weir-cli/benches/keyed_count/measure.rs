@@ -3,29 +3,31 @@
 
 use std::time::{Duration, Instant};
 
-/// Clock ticks per second of `/proc` CPU times: `getconf CLK_TCK`, else 100.
+/// Clock ticks per second of `/proc/stat` (`sysconf(_SC_CLK_TCK)`, else 100); only the
+/// machine-wide busy time (the others' CPU noise indicator) is read in ticks.
 pub fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|t| *t > 0.0)
-        .unwrap_or(100.0)
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
 }
 
 /// User + system CPU seconds of this process (all threads, exited ones included), from
-/// fields 14 and 15 of `/proc/self/stat`; `None` where there is no `/proc`.
-fn cpu_seconds(ticks_per_second: f64) -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Field 2 (the command) is in parentheses and may contain spaces: split after it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3, so field n is fields[n - 3].
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / ticks_per_second)
+/// `getrusage(RUSAGE_SELF)` (microsecond resolution, not `/proc`'s 10 ms ticks).
+pub fn cpu_seconds() -> Option<f64> {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the `rusage` it is pointed at; on success it is initialised.
+    let ru = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
+            return None;
+        }
+        ru.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Some(secs(ru.ru_utime) + secs(ru.ru_stime))
 }
 
 /// Busy CPU seconds of the whole machine (every process), from the `cpu` line of
@@ -53,8 +55,9 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Measures one run: wall time, this process's CPU time, and the CPU time every other
-/// process on the machine used meanwhile (the shared-machine noise).
+/// Measures one run: wall time, this process's CPU time (`getrusage`), and the CPU time
+/// every other process on the machine used meanwhile (the shared-machine noise, from
+/// `/proc/stat` in clock ticks: a noise indicator, not a measurement of the engine).
 pub struct Meter {
     ticks: f64,
     t0: Instant,
@@ -76,7 +79,7 @@ impl Meter {
         Meter {
             ticks,
             machine0: machine_busy_seconds(ticks),
-            own0: cpu_seconds(ticks),
+            own0: cpu_seconds(),
             t0: Instant::now(),
         }
     }
@@ -84,7 +87,7 @@ impl Meter {
     /// Stops measuring.
     pub fn stop(self) -> Measured {
         let wall = self.t0.elapsed();
-        let cpu = cpu_seconds(self.ticks).zip(self.own0).map(|(b, a)| b - a);
+        let cpu = cpu_seconds().zip(self.own0).map(|(b, a)| b - a);
         let machine = machine_busy_seconds(self.ticks)
             .zip(self.machine0)
             .map(|(b, a)| b - a);

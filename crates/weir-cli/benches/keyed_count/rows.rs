@@ -7,9 +7,8 @@ use super::workload::{Mode, Outcome};
 pub enum Kind {
     /// The single-threaded `FxHashMap` loop: the floor.
     Floor,
-    /// W1 at parallelism `p`; `fail`: subtask 0 fails once, 1.5 s into the run (or 60 %
-    /// into its input if that comes first, in small runs).
-    W1 { p: u32, mode: Mode, fail: bool },
+    /// W1 at parallelism `p`; `fail`: whether subtask 0 fails once (see [`Fail`]).
+    W1 { p: u32, mode: Mode, fail: Fail },
     /// Large-state recovery: `keys` of `value_bytes` each, the source paced to `rate`
     /// events/s for `seconds` after the keys are built.
     Recovery {
@@ -17,6 +16,20 @@ pub enum Kind {
         rate: f64,
         seconds: f64,
     },
+}
+
+/// Whether a W1 row fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fail {
+    /// No failure, and no failure plan in the function.
+    No,
+    /// Subtask 0 fails once, [`Sizes::fail_after_ms`] into the run (or 60 % into its
+    /// input if that comes first), but never before a checkpoint has completed in the
+    /// attempt; the run then checks that the restart restored that checkpoint.
+    Once,
+    /// The clean half of a time-lost pair: the same job, the same plan in the function
+    /// (so the same per-record cost), but the plan never fires.
+    Reference,
 }
 
 /// One row of the table and its runs.
@@ -39,7 +52,12 @@ pub struct Sizes {
     pub keys: u64,
     pub big_events: u64,
     pub big_keys: u64,
+    /// N of the one-failure rows and their clean references.
     pub fail_events: u64,
+    /// Checkpoint intervals of the two one-failure pairs (W1's 1 s, and a shorter one).
+    pub fail_intervals_ms: [u64; 2],
+    /// When the failure is due: half-way between two checkpoints of either interval.
+    pub fail_after_ms: u64,
     /// N of the long pairs (checkpoints on vs off at p=1, EXACTLY_ONCE vs AT_LEAST_ONCE at
     /// p=2): long enough for several periodic checkpoints (a 50 M run ends before the first).
     pub long_events: u64,
@@ -60,6 +78,8 @@ pub fn sizes(preset: &str) -> Sizes {
             big_events: 60_000_000,
             big_keys: 10_000_000,
             fail_events: 200_000_000,
+            fail_intervals_ms: [1000, 200],
+            fail_after_ms: 1500,
             long_events: 500_000_000,
             blob_keys: 1_000_000,
             blob_bytes: 1000,
@@ -76,7 +96,11 @@ pub fn sizes(preset: &str) -> Sizes {
             keys: 100_000,
             big_events: 3_000_000,
             big_keys: 1_000_000,
-            fail_events: 4_000_000,
+            // Long enough (≥ 0.3 s at p=2) for checkpoints every 100 / 20 ms to complete
+            // before the failure at 150 ms.
+            fail_events: 30_000_000,
+            fail_intervals_ms: [100, 20],
+            fail_after_ms: 150,
             long_events: 4_000_000,
             blob_keys: 10_000,
             blob_bytes: 1000,
@@ -90,7 +114,10 @@ pub fn sizes(preset: &str) -> Sizes {
             keys: 1_000,
             big_events: 200_000,
             big_keys: 10_000,
-            fail_events: 400_000,
+            // A debug build (`cargo test`) runs W1 at a few M events/s.
+            fail_events: 1_000_000,
+            fail_intervals_ms: [20, 5],
+            fail_after_ms: 30,
             long_events: 200_000,
             blob_keys: 1_000,
             blob_bytes: 1000,
@@ -104,6 +131,7 @@ pub fn sizes(preset: &str) -> Sizes {
 /// Every row, in table order. `events`/`keys` override the main W1 size.
 pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
     let (n, k) = (events.unwrap_or(s.events), keys.unwrap_or(s.keys));
+    let [f1, f2] = s.fail_intervals_ms;
     let w1 = |p, mode, fail| Kind::W1 { p, mode, fail };
     let row = |id, label: &str, kind, events, keys| Row {
         id,
@@ -118,77 +146,91 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
         row(
             "p1-off",
             "W1 p=1, checkpoints off",
-            w1(1, Mode::Off, false),
+            w1(1, Mode::Off, Fail::No),
             n,
             k,
         ),
         row(
             "p1-eo",
             "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, false),
+            w1(1, Mode::ExactlyOnce, Fail::No),
             n,
             k,
         ),
         row(
             "p2-off",
             "W1 p=2, checkpoints off",
-            w1(2, Mode::Off, false),
+            w1(2, Mode::Off, Fail::No),
             n,
             k,
         ),
         row(
             "p2-eo",
             "W1 p=2, EXACTLY_ONCE 1 s",
-            w1(2, Mode::ExactlyOnce, false),
+            w1(2, Mode::ExactlyOnce, Fail::No),
             n,
             k,
         ),
         row(
             "p2-alo",
             "W1 p=2, AT_LEAST_ONCE 1 s",
-            w1(2, Mode::AtLeastOnce, false),
+            w1(2, Mode::AtLeastOnce, Fail::No),
             n,
             k,
         ),
         row(
             "p2-eo-fail",
-            "W1 p=2, EXACTLY_ONCE 1 s, one failure",
-            w1(2, Mode::ExactlyOnce, true),
+            &format!("W1 p=2, EXACTLY_ONCE {}, one failure", interval(f1)),
+            w1(2, Mode::ExactlyOnceEvery(f1), Fail::Once),
+            s.fail_events,
+            k,
+        ),
+        row(
+            "p2-eo-nofail",
+            &format!("W1 p=2, EXACTLY_ONCE {}, no failure", interval(f1)),
+            w1(2, Mode::ExactlyOnceEvery(f1), Fail::Reference),
             s.fail_events,
             k,
         ),
         row(
             "p2-eo200-fail",
-            "W1 p=2, EXACTLY_ONCE 200 ms, one failure",
-            w1(2, Mode::ExactlyOnceEvery(200), true),
+            &format!("W1 p=2, EXACTLY_ONCE {}, one failure", interval(f2)),
+            w1(2, Mode::ExactlyOnceEvery(f2), Fail::Once),
+            s.fail_events,
+            k,
+        ),
+        row(
+            "p2-eo200-nofail",
+            &format!("W1 p=2, EXACTLY_ONCE {}, no failure", interval(f2)),
+            w1(2, Mode::ExactlyOnceEvery(f2), Fail::Reference),
             s.fail_events,
             k,
         ),
         row(
             "p1-off-long",
             "W1 p=1, checkpoints off",
-            w1(1, Mode::Off, false),
+            w1(1, Mode::Off, Fail::No),
             s.long_events,
             k,
         ),
         row(
             "p1-eo-long",
             "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, false),
+            w1(1, Mode::ExactlyOnce, Fail::No),
             s.long_events,
             k,
         ),
         row(
             "p2-eo-long",
             "W1 p=2, EXACTLY_ONCE 1 s",
-            w1(2, Mode::ExactlyOnce, false),
+            w1(2, Mode::ExactlyOnce, Fail::No),
             s.long_events,
             k,
         ),
         row(
             "p2-alo-long",
             "W1 p=2, AT_LEAST_ONCE 1 s",
-            w1(2, Mode::AtLeastOnce, false),
+            w1(2, Mode::AtLeastOnce, Fail::No),
             s.long_events,
             k,
         ),
@@ -202,7 +244,7 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
         row(
             "p1-eo-big",
             "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, false),
+            w1(1, Mode::ExactlyOnce, Fail::No),
             s.big_events,
             s.big_keys,
         ),
@@ -218,4 +260,13 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
             s.blob_keys,
         ),
     ]
+}
+
+/// `1 s` / `200 ms` rendering of a checkpoint interval.
+pub fn interval(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
 }

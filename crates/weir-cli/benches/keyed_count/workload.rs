@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir::prelude::*;
+use weir::runtime::executor::RestoreInfo;
 
 use super::keying::{check_counts, check_summaries, CountSummary, Keying};
 use super::measure::{peak_rss_bytes, Meter};
+use super::rows::Fail;
 
 /// The panic message of the bench's own injected failures (the panic hook stays quiet
 /// about them).
@@ -39,11 +41,21 @@ pub struct Outcome {
     pub attempts: u32,
     /// Failure to the first record processed after the restart (failure rows only).
     pub downtime: Option<f64>,
-    /// Records the keyed functions processed over all attempts (failure rows only; the
-    /// excess over N is the replay). Counted here because the engine's `source_records`
-    /// counts a failed attempt's records twice after a restart.
-    pub processed: Option<u64>,
+    /// The restore the last attempt started from (failure rows only), checked by
+    /// [`check_recovered`]: checkpoint id, records before its source positions, records
+    /// the last attempt read.
+    pub restored: Option<Restored>,
     pub checkpoints: Vec<Ckpt>,
+}
+
+/// A checked restore: the last attempt restored checkpoint `id`, whose source positions
+/// were `position` records into the input, and then read `read` records (`position +
+/// read` = N).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restored {
+    pub id: u64,
+    pub position: u64,
+    pub read: u64,
 }
 
 impl Outcome {
@@ -62,7 +74,7 @@ impl Outcome {
             .collect();
         format!(
             "RESULT wall={:.6} cpu={} others={} peak={} records={} attempts={} downtime={} \
-             processed={} ckpts={}",
+             restored={} ckpts={}",
             self.wall,
             opt(self.cpu),
             opt(self.others),
@@ -70,7 +82,10 @@ impl Outcome {
             self.source_records,
             self.attempts,
             opt(self.downtime),
-            self.processed.map_or("-".into(), |p| p.to_string()),
+            self.restored.map_or("-".into(), |r| format!(
+                "{}:{}:{}",
+                r.id, r.position, r.read
+            )),
             if ckpts.is_empty() {
                 "-".into()
             } else {
@@ -110,7 +125,16 @@ impl Outcome {
             source_records: fields.get("records")?.parse().ok()?,
             attempts: fields.get("attempts")?.parse().ok()?,
             downtime: f("downtime"),
-            processed: fields.get("processed").and_then(|v| v.parse().ok()),
+            restored: fields.get("restored").and_then(|v| {
+                let v: Vec<u64> = v
+                    .split(':')
+                    .map(|x| x.parse().ok())
+                    .collect::<Option<_>>()?;
+                match v[..] {
+                    [id, position, read] => Some(Restored { id, position, read }),
+                    _ => None,
+                }
+            }),
             checkpoints,
         })
     }
@@ -126,8 +150,6 @@ pub struct FailPlan {
     /// Set from outside: subtask 0 fails on its next record.
     now: AtomicBool,
     fired: AtomicBool,
-    /// Records processed by every instance, every attempt (added in chunks).
-    processed: AtomicU64,
     t_fail: Mutex<Option<Instant>>,
     t_first: Mutex<Option<Instant>>,
 }
@@ -151,12 +173,13 @@ impl FailPlan {
     }
 
     /// Called per record by a function that carries the plan; panics when the failure is
-    /// due, notes the first record after the restart.
+    /// due and `armed` (the instance has seen a checkpoint complete, so the restart has a
+    /// checkpoint with progress to restore), notes the first record after the restart.
     /// `first_after` starts `true` in an instance opened after the failure (see
     /// [`FailPlan::opened`]) and is cleared by its first record.
     #[cold]
     #[inline(never)]
-    fn on_record(&self, subtask: u32, seen: u64, first_after: &mut bool) {
+    fn on_record(&self, subtask: u32, seen: u64, armed: bool, first_after: &mut bool) {
         if self.fired.load(Ordering::Relaxed) {
             // Instances of the failed attempt may still be running until they are
             // cancelled: only a restarted instance's records count.
@@ -166,6 +189,7 @@ impl FailPlan {
                 t.get_or_insert_with(Instant::now);
             }
         } else if subtask == 0
+            && armed
             && (seen >= self.at
                 || self.now.load(Ordering::Relaxed)
                 || (seen.is_multiple_of(4096)
@@ -175,6 +199,11 @@ impl FailPlan {
             self.fired.store(true, Ordering::Relaxed);
             panic!("{INJECTED}");
         }
+    }
+
+    /// Whether the failure fired.
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::Relaxed)
     }
 
     /// Whether a function instance initialised now belongs to an attempt after the failure.
@@ -208,6 +237,8 @@ struct Count {
     subtask: u32,
     fail: Option<Arc<FailPlan>>,
     seen: u64,
+    /// A checkpoint completed since this instance opened: the failure may fire.
+    armed: bool,
     first_after: bool,
 }
 
@@ -215,6 +246,11 @@ impl CheckpointedFunction for Count {
     fn initialize_state(&mut self, ctx: &InitContext) -> weir::Result<()> {
         self.subtask = ctx.subtask_index();
         self.first_after = self.fail.as_ref().is_some_and(|p| p.opened());
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> weir::Result<()> {
+        self.armed = true;
         Ok(())
     }
 }
@@ -239,10 +275,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         out.collect((*ctx.key(), c));
         if let Some(plan) = &self.fail {
             self.seen += 1;
-            if self.seen.is_multiple_of(4096) {
-                plan.processed.fetch_add(4096, Ordering::Relaxed);
-            }
-            plan.on_record(self.subtask, self.seen, &mut self.first_after);
+            plan.on_record(self.subtask, self.seen, self.armed, &mut self.first_after);
         }
         Ok(())
     }
@@ -253,10 +286,6 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         _out: &mut Collector<'_, (u64, u64)>,
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
-        if let Some(plan) = &self.fail {
-            plan.processed
-                .fetch_add(self.seen % 4096, Ordering::Relaxed);
-        }
         let (n, keying) = self.truth;
         let summary = CountSummary::of(n, keying, ctx.entries(state).map(|(k, v)| (*k, *v)));
         self.finals
@@ -315,27 +344,38 @@ fn checkpoints(result: &JobResult) -> Vec<Ckpt> {
         .collect()
 }
 
+/// When a [`Fail::Once`] failure is due: after subtask 0 processed `records` records, or
+/// `after` into the run, whichever comes first (and not before a checkpoint completed).
+#[derive(Clone, Copy, Debug)]
+pub struct Due {
+    pub records: u64,
+    pub after: Duration,
+}
+
 /// Runs W1 once — `GeneratorSource(n)` → `key_by` → [`Count`] → `DiscardSink` — and checks
-/// the final counts. `fail_at`: subtask 0 fails once, after that many records or 1.5 s
-/// into the run, whichever comes first — half-way between the checkpoints at 1 s and 2 s,
-/// the average position of a failure — and the job recovers with the default restart
-/// strategy.
+/// the final counts. With [`Fail::Once`], subtask 0 fails once when `due` (in full runs
+/// 1.5 s in: half-way between two checkpoints, the average position of a failure), but
+/// only once a checkpoint has completed in the attempt; the job recovers with the default
+/// restart strategy, and the run checks that the restart restored that checkpoint
+/// ([`check_recovered`]).
+#[allow(clippy::too_many_arguments)]
 pub fn run_w1(
     row: &str,
     p: u32,
     mode: Mode,
     n: u64,
     keying: Keying,
-    fail_at: Option<u64>,
+    fail: Fail,
+    due: Due,
     ticks: f64,
 ) -> Outcome {
     if keying.scramble {
-        run_w1_keyed_by(row, p, mode, n, keying, fail_at, ticks, move |i: &u64| {
+        run_w1_keyed_by(row, p, mode, n, keying, fail, due, ticks, move |i: &u64| {
             keying.key(*i)
         })
     } else {
         let keys = keying.keys;
-        run_w1_keyed_by(row, p, mode, n, keying, fail_at, ticks, move |i: &u64| {
+        run_w1_keyed_by(row, p, mode, n, keying, fail, due, ticks, move |i: &u64| {
             i % keys
         })
     }
@@ -350,7 +390,8 @@ fn run_w1_keyed_by<F>(
     mode: Mode,
     n: u64,
     keying: Keying,
-    fail_at: Option<u64>,
+    fail: Fail,
+    due: Due,
     ticks: f64,
     key: F,
 ) -> Outcome
@@ -360,13 +401,17 @@ where
     let dir = temp_dir();
     // Without a planned failure, any failure must fail the run rather than be recovered
     // from inside the measurement.
-    let restart = match fail_at {
-        Some(_) => RestartStrategy::default(),
-        None => RestartStrategy::None,
+    let restart = match fail {
+        Fail::Once => RestartStrategy::default(),
+        Fail::No | Fail::Reference => RestartStrategy::None,
     };
     let env = StreamEnvironment::new(config(dir.path(), p, mode, restart));
     let finals: Summaries = Arc::default();
-    let plan = fail_at.map(|at| FailPlan::after_time(at, Duration::from_millis(1500)));
+    let plan = match fail {
+        Fail::No => None,
+        Fail::Once => Some(FailPlan::after_time(due.records, due.after)),
+        Fail::Reference => Some(FailPlan::after(u64::MAX)),
+    };
     env.add_source("generator", GeneratorSource::new(n))
         .uid("generator")
         .key_by(key)
@@ -377,6 +422,7 @@ where
             subtask: 0,
             fail: plan.clone(),
             seen: 0,
+            armed: false,
             first_after: false,
         })
         .name("count")
@@ -390,13 +436,18 @@ where
         .unwrap_or_else(|e| panic!("{row}: the job failed: {e}"));
     let m = meter.stop();
 
-    if fail_at.is_none() {
-        assert_eq!(
-            result.source_records, n,
-            "{row}: WRONG RESULT: sources emitted {} records, expected {n}",
-            result.source_records
-        );
-    }
+    let restored = match (fail, &plan) {
+        (Fail::Once, Some(plan)) => Some(check_recovered(row, &result, plan, n, None)),
+        _ => {
+            assert_eq!(
+                (result.attempts, result.source_records),
+                (1, n),
+                "{row}: WRONG RESULT: expected one attempt reading {n} records: {:#?}",
+                result.history
+            );
+            None
+        }
+    };
     let finals = std::mem::take(&mut *finals.lock().unwrap_or_else(|p| p.into_inner()));
     assert_eq!(
         finals.len(),
@@ -413,8 +464,80 @@ where
         source_records: result.source_records,
         attempts: result.attempts,
         downtime: plan.as_ref().and_then(|p| p.downtime()),
-        processed: plan.map(|p| p.processed.load(Ordering::Relaxed)),
+        restored,
         checkpoints: checkpoints(&result),
+    }
+}
+
+/// Panics (the row fails loudly) unless the run failed exactly once by the bench's own
+/// injected failure and the restart resumed from a checkpoint rather than from the start:
+/// * the failure fired, in the first attempt, and the job ran exactly two attempts;
+/// * the second attempt restored a checkpoint this run completed (`expect_id`, when the
+///   bench triggered it itself), at a source position past 0;
+/// * the second attempt read only the remainder: position + records read = `n` (< `n`);
+/// * and `weir::testing::assert_resumed` agrees (it also wants the restart notice that
+///   names the checkpoint).
+///
+/// Exact final counts (checked by the caller) then rule out a restore of positions
+/// without state (too low) and of state without positions (too high).
+fn check_recovered(
+    row: &str,
+    result: &JobResult,
+    plan: &FailPlan,
+    n: u64,
+    expect_id: Option<u64>,
+) -> Restored {
+    assert!(
+        plan.fired(),
+        "{row}: the injected failure never fired (no checkpoint completed before the input \
+         ended?): nothing was recovered; history: {:#?}",
+        result.history
+    );
+    let h = &result.history;
+    assert!(
+        result.attempts == 2 && h.len() == 2,
+        "{row}: expected 2 attempts (one failure), got {}: {h:#?}",
+        result.attempts
+    );
+    assert!(
+        h[0].failure
+            .as_deref()
+            .is_some_and(|f| f.contains(INJECTED)),
+        "{row}: the first attempt did not end with the injected failure: {:#?}",
+        h[0]
+    );
+    let Some(RestoreInfo {
+        checkpoint_id,
+        source_records: position,
+        ..
+    }) = h[1].restored.clone()
+    else {
+        panic!("{row}: the restart did not restore a checkpoint (a fresh start): {h:#?}");
+    };
+    assert!(
+        result.checkpoints.iter().any(|c| c.id == checkpoint_id),
+        "{row}: the restart restored checkpoint {checkpoint_id}, which this run never \
+         completed"
+    );
+    if let Some(id) = expect_id {
+        assert_eq!(
+            checkpoint_id, id,
+            "{row}: the restart restored checkpoint {checkpoint_id}, not the one taken before \
+             the failure ({id})"
+        );
+    }
+    let read = h[1].source_records;
+    assert!(
+        position > 0 && position + read == n && read < n,
+        "{row}: the restart restored checkpoint {checkpoint_id} at source position \
+         {position} and then read {read} records; expected a position > 0 and only the \
+         remaining {n} − {position}"
+    );
+    weir::testing::assert_resumed(result, n);
+    Restored {
+        id: checkpoint_id,
+        position,
+        read,
     }
 }
 
@@ -467,7 +590,9 @@ impl KeyedProcessFunction<u64, u64, u64> for Blob {
         });
         v.truncate(len - 1);
         v.push(if v.ends_with('a') { 'b' } else { 'a' });
-        self.fail.on_record(self.subtask, 0, &mut self.first_after);
+        // Armed: the bench sets `now` only after its triggered checkpoint completed.
+        self.fail
+            .on_record(self.subtask, 0, true, &mut self.first_after);
         Ok(())
     }
 
@@ -528,7 +653,7 @@ pub fn run_recovery(
         .uid("discard");
     let control = env.control();
     let trigger = {
-        let plan = plan.clone();
+        let (plan, built) = (plan.clone(), built.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
             while built.load(Ordering::Relaxed) < keys {
@@ -547,14 +672,28 @@ pub fn run_recovery(
         .execute()
         .unwrap_or_else(|e| panic!("{row}: the job failed: {e}"));
     let m = meter.stop();
-    if let Err(e) = trigger.join().expect("trigger thread") {
-        panic!("{row}: no checkpoint before the failure: {e} (raise the run time)");
-    }
+    let id = match trigger.join().expect("trigger thread") {
+        Ok(id) => id,
+        Err(e) => panic!("{row}: no checkpoint before the failure: {e} (raise the run time)"),
+    };
     assert!(
-        plan.downtime().is_some(),
+        plan.fired() && plan.downtime().is_some(),
         "{row}: the source ended before the injected failure (the checkpoint of the whole \
          state took longer than the paced part of the run): nothing was measured; rerun on a \
          quieter machine or raise `blob_seconds` in rows.rs"
+    );
+    // The restart restored the checkpoint taken once every key existed, and read only
+    // what came after its source position.
+    let restored = check_recovered(row, &result, &plan, n, Some(id));
+    // Every key existed in that checkpoint, so a restart that restored the state creates
+    // none; one that lost it re-creates every key the rest of the input touches (all of
+    // them unless the checkpoint took nearly the whole paced part), which the intact
+    // check below could not tell from a restore.
+    let created = built.load(Ordering::Relaxed);
+    assert_eq!(
+        created, keys,
+        "{row}: WRONG RESULT: {created} keys created for {keys} keys: the restart did not \
+         restore the state"
     );
     let finals = std::mem::take(&mut *finals.lock().unwrap_or_else(|p| p.into_inner()));
     let (k, intact) = finals
@@ -573,7 +712,7 @@ pub fn run_recovery(
         source_records: result.source_records,
         attempts: result.attempts,
         downtime: plan.downtime(),
-        processed: None,
+        restored: Some(restored),
         checkpoints: checkpoints(&result),
     }
 }
