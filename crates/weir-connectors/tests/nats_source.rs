@@ -5,7 +5,6 @@
 mod nats_support;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -19,26 +18,9 @@ use weir_connectors::nats::{decode_utf8, JetStreamConfig, JetStreamSource};
 /// generous for a loaded 2-core machine, and a clear failure instead of a hang.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// Runs `env` to its end (on this thread: an environment is not `Send`). A job still
-/// running after [`DEADLINE`] — a continuous source waiting for messages that never come —
-/// ends the test binary with a message naming the hang instead of holding the suite.
+/// Runs `env` to its end, failing the suite if it hangs past [`DEADLINE`].
 fn execute_within(env: StreamEnvironment) -> Result<JobResult> {
-    let (finished, watch) = mpsc::channel::<()>();
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(DEADLINE) {
-            // Straight to the process's stderr: the test harness captures `eprintln!`, and
-            // its capture is lost when the process exits.
-            let _ = writeln!(
-                std::io::stderr(),
-                "{test}: the job did not finish within {DEADLINE:?}; aborting the tests"
-            );
-            std::process::exit(101);
-        }
-    });
-    let result = env.execute();
-    drop(finished);
-    result
+    weir::testing::execute_within(env, DEADLINE)
 }
 
 fn config(name: &str, dir: &std::path::Path, parallelism: u32) -> JobConfig {

@@ -11,9 +11,13 @@
 use std::collections::HashMap;
 
 use crate::api::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
+use crate::api::stream::StreamEnvironment;
 use crate::error::Result;
 use crate::runtime::executor::JobResult;
 use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore, ValueState};
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Counts records per key in value state `count`; emits every `(key, count)` once, at end
 /// of input. Lost records show as a low count, replayed ones as a high count.
@@ -157,6 +161,30 @@ pub fn assert_resumed(result: &JobResult, total_records: u64) {
             last.source_records
         );
     }
+}
+
+/// Runs `env` to its end on this thread (an environment is not `Send`), and ends the whole
+/// test process with a message naming the test if the job is still running after
+/// `deadline`: a job that hangs (a continuous source waiting for input that never comes, a
+/// wait on a stopped server) then fails the suite at once instead of holding it for ever.
+/// Meant for test binaries only, since it exits the process.
+pub fn execute_within(env: StreamEnvironment, deadline: Duration) -> Result<JobResult> {
+    let (finished, watch) = mpsc::channel::<()>();
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(deadline) {
+            // Straight to the process's stderr: a test harness captures `eprintln!`, and
+            // its capture is lost when the process exits.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: the job did not finish within {deadline:?}; aborting the tests"
+            );
+            std::process::exit(101);
+        }
+    });
+    let result = env.execute();
+    drop(finished);
+    result
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -93,25 +92,10 @@ fn while_running<R: Send + 'static>(
     (acted, result)
 }
 
-/// Runs `env` to its end (on this thread: an environment is not `Send`) and sets `ended`
-/// when it returns. A job still running after [`DEADLINE`] ends the test binary with a
-/// message naming the hang: no run can hold the test suite forever.
+/// Runs `env` to its end ([`weir::testing::execute_within`] [`DEADLINE`]) and sets `ended`
+/// when it returns.
 fn execute_within(env: StreamEnvironment, ended: Option<Arc<AtomicBool>>) -> Result<JobResult> {
-    let (finished, watch) = mpsc::channel::<()>();
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(DEADLINE) {
-            // Straight to the process's stderr: the test harness captures `eprintln!`,
-            // and its capture is lost when the process exits.
-            let _ = writeln!(
-                std::io::stderr(),
-                "{test}: the job did not finish within {DEADLINE:?}; aborting the tests"
-            );
-            std::process::exit(101);
-        }
-    });
-    let result = env.execute();
-    drop(finished);
+    let result = weir::testing::execute_within(env, DEADLINE);
     if let Some(ended) = ended {
         ended.store(true, Ordering::Release);
     }
