@@ -63,7 +63,7 @@ fn run_count(
             if fail_at == Some(i) {
                 panic!("planned stop at record {i}");
             }
-            if i.is_multiple_of(64) {
+            if i.is_multiple_of(8) {
                 // Slow enough for several checkpoints to complete.
                 std::thread::sleep(Duration::from_micros(300));
             }
@@ -92,26 +92,19 @@ fn source_replays_exactly_under_injected_failures() {
     for seed in 0..2 {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config("nats-replay", dir.path(), 2);
-        cfg.failure_injection = Some(FailureInjection {
-            failures: 6,
-            seed,
-            horizon: n,
-            after_checkpoint: false,
-        });
+        cfg.failure_injection = Some(FailureInjection::after_checkpoints(6, seed, n));
         let src =
             JetStreamSource::bounded(JetStreamConfig::new(server.url(), "replay"), decode_utf8);
         let (counts, result) = run_count(cfg, src, 100, None).unwrap();
-        let (fired, planned) = result.injected_failures.unwrap();
-        assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
-        assert!(
-            result.checkpoints.len() >= 3,
-            "seed {seed}: only {} checkpoints",
-            result.checkpoints.len()
-        );
+        let (fired, _) = result.injected_failures.unwrap();
+        // Each failure waits for a checkpoint with progress in its attempt; on a loaded
+        // machine the input may end before the last ones could follow one.
+        assert!(fired >= 3, "seed {seed}: only {fired} failures fired");
+        weir::testing::assert_resumed(&result, n);
         assert_eq!(counts, expected_counts(n, 100), "seed {seed}: exact counts");
         fired_total += fired;
     }
-    assert!(fired_total >= 10);
+    assert!(fired_total >= 8);
 }
 
 #[test]
