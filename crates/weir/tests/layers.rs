@@ -329,7 +329,7 @@ fn an_upward_import_fails_with_file_line_and_the_order() {
     assert!(
         found[0].starts_with(
             "crates/weir/src/state/x.rs:2: state may not import runtime: the order is \
-             api → runtime → checkpoint → state → storage"
+             runner → api → runtime → checkpoint → state → storage"
         ),
         "{}",
         found[0]
