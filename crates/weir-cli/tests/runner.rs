@@ -270,3 +270,25 @@ fn bad_flags_exit_2_naming_the_flag_and_help_lists_both_kinds() {
         assert!(help.stdout.contains(flag), "{flag}\n{}", help.describe());
     }
 }
+
+/// The README's "Write your own job" shows the example this test compiles, verbatim.
+#[test]
+fn readme_shows_the_compiled_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let example = std::fs::read_to_string(root.join("crates/weir/examples/hello.rs")).unwrap();
+    let section = readme
+        .split("## Write your own job")
+        .nth(1)
+        .expect("README has a \"Write your own job\" section");
+    let shown = section
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a rust block in the section");
+    assert_eq!(shown, example, "README.md and examples/hello.rs differ");
+    assert!(
+        example.lines().count() <= 40,
+        "the example grew past 40 lines"
+    );
+}
