@@ -177,6 +177,7 @@ impl Running {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if let Some(addr) = text
                 .lines()
+                .filter(|l| l.contains(" (weir status"))
                 .find_map(|l| l.split("control endpoint ").nth(1))
                 .and_then(|rest| rest.split_whitespace().next())
             {

@@ -309,8 +309,10 @@ impl Runner {
                 match control::server::ControlServer::start(bind, token.clone(), job.env.control())
                 {
                     Ok(server) => {
-                        eprintln!(
-                            "weir: control endpoint {} (weir status|savepoint|stop --job {}){}",
+                        // One write, so that a reader of the log never sees half an
+                        // address.
+                        let line = format!(
+                            "weir: control endpoint {} (weir status|savepoint|stop --job {}){}\n",
                             server.addr(),
                             server.addr(),
                             match (&token, &flags.control.control_token_file) {
@@ -319,6 +321,7 @@ impl Runner {
                                 (None, _) => String::new(),
                             }
                         );
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                         Some(server)
                     }
                     Err(e) => {
