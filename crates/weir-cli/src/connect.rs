@@ -56,16 +56,7 @@ const WORDCOUNT_SOURCE_FORMS: &str = "files:GLOB (like --input) or \
      nats://HOST[:PORT]/STREAM[?subject=SUBJECT] (one line of text per message)";
 
 /// A flag combination refused after parsing (clap refuses the rest): exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use weir::runner::UsageError;
 
 /// Where `--sink` writes.
 #[derive(Clone, Debug)]
@@ -343,7 +334,7 @@ pub fn prepare<K: CountKey>(
     let format = sink.sink_format.unwrap_or(SinkFormat::Tsv);
     if let Some(spec) = sink.sink.as_deref() {
         if !matches!(spec, SinkSpec::Files(_)) && sink.sink_format.is_some() {
-            return Err(UsageError(format!(
+            return Err(UsageError::new(format!(
                 "--sink-format applies to files: sinks only; {spec} writes {}",
                 match spec {
                     SinkSpec::Files(_) => "lines",
@@ -526,21 +517,22 @@ impl Prepared {
         }
     }
 
-    /// Ends the run summary with where the output went.
-    pub fn print_summary(&self) {
-        if let Some((spec, _)) = &self.sink {
-            println!("sink: {spec} (committed)");
-        }
+    /// The run summary's line saying where the output went, with a `--sink`.
+    pub fn summary_line(&self) -> Option<String> {
+        self.sink
+            .as_ref()
+            .map(|(spec, _)| format!("sink: {spec} (committed)"))
     }
 
-    /// wordcount's input — the `--source`, else the `--input` files — and the horizon of
-    /// `--inject-failures`: about half the records the job's tasks will process.
-    pub fn wordcount_lines(&self, input: &[PathBuf]) -> Result<(Lines<'_>, u64)> {
+    /// wordcount's input — the `--source`, else the `--input` files, whose lines may be
+    /// `max_line` bytes long — and about how many records its tasks will process (for
+    /// `--inject-failures`).
+    pub fn wordcount_lines(&self, input: &[PathBuf], max_line: usize) -> Result<(Lines<'_>, u64)> {
         let files = match (&self.source, self.source_files()) {
             // About 10 records per message (a line at the source, its words at the
-            // counter); the failures are planned within the first half of them.
+            // counter).
             (Some(_), None) => {
-                let records = self.source_messages.unwrap_or(0) * 5;
+                let records = self.source_messages.unwrap_or(0).saturating_mul(10);
                 return Ok((Lines::Connector(self), records));
             }
             (_, Some(glob)) => vec![glob.to_path_buf()],
@@ -555,11 +547,12 @@ impl Prepared {
             .filter_map(|f| f.metadata().ok())
             .map(|m| m.len())
             .sum();
-        let source = FileSource::new(expanded)?.lossy_utf8();
+        let source = FileSource::new(expanded)?
+            .lossy_utf8()
+            .max_line_length(max_line);
         // About one record per 6 bytes of text (a word at the counter; lines at the source
-        // add a few): the failures are planned within the first half of a clean run's
-        // records, leaving the rest for failures held back until a checkpoint completes.
-        Ok((Lines::Files(Box::new(source)), bytes / 12))
+        // add a few).
+        Ok((Lines::Files(Box::new(source)), bytes / 6))
     }
 
     /// keyed-count's event numbers, from the `--source` connector.

@@ -1,71 +1,12 @@
-//! Publishing a job's output folder only after success, and verifying keyed-count output.
-//!
-//! Part files are written into a hidden staging folder beside `--output`; when the job has
-//! finished successfully the staging folder is renamed to `--output` (atomic on one file
-//! system) with a `_SUCCESS` marker inside. A run killed halfway therefore never leaves a
-//! partial folder under the output name. An existing output folder is replaced only if it
-//! is a previous Weir output (has `_SUCCESS`) or is empty.
+//! Verifying keyed-count's output against the exact truth (`--verify`). Publishing an
+//! output only after success is the runner's (`weir::runner::Job::output`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::jobs::expected_count;
-
-/// The hidden staging folder for `output`.
-pub fn staging_dir(output: &Path) -> Result<PathBuf> {
-    let name = output
-        .file_name()
-        .with_context(|| format!("--output {} has no folder name", output.display()))?;
-    let parent = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok(parent.join(format!(".{}.inprogress", name.to_string_lossy())))
-}
-
-/// Checks that `output` may be (re)placed and prepares an empty staging folder.
-pub fn prepare(output: &Path) -> Result<PathBuf> {
-    if output.exists() {
-        let is_ours = output.join("_SUCCESS").exists()
-            || fs::read_dir(output)
-                .map(|mut d| d.next().is_none())
-                .unwrap_or(false);
-        if !output.is_dir() || !is_ours {
-            bail!(
-                "--output {} exists and is not a previous Weir output (no _SUCCESS marker); \
-                 remove it or choose another folder",
-                output.display()
-            );
-        }
-    }
-    let staging = staging_dir(output)?;
-    if staging.exists() {
-        fs::remove_dir_all(&staging)
-            .with_context(|| format!("cannot clear the staging folder {}", staging.display()))?;
-    }
-    fs::create_dir_all(&staging).with_context(|| {
-        format!(
-            "cannot create the staging folder {} (is the output's parent folder writable?)",
-            staging.display()
-        )
-    })?;
-    Ok(staging)
-}
-
-/// Moves the finished staging folder into place as `output`.
-pub fn publish(staging: &Path, output: &Path) -> Result<()> {
-    fs::write(staging.join("_SUCCESS"), b"")
-        .with_context(|| format!("cannot write {}", staging.join("_SUCCESS").display()))?;
-    if output.exists() {
-        fs::remove_dir_all(output)
-            .with_context(|| format!("cannot replace the previous output {}", output.display()))?;
-    }
-    fs::rename(staging, output)
-        .with_context(|| format!("cannot move {} to {}", staging.display(), output.display()))?;
-    Ok(())
-}
 
 /// How the lines of a keyed-count output are written: `--output`'s `key,count`, or a
 /// `files:` sink's `key<TAB>count` or JSON lines (`--sink-format`).

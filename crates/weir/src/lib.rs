@@ -18,9 +18,11 @@
 //! (`tests/layers.rs` checks it, `docs/architecture.md` explains it):
 //!
 //! ```text
-//! api, connectors, testing → runtime → checkpoint → state → error → storage → clock
+//! runner → api, connectors, testing → runtime → checkpoint → state → error → storage → clock
 //! ```
 //!
+//! * `runner` (feature `runner`, on by default) — turns a job into a command-line program:
+//!   flags, control endpoint, progress, summary, exit codes.
 //! * [`api`], [`connectors`], [`testing`] — what jobs are written with.
 //! * [`runtime`] — executes jobs; it owns the user-function traits, [`JobConfig`] and the
 //!   job graph, which [`api`] re-exports under `api::functions` and `api::config`.
@@ -41,6 +43,8 @@ pub mod checkpoint;
 mod clock;
 pub mod connectors;
 pub mod error;
+#[cfg(feature = "runner")]
+pub mod runner;
 pub mod runtime;
 pub mod state;
 pub mod storage;

@@ -1,7 +1,7 @@
 //! The layer check (issue 11): imports inside `crates/weir/src` go one way,
 //!
 //! ```text
-//! api, connectors, testing → runtime → checkpoint → state → error → storage → clock
+//! runner → api, connectors, testing → runtime → checkpoint → state → error → storage → clock
 //! ```
 //!
 //! A module may import its own layer and any layer below it, never one above. This test
@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 /// higher and may import lower ones. `Error`, `Result` and `prelude` are the root's
 /// re-exports.
 const LAYERS: &[(&str, u8)] = &[
+    ("runner", 7),
     ("api", 6),
     ("connectors", 6),
     ("testing", 6),
@@ -34,7 +35,7 @@ const LAYERS: &[(&str, u8)] = &[
 ];
 
 /// The order, as the failure message states it.
-const ORDER: &str = "the order is api → runtime → checkpoint → state → storage \
+const ORDER: &str = "the order is runner → api → runtime → checkpoint → state → storage \
     (connectors and testing sit beside api; error sits just above storage, whose errors it \
     wraps; clock is a leaf below everything)";
 
@@ -328,7 +329,7 @@ fn an_upward_import_fails_with_file_line_and_the_order() {
     assert!(
         found[0].starts_with(
             "crates/weir/src/state/x.rs:2: state may not import runtime: the order is \
-             api → runtime → checkpoint → state → storage"
+             runner → api → runtime → checkpoint → state → storage"
         ),
         "{}",
         found[0]

@@ -91,7 +91,9 @@ impl JobAddr {
 
     fn token(&self) -> Result<Option<String>> {
         if let Some(f) = &self.token_file {
-            return super::read_token(f).map(Some);
+            return weir::runner::control::read_token(f)
+                .map(Some)
+                .map_err(anyhow::Error::msg);
         }
         Ok(std::env::var("WEIR_CONTROL_TOKEN")
             .ok()

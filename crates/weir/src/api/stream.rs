@@ -73,6 +73,13 @@ impl StreamEnvironment {
         &self.config
     }
 
+    /// The configuration, changed after the graph was built: the runner plans failure
+    /// injection once the job has said how many records it processes.
+    #[cfg(feature = "runner")]
+    pub(crate) fn config_mut(&mut self) -> &mut JobConfig {
+        &mut self.config
+    }
+
     /// Live counters (records, checkpoints, restarts) for progress displays; can be read
     /// from another thread while [`StreamEnvironment::execute`] runs.
     pub fn metrics(&self) -> Arc<JobMetrics> {

@@ -1,4 +1,4 @@
-//! The HTTP side of a running job's control (see the module docs of [`super`]).
+//! The HTTP server of a running job's control endpoint (see the module docs of [`super`]).
 //!
 //! One thread accepts requests; each request gets its own thread, because a savepoint
 //! request waits until the savepoint is complete while `status` must answer at once.
@@ -11,11 +11,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use crate::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
-use weir::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
 
 /// Largest request body accepted (the bodies are a folder name and a flag).
 const MAX_BODY: u64 = 64 * 1024;
@@ -39,9 +38,13 @@ struct SnapshotBody {
 
 impl ControlServer {
     /// Binds `bind` and serves `control`; requests must carry `token` when it is set.
-    pub fn start(bind: SocketAddr, token: Option<String>, control: JobControl) -> Result<Self> {
+    pub fn start(
+        bind: SocketAddr,
+        token: Option<String>,
+        control: JobControl,
+    ) -> Result<Self, String> {
         let server = Server::http(bind).map_err(|e| {
-            anyhow!(
+            format!(
                 "cannot open the control endpoint on {bind}: {e}; pick another --control \
                  address (port 0 picks a free one) or pass --control off"
             )
@@ -49,7 +52,7 @@ impl ControlServer {
         let addr = server
             .server_addr()
             .to_ip()
-            .ok_or_else(|| anyhow!("the control endpoint is not on an IP address"))?;
+            .ok_or_else(|| "the control endpoint is not on an IP address".to_string())?;
         let server = Arc::new(server);
         let in_flight = Arc::new((Mutex::new(0usize), Condvar::new()));
         let acceptor = {
@@ -73,7 +76,8 @@ impl ControlServer {
                             *in_flight.0.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
                         }
                     }
-                })?
+                })
+                .map_err(|e| format!("cannot start the control endpoint's thread: {e}"))?
         };
         Ok(ControlServer {
             addr,

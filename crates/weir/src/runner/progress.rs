@@ -1,18 +1,18 @@
 //! The live progress line (on a terminal only) and the end-of-run summary.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use weir::prelude::*;
-use weir::runtime::executor::JobMetrics;
+use crate::prelude::{AttemptSummary, JobConfig, JobResult};
+use crate::runtime::executor::JobMetrics;
 
 /// A background thread that prints the job's notices as they happen (always) and redraws
 /// one status line every half second (only when stderr is a terminal).
-pub struct Progress {
+pub(crate) struct Progress {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -29,7 +29,7 @@ fn print_notices(metrics: &JobMetrics, tty: bool) {
 
 impl Progress {
     /// Starts the reporting thread.
-    pub fn start(metrics: Arc<JobMetrics>) -> Self {
+    pub(crate) fn start(metrics: Arc<JobMetrics>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tty = std::io::stderr().is_terminal();
         let flag = stop.clone();
@@ -70,7 +70,7 @@ impl Progress {
     }
 
     /// Stops the thread after it printed every remaining notice, and clears the line.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
@@ -98,7 +98,7 @@ fn ms(d: Duration) -> String {
 /// this run (replays after restarts included) and, apart from it, what a restore let them
 /// skip, so a resumed run can be told from one that started over: events/s counts only
 /// what was read.
-pub fn summary(label: &str, cfg: &JobConfig, r: &JobResult, output: Option<&Path>) {
+pub(crate) fn summary(label: &str, cfg: &JobConfig, r: &JobResult, outputs: &[PathBuf]) {
     let secs = r.duration.as_secs_f64().max(1e-9);
     let read = r.source_records;
     let mut notes = Vec::new();
@@ -169,7 +169,7 @@ pub fn summary(label: &str, cfg: &JobConfig, r: &JobResult, output: Option<&Path
     for line in attempt_lines(r) {
         println!("  {line}");
     }
-    if let Some(o) = output {
+    for o in outputs {
         println!("output: {}", o.display());
     }
 }

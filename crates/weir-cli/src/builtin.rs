@@ -1,0 +1,343 @@
+//! `weir run keyed-count | wordcount`: the built-in jobs, run by the same
+//! [`weir::runner::Runner`] as any user's job. This module holds their own flags (what they
+//! read and write, `--verify`) and builds their graphs ([`crate::jobs`]); the runner brings
+//! every operational flag, the control endpoint, progress, summary and exit codes.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::{Args, ValueEnum};
+use weir::prelude::*;
+use weir::runner::{BoxError, Job, Runner, UsageError, Verdict};
+
+use crate::connect::{self, Prepared};
+use crate::{jobs, output};
+
+/// The built-in jobs, as `weir run` names them.
+pub const JOBS: [(&str, &str); 2] = [
+    (
+        "keyed-count",
+        "Count events per key: event i has key i % K; writes `key,count` lines.",
+    ),
+    (
+        "wordcount",
+        "Count words in text files; writes `word,count` lines.",
+    ),
+];
+
+/// Runs the built-in job `name` with `flags` (what followed `weir run NAME`).
+pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
+    let about = JOBS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, a)| *a);
+    let bin = format!("weir run {name}");
+    let runner = Runner::new(name)
+        .bin_name(bin.clone())
+        .about(about)
+        .args(std::iter::once(OsString::from(bin)).chain(flags));
+    match name {
+        "keyed-count" => runner.run(keyed_count),
+        _ => runner.run(wordcount),
+    }
+}
+
+/// Where the counts go when there is no `--sink`.
+#[derive(Args, Debug)]
+pub struct OutputArgs {
+    /// Folder for the final output (published only when the job succeeds).
+    #[arg(long, default_value = "weir-output")]
+    output: PathBuf,
+    /// Write no output (benchmarks).
+    #[arg(long)]
+    discard_output: bool,
+}
+
+/// The flags of `weir run keyed-count` besides the runner's.
+#[derive(Args, Debug)]
+pub struct KeyedCountArgs {
+    /// Number of events (0..N).
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
+    keys: u64,
+    /// Limit the generator to about this many events per second in total.
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<f64>,
+    /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
+    #[arg(long, value_enum, default_value_t = Emit::Final)]
+    emit: Emit,
+    /// Check what was written (--output, or a files: sink's committed files) against the
+    /// exact truth, else the final state (--discard-output, postgres/nats sinks); exit 3 on
+    /// a mismatch.
+    #[arg(long)]
+    verify: bool,
+    #[command(flatten)]
+    out: OutputArgs,
+    #[command(flatten)]
+    connect: connect::KeyedCountConnectors,
+}
+
+/// The flags of `weir run wordcount` besides the runner's.
+#[derive(Args, Debug)]
+pub struct WordcountArgs {
+    /// Text files or folders to read.
+    #[arg(long, required_unless_present = "source", num_args = 1..)]
+    input: Vec<PathBuf>,
+    /// Longest line accepted, in bytes; a longer one fails the job naming the file and the
+    /// line's offset.
+    #[arg(long, default_value_t = 64 << 20, value_parser = positive_u64)]
+    max_line_length: u64,
+    #[command(flatten)]
+    out: OutputArgs,
+    #[command(flatten)]
+    connect: connect::WordcountConnectors,
+}
+
+/// What keyed-count emits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum Emit {
+    Final,
+    Updates,
+}
+
+fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a whole number of 1 or more")),
+    }
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
+        _ => Err(format!(
+            "'{s}' is not a positive number of events per second (leave --rate out for no \
+             limit)"
+        )),
+    }
+}
+
+/// The CLI's error (its causes on one line) for the runner, still a [`UsageError`] (exit 2)
+/// when it was one.
+fn boxed(e: anyhow::Error) -> BoxError {
+    let line = format!("{e:#}");
+    if e.downcast_ref::<UsageError>().is_some() {
+        Box::new(UsageError::new(line))
+    } else {
+        line.into()
+    }
+}
+
+/// What the connectors need to know about a run before it starts.
+fn run_info(cfg: &JobConfig) -> connect::RunInfo<'_> {
+    connect::RunInfo {
+        job: &cfg.name,
+        parallelism: cfg.parallelism,
+        restoring: cfg.restore != RestoreFrom::Nothing,
+    }
+}
+
+/// Where the counts go: the `--sink`, else the published `--output`, else nowhere.
+fn output(job: &mut Job, prepared: &Prepared, out: &OutputArgs) -> Result<jobs::Output, BoxError> {
+    Ok(match prepared.output() {
+        Some(o) => o,
+        None if out.discard_output => jobs::Output::Discard,
+        None => jobs::Output::Files(job.output(&out.output)?),
+    })
+}
+
+fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
+    let src = args.connect.source.as_deref();
+    if args.verify && src.is_some() {
+        return Err(UsageError::new(
+            "--verify compares the counts with the generator's events 0..N, and a --source \
+             has no known truth: drop --verify and check the sink's output instead",
+        )
+        .into());
+    }
+    let prepared =
+        connect::prepare::<u64>(src, &args.connect.sink, &run_info(job.config())).map_err(boxed)?;
+    let events = prepared.source_messages.unwrap_or(args.events);
+    // The engine counts a record at every task it passes (here the source's and the
+    // counter's): about 2 × events in a clean run.
+    job.expect_records(events.saturating_mul(2));
+    let out = output(job, &prepared, &args.out)?;
+    let target = verify_target(&prepared, &args.out);
+    let verdicts: jobs::StateVerdicts = Arc::new(Mutex::new(Default::default()));
+    let in_state =
+        (args.verify && matches!(target, VerifyTarget::State(_))).then(|| verdicts.clone());
+    let input = match src {
+        Some(_) => jobs::Events::Connector(&prepared),
+        None => jobs::Events::Generator {
+            n: args.events,
+            rate: args.rate,
+        },
+    };
+    jobs::keyed_count(
+        job,
+        input,
+        args.keys,
+        args.emit == Emit::Updates,
+        out,
+        in_state,
+    )
+    .map_err(boxed)?;
+    if let Some(line) = prepared.summary_line() {
+        job.summary_line(line);
+    }
+    if args.verify {
+        let emitted = match args.emit {
+            Emit::Final => output::Emitted::Final,
+            Emit::Updates => output::Emitted::Updates,
+        };
+        let (events, keys, parallelism) = (args.events, args.keys, job.config().parallelism);
+        job.verify(move |_| {
+            let verdict = match &target {
+                VerifyTarget::Files(dir, format) => {
+                    output::verify_keyed_count(dir, *format, events, keys, emitted)
+                        .map_err(boxed)?
+                }
+                VerifyTarget::State(sink) => {
+                    let v = verdicts.lock().unwrap_or_else(|p| p.into_inner());
+                    judge_state(&v, parallelism, keys.min(events)).map(|m| match sink {
+                        Some(sink) => {
+                            format!("{m} (the {sink} sink's rows are not read back: query them)")
+                        }
+                        None => m,
+                    })
+                }
+            };
+            Ok(match verdict {
+                Ok(m) => Verdict::Correct(m),
+                Err(m) => Verdict::Wrong(m),
+            })
+        });
+    }
+    Ok(())
+}
+
+fn wordcount(job: &mut Job, args: &WordcountArgs) -> Result<(), BoxError> {
+    let prepared = connect::prepare::<String>(
+        args.connect.source.as_deref(),
+        &args.connect.sink,
+        &run_info(job.config()),
+    )
+    .map_err(boxed)?;
+    let max_line = usize::try_from(args.max_line_length).unwrap_or(usize::MAX);
+    let (lines, records) = prepared
+        .wordcount_lines(&args.input, max_line)
+        .map_err(boxed)?;
+    job.expect_records(records);
+    let out = output(job, &prepared, &args.out)?;
+    jobs::wordcount(job, lines, out).map_err(boxed)?;
+    if let Some(line) = prepared.summary_line() {
+        job.summary_line(line);
+    }
+    Ok(())
+}
+
+/// What `keyed-count --verify` reads: what a user would read when the CLI can read it
+/// back (a published `--output`, a `files:` sink's committed part files), else the job's
+/// final state (`--discard-output`; a PostgreSQL or NATS sink, named in the verdict).
+enum VerifyTarget {
+    /// Part files of these lines in this folder.
+    Files(PathBuf, output::LineFormat),
+    /// The counters' final state; `Some(sink)` when the output went to that sink unread.
+    State(Option<&'static str>),
+}
+
+fn verify_target(prepared: &Prepared, out: &OutputArgs) -> VerifyTarget {
+    match prepared.output() {
+        Some(jobs::Output::Connector(connect::SinkSpec::Files(dir), format)) => {
+            let format = match format {
+                connect::SinkFormat::Tsv => output::LineFormat::Tsv,
+                connect::SinkFormat::Jsonl => output::LineFormat::Jsonl,
+            };
+            VerifyTarget::Files(dir, format)
+        }
+        #[cfg(feature = "postgres")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Postgres(_), _)) => {
+            VerifyTarget::State(Some("postgres"))
+        }
+        #[cfg(feature = "nats")]
+        Some(jobs::Output::Connector(connect::SinkSpec::Nats(_), _)) => {
+            VerifyTarget::State(Some("nats"))
+        }
+        _ if !out.discard_output => {
+            VerifyTarget::Files(out.output.clone(), output::LineFormat::Csv)
+        }
+        _ => VerifyTarget::State(None),
+    }
+}
+
+/// The verdict on the counters' final states: every one of the `parallelism` subtasks
+/// reported, none found a wrong count, and together they hold exactly `want_keys` keys
+/// (`min(keys, events)`), so a subtask that never reached the end of its input, or keys
+/// lost between subtasks, cannot pass.
+fn judge_state(
+    verdicts: &std::collections::BTreeMap<u32, Result<u64, String>>,
+    parallelism: u32,
+    want_keys: u64,
+) -> Result<String, String> {
+    let silent: Vec<String> = (0..parallelism)
+        .filter(|i| !verdicts.contains_key(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !silent.is_empty() {
+        return Err(format!(
+            "subtask(s) {} of {parallelism} never reported their final state",
+            silent.join(", ")
+        ));
+    }
+    let bad: Vec<String> = verdicts.values().filter_map(|r| r.clone().err()).collect();
+    if !bad.is_empty() {
+        return Err(bad.join("; "));
+    }
+    let keys: u64 = verdicts.values().filter_map(|r| r.as_ref().ok()).sum();
+    if keys != want_keys {
+        return Err(format!(
+            "{keys} keys in state over all subtasks, {want_keys} expected"
+        ));
+    }
+    Ok(format!(
+        "{keys} keys in the final state of all {parallelism} subtasks, every count exact"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn state_verdicts_need_every_subtask_and_every_key() {
+        let all: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6)), (1, Ok(4))].into();
+        assert!(judge_state(&all, 2, 10).is_ok());
+        // A subtask that never reported (its keys never checked) is a mismatch.
+        let one: BTreeMap<u32, Result<u64, String>> = [(0, Ok(6))].into();
+        let e = judge_state(&one, 2, 6).unwrap_err();
+        assert!(e.contains("subtask(s) 1 of 2 never reported"), "{e}");
+        // So is a key total other than min(keys, events).
+        let e = judge_state(&all, 2, 11).unwrap_err();
+        assert!(
+            e.contains("10 keys in state over all subtasks, 11 expected"),
+            "{e}"
+        );
+        let bad: BTreeMap<u32, Result<u64, String>> =
+            [(0, Ok(6)), (1, Err("1 wrong: key 3".into()))].into();
+        assert_eq!(judge_state(&bad, 2, 10).unwrap_err(), "1 wrong: key 3");
+    }
+
+    #[test]
+    fn rates_must_be_positive() {
+        assert_eq!(parse_rate("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "inf", "NaN", "x"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+}

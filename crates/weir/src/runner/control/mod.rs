@@ -1,0 +1,110 @@
+//! The control endpoint of a running job (issue 4): an HTTP server ([`server`]) in front of
+//! the engine's [`JobControl`](crate::prelude::JobControl), which `weir savepoint | stop |
+//! checkpoint | status --job ADDR` talk to. The protocol is JSON over HTTP/1.1:
+//!
+//! | request | body | answer |
+//! |---|---|---|
+//! | `GET /status` | — | the job's [`JobStatus`](crate::prelude::JobStatus) |
+//! | `POST /checkpoint` | — | `{"id", "path"}` once the checkpoint completed |
+//! | `POST /savepoint` | `{"dir"?}` | `{"id", "path"}` once the savepoint completed |
+//! | `POST /stop` | `{"dir"?, "drain"?}` | `{"id", "path"}`; the job then ends |
+//!
+//! Errors are `{"error": "…"}` with a 4xx/5xx status. Security: the endpoint binds to
+//! loopback unless told otherwise; bound to any other address it requires a bearer token
+//! (printed at start, or read from `--control-token-file`), and the engine confines every
+//! folder a request names to the job's `--savepoint-dir`.
+//!
+//! The client side lives in the `weir` command (crate `weir-cli`): a job needs the server,
+//! never the client.
+
+pub mod server;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::api::config::JobConfig;
+
+/// Flags of a run about controlling the running job and its savepoints.
+#[derive(Args, Debug, Clone)]
+pub struct ControlArgs {
+    /// Address of the control endpoint (`weir savepoint|stop|checkpoint|status --job ADDR`):
+    /// `IP:PORT` (port 0 picks a free one; the address is printed at start) or `off`.
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub control: Bind,
+    /// File holding the control endpoint's token. Required of requests whenever given;
+    /// without it, a non-loopback endpoint makes up a token and prints it at start.
+    #[arg(long)]
+    pub control_token_file: Option<PathBuf>,
+    /// Where savepoints go; a savepoint request may only name folders inside it.
+    #[arg(long, default_value = "weir-savepoints")]
+    pub savepoint_dir: PathBuf,
+    /// Keep this run's checkpoints when the job is stopped with a savepoint (`true`), or
+    /// delete them, leaving the savepoint as the way to resume (`false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub retain_on_cancel: bool,
+}
+
+impl ControlArgs {
+    /// Applies the savepoint settings to the job's configuration.
+    pub fn apply(&self, cfg: &mut JobConfig) {
+        cfg.savepoint_dir = self.savepoint_dir.clone();
+        cfg.retain_on_cancel = self.retain_on_cancel;
+    }
+
+    /// Where to bind, or `None` when the endpoint is off.
+    pub fn bind_addr(&self) -> Option<SocketAddr> {
+        self.control.0
+    }
+
+    /// The token requests must carry: the file's content when given, a fresh random one
+    /// when binding beyond loopback, none on loopback.
+    pub fn token(&self, bind: IpAddr) -> Result<Option<String>, String> {
+        if let Some(path) = &self.control_token_file {
+            return read_token(path).map(Some);
+        }
+        if bind.is_loopback() {
+            return Ok(None);
+        }
+        Ok(Some(
+            (0..4)
+                .map(|_| format!("{:08x}", fastrand::u32(..)))
+                .collect(),
+        ))
+    }
+}
+
+/// Where the control endpoint listens; `None` when it is off.
+#[derive(Debug, Clone, Copy)]
+pub struct Bind(pub Option<SocketAddr>);
+
+fn parse_bind(s: &str) -> Result<Bind, String> {
+    if s == "off" {
+        return Ok(Bind(None));
+    }
+    s.parse()
+        .map(|a| Bind(Some(a)))
+        .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:8081, 0.0.0.0:0) nor `off`"))
+}
+
+/// Reads a token file: its content without surrounding whitespace, never empty. Shared
+/// with the client (`weir status --token-file`), so both read a file the same way.
+pub fn read_token(path: &Path) -> Result<String, String> {
+    let raw = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the control token file {}: {e}", path.display()))?;
+    let token = raw.trim().to_string();
+    if token.is_empty() {
+        return Err(format!(
+            "the control token file {} is empty; put a secret in it",
+            path.display()
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the control token in {} contains whitespace; use one word",
+            path.display()
+        ));
+    }
+    Ok(token)
+}

@@ -1,0 +1,293 @@
+//! The operational flags every runner-built job has (parallelism, checkpoints, restore,
+//! restarts, failure injection, control), their checks and the [`JobConfig`] they make.
+//!
+//! A value that makes no sense on its own (`--parallelism 0`, `--checkpoint-timeout 0s`)
+//! is refused by clap while parsing; a combination that makes no sense (`--parallelism 4
+//! --max-parallelism 2`) by [`RunFlags::check`]. Both happen before anything starts (no
+//! folder created, no endpoint opened) and exit 2 naming the flag.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::control::ControlArgs;
+use super::UsageError;
+use crate::api::config::{JobConfig, RestoreFrom};
+use crate::prelude::{CheckpointConfig, CheckpointingMode, FailureInjection, RestartStrategy};
+use crate::state::key_group::MAX_MAX_PARALLELISM;
+
+/// Checkpointing mode, as a flag.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Mode {
+    /// Aligned barriers: state counts every record exactly once.
+    ExactlyOnce,
+    /// Unaligned barriers: after recovery, state counts some records more than once.
+    AtLeastOnce,
+}
+
+/// Restart strategy, as a flag (Flink's names).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Restart {
+    /// The first failure fails the job.
+    None,
+    /// Up to --restart-attempts restarts, --restart-delay apart.
+    FixedDelay,
+    /// Up to --restart-attempts restarts, the delay doubling from --restart-delay to 10 s.
+    ExponentialDelay,
+    /// Restarts --restart-delay apart, unless more than --max-failures-per-interval failures
+    /// happened within --failure-rate-interval.
+    FailureRate,
+}
+
+/// The operational flags of a run; see the module docs.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Run options")]
+pub struct RunFlags {
+    /// Parallel subtasks per operator.
+    #[arg(long, default_value_t = 1, value_parser = parse_parallelism)]
+    pub parallelism: u32,
+    /// Number of key groups: the most subtasks a keyed operator can have, fixed for the
+    /// life of the job's state.
+    #[arg(long, default_value_t = 128, value_parser = parse_parallelism)]
+    pub max_parallelism: u32,
+    /// Folder for checkpoints (the job's checkpoints go in <dir>/<job>/chk-<n>).
+    #[arg(long, default_value = "weir-checkpoints")]
+    pub checkpoint_dir: PathBuf,
+    /// Time between checkpoints (e.g. 200ms, 1s, 2m), or `off`.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub checkpoint_interval: Interval,
+    /// Checkpointing mode.
+    #[arg(long, value_enum, default_value_t = Mode::ExactlyOnce)]
+    pub mode: Mode,
+    /// Abort a checkpoint that takes longer than this.
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    pub checkpoint_timeout: Duration,
+    /// Minimum pause between the end of one checkpoint and the start of the next.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub min_pause: Duration,
+    /// Checkpoints in flight at once.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub max_concurrent_checkpoints: u32,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    #[arg(long, default_value_t = 0)]
+    pub tolerable_checkpoint_failures: u32,
+    /// Completed checkpoints kept on disk.
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
+    pub retained_checkpoints: u32,
+    /// Start from `latest` (the newest complete checkpoint in --checkpoint-dir) or a
+    /// checkpoint or savepoint folder.
+    #[arg(long)]
+    pub restore: Option<String>,
+    /// Restore even if the checkpoint has state for operators this job lacks (dropped).
+    #[arg(long)]
+    pub allow_non_restored_state: bool,
+    /// Restart strategy after a failure.
+    #[arg(long, value_enum, default_value_t = Restart::ExponentialDelay)]
+    pub restart_strategy: Restart,
+    /// Maximum restarts (fixed-delay, exponential-delay).
+    #[arg(long, default_value_t = u32::MAX)]
+    pub restart_attempts: u32,
+    /// Delay before a restart (the first one, for exponential-delay).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub restart_delay: Duration,
+    /// failure-rate: failures tolerated within --failure-rate-interval [default: 1].
+    #[arg(long, value_parser = at_least_one)]
+    pub max_failures_per_interval: Option<u32>,
+    /// failure-rate: the window over which failures are counted [default: 1m].
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub failure_rate_interval: Option<Duration>,
+    /// Give up once the same failure (numbers aside) ended this many attempts in a row
+    /// with no checkpoint progress in between, whatever the strategy allows; `off` never
+    /// gives up for that reason.
+    #[arg(long, default_value = "5", value_parser = parse_limit)]
+    pub identical_failure_limit: Limit,
+    /// Inject this many panics at seeded random moments in random subtasks, each once a
+    /// checkpoint completed in its attempt (needs periodic checkpoints).
+    #[arg(long, default_value_t = 0)]
+    pub inject_failures: usize,
+    /// Seed for --inject-failures.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The job's name (default: the program's): its checkpoint folder and the prefix of its
+    /// sinks' transactions. Give concurrent runs of one job different names.
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// The control endpoint and savepoints.
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+/// A checkpoint interval; `None` when checkpointing is off.
+#[derive(Clone, Copy, Debug)]
+pub struct Interval(pub Option<Duration>);
+
+/// A limit that can be `off` (`None`).
+#[derive(Clone, Copy, Debug)]
+pub struct Limit(pub Option<u32>);
+
+/// A count of 1 or more.
+fn at_least_one(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a count (1, 2, …)")),
+    }
+}
+
+fn parse_parallelism(s: &str) -> Result<u32, String> {
+    match at_least_one(s)? {
+        n if n > MAX_MAX_PARALLELISM => Err(format!("at most {MAX_MAX_PARALLELISM}")),
+        n => Ok(n),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 200ms, 1s or 2m ({e})"))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be longer than 0 (e.g. 200ms, 10s, 10m)".into());
+    }
+    Ok(d)
+}
+
+fn parse_interval(s: &str) -> Result<Interval, String> {
+    if s == "off" {
+        return Ok(Interval(None));
+    }
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 200ms, 1s or 2m ({e}), nor `off`"))?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}' is no interval: use `off` to disable checkpoints"
+        ));
+    }
+    Ok(Interval(Some(d)))
+}
+
+fn parse_limit(s: &str) -> Result<Limit, String> {
+    if s == "off" {
+        return Ok(Limit(None));
+    }
+    match s.parse::<u32>() {
+        Ok(0) => Err(
+            "0 would give up before the first failure: use a count of 1 or more, or `off`".into(),
+        ),
+        Ok(n) => Ok(Limit(Some(n))),
+        Err(_) => Err(format!("'{s}' is not a count (1, 2, …) nor `off`")),
+    }
+}
+
+impl RunFlags {
+    /// Refuses combinations of flags that make no sense together, naming the flags.
+    pub fn check(&self, default_name: &str) -> Result<(), UsageError> {
+        if self.parallelism > self.max_parallelism {
+            return Err(UsageError::new(format!(
+                "--parallelism {} is above --max-parallelism {}: a keyed operator cannot have \
+                 more subtasks than key groups; lower --parallelism or raise \
+                 --max-parallelism (fixed for the life of the job's state)",
+                self.parallelism, self.max_parallelism
+            )));
+        }
+        if self.inject_failures > 0 && self.checkpoint_interval.0.is_none() {
+            return Err(UsageError::new(
+                "--inject-failures needs periodic checkpoints (each failure waits for one, so \
+                 that the restart has progress to restore): drop --checkpoint-interval off",
+            ));
+        }
+        if self.restart_strategy != Restart::FailureRate {
+            for (given, flag) in [
+                (
+                    self.max_failures_per_interval.is_some(),
+                    "--max-failures-per-interval",
+                ),
+                (
+                    self.failure_rate_interval.is_some(),
+                    "--failure-rate-interval",
+                ),
+            ] {
+                if given {
+                    return Err(UsageError::new(format!(
+                        "{flag} applies to --restart-strategy failure-rate only"
+                    )));
+                }
+            }
+        }
+        let name = self.job_name.as_deref().unwrap_or(default_name);
+        if let Err(e) = crate::storage::validate_name("job name", name) {
+            let flag = if self.job_name.is_some() {
+                "--job-name"
+            } else {
+                "the program's name (give --job-name)"
+            };
+            return Err(UsageError::new(format!("{flag}: {e}")));
+        }
+        Ok(())
+    }
+
+    /// The job's configuration, without failure injection (which needs the job's size:
+    /// [`RunFlags::failure_injection`]). Call [`RunFlags::check`] first.
+    pub fn config(&self, default_name: &str) -> JobConfig {
+        let mut c = JobConfig::new(self.job_name.as_deref().unwrap_or(default_name));
+        c.parallelism = self.parallelism;
+        c.max_parallelism = self.max_parallelism;
+        c.checkpoint_dir = self.checkpoint_dir.clone();
+        c.checkpointing = CheckpointConfig {
+            interval: self.checkpoint_interval.0,
+            mode: match self.mode {
+                Mode::ExactlyOnce => CheckpointingMode::ExactlyOnce,
+                Mode::AtLeastOnce => CheckpointingMode::AtLeastOnce,
+            },
+            timeout: self.checkpoint_timeout,
+            min_pause: self.min_pause,
+            max_concurrent: self.max_concurrent_checkpoints as usize,
+            tolerable_failures: self.tolerable_checkpoint_failures,
+            retained: self.retained_checkpoints as usize,
+        };
+        c.restore = match self.restore.as_deref() {
+            None => RestoreFrom::Nothing,
+            Some("latest") => RestoreFrom::Latest,
+            Some(p) => RestoreFrom::Path(PathBuf::from(p)),
+        };
+        c.allow_non_restored_state = self.allow_non_restored_state;
+        self.control.apply(&mut c);
+        c.restart = match self.restart_strategy {
+            Restart::None => RestartStrategy::None,
+            Restart::FixedDelay => RestartStrategy::FixedDelay {
+                attempts: self.restart_attempts,
+                delay: self.restart_delay,
+            },
+            Restart::ExponentialDelay => RestartStrategy::ExponentialDelay {
+                attempts: self.restart_attempts,
+                initial: self.restart_delay,
+                max: Duration::from_secs(10),
+            },
+            Restart::FailureRate => RestartStrategy::FailureRate {
+                max_failures: self.max_failures_per_interval.unwrap_or(1),
+                interval: self
+                    .failure_rate_interval
+                    .unwrap_or(Duration::from_secs(60)),
+                delay: self.restart_delay,
+            },
+        };
+        c.identical_failure_limit = self.identical_failure_limit.0;
+        c
+    }
+
+    /// `--inject-failures`, planned over the first half of a clean run's `records` (the
+    /// records its tasks process in total): the second half is left for failures held back
+    /// until their attempt completes a checkpoint.
+    pub fn failure_injection(&self, records: u64) -> Option<FailureInjection> {
+        (self.inject_failures > 0).then(|| {
+            FailureInjection::after_checkpoints(
+                self.inject_failures,
+                self.seed,
+                (records / 2).max(2),
+            )
+        })
+    }
+}

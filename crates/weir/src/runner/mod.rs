@@ -1,0 +1,460 @@
+//! The runner: turns a job into a complete Weir command-line program (feature `runner`, on
+//! by default).
+//!
+//! A job is a function that builds its graph on a [`Job`] (which derefs to the
+//! [`StreamEnvironment`]) from its own flags, parsed by clap next to the runner's
+//! [`RunFlags`]. The runner brings what running a job in production takes, the same for
+//! every job (the built-in jobs of the `weir` command run through it too):
+//!
+//! * every operational flag: parallelism, max parallelism, checkpoint interval, timeout,
+//!   pause, concurrency, tolerated failures and retention, mode, `--restore latest|PATH`,
+//!   restart strategies (`failure-rate` included) and the identical-failure limit, savepoint
+//!   folder, job name, failure injection (`--inject-failures N --seed S`) — each checked
+//!   before anything starts;
+//! * the control endpoint ([`control`]), so `weir status | savepoint | checkpoint | stop
+//!   --job ADDR` work against the job;
+//! * the notices and progress line on stderr, and the run summary on stdout (records read
+//!   and restored, checkpoints, restarts, and per attempt the checkpoint it resumed from);
+//! * outputs published only on success ([`Job::output`]) and an optional check of the
+//!   result ([`Job::verify`]);
+//! * exit codes: 0 success (or stopped with a savepoint), 1 an error (one line naming the
+//!   cause), 2 bad flags (naming the flag), 3 a verification that found a wrong result.
+//!
+//! ```no_run
+//! use weir::prelude::*;
+//! use weir::runner::{clap, Job, Runner};
+//!
+//! #[derive(clap::Args)]
+//! struct Args {
+//!     /// Numbers to count.
+//!     #[arg(long, default_value_t = 1000)]
+//!     events: u64,
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     Runner::new("evens").run(|job: &mut Job, args: &Args| {
+//!         let out = job.output("evens-output")?;
+//!         job.add_source("numbers", GeneratorSource::new(args.events))
+//!             .uid("numbers")
+//!             .filter(|i: &u64| i % 2 == 0)
+//!             .add_sink("out", TextFileSink::new(out, |i: &u64, l: &mut String| {
+//!                 l.push_str(&i.to_string())
+//!             }))
+//!             .uid("out");
+//!         Ok(())
+//!     })
+//! }
+//! ```
+//!
+//! The job's flag names must differ from the runner's (clap refuses two flags of one name).
+
+pub mod control;
+pub mod flags;
+mod output;
+mod progress;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The clap the runner parses with, re-exported so that a job's `#[derive(clap::Args)]`
+/// needs no dependency besides `weir` (`use weir::runner::clap;`).
+pub use clap;
+pub use flags::RunFlags;
+
+use crate::api::config::JobConfig;
+use crate::api::stream::StreamEnvironment;
+use crate::prelude::JobResult;
+use clap::{Args, FromArgMatches};
+
+/// Any error a job's build function or verification returns: `?` works on every error type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Records a clean run's tasks are assumed to process, for planning `--inject-failures`,
+/// when the job does not say ([`Job::expect_records`]).
+pub const DEFAULT_EXPECTED_RECORDS: u64 = 1_000_000;
+
+/// A flag, or a combination of flags, that makes no sense: the run exits with status 2
+/// (bad usage) instead of 1 (a failure). Return it from a job's build function for the
+/// job's own flags; the message should name the flag and the way out.
+#[derive(Debug)]
+pub struct UsageError(String);
+
+impl UsageError {
+    /// A usage error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        UsageError(message.into())
+    }
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// What a verification ([`Job::verify`]) concluded about the job's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The result is right; the message says what was checked (`verify: OK — …`).
+    Correct(String),
+    /// The result is wrong; the message says how (`verify: MISMATCH — …`, exit 3).
+    Wrong(String),
+}
+
+/// For jobs without flags of their own: `Runner::new("x").run(|job, _: &NoArgs| …)`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct NoArgs {}
+
+type VerifyHook = Box<dyn FnOnce(&JobResult) -> Result<Verdict, BoxError>>;
+
+/// The job being built: its [`StreamEnvironment`] (through `Deref`: `job.add_source(…)`),
+/// configured from the flags, plus what the runner does around the run — outputs to
+/// publish on success, a verification, lines for the summary.
+pub struct Job {
+    env: StreamEnvironment,
+    /// (staging folder, final folder).
+    outputs: Vec<(PathBuf, PathBuf)>,
+    verify: Option<VerifyHook>,
+    notes: Vec<String>,
+    expected_records: Option<u64>,
+}
+
+impl Deref for Job {
+    type Target = StreamEnvironment;
+
+    fn deref(&self) -> &StreamEnvironment {
+        &self.env
+    }
+}
+
+impl Job {
+    /// The environment the graph is built on (also reachable through `Deref`).
+    pub fn env(&self) -> &StreamEnvironment {
+        &self.env
+    }
+
+    /// Declares an output folder that appears only if the job succeeds, and returns the
+    /// hidden staging folder the job's sinks must write into instead. On success the
+    /// staging folder is renamed to `dir` (with a `_SUCCESS` marker); on a failure or a
+    /// stop with a savepoint it is deleted, so a partial result never looks complete. An
+    /// existing `dir` is replaced only if it is a previous Weir output or empty.
+    pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
+        let dir = dir.into();
+        let staging = output::prepare(&dir)?;
+        self.outputs.push((staging.clone(), dir));
+        Ok(staging)
+    }
+
+    /// Checks the result after a successful run (after outputs are published): a
+    /// [`Verdict::Wrong`] makes the program exit 3, an error exit 1. Skipped (and said so)
+    /// when the job was stopped with a savepoint before the end of its input.
+    pub fn verify(
+        &mut self,
+        check: impl FnOnce(&JobResult) -> Result<Verdict, BoxError> + 'static,
+    ) {
+        self.verify = Some(Box::new(check));
+    }
+
+    /// Adds a line to the end of the run summary (where a sink's output went, say).
+    pub fn summary_line(&mut self, line: impl Into<String>) {
+        self.notes.push(line.into());
+    }
+
+    /// About how many records a clean run's tasks process in total (a record counts at
+    /// every task it enters), so `--inject-failures` plans its failures over the first half
+    /// of the run and leaves the second half for failures that wait for a checkpoint.
+    /// Default [`DEFAULT_EXPECTED_RECORDS`].
+    pub fn expect_records(&mut self, records: u64) {
+        self.expected_records = Some(records);
+    }
+
+    /// Deletes the staging folders: the run ends without publishing.
+    fn discard_outputs(&self) {
+        for (staging, _) in &self.outputs {
+            let _ = std::fs::remove_dir_all(staging);
+        }
+    }
+}
+
+/// Turns a job into a command-line program; see the module docs.
+pub struct Runner {
+    name: String,
+    about: Option<String>,
+    bin_name: Option<String>,
+    args: Option<Vec<OsString>>,
+}
+
+impl Runner {
+    /// A runner for the job `name`: the default job name (its checkpoint folder), the
+    /// summary's label, and the program's name in `--help`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Runner {
+            name: name.into(),
+            about: None,
+            bin_name: None,
+            args: None,
+        }
+    }
+
+    /// The one-line description `--help` shows.
+    pub fn about(mut self, text: impl Into<String>) -> Self {
+        self.about = Some(text.into());
+        self
+    }
+
+    /// How `--help` and usage errors name the program (default: the runner's name).
+    pub fn bin_name(mut self, name: impl Into<String>) -> Self {
+        self.bin_name = Some(name.into());
+        self
+    }
+
+    /// Parses these arguments instead of the process's (the first is the program's name,
+    /// as in [`std::env::args_os`]): for tests, and programs that dispatch to several jobs.
+    pub fn args<I, T>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        self.args = Some(args.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Parses the flags, builds the job with `build`, runs it with everything listed in the
+    /// module docs, and returns the exit code for `main` to return.
+    pub fn run<A, F>(self, build: F) -> ExitCode
+    where
+        A: Args,
+        F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
+    {
+        quiet_panics();
+        let (flags, args) = match self.parse::<A>() {
+            Ok(parsed) => parsed,
+            Err(code) => return code,
+        };
+        match self.execute(&flags, &args, build) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {}", describe(&*e));
+                if is_usage(&*e) {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+
+    /// The runner's flags and the job's, or the exit code after clap printed help, a
+    /// version or a usage error (status 2, naming the flag).
+    fn parse<A: Args>(&self) -> Result<(RunFlags, A), ExitCode> {
+        let mut cmd = A::augment_args(clap::Command::new(self.name.clone()));
+        // The job's description (its args struct's doc comment), not the runner flags'.
+        let (about, long_about) = (cmd.get_about().cloned(), cmd.get_long_about().cloned());
+        cmd = RunFlags::augment_args(cmd)
+            .about(clap::builder::Resettable::from(about))
+            .long_about(clap::builder::Resettable::from(long_about));
+        if let Some(b) = &self.bin_name {
+            cmd = cmd.bin_name(b.clone());
+        }
+        if let Some(a) = &self.about {
+            cmd = cmd
+                .about(a.clone())
+                .long_about(clap::builder::Resettable::<clap::builder::StyledStr>::Reset);
+        }
+        let args = self
+            .args
+            .clone()
+            .unwrap_or_else(|| std::env::args_os().collect());
+        let parsed = cmd
+            .try_get_matches_from(args)
+            .and_then(|m| Ok((RunFlags::from_arg_matches(&m)?, A::from_arg_matches(&m)?)));
+        parsed.map_err(|e| {
+            let _ = e.print();
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+        })
+    }
+
+    fn execute<A, F>(&self, flags: &RunFlags, args: &A, build: F) -> Result<ExitCode, BoxError>
+    where
+        F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
+    {
+        flags.check(&self.name)?;
+        let token = match flags.control.bind_addr() {
+            Some(bind) => flags.control.token(bind.ip())?,
+            None => None,
+        };
+        let mut job = Job {
+            env: StreamEnvironment::new(flags.config(&self.name)),
+            outputs: Vec::new(),
+            verify: None,
+            notes: Vec::new(),
+            expected_records: None,
+        };
+        if let Err(e) = build(&mut job, args) {
+            job.discard_outputs();
+            return Err(e);
+        }
+        let records = job.expected_records.unwrap_or(DEFAULT_EXPECTED_RECORDS);
+        job.env.config_mut().failure_injection = flags.failure_injection(records);
+        announce(job.env.config());
+        let server = match flags.control.bind_addr() {
+            None => None,
+            Some(bind) => {
+                match control::server::ControlServer::start(bind, token.clone(), job.env.control())
+                {
+                    Ok(server) => {
+                        // One write, so that a reader of the log never sees half an
+                        // address.
+                        let line = format!(
+                            "weir: control endpoint {} (weir status|savepoint|stop --job {}){}\n",
+                            server.addr(),
+                            server.addr(),
+                            match (&token, &flags.control.control_token_file) {
+                                (Some(t), None) => format!(" — token {t}"),
+                                (Some(_), Some(f)) => format!(" — token from {}", f.display()),
+                                (None, _) => String::new(),
+                            }
+                        );
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                        Some(server)
+                    }
+                    Err(e) => {
+                        job.discard_outputs();
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        let cfg = job.env.config().clone();
+        let progress = progress::Progress::start(job.env.metrics());
+        let Job {
+            env,
+            outputs,
+            verify,
+            notes,
+            ..
+        } = job;
+        let result = env.execute();
+        progress.stop();
+        if let Some(server) = server {
+            // Let a `weir stop` hear its savepoint's path before the process exits.
+            server.shutdown(Duration::from_secs(5));
+        }
+        let discard = || {
+            for (staging, _) in &outputs {
+                let _ = std::fs::remove_dir_all(staging);
+            }
+        };
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                discard();
+                return Err(e.into());
+            }
+        };
+        if let Some(sp) = &result.stopped_with_savepoint {
+            // A stopped job's output is not the job's result: resume from the savepoint.
+            discard();
+            progress::summary(&self.name, &cfg, &result, &[]);
+            println!("stopped with savepoint {}", sp.display());
+            println!("resume with: --restore {}", sp.display());
+            for line in &notes {
+                println!("{line}");
+            }
+            if verify.is_some() {
+                println!("verify: skipped — the job was stopped before the end of its input");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        for (staging, dir) in &outputs {
+            output::publish(staging, dir)?;
+        }
+        let published: Vec<PathBuf> = outputs.iter().map(|(_, dir)| dir.clone()).collect();
+        progress::summary(&self.name, &cfg, &result, &published);
+        for line in &notes {
+            println!("{line}");
+        }
+        let Some(check) = verify else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        Ok(match check(&result)? {
+            Verdict::Correct(m) => {
+                println!("verify: OK — {m}");
+                ExitCode::SUCCESS
+            }
+            Verdict::Wrong(m) => {
+                println!("verify: MISMATCH — {m}");
+                ExitCode::from(3)
+            }
+        })
+    }
+}
+
+/// The error and its causes on one line, each cause only when the message above it does
+/// not already include it.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+/// Whether a [`UsageError`] is the error or one of its causes.
+fn is_usage(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.downcast_ref::<UsageError>().is_some() {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// The first line on stderr: the job, its parallelism and where its checkpoints go.
+fn announce(cfg: &JobConfig) {
+    let interval = match cfg.checkpointing.interval {
+        Some(d) => format!("every {}", humantime::format_duration(d)),
+        None => "off".to_string(),
+    };
+    eprintln!(
+        "weir: {} — parallelism {}, {} checkpoints {interval} into {}",
+        cfg.name,
+        cfg.parallelism,
+        cfg.checkpointing.mode,
+        cfg.checkpoint_dir.join(&cfg.name).display()
+    );
+}
+
+/// Task panics are caught and recovered from by the engine; print them as one line each
+/// instead of a backtrace (injected failures would otherwise flood the terminal).
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("?");
+        let at = info
+            .location()
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
+        eprintln!("weir: {name} panicked: {msg}{at}");
+    }));
+}

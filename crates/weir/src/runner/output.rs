@@ -1,0 +1,99 @@
+//! Output folders published only after success ([`Job::output`](super::Job::output)).
+//!
+//! Part files are written into a hidden staging folder beside the output; when the job has
+//! finished successfully the staging folder is renamed to the output's name (atomic on one
+//! file system) with a `_SUCCESS` marker inside. A run killed halfway therefore never leaves
+//! a partial folder under the output name. An existing output folder is replaced only if it
+//! is a previous Weir output (has `_SUCCESS`) or is empty.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The hidden staging folder for `output`.
+pub(crate) fn staging_dir(output: &Path) -> Result<PathBuf, String> {
+    let name = output
+        .file_name()
+        .ok_or_else(|| format!("the output {} has no folder name", output.display()))?;
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(parent.join(format!(".{}.inprogress", name.to_string_lossy())))
+}
+
+/// Checks that `output` may be (re)placed and prepares an empty staging folder.
+pub(crate) fn prepare(output: &Path) -> Result<PathBuf, String> {
+    if output.exists() {
+        let is_ours = output.join("_SUCCESS").exists()
+            || fs::read_dir(output)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+        if !output.is_dir() || !is_ours {
+            return Err(format!(
+                "the output folder {} exists and is not a previous Weir output (no _SUCCESS marker); \
+                 remove it or choose another folder",
+                output.display()
+            ));
+        }
+    }
+    let staging = staging_dir(output)?;
+    if staging.exists() {
+        fs::remove_dir_all(&staging)
+            .map_err(|e| format!("cannot clear the staging folder {}: {e}", staging.display()))?;
+    }
+    fs::create_dir_all(&staging).map_err(|e| {
+        format!(
+            "cannot create the staging folder {}: {e} (is the output's parent folder writable?)",
+            staging.display()
+        )
+    })?;
+    Ok(staging)
+}
+
+/// Moves the finished staging folder into place as `output`.
+pub(crate) fn publish(staging: &Path, output: &Path) -> Result<(), String> {
+    let marker = staging.join("_SUCCESS");
+    fs::write(&marker, b"").map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    if output.exists() {
+        fs::remove_dir_all(output).map_err(|e| {
+            format!(
+                "cannot replace the previous output {}: {e}",
+                output.display()
+            )
+        })?;
+    }
+    fs::rename(staging, output).map_err(|e| {
+        format!(
+            "cannot move {} to {}: {e}",
+            staging.display(),
+            output.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_only_over_a_previous_output() {
+        let tmp = std::env::temp_dir().join(format!("weir-output-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(tmp.join("foreign")).unwrap();
+        fs::write(tmp.join("foreign/notes"), "x").unwrap();
+        assert!(prepare(&tmp.join("foreign"))
+            .unwrap_err()
+            .contains("_SUCCESS"));
+        let out = tmp.join("out");
+        let staging = prepare(&out).unwrap();
+        assert_eq!(staging, tmp.join(".out.inprogress"));
+        fs::write(staging.join("part-0"), "a").unwrap();
+        publish(&staging, &out).unwrap();
+        assert!(out.join("_SUCCESS").exists() && !staging.exists());
+        // A second run may replace it.
+        let staging = prepare(&out).unwrap();
+        publish(&staging, &out).unwrap();
+        assert!(!out.join("part-0").exists());
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+}
