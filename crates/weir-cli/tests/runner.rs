@@ -21,8 +21,10 @@ use common::*;
 /// arguments, separated by ASCII unit separators.
 const CHILD: &str = "WEIR_RUNNER_TEST_JOB";
 
-/// Not a test: the job's `main` when the binary is re-executed with [`CHILD`] set.
+/// Not a test: the job's `main` when the binary is re-executed with [`CHILD`] set (it is
+/// ignored, so a normal run of the tests neither runs nor counts it).
 #[test]
+#[ignore = "the job's process, run by the other tests in a child"]
 fn job_process() {
     let Ok(args) = std::env::var(CHILD) else {
         return;
@@ -44,11 +46,17 @@ fn job_process() {
 /// The job as a command run in `cwd` with `args`.
 fn job(cwd: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(std::env::current_exe().expect("the test binary"));
-    c.args(["--exact", "job_process", "--nocapture", "--test-threads=1"])
-        .env(CHILD, args.join("\u{1f}"))
-        .env("RUST_BACKTRACE", "0")
-        .current_dir(cwd)
-        .stdin(Stdio::null());
+    c.args([
+        "--exact",
+        "job_process",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD, args.join("\u{1f}"))
+    .env("RUST_BACKTRACE", "0")
+    .current_dir(cwd)
+    .stdin(Stdio::null());
     c
 }
 
