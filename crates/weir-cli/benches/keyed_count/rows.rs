@@ -264,7 +264,7 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
 
 /// `1 s` / `200 ms` rendering of a checkpoint interval.
 pub fn interval(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{ms} ms")
