@@ -39,6 +39,8 @@ pub mod format;
 pub mod local;
 pub mod memory;
 mod read;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod shared_bytes;
 mod streamed;
 pub use read::{read_metadata, read_state_file, read_state_payload};
@@ -301,6 +303,9 @@ pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageE
     };
     match scheme {
         "mem" => Ok(Box::new(memory::open(text, rest)?)),
+        #[cfg(feature = "s3")]
+        "s3" => Ok(Box::new(s3::open(text, rest)?)),
+        #[cfg(not(feature = "s3"))]
         "s3" => Err(StorageError::Location {
             location: text.to_string(),
             reason: "this Weir was built without S3 support".into(),
