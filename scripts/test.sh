@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, as CI does, after installing what the tests need and
 # this machine lacks: the connector tests start their own PostgreSQL and nats-server on
-# loopback, from Debian's packages. Arguments are passed on to `cargo test`.
+# loopback, from Debian's packages; the S3 tests start moto's S3 server (`moto_server`, from
+# PyPI). Arguments are passed on to `cargo test`.
 #
 #   scripts/test.sh                      # everything
 #   scripts/test.sh -p weir --test rescale
@@ -23,6 +24,15 @@ if [ ${#need[@]} -gt 0 ]; then
     fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v moto_server >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing moto's S3 server (PyPI: moto[server]) for the S3 tests" >&2
+    python3 -m pip install -q 'moto[server]' || pip3 install -q 'moto[server]' || {
+        echo "scripts/test.sh: cannot install moto[server]; run: pip install 'moto[server]'" >&2
+        exit 1
+    }
+    hash -r
 fi
 
 if [ $# -eq 0 ]; then

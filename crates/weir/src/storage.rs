@@ -1,38 +1,49 @@
-//! Checkpoint storage in a local directory: the lowest layer of the engine.
+//! Checkpoint storage: the lowest layer of the engine.
 //!
-//! It knows files, folders and bytes, not checkpoints' meaning, and imports nothing else
+//! It knows objects, folders and bytes, not checkpoints' meaning, and imports nothing else
 //! of the crate (see the layer map in the crate docs):
 //!
 //! * [`format`](mod@format) — the checksummed envelope of every file.
 //! * [`shared_bytes`] — ranges of a loaded file, handed out without copying.
-//! * this module — the folder layout on a local disk, atomic writes.
+//! * [`backend`] — the storage trait ([`StorageBackend`]): streamed put, get by range,
+//!   list, delete, create-if-absent, one owner per job folder; implemented by [`local`]
+//!   (a local disk), [`memory`] (tests) and, with the `s3` feature, `s3` (S3-compatible
+//!   object storage).
+//! * this module — [`CheckpointStorage`], the checkpoint layout on any backend, and the
+//!   locations users give (`/a/folder`, `s3://bucket/prefix`, `mem://store/prefix`).
 //!
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
 //! <checkpoint-dir>/<job-id>/chk-<n>/<uid>/<file-name>    state files
 //! ```
 //!
-//! Guarantees: every file is written whole or not at all (temp name in the same directory,
-//! fsync, rename; the temp file is removed on error), so a crash never leaves a half-written
-//! file under a real name. `_metadata` is written after the state files and its directory is
-//! fsynced, so a checkpoint listed as complete has all its files on disk. Discarding removes
-//! `_metadata` first, so a half-discarded checkpoint is never mistaken for a complete one.
-//! Reading works on any checkpoint folder (it may have been copied elsewhere) and treats the
-//! metadata as untrusted: relative paths from it cannot leave the folder. Every error names
-//! the path, the cause and the way out.
+//! Guarantees: every file is written whole or not at all (locally: temp name in the same
+//! directory, fsync, rename; the temp file is removed on error), so a crash never leaves a
+//! half-written file under a real name. `_metadata` is written after the state files, with
+//! create-if-absent, so a checkpoint listed as complete has all its files stored. Discarding
+//! removes `_metadata` first, so a half-discarded checkpoint is never mistaken for a
+//! complete one. Reading works on any checkpoint folder (it may have been copied elsewhere)
+//! and treats the metadata as untrusted: relative paths from it cannot leave the folder.
+//! Every error names the path, the cause and the way out.
 
-use self::format::{FileKind, FormatError, HEADER_LEN, TRAILER_LEN};
-use self::shared_bytes::SharedBytes;
+use self::backend::{Ownership, StorageBackend};
+use self::format::{FileKind, FormatError};
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod backend;
 pub mod format;
+pub mod local;
+pub mod memory;
+mod read;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod shared_bytes;
 mod streamed;
+pub use read::{read_metadata, read_state_file, read_state_payload};
 use streamed::write_streamed;
 pub use streamed::{PayloadWriter, SpillFile};
 
@@ -123,6 +134,81 @@ pub enum StorageError {
         /// "no _metadata", "no such folder" or "not a folder".
         reason: &'static str,
     },
+    /// An intact state file that is not the one the checkpoint's `_metadata` recorded: it
+    /// was written for another checkpoint or run (copied in), or replaced since.
+    #[error(
+        "state file {} does not belong to this checkpoint: its checksum is {found:#010x}, but \
+         the checkpoint's _metadata recorded {expected:#010x} for it (it was copied in from \
+         another checkpoint or run, or replaced); restore from another checkpoint",
+        .path.display()
+    )]
+    ForeignFile {
+        /// The file.
+        path: PathBuf,
+        /// Its checksum (the CRC-32C in its trailer).
+        found: u32,
+        /// The one recorded in the metadata.
+        expected: u32,
+    },
+    /// A checkpoint location (`--checkpoint-dir`, `--restore`, `--savepoint-dir`) that
+    /// cannot be used as given: an unknown scheme, a feature not built in, a bad URL.
+    #[error("cannot use {location:?} for checkpoints: {reason}; {hint}")]
+    Location {
+        /// The location as given.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+        /// The way out.
+        hint: &'static str,
+    },
+    /// Remote storage refused or failed a request in a way retrying will not fix (wrong
+    /// credentials, a missing bucket, a server that cannot be reached).
+    #[error("cannot {op} {location}: {cause}; {hint}")]
+    Remote {
+        /// What was being done.
+        op: &'static str,
+        /// The object or prefix, as a URL.
+        location: String,
+        /// The cause, as the server or client said it.
+        cause: String,
+        /// The way out.
+        hint: String,
+    },
+}
+
+impl StorageError {
+    /// Whether the object or file was not there (so a caller can treat absence as a
+    /// state, e.g. an incomplete checkpoint, rather than as a failure).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
+    }
+
+    /// Whether a create-if-absent found the object already there.
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, StorageError::Io { cause, .. }
+            if cause.kind() == io::ErrorKind::AlreadyExists)
+    }
+
+    /// Whether a path component was a file where a folder was expected (a `--restore`
+    /// path inside a file).
+    fn is_not_a_directory(&self) -> bool {
+        matches!(self, StorageError::Io { cause, .. }
+            if cause.kind() == io::ErrorKind::NotADirectory)
+    }
+
+    /// The same I/O failure told as `op` with the way out `hint`, for a caller that knows
+    /// better than the backend what was being done.
+    fn reframed(self, op: &'static str, hint: &'static str) -> StorageError {
+        match self {
+            StorageError::Io { path, cause, .. } => StorageError::Io {
+                op,
+                path,
+                cause,
+                hint,
+            },
+            other => other,
+        }
+    }
 }
 
 /// Renders an io::Error without the "(os error N)" suffix that users do not need.
@@ -180,50 +266,16 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError>
     }
 }
 
-/// Locks `root`'s [`LOCK_FILE_NAME`] for this process, or names the run that holds it.
-/// Two runs writing one job folder would mix their checkpoints (one run's state with the
-/// other's source positions) and delete each other's through retention.
-fn take_ownership(root: &Path) -> Result<File, StorageError> {
-    let path = root.join(LOCK_FILE_NAME);
-    let hint = "check that the folder is writable or pass --checkpoint-dir";
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_err("open the lock file", &path, hint))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = io::Read::read_to_string(&mut file, &mut holder);
-            let holder = holder.trim();
-            return Err(StorageError::InUse {
-                root: root.to_path_buf(),
-                holder: if holder.is_empty() {
-                    "it has not said who it is yet".into()
-                } else {
-                    holder.to_string()
-                },
-            });
-        }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(io_err("lock", &path, hint)(e));
-        }
-    }
+/// Who this run is, as recorded for a second run refused by [`StorageError::InUse`]:
+/// process id and start time (and host, where the holder may be on another machine).
+pub(crate) fn holder_description() -> String {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let me = format!(
+    format!(
         "process {} since {since} (seconds since the Unix epoch)",
         std::process::id()
-    );
-    file.set_len(0)
-        .and_then(|()| io::Seek::rewind(&mut file))
-        .and_then(|()| file.write_all(me.as_bytes()))
-        .map_err(io_err("write the lock file", &path, hint))?;
-    Ok(file)
+    )
 }
 
 /// Parses a `chk-<n>` folder name (canonical decimal only, so `chk-<n>` and the id map one
@@ -239,7 +291,82 @@ pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
     }
 }
 
-/// Checkpoints of one job in a local directory; `root` is `<checkpoint-dir>/<job-id>`.
+/// The backend for a checkpoint location as users give it: `s3://bucket/prefix` (with the
+/// `s3` feature), `mem://store/prefix` (a registered [`memory::MemoryStore`]) or a local
+/// path. Any other `scheme://` is refused rather than taken for a folder named `scheme:`.
+pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageError> {
+    let Some(text) = location.to_str() else {
+        return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
+    };
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
+    };
+    match scheme {
+        "mem" => Ok(Box::new(memory::open(text, rest)?)),
+        #[cfg(feature = "s3")]
+        "s3" => Ok(Box::new(s3::open(text, rest)?)),
+        #[cfg(not(feature = "s3"))]
+        "s3" => Err(StorageError::Location {
+            location: text.to_string(),
+            reason: "this Weir was built without S3 support".into(),
+            hint: "rebuild with `--features s3`, or use a local folder",
+        }),
+        "file" => Ok(Box::new(local::LocalBackend::new(PathBuf::from(rest)))),
+        _ => Err(StorageError::Location {
+            location: text.to_string(),
+            reason: format!("unknown storage scheme {scheme:?}"),
+            hint: "use a local folder or an s3://bucket/prefix URL",
+        }),
+    }
+}
+
+/// Whether `location` names remote or in-memory storage (`scheme://…`) rather than a
+/// local folder, so callers know not to use file-system calls on it.
+pub fn is_remote(location: &Path) -> bool {
+    location
+        .to_str()
+        .and_then(|t| t.split_once("://"))
+        .is_some_and(|(scheme, _)| scheme != "file")
+}
+
+/// `location` made absolute for a reply to someone in another folder: local paths against
+/// the current directory; URLs are absolute already.
+pub fn absolute_location(location: &Path) -> PathBuf {
+    if is_remote(location) {
+        location.to_path_buf()
+    } else {
+        std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf())
+    }
+}
+
+/// Where checkpoint `id`'s files go: a backend and the key prefix in it.
+struct Target {
+    backend: Arc<dyn StorageBackend>,
+    prefix: String,
+}
+
+impl Target {
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+/// A savepoint's own folder, and the backend rooted there.
+type Redirect = (PathBuf, Arc<dyn StorageBackend>);
+
+/// A state file as stored: what the metadata records of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    /// Path relative to the checkpoint folder (`"<uid>/<file_name>"`, '/'-separated).
+    pub path: String,
+    /// Size in bytes, envelope included.
+    pub size: u64,
+    /// The file's checksum: the CRC-32C of all its bytes before the trailer (the trailer
+    /// holds it), which ties it to the checkpoint that records it.
+    pub crc32c: u32,
+}
+
+/// Checkpoints of one job on a [`StorageBackend`]; `root` is `<checkpoint-dir>/<job-id>`.
 ///
 /// A savepoint is a checkpoint written elsewhere: [`CheckpointStorage::redirect`] sends one
 /// checkpoint id to its own folder, and every clone of the storage (the writer threads')
@@ -247,31 +374,50 @@ pub fn parse_checkpoint_dir_name(name: &str) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
     root: PathBuf,
-    redirects: Arc<Mutex<HashMap<u64, PathBuf>>>,
-    /// The job folder's lock, held while any clone lives ([`LOCK_FILE_NAME`]).
-    _owner: Arc<File>,
+    backend: Arc<dyn StorageBackend>,
+    redirects: Arc<Mutex<HashMap<u64, Redirect>>>,
+    /// This run's id, recorded with every file it writes.
+    run_id: Arc<str>,
+    /// The job folder's ownership (a lock, a lease), held while any clone lives.
+    _owner: Arc<Ownership>,
 }
 
 impl CheckpointStorage {
-    /// Creates `<dir>/<job_id>` if needed and proves it writable (create+remove a probe file)
-    /// so a bad `--checkpoint-dir` fails at start, not at the first checkpoint.
+    /// Opens `<dir>/<job_id>` (a local folder, created if needed, or a prefix in object
+    /// storage), proves it writable (writes and removes a probe) so a bad
+    /// `--checkpoint-dir` fails at start, not at the first checkpoint, and takes ownership
+    /// of it for this run.
     pub fn open(checkpoint_dir: &Path, job_id: &str) -> Result<Self, StorageError> {
         validate_name("job id", job_id)?;
         let root = checkpoint_dir.join(job_id);
+        let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&root)?);
         let hint = "check that the folder is writable or pass --checkpoint-dir";
-        fs::create_dir_all(&root).map_err(io_err("create checkpoint directory", &root, hint))?;
-        let probe = temp_path(&root, "write-probe");
-        let written = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&probe)
-            .and_then(|mut file| file.write_all(b"probe"));
-        let removed = fs::remove_file(&probe);
-        written.map_err(io_err("write to checkpoint directory", &root, hint))?;
-        removed.map_err(io_err("remove probe file", &probe, hint))?;
-        let owner = take_ownership(&root)?;
+        if let Some(dir) = backend.local_dir("") {
+            dir.map_err(|e| e.reframed("create checkpoint directory", hint))?;
+        }
+        static PROBES: AtomicU64 = AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, Ordering::Relaxed);
+        let probe = format!(".write-probe-{}-{n}", std::process::id());
+        let written = backend.put(&probe).and_then(|mut w| {
+            w.write(b"probe")?;
+            w.commit(&[])
+        });
+        let removed = backend.delete(&probe);
+        written.map_err(|e| match e {
+            StorageError::Io { cause, .. } => StorageError::Io {
+                op: "write to checkpoint directory",
+                path: root.clone(),
+                cause,
+                hint,
+            },
+            other => other,
+        })?;
+        removed.map_err(|e| e.reframed("remove probe file", hint))?;
+        let owner = backend.take_ownership()?;
         Ok(CheckpointStorage {
+            run_id: new_run_id().into(),
             root,
+            backend,
             redirects: Arc::default(),
             _owner: Arc::new(owner),
         })
@@ -282,12 +428,32 @@ impl CheckpointStorage {
         &self.root
     }
 
+    /// This run's id: unique per [`CheckpointStorage::open`], recorded in the metadata with
+    /// every file, so files of another run are told apart from this one's.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn target(&self, id: u64) -> Target {
+        let redirects = self.redirects.lock().unwrap_or_else(|p| p.into_inner());
+        match redirects.get(&id) {
+            Some((_, backend)) => Target {
+                backend: backend.clone(),
+                prefix: String::new(),
+            },
+            None => Target {
+                backend: self.backend.clone(),
+                prefix: format!("chk-{id}/"),
+            },
+        }
+    }
+
     /// Folder of checkpoint `id` (`root/chk-<id>`, or a savepoint's own folder), the path a
     /// user passes to `--restore`.
     pub fn checkpoint_path(&self, id: u64) -> PathBuf {
         let redirects = self.redirects.lock().unwrap_or_else(|p| p.into_inner());
         match redirects.get(&id) {
-            Some(folder) => folder.clone(),
+            Some((folder, _)) => folder.clone(),
             None => self.root.join(format!("chk-{id}")),
         }
     }
@@ -297,12 +463,18 @@ impl CheckpointStorage {
     /// created.
     pub fn redirect(&self, id: u64, folder: PathBuf) -> Result<(), StorageError> {
         let hint = "check that the savepoint directory is writable";
-        if folder.exists() {
+        let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&folder)?);
+        let exists = if is_remote(&folder) {
+            backend.folder_problem()?.is_none()
+        } else {
+            folder.exists()
+        };
+        if exists {
             let exists = io::ErrorKind::AlreadyExists.into();
             return Err(io_err("create savepoint folder", &folder, hint)(exists));
         }
-        if let Some(parent) = folder.parent() {
-            fs::create_dir_all(parent).map_err(io_err(
+        if let Some(parent) = folder.parent().filter(|_| !is_remote(&folder)) {
+            std::fs::create_dir_all(parent).map_err(io_err(
                 "create savepoint directory",
                 parent,
                 hint,
@@ -311,14 +483,13 @@ impl CheckpointStorage {
         self.redirects
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, folder);
+            .insert(id, (folder, backend));
         Ok(())
     }
 
-    /// Writes one state file atomically (temp name in the same dir + fsync + rename),
-    /// creating `chk-<id>/<uid>/` as needed. Returns the path relative to the checkpoint
-    /// folder (`"<uid>/<file_name>"`, always '/'-separated, for the metadata) and the byte
-    /// size written (envelope included, i.e. the file size).
+    /// Writes one state file atomically, creating `chk-<id>/<uid>/` as needed. Returns its
+    /// path relative to the checkpoint folder (for the metadata), its size (envelope
+    /// included) and its checksum.
     pub fn write_state_file(
         &self,
         id: u64,
@@ -326,7 +497,7 @@ impl CheckpointStorage {
         file_name: &str,
         kind: FileKind,
         payload: &[u8],
-    ) -> Result<(String, u64), StorageError> {
+    ) -> Result<StoredFile, StorageError> {
         validate_name("operator uid", uid)?;
         // Streamed in one piece rather than wrapped in its envelope in memory: a frozen
         // task's keyed state is written this way, and may be large.
@@ -335,8 +506,9 @@ impl CheckpointStorage {
 
     /// Writes one state file atomically like [`CheckpointStorage::write_state_file`], but
     /// with the payload streamed by `payload` into a [`PayloadWriter`] rather than held in
-    /// memory whole: large keyed state is encoded key group by key group straight to disk.
-    /// The file is byte for byte what `write_state_file` writes for the same payload.
+    /// memory whole: large keyed state is encoded key group by key group straight to
+    /// storage. The file is byte for byte what `write_state_file` writes for the same
+    /// payload.
     pub fn write_state_file_streamed<E: From<StorageError>>(
         &self,
         id: u64,
@@ -344,63 +516,51 @@ impl CheckpointStorage {
         file_name: &str,
         kind: FileKind,
         payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
-    ) -> Result<(String, u64), E> {
+    ) -> Result<StoredFile, E> {
         validate_name("operator uid", uid)?;
         validate_name("state file name", file_name)?;
-        let dir = self.checkpoint_path(id).join(uid);
-        create_dir(&dir)?;
-        let (tmp, target) = (temp_path(&dir, file_name), dir.join(file_name));
-        let result = write_streamed(&tmp, kind, payload).and_then(|size| {
-            let op = "rename temporary file to";
-            fs::rename(&tmp, &target).map_err(io_err(op, &target, WRITE_HINT))?;
-            Ok(size)
-        });
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        let size = result?;
-        sync_dir(&dir)?;
-        Ok((format!("{uid}/{file_name}"), size))
+        let target = self.target(id);
+        let path = format!("{uid}/{file_name}");
+        let writer = target.backend.put(&target.key(&path))?;
+        let (size, crc32c) = write_streamed(writer, kind, payload)?;
+        Ok(StoredFile { path, size, crc32c })
     }
 
-    /// A scratch file in checkpoint `id`'s folder for operator `uid`, for a writer that
-    /// produces data in another order than the file needs it (keyed state is encoded
-    /// shard by shard and laid out key group by key group): on disk rather than in memory,
-    /// so a checkpoint's memory does not grow with the state. Nothing is left behind: the
-    /// file is removed when dropped — on Unix at once, while it stays open.
+    /// A scratch file for checkpoint `id`'s operator `uid`, for a writer that produces data
+    /// in another order than the file needs it (keyed state is encoded shard by shard and
+    /// laid out key group by key group): on disk rather than in memory, so a checkpoint's
+    /// memory does not grow with the state. Locally it sits in the checkpoint's folder;
+    /// with remote storage, in the local temp folder. Nothing is left behind: the file is
+    /// removed when dropped — on Unix at once, while it stays open.
     pub fn spill_file(&self, id: u64, uid: &str) -> Result<SpillFile, StorageError> {
         validate_name("operator uid", uid)?;
-        let dir = self.checkpoint_path(id).join(uid);
-        create_dir(&dir)?;
-        SpillFile::create(&dir)
-    }
-
-    /// A scratch file in the job's folder, outside every checkpoint (so discarding one
-    /// never touches it), for data that outlives a checkpoint: a finished task's encoded
-    /// state. Like [`CheckpointStorage::spill_file`], it leaves nothing behind.
-    pub fn scratch_file(&self) -> Result<SpillFile, StorageError> {
-        SpillFile::create(&self.root)
-    }
-
-    /// Writes `chk-<id>/_metadata` atomically and LAST: temp file, fsync, rename, fsync the
-    /// checkpoint dir (and the job dir). Once it returns, the checkpoint is complete and
-    /// durable. Returns the checkpoint folder path.
-    pub fn write_metadata(&self, id: u64, payload: &[u8]) -> Result<PathBuf, StorageError> {
-        let dir = self.checkpoint_path(id);
-        create_dir(&dir)?;
-        let target = dir.join(METADATA_FILE_NAME);
-        if target.exists() {
-            let hint = "checkpoint ids must not be reused; discard the checkpoint first";
-            let exists = io::ErrorKind::AlreadyExists.into();
-            return Err(io_err("overwrite complete checkpoint", &target, hint)(
-                exists,
-            ));
+        let target = self.target(id);
+        match target.backend.local_dir(&target.key(uid)) {
+            Some(dir) => SpillFile::create(&dir?),
+            None => SpillFile::create(&std::env::temp_dir()),
         }
+    }
+
+    /// A scratch file outside every checkpoint (so discarding one never touches it), for
+    /// data that outlives a checkpoint: a finished task's encoded state. Like
+    /// [`CheckpointStorage::spill_file`], it leaves nothing behind.
+    pub fn scratch_file(&self) -> Result<SpillFile, StorageError> {
+        match self.backend.local_dir("") {
+            Some(dir) => SpillFile::create(&dir?),
+            None => SpillFile::create(&std::env::temp_dir()),
+        }
+    }
+
+    /// Writes `chk-<id>/_metadata` LAST, with create-if-absent (so it is never overwritten
+    /// and completion is atomic on every backend). Once it returns, the checkpoint is
+    /// complete and durable. Returns the checkpoint folder path.
+    pub fn write_metadata(&self, id: u64, payload: &[u8]) -> Result<PathBuf, StorageError> {
+        let target = self.target(id);
         let bytes = format::encode(FileKind::Metadata, payload);
-        write_atomic(&dir, METADATA_FILE_NAME, &bytes)?;
-        sync_dir(&dir)?;
-        sync_dir(dir.parent().unwrap_or(&self.root))?;
-        Ok(dir)
+        target
+            .backend
+            .put_if_absent(&target.key(METADATA_FILE_NAME), &bytes)?;
+        Ok(self.checkpoint_path(id))
     }
 
     /// Ids of complete checkpoints (those whose `_metadata` exists), ascending. Whether they
@@ -417,7 +577,8 @@ impl CheckpointStorage {
 
     /// Whether checkpoint `id` has its `_metadata` (the mark of a complete checkpoint).
     pub fn is_complete(&self, id: u64) -> bool {
-        self.checkpoint_path(id).join(METADATA_FILE_NAME).is_file()
+        let target = self.target(id);
+        target.backend.size(&target.key(METADATA_FILE_NAME)).is_ok()
     }
 
     /// Highest checkpoint id with any folder (complete or not), so a new run never reuses
@@ -430,198 +591,34 @@ impl CheckpointStorage {
     /// made durable), so a crash mid-way leaves an incomplete checkpoint, never a broken
     /// "complete" one.
     pub fn discard(&self, id: u64) -> Result<(), StorageError> {
-        let dir = self.checkpoint_path(id);
-        let hint = "check the folder's permissions; it can also be removed by hand";
-        let metadata = dir.join(METADATA_FILE_NAME);
-        match fs::remove_file(&metadata) {
-            Ok(()) => sync_dir(&dir)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove", &metadata, hint)(e)),
-        }
-        match fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(io_err("remove checkpoint", &dir, hint)(e))
-            }
-            _ => Ok(()),
-        }
+        let target = self.target(id);
+        target.backend.delete(&target.key(METADATA_FILE_NAME))?;
+        target
+            .backend
+            .delete_all(target.prefix.trim_end_matches('/'))
     }
 
     /// Ids of every `chk-<n>` entry in the job folder, unordered. A job folder removed
     /// behind our back simply has no checkpoints.
     fn list_ids(&self) -> Result<Vec<u64>, StorageError> {
-        let hint = "check that the checkpoint directory is readable";
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err("list checkpoint directory", &self.root, hint)(e)),
-        };
-        let mut ids = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io_err("list checkpoint directory", &self.root, hint))?;
-            let name = entry.file_name();
-            ids.extend(name.to_str().and_then(parse_checkpoint_dir_name));
-        }
-        Ok(ids)
+        let names = self.backend.list("")?;
+        Ok(names
+            .iter()
+            .filter_map(|n| parse_checkpoint_dir_name(n))
+            .collect())
     }
 }
 
-/// Reads and checks the `_metadata` of the checkpoint folder at `checkpoint_path` (which
-/// may have been moved or copied) and returns its payload.
-pub fn read_metadata(checkpoint_path: &Path) -> Result<Vec<u8>, StorageError> {
-    let not_complete = |reason| StorageError::NotACheckpoint {
-        path: checkpoint_path.to_path_buf(),
-        reason,
-    };
-    if !checkpoint_path.is_dir() {
-        let exists = checkpoint_path.exists();
-        let reason = if exists {
-            "not a folder"
-        } else {
-            "no such folder"
-        };
-        return Err(not_complete(reason));
-    }
-    let path = checkpoint_path.join(METADATA_FILE_NAME);
-    match fs::read(&path) {
-        Ok(bytes) => into_payload(&path, FileKind::Metadata, bytes),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_complete("no _metadata")),
-        Err(e) => Err(io_err("read checkpoint metadata", &path, READ_HINT)(e)),
-    }
-}
-
-/// Reads and checks the state file at `relative` (as recorded in the metadata, e.g.
-/// `"<uid>/<file>"`) inside `checkpoint_path`. The metadata may be hostile, so absolute
-/// paths and `..`, `.` or empty components are refused before touching the disk.
-pub fn read_state_file(
-    checkpoint_path: &Path,
-    relative: &str,
-    kind: FileKind,
-) -> Result<Vec<u8>, StorageError> {
-    let path = state_file_path(checkpoint_path, relative)?;
-    match fs::read(&path) {
-        Ok(bytes) => into_payload(&path, kind, bytes),
-        Err(e) => Err(state_read_error(&path, e)),
-    }
-}
-
-/// Like [`read_state_file`], but returns the payload as a range of the file's buffer
-/// instead of moving it to the front of the buffer (restoring large state copies nothing
-/// after the read), and reads large files on two threads.
-pub fn read_state_payload(
-    checkpoint_path: &Path,
-    relative: &str,
-    kind: FileKind,
-) -> Result<SharedBytes, StorageError> {
-    let path = state_file_path(checkpoint_path, relative)?;
-    let (bytes, crc_of_body) =
-        read_checksummed(&path, PARALLEL_READ_BYTES).map_err(|e| state_read_error(&path, e))?;
-    let len = match crc_of_body {
-        Some(crc) => format::decode_with_crc(&path, kind, &bytes, crc)?.len(),
-        None => format::decode(&path, kind, &bytes)?.len(),
-    };
-    Ok(
-        SharedBytes::new(Arc::new(bytes), HEADER_LEN..HEADER_LEN + len)
-            .expect("decode returned a payload within the file"),
+/// A run id: unique enough that two runs never share one (time, process, randomness).
+fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{nanos:016x}-{:x}-{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
     )
-}
-
-/// Files at least this large are read by two threads at once (when there are two cores),
-/// each checksumming its half as it reads: reading 1 GB of state is mostly the kernel
-/// copying pages and faulting in the buffer, which two cores do in about half the time,
-/// and checksumming each chunk while it is still in cache saves another pass.
-const PARALLEL_READ_BYTES: u64 = 32 << 20;
-
-/// Bytes per read call of the parallel reader: small enough to checksum from cache.
-const READ_CHUNK: usize = 1 << 20;
-
-/// The whole file at `path`, and — if it was at least `parallel_from` bytes and read in
-/// parallel — the crc32c of all its bytes but the last [`TRAILER_LEN`] (what a well-formed
-/// envelope's trailer covers).
-fn read_checksummed(path: &Path, parallel_from: u64) -> io::Result<(Vec<u8>, Option<u32>)> {
-    use std::os::unix::fs::FileExt;
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    let parallel = two_cores && len >= parallel_from.max(2 * TRAILER_LEN as u64);
-    let Some(len) = usize::try_from(len).ok().filter(|_| parallel) else {
-        return Ok((fs::read(path)?, None));
-    };
-    let body = len - TRAILER_LEN;
-    let mut bytes = vec![0u8; len];
-    // Reads `dst` from `offset` in chunks; returns the crc32c of its first `covered` bytes.
-    let read_part = |dst: &mut [u8], mut offset: u64, mut covered: usize| -> io::Result<u32> {
-        let mut crc = 0;
-        for chunk in dst.chunks_mut(READ_CHUNK) {
-            file.read_exact_at(chunk, offset)?;
-            offset += chunk.len() as u64;
-            let n = covered.min(chunk.len());
-            crc = crc32c::crc32c_append(crc, &chunk[..n]);
-            covered -= n;
-        }
-        Ok(crc)
-    };
-    let half = body / 2;
-    let (first, second) = bytes.split_at_mut(half);
-    let (crc_first, crc_second) = std::thread::scope(|s| {
-        let other = s.spawn(|| read_part(second, half as u64, body - half));
-        let mine = read_part(first, 0, half);
-        let theirs = other
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        Ok::<_, io::Error>((mine?, theirs?))
-    })?;
-    // A file that grew after its size was taken is read again whole, so that the envelope
-    // checks see all of it (checkpoint files never change; this is only for safety).
-    if file.read_at(&mut [0u8], len as u64)? != 0 {
-        return Ok((fs::read(path)?, None));
-    }
-    let crc = crc32c::crc32c_combine(crc_first, crc_second, body - half);
-    Ok((bytes, Some(crc)))
-}
-
-/// The error for a state file that could not be read, with the way out for its cause.
-fn state_read_error(path: &Path, e: io::Error) -> StorageError {
-    let hint = if e.kind() == io::ErrorKind::NotFound {
-        "the checkpoint is incomplete or was copied without all its files; \
-         restore from another checkpoint"
-    } else {
-        READ_HINT
-    };
-    io_err("read state file", path, hint)(e)
-}
-
-/// The path of the state file at `relative` in `checkpoint_path`, after the checks of
-/// [`read_state_file`]: the metadata may be hostile, so nothing outside the folder.
-fn state_file_path(checkpoint_path: &Path, relative: &str) -> Result<PathBuf, StorageError> {
-    let unsafe_path = |reason| StorageError::UnsafePath {
-        checkpoint: checkpoint_path.to_path_buf(),
-        relative: relative.to_string(),
-        reason,
-    };
-    if relative.starts_with('/') || relative.starts_with('\\') {
-        return Err(unsafe_path("absolute paths are not allowed"));
-    }
-    let mut path = checkpoint_path.to_path_buf();
-    for part in relative.split('/') {
-        match part {
-            "" => return Err(unsafe_path("it has an empty component")),
-            "." | ".." => return Err(unsafe_path("'.' and '..' components are not allowed")),
-            _ if part.contains('\\') || part.chars().any(char::is_control) => {
-                return Err(unsafe_path("it contains a backslash or control character"))
-            }
-            _ => path.push(part),
-        }
-    }
-    Ok(path)
-}
-
-/// Decodes `bytes` in place and keeps only the payload, so large state files are not
-/// held in memory twice.
-fn into_payload(path: &Path, kind: FileKind, mut bytes: Vec<u8>) -> Result<Vec<u8>, StorageError> {
-    let len = format::decode(path, kind, &bytes)?.len();
-    bytes.truncate(HEADER_LEN + len);
-    bytes.drain(..HEADER_LEN);
-    Ok(bytes)
 }
 
 /// A temp name that cannot be mistaken for a real file: real names never start with '.'.
@@ -629,44 +626,6 @@ fn temp_path(dir: &Path, name: &str) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
-}
-
-/// Writes `bytes` to `dir/name` whole or not at all: temp file, fsync, rename. The temp
-/// file is removed if any step fails.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
-    let (tmp, target) = (temp_path(dir, name), dir.join(name));
-    let result = write_synced(&tmp, bytes).and_then(|()| {
-        let op = "rename temporary file to";
-        fs::rename(&tmp, &target).map_err(io_err(op, &target, WRITE_HINT))
-    });
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Creates `path` (which must not exist), writes `bytes` and fsyncs it.
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
-    file.write_all(bytes)
-        .map_err(io_err("write", path, WRITE_HINT))?;
-    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))
-}
-
-/// Creates `dir` and its parents; the error says which folder could not be created.
-fn create_dir(dir: &Path) -> Result<(), StorageError> {
-    fs::create_dir_all(dir).map_err(io_err("create checkpoint directory", dir, WRITE_HINT))
-}
-
-/// Makes the entries of `dir` (renames, new subfolders) durable.
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync directory", dir, WRITE_HINT))
 }
 
 #[cfg(test)]

@@ -73,6 +73,41 @@ fn corrupted_newest_checkpoint_is_skipped_for_the_previous_one() {
     assert!(notice.contains("checksum"), "names the cause: {notice}");
 }
 
+/// A state file copied in from the previous checkpoint (intact, just not this checkpoint's)
+/// is refused by name like a corrupted one, and `latest` falls back past it.
+#[test]
+fn a_state_file_copied_from_another_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let chks = leave_checkpoints(dir.path());
+    let (newest, previous) = (&chks[chks.len() - 1], &chks[chks.len() - 2]);
+    let f = keyed_file(newest);
+    let name = f.file_name().unwrap();
+    // The newest checkpoints may hold the same final state; copy one that differs.
+    let current = std::fs::read(&f).unwrap();
+    let other = chks
+        .iter()
+        .map(|c| std::fs::read(c.join("count").join(name)).unwrap())
+        .find(|b| *b != current)
+        .expect("an older checkpoint with other counts");
+    std::fs::write(&f, other).unwrap();
+
+    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = RestoreFrom::Path(newest.clone());
+    let err = run_keyed_count(cfg, 300_000, 100, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains(&f.display().to_string()) && err.contains("does not belong"),
+        "{err}"
+    );
+    let (counts, r) = restore_latest(dir.path());
+    assert_eq!(counts, expected(300_000, 100));
+    assert_eq!(r.restored_from.as_deref(), Some(previous.as_path()));
+    let notice = r.notices.join("\n");
+    assert!(notice.contains(&f.display().to_string()), "{notice}");
+}
+
 /// A truncated `_metadata` is skipped too; an explicit restore of it is a clear error.
 #[test]
 fn truncated_metadata_is_skipped_and_an_explicit_restore_fails_clearly() {

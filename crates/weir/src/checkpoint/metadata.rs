@@ -96,6 +96,28 @@ pub struct CheckpointMetadata {
     /// metadata layout 3; empty for older checkpoints). A restore reports it, so a run can
     /// prove it resumed there rather than from the beginning.
     pub sources: Vec<SourceProgress>,
+    /// The id of the run that wrote the checkpoint (appended in metadata layout 4; empty
+    /// for older checkpoints, which is how a reader tells them apart).
+    pub run_id: String,
+    /// Every state file the checkpoint names: its checksum and the checkpoint
+    /// and run it was written for (layout 4; empty before). A restore verifies them, so a
+    /// file copied in from another checkpoint or run is refused like a corrupted one.
+    pub files: Vec<FileOrigin>,
+}
+
+/// What ties a state file to its checkpoint (metadata layout 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileOrigin {
+    /// Path relative to the checkpoint folder, as in its [`FileRef`].
+    pub path: String,
+    /// The file's checksum: the CRC-32C of all its bytes before the 4-byte trailer, as the
+    /// trailer holds it. (Not of the whole file: a message followed by its own CRC always
+    /// has the same CRC, so that would be one constant for every intact file.)
+    pub crc32c: u32,
+    /// The checkpoint it was written for.
+    pub checkpoint_id: u64,
+    /// The run it was written by ([`CheckpointMetadata::run_id`]).
+    pub run_id: String,
 }
 
 /// How far one source operator had read when a checkpoint was taken.
@@ -127,6 +149,23 @@ impl std::fmt::Display for SnapshotKind {
             SnapshotKind::StopSavepoint => "savepoint (stop)",
         })
     }
+}
+
+/// Metadata layout 3 (before files were tied to their checkpoint and run).
+#[derive(Deserialize)]
+struct CheckpointMetadataV3 {
+    checkpoint_id: u64,
+    job_name: String,
+    trigger_timestamp_ms: u64,
+    completed_timestamp_ms: u64,
+    mode: CheckpointingMode,
+    max_parallelism: u32,
+    operators: Vec<OperatorMeta>,
+    stats: TaskCheckpointStats,
+    tasks: Vec<TaskStatsMeta>,
+    snapshot: SnapshotKind,
+    weir_version: String,
+    sources: Vec<SourceProgress>,
 }
 
 /// Metadata layout 2 (before the source positions were recorded).
@@ -166,6 +205,24 @@ impl CheckpointMetadata {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
         }
+        if let Ok(v3) = postcard::from_bytes::<CheckpointMetadataV3>(payload) {
+            return Ok(CheckpointMetadata {
+                checkpoint_id: v3.checkpoint_id,
+                job_name: v3.job_name,
+                trigger_timestamp_ms: v3.trigger_timestamp_ms,
+                completed_timestamp_ms: v3.completed_timestamp_ms,
+                mode: v3.mode,
+                max_parallelism: v3.max_parallelism,
+                operators: v3.operators,
+                stats: v3.stats,
+                tasks: v3.tasks,
+                snapshot: v3.snapshot,
+                weir_version: v3.weir_version,
+                sources: v3.sources,
+                run_id: String::new(),
+                files: Vec::new(),
+            });
+        }
         if let Ok(v2) = postcard::from_bytes::<CheckpointMetadataV2>(payload) {
             return Ok(CheckpointMetadata {
                 checkpoint_id: v2.checkpoint_id,
@@ -180,6 +237,8 @@ impl CheckpointMetadata {
                 snapshot: v2.snapshot,
                 weir_version: v2.weir_version,
                 sources: Vec::new(),
+                run_id: String::new(),
+                files: Vec::new(),
             });
         }
         let v1: CheckpointMetadataV1 = postcard::from_bytes(payload)?;
@@ -196,6 +255,8 @@ impl CheckpointMetadata {
             snapshot: SnapshotKind::Checkpoint,
             weir_version: "0.1.0 or earlier".into(),
             sources: Vec::new(),
+            run_id: String::new(),
+            files: Vec::new(),
         })
     }
 }
@@ -213,6 +274,26 @@ impl CheckpointMetadata {
     /// Total bytes of state files.
     pub fn state_size(&self) -> u64 {
         self.stats.bytes
+    }
+
+    /// The CRC-32C the state file at `path` must have: `Ok(None)` for checkpoints of
+    /// layouts before 4 (their files are checked by their envelopes only), `Err` with the
+    /// reason when the metadata ties no file, or a file of another checkpoint or run, to
+    /// `path` — the checkpoint then cannot be trusted.
+    pub fn expected_crc(&self, path: &str) -> Result<Option<u32>, String> {
+        if self.run_id.is_empty() {
+            return Ok(None);
+        }
+        let Some(origin) = self.files.iter().find(|f| f.path == path) else {
+            return Err("the checkpoint's _metadata records no checksum for it".into());
+        };
+        if origin.checkpoint_id != self.checkpoint_id || origin.run_id != self.run_id {
+            return Err(format!(
+                "it was written for checkpoint {} of run {}, not for checkpoint {} of run {}",
+                origin.checkpoint_id, origin.run_id, self.checkpoint_id, self.run_id
+            ));
+        }
+        Ok(Some(origin.crc32c))
     }
 
     /// Records source `uid` had emitted up to this checkpoint (0 if it recorded none).
@@ -365,7 +446,51 @@ mod tests {
             snapshot: SnapshotKind::Savepoint,
             weir_version: "0.1.0".into(),
             sources,
+            run_id: String::new(),
+            files: Vec::new(),
         }
+    }
+
+    /// Layout 3's bytes: layout 4 without its two trailing fields.
+    fn layout_3_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
+        let mut bytes = postcard::to_allocvec(meta).unwrap();
+        assert!(meta.run_id.is_empty() && meta.files.is_empty());
+        assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
+        bytes
+    }
+
+    #[test]
+    fn layout_4_round_trips_its_file_origins_and_checks_them() {
+        let mut meta = sample_meta(Vec::new());
+        meta.run_id = "run-a".into();
+        meta.files = vec![FileOrigin {
+            path: "count/kg-0-63".into(),
+            crc32c: 0xdead_beef,
+            checkpoint_id: 7,
+            run_id: "run-a".into(),
+        }];
+        let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.expected_crc("count/kg-0-63"), Ok(Some(0xdead_beef)));
+        assert!(back
+            .expected_crc("count/kg-64-127")
+            .unwrap_err()
+            .contains("no checksum"));
+        meta.files[0].checkpoint_id = 6;
+        let err = meta.expected_crc("count/kg-0-63").unwrap_err();
+        assert!(
+            err.contains("checkpoint 6 of run run-a, not for checkpoint 7"),
+            "{err}"
+        );
+        meta.files[0] = FileOrigin {
+            checkpoint_id: 7,
+            run_id: "run-b".into(),
+            ..meta.files[0].clone()
+        };
+        assert!(meta
+            .expected_crc("count/kg-0-63")
+            .unwrap_err()
+            .contains("of run run-b"));
     }
 
     #[test]
@@ -374,17 +499,22 @@ mod tests {
             uid: "events".into(),
             records: 12_345,
         }]);
-        let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+        let back = CheckpointMetadata::decode(&layout_3_bytes(&meta)).unwrap();
         assert_eq!(back, meta);
         assert_eq!(back.source_records("events"), 12_345);
         assert_eq!(back.source_records("other"), 0);
+        assert_eq!(
+            back.expected_crc("any/file"),
+            Ok(None),
+            "older layouts are not tied"
+        );
     }
 
     #[test]
     fn layout_2_still_decodes_without_source_positions() {
         // Layout 2 is layout 3 without the trailing `sources` (an empty one is one byte).
         let meta = sample_meta(Vec::new());
-        let mut bytes = postcard::to_allocvec(&meta).unwrap();
+        let mut bytes = layout_3_bytes(&meta);
         assert_eq!(bytes.pop(), Some(0));
         let back = CheckpointMetadata::decode(&bytes).unwrap();
         assert_eq!(back, meta);

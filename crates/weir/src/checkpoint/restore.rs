@@ -97,6 +97,19 @@ fn decode<'a, T: Deserialize<'a>>(path: &Path, what: &str, bytes: &'a [u8]) -> R
     })
 }
 
+/// The CRC-32C the metadata ties the file at `relative` to (see
+/// [`CheckpointMetadata::expected_crc`]); a file it does not tie to this checkpoint makes
+/// the whole checkpoint unusable, like a corrupted one.
+fn expected_crc(path: &Path, meta: &CheckpointMetadata, relative: &str) -> Result<Option<u32>> {
+    meta.expected_crc(relative).map_err(|reason| {
+        Error::Restore(format!(
+            "refusing state file {}: {reason}; the checkpoint was assembled from other \
+             checkpoints' files or its metadata is damaged, restore from another checkpoint",
+            path.join(relative).display()
+        ))
+    })
+}
+
 /// Loads and verifies the checkpoint (or savepoint) in folder `path`.
 pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
     let meta_bytes = read_metadata(path)?;
@@ -119,12 +132,14 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
                 )));
             }
             if let Some(f) = &st.operator_state {
-                let bytes = read_state_file(path, &f.path, FileKind::OperatorState)?;
+                let crc = expected_crc(path, &meta, &f.path)?;
+                let bytes = read_state_file(path, &f.path, FileKind::OperatorState, crc)?;
                 per_subtask[st.subtask as usize] =
                     Some(decode(&path.join(&f.path), "operator state", &bytes)?);
             }
             if let Some(k) = &st.keyed_state {
-                let payload = read_state_payload(path, &k.file.path, FileKind::KeyedState)?;
+                let crc = expected_crc(path, &meta, &k.file.path)?;
+                let payload = read_state_payload(path, &k.file.path, FileKind::KeyedState, crc)?;
                 let file = LoadedKeyedFile::decode(&path.join(&k.file.path), &payload)?;
                 if file.max_parallelism != meta.max_parallelism {
                     return Err(Error::Restore(format!(

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::format::FileKind;
-use super::metadata::{FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
-use super::storage::{CheckpointStorage, PayloadWriter, SpillFile};
+use super::metadata::{FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
+use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
@@ -130,6 +130,9 @@ pub struct TaskAck {
     /// (Source tasks) the source's uid and the records it emitted in this attempt before
     /// the barrier ([`TaskSnapshot::source`]).
     pub source: Option<(String, u64)>,
+    /// Every file written, with its checksum and the checkpoint and run it was written
+    /// for: the metadata records them, so a restore refuses a file from elsewhere.
+    pub files: Vec<FileOrigin>,
 }
 
 fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
@@ -405,15 +408,30 @@ enum KeyedSource<'a> {
     Encoded(&'a FrozenKeyed),
 }
 
-/// Writes one operator's files into checkpoint `job.checkpoint_id`, adding their sizes
-/// to `stats`.
+/// Records `file` (written for checkpoint `id`) in `ack`, and returns its reference.
+fn record(storage: &CheckpointStorage, id: u64, file: StoredFile, ack: &mut TaskAck) -> FileRef {
+    ack.stats.bytes += file.size;
+    ack.files.push(FileOrigin {
+        path: file.path.clone(),
+        crc32c: file.crc32c,
+        checkpoint_id: id,
+        run_id: storage.run_id().to_string(),
+    });
+    FileRef {
+        path: file.path,
+        size: file.size,
+    }
+}
+
+/// Writes one operator's files into checkpoint `job.checkpoint_id`, recording them (and
+/// their sizes) in `ack`.
 fn write_part(
     storage: &CheckpointStorage,
     job: &SnapshotJob,
     uid: &str,
     operator_state: Option<&[u8]>,
     keyed: Option<KeyedSource<'_>>,
-    stats: &mut TaskCheckpointStats,
+    ack: &mut TaskAck,
 ) -> Result<OperatorAck> {
     let id = job.checkpoint_id;
     let mut meta = SubtaskStateMeta {
@@ -423,38 +441,33 @@ fn write_part(
     };
     if let Some(payload) = operator_state {
         let name = format!("op-{}", job.subtask);
-        let (path, size) =
-            storage.write_state_file(id, uid, &name, FileKind::OperatorState, payload)?;
-        stats.bytes += size;
-        meta.operator_state = Some(FileRef { path, size });
+        let file = storage.write_state_file(id, uid, &name, FileKind::OperatorState, payload)?;
+        meta.operator_state = Some(record(storage, id, file, ack));
     }
     if let Some(keyed) = keyed {
         let kind = FileKind::KeyedState;
-        let (path, size, range, entries) = match keyed {
+        let (file, range, entries) = match keyed {
             KeyedSource::Captured(snapshot) => {
                 let range = snapshot.range;
                 let name = format!("kg-{}-{}", range.start, range.end);
                 let mut entries = 0;
-                let (path, size) =
-                    storage.write_state_file_streamed(id, uid, &name, kind, |w| {
-                        let new_spill = || Ok(storage.spill_file(id, uid)?);
-                        entries = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
-                        Ok::<(), Error>(())
-                    })?;
-                (path, size, range, entries)
+                let file = storage.write_state_file_streamed(id, uid, &name, kind, |w| {
+                    let new_spill = || Ok(storage.spill_file(id, uid)?);
+                    entries = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
+                    Ok::<(), Error>(())
+                })?;
+                (file, range, entries)
             }
             KeyedSource::Encoded(frozen) => {
                 let range = frozen.range;
                 let name = format!("kg-{}-{}", range.start, range.end);
-                let (path, size) =
-                    storage
-                        .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
-                (path, size, range, frozen.entries)
+                let file = storage
+                    .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
+                (file, range, frozen.entries)
             }
         };
-        stats.bytes += size;
         meta.keyed_state = Some(KeyedFileRef {
-            file: FileRef { path, size },
+            file: record(storage, id, file, ack),
             range,
             entries,
         });
@@ -488,7 +501,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                     &part.uid,
                     operator_state.as_deref(),
                     keyed,
-                    &mut ack.stats,
+                    &mut ack,
                 )?;
                 ack.operators.push(op);
                 // Dropped part by part: its shards go back to the task as they are written.
@@ -511,7 +524,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                     &part.uid,
                     part.operator_state.as_deref(),
                     keyed,
-                    &mut ack.stats,
+                    &mut ack,
                 )?;
                 ack.operators.push(op);
             }

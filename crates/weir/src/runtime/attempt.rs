@@ -403,7 +403,7 @@ impl AttemptRun<'_, '_> {
                 let path = self.exec.storage.checkpoint_path(id);
                 if let Some((_, reply)) = self.waiting.remove(&id) {
                     // Absolute: whoever asked may sit in another folder (or machine).
-                    let path = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                    let path = crate::storage::absolute_location(&path);
                     let _ = reply.send(Ok(SnapshotDone { id, path }));
                 }
                 if kind != SnapshotKind::Checkpoint {

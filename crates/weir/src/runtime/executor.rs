@@ -853,6 +853,8 @@ impl Executor<'_> {
             snapshot,
             weir_version: env!("CARGO_PKG_VERSION").to_string(),
             sources,
+            run_id: self.storage.run_id().to_string(),
+            files: acks.iter().flat_map(|a| a.files.iter().cloned()).collect(),
         };
         let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
             what: "checkpoint metadata (encoding)".into(),

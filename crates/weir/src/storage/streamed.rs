@@ -3,17 +3,17 @@
 //! writer that produces data in another order than the file needs it.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::backend::ObjectWriter;
 use super::format::{self, FileKind, HEADER_LEN, TRAILER_LEN};
 use super::{io_err, temp_path, StorageError, WRITE_HINT};
 
-/// The payload of a state file being streamed to disk: buffered, counted and checksummed
-/// on the way (the envelope's header, which holds the length, is written last).
+/// The payload of a state file being streamed to storage: counted and checksummed on the
+/// way (the envelope's header, which holds the length, is written last).
 pub struct PayloadWriter {
-    out: BufWriter<File>,
-    path: PathBuf,
+    out: Box<dyn ObjectWriter>,
     crc: u32,
     len: u64,
 }
@@ -23,9 +23,7 @@ impl PayloadWriter {
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.len += bytes.len() as u64;
-        self.out
-            .write_all(bytes)
-            .map_err(|e| io_err("write", &self.path, WRITE_HINT)(e))
+        self.out.write(bytes)
     }
 }
 
@@ -99,38 +97,25 @@ impl Drop for SpillFile {
     }
 }
 
-/// Size of the write buffer of a streamed state file.
-const STREAM_BUFFER: usize = 1 << 20;
-
-/// Creates `path` (which must not exist), streams the payload into it between a placeholder
-/// header and the checksum, then writes the real header (the checksum of header and payload
-/// is combined from the two parts) and fsyncs. Returns the file size.
+/// Streams the payload into `out` between a placeholder header and the checksum, then
+/// commits it with the real header (the checksum of header and payload is combined from
+/// the two parts). Returns the file size and its checksum (the CRC-32C in its trailer).
 pub(super) fn write_streamed<E: From<StorageError>>(
-    path: &Path,
+    out: Box<dyn ObjectWriter>,
     kind: FileKind,
     payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
-) -> Result<u64, E> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_err("create temporary file", path, WRITE_HINT))?;
+) -> Result<(u64, u32), E> {
     let mut w = PayloadWriter {
-        out: BufWriter::with_capacity(STREAM_BUFFER, file),
-        path: path.to_path_buf(),
+        out,
         crc: 0,
         len: 0,
     };
-    let write_err = |e| io_err("write", path, WRITE_HINT)(e);
-    w.out.write_all(&[0; HEADER_LEN]).map_err(write_err)?;
+    w.out.write(&[0; HEADER_LEN])?;
     payload(&mut w)?;
     let header = format::header(kind, w.len);
     let crc = crc32c::crc32c_combine(crc32c::crc32c(&header), w.crc, w.len as usize);
-    w.out.write_all(&crc.to_le_bytes()).map_err(write_err)?;
-    let mut file = w.out.into_inner().map_err(|e| write_err(e.into_error()))?;
-    file.seek(SeekFrom::Start(0))
-        .and_then(|_| file.write_all(&header))
-        .map_err(write_err)?;
-    file.sync_all().map_err(io_err("fsync", path, WRITE_HINT))?;
-    Ok(w.len + (HEADER_LEN + TRAILER_LEN) as u64)
+    w.out.write(&crc.to_le_bytes())?;
+    w.out.commit(&header)?;
+    let size = w.len + (HEADER_LEN + TRAILER_LEN) as u64;
+    Ok((size, crc))
 }

@@ -1,6 +1,9 @@
 //! Unit tests of checkpoint storage: layout, atomic writes, reads that reject damage.
 
+use super::format::{HEADER_LEN, TRAILER_LEN};
+use super::read::{read_checksummed, PARALLEL_READ_BYTES, READ_CHUNK};
 use super::*;
+use std::fs::{self, OpenOptions};
 
 fn setup() -> (tempfile::TempDir, CheckpointStorage) {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -31,7 +34,9 @@ fn round_trip_leaves_no_temp_files_and_is_relocatable() {
     let (tmp, s) = setup();
     assert_eq!(s.root(), tmp.path().join("job-1"));
     let kind = FileKind::KeyedState;
-    let (rel, size) = s
+    let StoredFile {
+        path: rel, size, ..
+    } = s
         .write_state_file(3, "count", "kg-0-63", kind, b"state")
         .unwrap();
     assert_eq!(rel, "count/kg-0-63");
@@ -44,7 +49,7 @@ fn round_trip_leaves_no_temp_files_and_is_relocatable() {
     let moved = tmp.path().join("elsewhere");
     fs::rename(&chk, &moved).unwrap();
     assert_eq!(read_metadata(&moved).unwrap(), b"meta");
-    assert_eq!(read_state_file(&moved, &rel, kind).unwrap(), b"state");
+    assert_eq!(read_state_file(&moved, &rel, kind, None).unwrap(), b"state");
 }
 
 #[test]
@@ -52,8 +57,14 @@ fn streamed_files_equal_whole_ones() {
     let (_tmp, s) = setup();
     let kind = FileKind::KeyedState;
     let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
-    let (whole, size) = s.write_state_file(1, "op", "a", kind, &payload).unwrap();
-    let (streamed, size2) = s
+    let StoredFile {
+        path: whole, size, ..
+    } = s.write_state_file(1, "op", "a", kind, &payload).unwrap();
+    let StoredFile {
+        path: streamed,
+        size: size2,
+        ..
+    } = s
         .write_state_file_streamed(1, "op", "b", kind, |w| {
             for part in payload.chunks(70_001) {
                 w.write(part)?;
@@ -72,7 +83,10 @@ fn streamed_files_equal_whole_ones() {
         a == want && b.unwrap() == want,
         "a written file is not the envelope"
     );
-    assert_eq!(read_state_file(&chk, &streamed, kind).unwrap(), payload);
+    assert_eq!(
+        read_state_file(&chk, &streamed, kind, None).unwrap(),
+        payload
+    );
     // A failed payload leaves no file, temporary or real.
     let failed = s.write_state_file_streamed(1, "op", "c", kind, |w| {
         w.write(b"partial")?;
@@ -164,24 +178,26 @@ fn failed_write_leaves_no_temp_file() {
 fn damaged_state_files_are_named() {
     let (_tmp, s) = setup();
     let (chk, kind) = (s.checkpoint_path(1), FileKind::OperatorState);
-    let (rel, size) = s.write_state_file(1, "op", "0", kind, b"abc").unwrap();
+    let StoredFile {
+        path: rel, size, ..
+    } = s.write_state_file(1, "op", "0", kind, b"abc").unwrap();
     let file = chk.join(&rel);
     let path = file.display().to_string();
     let handle = OpenOptions::new().write(true).open(&file).unwrap();
     handle.set_len(size - 2).unwrap();
     fails(
-        read_state_file(&chk, &rel, kind),
+        read_state_file(&chk, &rel, kind, None),
         &format!("{path} is truncated"),
     );
     let mut bytes = format::encode(kind, b"abc");
     bytes[HEADER_LEN] ^= 0x40;
     fs::write(&file, &bytes).unwrap();
     let want = format!("{path} is corrupted (checksum mismatch");
-    fails(read_state_file(&chk, &rel, kind), &want);
-    let missing = read_state_file(&chk, "op/1", kind);
+    fails(read_state_file(&chk, &rel, kind, None), &want);
+    let missing = read_state_file(&chk, "op/1", kind, None);
     fails(missing, "op/1: No such file|copied without all its files");
     s.write_state_file(1, "op", "2", kind, b"abc").unwrap();
-    let wrong = read_state_file(&chk, "op/2", FileKind::KeyedState);
+    let wrong = read_state_file(&chk, "op/2", FileKind::KeyedState, None);
     fails(wrong, "expected keyed state, found operator state");
 }
 
@@ -189,19 +205,27 @@ fn damaged_state_files_are_named() {
 fn payload_reads_check_exactly_like_whole_reads() {
     let (_tmp, s) = setup();
     let (chk, kind) = (s.checkpoint_path(1), FileKind::KeyedState);
-    let (rel, _) = s.write_state_file(1, "op", "0", kind, b"payload").unwrap();
-    assert_eq!(&*read_state_payload(&chk, &rel, kind).unwrap(), b"payload");
+    let StoredFile {
+        path: rel, size: _, ..
+    } = s.write_state_file(1, "op", "0", kind, b"payload").unwrap();
+    assert_eq!(
+        &*read_state_payload(&chk, &rel, kind, None).unwrap(),
+        b"payload"
+    );
     let mut bytes = format::encode(kind, b"payload");
     bytes[HEADER_LEN + 3] ^= 0x01;
     fs::write(chk.join(&rel), &bytes).unwrap();
     let path = chk.join(&rel).display().to_string();
     fails(
-        read_state_payload(&chk, &rel, kind),
+        read_state_payload(&chk, &rel, kind, None),
         &format!("{path} is corrupted (checksum mismatch"),
     );
-    fails(read_state_payload(&chk, "op/9", kind), "op/9: No such file");
+    fails(
+        read_state_payload(&chk, "op/9", kind, None),
+        "op/9: No such file",
+    );
     assert!(matches!(
-        read_state_payload(&chk, "../x", kind),
+        read_state_payload(&chk, "../x", kind, None),
         Err(StorageError::UnsafePath { .. })
     ));
 }
@@ -213,14 +237,20 @@ fn parallel_reads_checksum_what_they_read() {
     for len in [8usize, 9, 10, 1000, 3 * READ_CHUNK + 17] {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         fs::write(&file, &bytes).unwrap();
-        let (read, crc) = read_checksummed(&file, 0).unwrap();
+        let (read, crc) =
+            read_checksummed(&local::LocalBackend::new(tmp.path().into()), "f", 0).unwrap();
         assert_eq!(read, bytes, "{len}");
         assert_eq!(
             crc,
             Some(crc32c::crc32c(&bytes[..len - TRAILER_LEN])),
             "{len}"
         );
-        let (read, crc) = read_checksummed(&file, len as u64 + 1).unwrap();
+        let (read, crc) = read_checksummed(
+            &local::LocalBackend::new(tmp.path().into()),
+            "f",
+            len as u64 + 1,
+        )
+        .unwrap();
         assert_eq!(
             (read, crc),
             (bytes, None),
@@ -236,8 +266,10 @@ fn large_damaged_state_files_are_rejected() {
     let payload: Vec<u8> = (0..PARALLEL_READ_BYTES as usize + 5)
         .map(|i| (i % 253) as u8)
         .collect();
-    let (rel, _) = s.write_state_file(1, "op", "0", kind, &payload).unwrap();
-    assert!(*read_state_payload(&chk, &rel, kind).unwrap() == payload[..]);
+    let StoredFile {
+        path: rel, size: _, ..
+    } = s.write_state_file(1, "op", "0", kind, &payload).unwrap();
+    assert!(*read_state_payload(&chk, &rel, kind, None).unwrap() == payload[..]);
     let file = chk.join(&rel);
     let path = file.display().to_string();
     let intact = fs::read(&file).unwrap();
@@ -247,14 +279,17 @@ fn large_damaged_state_files_are_rejected() {
         bytes[at] ^= 0x10;
         fs::write(&file, &bytes).unwrap();
         let want = format!("{path} is corrupted (checksum mismatch");
-        fails(read_state_payload(&chk, &rel, kind), &want);
+        fails(read_state_payload(&chk, &rel, kind, None), &want);
     }
     let mut longer = intact.clone();
     longer.push(0);
     fs::write(&file, &longer).unwrap();
-    fails(read_state_payload(&chk, &rel, kind), "has trailing bytes");
+    fails(
+        read_state_payload(&chk, &rel, kind, None),
+        "has trailing bytes",
+    );
     fs::write(&file, &intact[..intact.len() - 1]).unwrap();
-    fails(read_state_payload(&chk, &rel, kind), "is truncated");
+    fails(read_state_payload(&chk, &rel, kind, None), "is truncated");
 }
 
 #[test]
@@ -265,7 +300,7 @@ fn hostile_paths_and_unsafe_names_are_rejected() {
     let chk = s.write_metadata(1, b"m").unwrap();
     let escapes = "../../secret|/etc/passwd|op/../../../secret||op//x|./x|..\\..\\x|o/\0";
     for bad in escapes.split('|') {
-        let result = read_state_file(&chk, bad, FileKind::KeyedState);
+        let result = read_state_file(&chk, bad, FileKind::KeyedState, None);
         assert!(
             matches!(result, Err(StorageError::UnsafePath { .. })),
             "{bad:?}"

@@ -105,7 +105,8 @@ pub(super) fn op_files(
     };
     for st in &op.subtasks {
         if let Some(f) = &st.operator_state {
-            let payload = read_state_file(path, &f.path, FileKind::OperatorState)?;
+            let crc = expected_crc(path, meta, &f.path)?;
+            let payload = read_state_file(path, &f.path, FileKind::OperatorState, crc)?;
             out.bytes += payload.len() as u64 + envelope_len();
             let lists: OperatorStateFile =
                 postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
@@ -120,7 +121,8 @@ pub(super) fn op_files(
         }
         if let Some(k) = &st.keyed_state {
             let file = path.join(&k.file.path);
-            let payload = read_state_file(path, &k.file.path, FileKind::KeyedState)?;
+            let crc = expected_crc(path, meta, &k.file.path)?;
+            let payload = read_state_file(path, &k.file.path, FileKind::KeyedState, crc)?;
             out.bytes += payload.len() as u64 + envelope_len();
             let content: KeyedStateFile =
                 postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
@@ -137,6 +139,16 @@ pub(super) fn op_files(
         }
     }
     Ok(out)
+}
+
+/// The CRC-32C the metadata ties the file at `relative` to; a file it does not tie to this
+/// checkpoint is reported as an inconsistency, as a restore would refuse it.
+fn expected_crc(path: &Path, meta: &CheckpointMetadata, relative: &str) -> Result<Option<u32>> {
+    meta.expected_crc(relative)
+        .map_err(|detail| InspectError::Inconsistent {
+            path: path.join(relative),
+            detail,
+        })
 }
 
 pub(super) fn check_keyed(

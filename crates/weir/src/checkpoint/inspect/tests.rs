@@ -35,7 +35,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         }
         let payload = postcard::to_stdvec(&lists).unwrap();
         let name = format!("op-{subtask}");
-        let (path, size) = storage
+        let crate::checkpoint::storage::StoredFile { path, size, .. } = storage
             .write_state_file(1, "src", &name, FileKind::OperatorState, &payload)
             .unwrap();
         src_subtasks.push(SubtaskStateMeta {
@@ -91,7 +91,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         };
         let payload = postcard::to_stdvec(&file).unwrap();
         let name = format!("kg-{}-{}", range.start, range.end);
-        let (path, size) = storage
+        let crate::checkpoint::storage::StoredFile { path, size, .. } = storage
             .write_state_file(1, "agg", &name, FileKind::KeyedState, &payload)
             .unwrap();
         agg_subtasks.push(SubtaskStateMeta {
@@ -137,6 +137,8 @@ fn write_sample(dir: &Path) -> PathBuf {
         snapshot: crate::checkpoint::metadata::SnapshotKind::Checkpoint,
         weir_version: "test".into(),
         sources: Vec::new(),
+        run_id: String::new(),
+        files: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

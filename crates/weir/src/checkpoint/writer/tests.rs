@@ -197,8 +197,13 @@ fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
     let read = |id: u64, ack: &TaskAck| {
         let file = ack.operators[0].state.keyed_state.as_ref().unwrap();
         let chk = storage.checkpoint_path(id);
-        crate::checkpoint::storage::read_state_file(&chk, &file.file.path, FileKind::KeyedState)
-            .unwrap()
+        crate::checkpoint::storage::read_state_file(
+            &chk,
+            &file.file.path,
+            FileKind::KeyedState,
+            None,
+        )
+        .unwrap()
     };
     let live = write_snapshot(&storage, job(&mut b, 1, false)).unwrap();
     let frozen = write_snapshot(&storage, job(&mut b, 2, true)).unwrap();

@@ -1,0 +1,268 @@
+//! The local file system behind [`StorageBackend`]: today's layout and guarantees, byte for
+//! byte (temp name in the same folder, fsync, rename, fsync the folder), and an OS lock
+//! as the job folder's owner.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::backend::{ObjectWriter, Ownership, StorageBackend};
+use super::{io_err, temp_path, StorageError, LOCK_FILE_NAME, READ_HINT, WRITE_HINT};
+
+/// A folder on a local disk.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    root: PathBuf,
+}
+
+impl LocalBackend {
+    /// The backend rooted at `root` (nothing is created until written).
+    pub fn new(root: PathBuf) -> Self {
+        LocalBackend { root }
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        if key.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(key)
+        }
+    }
+}
+
+/// Size of the write buffer of a streamed file.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// A file being written under a temp name beside its target.
+struct LocalWriter {
+    out: Option<BufWriter<File>>,
+    tmp: PathBuf,
+    target: PathBuf,
+    dir: PathBuf,
+}
+
+impl ObjectWriter for LocalWriter {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        match &mut self.out {
+            Some(out) => out
+                .write_all(bytes)
+                .map_err(io_err("write", &self.tmp, WRITE_HINT)),
+            None => Ok(()),
+        }
+    }
+
+    fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
+        let write_err = |e| io_err("write", &self.tmp, WRITE_HINT)(e);
+        let Some(out) = self.out.take() else {
+            return Ok(());
+        };
+        let mut file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(head))
+            .map_err(write_err)?;
+        file.sync_all()
+            .map_err(io_err("fsync", &self.tmp, WRITE_HINT))?;
+        let op = "rename temporary file to";
+        fs::rename(&self.tmp, &self.target).map_err(io_err(op, &self.target, WRITE_HINT))?;
+        self.tmp = PathBuf::new();
+        sync_dir(&self.dir)
+    }
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+impl StorageBackend for LocalBackend {
+    fn describe(&self, key: &str) -> PathBuf {
+        self.path(key)
+    }
+
+    fn sub(&self, prefix: &str) -> Box<dyn StorageBackend> {
+        Box::new(LocalBackend::new(self.path(prefix)))
+    }
+
+    fn put(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StorageError> {
+        let target = self.path(key);
+        let dir = target.parent().unwrap_or(&self.root).to_path_buf();
+        create_dir(&dir)?;
+        let name = target
+            .file_name()
+            .map_or_else(|| "object".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = temp_path(&dir, &name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err("create temporary file", &tmp, WRITE_HINT))?;
+        Ok(Box::new(LocalWriter {
+            out: Some(BufWriter::with_capacity(STREAM_BUFFER, file)),
+            tmp,
+            target,
+            dir,
+        }))
+    }
+
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let target = self.path(key);
+        let dir = target.parent().unwrap_or(&self.root).to_path_buf();
+        create_dir(&dir)?;
+        // Check, then rename: only the job folder's owner (an OS lock) writes here.
+        if target.exists() {
+            let hint = "checkpoint ids must not be reused; discard the checkpoint first";
+            let exists = io::ErrorKind::AlreadyExists.into();
+            return Err(io_err("overwrite complete checkpoint", &target, hint)(
+                exists,
+            ));
+        }
+        let mut w = self.put(key)?;
+        w.write(bytes)?;
+        w.commit(&[])?;
+        sync_dir(dir.parent().unwrap_or(&self.root))
+    }
+
+    fn size(&self, key: &str) -> Result<u64, StorageError> {
+        let path = self.path(key);
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(m.len()),
+            Ok(_) => Err(io_err("read", &path, READ_HINT)(
+                io::ErrorKind::NotFound.into(),
+            )),
+            Err(e) => Err(io_err("read", &path, READ_HINT)(e)),
+        }
+    }
+
+    fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StorageError> {
+        let path = self.path(key);
+        let err = |e| io_err("read", &path, READ_HINT)(e);
+        match range {
+            None => fs::read(&path).map_err(err),
+            Some(r) => {
+                let mut buf = vec![0; r.end.saturating_sub(r.start) as usize];
+                self.read_at(key, r.start, &mut buf)?;
+                Ok(buf)
+            }
+        }
+    }
+
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.path(key);
+        File::open(&path)
+            .and_then(|f| f.read_exact_at(buf, offset))
+            .map_err(io_err("read", &path, READ_HINT))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let dir = self.path(prefix);
+        let hint = "check that the checkpoint directory is readable";
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list checkpoint directory", &dir, hint)(e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list checkpoint directory", &dir, hint))?;
+            names.extend(entry.file_name().to_str().map(str::to_string));
+        }
+        Ok(names)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StorageError> {
+        let path = self.path(key);
+        let hint = "check the folder's permissions; it can also be removed by hand";
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(path.parent().unwrap_or(&self.root)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove", &path, hint)(e)),
+        }
+    }
+
+    fn delete_all(&self, prefix: &str) -> Result<(), StorageError> {
+        let dir = self.path(prefix);
+        let hint = "check the folder's permissions; it can also be removed by hand";
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(io_err("remove checkpoint", &dir, hint)(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn folder_problem(&self) -> Result<Option<&'static str>, StorageError> {
+        Ok(if self.root.is_dir() {
+            None
+        } else if self.root.exists() {
+            Some("not a folder")
+        } else {
+            Some("no such folder")
+        })
+    }
+
+    fn local_dir(&self, prefix: &str) -> Option<Result<PathBuf, StorageError>> {
+        let dir = self.path(prefix);
+        Some(create_dir(&dir).map(|()| dir))
+    }
+
+    fn take_ownership(&self) -> Result<Ownership, StorageError> {
+        Ok(Box::new(take_ownership(&self.root)?))
+    }
+}
+
+/// Locks `root`'s [`LOCK_FILE_NAME`] for this process, or names the run that holds it.
+/// A lock (not the file's presence) is what counts, so a run killed with SIGKILL leaves
+/// nothing to clean up: the operating system releases its lock.
+fn take_ownership(root: &Path) -> Result<File, StorageError> {
+    let path = root.join(LOCK_FILE_NAME);
+    let hint = "check that the folder is writable or pass --checkpoint-dir";
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_err("open the lock file", &path, hint))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = io::Read::read_to_string(&mut file, &mut holder);
+            let holder = holder.trim();
+            return Err(StorageError::InUse {
+                root: root.to_path_buf(),
+                holder: if holder.is_empty() {
+                    "it has not said who it is yet".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(io_err("lock", &path, hint)(e));
+        }
+    }
+    let me = super::holder_description();
+    file.set_len(0)
+        .and_then(|()| io::Seek::rewind(&mut file))
+        .and_then(|()| file.write_all(me.as_bytes()))
+        .map_err(io_err("write the lock file", &path, hint))?;
+    Ok(file)
+}
+
+/// Creates `dir` and its parents; the error says which folder could not be created.
+pub(super) fn create_dir(dir: &Path) -> Result<(), StorageError> {
+    fs::create_dir_all(dir).map_err(io_err("create checkpoint directory", dir, WRITE_HINT))
+}
+
+/// Makes the entries of `dir` (renames, new subfolders) durable.
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync directory", dir, WRITE_HINT))
+}

@@ -1,0 +1,484 @@
+//! S3-compatible object storage behind [`StorageBackend`], through the `object_store` crate
+//! (feature `s3`). Locations are `s3://bucket/prefix`; the client is configured by the
+//! standard `AWS_*` variables (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, `AWS_REGION`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`).
+//!
+//! * Calls block on one small tokio runtime shared by every S3 backend of the process.
+//! * Retries are few and short: wrong credentials, a missing bucket or a server that is
+//!   down are one clear error naming the cause ([`StorageError::Remote`]), not a loop.
+//! * `_metadata` uses a conditional create (`If-None-Match: *`, HTTP 412 when present).
+//! * A streamed object is spilled to a local temp file (its header is known last), then
+//!   uploaded in parts.
+//! * Ownership is a lease object `_lease` ([`Lease`]), created if absent, renewed while the
+//!   run lives and taken over once expired, since S3 has no locks.
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::TryStreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
+    WriteMultipart,
+};
+
+use super::backend::{ObjectWriter, Ownership, StorageBackend};
+use super::streamed::SpillFile;
+use super::{io_err, StorageError, READ_HINT};
+
+/// The lease object in a job's folder on S3.
+pub const LEASE_OBJECT: &str = "_lease";
+
+/// How long a lease lasts without renewal; `WEIR_S3_LEASE_SECONDS` overrides it (tests
+/// take over a killed run's lease without waiting long). Renewed every third of it.
+const LEASE_SECONDS: u64 = 30;
+
+/// One S3 client (per bucket) and the runtime its calls block on.
+struct Client {
+    store: AmazonS3,
+    bucket: String,
+}
+
+fn runtime() -> Result<&'static tokio::runtime::Runtime, StorageError> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("weir-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| StorageError::Location {
+        location: "s3://".into(),
+        reason: format!("cannot start the S3 client's runtime: {e}"),
+        hint: "check the process's thread limits",
+    })
+}
+
+fn block<F: std::future::Future>(f: F) -> Result<F::Output, StorageError> {
+    Ok(runtime()?.block_on(f))
+}
+
+/// A backend for `location` (`s3://bucket/prefix`) whose client talks to `endpoint`
+/// instead of `AWS_ENDPOINT_URL`: for tools and tests that reach more than one server.
+pub fn open_with_endpoint(location: &str, endpoint: &str) -> Result<S3Backend, StorageError> {
+    let rest = location.strip_prefix("s3://").unwrap_or(location);
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    Ok(S3Backend {
+        client: make_client(location, bucket, Some(endpoint))?,
+        prefix: prefix.trim_matches('/').to_string(),
+    })
+}
+
+/// The client of `bucket`, made once per process from the `AWS_*` variables.
+fn client(location: &str, bucket: &str) -> Result<Arc<Client>, StorageError> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<Client>>>> = OnceLock::new();
+    let mut clients = CLIENTS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = clients.get(bucket) {
+        return Ok(c.clone());
+    }
+    let c = make_client(location, bucket, None)?;
+    clients.insert(bucket.to_string(), c.clone());
+    Ok(c)
+}
+
+/// A new client of `bucket` from the `AWS_*` variables (and `endpoint`, if given).
+fn make_client(
+    location: &str,
+    bucket: &str,
+    endpoint: Option<&str>,
+) -> Result<Arc<Client>, StorageError> {
+    let allow_http = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true" || v == "1");
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_allow_http(allow_http)
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(10),
+        })
+        .with_client_options(
+            ClientOptions::new()
+                .with_allow_http(allow_http)
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_timeout(Duration::from_secs(120)),
+        );
+    if let Some(endpoint) = endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+    {
+        builder = builder.with_region("us-east-1");
+    }
+    let store = builder.build().map_err(|e| StorageError::Location {
+        location: location.to_string(),
+        reason: format!("cannot configure the S3 client: {e}"),
+        hint: "check the AWS_* variables (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, \
+               AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP)",
+    })?;
+    Ok(Arc::new(Client {
+        store,
+        bucket: bucket.to_string(),
+    }))
+}
+
+/// A prefix in an S3 bucket.
+#[derive(Clone)]
+pub struct S3Backend {
+    client: Arc<Client>,
+    prefix: String,
+}
+
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3Backend(s3://{}/{})", self.client.bucket, self.prefix)
+    }
+}
+
+/// The backend for location `text` (`s3://<rest>`, `rest` being `bucket/prefix`).
+pub(super) fn open(text: &str, rest: &str) -> Result<S3Backend, StorageError> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(StorageError::Location {
+            location: text.to_string(),
+            reason: "no bucket named".into(),
+            hint: "write s3://bucket/prefix",
+        });
+    }
+    Ok(S3Backend {
+        client: client(text, bucket)?,
+        prefix: prefix.trim_matches('/').to_string(),
+    })
+}
+
+impl S3Backend {
+    fn key(&self, key: &str) -> String {
+        match (self.prefix.is_empty(), key.is_empty()) {
+            (true, _) => key.to_string(),
+            (false, true) => self.prefix.clone(),
+            (false, false) => format!("{}/{key}", self.prefix),
+        }
+    }
+
+    fn path(&self, key: &str) -> ObjectPath {
+        ObjectPath::from(self.key(key))
+    }
+
+    fn url(&self, key: &str) -> String {
+        format!("s3://{}/{}", self.client.bucket, self.key(key))
+    }
+
+    /// An object_store error as a [`StorageError`]: absence and presence as the I/O kinds
+    /// callers test for, anything else as one remote error with the way out for its cause.
+    fn error(&self, op: &'static str, key: &str, e: object_store::Error) -> StorageError {
+        let path = PathBuf::from(self.url(key));
+        match e {
+            object_store::Error::NotFound { .. } => {
+                io_err(op, &path, READ_HINT)(io::ErrorKind::NotFound.into())
+            }
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => {
+                io_err(
+                    op,
+                    &path,
+                    "checkpoint ids must not be reused; discard the checkpoint first",
+                )(io::ErrorKind::AlreadyExists.into())
+            }
+            other => remote(op, &self.url(key), &other.to_string()),
+        }
+    }
+}
+
+impl S3Backend {
+    /// An error of a write: "not found" there means the bucket is missing.
+    fn write_error(&self, op: &'static str, key: &str, e: object_store::Error) -> StorageError {
+        match e {
+            object_store::Error::NotFound { .. } => remote(
+                op,
+                &self.url(key),
+                "NoSuchBucket: the server answered 404 Not Found",
+            ),
+            other => self.error(op, key, other),
+        }
+    }
+}
+
+/// A remote failure with the way out its message points at.
+fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
+    let has = |s: &str| cause.contains(s);
+    let hint = if has("NoSuchBucket") || has("bucket does not exist") {
+        "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
+    } else if has("InvalidAccessKeyId") || has("SignatureDoesNotMatch") || has("403") {
+        "the server refused the credentials: check AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY (and AWS_REGION)"
+            .into()
+    } else if has("connect") || has("error sending request") || has("dns") {
+        "the server cannot be reached: check AWS_ENDPOINT_URL (and AWS_ALLOW_HTTP for \
+         http://) and that the server is running"
+            .into()
+    } else {
+        "check the S3 server and the AWS_* settings, or pass another --checkpoint-dir".into()
+    };
+    let cause = cause.split_whitespace().collect::<Vec<_>>().join(" ");
+    StorageError::Remote {
+        op,
+        location: location.to_string(),
+        cause,
+        hint,
+    }
+}
+
+/// Part size of uploads (S3's minimum is 5 MiB).
+const PART: usize = 8 << 20;
+
+/// An object spilled to a local temp file, uploaded on commit.
+struct S3Writer {
+    backend: S3Backend,
+    key: String,
+    spill: SpillFile,
+}
+
+impl ObjectWriter for S3Writer {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        self.spill.append(bytes).map(|_| ())
+    }
+
+    fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
+        let len = self.spill.len() as usize;
+        let b = &self.backend;
+        let path = b.path(&self.key);
+        let mut first = vec![0; len.min(PART)];
+        self.spill.read_at(0, &mut first)?;
+        let n = head.len().min(first.len());
+        first[..n].copy_from_slice(&head[..n]);
+        if len <= PART {
+            let put = b.client.store.put(&path, PutPayload::from(first));
+            block(put)?.map_err(|e| b.write_error("upload", &self.key, e))?;
+            return Ok(());
+        }
+        let upload = block(b.client.store.put_multipart(&path))?
+            .map_err(|e| b.write_error("start upload of", &self.key, e))?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
+        w.write(&first);
+        let mut buf = vec![0; PART];
+        let mut at = first.len();
+        while at < len {
+            let n = PART.min(len - at);
+            self.spill.read_at(at as u64, &mut buf[..n])?;
+            w.write(&buf[..n]);
+            at += n;
+        }
+        block(w.finish())?.map_err(|e| b.write_error("upload", &self.key, e))?;
+        Ok(())
+    }
+}
+
+impl StorageBackend for S3Backend {
+    fn describe(&self, key: &str) -> PathBuf {
+        PathBuf::from(self.url(key))
+    }
+
+    fn sub(&self, prefix: &str) -> Box<dyn StorageBackend> {
+        Box::new(S3Backend {
+            client: self.client.clone(),
+            prefix: self.key(prefix),
+        })
+    }
+
+    fn put(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StorageError> {
+        Ok(Box::new(S3Writer {
+            backend: self.clone(),
+            key: key.to_string(),
+            spill: SpillFile::create(&std::env::temp_dir())?,
+        }))
+    }
+
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        let path = self.path(key);
+        let put = self
+            .client
+            .store
+            .put_opts(&path, PutPayload::from(bytes.to_vec()), opts);
+        block(put)?.map_err(|e| self.write_error("create", key, e))?;
+        Ok(())
+    }
+
+    fn size(&self, key: &str) -> Result<u64, StorageError> {
+        let meta = block(self.client.store.head(&self.path(key)))?;
+        Ok(meta.map_err(|e| self.error("read", key, e))?.size)
+    }
+
+    fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Vec<u8>, StorageError> {
+        let store = &self.client.store;
+        let path = self.path(key);
+        let bytes = match range {
+            None => block(async { store.get(&path).await?.bytes().await })?,
+            Some(r) => block(store.get_range(&path, r))?,
+        };
+        Ok(bytes.map_err(|e| self.error("read", key, e))?.to_vec())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let folder = self.key(prefix);
+        let at = (!folder.is_empty()).then(|| ObjectPath::from(folder.clone()));
+        let listed = block(self.client.store.list_with_delimiter(at.as_ref()))?
+            .map_err(|e| self.error("list", prefix, e))?;
+        let names = listed
+            .common_prefixes
+            .iter()
+            .chain(listed.objects.iter().map(|o| &o.location))
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        Ok(names)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StorageError> {
+        match block(self.client.store.delete(&self.path(key)))? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("remove", key, e)),
+        }
+    }
+
+    fn delete_all(&self, prefix: &str) -> Result<(), StorageError> {
+        let folder = self.path(prefix);
+        let store = &self.client.store;
+        let keys: Vec<ObjectPath> = block(async {
+            store
+                .list(Some(&folder))
+                .map_ok(|m| m.location)
+                .try_collect()
+                .await
+        })?
+        .map_err(|e| self.error("list", prefix, e))?;
+        for k in keys {
+            match block(store.delete(&k))? {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.error("remove", k.as_ref(), e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn folder_problem(&self) -> Result<Option<&'static str>, StorageError> {
+        Ok(self.list("")?.is_empty().then_some("no such folder"))
+    }
+
+    fn take_ownership(&self) -> Result<Ownership, StorageError> {
+        Ok(Box::new(Lease::take(self.clone())?))
+    }
+}
+
+/// Ownership of a job folder on S3: the object `_lease` holds `<expiry ms> <holder>`; it
+/// is created if absent, renewed by a thread every third of its lifetime, taken over
+/// once expired (its holder died), and removed when dropped.
+pub struct Lease {
+    stop: Arc<AtomicBool>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+    backend: S3Backend,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn lease_seconds() -> u64 {
+    std::env::var("WEIR_S3_LEASE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(LEASE_SECONDS)
+}
+
+impl Lease {
+    fn take(backend: S3Backend) -> Result<Lease, StorageError> {
+        let ttl = lease_seconds();
+        let me = super::holder_description();
+        let body = move |me: &str| format!("{} {me}", now_ms() + ttl * 1000).into_bytes();
+        match backend.put_if_absent(LEASE_OBJECT, &body(&me)) {
+            Ok(()) => {}
+            Err(e) if e.is_already_exists() => {
+                let held = backend.get(LEASE_OBJECT, None)?;
+                let held = String::from_utf8_lossy(&held).into_owned();
+                let (expiry, holder) = held.split_once(' ').unwrap_or(("0", &held));
+                if expiry.parse::<u64>().unwrap_or(0) > now_ms() {
+                    return Err(StorageError::InUse {
+                        root: backend.describe(""),
+                        holder: format!("{holder}; its lease expires unless renewed"),
+                    });
+                }
+                // Expired: its holder died. Replace it, then make sure we won a race.
+                backend.delete(LEASE_OBJECT)?;
+                backend
+                    .put_if_absent(LEASE_OBJECT, &body(&me))
+                    .map_err(|e| {
+                        if e.is_already_exists() {
+                            StorageError::InUse {
+                                root: backend.describe(""),
+                                holder: "another run that took over the expired lease first".into(),
+                            }
+                        } else {
+                            e
+                        }
+                    })?;
+            }
+            Err(e) => return Err(e),
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, s) = (backend.clone(), stop.clone());
+        let renewer = std::thread::Builder::new()
+            .name("weir-s3-lease".into())
+            .spawn(move || {
+                let every = Duration::from_millis(ttl * 1000 / 3);
+                let tick = Duration::from_millis(50);
+                let mut waited = Duration::ZERO;
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    waited += tick;
+                    if waited >= every {
+                        waited = Duration::ZERO;
+                        if let Ok(mut w) = b.put(LEASE_OBJECT) {
+                            let _ = w.write(&body(&me)).and_then(|()| w.commit(&[]));
+                        }
+                    }
+                }
+            })
+            .ok();
+        Ok(Lease {
+            stop,
+            renewer,
+            backend,
+        })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.renewer.take() {
+            let _ = t.join();
+        }
+        let _ = self.backend.delete(LEASE_OBJECT);
+    }
+}

@@ -1,0 +1,99 @@
+//! A real job checkpointing into the in-memory storage backend and restoring from it: the
+//! checkpoint protocol runs on the storage trait alone, with no local folder involved.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use weir::checkpoint::metadata::CheckpointMetadata;
+use weir::checkpoint::storage::memory::MemoryStore;
+use weir::checkpoint::storage::read_metadata;
+use weir::prelude::*;
+
+/// The newest complete checkpoint of `job` in `store` and the records its sources read.
+fn newest_in(store: &MemoryStore, job: &str) -> (PathBuf, u64) {
+    let prefix = format!("ckpts/{job}/chk-");
+    let id = store
+        .keys()
+        .iter()
+        .filter_map(|k| {
+            k.strip_prefix(&prefix)?
+                .strip_suffix("/_metadata")?
+                .parse()
+                .ok()
+        })
+        .max()
+        .expect("a complete checkpoint in memory");
+    let _: u64 = id;
+    let path = PathBuf::from(format!("mem://{}/{prefix}{id}", "mem-job"));
+    let meta = CheckpointMetadata::decode(&read_metadata(&path).unwrap()).unwrap();
+    (path, meta.sources.iter().map(|s| s.records).sum())
+}
+
+#[test]
+fn a_job_checkpoints_into_memory_and_resumes_from_it() {
+    let store = MemoryStore::register("mem-job");
+    let dir = Path::new("mem://mem-job/ckpts");
+    let n = 400_000;
+    let mut cfg = config("counted", dir, 2, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.restart = RestartStrategy::None;
+    assert_stopped_mid_run(run_keyed_count_stopping(cfg.clone(), n, 777, 40_000));
+    let (mid, at) = newest_in(&store, "counted");
+    assert!(at > 0 && at < n, "the run stopped at {at} records");
+    // Only complete checkpoints are left, and nothing of the run went to a local folder.
+    assert!(!Path::new("mem:").exists());
+    assert!(
+        store.keys().iter().all(|k| !k.contains("/.")),
+        "{:?}",
+        store.keys()
+    );
+
+    let mut c = cfg.clone();
+    c.restore = RestoreFrom::Latest;
+    let (counts, r) = run_keyed_count(c, n, 777, None).unwrap();
+    assert_resumed_mid_run(&r, &mid, n);
+    assert_eq!(counts, expected(n, 777));
+}
+
+#[test]
+fn a_damaged_object_in_memory_is_skipped_like_a_damaged_file() {
+    let store = MemoryStore::register("mem-damaged");
+    let dir = Path::new("mem://mem-damaged/ckpts");
+    let mut cfg = config("counted", dir, 2, CheckpointingMode::ExactlyOnce);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    let (counts, r) = run_keyed_count(cfg.clone(), 300_000, 100, Some(600_000.0)).unwrap();
+    assert_eq!(counts, expected(300_000, 100));
+    assert!(r.checkpoints.len() >= 2, "need two checkpoints");
+    let newest = store
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains("/count/kg-"))
+        .max_by_key(|k| k.split('/').nth(2).and_then(|c| c[4..].parse::<u64>().ok()))
+        .unwrap();
+    let mut bytes = store.object(&newest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    store.set_object(&newest, bytes);
+    let mut c = cfg;
+    c.restore = RestoreFrom::Latest;
+    let (counts, r) = run_keyed_count(c, 300_000, 100, None).unwrap();
+    assert_eq!(counts, expected(300_000, 100));
+    let notice = r.notices.join("\n");
+    assert!(notice.contains("skipping checkpoint"), "{notice}");
+    assert!(notice.contains(&newest), "names the object: {notice}");
+}
+
+#[test]
+fn an_unregistered_store_and_an_unknown_scheme_are_clear_errors() {
+    for (dir, want) in [
+        ("mem://nobody/x", "no in-memory store named \"nobody\""),
+        ("ftp://host/x", "unknown storage scheme \"ftp\""),
+    ] {
+        let cfg = config("counted", Path::new(dir), 1, CheckpointingMode::ExactlyOnce);
+        let err = run_keyed_count(cfg, 10, 2, None).err().unwrap().to_string();
+        assert!(err.contains(want) && err.contains(dir), "{err}");
+    }
+}
