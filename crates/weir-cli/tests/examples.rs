@@ -9,7 +9,11 @@ mod common;
 #[path = "../../weir/examples/fraud_detection.rs"]
 mod fraud_detection;
 
-use std::collections::HashMap;
+#[allow(dead_code)]
+#[path = "../../weir/examples/click_sessions.rs"]
+mod click_sessions;
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -33,6 +37,7 @@ fn job_process() {
     let runner = weir::runner::Runner::new(name.as_str()).args(args);
     let code = match name.as_str() {
         "fraud_detection" => runner.run(fraud_detection::build),
+        "click_sessions" => runner.run(click_sessions::build),
         other => panic!("no example {other}"),
     };
     let code = (0..=255u8)
@@ -156,4 +161,71 @@ fn fraud_detection_alerts_exactly_once_through_injected_failures() {
     let got = committed_lines(&tmp.path().join("alerts"));
     assert_eq!(got.len(), want.len(), "alert count\n{}", run.describe());
     assert!(got == want, "the alerts differ from the truth");
+}
+
+/// The rows `n` clicks over `users` users and `pages` pages must give with groups of
+/// `size`: per user, its clicks in order cut into groups of `size` (the last one partial),
+/// each with its distinct pages and most clicked page (the lowest on a tie), then one row
+/// with the user's groups and clicks. The one-minute idle timer never fires in a run of
+/// seconds, so it plays no part.
+fn click_truth(n: u64, users: u64, pages: u64, size: u64) -> Vec<String> {
+    let mut by_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for i in 0..n {
+        let c = click_sessions::Click::generate(i, users, pages);
+        assert!(c.user < users && c.page < pages);
+        by_user.entry(c.user).or_default().push(c.page);
+    }
+    let mut rows = Vec::new();
+    for (user, clicked) in by_user {
+        let groups = clicked.chunks(size as usize);
+        let count = groups.len();
+        for (g, group) in groups.enumerate() {
+            let mut per_page: BTreeMap<u64, u64> = BTreeMap::new();
+            for p in group {
+                *per_page.entry(*p).or_default() += 1;
+            }
+            let most = per_page.values().max().copied().unwrap();
+            let top = per_page.iter().find(|(_, c)| **c == most).unwrap().0;
+            rows.push(format!(
+                "group,{user},{},{},{},{top}",
+                g + 1,
+                group.len(),
+                per_page.len()
+            ));
+        }
+        rows.push(format!("user,{user},{count},{}", clicked.len()));
+    }
+    rows.sort();
+    rows
+}
+
+#[test]
+fn click_sessions_rows_are_exact_through_injected_failures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, users, pages, size) = (200_000u64, 41u64, 13u64, 7u64);
+    let args = [
+        "--clicks",
+        &n.to_string(),
+        "--users",
+        &users.to_string(),
+        "--pages",
+        &pages.to_string(),
+        "--group-size",
+        &size.to_string(),
+        "--rate",
+        "400000",
+        "--output",
+        "rows",
+    ];
+    let run = run_with_failures("click_sessions", tmp.path(), &args, 3, n);
+    let want = click_truth(n, users, pages, size);
+    // Most users end on a partial group, so the end-of-input rows are checked too.
+    let partial = want
+        .iter()
+        .filter(|r| r.starts_with("group,") && r.split(',').nth(3) != Some("7"))
+        .count();
+    assert!(partial > users as usize / 2, "{partial} partial groups");
+    let got = committed_lines(&tmp.path().join("rows"));
+    assert_eq!(got.len(), want.len(), "row count\n{}", run.describe());
+    assert!(got == want, "the rows differ from the truth");
 }
