@@ -28,8 +28,10 @@ const CHILD: &str = "WEIR_EXAMPLE_POSTGRES_JOB";
 #[test]
 #[ignore = "the example's job process, run by the other tests"]
 fn job_process() {
-    let spec =
-        std::env::var(CHILD).expect("run by the other tests, with WEIR_EXAMPLE_POSTGRES_JOB");
+    let Ok(spec) = std::env::var(CHILD) else {
+        // `--include-ignored` without the other tests' environment: nothing to run.
+        return;
+    };
     let args = std::iter::once("postgres_pipeline".to_string()).chain(
         spec.split('\u{1f}')
             .filter(|a| !a.is_empty())

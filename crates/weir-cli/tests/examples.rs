@@ -28,7 +28,10 @@ const CHILD: &str = "WEIR_EXAMPLES_TEST_JOB";
 #[test]
 #[ignore = "the examples' job process, run by the other tests"]
 fn job_process() {
-    let spec = std::env::var(CHILD).expect("run by the other tests, with WEIR_EXAMPLES_TEST_JOB");
+    let Ok(spec) = std::env::var(CHILD) else {
+        // `--include-ignored` without the other tests' environment: nothing to run.
+        return;
+    };
     let mut parts = spec.split('\u{1f}').map(String::from);
     let name = parts.next().expect("an example's name");
     let args: Vec<String> = std::iter::once(name.clone())
@@ -228,4 +231,82 @@ fn click_sessions_rows_are_exact_through_injected_failures() {
     let got = committed_lines(&tmp.path().join("rows"));
     assert_eq!(got.len(), want.len(), "row count\n{}", run.describe());
     assert!(got == want, "the rows differ from the truth");
+}
+
+/// The idle timer: with a slow input and a short `--idle-ms`, users fall idle between
+/// clicks and their open groups are reported early. When exactly depends on timing, so this
+/// checks what holds however the timers fall: each user's groups are numbered `1..=g`,
+/// none is larger than the group size, some closed early, and the clicks add up to the
+/// user's clicks in the input and to the summary row.
+#[test]
+fn click_sessions_idle_timer_flushes_open_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, users, pages, size) = (300u64, 3u64, 5u64, 5u64);
+    let run = run(&mut job(
+        "click_sessions",
+        tmp.path(),
+        &[
+            "--clicks",
+            "300",
+            "--users",
+            "3",
+            "--pages",
+            "5",
+            "--group-size",
+            "5",
+            "--rate",
+            "100",
+            "--idle-ms",
+            "30",
+            "--output",
+            "rows",
+        ],
+    ));
+    run.assert_success();
+    let mut clicks_in: BTreeMap<u64, u64> = BTreeMap::new();
+    for i in 0..n {
+        *clicks_in
+            .entry(click_sessions::Click::generate(i, users, pages).user)
+            .or_default() += 1;
+    }
+    // user → (group number → clicks), and user → (groups, clicks) from the summary rows.
+    let mut groups: BTreeMap<u64, BTreeMap<u64, u64>> = BTreeMap::new();
+    let mut summary: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for line in committed_lines(&tmp.path().join("rows")) {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |i: usize| -> u64 { f[i].parse().unwrap() };
+        match f[0] {
+            "group" => {
+                let dup = groups.entry(num(1)).or_default().insert(num(2), num(3));
+                assert!(dup.is_none(), "group reported twice: {line}");
+            }
+            "user" => assert!(summary.insert(num(1), (num(2), num(3))).is_none()),
+            _ => panic!("unexpected row {line}"),
+        }
+    }
+    let mut early = 0;
+    for (user, want) in &clicks_in {
+        let g = &groups[user];
+        let numbers: Vec<u64> = g.keys().copied().collect();
+        assert_eq!(
+            numbers,
+            (1..=g.len() as u64).collect::<Vec<_>>(),
+            "user {user}"
+        );
+        assert!(
+            g.values().all(|c| (1..=size).contains(c)),
+            "user {user}: {g:?}"
+        );
+        assert_eq!(g.values().sum::<u64>(), *want, "user {user}'s clicks");
+        assert_eq!(
+            summary[user],
+            (g.len() as u64, *want),
+            "user {user}'s summary"
+        );
+        early += g
+            .iter()
+            .filter(|(k, c)| **c < size && **k < g.len() as u64)
+            .count();
+    }
+    assert!(early > 0, "no group was flushed early\n{}", run.describe());
 }

@@ -104,8 +104,11 @@ fn prepare_table(config: &PostgresSinkConfig, fresh: bool) -> Result<(), BoxErro
     if let Some(password) = &config.password {
         params.push_str(&format!(" password={password}"));
     }
-    let mut client = postgres::Client::connect(&params, postgres::NoTls)
-        .map_err(|e| format!("cannot connect to {}: {e}", config.address()))?;
+    let mut client = postgres::Client::connect(&params, postgres::NoTls).map_err(|e| {
+        let cause = std::error::Error::source(&e).map(|c| format!(": {c}"));
+        let cause = cause.unwrap_or_default();
+        format!("cannot connect to {}: {e}{cause}", config.address())
+    })?;
     let table = &config.table;
     client.batch_execute(&format!(
         "CREATE TABLE IF NOT EXISTS {table} \
