@@ -310,3 +310,47 @@ fn a_removed_operator_blocks_the_restore_unless_allowed() {
     );
     upgraded(true).unwrap();
 }
+
+/// Many checkpoint requests at once: each is answered with a completed checkpoint. One
+/// whose checkpoint a newer one subsumed gets the newer one (it covers everything the
+/// request asked for) instead of an error, and a savepoint asked for meanwhile is never
+/// subsumed by a checkpoint.
+#[test]
+fn concurrent_requests_are_all_answered_with_completed_snapshots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = CollectSink::new();
+    let env = job(
+        cfg(tmp.path(), 2, RestoreFrom::Nothing),
+        Some(200_000.0),
+        &out,
+    );
+    let sp_dir = std::path::absolute(tmp.path().join("savepoints")).unwrap();
+    let ck_dir = std::path::absolute(tmp.path().join("ck")).unwrap();
+    let (answers, result) = while_running(env, 50_000, move |control| {
+        let asks: Vec<_> = (0..24)
+            .map(|i| {
+                let control = control.clone();
+                std::thread::spawn(move || match i % 8 {
+                    0 => control.trigger_savepoint(None).map(|d| (true, d)),
+                    _ => control.trigger_checkpoint().map(|d| (false, d)),
+                })
+            })
+            .collect();
+        asks.into_iter()
+            .map(|t| t.join().expect("a request thread"))
+            .collect::<Vec<_>>()
+    });
+    result.unwrap();
+    assert_eq!(counts(&out), expected(N, KEYS));
+    for answer in answers {
+        let (savepoint, done) = answer.unwrap_or_else(|e| panic!("a request failed: {e}"));
+        if savepoint {
+            // Savepoints are never deleted by the engine: read it back.
+            assert_eq!(meta(&done.path).snapshot, SnapshotKind::Savepoint);
+            assert!(done.path.starts_with(&sp_dir), "{}", done.path.display());
+        } else {
+            // (Retention may have deleted an answered checkpoint since.)
+            assert!(done.path.starts_with(&ck_dir), "{}", done.path.display());
+        }
+    }
+}

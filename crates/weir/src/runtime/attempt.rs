@@ -348,10 +348,18 @@ impl AttemptRun<'_, '_> {
                             BarrierKind::Checkpoint => "checkpoint",
                             _ => "savepoint",
                         };
-                        let _ = reply.send(Err(ControlError::new(
-                            ControlErrorKind::Failed,
-                            format!("{what} {id} {reason}"),
-                        )));
+                        let answer = match (kind, &reason, self.newest_completed()) {
+                            // A newer checkpoint completed first: it covers everything the
+                            // request asked for, so it is the answer.
+                            (BarrierKind::Checkpoint, AbortReason::Subsumed, Some(done)) => {
+                                Ok(done)
+                            }
+                            _ => Err(ControlError::new(
+                                ControlErrorKind::Failed,
+                                format!("{what} {id} {reason}"),
+                            )),
+                        };
+                        let _ = reply.send(answer);
                         self.exec.control.update(|s| s.state = "running".into());
                     } else if reason.is_failure() {
                         self.result.failed_checkpoints += 1;
@@ -379,6 +387,13 @@ impl AttemptRun<'_, '_> {
             actions.extend(more.into_iter().rev());
         }
         None
+    }
+
+    /// The newest checkpoint this attempt completed, as a control request's answer.
+    fn newest_completed(&self) -> Option<SnapshotDone> {
+        let id = self.result.checkpoints.last()?.id;
+        let path = crate::storage::absolute_location(self.latest_path.as_ref()?);
+        Some(SnapshotDone { id, path })
     }
 
     /// Every task acknowledged: write `_metadata` (which completes the checkpoint).

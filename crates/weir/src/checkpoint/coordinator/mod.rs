@@ -28,7 +28,8 @@
 //!   disk) is retried at the job's pace, not as fast as the disk can refuse.
 //! * Savepoints and checkpoints asked for by the user ([`Coordinator::trigger_forced`])
 //!   ignore the interval, `min_pause` and `max_concurrent`. A savepoint is never retained
-//!   nor discarded here (it belongs to the user), never subsumes a checkpoint, and its
+//!   nor discarded here (it belongs to the user), never subsumes a checkpoint nor is
+//!   subsumed by one, and its
 //!   failure does not count towards `tolerable_failures`. Only a stopping savepoint is
 //!   announced to the tasks (they end after it); while it is pending nothing else triggers.
 
@@ -406,10 +407,12 @@ impl<A> Coordinator<A> {
         self.consecutive_failures = 0;
         self.failed_last = false;
         self.last_completion = Some(now);
+        // A pending savepoint is the user's: a newer checkpoint does not make it redundant.
         for older in self
             .pending
             .range(..id)
             .map(|(k, _)| *k)
+            .filter(|k| !self.savepoints.contains_key(k))
             .collect::<Vec<_>>()
         {
             self.abort(older, AbortReason::Subsumed, &mut actions);

@@ -363,3 +363,27 @@ fn retries_after_a_failure_also_wait_for_min_pause_and_happen_without_an_interva
     assert!(triggers(&c.tick(ms(2_499), 0)).is_empty());
     assert_eq!(triggers(&c.tick(ms(2_500), 0)), vec![2]);
 }
+
+#[test]
+fn a_pending_savepoint_is_not_subsumed_by_a_newer_checkpoint() {
+    let t0 = Instant::now();
+    let ms = |m: u64| t0 + Duration::from_millis(m);
+    let mut c = started(
+        CheckpointConfig {
+            max_concurrent: 2,
+            ..cfg()
+        },
+        1,
+        t0,
+    );
+    let sp = c.trigger_forced(BarrierKind::Savepoint, ms(1), 0).unwrap();
+    assert_eq!(triggers(&c.tick(ms(101), 0)), vec![sp.id + 1]);
+    let actions = complete(&mut c, sp.id + 1, 1, ms(110));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Abort { id, .. } if *id == sp.id)),
+        "{actions:?}"
+    );
+    assert!(c.is_pending(sp.id));
+}
