@@ -151,9 +151,12 @@ impl std::fmt::Display for SnapshotKind {
     }
 }
 
-/// Metadata layout 3 (before files were tied to their checkpoint and run).
+/// The fields every layout starts with: all of layout 1. Later layouts appended fields,
+/// and postcard writes a struct as its fields in order with no framing, so each older layout
+/// is this followed by its appended fields.
 #[derive(Deserialize)]
-struct CheckpointMetadataV3 {
+#[cfg_attr(test, derive(Serialize))]
+struct Layout1 {
     checkpoint_id: u64,
     job_name: String,
     trigger_timestamp_ms: u64,
@@ -163,39 +166,51 @@ struct CheckpointMetadataV3 {
     operators: Vec<OperatorMeta>,
     stats: TaskCheckpointStats,
     tasks: Vec<TaskStatsMeta>,
+}
+
+/// Layout 2 appended the snapshot kind and the Weir version.
+#[derive(Deserialize)]
+struct Layout2 {
+    layout1: Layout1,
     snapshot: SnapshotKind,
     weir_version: String,
+}
+
+/// Layout 3 appended the source positions (layout 4 then the file origins and run id).
+#[derive(Deserialize)]
+struct Layout3 {
+    layout2: Layout2,
     sources: Vec<SourceProgress>,
 }
 
-/// Metadata layout 2 (before the source positions were recorded).
-#[derive(Deserialize)]
-struct CheckpointMetadataV2 {
-    checkpoint_id: u64,
-    job_name: String,
-    trigger_timestamp_ms: u64,
-    completed_timestamp_ms: u64,
-    mode: CheckpointingMode,
-    max_parallelism: u32,
-    operators: Vec<OperatorMeta>,
-    stats: TaskCheckpointStats,
-    tasks: Vec<TaskStatsMeta>,
-    snapshot: SnapshotKind,
-    weir_version: String,
-}
-
-/// Metadata layout 1 (before the snapshot kind and version were recorded).
-#[derive(Deserialize)]
-struct CheckpointMetadataV1 {
-    checkpoint_id: u64,
-    job_name: String,
-    trigger_timestamp_ms: u64,
-    completed_timestamp_ms: u64,
-    mode: CheckpointingMode,
-    max_parallelism: u32,
-    operators: Vec<OperatorMeta>,
-    stats: TaskCheckpointStats,
-    tasks: Vec<TaskStatsMeta>,
+impl From<Layout3> for CheckpointMetadata {
+    fn from(v3: Layout3) -> Self {
+        let Layout3 {
+            layout2:
+                Layout2 {
+                    layout1: l,
+                    snapshot,
+                    weir_version,
+                },
+            sources,
+        } = v3;
+        CheckpointMetadata {
+            checkpoint_id: l.checkpoint_id,
+            job_name: l.job_name,
+            trigger_timestamp_ms: l.trigger_timestamp_ms,
+            completed_timestamp_ms: l.completed_timestamp_ms,
+            mode: l.mode,
+            max_parallelism: l.max_parallelism,
+            operators: l.operators,
+            stats: l.stats,
+            tasks: l.tasks,
+            snapshot,
+            weir_version,
+            sources,
+            run_id: String::new(),
+            files: Vec::new(),
+        }
+    }
 }
 
 impl CheckpointMetadata {
@@ -205,59 +220,22 @@ impl CheckpointMetadata {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
         }
-        if let Ok(v3) = postcard::from_bytes::<CheckpointMetadataV3>(payload) {
-            return Ok(CheckpointMetadata {
-                checkpoint_id: v3.checkpoint_id,
-                job_name: v3.job_name,
-                trigger_timestamp_ms: v3.trigger_timestamp_ms,
-                completed_timestamp_ms: v3.completed_timestamp_ms,
-                mode: v3.mode,
-                max_parallelism: v3.max_parallelism,
-                operators: v3.operators,
-                stats: v3.stats,
-                tasks: v3.tasks,
-                snapshot: v3.snapshot,
-                weir_version: v3.weir_version,
-                sources: v3.sources,
-                run_id: String::new(),
-                files: Vec::new(),
-            });
+        if let Ok(v3) = postcard::from_bytes::<Layout3>(payload) {
+            return Ok(v3.into());
         }
-        if let Ok(v2) = postcard::from_bytes::<CheckpointMetadataV2>(payload) {
-            return Ok(CheckpointMetadata {
-                checkpoint_id: v2.checkpoint_id,
-                job_name: v2.job_name,
-                trigger_timestamp_ms: v2.trigger_timestamp_ms,
-                completed_timestamp_ms: v2.completed_timestamp_ms,
-                mode: v2.mode,
-                max_parallelism: v2.max_parallelism,
-                operators: v2.operators,
-                stats: v2.stats,
-                tasks: v2.tasks,
-                snapshot: v2.snapshot,
-                weir_version: v2.weir_version,
-                sources: Vec::new(),
-                run_id: String::new(),
-                files: Vec::new(),
-            });
-        }
-        let v1: CheckpointMetadataV1 = postcard::from_bytes(payload)?;
-        Ok(CheckpointMetadata {
-            checkpoint_id: v1.checkpoint_id,
-            job_name: v1.job_name,
-            trigger_timestamp_ms: v1.trigger_timestamp_ms,
-            completed_timestamp_ms: v1.completed_timestamp_ms,
-            mode: v1.mode,
-            max_parallelism: v1.max_parallelism,
-            operators: v1.operators,
-            stats: v1.stats,
-            tasks: v1.tasks,
-            snapshot: SnapshotKind::Checkpoint,
-            weir_version: "0.1.0 or earlier".into(),
+        let layout2 = match postcard::from_bytes::<Layout2>(payload) {
+            Ok(v2) => v2,
+            Err(_) => Layout2 {
+                layout1: postcard::from_bytes(payload)?,
+                snapshot: SnapshotKind::Checkpoint,
+                weir_version: "0.1.0 or earlier".into(),
+            },
+        };
+        Ok(Layout3 {
+            layout2,
             sources: Vec::new(),
-            run_id: String::new(),
-            files: Vec::new(),
-        })
+        }
+        .into())
     }
 }
 
@@ -518,5 +496,27 @@ mod tests {
         assert_eq!(bytes.pop(), Some(0));
         let back = CheckpointMetadata::decode(&bytes).unwrap();
         assert_eq!(back, meta);
+    }
+
+    #[test]
+    fn layout_1_still_decodes_as_a_checkpoint_of_an_early_version() {
+        let old = Layout1 {
+            checkpoint_id: 9,
+            job_name: "old".into(),
+            trigger_timestamp_ms: 1,
+            completed_timestamp_ms: 2,
+            mode: CheckpointingMode::AtLeastOnce,
+            max_parallelism: 64,
+            operators: Vec::new(),
+            stats: TaskCheckpointStats::default(),
+            tasks: Vec::new(),
+        };
+        let meta = CheckpointMetadata::decode(&postcard::to_allocvec(&old).unwrap()).unwrap();
+        assert_eq!(meta.checkpoint_id, 9);
+        assert_eq!(meta.max_parallelism, 64);
+        assert_eq!(meta.mode, CheckpointingMode::AtLeastOnce);
+        assert_eq!(meta.snapshot, SnapshotKind::Checkpoint);
+        assert_eq!(meta.weir_version, "0.1.0 or earlier");
+        assert!(meta.sources.is_empty() && meta.files.is_empty() && meta.run_id.is_empty());
     }
 }
