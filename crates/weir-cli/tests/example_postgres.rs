@@ -14,7 +14,7 @@ mod postgres_pipeline;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use pg::PgServer;
@@ -24,38 +24,19 @@ use pg::PgServer;
 const CHILD: &str = "WEIR_EXAMPLE_POSTGRES_JOB";
 
 /// Not a test (ignored, so a normal run does not count it as one): the example's `main`
-/// when the binary is re-executed by [`job`] with `--ignored --exact job_process`.
+/// when the binary is re-executed by [`job`].
 #[test]
 #[ignore = "the example's job process, run by the other tests"]
 fn job_process() {
-    let Ok(spec) = std::env::var(CHILD) else {
-        // `--include-ignored` without the other tests' environment: nothing to run.
-        return;
-    };
-    let args = std::iter::once("postgres_pipeline".to_string()).chain(
-        spec.split('\u{1f}')
-            .filter(|a| !a.is_empty())
-            .map(String::from),
-    );
-    let code = weir::runner::Runner::new("postgres_pipeline")
-        .args(args)
-        .run(postgres_pipeline::build);
-    let code = (0..=255u8)
-        .find(|c| std::process::ExitCode::from(*c) == code)
-        .unwrap_or(1);
-    std::process::exit(i32::from(code));
+    if let Some(args) = child_job::args(CHILD) {
+        let runner = weir::runner::Runner::new("postgres_pipeline").args(args);
+        child_job::exit(runner.run(postgres_pipeline::build));
+    }
 }
 
 /// The example as a command run in `cwd` with `args`.
 fn job(cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(std::env::current_exe().expect("the test binary"));
-    c.args(["--ignored", "--exact", "job_process", "--nocapture"])
-        .args(["--test-threads=1"])
-        .env(CHILD, args.join("\u{1f}"))
-        .env("RUST_BACKTRACE", "0")
-        .current_dir(cwd)
-        .stdin(Stdio::null());
-    c
+    child_job::command(CHILD, "postgres_pipeline", cwd, args)
 }
 
 /// `(customer, orders, total_cents)` rows `n` orders over `customers` customers must leave:

@@ -15,7 +15,7 @@ mod click_sessions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 
@@ -24,42 +24,26 @@ use common::*;
 const CHILD: &str = "WEIR_EXAMPLES_TEST_JOB";
 
 /// Not a test (ignored, so a normal run does not count it as one): the examples' `main`
-/// when the binary is re-executed by [`job`] with `--ignored --exact job_process`.
+/// when the binary is re-executed by [`job`].
 #[test]
 #[ignore = "the examples' job process, run by the other tests"]
 fn job_process() {
-    let Ok(spec) = std::env::var(CHILD) else {
+    let Some(args) = child_job::args(CHILD) else {
         // `--include-ignored` without the other tests' environment: nothing to run.
         return;
     };
-    let mut parts = spec.split('\u{1f}').map(String::from);
-    let name = parts.next().expect("an example's name");
-    let args: Vec<String> = std::iter::once(name.clone())
-        .chain(parts.filter(|a| !a.is_empty()))
-        .collect();
+    let name = args.first().cloned().expect("an example's name");
     let runner = weir::runner::Runner::new(name.as_str()).args(args);
-    let code = match name.as_str() {
+    child_job::exit(match name.as_str() {
         "fraud_detection" => runner.run(fraud_detection::build),
         "click_sessions" => runner.run(click_sessions::build),
         other => panic!("no example {other}"),
-    };
-    let code = (0..=255u8)
-        .find(|c| std::process::ExitCode::from(*c) == code)
-        .unwrap_or(1);
-    std::process::exit(i32::from(code));
+    });
 }
 
 /// The example `name` as a command run in `cwd` with `args`.
 fn job(name: &str, cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(std::env::current_exe().expect("the test binary"));
-    let spec: Vec<&str> = std::iter::once(name).chain(args.iter().copied()).collect();
-    c.args(["--ignored", "--exact", "job_process", "--nocapture"])
-        .args(["--test-threads=1"])
-        .env(CHILD, spec.join("\u{1f}"))
-        .env("RUST_BACKTRACE", "0")
-        .current_dir(cwd)
-        .stdin(Stdio::null());
-    c
+    child_job::command(CHILD, name, cwd, args)
 }
 
 /// The flags that make a run fail `failures` times, each after a checkpoint with progress,

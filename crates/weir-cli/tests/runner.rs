@@ -12,7 +12,7 @@ mod hello;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,43 +21,23 @@ use common::*;
 /// arguments, separated by ASCII unit separators.
 const CHILD: &str = "WEIR_RUNNER_TEST_JOB";
 
-/// Not a test: the job's `main` when the binary is re-executed with [`CHILD`] set (it is
-/// ignored, so a normal run of the tests neither runs nor counts it).
+/// Not a test (ignored, so a normal run neither runs nor counts it): the job's `main` when
+/// the binary is re-executed with [`CHILD`] set.
 #[test]
 #[ignore = "the job's process, run by the other tests in a child"]
 fn job_process() {
-    let Ok(args) = std::env::var(CHILD) else {
-        return;
-    };
-    let args = std::iter::once("hello".to_string()).chain(
-        args.split('\u{1f}')
-            .filter(|a| !a.is_empty())
-            .map(String::from),
-    );
-    let code = weir::runner::Runner::new("hello")
-        .args(args)
-        .run(hello::build);
-    let code = (0..=255u8)
-        .find(|c| std::process::ExitCode::from(*c) == code)
-        .unwrap_or(1);
-    std::process::exit(i32::from(code));
+    if let Some(args) = child_job::args(CHILD) {
+        child_job::exit(
+            weir::runner::Runner::new("hello")
+                .args(args)
+                .run(hello::build),
+        );
+    }
 }
 
 /// The job as a command run in `cwd` with `args`.
 fn job(cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(std::env::current_exe().expect("the test binary"));
-    c.args([
-        "--exact",
-        "job_process",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD, args.join("\u{1f}"))
-    .env("RUST_BACKTRACE", "0")
-    .current_dir(cwd)
-    .stdin(Stdio::null());
-    c
+    child_job::command(CHILD, "hello", cwd, args)
 }
 
 /// Every committed `key,count` line in `dir` (the sink's visible part files).

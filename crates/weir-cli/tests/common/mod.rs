@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod child_job;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;

@@ -1,0 +1,49 @@
+//! A test binary that re-executes itself as a job built on `weir::runner`: the parent runs
+//! the ignored test `job_process` in a child process with the job's arguments in an
+//! environment variable, so a job compiled into the test (an example, the README's job)
+//! runs as a program of its own that can be killed, stopped and resumed.
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+
+/// Separates the arguments in the environment variable (ASCII unit separator).
+const SEP: char = '\u{1f}';
+
+/// The child's arguments, if this process is a child started by [`command`] with `var`
+/// set (the first is the job's name); `None` in a normal test run.
+pub fn args(var: &str) -> Option<Vec<String>> {
+    let spec = std::env::var(var).ok()?;
+    Some(
+        spec.split(SEP)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect(),
+    )
+}
+
+/// Ends the child with the job's exit status.
+pub fn exit(code: ExitCode) -> ! {
+    let code = (0..=255u8)
+        .find(|c| ExitCode::from(*c) == code)
+        .unwrap_or(1);
+    std::process::exit(i32::from(code));
+}
+
+/// This test binary as the job `name` with `args`, run in `cwd`: it runs only the ignored
+/// test `job_process`, which reads `var`.
+pub fn command(var: &str, name: &str, cwd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("the test binary"));
+    let spec: Vec<&str> = std::iter::once(name).chain(args.iter().copied()).collect();
+    c.args([
+        "--ignored",
+        "--exact",
+        "job_process",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(var, spec.join(&SEP.to_string()))
+    .env("RUST_BACKTRACE", "0")
+    .current_dir(cwd)
+    .stdin(Stdio::null());
+    c
+}
