@@ -119,7 +119,7 @@ fn is_text(ty: &Type) -> bool {
 }
 
 impl ToSql for SqlValue {
-    /// Encodes in the binary format of `ty`; [`SqlValue::check`] has accepted the pair
+    /// Encodes in the binary format of `ty`; `SqlValue::check` has accepted the pair
     /// before, so the errors here are a second line of defence.
     fn to_sql(
         &self,

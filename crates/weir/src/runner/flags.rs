@@ -51,7 +51,7 @@ pub struct RunFlags {
     /// life of the job's state.
     #[arg(long, default_value_t = 128, value_parser = parse_parallelism)]
     pub max_parallelism: u32,
-    /// Folder for checkpoints (the job's checkpoints go in <dir>/<job>/chk-<n>).
+    /// Folder for checkpoints (the job's checkpoints go in DIR/JOB/chk-N).
     #[arg(long, default_value = "weir-checkpoints")]
     pub checkpoint_dir: PathBuf,
     /// Time between checkpoints (e.g. 200ms, 1s, 2m), or `off`.

@@ -27,7 +27,7 @@ impl PayloadWriter {
     }
 }
 
-/// A scratch file (see [`CheckpointStorage::spill_file`]): appended to, read back at any
+/// A scratch file (see [`CheckpointStorage::spill_file`](crate::storage::CheckpointStorage::spill_file)): appended to, read back at any
 /// offset, removed when dropped.
 pub struct SpillFile {
     file: File,

@@ -2,7 +2,7 @@
 //!
 //! [`FileSink`] is a [`TwoPhaseCommitSink`]; add it to a job as
 //! `TwoPhaseCommit::new(FileSink::new(dir, format))`. Each transaction is one or more part
-//! files that move through three names (see [`part`](super::part) for the exact names):
+//! files that move through three names (see the `part` module for the exact names):
 //!
 //! 1. **in progress** — records are encoded and appended to a hidden
 //!    `.part-….inprogress` file; when it reaches [`FileSink::with_max_part_size`] it is

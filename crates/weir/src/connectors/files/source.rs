@@ -10,7 +10,7 @@
 //!
 //! **Continuous mode** ([`FileSource::continuous`]) lists the inputs again every
 //! `discovery_interval` and reads files it has not seen. Each subtask claims the new files
-//! whose path hashes to it ([`discovery::owner`](super::discovery)), so no coordination is
+//! whose path hashes to it (`discovery::owner`), so no coordination is
 //! needed. The set of seen paths is state too (union list `seen`, each path stored by the
 //! one subtask responsible for it), so after a restore — at any parallelism — a file is
 //! never read twice and finished files are dropped from `files`. Files must appear
