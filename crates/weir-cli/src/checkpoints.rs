@@ -14,6 +14,8 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use weir::checkpoint::inspect;
 use weir::checkpoint::storage::parse_checkpoint_dir_name;
+use weir::storage::backend::StorageBackend;
+use weir::storage::{is_remote, open_backend, METADATA_FILE_NAME};
 
 use crate::inspect::{human_bytes, table, timestamp, Format};
 
@@ -88,33 +90,47 @@ pub fn run(cmd: CheckpointsCommand) -> Result<ExitCode> {
     }
 }
 
-fn chk_dirs(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+/// The `chk-<n>` folders under `prefix` of `store`, by id.
+fn chk_dirs(store: &dyn StorageBackend, prefix: &str) -> Result<Vec<(u64, String)>> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
-        if let Some(id) = e.file_name().to_str().and_then(parse_checkpoint_dir_name) {
-            if e.path().is_dir() {
-                out.push((id, e.path()));
-            }
+    for name in store
+        .list(prefix)
+        .with_context(|| format!("cannot list {}", store.describe(prefix).display()))?
+    {
+        if let Some(id) = parse_checkpoint_dir_name(&name) {
+            out.push((id, join_key(prefix, &name)));
         }
     }
     out.sort_by_key(|(id, _)| *id);
     Ok(out)
 }
 
+fn join_key(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}/{name}")
+    }
+}
+
+/// Lists through the storage backend, so a local folder, `s3://bucket/prefix` and the
+/// other locations `--checkpoint-dir` takes all work the same.
 fn list(dir: &Path) -> Result<Vec<Row>> {
-    if !dir.is_dir() {
+    if !is_remote(dir) && !dir.is_dir() {
         bail!(
             "{} is not a folder; pass a checkpoint directory or a job's folder in it",
             dir.display()
         );
     }
-    let mut jobs: Vec<(String, PathBuf)> = Vec::new();
-    if chk_dirs(dir)?.is_empty() {
-        for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-            let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
-            if e.path().is_dir() && !chk_dirs(&e.path())?.is_empty() {
-                jobs.push((e.file_name().to_string_lossy().into_owned(), e.path()));
+    let store = open_backend(dir)?;
+    let mut jobs: Vec<(String, String)> = Vec::new();
+    if chk_dirs(store.as_ref(), "")?.is_empty() {
+        for name in store
+            .list("")
+            .with_context(|| format!("cannot list {}", dir.display()))?
+        {
+            if !chk_dirs(store.as_ref(), &name)?.is_empty() {
+                jobs.push((name.clone(), name));
             }
         }
         jobs.sort();
@@ -122,15 +138,16 @@ fn list(dir: &Path) -> Result<Vec<Row>> {
         let name = dir
             .file_name()
             .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
-        jobs.push((name, dir.to_path_buf()));
+        jobs.push((name, String::new()));
     }
     let mut rows = Vec::new();
-    for (job, jdir) in jobs {
-        for (id, path) in chk_dirs(&jdir)? {
-            let status = if !path.join("_metadata").exists() {
-                Status::Incomplete
-            } else {
-                match inspect::describe(&path) {
+    for (job, prefix) in jobs {
+        for (id, key) in chk_dirs(store.as_ref(), &prefix)? {
+            let path = store.describe(&key);
+            let status = match store.size(&join_key(&key, METADATA_FILE_NAME)) {
+                Err(e) if e.is_not_found() => Status::Incomplete,
+                Err(e) => Status::Unreadable(e.to_string()),
+                Ok(_) => match inspect::describe(&path) {
                     Ok(d) => {
                         let read = crate::inspect::source_records(&path)
                             .ok()
@@ -139,7 +156,7 @@ fn list(dir: &Path) -> Result<Vec<Row>> {
                         Status::Complete(Box::new(d), read)
                     }
                     Err(e) => Status::Unreadable(e.to_string()),
-                }
+                },
             };
             rows.push(Row {
                 job: job.clone(),
