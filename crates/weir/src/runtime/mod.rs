@@ -36,6 +36,7 @@ pub mod operators;
 pub mod output;
 pub mod plan;
 pub mod restart;
+pub mod result;
 pub mod task;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost
