@@ -7,7 +7,7 @@
 #   b  restore the source positions, but no other operator's state
 #   c  restore the state, but not the source positions
 #
-#   scripts/break-recovery.sh            # every recovery test binary (about 15 minutes)
+#   scripts/break-recovery.sh            # every recovery test binary (about 20 minutes)
 #   scripts/break-recovery.sh -p weir --test exactly_once
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,10 +19,12 @@ if [ $# -eq 0 ]; then
     set -- --all-features \
         -p weir --test exactly_once --test state_kinds --test timers --test rescale \
         --test hooks --test file_connectors --test corrupt --test savepoints \
+        --test memory_storage --test s3 \
         -p weir-connectors --test postgres_job --test nats_sink --test nats_source \
         --test postgres_kill \
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
-        --test connectors_files --test connectors_postgres --test connectors_nats
+        --test connectors_files --test connectors_postgres --test connectors_nats \
+        --test runner --test examples --test example_postgres --test s3
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
