@@ -81,6 +81,8 @@ fn a_damaged_object_in_memory_is_skipped_like_a_damaged_file() {
     c.restore = RestoreFrom::Latest;
     let (counts, r) = run_keyed_count(c, 300_000, 100, None).unwrap();
     assert_eq!(counts, expected(300_000, 100));
+    // It resumed from the previous checkpoint, not from the beginning.
+    weir::testing::assert_resumed(&r, 300_000);
     let notice = r.notices.join("\n");
     assert!(notice.contains("skipping checkpoint"), "{notice}");
     assert!(notice.contains(&newest), "names the object: {notice}");

@@ -82,6 +82,8 @@ fn a_corrupted_object_is_skipped_for_the_previous_checkpoint() {
     c.restore = RestoreFrom::Latest;
     let (counts, r) = run_keyed_count(c, 300_000, 100, None).unwrap();
     assert_eq!(counts, expected(300_000, 100));
+    // It resumed from the previous checkpoint, not from the beginning.
+    weir::testing::assert_resumed(&r, 300_000);
     let notice = r.notices.join("\n");
     assert!(notice.contains("skipping checkpoint"), "{notice}");
     assert!(
