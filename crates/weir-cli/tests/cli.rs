@@ -357,31 +357,19 @@ fn kill_damage_restore(
 ) -> (Run, u64, u64, PathBuf) {
     let (d, o) = (tmp.join("chk"), tmp.join("out"));
     let (n, keys) = (150_000u64, 1000u64);
+    let (chk, out) = (s(&d), s(&o));
     let args = |restore: bool| {
-        let mut a: Vec<String> = [
-            "run",
-            "keyed-count",
-            "--events",
-            &n.to_string(),
-            "--keys",
-            &keys.to_string(),
-            "--parallelism",
-            "2",
+        let extra = [
             "--checkpoint-interval",
             "50ms",
             "--rate",
             "100000",
             "--checkpoint-dir",
-            &s(&d),
+            &chk,
             "--output",
-            &s(&o),
-        ]
-        .map(String::from)
-        .to_vec();
-        if restore {
-            a.extend(["--restore", "latest", "--verify"].map(String::from));
-        }
-        a
+            &out,
+        ];
+        keyed_count_args(n, keys, &extra, restore)
     };
     let job = d.join("keyed-count");
     let mut child = spawn_logged(&mut weir(tmp, args(false)), &tmp.join("first.log"));
@@ -680,16 +668,9 @@ fn verify_reads_what_a_files_sink_committed() {
     let tmp = tempfile::tempdir().unwrap();
     let (d, out) = (tmp.path().join("chk"), tmp.path().join("sink"));
     let (n, keys) = (200_000u64, 13u64);
+    let (chk, sink) = (s(&d), format!("files:{}", s(&out)));
     let args = |restore: bool| {
-        let mut a: Vec<String> = [
-            "run",
-            "keyed-count",
-            "--events",
-            &n.to_string(),
-            "--keys",
-            &keys.to_string(),
-            "--parallelism",
-            "2",
+        let extra = [
             "--emit",
             "updates",
             "--rate",
@@ -697,16 +678,11 @@ fn verify_reads_what_a_files_sink_committed() {
             "--checkpoint-interval",
             "50ms",
             "--checkpoint-dir",
-            &s(&d),
+            &chk,
             "--sink",
-            &format!("files:{}", s(&out)),
-        ]
-        .map(String::from)
-        .to_vec();
-        if restore {
-            a.extend(["--restore", "latest", "--verify"].map(String::from));
-        }
-        a
+            &sink,
+        ];
+        keyed_count_args(n, keys, &extra, restore)
     };
     let job = d.join("keyed-count");
     let mut child = spawn_logged(

@@ -41,29 +41,15 @@ fn a_run_killed_with_sigkill_resumes_from_s3_and_lists_its_checkpoints() {
     let job = format!("{dir}/keyed-count");
     let (n, keys) = (600_000u64, 100u64);
     let args = |restore: bool| {
-        let mut a: Vec<String> = [
-            "run",
-            "keyed-count",
-            "--events",
-            &n.to_string(),
-            "--keys",
-            &keys.to_string(),
-            "--parallelism",
-            "2",
+        let extra = [
             "--rate",
             if restore { "2000000" } else { "100000" },
             "--checkpoint-interval",
             "100ms",
             "--checkpoint-dir",
             dir,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        if restore {
-            a.extend(["--restore", "latest", "--verify"].map(String::from));
-        }
-        a
+        ];
+        keyed_count_args(n, keys, &extra, restore)
     };
 
     // 6 s of input at the rate: killed once two checkpoints are complete on S3.

@@ -37,6 +37,23 @@ where
     c
 }
 
+/// The arguments of a keyed-count run at parallelism 2 over `events` events and `keys`
+/// keys with `extra` flags; a resumed run (`restore`) adds `--restore latest --verify`.
+/// What the SIGKILL-and-resume tests run twice.
+pub fn keyed_count_args(events: u64, keys: u64, extra: &[&str], restore: bool) -> Vec<String> {
+    let (events, keys) = (events.to_string(), keys.to_string());
+    let mut a: Vec<String> = ["run", "keyed-count", "--events", &events, "--keys", &keys]
+        .into_iter()
+        .chain(["--parallelism", "2"])
+        .chain(extra.iter().copied())
+        .map(String::from)
+        .collect();
+    if restore {
+        a.extend(["--restore", "latest", "--verify"].map(String::from));
+    }
+    a
+}
+
 /// A finished run.
 pub struct Run {
     /// Exit status.
