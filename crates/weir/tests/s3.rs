@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use moto::{free_port, make_bucket, server};
-use weir::checkpoint::metadata::CheckpointMetadata;
-use weir::checkpoint::storage::{open_backend, read_metadata};
+use weir::inspect::source_progress;
 use weir::prelude::*;
+use weir::storage::open_backend;
 
 /// The newest complete checkpoint of `job` under `dir` and the records its sources read.
 fn newest(dir: &str, job: &str) -> (PathBuf, u64) {
@@ -30,8 +30,8 @@ fn newest(dir: &str, job: &str) -> (PathBuf, u64) {
         .max()
         .expect("a complete checkpoint on S3");
     let path = root.join(format!("chk-{id}"));
-    let meta = CheckpointMetadata::decode(&read_metadata(&path).unwrap()).unwrap();
-    (path, meta.sources.iter().map(|s| s.records).sum())
+    let sources = source_progress(&path).unwrap();
+    (path, sources.iter().map(|s| s.records).sum())
 }
 
 #[test]
@@ -117,11 +117,12 @@ fn a_second_run_is_refused_while_the_lease_is_held() {
     server();
     make_bucket("lease");
     let dir = Path::new("s3://lease/ckpts");
-    let first = weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap();
-    let err = weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap_err();
+    let own = || open_backend(&dir.join("job")).unwrap().take_ownership();
+    let first = own().unwrap();
+    let err = own().unwrap_err();
     assert!(err.to_string().contains("in use by another run"), "{err}");
     drop(first);
-    weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap();
+    own().unwrap();
 }
 
 #[test]
@@ -131,11 +132,8 @@ fn a_server_that_is_down_is_one_clear_error() {
     let closed = free_port();
     let dir = format!("s3://down-{closed}/x");
     let err = {
-        use weir::checkpoint::storage::backend::StorageBackend;
-        let b = weir::checkpoint::storage::s3::open_with_endpoint(
-            &dir,
-            &format!("http://127.0.0.1:{closed}"),
-        );
+        use weir::storage::backend::StorageBackend;
+        let b = weir::storage::open_with_endpoint(&dir, &format!("http://127.0.0.1:{closed}"));
         b.and_then(|b| b.list("")).unwrap_err().to_string()
     };
     assert!(err.contains("cannot be reached"), "{err}");

@@ -249,11 +249,6 @@ pub struct TaskStatsMeta {
 }
 
 impl CheckpointMetadata {
-    /// Total bytes of state files.
-    pub fn state_size(&self) -> u64 {
-        self.stats.bytes
-    }
-
     /// The CRC-32C the state file at `path` must have: `Ok(None)` for checkpoints of
     /// layouts before 4 (their files are checked by their envelopes only), `Err` with the
     /// reason when the metadata ties no file, or a file of another checkpoint or run, to

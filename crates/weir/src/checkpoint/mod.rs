@@ -21,4 +21,4 @@ pub mod restore;
 pub mod snapshot;
 pub mod writer;
 
-pub use crate::storage::{self, format, shared_bytes};
+pub(crate) use crate::storage::{self, format, shared_bytes};
