@@ -5,7 +5,7 @@
 //! weir state dump weir-checkpoints/keyed-count/chk-7 --uid count --state count --format json
 //! ```
 //!
-//! The engine ([`weir::checkpoint::inspect`]) reads and verifies the files without knowing
+//! The engine ([`weir::inspect`]) reads and verifies the files without knowing
 //! the job's types; this module knows the types of the built-in jobs (see [`Decoder`]) and
 //! decodes their states, picking the decoder from the job name the checkpoint records, the
 //! operator uid and the state name. Any other state is printed as hex. Every error is one
