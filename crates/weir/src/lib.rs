@@ -53,16 +53,19 @@
 //! * [`connectors`] — sources and sinks that need no server (generator, files, collect).
 //! * `runner` (feature `runner`, on by default) — a job as a command-line program.
 //! * [`testing`] — helpers for tests that prove a job's exactly-once behaviour.
-//! * [`inspect`] — reading checkpoints and savepoints from tools.
-//! * [`storage`] — the storage backend trait and its implementations (local, memory, S3).
 //! * [`Error`] and [`Result`].
+//!
+//! Public but not yet stable (real APIs whose shape follows work still under way):
+//!
+//! * [`inspect`] — reading checkpoints and savepoints from tools.
+//! * [`storage`] — the storage backend trait, [`storage::open_backend`] and the local,
+//!   in-memory and S3 backends (the engine picks one by location).
 //!
 //! Extension points are traits: [`SourceFunction`](api::functions::SourceFunction) and
 //! [`SinkFunction`](api::functions::SinkFunction) for connectors,
 //! [`TwoPhaseCommitSink`](api::two_phase_commit::TwoPhaseCommitSink) for exactly-once
-//! output, the process functions and
-//! [`CheckpointedFunction`](api::functions::CheckpointedFunction) for logic and state, and
-//! [`StorageBackend`](storage::backend::StorageBackend) for checkpoint storage.
+//! output, and the process functions and
+//! [`CheckpointedFunction`](api::functions::CheckpointedFunction) for logic and state.
 //!
 //! The engine itself (the runtime's tasks and channels, the checkpoint coordinator, the
 //! snapshot writer and restore, the file formats) is internal (`pub(crate)`), so it can
