@@ -252,3 +252,39 @@ fn half_open_connections_neither_add_threads_nor_block_it_for_long() {
     }
     assert_eq!(control_threads(), 0, "shutdown ends every thread");
 }
+
+#[test]
+fn a_request_in_pieces_is_answered_and_a_trickle_past_the_deadline_is_closed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let limits = Limits {
+        request_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    let s = server(None, limits);
+    let request = post("/savepoint", "Content-Length: 2\r\n", "{}");
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    for piece in request.chunks(7) {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 409"), "{answer}");
+    // One byte every 100 ms never completes the head within 600 ms: closed, unanswered.
+    let mut slow = TcpStream::connect(s.addr()).unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    for b in request.iter().take(20) {
+        if slow.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut rest = String::new();
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let read = slow.read_to_string(&mut rest);
+    assert!(closed || read.is_err() || rest.is_empty(), "{rest}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    s.shutdown(Duration::from_secs(5));
+}
