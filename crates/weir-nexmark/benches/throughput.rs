@@ -1,0 +1,2 @@
+//! Generation and parsing throughput, single-threaded; prints a table.
+fn main() {}
