@@ -165,6 +165,15 @@ pub enum EventKind {
     Bid,
 }
 
+/// An event's place in the repeating person/auction/bid cycle.
+#[derive(Clone, Copy)]
+struct Position {
+    /// Which cycle (`id / total`).
+    epoch: i64,
+    /// Where in the cycle (`id % total`).
+    offset: i64,
+}
+
 /// Generates Nexmark events by number; cheap to clone and to share between threads.
 #[derive(Clone, Debug)]
 pub struct Generator {
@@ -233,10 +242,13 @@ impl Generator {
         let id = n as i64;
         let ts = self.timestamp(n);
         let mut rng = JavaRandom::new(id);
-        match self.kind(n) {
-            EventKind::Person => Event::Person(self.person(id, ts, &mut rng)),
-            EventKind::Auction => Event::Auction(self.auction(id, ts, &mut rng)),
-            EventKind::Bid => Event::Bid(self.bid(id, ts, &mut rng)),
+        let pos = self.position(id);
+        if pos.offset < self.cfg.person_proportion as i64 {
+            Event::Person(self.person(pos, ts, &mut rng))
+        } else if pos.offset < (self.cfg.person_proportion + self.cfg.auction_proportion) as i64 {
+            Event::Auction(self.auction(id, ts, &mut rng))
+        } else {
+            Event::Bid(self.bid(pos, ts, &mut rng))
         }
     }
 
@@ -246,18 +258,28 @@ impl Generator {
         (offset..).map(move |n| self.event(n))
     }
 
-    fn last_base0_person_id(&self, event_id: i64) -> i64 {
-        let pp = self.cfg.person_proportion as i64;
-        let epoch = event_id / self.total;
-        let offset = (event_id % self.total).min(pp - 1);
-        epoch * pp + offset
+    /// Where event `id` falls in the person/auction/bid cycle: one division per event.
+    fn position(&self, id: i64) -> Position {
+        Position {
+            epoch: id / self.total,
+            offset: id % self.total,
+        }
     }
 
-    fn last_base0_auction_id(&self, event_id: i64) -> i64 {
+    /// The Java `lastBase0PersonId`: the newest person id so far (base 0).
+    fn last_base0_person_id(&self, pos: Position) -> i64 {
+        let pp = self.cfg.person_proportion as i64;
+        pos.epoch * pp + pos.offset.min(pp - 1)
+    }
+
+    /// The Java `lastBase0AuctionId`: the newest auction id so far (base 0).
+    fn last_base0_auction_id(&self, pos: Position) -> i64 {
         let pp = self.cfg.person_proportion as i64;
         let ap = self.cfg.auction_proportion as i64;
-        let mut epoch = event_id / self.total;
-        let mut offset = event_id % self.total;
+        let Position {
+            mut epoch,
+            mut offset,
+        } = pos;
         if offset < pp {
             epoch -= 1;
             offset = ap - 1;
@@ -269,20 +291,20 @@ impl Generator {
         epoch * ap + offset
     }
 
-    fn next_base0_person_id(&self, event_id: i64, rng: &mut JavaRandom) -> i64 {
-        let num_people = self.last_base0_person_id(event_id) + 1;
+    fn next_base0_person_id(&self, pos: Position, rng: &mut JavaRandom) -> i64 {
+        let num_people = self.last_base0_person_id(pos) + 1;
         let active = num_people.min(self.cfg.num_active_people as i64);
         num_people - active + next_long(rng, active + PERSON_ID_LEAD)
     }
 
-    fn next_base0_auction_id(&self, event_id: i64, rng: &mut JavaRandom) -> i64 {
-        let max = self.last_base0_auction_id(event_id);
+    fn next_base0_auction_id(&self, pos: Position, rng: &mut JavaRandom) -> i64 {
+        let max = self.last_base0_auction_id(pos);
         let min = (max - self.cfg.num_in_flight_auctions as i64).max(0);
         min + next_long(rng, max - min + 1 + AUCTION_ID_LEAD)
     }
 
-    fn person(&self, id: i64, ts: EpochMillis, rng: &mut JavaRandom) -> Person {
-        let person_id = self.last_base0_person_id(id) + FIRST_PERSON_ID;
+    fn person(&self, pos: Position, ts: EpochMillis, rng: &mut JavaRandom) -> Person {
+        let person_id = self.last_base0_person_id(pos) + FIRST_PERSON_ID;
         let first = FIRST_NAMES[rng.next_int_bounded(FIRST_NAMES.len() as i32) as usize];
         let last = LAST_NAMES[rng.next_int_bounded(LAST_NAMES.len() as i32) as usize];
         let name = format!("{first} {last}");
@@ -314,11 +336,12 @@ impl Generator {
     }
 
     fn auction(&self, id: i64, ts: EpochMillis, rng: &mut JavaRandom) -> Auction {
-        let auction_id = self.last_base0_auction_id(id) + FIRST_AUCTION_ID;
+        let pos = self.position(id);
+        let auction_id = self.last_base0_auction_id(pos) + FIRST_AUCTION_ID;
         let seller = if rng.next_int_bounded(self.cfg.hot_sellers_ratio as i32) > 0 {
-            (self.last_base0_person_id(id) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
+            (self.last_base0_person_id(pos) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
         } else {
-            self.next_base0_person_id(id, rng)
+            self.next_base0_person_id(pos, rng)
         } + FIRST_PERSON_ID;
         let category = FIRST_CATEGORY_ID + rng.next_int_bounded(NUM_CATEGORIES) as i64;
         let initial_bid = next_price(rng);
@@ -346,16 +369,16 @@ impl Generator {
         }
     }
 
-    fn bid(&self, id: i64, ts: EpochMillis, rng: &mut JavaRandom) -> Bid {
+    fn bid(&self, pos: Position, ts: EpochMillis, rng: &mut JavaRandom) -> Bid {
         let auction = if rng.next_int_bounded(self.cfg.hot_auction_ratio as i32) > 0 {
-            (self.last_base0_auction_id(id) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
+            (self.last_base0_auction_id(pos) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
         } else {
-            self.next_base0_auction_id(id, rng)
+            self.next_base0_auction_id(pos, rng)
         } + FIRST_AUCTION_ID;
         let bidder = if rng.next_int_bounded(self.cfg.hot_bidders_ratio as i32) > 0 {
-            (self.last_base0_person_id(id) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
+            (self.last_base0_person_id(pos) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
         } else {
-            self.next_base0_person_id(id, rng)
+            self.next_base0_person_id(pos, rng)
         } + FIRST_PERSON_ID;
         let price = next_price(rng);
         let channels = channels();
@@ -414,17 +437,21 @@ fn next_string(rng: &mut JavaRandom, max: i32, delimiter: char) -> String {
 /// `StringsGenerator.nextExactString`: six characters per `nextInt()`, `'a' + rnd % 26`
 /// with Java's signed remainder (so letters from `'H'` up also occur).
 fn next_exact_string(rng: &mut JavaRandom, len: usize) -> String {
-    let mut bytes = Vec::with_capacity(len);
-    let mut rnd = 0i32;
-    let mut left = 0;
-    for _ in 0..len {
-        if left == 0 {
-            rnd = rng.next_int();
-            left = 6;
+    let mut bytes = vec![0u8; len];
+    // Java divides `rnd` by 26 after each character; truncating division composes
+    // (`rnd / 26 / 26 == rnd / 676`), so the six digits are computed independently.
+    // On the magnitude in unsigned arithmetic, the sign applied after without a branch
+    // (the sign is a coin flip): Java's remainder of a negative `rnd` is the negated
+    // remainder of its magnitude, and `(d ^ m) - m` negates `d` when `m` is all ones.
+    const POWERS: [u32; 6] = [1, 26, 676, 17_576, 456_976, 11_881_376];
+    for chunk in bytes.chunks_mut(6) {
+        let rnd = rng.next_int();
+        let magnitude = rnd.unsigned_abs();
+        let negative = (rnd >> 31) as u8;
+        for (b, power) in chunk.iter_mut().zip(POWERS) {
+            let digit = ((magnitude / power) % 26) as u8;
+            *b = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
         }
-        bytes.push((b'a' as i32 + rnd % 26) as u8);
-        rnd /= 26;
-        left -= 1;
     }
     // Every byte is in 'H'..='z': ASCII.
     String::from_utf8(bytes).unwrap_or_default()

@@ -24,7 +24,7 @@ impl JavaRandom {
     }
 
     /// `next(bits)`: the top `bits` of the next 48-bit state, sign-extended as Java's int.
-    #[inline]
+    #[inline(always)]
     fn next(&mut self, bits: u32) -> i32 {
         self.seed = (self.seed.wrapping_mul(MULTIPLIER).wrapping_add(ADDEND)) & MASK;
         (self.seed >> (48 - bits)) as i64 as i32
@@ -38,7 +38,7 @@ impl JavaRandom {
 
     /// `nextInt(bound)`: uniform in `[0, bound)`; `bound` must be positive (a non-positive
     /// bound, which Java rejects with an exception, yields 0 here).
-    #[inline]
+    #[inline(always)]
     pub fn next_int_bounded(&mut self, bound: i32) -> i32 {
         if bound <= 0 {
             return 0;
