@@ -234,7 +234,9 @@ impl Generator {
     /// The event time of event number `n`: the Java generator's
     /// `baseTime + (long)(n * interEventDelayUs) / 1000`.
     pub fn timestamp(&self, n: u64) -> EpochMillis {
-        self.cfg.base_time + ((n as f64 * self.inter_event_delay_us) as i64) / 1000
+        self.cfg
+            .base_time
+            .saturating_add(((n as f64 * self.inter_event_delay_us) as i64) / 1000)
     }
 
     /// Event number `n` (0-based), the same on every call.

@@ -12,9 +12,14 @@
 //! generated watermark generator keeps the maximum of that expression and emits it
 //! periodically; the reference takes the strictest deterministic reading: the watermark
 //! seen by event *i* is `max(dateTime of events 0..i) - 4000` (`i64::MIN` before the first
-//! event), as if a watermark were emitted after every event. Generated streams are in time
-//! order, so no generated event is ever late and the periodic interval cannot change a
-//! result. At the end of the input the watermark becomes `+∞` and every window fires.
+//! event), as if a watermark were emitted after every event, by one source split reading
+//! the input in order. Flink emits its watermark every `auto-watermark-interval` and, with
+//! several splits, takes the minimum over them: its watermark lags this one, so it drops a
+//! subset of what the reference drops, and which subset depends on timing. Generated
+//! streams are in time order, so no generated event is ever late and every reading gives
+//! the same result; inputs with late events give the reference's result in an engine whose
+//! watermark advances after every event. At the end of the input the watermark becomes
+//! `+∞` and every window fires.
 //!
 //! A window `[start, end)` fires when the watermark reaches `end - 1`. A window operator
 //! drops an element for a window that has fired: the element is counted in window `w` only
@@ -51,15 +56,19 @@
 //!   `B.auction, B.price, B.bidder, B.dateTime, B.extra` into sink columns
 //!   `(auction, bidder, price, dateTime, extra)` by position, so the `bidder` column holds
 //!   the price and `price` holds the bidder; the reference reproduces that literally.
+//!   Rows by window, bids in arrival order.
 //! * **q8** new users: TUMBLE windows of 10 s; distinct `(id, name)` of persons and distinct
 //!   sellers of auctions per window, joined on `id = seller` and the same window,
-//!   `(id, name, stime)` with the window start.
+//!   `(id, name, stime)` with the window start; windows in time order, then by id and
+//!   name.
 //! * **q11** user sessions: SESSION windows with a 10 s gap per bidder; `(bidder,
 //!   bid_count, starttime, endtime)` with `endtime` = last bid + 10 s. As in Flink, an
 //!   element's window `[t, t + 10 s)` merges with every live session it overlaps or
 //!   touches (`start <= other.end && end >= other.start`), so two bids exactly 10 s apart
 //!   share a session. A late element is dropped only if its window is late and merges with
-//!   no live session.
+//!   no live session (one that has not fired). Rows by session end, then bidder.
+//!
+//! q0, q1 and q2 write rows in input order.
 
 mod joins;
 mod simple;
