@@ -72,7 +72,10 @@
 
 mod joins;
 mod simple;
+mod verify;
 mod windows;
+
+pub use verify::{compare_csv, compare_rows, Mismatch};
 
 use std::fmt;
 use std::str::FromStr;
