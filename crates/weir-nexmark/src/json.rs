@@ -253,7 +253,12 @@ fn describe(v: &Value) -> String {
 }
 
 /// Serde hook for `dateTime` and `expires`: epoch milliseconds, or a UTC date-time string.
+/// Binary formats (postcard, which checkpoints use) are not self-describing and always get
+/// a plain `i64`.
 pub(crate) fn de_timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<EpochMillis, D::Error> {
+    if !d.is_human_readable() {
+        return i64::deserialize(d);
+    }
     struct Ts;
     impl Visitor<'_> for Ts {
         type Value = EpochMillis;
