@@ -84,7 +84,10 @@ pub struct Bid {
 
 /// One Nexmark event: the benchmark's single source table holds all three kinds, told apart
 /// by `event_type`, and its watermark (`dateTime - 4 s`) advances over all of them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The serde derives are for keeping events in checkpointed state (postcard); the JSON
+/// line format is [`Event::to_json`] and [`crate::json::parse_line`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     /// `event_type` 0.
     Person(Person),

@@ -164,7 +164,10 @@ fn read_errors_carry_the_line() {
 fn events_round_trip_through_postcard() {
     let g = Generator::new(GeneratorConfig::default()).unwrap();
     for n in 0..60 {
-        match g.event(n) {
+        let event = g.event(n);
+        let bytes = postcard::to_allocvec(&event).unwrap();
+        assert_eq!(postcard::from_bytes::<Event>(&bytes).unwrap(), event);
+        match event {
             Event::Person(p) => {
                 let bytes = postcard::to_allocvec(&p).unwrap();
                 assert_eq!(
