@@ -224,7 +224,7 @@ impl Generator {
         let rem = (n % self.total as u64) as i64;
         if rem < self.cfg.person_proportion as i64 {
             EventKind::Person
-        } else if rem < (self.cfg.person_proportion + self.cfg.auction_proportion) as i64 {
+        } else if rem < self.cfg.person_proportion as i64 + self.cfg.auction_proportion as i64 {
             EventKind::Auction
         } else {
             EventKind::Bid
@@ -247,7 +247,9 @@ impl Generator {
         let pos = self.position(id);
         if pos.offset < self.cfg.person_proportion as i64 {
             Event::Person(self.person(pos, ts, &mut rng))
-        } else if pos.offset < (self.cfg.person_proportion + self.cfg.auction_proportion) as i64 {
+        } else if pos.offset
+            < self.cfg.person_proportion as i64 + self.cfg.auction_proportion as i64
+        {
             Event::Auction(self.auction(id, ts, &mut rng))
         } else {
             Event::Bid(self.bid(pos, ts, &mut rng))
