@@ -3,14 +3,14 @@
 //!
 //! Nexmark models an online auction: persons register, open auctions and bid on them. This
 //! crate is independent of the engine: the engine's Nexmark source and queries are checked
-//! against [`reference`], which computes each query's result with ordinary maps.
+//! against [`reference`](mod@reference), which computes each query's result with ordinary maps.
 //!
 //! * [`model`]: `Person`, `Auction`, `Bid` and `Event`, with the DDL's fields.
 //! * [`generator`]: event `n` from `n` alone, with the reference generator's semantics
 //!   (proportions 1:3:46, id ranges, hot sellers, auctions and bidders, `tps` events per
 //!   second of event time).
 //! * [`json`]: JSON lines in and out; errors name the line and the field.
-//! * [`reference`]: q0, q1, q2, q3, q4, q5, q7, q8 and q11, with the SQL's semantics.
+//! * [`reference`](mod@reference): q0, q1, q2, q3, q4, q5, q7, q8 and q11, with the SQL's semantics.
 //! * [`csv`]: results as CSV, timestamps in epoch ms, decimals in plain notation.
 //!
 //! ```
