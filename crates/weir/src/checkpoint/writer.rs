@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::format::FileKind;
+use super::layout::{self, KeyedFileEncoder};
 use super::metadata::{FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
 use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
@@ -167,15 +167,6 @@ impl Sink for PayloadWriter {
     }
 }
 
-/// Appends `v` as a postcard varint (the encoding of every integer and length below).
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// Where encoded shards wait to be laid out by key group: a scratch file (or memory, in
 /// tests).
 trait Spill {
@@ -286,7 +277,7 @@ impl<S: Spill> Regroup<S> {
     ) -> Result<()> {
         let spilled = &self.spilled[t][g];
         let len = spilled.iter().map(|(_, len)| len).sum::<usize>() + self.batch[t][g].len();
-        varint(len as u64, frame);
+        KeyedFileEncoder::section(len, frame);
         sink.put(frame)?;
         frame.clear();
         for &(at, len) in spilled {
@@ -300,8 +291,8 @@ impl<S: Spill> Regroup<S> {
     }
 }
 
-/// Encodes `keyed` into `sink` as the postcard payload of a [`KeyedStateFile`]
-/// (`crate::checkpoint::metadata`), returning the number of entries written.
+/// Encodes `keyed` into `sink` as the payload of a keyed-state file
+/// ([`layout::KeyedStateFile`]), returning the number of entries written.
 ///
 /// The tables are sharded by hash and the file is laid out by key group, so this goes in
 /// two passes. First every shard of every table is taken from its view (encoded, grouped by
@@ -312,9 +303,8 @@ impl<S: Spill> Regroup<S> {
 /// shard's encoding and one run, never the whole state or its encoding.
 ///
 /// The bytes are exactly those of the derived encoding of a `KeyedStateFile` with the
-/// same content (tested), so the restore side reads them as before: postcard frames
-/// nothing but sequences and byte strings, each behind a varint length, and both are known
-/// once the first pass is done.
+/// same content (tested): [`KeyedFileEncoder`] lays out the pieces, whose lengths are all
+/// known once the first pass is done.
 fn stream_keyed<S: Spill>(
     keyed: &KeyedSnapshot,
     sink: &mut impl Sink,
@@ -339,18 +329,23 @@ fn stream_keyed<S: Spill>(
         .iter()
         .map(|t| (t.name.as_str(), t.kind))
         .collect();
-    let mut frame = encode("keyed state", &(range, keyed.max_parallelism, &states))?;
-    varint(groups.len() as u64, &mut frame);
+    let mut frame = Vec::new();
+    KeyedFileEncoder::header(
+        range,
+        keyed.max_parallelism,
+        &states,
+        groups.len(),
+        &mut frame,
+    )?;
     let mut buf = Vec::new();
     for g in groups {
-        varint(range.start as u64 + g as u64, &mut frame);
-        varint(keyed.tables.len() as u64, &mut frame);
+        KeyedFileEncoder::group(range.start + g as u32, keyed.tables.len(), &mut frame);
         for t in 0..keyed.tables.len() {
             regroup.write_section(t, g, &mut frame, &mut buf, sink)?;
         }
     }
     let ttl: Vec<bool> = keyed.tables.iter().map(|t| t.ttl).collect();
-    frame.extend_from_slice(&encode("keyed state", &ttl)?);
+    KeyedFileEncoder::trailer(&ttl, &mut frame)?;
     sink.put(&frame)?;
     Ok(entries)
 }
@@ -440,16 +435,17 @@ fn write_part(
         keyed_state: None,
     };
     if let Some(payload) = operator_state {
-        let name = format!("op-{}", job.subtask);
-        let file = storage.write_state_file(id, uid, &name, FileKind::OperatorState, payload)?;
+        let name = layout::operator_state_file_name(job.subtask);
+        let kind = layout::OPERATOR_STATE_KIND;
+        let file = storage.write_state_file(id, uid, &name, kind, payload)?;
         meta.operator_state = Some(record(storage, id, file, ack));
     }
     if let Some(keyed) = keyed {
-        let kind = FileKind::KeyedState;
+        let kind = layout::KEYED_STATE_KIND;
         let (file, range, entries) = match keyed {
             KeyedSource::Captured(snapshot) => {
                 let range = snapshot.range;
-                let name = format!("kg-{}-{}", range.start, range.end);
+                let name = layout::keyed_state_file_name(range);
                 let mut entries = 0;
                 let file = storage.write_state_file_streamed(id, uid, &name, kind, |w| {
                     let new_spill = || Ok(storage.spill_file(id, uid)?);
@@ -460,7 +456,7 @@ fn write_part(
             }
             KeyedSource::Encoded(frozen) => {
                 let range = frozen.range;
-                let name = format!("kg-{}-{}", range.start, range.end);
+                let name = layout::keyed_state_file_name(range);
                 let file = storage
                     .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
                 (file, range, frozen.entries)
