@@ -12,11 +12,14 @@
 //! * [`layout`] — the state files: names, envelope kinds, contents, which key groups each
 //!   holds; the one definition the writer, the restore and the inspect tools share.
 //! * [`writer`] — turns a task's synchronous snapshot into files, off the processing thread.
+//! * [`finalize`] — assembling a checkpoint's `_metadata` from its acknowledgements, and
+//!   writing it (which completes the checkpoint).
 //! * [`restore`] — loads a checkpoint back and hands each subtask its part.
 //! * [`inspect`] — describes a checkpoint's operators and states for tools (`weir state`).
 
 pub mod barrier;
 pub mod coordinator;
+pub mod finalize;
 pub mod inspect;
 pub mod layout;
 pub mod metadata;

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::checkpoint::coordinator::Coordinator;
+use crate::checkpoint::finalize;
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
-    TaskStatsMeta,
+    CheckpointMetadata, SnapshotKind, SourceProgress, TaskCheckpointStats,
 };
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
+use crate::checkpoint::writer::{spawn_writers, SnapshotJob, SnapshotWritten, TaskAck};
 use crate::error::{Error, Result};
 use crate::runtime::attempt::AttemptRun;
 use crate::runtime::config::{JobConfig, RestoreFrom};
@@ -562,42 +562,23 @@ fn run_job(
     outcome.map(|()| result)
 }
 
-fn spawn_writers(
-    storage: &CheckpointStorage,
-    jobs: Receiver<SnapshotJob>,
-    events: Sender<TaskEvent>,
-    n: usize,
-) -> Vec<JoinHandle<()>> {
-    (0..n)
-        .filter_map(|i| {
-            let (storage, jobs, events) = (storage.clone(), jobs.clone(), events.clone());
-            std::thread::Builder::new()
-                .name(format!("weir-snapshot-writer-{i}"))
-                .spawn(move || {
-                    for job in jobs {
-                        let (attempt, task, checkpoint) =
-                            (job.attempt, job.task, job.checkpoint_id);
-                        let ev = match write_snapshot(&storage, job) {
-                            Ok(ack) => TaskEvent::Ack {
-                                attempt,
-                                task,
-                                checkpoint,
-                                ack,
-                            },
-                            Err(e) => TaskEvent::Decline {
-                                attempt,
-                                checkpoint,
-                                reason: e.to_string(),
-                            },
-                        };
-                        if events.send(ev).is_err() {
-                            return;
-                        }
-                    }
-                })
-                .ok()
-        })
-        .collect()
+/// A writer thread's outcome, as the event the attempt's loop receives.
+impl From<SnapshotWritten> for TaskEvent {
+    fn from(w: SnapshotWritten) -> Self {
+        match w.result {
+            Ok(ack) => TaskEvent::Ack {
+                attempt: w.attempt,
+                task: w.task,
+                checkpoint: w.checkpoint,
+                ack,
+            },
+            Err(e) => TaskEvent::Decline {
+                attempt: w.attempt,
+                checkpoint: w.checkpoint,
+                reason: e.to_string(),
+            },
+        }
+    }
 }
 
 impl Executor<'_> {
@@ -667,6 +648,8 @@ impl Executor<'_> {
 }
 
 impl Executor<'_> {
+    /// Writes checkpoint `id`'s `_metadata` from its acknowledgements (which completes it);
+    /// returns its statistics and the records its sources had emitted.
     pub(crate) fn write_metadata(
         &self,
         id: u64,
@@ -675,68 +658,21 @@ impl Executor<'_> {
         snapshot: SnapshotKind,
         baseline: &[SourceProgress],
     ) -> Result<(TaskCheckpointStats, u64)> {
-        let mut operators: Vec<OperatorMeta> = Vec::new();
-        // Each source's position: where the attempt restored it, plus what its subtasks
-        // emitted in this attempt before the barrier.
-        let mut sources = baseline.to_vec();
-        for (uid, records) in acks.iter().filter_map(|a| a.source.as_ref()) {
-            match sources.iter_mut().find(|s| &s.uid == uid) {
-                Some(s) => s.records += records,
-                None => sources.push(SourceProgress {
-                    uid: uid.clone(),
-                    records: *records,
-                }),
-            }
-        }
-        let mut stats = TaskCheckpointStats::default();
-        for ack in acks {
-            stats.bytes += ack.stats.bytes;
-            stats.sync_micros = stats.sync_micros.max(ack.stats.sync_micros);
-            stats.async_micros = stats.async_micros.max(ack.stats.async_micros);
-            stats.alignment_micros = stats.alignment_micros.max(ack.stats.alignment_micros);
-            for op in &ack.operators {
-                match operators.iter_mut().find(|o| o.uid == op.uid) {
-                    Some(o) => o.subtasks.push(op.state.clone()),
-                    None => operators.push(OperatorMeta {
-                        uid: op.uid.clone(),
-                        parallelism: op.parallelism,
-                        subtasks: vec![op.state.clone()],
-                    }),
-                }
-            }
-        }
-        for o in &mut operators {
-            o.subtasks.sort_by_key(|s| s.subtask);
-        }
-        let source_records = sources.iter().map(|s| s.records).sum();
-        let meta = CheckpointMetadata {
-            checkpoint_id: id,
-            job_name: self.cfg.name.clone(),
-            trigger_timestamp_ms: trigger_ms,
-            completed_timestamp_ms: wall_ms(),
+        let task_names: Vec<&str> = self.plan.tasks.iter().map(|t| t.name.as_str()).collect();
+        let info = finalize::CheckpointInfo {
+            id,
+            job_name: &self.cfg.name,
+            trigger_ms,
+            completed_ms: wall_ms(),
             mode: self.cfg.checkpointing.mode,
             max_parallelism: self.cfg.max_parallelism,
-            operators,
-            stats,
-            tasks: acks
-                .iter()
-                .zip(&self.plan.tasks)
-                .map(|(a, t)| TaskStatsMeta {
-                    task: t.name.clone(),
-                    stats: a.stats,
-                })
-                .collect(),
             snapshot,
-            weir_version: env!("CARGO_PKG_VERSION").to_string(),
-            sources,
-            run_id: self.storage.run_id().to_string(),
-            files: acks.iter().flat_map(|a| a.files.iter().cloned()).collect(),
+            run_id: self.storage.run_id(),
+            task_names: &task_names,
+            baseline,
         };
-        let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
-            what: "checkpoint metadata (encoding)".into(),
-            cause: e.to_string(),
-        })?;
-        self.storage.write_metadata(id, &payload)?;
-        Ok((stats, source_records))
+        let done = finalize::assemble(&info, acks);
+        finalize::write(&self.storage, &done.meta)?;
+        Ok((done.stats, done.source_records))
     }
 }
