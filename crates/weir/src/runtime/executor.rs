@@ -6,19 +6,18 @@
 //! parallelism and neither side fans in or out; each chain × subtask is one task on its
 //! own thread. Non-chained edges get one bounded channel per (sender, receiver) pair.
 //!
-//! With `attempt`, this module is the I/O edge of the checkpoint protocol: the
-//! [`Coordinator`] decides; they send triggers and notifications, write metadata and
-//! delete folders.
+//! With `attempt` (one attempt's event loop) and `spawn` (an attempt's threads), this
+//! module is the I/O edge of the checkpoint protocol: the pure coordinator
+//! (`checkpoint::coordinator`) decides; they send triggers and notifications, write
+//! metadata and delete folders. Writing snapshots and assembling `_metadata` belong to the
+//! checkpoint layer (`checkpoint::writer`, `checkpoint::finalize`).
 
-use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Sender};
 
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::finalize;
@@ -29,15 +28,13 @@ use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{spawn_writers, SnapshotJob, SnapshotWritten, TaskAck};
 use crate::error::{Error, Result};
-use crate::runtime::attempt::AttemptRun;
 use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
-use crate::runtime::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
-use crate::runtime::operators::OperatorContext;
+use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
-use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
+use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 pub use crate::runtime::result::{
     AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
@@ -47,32 +44,7 @@ pub use crate::runtime::result::{
 pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
 pub(crate) use crate::clock::wall_ms;
-
-/// A running attempt: the control channels and threads of its tasks.
-pub(crate) struct Attempt {
-    pub(crate) controls: Vec<Sender<Control>>,
-    pub(crate) sources: Vec<usize>,
-    pub(crate) handles: Vec<JoinHandle<()>>,
-    pub(crate) finished: Vec<bool>,
-}
-
-impl Attempt {
-    pub(crate) fn broadcast(&self, c: Control) {
-        for (i, tx) in self.controls.iter().enumerate() {
-            if !self.finished[i] {
-                let _ = tx.send(c); // a task that already exited needs no message
-            }
-        }
-    }
-
-    fn cancel_and_join(self) {
-        self.broadcast(Control::Cancel);
-        drop(self.controls);
-        for h in self.handles {
-            let _ = h.join(); // task panics were caught inside the thread
-        }
-    }
-}
+pub(crate) use crate::runtime::spawn::Attempt;
 
 pub(crate) struct Executor<'a> {
     pub(crate) graph: &'a JobGraph,
@@ -87,177 +59,6 @@ pub(crate) struct Executor<'a> {
     /// The counters of the source tasks (the plan does not change between attempts).
     pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
-}
-
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
-}
-
-impl Executor<'_> {
-    fn operator_context(
-        &self,
-        node: usize,
-        subtask: u32,
-        restore: Option<&RestoredCheckpoint>,
-    ) -> Result<OperatorContext> {
-        let uid = self.plan.uids[node].clone();
-        let p = self.plan.parallelism[node];
-        let (operator_state, keyed_state) = match restore {
-            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,
-            None => Default::default(),
-        };
-        Ok(OperatorContext {
-            uid,
-            subtask,
-            parallelism: p,
-            max_parallelism: self.cfg.max_parallelism,
-            restored: restore.is_some(),
-            operator_state,
-            keyed_state,
-            job_name: self.cfg.name.clone(),
-        })
-    }
-
-    fn spawn(&self, attempt: u32, restore: Option<&RestoredCheckpoint>) -> Result<Attempt> {
-        let g = self.graph;
-        // Channels for every non-chained edge.
-        let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
-        let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
-        for (i, e) in g.edges.iter().enumerate() {
-            if self.plan.chained[i] {
-                senders.push(Vec::new());
-                receivers.push(Vec::new());
-                continue;
-            }
-            let (tx, rx) = e.factory.channels(
-                self.plan.parallelism[e.from] as usize,
-                self.plan.parallelism[e.to] as usize,
-                self.plan.partitioning[i] == Partitioning::Forward,
-                self.cfg.channel_capacity.max(1),
-            );
-            senders.push(tx.into_iter().map(Some).collect());
-            receivers.push(rx.into_iter().map(Some).collect());
-        }
-        let mut controls = Vec::new();
-        let mut bodies: Vec<(String, TaskBody)> = Vec::new();
-        let mut sources = Vec::new();
-        for (ti, t) in self.plan.tasks.iter().enumerate() {
-            let s = t.subtask as usize;
-            let tail = *t.chain.last().expect("chains are never empty");
-            let outs: Vec<AnyBox> = g.nodes[tail]
-                .outputs
-                .iter()
-                .map(|&e| {
-                    let tx = senders[e][s]
-                        .take()
-                        .expect("each sender is used by one task");
-                    g.edges[e]
-                        .factory
-                        .writer(tx, self.plan.partitioning[e], t.subtask)
-                })
-                .collect();
-            let factory = &g.nodes[tail].outputs_factory;
-            let mut output = match outs.len() {
-                0 => factory.terminal(),
-                1 => outs.into_iter().next().expect("one output"),
-                _ => factory.fan_out(outs),
-            };
-            for &n in t.chain[1..].iter().rev() {
-                let NodeKind::Operator(build) = &g.nodes[n].kind else {
-                    return Err(Error::InvalidJob("a source cannot have inputs".into()));
-                };
-                output = build(self.operator_context(n, t.subtask, restore)?, output)?;
-            }
-            let (ctl_tx, ctl_rx) = unbounded();
-            controls.push(ctl_tx);
-            let ctx = TaskContext {
-                name: t.name.clone(),
-                index: ti,
-                subtask: t.subtask,
-                parallelism: t.parallelism,
-                attempt,
-                mode: self.cfg.checkpointing.mode,
-                buffer_timeout: self.cfg.buffer_timeout,
-                control: ctl_rx,
-                writer: self.writer_tx.clone(),
-                injector: self.injector.clone(),
-                metrics: self.task_metrics[ti].clone(),
-                events: self.events_tx.clone(),
-            };
-            let head = t.chain[0];
-            let body = match &g.nodes[head].kind {
-                NodeKind::Source(build) => {
-                    sources.push(ti);
-                    build(
-                        self.operator_context(head, t.subtask, restore)?,
-                        output,
-                        ctx,
-                    )?
-                }
-                NodeKind::Operator(build) => {
-                    let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
-                    let rx: Vec<AnyBox> = g.nodes[head]
-                        .inputs
-                        .iter()
-                        .map(|&e| {
-                            receivers[e][s]
-                                .take()
-                                .expect("each receiver is used by one task")
-                        })
-                        .collect();
-                    let first = g.nodes[head].inputs[0];
-                    g.edges[first].factory.input_task(rx, input, ctx)
-                }
-            };
-            bodies.push((t.name.clone(), body));
-        }
-        let mut handles = Vec::new();
-        for (ti, (name, body)) in bodies.into_iter().enumerate() {
-            let events = self.events_tx.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("weir-task-{ti}"))
-                .spawn(move || {
-                    let ev = match catch_unwind(AssertUnwindSafe(body)) {
-                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
-                        Ok(Err(error)) => TaskEvent::Failed {
-                            attempt,
-                            task: ti,
-                            error: match error {
-                                Error::Cancelled => Error::Cancelled,
-                                e => Error::TaskFailed {
-                                    task: name,
-                                    cause: e.to_string(),
-                                },
-                            },
-                        },
-                        Err(p) => TaskEvent::Failed {
-                            attempt,
-                            task: ti,
-                            error: Error::TaskFailed {
-                                task: name,
-                                cause: format!("panicked: {}", panic_message(p)),
-                            },
-                        },
-                    };
-                    let _ = events.send(ev);
-                })
-                .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
-            handles.push(h);
-        }
-        let n = controls.len();
-        Ok(Attempt {
-            controls,
-            sources,
-            handles,
-            finished: vec![false; n],
-        })
-    }
 }
 
 /// Outcome of one attempt.
@@ -438,9 +239,6 @@ fn run_job(
             Err(e) => break Err(e),
         };
         drop(restore.take()); // the tasks hold what they need; free the loaded checkpoint
-        for stale in coordinator.start_attempt(exec.plan.tasks.len(), Instant::now()) {
-            let _ = storage.discard(stale);
-        }
         let (attempt, end) = exec.run_attempt(
             attempt,
             attempt_no,
@@ -609,41 +407,6 @@ impl Executor<'_> {
                 records: meta.source_records(uid),
             })
             .collect()
-    }
-
-    /// Drives one attempt until every task finished or one failed.
-    #[allow(clippy::too_many_arguments)]
-    fn run_attempt(
-        &self,
-        attempt: Attempt,
-        attempt_no: u32,
-        baseline: &[SourceProgress],
-        coordinator: &mut Coordinator<TaskAck>,
-        events: &Receiver<TaskEvent>,
-        result: &mut JobResult,
-        latest_path: &mut Option<PathBuf>,
-    ) -> (Attempt, AttemptEnd) {
-        let mut run = AttemptRun {
-            exec: self,
-            attempt,
-            attempt_no,
-            baseline,
-            coordinator,
-            result,
-            latest_path,
-            completed: HashSet::new(),
-            standing: (0..self.plan.tasks.len()).map(|_| None).collect(),
-            frozen: (0..self.plan.tasks.len()).map(|_| None).collect(),
-            inputs_ended: HashSet::new(),
-            waiting: HashMap::new(),
-        };
-        let end = run.drive(events);
-        let why = match &end {
-            AttemptEnd::Finished => "the job finished first".to_string(),
-            AttemptEnd::Failed(e) => format!("the job attempt failed ({e}); it restarts from its latest checkpoint if its restart strategy allows"),
-        };
-        run.fail_waiting(&why);
-        (run.attempt, end)
     }
 }
 
