@@ -1,6 +1,6 @@
 //! Finalizing a checkpoint once every task acknowledged it: assembling its `_metadata`
 //! from the acknowledgements (pure, [`assemble`]) and writing it, which completes the
-//! checkpoint ([`write`]). Flink's `PendingCheckpoint::finalizeCheckpoint`.
+//! checkpoint ([`write()`]). Flink's `PendingCheckpoint::finalizeCheckpoint`.
 //!
 //! Guarantees of the assembly: each operator lists its subtasks in subtask order whatever
 //! order the acknowledgements came in; sizes are summed and durations are the maximum over

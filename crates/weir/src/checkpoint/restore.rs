@@ -193,6 +193,47 @@ pub fn load_latest(
 }
 
 impl RestoredCheckpoint {
+    /// Whether a job whose operators have `uids` and `max_parallelism` key groups can start
+    /// from this checkpoint, checked before any thread starts: the key groups must be the
+    /// same (they cannot be remapped), and state of an operator the job no longer has is
+    /// dropped only when `allow_non_restored_state` says so (Flink's
+    /// `--allowNonRestoredState`). Returns the notice to show when state is dropped.
+    pub fn check_compatible(
+        &self,
+        uids: &[String],
+        max_parallelism: u32,
+        allow_non_restored_state: bool,
+    ) -> Result<Option<String>> {
+        if self.meta.max_parallelism != max_parallelism {
+            return Err(Error::Restore(format!(
+                "{} was taken with max parallelism {}, the job uses {}; run with --max-parallelism {}",
+                self.path.display(),
+                self.meta.max_parallelism,
+                max_parallelism,
+                self.meta.max_parallelism
+            )));
+        }
+        let unmatched: Vec<&str> = self
+            .uids()
+            .filter(|u| !uids.iter().any(|p| p == u))
+            .collect();
+        if unmatched.is_empty() {
+            return Ok(None);
+        }
+        if !allow_non_restored_state {
+            return Err(Error::Restore(format!(
+                "{} holds state for operators this job does not have (uids: {}); \
+                 give the operators their old uids, or pass --allow-non-restored-state to drop that state",
+                self.path.display(),
+                unmatched.join(", ")
+            )));
+        }
+        Ok(Some(format!(
+            "dropping state of operators no longer in the job: {}",
+            unmatched.join(", ")
+        )))
+    }
+
     /// The uids that have state in this checkpoint.
     pub fn uids(&self) -> impl Iterator<Item = &str> {
         self.meta.operators.iter().map(|o| o.uid.as_str())
@@ -306,6 +347,64 @@ mod tests {
                 assert!(range.contains(&s.as_ptr()));
             }
         }
+    }
+
+    fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
+        use crate::checkpoint::metadata::{OperatorMeta, SnapshotKind, TaskCheckpointStats};
+        RestoredCheckpoint {
+            path: PathBuf::from("/c/chk-3"),
+            meta: CheckpointMetadata {
+                checkpoint_id: 3,
+                job_name: "job".into(),
+                trigger_timestamp_ms: 0,
+                completed_timestamp_ms: 0,
+                mode: crate::checkpoint::barrier::CheckpointingMode::ExactlyOnce,
+                max_parallelism,
+                operators: uids
+                    .iter()
+                    .map(|u| OperatorMeta {
+                        uid: u.to_string(),
+                        parallelism: 1,
+                        subtasks: Vec::new(),
+                    })
+                    .collect(),
+                stats: TaskCheckpointStats::default(),
+                tasks: Vec::new(),
+                snapshot: SnapshotKind::Checkpoint,
+                weir_version: "test".into(),
+                sources: Vec::new(),
+                run_id: String::new(),
+                files: Vec::new(),
+            },
+            operator_state: HashMap::new(),
+            keyed_state: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_restore_needs_the_same_key_groups_and_drops_state_only_when_allowed() {
+        let job: Vec<String> = vec!["src".into(), "count".into()];
+        let r = restored(&["src", "count"], 128);
+        assert_eq!(r.check_compatible(&job, 128, false).unwrap(), None);
+        let err = r.check_compatible(&job, 64, true).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "taken with max parallelism 128, the job uses 64; run with --max-parallelism 128"
+            ),
+            "{err}"
+        );
+        let r = restored(&["src", "old", "gone"], 128);
+        let err = r
+            .check_compatible(&job, 128, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(uids: old, gone)"), "{err}");
+        assert!(err.contains("--allow-non-restored-state"), "{err}");
+        let notice = r.check_compatible(&job, 128, true).unwrap();
+        assert_eq!(
+            notice.as_deref(),
+            Some("dropping state of operators no longer in the job: old, gone")
+        );
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! the task writes to them without copying them) into a scratch file, then laid out key
 //! group by key group into the state file, so a checkpoint holds neither a copy of the
 //! state nor its whole encoding in memory (see `state::cow_map` and `state::keyed::view`).
+//!
+//! `keyed` streams the keyed-state file (its layout is [`super::layout`]'s); `pool` runs
+//! the writer threads ([`spawn_writers`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -134,36 +134,10 @@ fn run_job(
         }
     };
     if let Some(r) = &restore {
-        // Fail fast on a max-parallelism mismatch, before any thread starts.
-        if r.meta.max_parallelism != cfg.max_parallelism {
-            return Err(Error::Restore(format!(
-                "{} was taken with max parallelism {}, the job uses {}; run with --max-parallelism {}",
-                r.path.display(),
-                r.meta.max_parallelism,
-                cfg.max_parallelism,
-                r.meta.max_parallelism
-            )));
-        }
-        let unmatched: Vec<&str> = r
-            .uids()
-            .filter(|u| !plan.uids.iter().any(|p| p == u))
-            .collect();
-        if !unmatched.is_empty() {
-            if !cfg.allow_non_restored_state {
-                return Err(Error::Restore(format!(
-                    "{} holds state for operators this job does not have (uids: {}); \
-                     give the operators their old uids, or pass --allow-non-restored-state to drop that state",
-                    r.path.display(),
-                    unmatched.join(", ")
-                )));
-            }
-            metrics.notice(
-                &mut result,
-                format!(
-                    "dropping state of operators no longer in the job: {}",
-                    unmatched.join(", ")
-                ),
-            );
+        // Fail fast on a mismatch, before any thread starts.
+        let allow = cfg.allow_non_restored_state;
+        if let Some(notice) = r.check_compatible(&plan.uids, cfg.max_parallelism, allow)? {
+            metrics.notice(&mut result, notice);
         }
         result.restored_from = Some(r.path.clone());
     }
