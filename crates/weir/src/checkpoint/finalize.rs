@@ -7,7 +7,7 @@
 //! tasks; each source's position is where the attempt restored it plus what its subtasks
 //! emitted before the barrier, so it counts from the job's first start across restarts.
 
-use crate::checkpoint::barrier::{BarrierKind, CheckpointingMode};
+use crate::checkpoint::barrier::CheckpointingMode;
 use crate::checkpoint::metadata::{
     CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
     TaskStatsMeta,
@@ -50,17 +50,6 @@ pub struct Finalized {
     pub stats: TaskCheckpointStats,
     /// Records all sources had emitted up to the barrier, since the job first started.
     pub source_records: u64,
-}
-
-impl SnapshotKind {
-    /// The kind of snapshot a barrier of `kind` takes.
-    pub fn of(kind: BarrierKind) -> SnapshotKind {
-        match kind {
-            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
-            BarrierKind::Savepoint => SnapshotKind::Savepoint,
-            BarrierKind::Stop { .. } => SnapshotKind::StopSavepoint,
-        }
-    }
 }
 
 /// Assembles the metadata of checkpoint `info.id` from `acks`, one per task in task order.
@@ -143,6 +132,7 @@ pub fn write(storage: &CheckpointStorage, meta: &CheckpointMetadata) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::barrier::BarrierKind;
     use crate::checkpoint::metadata::{FileOrigin, FileRef, SubtaskStateMeta};
     use crate::checkpoint::writer::OperatorAck;
 

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::barrier::CheckpointingMode;
+use crate::checkpoint::barrier::{BarrierKind, CheckpointingMode};
 use crate::state::key_group::KeyGroupRange;
 
 /// The state files' payloads, defined with the rest of their layout in
@@ -142,6 +142,17 @@ pub enum SnapshotKind {
     Savepoint,
     /// The savepoint a job stopped with.
     StopSavepoint,
+}
+
+impl SnapshotKind {
+    /// The kind of snapshot a barrier of `kind` takes.
+    pub fn of(kind: BarrierKind) -> SnapshotKind {
+        match kind {
+            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
+            BarrierKind::Savepoint => SnapshotKind::Savepoint,
+            BarrierKind::Stop { .. } => SnapshotKind::StopSavepoint,
+        }
+    }
 }
 
 impl std::fmt::Display for SnapshotKind {

@@ -388,3 +388,53 @@ fn a_new_attempt_deletes_what_the_previous_left_pending() {
     ));
     assert_eq!(triggered(&run.tick(t0 + 300 * MS, 0)).map(|t| t.0), Some(2));
 }
+
+#[test]
+fn a_request_declined_before_it_was_awaited_counts_as_a_failed_checkpoint() {
+    // The edge could not prepare the savepoint's folder: it answered the request itself
+    // and declines the barrier, which nobody waits for any more.
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.tolerable_failures = 5;
+    let mut c = Coordinator::new(cfg, 1);
+    let mut run = start(&mut c, t0);
+    let b = run.trigger_request(BarrierKind::Savepoint, t0, 0).unwrap();
+    let declined = run.on_decline(run.attempt(), b.id, "exists".into());
+    assert!(answers(&declined).is_empty());
+    assert!(has(&declined, |a| matches!(
+        a,
+        AttemptAction::ReportFailure { id: 1, .. }
+    )));
+    assert_eq!(aborts(&declined).len(), 1);
+}
+
+#[test]
+fn a_checkpoint_whose_metadata_fails_is_counted_and_retried_after_the_pause() {
+    let t0 = Instant::now();
+    let mut cfg = cfg();
+    cfg.tolerable_failures = 1;
+    let mut c = Coordinator::new(cfg, 1);
+    let mut run = start(&mut c, t0);
+    run.tick(t0 + 100 * MS, 0);
+    for t in 0..3 {
+        run.on_ack(1, 1, t, None, 0);
+    }
+    let failed = run.on_metadata_failed(1, "disk full".into());
+    assert!(
+        matches!(
+            &failed[..],
+            [
+                AttemptAction::ReportFailure { id: 1, .. },
+                AttemptAction::Abort { id: 1, .. }
+            ]
+        ),
+        "{failed:?}"
+    );
+    // Its acks arrived before it failed: a late one now deletes its files again.
+    assert!(matches!(
+        run.on_ack(1, 1, 0, None, 0)[..],
+        [AttemptAction::Discard(1)]
+    ));
+    assert!(triggered(&run.tick(t0 + 150 * MS, 0)).is_none());
+    assert_eq!(triggered(&run.tick(t0 + 200 * MS, 0)).map(|t| t.0), Some(2));
+}
