@@ -10,10 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::barrier::{BarrierKind, CheckpointingMode};
 use crate::state::key_group::KeyGroupRange;
 
-/// The state files' payloads, defined with the rest of their layout in
-/// [`super::layout`]; still reachable here, where they were first defined.
-pub use super::layout::{KeyGroupSection, KeyedStateFile, OperatorStateFile};
-
 /// A state file, relative to its checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileRef {

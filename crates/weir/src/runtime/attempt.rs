@@ -303,7 +303,7 @@ impl AttemptRun<'_, '_> {
                         .push(format!("checkpoint {id} {reason}"));
                     Vec::new()
                 }
-                Step::Abort { id, .. } => {
+                Step::Abort(id) => {
                     self.attempt.broadcast(Control::Aborted(id));
                     let _ = self.exec.storage.discard(id);
                     Vec::new()

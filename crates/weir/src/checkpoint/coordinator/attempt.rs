@@ -76,13 +76,9 @@ pub enum AttemptAction<A, S, R> {
         /// Why it failed.
         reason: AbortReason,
     },
-    /// Tell every task that checkpoint `id` will never complete, and delete its files.
-    Abort {
-        /// The aborted checkpoint.
-        id: u64,
-        /// Why.
-        reason: AbortReason,
-    },
+    /// Tell every task that checkpoint `id` will never complete, and delete its files
+    /// (why was answered or reported just before, when anyone needs to know).
+    Abort(u64),
     /// Tell every task that the checkpoint completed.
     NotifyComplete(u64),
     /// Delete the checkpoint's files: beyond the retention count, or written for a
@@ -370,12 +366,9 @@ impl<'c, A, S: Clone, R> AttemptCoordinator<'c, A, S, R> {
                         out.push(AttemptAction::Answer { reply, answer });
                         out.push(AttemptAction::Phase(JobPhase::Running));
                     } else if reason.is_failure() {
-                        out.push(AttemptAction::ReportFailure {
-                            id,
-                            reason: reason.clone(),
-                        });
+                        out.push(AttemptAction::ReportFailure { id, reason });
                     }
-                    out.push(AttemptAction::Abort { id, reason });
+                    out.push(AttemptAction::Abort(id));
                     self.expedite_if_all_ended();
                 }
                 Action::NotifyComplete(id) => out.push(AttemptAction::NotifyComplete(id)),

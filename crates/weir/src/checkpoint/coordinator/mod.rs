@@ -439,7 +439,6 @@ impl<A> Coordinator<A> {
     }
 
     /// Whether `id` is a savepoint (pending or being completed).
-    #[cfg(test)]
     pub fn is_savepoint(&self, id: u64) -> bool {
         self.savepoints.contains_key(&id)
     }
