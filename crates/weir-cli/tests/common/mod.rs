@@ -485,6 +485,12 @@ pub fn kill_loop(
         let delay = rng.range(window.0, window.1);
         let log = tmp.join(format!("run-{i}.log"));
         let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
+        if i % 2 == 1 {
+            // Every other run is killed `delay` after it completed a checkpoint of its own,
+            // so a loaded machine (slow to its first checkpoint) cannot leave every restore
+            // without progress; the others die `delay` after their start, restore included.
+            wait_for_checkpoint_after(job_dir, newest, &mut child, i);
+        }
         thread::sleep(Duration::from_millis(delay));
         sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
         after_kill(i);
@@ -499,6 +505,23 @@ pub fn kill_loop(
         job_dir.display()
     );
     newest
+}
+
+/// Waits (up to 120 s) until `job_dir` holds a complete checkpoint newer than `newest`,
+/// failing the test if run `i` exits or never gets there.
+fn wait_for_checkpoint_after(job_dir: &Path, newest: u64, child: &mut Child, i: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while completed_checkpoints(job_dir).last().copied().unwrap_or(0) <= newest {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("run {i} ended ({status}) before completing a checkpoint");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {i} completed no checkpoint in 120 s in {}",
+            job_dir.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Asserts a refused run failed the way users deserve: exit `code`, an `error:` line on
