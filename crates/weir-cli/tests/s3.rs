@@ -112,3 +112,60 @@ fn a_run_killed_with_sigkill_resumes_from_s3_and_lists_its_checkpoints() {
         path.display()
     );
 }
+
+/// A `weir run` checkpointing to `dir` with `env`: it must fail before running.
+fn refused_run(dir: &str, env: Vec<(&'static str, String)>) -> (Run, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = keyed_count_args(1000, 10, &["--checkpoint-dir", dir], false);
+    let started = Instant::now();
+    let r = run(weir(tmp.path(), args).envs(env));
+    (r, started.elapsed())
+}
+
+#[test]
+fn wrong_credentials_fail_the_run_at_once_with_the_way_out() {
+    let auth = moto::Moto::start_with_auth();
+    let (r, took) = refused_run("s3://creds/chk", auth.env());
+    assert_clean_error(
+        &r,
+        1,
+        &[
+            "s3://creds/chk/keyed-count",
+            "InvalidAccessKeyId",
+            "the server refused the credentials: check AWS_ACCESS_KEY_ID",
+        ],
+    );
+    assert_eq!(r.stderr.matches("error:").count(), 1, "{}", r.describe());
+    assert!(took < Duration::from_secs(10), "retried for {took:?}");
+}
+
+#[test]
+fn a_missing_bucket_fails_the_run_at_once_with_the_way_out() {
+    let (r, took) = refused_run("s3://no-such-bucket/chk", moto::child_env());
+    assert_clean_error(
+        &r,
+        1,
+        &[
+            "s3://no-such-bucket/chk/keyed-count",
+            "the bucket does not exist: create it, or fix the bucket in the s3:// URL",
+        ],
+    );
+    assert_eq!(r.stderr.matches("error:").count(), 1, "{}", r.describe());
+    assert!(took < Duration::from_secs(10), "retried for {took:?}");
+}
+
+#[test]
+fn no_credentials_at_all_fail_the_run_naming_the_variables() {
+    let env: Vec<_> = moto::child_env()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("AWS_ACCESS") && !k.starts_with("AWS_SECRET"))
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let args = keyed_count_args(1000, 10, &["--checkpoint-dir", "s3://nocreds/chk"], false);
+    let r = run(weir(tmp.path(), args)
+        .envs(env)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE"));
+    assert_clean_error(&r, 1, &["s3://nocreds/chk", "set AWS_ACCESS_KEY_ID"]);
+}

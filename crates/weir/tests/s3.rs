@@ -140,3 +140,29 @@ fn a_server_that_is_down_is_one_clear_error() {
     };
     assert!(err.contains("cannot be reached"), "{err}");
 }
+
+#[test]
+fn wrong_credentials_are_one_clear_error_without_retries() {
+    use weir::checkpoint::storage::backend::StorageBackend;
+    server(); // sets the AWS_* keys, which this server knows nothing of
+    let auth = moto::Moto::start_with_auth();
+    let b = weir::checkpoint::storage::s3::open_with_endpoint("s3://creds/x", &auth.endpoint())
+        .unwrap();
+    let started = Instant::now();
+    let write = b.put("probe").and_then(|mut w| {
+        w.write(b"probe")?;
+        w.commit(&[])
+    });
+    let err = write.unwrap_err().to_string();
+    assert!(err.contains("s3://creds/x/probe"), "{err}");
+    assert!(err.contains("InvalidAccessKeyId"), "{err}");
+    assert!(err.contains("refused the credentials"), "{err}");
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    let err = b.list("").unwrap_err().to_string();
+    assert!(err.contains("refused the credentials"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "retried a refusal: {:?}",
+        started.elapsed()
+    );
+}

@@ -224,6 +224,10 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     let has = |s: &str| cause.contains(s);
     let hint = if has("NoSuchBucket") || has("bucket does not exist") {
         "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
+    } else if has("169.254.169.254") {
+        "no credentials were found (nor an instance role): set AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY"
+            .into()
     } else if has("InvalidAccessKeyId") || has("SignatureDoesNotMatch") || has("403") {
         "the server refused the credentials: check AWS_ACCESS_KEY_ID and \
          AWS_SECRET_ACCESS_KEY (and AWS_REGION)"
