@@ -7,8 +7,9 @@
 //! * Retries are few and short: wrong credentials, a missing bucket or a server that is
 //!   down are one clear error naming the cause ([`StorageError::Remote`]), not a loop.
 //! * `_metadata` uses a conditional create (`If-None-Match: *`, HTTP 412 when present).
-//! * A streamed object is spilled to a local temp file (its header is known last), then
-//!   uploaded in parts.
+//! * A streamed object is uploaded in parts while it is written, its first part last
+//!   (it holds the header, known last) ([`upload`]); a large object is read in ranges
+//!   fetched several at a time.
 //! * Ownership is a lease object `_lease` ([`Lease`]), created if absent, renewed while the
 //!   run lives and taken over once expired, since S3 has no locks.
 
@@ -16,21 +17,22 @@ use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
-    WriteMultipart,
 };
 
 use super::backend::{ObjectWriter, Ownership, StorageBackend};
-use super::streamed::SpillFile;
 use super::{io_err, StorageError, READ_HINT};
+
+mod upload;
+use upload::S3Writer;
 
 /// The lease object in a job's folder on S3.
 pub const LEASE_OBJECT: &str = "_lease";
@@ -248,50 +250,52 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     }
 }
 
-/// Part size of uploads (S3's minimum is 5 MiB).
-const PART: usize = 8 << 20;
-
-/// An object spilled to a local temp file, uploaded on commit.
-struct S3Writer {
-    backend: S3Backend,
-    key: String,
-    spill: SpillFile,
+/// What the S3 backends of this process have moved, counted for tests and benchmarks that
+/// check how objects travel (in parts, in ranges) rather than trusting it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Transfers {
+    /// Objects written with one plain PUT (at most one part long).
+    pub single_puts: u64,
+    /// Multipart uploads started.
+    pub multipart_uploads: u64,
+    /// Parts sent by multipart uploads.
+    pub parts_uploaded: u64,
+    /// Ranged GETs (pieces of an object fetched concurrently).
+    pub ranged_gets: u64,
 }
 
-impl ObjectWriter for S3Writer {
-    fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        self.spill.append(bytes).map(|_| ())
-    }
+/// The counters behind [`transfers`].
+struct Counters {
+    single_puts: AtomicU64,
+    multipart_uploads: AtomicU64,
+    parts_uploaded: AtomicU64,
+    ranged_gets: AtomicU64,
+}
 
-    fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
-        let len = self.spill.len() as usize;
-        let b = &self.backend;
-        let path = b.path(&self.key);
-        let mut first = vec![0; len.min(PART)];
-        self.spill.read_at(0, &mut first)?;
-        let n = head.len().min(first.len());
-        first[..n].copy_from_slice(&head[..n]);
-        if len <= PART {
-            let put = b.client.store.put(&path, PutPayload::from(first));
-            block(put)?.map_err(|e| b.write_error("upload", &self.key, e))?;
-            return Ok(());
-        }
-        let upload = block(b.client.store.put_multipart(&path))?
-            .map_err(|e| b.write_error("start upload of", &self.key, e))?;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-        w.write(&first);
-        let mut buf = vec![0; PART];
-        let mut at = first.len();
-        while at < len {
-            let n = PART.min(len - at);
-            self.spill.read_at(at as u64, &mut buf[..n])?;
-            w.write(&buf[..n]);
-            at += n;
-        }
-        block(w.finish())?.map_err(|e| b.write_error("upload", &self.key, e))?;
-        Ok(())
+static TRANSFERS: Counters = Counters {
+    single_puts: AtomicU64::new(0),
+    multipart_uploads: AtomicU64::new(0),
+    parts_uploaded: AtomicU64::new(0),
+    ranged_gets: AtomicU64::new(0),
+};
+
+/// What the S3 backends of this process have moved so far.
+pub fn transfers() -> Transfers {
+    let t = &TRANSFERS;
+    Transfers {
+        single_puts: t.single_puts.load(Ordering::Relaxed),
+        multipart_uploads: t.multipart_uploads.load(Ordering::Relaxed),
+        parts_uploaded: t.parts_uploaded.load(Ordering::Relaxed),
+        ranged_gets: t.ranged_gets.load(Ordering::Relaxed),
     }
 }
+
+/// Size of the ranges a large read is split into, fetched [`RANGES_IN_FLIGHT`] at a time:
+/// one GET stream rarely fills a link to object storage, several do.
+const RANGE: usize = 8 << 20;
+
+/// Ranged GETs in flight at once per read.
+const RANGES_IN_FLIGHT: usize = 8;
 
 impl StorageBackend for S3Backend {
     fn describe(&self, key: &str) -> PathBuf {
@@ -306,11 +310,7 @@ impl StorageBackend for S3Backend {
     }
 
     fn put(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StorageError> {
-        Ok(Box::new(S3Writer {
-            backend: self.clone(),
-            key: key.to_string(),
-            spill: SpillFile::create(&std::env::temp_dir())?,
-        }))
+        Ok(Box::new(S3Writer::new(self.clone(), key)))
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
@@ -340,6 +340,28 @@ impl StorageBackend for S3Backend {
             Some(r) => block(store.get_range(&path, r))?,
         };
         Ok(bytes.map_err(|e| self.error("read", key, e))?.to_vec())
+    }
+
+    /// Reads `buf` in [`RANGE`]-sized ranges, several at once, each straight into its
+    /// slice of `buf`.
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
+        let store = &self.client.store;
+        let path = self.path(key);
+        let url = PathBuf::from(self.url(key));
+        let url = &url;
+        let all = futures::stream::iter(buf.chunks_mut(RANGE).enumerate())
+            .map(|(i, chunk)| {
+                let at = offset + (i * RANGE) as u64;
+                fetch_range(store, &path, url, at, chunk)
+            })
+            .buffer_unordered(RANGES_IN_FLIGHT)
+            .try_collect::<Vec<Result<(), StorageError>>>();
+        let results = block(all)?.map_err(|e| self.error("read", key, e))?;
+        results.into_iter().collect()
+    }
+
+    fn preferred_read_bytes(&self) -> usize {
+        RANGES_IN_FLIGHT * RANGE
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
@@ -390,6 +412,25 @@ impl StorageBackend for S3Backend {
     fn take_ownership(&self) -> Result<Ownership, StorageError> {
         Ok(Box::new(Lease::take(self.clone())?))
     }
+}
+
+/// Fetches `chunk.len()` bytes of the object at `path` from `at` into `chunk`: the outer
+/// error is the client's, the inner one a short read.
+async fn fetch_range(
+    store: &AmazonS3,
+    path: &ObjectPath,
+    url: &std::path::Path,
+    at: u64,
+    chunk: &mut [u8],
+) -> object_store::Result<Result<(), StorageError>> {
+    TRANSFERS.ranged_gets.fetch_add(1, Ordering::Relaxed);
+    let bytes = store.get_range(path, at..at + chunk.len() as u64).await?;
+    if bytes.len() != chunk.len() {
+        let short = io::ErrorKind::UnexpectedEof.into();
+        return Ok(Err(io_err("read", url, READ_HINT)(short)));
+    }
+    chunk.copy_from_slice(&bytes);
+    Ok(Ok(()))
 }
 
 /// Ownership of a job folder on S3: the object `_lease` holds `<expiry ms> <holder>`; it
