@@ -246,3 +246,75 @@ fn an_upload_dropped_before_commit_leaves_nothing() {
     assert_eq!(&got[..4], b"head");
     assert_eq!(got[4..], pattern(8 << 20)[4..]);
 }
+
+/// Overwrites the lease of `job_url` with one that expired long ago, as a run that
+/// stalled past its lease leaves it.
+fn expire_lease(job_url: &str) {
+    let b = weir::checkpoint::storage::open_backend(Path::new(job_url)).unwrap();
+    let mut w = b.put("_lease").unwrap();
+    w.write(b"1 a run that stalled").unwrap();
+    w.commit(&[]).unwrap();
+}
+
+#[test]
+fn a_run_whose_expired_lease_was_taken_over_completes_no_more_checkpoints() {
+    use weir::checkpoint::storage::format::FileKind;
+    use weir::checkpoint::storage::CheckpointStorage;
+    server();
+    make_bucket("fenced");
+    let dir = Path::new("s3://fenced/ck");
+    let old = CheckpointStorage::open(dir, "job").unwrap();
+    old.write_state_file(1, "count", "f", FileKind::KeyedState, b"one")
+        .unwrap();
+    old.write_metadata(1, b"one").unwrap();
+    // The old run stalls past its lease's expiry, and a new run takes the folder over.
+    expire_lease("s3://fenced/ck/job");
+    let new = CheckpointStorage::open(dir, "job").unwrap();
+    // The old run wakes up: its completion is refused, naming the cause and the way out.
+    let err = old.write_metadata(2, b"two").unwrap_err().to_string();
+    assert!(err.contains("s3://fenced/ck/job"), "{err}");
+    assert!(err.contains("was taken over by"), "{err}");
+    assert!(err.contains("no longer owns the job folder"), "{err}");
+    assert!(!new.is_complete(2));
+    // Nor does it write state files or delete checkpoints (its retention) any more.
+    let err = old
+        .write_state_file(3, "count", "f", FileKind::KeyedState, b"three")
+        .unwrap_err();
+    assert!(err.to_string().contains("was taken over by"), "{err}");
+    assert!(old.discard(1).is_err());
+    assert!(new.is_complete(1), "the old run deleted a checkpoint");
+    // The new run completes checkpoints; the old one, gone, leaves the lease to it.
+    new.write_state_file(2, "count", "f", FileKind::KeyedState, b"two")
+        .unwrap();
+    new.write_metadata(2, b"two").unwrap();
+    drop(old);
+    let third = CheckpointStorage::open(dir, "job").unwrap_err().to_string();
+    assert!(third.contains("in use by another run"), "{third}");
+}
+
+#[test]
+fn of_two_runs_taking_over_an_expired_lease_exactly_one_wins() {
+    use weir::checkpoint::storage::CheckpointStorage;
+    server();
+    make_bucket("takeover");
+    for round in 0..5 {
+        let job = format!("job-{round}");
+        let first = CheckpointStorage::open(Path::new("s3://takeover/ck"), &job).unwrap();
+        expire_lease(&format!("s3://takeover/ck/{job}"));
+        let start = std::sync::Barrier::new(2);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let open = || {
+                start.wait();
+                CheckpointStorage::open(Path::new("s3://takeover/ck"), &job)
+            };
+            let (a, b) = (s.spawn(open), s.spawn(open));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let won = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(won, 1, "round {round}: {results:?}");
+        let lost = results.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert!(lost.to_string().contains("in use by another run"), "{lost}");
+        // The stalled first holder cannot complete a checkpoint any more.
+        assert!(first.write_metadata(1, b"x").is_err());
+    }
+}

@@ -11,15 +11,16 @@
 //!   (it holds the header, known last) ([`upload`]); a large object is read in ranges
 //!   fetched several at a time.
 //! * Ownership is a lease object `_lease` ([`Lease`]), created if absent, renewed while the
-//!   run lives and taken over once expired, since S3 has no locks.
+//!   run lives and taken over once expired, since S3 has no locks; every write of it is
+//!   conditional (`If-Match`), and a run that lost it writes nothing more ([`lease`]).
 
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
@@ -29,17 +30,13 @@ use object_store::{
 };
 
 use super::backend::{ObjectWriter, Ownership, StorageBackend};
-use super::{io_err, StorageError, READ_HINT};
+use super::{io_err, StorageError, METADATA_FILE_NAME, READ_HINT};
 
+mod lease;
 mod upload;
+use lease::Fence;
+pub use lease::{Lease, LEASE_OBJECT};
 use upload::S3Writer;
-
-/// The lease object in a job's folder on S3.
-pub const LEASE_OBJECT: &str = "_lease";
-
-/// How long a lease lasts without renewal; `WEIR_S3_LEASE_SECONDS` overrides it (tests
-/// take over a killed run's lease without waiting long). Renewed every third of it.
-const LEASE_SECONDS: u64 = 30;
 
 /// One S3 client (per bucket) and the runtime its calls block on.
 struct Client {
@@ -77,6 +74,7 @@ pub fn open_with_endpoint(location: &str, endpoint: &str) -> Result<S3Backend, S
     Ok(S3Backend {
         client: make_client(location, bucket, Some(endpoint))?,
         prefix: prefix.trim_matches('/').to_string(),
+        fence: Arc::default(),
     })
 }
 
@@ -145,6 +143,9 @@ fn make_client(
 pub struct S3Backend {
     client: Arc<Client>,
     prefix: String,
+    /// The lease of the job folder, once this backend's family took it
+    /// ([`StorageBackend::take_ownership`]): checked before every write.
+    fence: Arc<OnceLock<Arc<Fence>>>,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -166,6 +167,7 @@ pub(super) fn open(text: &str, rest: &str) -> Result<S3Backend, StorageError> {
     Ok(S3Backend {
         client: client(text, bucket)?,
         prefix: prefix.trim_matches('/').to_string(),
+        fence: Arc::default(),
     })
 }
 
@@ -208,6 +210,18 @@ impl S3Backend {
 }
 
 impl S3Backend {
+    /// Refuses a write of `key` in a job folder whose lease this run lost; before a
+    /// checkpoint is completed (`renew`), renews the lease first, so that completion
+    /// happens with a whole lease lifetime left (see [`lease`]).
+    fn fenced(&self, key: &str, renew: bool) -> Result<(), StorageError> {
+        match self.fence.get() {
+            Some(_) if key == LEASE_OBJECT => Ok(()),
+            Some(fence) if renew => fence.renew(),
+            Some(fence) => fence.check(),
+            None => Ok(()),
+        }
+    }
+
     /// An error of a write: "not found" there means the bucket is missing.
     fn write_error(&self, op: &'static str, key: &str, e: object_store::Error) -> StorageError {
         match e {
@@ -306,14 +320,19 @@ impl StorageBackend for S3Backend {
         Box::new(S3Backend {
             client: self.client.clone(),
             prefix: self.key(prefix),
+            fence: self.fence.clone(),
         })
     }
 
     fn put(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StorageError> {
+        self.fenced(key, false)?;
         Ok(Box::new(S3Writer::new(self.clone(), key)))
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let completes =
+            key == METADATA_FILE_NAME || key.ends_with(&format!("/{METADATA_FILE_NAME}"));
+        self.fenced(key, completes)?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -379,6 +398,7 @@ impl StorageBackend for S3Backend {
     }
 
     fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.fenced(key, false)?;
         match block(self.client.store.delete(&self.path(key)))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error("remove", key, e)),
@@ -386,6 +406,7 @@ impl StorageBackend for S3Backend {
     }
 
     fn delete_all(&self, prefix: &str) -> Result<(), StorageError> {
+        self.fenced(prefix, false)?;
         let folder = self.path(prefix);
         let store = &self.client.store;
         let keys: Vec<ObjectPath> = block(async {
@@ -410,7 +431,14 @@ impl StorageBackend for S3Backend {
     }
 
     fn take_ownership(&self) -> Result<Ownership, StorageError> {
-        Ok(Box::new(Lease::take(self.clone())?))
+        // The lease's own backend does not share the fence (it writes the lease itself).
+        let plain = S3Backend {
+            fence: Arc::default(),
+            ..self.clone()
+        };
+        let (lease, fence) = Lease::take(plain)?;
+        let _ = self.fence.set(fence);
+        Ok(Box::new(lease))
     }
 }
 
@@ -431,99 +459,4 @@ async fn fetch_range(
     }
     chunk.copy_from_slice(&bytes);
     Ok(Ok(()))
-}
-
-/// Ownership of a job folder on S3: the object `_lease` holds `<expiry ms> <holder>`; it
-/// is created if absent, renewed by a thread every third of its lifetime, taken over
-/// once expired (its holder died), and removed when dropped.
-pub struct Lease {
-    stop: Arc<AtomicBool>,
-    renewer: Option<std::thread::JoinHandle<()>>,
-    backend: S3Backend,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn lease_seconds() -> u64 {
-    std::env::var("WEIR_S3_LEASE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&s| s > 0)
-        .unwrap_or(LEASE_SECONDS)
-}
-
-impl Lease {
-    fn take(backend: S3Backend) -> Result<Lease, StorageError> {
-        let ttl = lease_seconds();
-        let me = super::holder_description();
-        let body = move |me: &str| format!("{} {me}", now_ms() + ttl * 1000).into_bytes();
-        match backend.put_if_absent(LEASE_OBJECT, &body(&me)) {
-            Ok(()) => {}
-            Err(e) if e.is_already_exists() => {
-                let held = backend.get(LEASE_OBJECT, None)?;
-                let held = String::from_utf8_lossy(&held).into_owned();
-                let (expiry, holder) = held.split_once(' ').unwrap_or(("0", &held));
-                if expiry.parse::<u64>().unwrap_or(0) > now_ms() {
-                    return Err(StorageError::InUse {
-                        root: backend.describe(""),
-                        holder: format!("{holder}; its lease expires unless renewed"),
-                    });
-                }
-                // Expired: its holder died. Replace it, then make sure we won a race.
-                backend.delete(LEASE_OBJECT)?;
-                backend
-                    .put_if_absent(LEASE_OBJECT, &body(&me))
-                    .map_err(|e| {
-                        if e.is_already_exists() {
-                            StorageError::InUse {
-                                root: backend.describe(""),
-                                holder: "another run that took over the expired lease first".into(),
-                            }
-                        } else {
-                            e
-                        }
-                    })?;
-            }
-            Err(e) => return Err(e),
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (b, s) = (backend.clone(), stop.clone());
-        let renewer = std::thread::Builder::new()
-            .name("weir-s3-lease".into())
-            .spawn(move || {
-                let every = Duration::from_millis(ttl * 1000 / 3);
-                let tick = Duration::from_millis(50);
-                let mut waited = Duration::ZERO;
-                while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    waited += tick;
-                    if waited >= every {
-                        waited = Duration::ZERO;
-                        if let Ok(mut w) = b.put(LEASE_OBJECT) {
-                            let _ = w.write(&body(&me)).and_then(|()| w.commit(&[]));
-                        }
-                    }
-                }
-            })
-            .ok();
-        Ok(Lease {
-            stop,
-            renewer,
-            backend,
-        })
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.renewer.take() {
-            let _ = t.join();
-        }
-        let _ = self.backend.delete(LEASE_OBJECT);
-    }
 }

@@ -41,18 +41,24 @@ impl Moto {
     }
 
     fn spawn(port: u16, auth: bool) -> Moto {
-        let mut cmd = Command::new("moto_server");
-        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        // Through a shell that SIGKILLs the server once its stdin (held by this process)
+        // closes: statics are never dropped, so the shared server would otherwise outlive
+        // the test process.
+        let script = "command -v moto_server >/dev/null || exit 127; moto_server -H 127.0.0.1 -p \"$0\" & m=$!; read _; kill -9 $m; wait $m";
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script, &port.to_string()])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if auth {
             cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
         }
-        let child = cmd
-            .spawn()
-            .expect("moto_server is needed: pip install 'moto[server]' (scripts/test.sh does)");
+        let mut child = cmd.spawn().expect("sh starts");
         let started = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().is_ok_and(|s| s.is_some()) {
+                panic!("moto_server is needed: pip install 'moto[server]' (scripts/test.sh does)");
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "moto did not start"
@@ -66,10 +72,10 @@ impl Moto {
         }
     }
 
-    /// Kills the server (as a crash would: SIGKILL), and waits until its port is closed.
+    /// Kills the server (as a crash would: SIGKILL), and waits until it is gone.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+            drop(c.stdin.take());
             let _ = c.wait();
         }
     }
