@@ -91,6 +91,11 @@ impl Moto {
         self.child.take()
     }
 
+    /// The process id of the shell the server runs under (its only child is the server).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Its endpoint URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
