@@ -2,7 +2,10 @@
 //! starts on loopback: a run killed with SIGKILL resumes from S3 with `--restore latest`
 //! (proven from the summary: it restored a checkpoint and read only the rest) once the dead
 //! run's lease has expired, and `weir checkpoints list` reads the job's checkpoints from the
-//! bucket.
+//! bucket; wrong credentials, a missing bucket and no credentials fail the run at once with
+//! the way out; the server killed mid-run fails checkpoints while the job goes on, exactly;
+//! savepoints go to S3 and restore from there or from a local copy, and the inspection
+//! tools read them.
 #![cfg(feature = "s3")]
 
 mod common;

@@ -1,7 +1,10 @@
 //! Checkpoints on a real S3-compatible server: moto's server (`moto_server`, from PyPI;
 //! `scripts/test.sh` installs it), started by the tests on loopback. A job checkpoints to
 //! `s3://bucket/prefix` and resumes mid-run from it; a corrupted object is skipped; a
-//! missing bucket and a server that is down are one clear error each.
+//! missing bucket, wrong credentials and a server that is down are one clear error each,
+//! without a retry loop; a state file larger than a part is uploaded in parts and read back
+//! in ranges; a run whose expired lease was taken over completes no more checkpoints, and
+//! of two runs taking over one expired lease exactly one wins.
 #![cfg(feature = "s3")]
 
 mod common;
