@@ -11,6 +11,10 @@
 #
 #   crates/weir-cli/benches/scripts/s3-rows.sh [-r ROUNDS] [-e W1_EVENTS] [-k CKPT_KEYS] WEIR_BIN
 #
+# ROWS="w1" (or "ckpt-10m") runs one row only. Beside the wall-clock numbers it reports each
+# run's own CPU time (/usr/bin/time) and moto's: on a loaded 2-core machine moto (Python)
+# takes CPU from the job, so the run's CPU time is Weir's own cost of checkpointing to S3.
+#
 # S3 is a moto server started here on loopback (pip install 'moto[server]') unless
 # AWS_ENDPOINT_URL is set (then the bucket weir-bench must exist there). The medians per
 # side and the median of per-round S3 ÷ local ratios are printed as a table; the ratios are
@@ -34,6 +38,9 @@ weir=$1
 
 work=$(mktemp -d)
 moto_pid=""
+# The run's own CPU seconds (user + system), Weir's cost apart from moto's.
+timer=(/usr/bin/time -f "%U %S" -o "$work/time")
+[ -x /usr/bin/time ] || { echo "s3-rows.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 cleanup() {
     [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null
     rm -rf "$work"
@@ -67,11 +74,11 @@ run() {
     m0=$(moto_cpu)
     case $row in
     ckpt-10m)
-        "$weir" run keyed-count --events "$ckpt_keys" --keys "$ckpt_keys" --parallelism 2 \
+        "${timer[@]}" "$weir" run keyed-count --events "$ckpt_keys" --keys "$ckpt_keys" --parallelism 2 \
             --discard-output --checkpoint-interval 1h --checkpoint-dir "$dir" >"$out" 2>"$work/err" ||
             { cat "$out" "$work/err" >&2; exit 1; } ;;
     w1)
-        "$weir" run keyed-count --events "$w1_events" --keys 100000 --parallelism 2 \
+        "${timer[@]}" "$weir" run keyed-count --events "$w1_events" --keys 100000 --parallelism 2 \
             --emit updates --discard-output --checkpoint-interval 200ms \
             --checkpoint-dir "$dir" >"$out" 2>"$work/err" ||
             { cat "$out" "$work/err" >&2; exit 1; } ;;
@@ -79,20 +86,21 @@ run() {
     m1=$(moto_cpu)
     [ "$side" = local ] && rm -rf "$dir"
     # checkpoints: N completed, F failed; duration median X ms, max Y ms; ...; last size Z bytes
-    local line secs max size count
+    local line secs max size count cpu
+    cpu=$(tail -n1 "$work/time" | awk '{print $1 + $2}')
     line=$(grep '^checkpoints:' "$out")
     secs=$(grep -o 'finished in [0-9.]* s' "$out" | awk '{print $3}')
     count=$(echo "$line" | awk '{print $2}')
     max=$(echo "$line" | grep -o 'max [0-9.]* [mµ]*s;' | head -n1 | awk '{v=$2; if ($3=="s;") v*=1000; if ($3=="µs;") v/=1000; print v}')
     size=$(echo "$line" | grep -o 'last size [0-9]* bytes' | awk '{print $3}')
     case $row in
-    ckpt-10m) echo "$max $size $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count" ;;
-    w1) echo "$(awk -v n="$w1_events" -v s="$secs" 'BEGIN{print n/s}') $max $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count" ;;
+    ckpt-10m) echo "$max $size $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count $cpu" ;;
+    w1) echo "$(awk -v n="$w1_events" -v s="$secs" 'BEGIN{print n/s}') $max $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count $cpu" ;;
     esac
 }
 
 echo "s3-rows.sh: $weir, $rounds rounds, S3 at $AWS_ENDPOINT_URL; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg) at start"
-for row in ckpt-10m w1; do
+for row in ${ROWS:-ckpt-10m w1}; do
     : >"$work/$row.local"
     : >"$work/$row.s3"
     for ((i = 1; i <= rounds; i++)); do
@@ -106,27 +114,29 @@ for row in ckpt-10m w1; do
 done
 
 summary() {
-    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" '
+    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" '
     function median(v, n,   i, j, t) {
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
         return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
     }
-    { n++; a1[n] = $1; a2[n] = $2; b1[n] = $5; b2[n] = $6; m[n] = $7; bc[n] = $8; r1[n] = $5 / $1; r2[n] = $6 / $2 }
+    { n++; a1[n] = $1; a2[n] = $2; ac[n] = $5; b1[n] = $6; b2[n] = $7; m[n] = $8; bn[n] = $9; bc[n] = $10
+      r1[n] = $6 / $1; r2[n] = $7 / $2; rc[n] = $10 / $5; ca[n] = ac[n]; cb[n] = bc[n] }
     END {
         if (row == "ckpt-10m") {
-            printf "| checkpoint of 10 M keys: duration (max) | %.0f ms | %.0f ms | ×%.2f |\n", median(a1, n), median(b1, n), median(r1, n)
-            printf "| checkpoint of 10 M keys: size | %.0f MB | %.0f MB | |\n", median(a2, n) / 1e6, median(b2, n) / 1e6
-            printf "| checkpoint of 10 M keys: moto CPU per run | - | %.2f s | |\n", median(m, n)
+            printf "| checkpoint of %g M keys: duration (max) | %.0f ms | %.0f ms | ×%.2f |\n", keys / 1e6, median(a1, n), median(b1, n), median(r1, n)
+            printf "| checkpoint of %g M keys: size | %.0f MB | %.0f MB | |\n", keys / 1e6, median(a2, n) / 1e6, median(b2, n) / 1e6
+            printf "| %g M keys run: weir CPU time (user + sys) | %.2f s | %.2f s | ×%.3f |\n", keys / 1e6, median(ca, n), median(cb, n), median(rc, n)
+            printf "| %g M keys run: moto CPU time | - | %.2f s | |\n", keys / 1e6, median(m, n)
         } else {
             printf "| W1, checkpoints every 200 ms: events/s | %.1f M | %.1f M | ×%.3f |\n", median(a1, n) / 1e6, median(b1, n) / 1e6, median(r1, n)
             printf "| W1: checkpoint duration (max per run) | %.0f ms | %.0f ms | ×%.2f |\n", median(a2, n), median(b2, n), median(r2, n)
-            printf "| W1: checkpoints per run (S3) ; moto CPU per run | | %d ; %.2f s | |\n", median(bc, n), median(m, n)
+            printf "| W1: weir CPU time per run (user + sys) | %.2f s | %.2f s | ×%.3f |\n", median(ca, n), median(cb, n), median(rc, n)
+            printf "| W1: checkpoints per run (S3) ; moto CPU time per run | | %d ; %.2f s | |\n", median(bn, n), median(m, n)
         }
     }'
 }
 echo
 echo "| row ($rounds rounds, medians) | local disk | S3 (moto, loopback) | S3 ÷ local (median of rounds) |"
 echo "|---|---:|---:|---:|"
-summary ckpt-10m
-summary w1
+for row in ${ROWS:-ckpt-10m w1}; do summary "$row"; done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at end"
