@@ -196,6 +196,19 @@ impl Lease {
             }
             Err(e) => return Err(backend.write_error("create", LEASE_OBJECT, e)),
         };
+        if taken.e_tag.is_none() {
+            let _ = backend.delete(LEASE_OBJECT);
+            return Err(StorageError::Remote {
+                op: "take the lease of",
+                location: backend.url(""),
+                cause: "the server returned no ETag for the lease, so it cannot be renewed \
+                        conditionally (If-Match)"
+                    .into(),
+                hint: "use an S3 server with conditional writes (AWS S3, MinIO, moto), or a \
+                       local --checkpoint-dir"
+                    .into(),
+            });
+        }
         *fence.etag.lock().unwrap_or_else(|p| p.into_inner()) = taken.e_tag;
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (fence.clone(), stop.clone());
