@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use moto::{free_port, make_bucket, server};
+use moto::{make_bucket, server};
 use weir::checkpoint::metadata::CheckpointMetadata;
 use weir::checkpoint::storage::{open_backend, read_metadata};
 use weir::prelude::*;
@@ -130,9 +130,10 @@ fn a_second_run_is_refused_while_the_lease_is_held() {
 #[test]
 fn a_server_that_is_down_is_one_clear_error() {
     server();
-    // A bucket name no other test uses, so its client points at a closed port.
-    let closed = free_port();
-    let dir = format!("s3://down-{closed}/x");
+    // Port 1 (tcpmux) has no listener; a free port picked here could be taken meanwhile
+    // by a moto server another test starts.
+    let closed = 1;
+    let dir = "s3://down/x".to_string();
     let err = {
         use weir::checkpoint::storage::backend::StorageBackend;
         let b = weir::checkpoint::storage::s3::open_with_endpoint(
@@ -198,7 +199,8 @@ fn a_state_file_larger_than_a_part_is_uploaded_in_parts_and_read_in_ranges() {
         })
         .unwrap();
     let wrote = transfers();
-    assert_eq!(wrote.multipart_uploads - before.multipart_uploads, 1);
+    // (Counters are the process's: other tests may upload meanwhile.)
+    assert!(wrote.multipart_uploads > before.multipart_uploads);
     assert!(
         wrote.parts_uploaded - before.parts_uploaded >= 6,
         "{before:?} → {wrote:?}"

@@ -122,7 +122,9 @@ impl ObjectWriter for S3Writer {
             } else {
                 (&mut self.current, false)
             };
-            if buf.capacity() == 0 {
+            // The part being filled is reserved whole (it only exists for large objects);
+            // the first grows as written, so that small objects stay small in memory.
+            if !at_start && buf.capacity() == 0 {
                 buf.reserve_exact(self.part);
             }
             let n = (self.part - buf.len()).min(bytes.len());
