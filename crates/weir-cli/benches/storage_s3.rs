@@ -8,10 +8,12 @@
 //! ```
 //!
 //! Writing mirrors a checkpoint: the files are streamed by two writer threads (the
-//! snapshot writer pool's size) through `CheckpointStorage::write_state_file_streamed`, in
-//! 1 MiB pieces, to S3 in parts as they are written. Reading mirrors a restore: the files
-//! one after another through `read_state_payload`, each checksummed and, when large, read
-//! in parallel ranges. Rounds alternate which side goes first; a side's result is the
+//! snapshot writer pool's size) through the storage backend's streamed put, in 1 MiB
+//! pieces, to S3 in parts as they are written. Reading mirrors a restore's read of a large
+//! file: the files one after another, each in two halves read in parallel, in reads of the
+//! backend's preferred size (on S3, 8 MiB ranges eight at a time). (The engine's own
+//! checkpoint writer and restore, which add the envelope and its checksum on both sides,
+//! are not public; this is their I/O.) Rounds alternate which side goes first; a side's result is the
 //! median over rounds, and the ratio S3 ÷ local is the median of the per-round ratios, so
 //! a burst of outside load hits both sides of a round. Beside wall time it reports this
 //! process's CPU time (Weir's own cost: encoding, checksums, HTTP) and the S3 server's CPU
@@ -26,8 +28,8 @@ mod moto;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use weir::checkpoint::storage::format::FileKind;
-use weir::checkpoint::storage::{read_state_payload, CheckpointStorage, StorageError};
+use weir::storage::backend::StorageBackend;
+use weir::storage::open_backend;
 
 /// One side's measurement of one round.
 #[derive(Clone, Copy, Default)]
@@ -79,14 +81,13 @@ fn server_pid(sh_pid: Option<u32>) -> Option<u32> {
     children.split_whitespace().next()?.parse().ok()
 }
 
-/// Writes `files` state files of `bytes_each` into checkpoint 1 of `storage` with two
-/// writer threads, streaming 1 MiB pieces.
-fn write_files(storage: &CheckpointStorage, files: usize, bytes_each: usize) -> Vec<(String, u32)> {
+/// Writes `files` objects of `bytes_each` under `chk-1/count/` with two writer threads,
+/// streaming 1 MiB pieces. Returns their keys.
+fn write_files(b: &dyn StorageBackend, files: usize, bytes_each: usize) -> Vec<String> {
     let piece: Vec<u8> = (0..1u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let out = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| loop {
@@ -94,49 +95,62 @@ fn write_files(storage: &CheckpointStorage, files: usize, bytes_each: usize) -> 
                 if f >= files {
                     return;
                 }
-                let name = format!("kg-{f}");
-                let stored = storage
-                    .write_state_file_streamed(1, "count", &name, FileKind::KeyedState, |w| {
-                        let mut left = bytes_each;
-                        while left > 0 {
-                            let n = left.min(piece.len());
-                            // A different first byte per piece: no two pieces alike.
-                            w.write(&[(left >> 20) as u8])?;
-                            w.write(&piece[1..n])?;
-                            left -= n;
-                        }
-                        Ok::<(), StorageError>(())
-                    })
-                    .expect("state file written");
-                out.lock().unwrap().push((stored.path, stored.crc32c));
+                let mut w = b
+                    .put(&format!("chk-1/count/kg-{f}"))
+                    .expect("upload starts");
+                let mut left = bytes_each;
+                while left > 0 {
+                    let n = left.min(piece.len());
+                    // A different first byte per piece: no two pieces alike.
+                    w.write(&[(left >> 20) as u8]).expect("written");
+                    w.write(&piece[1..n]).expect("written");
+                    left -= n;
+                }
+                w.commit(b"header").expect("committed");
             });
         }
     });
-    out.into_inner().unwrap()
+    (0..files).map(|f| format!("chk-1/count/kg-{f}")).collect()
 }
 
-/// Reads the files back as a restore does (one after another, checked).
-fn read_files(chk: &Path, files: &[(String, u32)]) -> usize {
-    files
-        .iter()
-        .map(|(path, crc)| {
-            read_state_payload(chk, path, FileKind::KeyedState, Some(*crc))
-                .expect("state file read")
-                .len()
+/// Reads the objects back as a restore reads a large file: one after another, each in two
+/// halves at once, in reads of the backend's preferred size.
+fn read_files(b: &dyn StorageBackend, keys: &[String]) -> usize {
+    let chunk = b.preferred_read_bytes().max(1 << 20);
+    keys.iter()
+        .map(|key| {
+            let len = b.size(key).expect("object size") as usize;
+            let mut buf = vec![0u8; len];
+            let (first, second) = buf.split_at_mut(len / 2);
+            let read = |dst: &mut [u8], mut at: u64| {
+                for c in dst.chunks_mut(chunk) {
+                    b.read_at(key, at, c).expect("object read");
+                    at += c.len() as u64;
+                }
+            };
+            std::thread::scope(|s| {
+                s.spawn(|| read(second, (len / 2) as u64));
+                read(first, 0);
+            });
+            buf.len()
         })
         .sum()
 }
 
-/// One round of one side: write, then read, into a fresh job folder under `dir`.
+/// One round of one side: write, then read, under a fresh job folder in `dir`.
 fn measure(dir: &Path, job: &str, files: usize, bytes_each: usize, server: Option<u32>) -> Sample {
-    let storage = CheckpointStorage::open(dir, job).expect("storage opens");
+    let b = open_backend(&dir.join(job)).expect("storage opens");
+    if let Some(folder) = b.local_dir("") {
+        folder.expect("job folder created");
+    }
+    let _owner = b.take_ownership().expect("job folder owned");
     let (c0, s0, t0) = (cpu_seconds(), process_cpu(server), Instant::now());
-    let stored = write_files(&storage, files, bytes_each);
+    let keys = write_files(&*b, files, bytes_each);
     let (c1, s1, t1) = (cpu_seconds(), process_cpu(server), Instant::now());
-    let read = read_files(&storage.checkpoint_path(1), &stored);
+    let read = read_files(&*b, &keys);
     let (c2, s2, t2) = (cpu_seconds(), process_cpu(server), Instant::now());
     assert_eq!(read, files * bytes_each, "read back a different size");
-    storage.discard(1).expect("checkpoint discarded");
+    b.delete_all("chk-1").expect("checkpoint discarded");
     Sample {
         write_s: (t1 - t0).as_secs_f64(),
         read_s: (t2 - t1).as_secs_f64(),

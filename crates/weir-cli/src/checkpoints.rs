@@ -12,10 +12,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use weir::checkpoint::inspect;
-use weir::checkpoint::storage::parse_checkpoint_dir_name;
+use weir::inspect;
 use weir::storage::backend::StorageBackend;
-use weir::storage::{is_remote, open_backend, METADATA_FILE_NAME};
+use weir::storage::{is_remote, open_backend, parse_checkpoint_dir_name, METADATA_FILE_NAME};
 
 use crate::inspect::{human_bytes, table, timestamp, Format};
 

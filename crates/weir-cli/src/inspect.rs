@@ -5,7 +5,7 @@
 //! weir state dump weir-checkpoints/keyed-count/chk-7 --uid count --state count --format json
 //! ```
 //!
-//! The engine ([`weir::checkpoint::inspect`]) reads and verifies the files without knowing
+//! The engine ([`weir::inspect`]) reads and verifies the files without knowing
 //! the job's types; this module knows the types of the built-in jobs (see [`Decoder`]) and
 //! decodes their states, picking the decoder from the job name the checkpoint records, the
 //! operator uid and the state name. Any other state is printed as hex. Every error is one
@@ -22,10 +22,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use weir::checkpoint::inspect::{
-    self, CheckpointDescription, InspectError, RawEntries, RawState, StateScope,
+use weir::inspect::{
+    self, CheckpointDescription, InspectError, RawEntries, RawState, SourceProgress, StateScope,
 };
-use weir::checkpoint::metadata::{CheckpointMetadata, SourceProgress};
 
 /// `weir state …`: the subcommands, dispatched by [`run`].
 #[derive(Subcommand)]
@@ -259,14 +258,7 @@ fn describe_text(d: &CheckpointDescription) -> String {
 /// `_metadata` records them (layout 3; empty for older checkpoints): the position a restore
 /// resumes from, which is what a user about to resume wants to see.
 pub(crate) fn source_records(path: &std::path::Path) -> Result<Vec<SourceProgress>> {
-    let payload = weir::checkpoint::storage::read_metadata(path)?;
-    let meta = CheckpointMetadata::decode(&payload).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: _metadata is not a Weir checkpoint file ({e})",
-            path.display()
-        )
-    })?;
-    Ok(meta.sources)
+    Ok(inspect::source_progress(path)?)
 }
 
 /// `weir checkpoints inspect`: the description of `weir state ls` plus where every source

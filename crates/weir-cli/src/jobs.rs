@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use weir::prelude::*;
-use weir::state::key_group::{key_group, KeyGroupRange};
 use weir::state::Key;
+use weir::state::{key_group, KeyGroupRange};
 
 use crate::connect::{self, CountKey, Prepared, SinkFormat, SinkSpec};
 

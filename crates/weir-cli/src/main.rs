@@ -9,6 +9,8 @@
 //! weir status --job 127.0.0.1:PORT            # while a job runs (it prints its address)
 //! weir savepoint --job 127.0.0.1:PORT
 //! weir stop --job 127.0.0.1:PORT [--drain]    # then: weir run … --restore <savepoint>
+//! weir nexmark generate --events 1000000 --output events.jsonl
+//! weir nexmark reference --query q5 --input events.jsonl --output results
 //! ```
 //!
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
@@ -20,6 +22,7 @@ mod connect;
 mod control;
 mod inspect;
 mod jobs;
+mod nexmark;
 mod output;
 
 use std::ffi::OsString;
@@ -58,6 +61,9 @@ enum Command {
     Checkpoint(control::client::CheckpointArgs),
     /// Show a running job's state, parallelism and latest checkpoints.
     Status(control::client::StatusArgs),
+    /// Nexmark: generate events, evaluate the reference queries.
+    #[command(subcommand)]
+    Nexmark(nexmark::NexmarkCommand),
 }
 
 /// The built-in jobs. Their flags are parsed by the runner (`weir::runner`), as any job's:
@@ -91,6 +97,7 @@ fn main() -> ExitCode {
         Command::Stop(a) => control::client::stop(a),
         Command::Checkpoint(a) => control::client::checkpoint(a),
         Command::Status(a) => control::client::status(a),
+        Command::Nexmark(c) => nexmark::run(c),
     };
     match r {
         Ok(code) => code,

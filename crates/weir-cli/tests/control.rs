@@ -287,3 +287,43 @@ fn a_truncated_or_foreign_savepoint_is_a_clear_error() {
         assert!(!r.stderr.contains("panicked"), "{what}\n{}", r.describe());
     }
 }
+
+/// Issue 10: the endpoint made a thread per connection before checking the token (500
+/// half-open connections made 496 threads). Now a fixed pool holds any number of idle
+/// connections (past its queue they get a 503 at once), closes them when their request
+/// deadline passes, and answers again.
+#[test]
+fn half_open_connections_neither_add_threads_nor_silence_the_endpoint() {
+    if !Path::new("/proc/self/task").exists() {
+        return; // threads are counted through Linux's /proc
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let job = Running::start(t, job_args(t, 1, Some("100000"), &[]), "job");
+    job.wait_running(t);
+    let tasks = format!("/proc/{}/task", job.child.id());
+    let threads = || std::fs::read_dir(&tasks).unwrap().count();
+    let before = threads();
+    let flood: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(&job.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let during = threads();
+    eprintln!("job threads: {before} before, {during} with 300 idle connections");
+    assert!(
+        during < before + 10,
+        "{before} threads before, {during} with 300 idle connections"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = control(t, &["status", "--job", &job.addr]);
+        if r.code() == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", r.describe());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(flood);
+    control(t, &["stop", "--job", &job.addr]).assert_success();
+    assert_eq!(job.finish().0, Some(0));
+}

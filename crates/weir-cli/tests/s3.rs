@@ -212,8 +212,8 @@ fn the_server_stopped_mid_checkpoint_fails_checkpoints_and_the_job_goes_on_exact
     let args = keyed_count_args(n, keys, &extra, false);
     let log = tmp.path().join("run.log");
     let mut child = spawn_logged(weir(tmp.path(), args).envs(m.env()), &log);
-    let store = weir::storage::s3::open_with_endpoint("s3://outage/chk/keyed-count", &m.endpoint())
-        .unwrap();
+    let store =
+        weir::storage::open_with_endpoint("s3://outage/chk/keyed-count", &m.endpoint()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while complete_in(&store).len() < 2 {
         assert!(child.try_wait().unwrap().is_none(), "weir exited early");

@@ -3,14 +3,18 @@
 //! It knows objects, folders and bytes, not checkpoints' meaning, and imports nothing else
 //! of the crate (see the layer map in the crate docs):
 //!
-//! * [`format`](mod@format) — the checksummed envelope of every file.
-//! * [`shared_bytes`] — ranges of a loaded file, handed out without copying.
 //! * [`backend`] — the storage trait ([`StorageBackend`]): streamed put, get by range,
 //!   list, delete, create-if-absent, one owner per job folder; implemented by [`local`]
-//!   (a local disk), [`memory`] (tests) and, with the `s3` feature, `s3` (S3-compatible
-//!   object storage).
-//! * this module — [`CheckpointStorage`], the checkpoint layout on any backend, and the
-//!   locations users give (`/a/folder`, `s3://bucket/prefix`, `mem://store/prefix`).
+//!   (a local disk), [`memory`] (tests) and, with the `s3` feature, `S3Backend`
+//!   (S3-compatible object storage). [`open_backend`] picks one by location
+//!   (`/a/folder`, `s3://bucket/prefix`, `mem://store/prefix`).
+//! * internal: `format` (the checksummed envelope of every file), `shared_bytes` (ranges
+//!   of a loaded file, handed out without copying) and `CheckpointStorage` (the checkpoint
+//!   layout on any backend).
+//!
+//! Public, for tools and extensions: the backend trait and its implementations,
+//! [`open_backend`], [`StorageError`] and the names of the layout ([`METADATA_FILE_NAME`],
+//! [`parse_checkpoint_dir_name`]). Everything else is the engine's.
 //!
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
@@ -27,7 +31,6 @@
 //! Every error names the path, the cause and the way out.
 
 use self::backend::{Ownership, StorageBackend};
-use self::format::{FileKind, FormatError};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -35,29 +38,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub mod backend;
-pub mod format;
+pub(crate) mod format;
 pub mod local;
 pub mod memory;
 mod read;
 #[cfg(feature = "s3")]
-pub mod s3;
-pub mod shared_bytes;
+pub(crate) mod s3;
+pub(crate) mod shared_bytes;
 mod streamed;
-pub use read::{read_metadata, read_state_file, read_state_payload};
+pub use format::{FileKind, FormatError};
+pub(crate) use read::{read_metadata, read_state_file, read_state_payload};
+#[cfg(feature = "s3")]
+pub use s3::{open_with_endpoint, transfers, S3Backend, Transfers, LEASE_OBJECT};
 use streamed::write_streamed;
-pub use streamed::{PayloadWriter, SpillFile};
+pub(crate) use streamed::{PayloadWriter, SpillFile};
 
 /// The file in a job's checkpoint folder that its running owner holds locked; it records
 /// who holds it. A lock (not the file's presence) is what counts, so a run killed with
 /// SIGKILL leaves nothing to clean up: the operating system releases its lock.
-pub const LOCK_FILE_NAME: &str = "_lock";
+pub(crate) const LOCK_FILE_NAME: &str = "_lock";
 
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
 
 /// Longest uid, job id or file name accepted, leaving room for the temp-file decoration
 /// within the usual 255-byte file-name limit.
-pub const MAX_NAME_LEN: usize = 200;
+pub(crate) const MAX_NAME_LEN: usize = 200;
 
 const WRITE_HINT: &str =
     "check that the folder is writable and the disk is not full, or pass --checkpoint-dir";
@@ -238,7 +244,7 @@ fn io_err(
 /// names) can never reach outside their folder or collide with temp and metadata files.
 /// `what` names the thing in the error (e.g. "operator uid"). Call it early (when the job
 /// graph is built) to fail before the first checkpoint.
-pub fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError> {
+pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<(), StorageError> {
     let reason = if name.is_empty() {
         Some("it is empty")
     } else if name.len() > MAX_NAME_LEN {
@@ -331,7 +337,7 @@ pub fn is_remote(location: &Path) -> bool {
 
 /// `location` made absolute for a reply to someone in another folder: local paths against
 /// the current directory; URLs are absolute already.
-pub fn absolute_location(location: &Path) -> PathBuf {
+pub(crate) fn absolute_location(location: &Path) -> PathBuf {
     if is_remote(location) {
         location.to_path_buf()
     } else {
@@ -356,7 +362,7 @@ type Redirect = (PathBuf, Arc<dyn StorageBackend>);
 
 /// A state file as stored: what the metadata records of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredFile {
+pub(crate) struct StoredFile {
     /// Path relative to the checkpoint folder (`"<uid>/<file_name>"`, '/'-separated).
     pub path: String,
     /// Size in bytes, envelope included.
@@ -372,7 +378,7 @@ pub struct StoredFile {
 /// checkpoint id to its own folder, and every clone of the storage (the writer threads')
 /// follows.
 #[derive(Debug, Clone)]
-pub struct CheckpointStorage {
+pub(crate) struct CheckpointStorage {
     root: PathBuf,
     backend: Arc<dyn StorageBackend>,
     redirects: Arc<Mutex<HashMap<u64, Redirect>>>,

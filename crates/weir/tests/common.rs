@@ -213,9 +213,8 @@ pub fn newest_checkpoint(dir: &Path, name: &str) -> (PathBuf, u64) {
         .max()
         .expect("a complete checkpoint")
         .1;
-    let bytes = weir::checkpoint::storage::read_metadata(&newest).unwrap();
-    let meta = weir::checkpoint::metadata::CheckpointMetadata::decode(&bytes).unwrap();
-    let records = meta.sources.iter().map(|s| s.records).sum();
+    let sources = weir::inspect::source_progress(&newest).unwrap();
+    let records = sources.iter().map(|s| s.records).sum();
     (newest, records)
 }
 

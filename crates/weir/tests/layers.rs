@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("api", 6),
     ("connectors", 6),
     ("testing", 6),
+    ("inspect", 6),
     ("prelude", 6),
     ("runtime", 5),
     ("checkpoint", 4),

@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use weir::checkpoint::metadata::CheckpointMetadata;
-use weir::checkpoint::storage::memory::MemoryStore;
-use weir::checkpoint::storage::read_metadata;
+use weir::inspect::source_progress;
 use weir::prelude::*;
+use weir::storage::memory::MemoryStore;
 
 /// The newest complete checkpoint of `job` in `store` and the records its sources read.
 fn newest_in(store: &MemoryStore, job: &str) -> (PathBuf, u64) {
@@ -28,8 +27,8 @@ fn newest_in(store: &MemoryStore, job: &str) -> (PathBuf, u64) {
         .expect("a complete checkpoint in memory");
     let _: u64 = id;
     let path = PathBuf::from(format!("mem://{}/{prefix}{id}", "mem-job"));
-    let meta = CheckpointMetadata::decode(&read_metadata(&path).unwrap()).unwrap();
-    (path, meta.sources.iter().map(|s| s.records).sum())
+    let sources = source_progress(&path).unwrap();
+    (path, sources.iter().map(|s| s.records).sum())
 }
 
 #[test]

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use moto::{make_bucket, server};
-use weir::checkpoint::metadata::CheckpointMetadata;
-use weir::checkpoint::storage::{open_backend, read_metadata};
+use weir::inspect::source_progress;
 use weir::prelude::*;
+use weir::storage::open_backend;
 
 /// The newest complete checkpoint of `job` under `dir` and the records its sources read.
 fn newest(dir: &str, job: &str) -> (PathBuf, u64) {
@@ -33,8 +33,8 @@ fn newest(dir: &str, job: &str) -> (PathBuf, u64) {
         .max()
         .expect("a complete checkpoint on S3");
     let path = root.join(format!("chk-{id}"));
-    let meta = CheckpointMetadata::decode(&read_metadata(&path).unwrap()).unwrap();
-    (path, meta.sources.iter().map(|s| s.records).sum())
+    let sources = source_progress(&path).unwrap();
+    (path, sources.iter().map(|s| s.records).sum())
 }
 
 #[test]
@@ -120,11 +120,12 @@ fn a_second_run_is_refused_while_the_lease_is_held() {
     server();
     make_bucket("lease");
     let dir = Path::new("s3://lease/ckpts");
-    let first = weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap();
-    let err = weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap_err();
+    let own = || open_backend(&dir.join("job")).unwrap().take_ownership();
+    let first = own().unwrap();
+    let err = own().unwrap_err();
     assert!(err.to_string().contains("in use by another run"), "{err}");
     drop(first);
-    weir::checkpoint::storage::CheckpointStorage::open(dir, "job").unwrap();
+    own().unwrap();
 }
 
 #[test]
@@ -135,11 +136,8 @@ fn a_server_that_is_down_is_one_clear_error() {
     let closed = 1;
     let dir = "s3://down/x".to_string();
     let err = {
-        use weir::checkpoint::storage::backend::StorageBackend;
-        let b = weir::checkpoint::storage::s3::open_with_endpoint(
-            &dir,
-            &format!("http://127.0.0.1:{closed}"),
-        );
+        use weir::storage::backend::StorageBackend;
+        let b = weir::storage::open_with_endpoint(&dir, &format!("http://127.0.0.1:{closed}"));
         b.and_then(|b| b.list("")).unwrap_err().to_string()
     };
     assert!(err.contains("cannot be reached"), "{err}");
@@ -147,11 +145,10 @@ fn a_server_that_is_down_is_one_clear_error() {
 
 #[test]
 fn wrong_credentials_are_one_clear_error_without_retries() {
-    use weir::checkpoint::storage::backend::StorageBackend;
+    use weir::storage::backend::StorageBackend;
     server(); // sets the AWS_* keys, which this server knows nothing of
     let auth = moto::Moto::start_with_auth();
-    let b = weir::checkpoint::storage::s3::open_with_endpoint("s3://creds/x", &auth.endpoint())
-        .unwrap();
+    let b = weir::storage::open_with_endpoint("s3://creds/x", &auth.endpoint()).unwrap();
     let started = Instant::now();
     let write = b.put("probe").and_then(|mut w| {
         w.write(b"probe")?;
@@ -180,24 +177,19 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[test]
 fn a_state_file_larger_than_a_part_is_uploaded_in_parts_and_read_in_ranges() {
-    use weir::checkpoint::storage::format::FileKind;
-    use weir::checkpoint::storage::s3::transfers;
-    use weir::checkpoint::storage::CheckpointStorage;
+    use weir::storage::transfers;
     server();
     make_bucket("bigfiles");
-    let storage = CheckpointStorage::open(Path::new("s3://bigfiles/ck"), "job").unwrap();
-    // 40 MiB and a bit: five parts of 8 MiB and a short last one; read in two halves of
-    // three 8 MiB ranges or fewer each.
+    let b = open_backend(Path::new("s3://bigfiles/ck/job")).unwrap();
+    // 40 MiB and a bit, written in uneven pieces: five parts of 8 MiB and a short last one.
     let payload = pattern((40 << 20) + 12_345);
     let before = transfers();
-    let stored = storage
-        .write_state_file_streamed(7, "count", "kg-0-127", FileKind::KeyedState, |w| {
-            for piece in payload.chunks((1 << 20) + 7) {
-                w.write(piece)?;
-            }
-            Ok::<(), weir::checkpoint::storage::StorageError>(())
-        })
-        .unwrap();
+    let mut w = b.put("chk-7/count/kg-0-127").unwrap();
+    for piece in payload.chunks((1 << 20) + 7) {
+        w.write(piece).unwrap();
+    }
+    // The head (an envelope's header, known last) lands in the first part, sent last.
+    w.commit(b"HEAD").unwrap();
     let wrote = transfers();
     // (Counters are the process's: other tests may upload meanwhile.)
     assert!(wrote.multipart_uploads > before.multipart_uploads);
@@ -205,39 +197,27 @@ fn a_state_file_larger_than_a_part_is_uploaded_in_parts_and_read_in_ranges() {
         wrote.parts_uploaded - before.parts_uploaded >= 6,
         "{before:?} → {wrote:?}"
     );
-    assert_eq!(stored.size, payload.len() as u64 + 24);
-    let chk = storage.checkpoint_path(7);
-    let read = weir::checkpoint::storage::read_state_payload(
-        &chk,
-        &stored.path,
-        FileKind::KeyedState,
-        Some(stored.crc32c),
-    )
-    .unwrap();
-    let after = transfers();
-    assert!(
-        read.as_ref() == payload.as_slice(),
-        "the payload came back different"
+    assert_eq!(
+        b.size("chk-7/count/kg-0-127").unwrap(),
+        payload.len() as u64
     );
+    // Read back as a restore reads a large file: big reads, split into ranges.
+    let mut read = vec![0; payload.len()];
+    b.read_at("chk-7/count/kg-0-127", 0, &mut read).unwrap();
+    let after = transfers();
+    assert_eq!(&read[..4], b"HEAD");
+    assert!(read[4..] == payload[4..], "the payload came back different");
     assert!(
         after.ranged_gets - wrote.ranged_gets >= 6,
         "{wrote:?} → {after:?}"
     );
-    // The same bytes as a local file of the same payload: the format does not depend on
-    // the backend.
-    let tmp = tempfile::tempdir().unwrap();
-    let local = CheckpointStorage::open(tmp.path(), "job").unwrap();
-    let l = local
-        .write_state_file(7, "count", "kg-0-127", FileKind::KeyedState, &payload)
-        .unwrap();
-    assert_eq!((l.size, l.crc32c), (stored.size, stored.crc32c));
 }
 
 #[test]
 fn an_upload_dropped_before_commit_leaves_nothing() {
     server();
     make_bucket("dropped");
-    let b = weir::checkpoint::storage::open_backend(Path::new("s3://dropped/x")).unwrap();
+    let b = weir::storage::open_backend(Path::new("s3://dropped/x")).unwrap();
     let mut w = b.put("big").unwrap();
     w.write(&pattern(20 << 20)).unwrap();
     drop(w);
@@ -255,7 +235,7 @@ fn an_upload_dropped_before_commit_leaves_nothing() {
 /// Overwrites the lease of `job_url` with one that expired long ago, as a run that
 /// stalled past its lease leaves it.
 fn expire_lease(job_url: &str) {
-    let b = weir::checkpoint::storage::open_backend(Path::new(job_url)).unwrap();
+    let b = weir::storage::open_backend(Path::new(job_url)).unwrap();
     let mut w = b.put("_lease").unwrap();
     w.write(b"1 a run that stalled").unwrap();
     w.commit(&[]).unwrap();
@@ -263,63 +243,71 @@ fn expire_lease(job_url: &str) {
 
 #[test]
 fn a_run_whose_expired_lease_was_taken_over_completes_no_more_checkpoints() {
-    use weir::checkpoint::storage::format::FileKind;
-    use weir::checkpoint::storage::CheckpointStorage;
     server();
     make_bucket("fenced");
-    let dir = Path::new("s3://fenced/ck");
-    let old = CheckpointStorage::open(dir, "job").unwrap();
-    old.write_state_file(1, "count", "f", FileKind::KeyedState, b"one")
-        .unwrap();
-    old.write_metadata(1, b"one").unwrap();
+    let job = Path::new("s3://fenced/ck/job");
+    let old = open_backend(job).unwrap();
+    let old_lease = old.take_ownership().unwrap();
+    old.put_if_absent("chk-1/_metadata", b"one").unwrap();
     // The old run stalls past its lease's expiry, and a new run takes the folder over.
     expire_lease("s3://fenced/ck/job");
-    let new = CheckpointStorage::open(dir, "job").unwrap();
+    let new = open_backend(job).unwrap();
+    let _new_lease = new.take_ownership().unwrap();
     // The old run wakes up: its completion is refused, naming the cause and the way out.
-    let err = old.write_metadata(2, b"two").unwrap_err().to_string();
+    let err = old
+        .put_if_absent("chk-2/_metadata", b"two")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("s3://fenced/ck/job"), "{err}");
     assert!(err.contains("was taken over by"), "{err}");
     assert!(err.contains("no longer owns the job folder"), "{err}");
-    assert!(!new.is_complete(2));
+    assert!(new.size("chk-2/_metadata").unwrap_err().is_not_found());
     // Nor does it write state files or delete checkpoints (its retention) any more.
-    let err = old
-        .write_state_file(3, "count", "f", FileKind::KeyedState, b"three")
-        .unwrap_err();
+    let err = old.put("chk-3/count/f").err().unwrap();
     assert!(err.to_string().contains("was taken over by"), "{err}");
-    assert!(old.discard(1).is_err());
-    assert!(new.is_complete(1), "the old run deleted a checkpoint");
+    assert!(old.delete_all("chk-1").is_err());
+    assert!(
+        new.size("chk-1/_metadata").is_ok(),
+        "the old run deleted a checkpoint"
+    );
     // The new run completes checkpoints; the old one, gone, leaves the lease to it.
-    new.write_state_file(2, "count", "f", FileKind::KeyedState, b"two")
-        .unwrap();
-    new.write_metadata(2, b"two").unwrap();
-    drop(old);
-    let third = CheckpointStorage::open(dir, "job").unwrap_err().to_string();
-    assert!(third.contains("in use by another run"), "{third}");
+    new.put_if_absent("chk-2/_metadata", b"two").unwrap();
+    drop(old_lease);
+    let third = open_backend(job).unwrap().take_ownership().err().unwrap();
+    assert!(
+        third.to_string().contains("in use by another run"),
+        "{third}"
+    );
 }
 
 #[test]
 fn of_two_runs_taking_over_an_expired_lease_exactly_one_wins() {
-    use weir::checkpoint::storage::CheckpointStorage;
     server();
     make_bucket("takeover");
     for round in 0..5 {
         let job = format!("job-{round}");
-        let first = CheckpointStorage::open(Path::new("s3://takeover/ck"), &job).unwrap();
+        let url = format!("s3://takeover/ck/{job}");
+        let own = || open_backend(Path::new(&url)).and_then(|b| Ok((b.take_ownership()?, b)));
+        let first = own().unwrap();
         expire_lease(&format!("s3://takeover/ck/{job}"));
         let start = std::sync::Barrier::new(2);
         let results: Vec<_> = std::thread::scope(|s| {
             let open = || {
                 start.wait();
-                CheckpointStorage::open(Path::new("s3://takeover/ck"), &job)
+                own()
             };
             let (a, b) = (s.spawn(open), s.spawn(open));
             vec![a.join().unwrap(), b.join().unwrap()]
         });
+        let outcomes: Vec<_> = results
+            .iter()
+            .map(|r| r.as_ref().map(|_| "won").map_err(|e| e.to_string()))
+            .collect();
         let won = results.iter().filter(|r| r.is_ok()).count();
-        assert_eq!(won, 1, "round {round}: {results:?}");
+        assert_eq!(won, 1, "round {round}: {outcomes:?}");
         let lost = results.iter().find_map(|r| r.as_ref().err()).unwrap();
         assert!(lost.to_string().contains("in use by another run"), "{lost}");
         // The stalled first holder cannot complete a checkpoint any more.
-        assert!(first.write_metadata(1, b"x").is_err());
+        assert!(first.1.put_if_absent("chk-1/_metadata", b"x").is_err());
     }
 }

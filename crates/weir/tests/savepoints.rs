@@ -10,8 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::{expected, CountPerKey};
-use weir::checkpoint::metadata::{CheckpointMetadata, SnapshotKind};
-use weir::checkpoint::storage::read_metadata;
+use weir::inspect::{CheckpointDescription, SnapshotKind};
 use weir::prelude::*;
 
 const N: u64 = 400_000;
@@ -115,8 +114,8 @@ fn counts(out: &CollectSink<(u64, u64)>) -> HashMap<u64, u64> {
     out.take().into_iter().collect()
 }
 
-fn meta(path: &Path) -> CheckpointMetadata {
-    CheckpointMetadata::decode(&read_metadata(path).unwrap()).unwrap()
+fn meta(path: &Path) -> CheckpointDescription {
+    weir::inspect::describe(path).unwrap()
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
-use weir::state::keyed::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState};
+use weir::state::{AggregateFunction, AggregatingState, ListState, MapState, ReducingState};
 
 const KEYS: u64 = 50;
 

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use weir::api::execution::RestoreInfo;
 use weir::prelude::*;
-use weir::runtime::executor::RestoreInfo;
 
 use super::keying::{check_counts, check_summaries, CountSummary, Keying};
 use super::measure::{peak_rss_bytes, Meter};

@@ -1,16 +1,69 @@
-//! The DataStream API: how a user describes a job. It is the top layer: it imports the
-//! runtime, and nothing below imports it.
+//! The DataStream API: how a user describes a job, runs it and looks at the result. It is
+//! the top layer of the engine: it imports the runtime, and nothing below imports it.
 //!
-//! * [`config`] — job-wide settings.
+//! * [`config`] — job-wide settings: checkpointing, mode, restarts, restore, failure
+//!   injection.
 //! * [`functions`] — the traits user code implements and their state hooks.
 //! * [`stream`] — the environment, `DataStream` and `KeyedStream`.
 //! * [`two_phase_commit`] — exactly-once sinks: the two-phase-commit protocol.
+//! * [`execution`] — what a run returns, and the handle that controls a running job.
 //!
-//! `config` and `functions` are owned by the runtime, which runs the functions under the
-//! configuration; they are re-exported here, where users look for them, under the same
-//! paths as before. The logical graph `stream` builds is the runtime's too
-//! (`runtime::graph`, internal).
+//! The types in `config`, `functions` and `execution` are owned by the runtime (which runs
+//! the functions under the configuration) and the checkpoint protocol; they are re-exported
+//! here, where users look for them. The runtime itself is internal.
 
-pub use crate::runtime::{config, functions};
+/// The traits user code implements: sources, sinks, process functions and their state
+/// hooks.
+///
+/// # The state-hook contract ([`CheckpointedFunction`](functions::CheckpointedFunction))
+///
+/// Every hook of one function instance runs on that instance's task thread, never
+/// concurrently with `process`/`poll`/`invoke`, so functions need no locks:
+/// 1. `initialize_state` — once per attempt, before the first record; tells whether the job
+///    restores (and hands over the operator state assigned to this subtask) or starts fresh.
+/// 2. `snapshot_state` — when a checkpoint barrier passes the operator: everything processed
+///    before it is in, nothing after. It must be quick: it runs on the processing thread.
+/// 3. `notify_checkpoint_complete(n)` — after checkpoint `n` (and so every earlier one) is
+///    durable. It may arrive late or, after a failure, not at all: never rely on it for
+///    correctness of state, only for side effects that may be repeated (committing output).
+/// 4. `notify_checkpoint_aborted(n)` — checkpoint `n` will never complete.
+///
+/// An `Err` from any hook (or a panic) fails the task and with it the job attempt; the
+/// restart strategy then restores the latest completed checkpoint.
+///
+/// Owned by the runtime, which calls the functions; re-exported here.
+pub mod functions {
+    pub use crate::runtime::functions::{
+        BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
+        ProcessFunction, SinkFunction, SourceFunction, SourceStatus,
+    };
+}
 pub mod stream;
 pub mod two_phase_commit;
+
+/// Job-wide settings a job runs under: one [`JobConfig`](config::JobConfig) holds them all.
+///
+/// Re-exported from the runtime and the checkpoint protocol, which own them, so a job names
+/// every setting from one place.
+pub mod config {
+    pub use crate::checkpoint::barrier::CheckpointingMode;
+    pub use crate::checkpoint::coordinator::CheckpointConfig;
+    pub use crate::runtime::config::{JobConfig, RestoreFrom};
+    pub use crate::runtime::fault::FailureInjection;
+    pub use crate::runtime::restart::RestartStrategy;
+}
+
+/// Running a job: what [`StreamEnvironment::execute`](crate::api::stream::StreamEnvironment::execute)
+/// returns, and the [`JobControl`](execution::JobControl) handle that takes savepoints, checkpoints and stops a
+/// job while it runs.
+///
+/// Re-exported from the runtime, which fills them in; the runner builds its summary and
+/// the control endpoint from nothing else, so a job run by hand can do the same.
+pub mod execution {
+    pub use crate::runtime::control::{
+        CheckpointStatus, ControlError, ControlErrorKind, JobControl, JobStatus, SnapshotDone,
+    };
+    pub use crate::runtime::result::{
+        AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
+    };
+}

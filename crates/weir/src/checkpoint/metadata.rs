@@ -1,4 +1,5 @@
-//! The `_metadata` of a checkpoint and the state-file payloads it points to (docs/architecture.md §6).
+//! The `_metadata` of a checkpoint, which names the state files (docs/architecture.md §6;
+//! the files themselves are laid out by [`super::layout`]).
 //!
 //! All structures are encoded with postcard inside the checksummed envelope of
 //! [`super::format`]. The metadata names every file by a path *relative to the checkpoint
@@ -6,10 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::barrier::CheckpointingMode;
+use crate::checkpoint::barrier::{BarrierKind, CheckpointingMode};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::operator::OperatorStateSnapshot;
-use crate::state::StateKind;
 
 /// A state file, relative to its checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +140,17 @@ pub enum SnapshotKind {
     StopSavepoint,
 }
 
+impl SnapshotKind {
+    /// The kind of snapshot a barrier of `kind` takes.
+    pub fn of(kind: BarrierKind) -> SnapshotKind {
+        match kind {
+            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
+            BarrierKind::Savepoint => SnapshotKind::Savepoint,
+            BarrierKind::Stop { .. } => SnapshotKind::StopSavepoint,
+        }
+    }
+}
+
 impl std::fmt::Display for SnapshotKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -249,11 +259,6 @@ pub struct TaskStatsMeta {
 }
 
 impl CheckpointMetadata {
-    /// Total bytes of state files.
-    pub fn state_size(&self) -> u64 {
-        self.stats.bytes
-    }
-
     /// The CRC-32C the state file at `path` must have: `Ok(None)` for checkpoints of
     /// layouts before 4 (their files are checked by their envelopes only), `Err` with the
     /// reason when the metadata ties no file, or a file of another checkpoint or run, to
@@ -283,132 +288,9 @@ impl CheckpointMetadata {
     }
 }
 
-/// Payload of an operator-state file.
-pub type OperatorStateFile = OperatorStateSnapshot;
-
-/// One key group's section of a keyed-state file: one encoded blob per state, in the order
-/// of [`KeyedStateFile::states`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyGroupSection {
-    /// The key group.
-    pub group: u32,
-    /// Encoded `(key, value)` entries of each state.
-    #[serde(with = "byte_runs")]
-    pub states: Vec<Vec<u8>>,
-}
-
-/// Serde for the encoded sections: each `Vec<u8>` goes through `serialize_bytes` /
-/// `deserialize_byte_buf`. In postcard that is the same bytes as the derived sequence of
-/// `u8` (a varint length, then the bytes), so files stay compatible both ways, but each
-/// section is copied as one run instead of one serde call per byte — which made writing
-/// and restoring large keyed state slow (a 1 GB restore spent about a second here).
-mod byte_runs {
-    use serde::de::{Deserializer, SeqAccess, Visitor};
-    use serde::ser::{SerializeSeq, Serializer};
-    use serde::{Deserialize, Serialize};
-
-    struct Run<'a>(&'a [u8]);
-
-    impl Serialize for Run<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(self.0)
-        }
-    }
-
-    pub fn serialize<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(v.len()))?;
-        for run in v {
-            seq.serialize_element(&Run(run))?;
-        }
-        seq.end()
-    }
-
-    struct Buf(Vec<u8>);
-
-    impl<'de> Deserialize<'de> for Buf {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_byte_buf(BufVisitor)
-        }
-    }
-
-    struct BufVisitor;
-
-    impl<'de> Visitor<'de> for BufVisitor {
-        type Value = Buf;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("bytes")
-        }
-
-        fn visit_bytes<E>(self, v: &[u8]) -> Result<Buf, E> {
-            Ok(Buf(v.to_vec()))
-        }
-
-        fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Buf, E> {
-            Ok(Buf(v))
-        }
-
-        /// Formats that write bytes as a sequence (JSON) read back through here.
-        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Buf, A::Error> {
-            let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 20));
-            while let Some(b) = a.next_element::<u8>()? {
-                v.push(b);
-            }
-            Ok(Buf(v))
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
-        let runs = Vec::<Buf>::deserialize(d)?;
-        Ok(runs.into_iter().map(|b| b.0).collect())
-    }
-}
-
-/// Payload of a keyed-state file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyedStateFile {
-    /// Key groups covered.
-    pub range: KeyGroupRange,
-    /// The job's max parallelism when written.
-    pub max_parallelism: u32,
-    /// `(name, kind)` of each state.
-    pub states: Vec<(String, StateKind)>,
-    /// Non-empty key groups only.
-    pub groups: Vec<KeyGroupSection>,
-    /// Per state (in the order of `states`): whether its entries carry a TTL stamp,
-    /// encoded as `(key, (value, last_refresh_ms))` instead of `(key, value)`.
-    pub ttl: Vec<bool>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The layout `KeyGroupSection` had with derived serde for its `Vec<Vec<u8>>`.
-    #[derive(Debug, PartialEq, Serialize, Deserialize)]
-    struct DerivedSection {
-        group: u32,
-        states: Vec<Vec<u8>>,
-    }
-
-    #[test]
-    fn sections_encode_exactly_as_the_derived_layout() {
-        let long: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
-        let section = KeyGroupSection {
-            group: 7,
-            states: vec![vec![], vec![1, 2, 255], long.clone()],
-        };
-        let derived = DerivedSection {
-            group: 7,
-            states: section.states.clone(),
-        };
-        let ours = postcard::to_allocvec(&section).unwrap();
-        assert_eq!(ours, postcard::to_allocvec(&derived).unwrap());
-        let back: KeyGroupSection = postcard::from_bytes(&ours).unwrap();
-        assert_eq!(back, section);
-        let old: DerivedSection = postcard::from_bytes(&ours).unwrap();
-        assert_eq!(old.states, derived.states);
-    }
 
     fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         CheckpointMetadata {

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::format::FileKind;
-use super::metadata::{CheckpointMetadata, OperatorStateFile};
+use super::layout::{self, KeyedStateFileRef, OperatorStateFile};
+use super::metadata::CheckpointMetadata;
 use super::shared_bytes::SharedBytes;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
 use crate::error::{Error, Result};
@@ -35,42 +35,23 @@ pub struct RestoredCheckpoint {
     keyed_state: HashMap<String, Vec<LoadedKeyedFile>>,
 }
 
-/// A keyed-state file ([`super::metadata::KeyedStateFile`]) as loaded: its header fields,
+/// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
 /// and per key group one range of the file's buffer per state.
 struct LoadedKeyedFile {
     range: KeyGroupRange,
-    max_parallelism: u32,
     states: Vec<(String, StateKind)>,
     ttl: Vec<bool>,
     groups: Vec<(u32, Vec<SharedBytes>)>,
 }
 
-/// [`super::metadata::KeyedStateFile`] decoded without copying its sections: the same
-/// fields in the same order (postcard writes no field names), each section borrowed from the
-/// file's buffer. The test `borrowed_layout_matches_the_file_layout` keeps the two in step.
-#[derive(Deserialize)]
-struct KeyedStateFileRef<'a> {
-    range: KeyGroupRange,
-    max_parallelism: u32,
-    states: Vec<(String, StateKind)>,
-    #[serde(borrow)]
-    groups: Vec<KeyGroupSectionRef<'a>>,
-    ttl: Vec<bool>,
-}
-
-/// [`super::metadata::KeyGroupSection`], borrowed.
-#[derive(Deserialize)]
-struct KeyGroupSectionRef<'a> {
-    group: u32,
-    #[serde(borrow)]
-    states: Vec<&'a [u8]>,
-}
-
 impl LoadedKeyedFile {
     /// Decodes the keyed-state file payload `payload` (read from `path`), keeping its
-    /// sections as ranges of `payload`'s buffer.
-    fn decode(path: &Path, payload: &SharedBytes) -> Result<LoadedKeyedFile> {
+    /// sections as ranges of `payload`'s buffer, and checks its shape against a checkpoint
+    /// of `max_parallelism` key groups ([`layout::check_keyed_file`]).
+    fn decode(path: &Path, payload: &SharedBytes, max_parallelism: u32) -> Result<LoadedKeyedFile> {
         let file: KeyedStateFileRef<'_> = decode(path, "keyed state", payload)?;
+        file.check(max_parallelism)
+            .map_err(|e| Error::Restore(format!("{}: {e}", path.display())))?;
         let share = |bytes: &[u8]| {
             payload
                 .slice_ref(bytes)
@@ -78,7 +59,6 @@ impl LoadedKeyedFile {
         };
         Ok(LoadedKeyedFile {
             range: file.range,
-            max_parallelism: file.max_parallelism,
             states: file.states,
             ttl: file.ttl,
             groups: file
@@ -133,22 +113,19 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
             }
             if let Some(f) = &st.operator_state {
                 let crc = expected_crc(path, &meta, &f.path)?;
-                let bytes = read_state_file(path, &f.path, FileKind::OperatorState, crc)?;
+                let bytes = read_state_file(path, &f.path, layout::OPERATOR_STATE_KIND, crc)?;
                 per_subtask[st.subtask as usize] =
                     Some(decode(&path.join(&f.path), "operator state", &bytes)?);
             }
             if let Some(k) = &st.keyed_state {
                 let crc = expected_crc(path, &meta, &k.file.path)?;
-                let payload = read_state_payload(path, &k.file.path, FileKind::KeyedState, crc)?;
-                let file = LoadedKeyedFile::decode(&path.join(&k.file.path), &payload)?;
-                if file.max_parallelism != meta.max_parallelism {
-                    return Err(Error::Restore(format!(
-                        "{}: written with max parallelism {} but the checkpoint says {}",
-                        path.join(&k.file.path).display(),
-                        file.max_parallelism,
-                        meta.max_parallelism
-                    )));
-                }
+                let payload =
+                    read_state_payload(path, &k.file.path, layout::KEYED_STATE_KIND, crc)?;
+                let file = LoadedKeyedFile::decode(
+                    &path.join(&k.file.path),
+                    &payload,
+                    meta.max_parallelism,
+                )?;
                 keyed_state.entry(op.uid.clone()).or_default().push(file);
             }
         }
@@ -216,6 +193,47 @@ pub fn load_latest(
 }
 
 impl RestoredCheckpoint {
+    /// Whether a job whose operators have `uids` and `max_parallelism` key groups can start
+    /// from this checkpoint, checked before any thread starts: the key groups must be the
+    /// same (they cannot be remapped), and state of an operator the job no longer has is
+    /// dropped only when `allow_non_restored_state` says so (Flink's
+    /// `--allowNonRestoredState`). Returns the notice to show when state is dropped.
+    pub fn check_compatible(
+        &self,
+        uids: &[String],
+        max_parallelism: u32,
+        allow_non_restored_state: bool,
+    ) -> Result<Option<String>> {
+        if self.meta.max_parallelism != max_parallelism {
+            return Err(Error::Restore(format!(
+                "{} was taken with max parallelism {}, the job uses {}; run with --max-parallelism {}",
+                self.path.display(),
+                self.meta.max_parallelism,
+                max_parallelism,
+                self.meta.max_parallelism
+            )));
+        }
+        let unmatched: Vec<&str> = self
+            .uids()
+            .filter(|u| !uids.iter().any(|p| p == u))
+            .collect();
+        if unmatched.is_empty() {
+            return Ok(None);
+        }
+        if !allow_non_restored_state {
+            return Err(Error::Restore(format!(
+                "{} holds state for operators this job does not have (uids: {}); \
+                 give the operators their old uids, or pass --allow-non-restored-state to drop that state",
+                self.path.display(),
+                unmatched.join(", ")
+            )));
+        }
+        Ok(Some(format!(
+            "dropping state of operators no longer in the job: {}",
+            unmatched.join(", ")
+        )))
+    }
+
     /// The uids that have state in this checkpoint.
     pub fn uids(&self) -> impl Iterator<Item = &str> {
         self.meta.operators.iter().map(|o| o.uid.as_str())
@@ -250,7 +268,7 @@ impl RestoredCheckpoint {
         let mut keyed: RestoredKeyedState = BTreeMap::new();
         let mine = KeyGroupRange::for_subtask(subtask, parallelism, max_parallelism);
         for file in self.keyed_state.get(uid).into_iter().flatten() {
-            if !file.range.intersects(&mine) {
+            if !layout::file_holds_groups_of(file.range, mine) {
                 continue;
             }
             for (group, sections) in &file.groups {
@@ -279,7 +297,7 @@ impl RestoredCheckpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::metadata::{KeyGroupSection, KeyedStateFile};
+    use crate::checkpoint::layout::{KeyGroupSection, KeyedStateFile};
 
     fn sample() -> KeyedStateFile {
         KeyedStateFile {
@@ -307,9 +325,8 @@ mod tests {
     fn borrowed_layout_matches_the_file_layout() {
         let file = sample();
         let payload = SharedBytes::from(postcard::to_allocvec(&file).unwrap());
-        let loaded = LoadedKeyedFile::decode(Path::new("f"), &payload).unwrap();
+        let loaded = LoadedKeyedFile::decode(Path::new("f"), &payload, 16).unwrap();
         assert_eq!(loaded.range, file.range);
-        assert_eq!(loaded.max_parallelism, file.max_parallelism);
         assert_eq!(loaded.states, file.states);
         assert_eq!(loaded.ttl, file.ttl);
         let groups: Vec<(u32, Vec<Vec<u8>>)> = loaded
@@ -332,12 +349,70 @@ mod tests {
         }
     }
 
+    fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
+        use crate::checkpoint::metadata::{OperatorMeta, SnapshotKind, TaskCheckpointStats};
+        RestoredCheckpoint {
+            path: PathBuf::from("/c/chk-3"),
+            meta: CheckpointMetadata {
+                checkpoint_id: 3,
+                job_name: "job".into(),
+                trigger_timestamp_ms: 0,
+                completed_timestamp_ms: 0,
+                mode: crate::checkpoint::barrier::CheckpointingMode::ExactlyOnce,
+                max_parallelism,
+                operators: uids
+                    .iter()
+                    .map(|u| OperatorMeta {
+                        uid: u.to_string(),
+                        parallelism: 1,
+                        subtasks: Vec::new(),
+                    })
+                    .collect(),
+                stats: TaskCheckpointStats::default(),
+                tasks: Vec::new(),
+                snapshot: SnapshotKind::Checkpoint,
+                weir_version: "test".into(),
+                sources: Vec::new(),
+                run_id: String::new(),
+                files: Vec::new(),
+            },
+            operator_state: HashMap::new(),
+            keyed_state: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_restore_needs_the_same_key_groups_and_drops_state_only_when_allowed() {
+        let job: Vec<String> = vec!["src".into(), "count".into()];
+        let r = restored(&["src", "count"], 128);
+        assert_eq!(r.check_compatible(&job, 128, false).unwrap(), None);
+        let err = r.check_compatible(&job, 64, true).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "taken with max parallelism 128, the job uses 64; run with --max-parallelism 128"
+            ),
+            "{err}"
+        );
+        let r = restored(&["src", "old", "gone"], 128);
+        let err = r
+            .check_compatible(&job, 128, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(uids: old, gone)"), "{err}");
+        assert!(err.contains("--allow-non-restored-state"), "{err}");
+        let notice = r.check_compatible(&job, 128, true).unwrap();
+        assert_eq!(
+            notice.as_deref(),
+            Some("dropping state of operators no longer in the job: old, gone")
+        );
+    }
+
     #[test]
     fn damaged_keyed_payloads_are_decode_errors_naming_the_file() {
         let bytes = postcard::to_allocvec(&sample()).unwrap();
         for len in 0..bytes.len() {
             let cut = SharedBytes::from(bytes[..len].to_vec());
-            let err = LoadedKeyedFile::decode(Path::new("/c/op/0"), &cut)
+            let err = LoadedKeyedFile::decode(Path::new("/c/op/0"), &cut, 16)
                 .err()
                 .unwrap_or_else(|| panic!("accepted a payload cut to {len} bytes"));
             assert!(err.to_string().contains("keyed state in /c/op/0"), "{err}");

@@ -8,19 +8,21 @@
 //! the task writes to them without copying them) into a scratch file, then laid out key
 //! group by key group into the state file, so a checkpoint holds neither a copy of the
 //! state nor its whole encoding in memory (see `state::cow_map` and `state::keyed::view`).
+//!
+//! `keyed` streams the keyed-state file (its layout is [`super::layout`]'s); `pool` runs
+//! the writer threads ([`spawn_writers`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::format::FileKind;
+use super::layout;
 use super::metadata::{FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
 use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{EncodedShard, KeyedSnapshot};
+use crate::state::keyed::KeyedSnapshot;
 use crate::state::operator::OperatorStateSnapshot;
-use crate::state::StateKind;
 
 /// A task's state on its way to storage: captured at a barrier (encoded by the writer
 /// thread), or already encoded — the final state of a finished source, which stands in for
@@ -142,219 +144,6 @@ fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
     })
 }
 
-/// Where an encoded keyed-state payload goes: a file being written, or memory.
-trait Sink {
-    fn put(&mut self, bytes: &[u8]) -> Result<()>;
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) -> Result<()> {
-        self.extend_from_slice(bytes);
-        Ok(())
-    }
-}
-
-impl Sink for SpillFile {
-    fn put(&mut self, bytes: &[u8]) -> Result<()> {
-        self.append(bytes)?;
-        Ok(())
-    }
-}
-
-impl Sink for PayloadWriter {
-    fn put(&mut self, bytes: &[u8]) -> Result<()> {
-        Ok(self.write(bytes)?)
-    }
-}
-
-/// Appends `v` as a postcard varint (the encoding of every integer and length below).
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Where encoded shards wait to be laid out by key group: a scratch file (or memory, in
-/// tests).
-trait Spill {
-    /// Appends `bytes`, returning the offset they start at.
-    fn append(&mut self, bytes: &[u8]) -> Result<u64>;
-    /// Fills `buf` from offset `at`.
-    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()>;
-}
-
-impl Spill for SpillFile {
-    fn append(&mut self, bytes: &[u8]) -> Result<u64> {
-        Ok(SpillFile::append(self, bytes)?)
-    }
-    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()> {
-        Ok(SpillFile::read_at(self, at, buf)?)
-    }
-}
-
-impl Spill for Vec<u8> {
-    fn append(&mut self, bytes: &[u8]) -> Result<u64> {
-        let at = self.len() as u64;
-        self.extend_from_slice(bytes);
-        Ok(at)
-    }
-    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<()> {
-        buf.copy_from_slice(&self[at as usize..at as usize + buf.len()]);
-        Ok(())
-    }
-}
-
-/// How many bytes of encoded keyed state a writer holds in memory before it moves them to
-/// a spill file (see [`stream_keyed`]).
-const SPILL_BUDGET: usize = 8 << 20;
-
-/// Encoded shards on their way into a file laid out by key group: regrouped in memory,
-/// and moved to a spill file (still grouped) whenever they exceed the budget.
-struct Regroup<S> {
-    /// `[table][group]`: the current batch's bytes.
-    batch: Vec<Vec<Vec<u8>>>,
-    batch_bytes: usize,
-    /// `[table][group]`: `(offset, length)` of the group's run in each spilled batch.
-    spilled: Vec<Vec<Vec<(u64, usize)>>>,
-    spill: Option<S>,
-}
-
-impl<S: Spill> Regroup<S> {
-    fn new(tables: usize, groups: usize) -> Self {
-        Regroup {
-            batch: vec![vec![Vec::new(); groups]; tables],
-            batch_bytes: 0,
-            spilled: vec![vec![Vec::new(); groups]; tables],
-            spill: None,
-        }
-    }
-
-    /// Adds table `t`'s shard; spills the batch if it is over `budget`.
-    fn add(
-        &mut self,
-        t: usize,
-        shard: &EncodedShard,
-        first_group: u32,
-        budget: usize,
-        new_spill: &mut impl FnMut() -> Result<S>,
-    ) -> Result<()> {
-        let mut at = 0;
-        for &(g, len) in &shard.runs {
-            self.batch[t][(g - first_group) as usize].extend_from_slice(&shard.bytes[at..at + len]);
-            at += len;
-        }
-        self.batch_bytes += at;
-        if self.batch_bytes > budget {
-            let spill = match &mut self.spill {
-                Some(spill) => spill,
-                None => self.spill.insert(new_spill()?),
-            };
-            for (runs, spilled) in self
-                .batch
-                .iter_mut()
-                .flatten()
-                .zip(self.spilled.iter_mut().flatten())
-            {
-                if !runs.is_empty() {
-                    spilled.push((spill.append(runs)?, runs.len()));
-                    // Freed, not cleared: a batch holds at most the budget, not its peak.
-                    *runs = Vec::new();
-                }
-            }
-            self.batch_bytes = 0;
-        }
-        Ok(())
-    }
-
-    /// Whether key group index `g` has entries in any table.
-    fn has(&self, g: usize) -> bool {
-        (0..self.batch.len())
-            .any(|t| !self.batch[t][g].is_empty() || !self.spilled[t][g].is_empty())
-    }
-
-    /// Writes table `t`'s section of key group index `g` (its length, then its bytes) to
-    /// `sink`, after `frame`.
-    fn write_section(
-        &mut self,
-        t: usize,
-        g: usize,
-        frame: &mut Vec<u8>,
-        buf: &mut Vec<u8>,
-        sink: &mut impl Sink,
-    ) -> Result<()> {
-        let spilled = &self.spilled[t][g];
-        let len = spilled.iter().map(|(_, len)| len).sum::<usize>() + self.batch[t][g].len();
-        varint(len as u64, frame);
-        sink.put(frame)?;
-        frame.clear();
-        for &(at, len) in spilled {
-            if let Some(spill) = &mut self.spill {
-                buf.resize(len, 0);
-                spill.read_at(at, buf)?;
-                sink.put(buf)?;
-            }
-        }
-        sink.put(&std::mem::take(&mut self.batch[t][g]))
-    }
-}
-
-/// Encodes `keyed` into `sink` as the postcard payload of a [`KeyedStateFile`]
-/// (`crate::checkpoint::metadata`), returning the number of entries written.
-///
-/// The tables are sharded by hash and the file is laid out by key group, so this goes in
-/// two passes. First every shard of every table is taken from its view (encoded, grouped by
-/// key group, and let go of, so the processing thread can write to it without a copy) and
-/// regrouped: in memory up to `budget` bytes, then in batches appended to a spill file
-/// (made by `new_spill` when first needed). Then the file is written key group by key
-/// group, each section gathered from the batches. Memory holds at most the budget, one
-/// shard's encoding and one run, never the whole state or its encoding.
-///
-/// The bytes are exactly those of the derived encoding of a `KeyedStateFile` with the
-/// same content (tested), so the restore side reads them as before: postcard frames
-/// nothing but sequences and byte strings, each behind a varint length, and both are known
-/// once the first pass is done.
-fn stream_keyed<S: Spill>(
-    keyed: &KeyedSnapshot,
-    sink: &mut impl Sink,
-    budget: usize,
-    mut new_spill: impl FnMut() -> Result<S>,
-) -> Result<u64> {
-    let range = keyed.range;
-    let mut regroup = Regroup::new(keyed.tables.len(), range.len() as usize);
-    let mut entries = 0;
-    for (t, table) in keyed.tables.iter().enumerate() {
-        for i in 0..table.view.shards() {
-            let shard = table.view.take_shard(i)?;
-            regroup.add(t, &shard, range.start, budget, &mut new_spill)?;
-            entries += shard.entries;
-        }
-    }
-    let groups: Vec<usize> = (0..range.len() as usize)
-        .filter(|&g| regroup.has(g))
-        .collect();
-    let states: Vec<(&str, StateKind)> = keyed
-        .tables
-        .iter()
-        .map(|t| (t.name.as_str(), t.kind))
-        .collect();
-    let mut frame = encode("keyed state", &(range, keyed.max_parallelism, &states))?;
-    varint(groups.len() as u64, &mut frame);
-    let mut buf = Vec::new();
-    for g in groups {
-        varint(range.start as u64 + g as u64, &mut frame);
-        varint(keyed.tables.len() as u64, &mut frame);
-        for t in 0..keyed.tables.len() {
-            regroup.write_section(t, g, &mut frame, &mut buf, sink)?;
-        }
-    }
-    let ttl: Vec<bool> = keyed.tables.iter().map(|t| t.ttl).collect();
-    frame.extend_from_slice(&encode("keyed state", &ttl)?);
-    sink.put(&frame)?;
-    Ok(entries)
-}
-
 /// The operator state of a part, encoded; `None` when it has none (no file is written).
 fn encode_operator_state(state: &OperatorStateSnapshot) -> Result<Option<Vec<u8>>> {
     if state.is_empty() {
@@ -440,16 +229,17 @@ fn write_part(
         keyed_state: None,
     };
     if let Some(payload) = operator_state {
-        let name = format!("op-{}", job.subtask);
-        let file = storage.write_state_file(id, uid, &name, FileKind::OperatorState, payload)?;
+        let name = layout::operator_state_file_name(job.subtask);
+        let kind = layout::OPERATOR_STATE_KIND;
+        let file = storage.write_state_file(id, uid, &name, kind, payload)?;
         meta.operator_state = Some(record(storage, id, file, ack));
     }
     if let Some(keyed) = keyed {
-        let kind = FileKind::KeyedState;
+        let kind = layout::KEYED_STATE_KIND;
         let (file, range, entries) = match keyed {
             KeyedSource::Captured(snapshot) => {
                 let range = snapshot.range;
-                let name = format!("kg-{}-{}", range.start, range.end);
+                let name = layout::keyed_state_file_name(range);
                 let mut entries = 0;
                 let file = storage.write_state_file_streamed(id, uid, &name, kind, |w| {
                     let new_spill = || Ok(storage.spill_file(id, uid)?);
@@ -460,7 +250,7 @@ fn write_part(
             }
             KeyedSource::Encoded(frozen) => {
                 let range = frozen.range;
-                let name = format!("kg-{}-{}", range.start, range.end);
+                let name = layout::keyed_state_file_name(range);
                 let file = storage
                     .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
                 (file, range, frozen.entries)
@@ -538,6 +328,12 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
     ack.stats.async_micros = started.elapsed().as_micros() as u64;
     Ok(ack)
 }
+
+mod keyed;
+mod pool;
+
+use keyed::{stream_keyed, SPILL_BUDGET};
+pub use pool::{spawn_writers, SnapshotWritten};
 
 #[cfg(test)]
 mod tests;

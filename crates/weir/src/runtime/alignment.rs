@@ -82,13 +82,9 @@ impl BarrierHandler {
     }
 
     /// Whether every channel has ended.
+    #[cfg(test)]
     pub fn all_ended(&self) -> bool {
         self.ended.iter().all(|e| *e)
-    }
-
-    /// The checkpoint currently aligning, if any.
-    pub fn pending(&self) -> Option<u64> {
-        self.current.map(|(b, _)| b.id)
     }
 
     /// Feeds barrier `barrier` received on channel `c`.

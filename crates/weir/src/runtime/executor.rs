@@ -6,38 +6,35 @@
 //! parallelism and neither side fans in or out; each chain × subtask is one task on its
 //! own thread. Non-chained edges get one bounded channel per (sender, receiver) pair.
 //!
-//! With `attempt`, this module is the I/O edge of the checkpoint protocol: the
-//! [`Coordinator`] decides; they send triggers and notifications, write metadata and
-//! delete folders.
+//! With `attempt` (one attempt's event loop) and `spawn` (an attempt's threads), this
+//! module is the I/O edge of the checkpoint protocol: the pure coordinator
+//! (`checkpoint::coordinator`) decides; they send triggers and notifications, write
+//! metadata and delete folders. Writing snapshots and assembling `_metadata` belong to the
+//! checkpoint layer (`checkpoint::writer`, `checkpoint::finalize`).
 
-use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Sender};
 
 use crate::checkpoint::coordinator::Coordinator;
+use crate::checkpoint::finalize;
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
-    TaskStatsMeta,
+    CheckpointMetadata, SnapshotKind, SourceProgress, TaskCheckpointStats,
 };
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{write_snapshot, SnapshotJob, TaskAck};
+use crate::checkpoint::writer::{spawn_writers, SnapshotJob, SnapshotWritten, TaskAck};
 use crate::error::{Error, Result};
-use crate::runtime::attempt::AttemptRun;
 use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
-use crate::runtime::graph::{AnyBox, JobGraph, NodeKind, Partitioning, TaskBody};
-use crate::runtime::operators::OperatorContext;
+use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
-use crate::runtime::task::{Control, TaskContext, TaskEvent, TaskMetrics};
+use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 pub use crate::runtime::result::{
     AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
@@ -47,32 +44,7 @@ pub use crate::runtime::result::{
 pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
 pub(crate) use crate::clock::wall_ms;
-
-/// A running attempt: the control channels and threads of its tasks.
-pub(crate) struct Attempt {
-    pub(crate) controls: Vec<Sender<Control>>,
-    pub(crate) sources: Vec<usize>,
-    pub(crate) handles: Vec<JoinHandle<()>>,
-    pub(crate) finished: Vec<bool>,
-}
-
-impl Attempt {
-    pub(crate) fn broadcast(&self, c: Control) {
-        for (i, tx) in self.controls.iter().enumerate() {
-            if !self.finished[i] {
-                let _ = tx.send(c); // a task that already exited needs no message
-            }
-        }
-    }
-
-    fn cancel_and_join(self) {
-        self.broadcast(Control::Cancel);
-        drop(self.controls);
-        for h in self.handles {
-            let _ = h.join(); // task panics were caught inside the thread
-        }
-    }
-}
+pub(crate) use crate::runtime::spawn::Attempt;
 
 pub(crate) struct Executor<'a> {
     pub(crate) graph: &'a JobGraph,
@@ -87,177 +59,6 @@ pub(crate) struct Executor<'a> {
     /// The counters of the source tasks (the plan does not change between attempts).
     pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
-}
-
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
-}
-
-impl Executor<'_> {
-    fn operator_context(
-        &self,
-        node: usize,
-        subtask: u32,
-        restore: Option<&RestoredCheckpoint>,
-    ) -> Result<OperatorContext> {
-        let uid = self.plan.uids[node].clone();
-        let p = self.plan.parallelism[node];
-        let (operator_state, keyed_state) = match restore {
-            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,
-            None => Default::default(),
-        };
-        Ok(OperatorContext {
-            uid,
-            subtask,
-            parallelism: p,
-            max_parallelism: self.cfg.max_parallelism,
-            restored: restore.is_some(),
-            operator_state,
-            keyed_state,
-            job_name: self.cfg.name.clone(),
-        })
-    }
-
-    fn spawn(&self, attempt: u32, restore: Option<&RestoredCheckpoint>) -> Result<Attempt> {
-        let g = self.graph;
-        // Channels for every non-chained edge.
-        let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
-        let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
-        for (i, e) in g.edges.iter().enumerate() {
-            if self.plan.chained[i] {
-                senders.push(Vec::new());
-                receivers.push(Vec::new());
-                continue;
-            }
-            let (tx, rx) = e.factory.channels(
-                self.plan.parallelism[e.from] as usize,
-                self.plan.parallelism[e.to] as usize,
-                self.plan.partitioning[i] == Partitioning::Forward,
-                self.cfg.channel_capacity.max(1),
-            );
-            senders.push(tx.into_iter().map(Some).collect());
-            receivers.push(rx.into_iter().map(Some).collect());
-        }
-        let mut controls = Vec::new();
-        let mut bodies: Vec<(String, TaskBody)> = Vec::new();
-        let mut sources = Vec::new();
-        for (ti, t) in self.plan.tasks.iter().enumerate() {
-            let s = t.subtask as usize;
-            let tail = *t.chain.last().expect("chains are never empty");
-            let outs: Vec<AnyBox> = g.nodes[tail]
-                .outputs
-                .iter()
-                .map(|&e| {
-                    let tx = senders[e][s]
-                        .take()
-                        .expect("each sender is used by one task");
-                    g.edges[e]
-                        .factory
-                        .writer(tx, self.plan.partitioning[e], t.subtask)
-                })
-                .collect();
-            let factory = &g.nodes[tail].outputs_factory;
-            let mut output = match outs.len() {
-                0 => factory.terminal(),
-                1 => outs.into_iter().next().expect("one output"),
-                _ => factory.fan_out(outs),
-            };
-            for &n in t.chain[1..].iter().rev() {
-                let NodeKind::Operator(build) = &g.nodes[n].kind else {
-                    return Err(Error::InvalidJob("a source cannot have inputs".into()));
-                };
-                output = build(self.operator_context(n, t.subtask, restore)?, output)?;
-            }
-            let (ctl_tx, ctl_rx) = unbounded();
-            controls.push(ctl_tx);
-            let ctx = TaskContext {
-                name: t.name.clone(),
-                index: ti,
-                subtask: t.subtask,
-                parallelism: t.parallelism,
-                attempt,
-                mode: self.cfg.checkpointing.mode,
-                buffer_timeout: self.cfg.buffer_timeout,
-                control: ctl_rx,
-                writer: self.writer_tx.clone(),
-                injector: self.injector.clone(),
-                metrics: self.task_metrics[ti].clone(),
-                events: self.events_tx.clone(),
-            };
-            let head = t.chain[0];
-            let body = match &g.nodes[head].kind {
-                NodeKind::Source(build) => {
-                    sources.push(ti);
-                    build(
-                        self.operator_context(head, t.subtask, restore)?,
-                        output,
-                        ctx,
-                    )?
-                }
-                NodeKind::Operator(build) => {
-                    let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
-                    let rx: Vec<AnyBox> = g.nodes[head]
-                        .inputs
-                        .iter()
-                        .map(|&e| {
-                            receivers[e][s]
-                                .take()
-                                .expect("each receiver is used by one task")
-                        })
-                        .collect();
-                    let first = g.nodes[head].inputs[0];
-                    g.edges[first].factory.input_task(rx, input, ctx)
-                }
-            };
-            bodies.push((t.name.clone(), body));
-        }
-        let mut handles = Vec::new();
-        for (ti, (name, body)) in bodies.into_iter().enumerate() {
-            let events = self.events_tx.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("weir-task-{ti}"))
-                .spawn(move || {
-                    let ev = match catch_unwind(AssertUnwindSafe(body)) {
-                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
-                        Ok(Err(error)) => TaskEvent::Failed {
-                            attempt,
-                            task: ti,
-                            error: match error {
-                                Error::Cancelled => Error::Cancelled,
-                                e => Error::TaskFailed {
-                                    task: name,
-                                    cause: e.to_string(),
-                                },
-                            },
-                        },
-                        Err(p) => TaskEvent::Failed {
-                            attempt,
-                            task: ti,
-                            error: Error::TaskFailed {
-                                task: name,
-                                cause: format!("panicked: {}", panic_message(p)),
-                            },
-                        },
-                    };
-                    let _ = events.send(ev);
-                })
-                .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
-            handles.push(h);
-        }
-        let n = controls.len();
-        Ok(Attempt {
-            controls,
-            sources,
-            handles,
-            finished: vec![false; n],
-        })
-    }
 }
 
 /// Outcome of one attempt.
@@ -333,36 +134,10 @@ fn run_job(
         }
     };
     if let Some(r) = &restore {
-        // Fail fast on a max-parallelism mismatch, before any thread starts.
-        if r.meta.max_parallelism != cfg.max_parallelism {
-            return Err(Error::Restore(format!(
-                "{} was taken with max parallelism {}, the job uses {}; run with --max-parallelism {}",
-                r.path.display(),
-                r.meta.max_parallelism,
-                cfg.max_parallelism,
-                r.meta.max_parallelism
-            )));
-        }
-        let unmatched: Vec<&str> = r
-            .uids()
-            .filter(|u| !plan.uids.iter().any(|p| p == u))
-            .collect();
-        if !unmatched.is_empty() {
-            if !cfg.allow_non_restored_state {
-                return Err(Error::Restore(format!(
-                    "{} holds state for operators this job does not have (uids: {}); \
-                     give the operators their old uids, or pass --allow-non-restored-state to drop that state",
-                    r.path.display(),
-                    unmatched.join(", ")
-                )));
-            }
-            metrics.notice(
-                &mut result,
-                format!(
-                    "dropping state of operators no longer in the job: {}",
-                    unmatched.join(", ")
-                ),
-            );
+        // Fail fast on a mismatch, before any thread starts.
+        let allow = cfg.allow_non_restored_state;
+        if let Some(notice) = r.check_compatible(&plan.uids, cfg.max_parallelism, allow)? {
+            metrics.notice(&mut result, notice);
         }
         result.restored_from = Some(r.path.clone());
     }
@@ -438,9 +213,6 @@ fn run_job(
             Err(e) => break Err(e),
         };
         drop(restore.take()); // the tasks hold what they need; free the loaded checkpoint
-        for stale in coordinator.start_attempt(exec.plan.tasks.len(), Instant::now()) {
-            let _ = storage.discard(stale);
-        }
         let (attempt, end) = exec.run_attempt(
             attempt,
             attempt_no,
@@ -562,42 +334,23 @@ fn run_job(
     outcome.map(|()| result)
 }
 
-fn spawn_writers(
-    storage: &CheckpointStorage,
-    jobs: Receiver<SnapshotJob>,
-    events: Sender<TaskEvent>,
-    n: usize,
-) -> Vec<JoinHandle<()>> {
-    (0..n)
-        .filter_map(|i| {
-            let (storage, jobs, events) = (storage.clone(), jobs.clone(), events.clone());
-            std::thread::Builder::new()
-                .name(format!("weir-snapshot-writer-{i}"))
-                .spawn(move || {
-                    for job in jobs {
-                        let (attempt, task, checkpoint) =
-                            (job.attempt, job.task, job.checkpoint_id);
-                        let ev = match write_snapshot(&storage, job) {
-                            Ok(ack) => TaskEvent::Ack {
-                                attempt,
-                                task,
-                                checkpoint,
-                                ack,
-                            },
-                            Err(e) => TaskEvent::Decline {
-                                attempt,
-                                checkpoint,
-                                reason: e.to_string(),
-                            },
-                        };
-                        if events.send(ev).is_err() {
-                            return;
-                        }
-                    }
-                })
-                .ok()
-        })
-        .collect()
+/// A writer thread's outcome, as the event the attempt's loop receives.
+impl From<SnapshotWritten> for TaskEvent {
+    fn from(w: SnapshotWritten) -> Self {
+        match w.result {
+            Ok(ack) => TaskEvent::Ack {
+                attempt: w.attempt,
+                task: w.task,
+                checkpoint: w.checkpoint,
+                ack,
+            },
+            Err(e) => TaskEvent::Decline {
+                attempt: w.attempt,
+                checkpoint: w.checkpoint,
+                reason: e.to_string(),
+            },
+        }
+    }
 }
 
 impl Executor<'_> {
@@ -629,44 +382,11 @@ impl Executor<'_> {
             })
             .collect()
     }
-
-    /// Drives one attempt until every task finished or one failed.
-    #[allow(clippy::too_many_arguments)]
-    fn run_attempt(
-        &self,
-        attempt: Attempt,
-        attempt_no: u32,
-        baseline: &[SourceProgress],
-        coordinator: &mut Coordinator<TaskAck>,
-        events: &Receiver<TaskEvent>,
-        result: &mut JobResult,
-        latest_path: &mut Option<PathBuf>,
-    ) -> (Attempt, AttemptEnd) {
-        let mut run = AttemptRun {
-            exec: self,
-            attempt,
-            attempt_no,
-            baseline,
-            coordinator,
-            result,
-            latest_path,
-            completed: HashSet::new(),
-            standing: (0..self.plan.tasks.len()).map(|_| None).collect(),
-            frozen: (0..self.plan.tasks.len()).map(|_| None).collect(),
-            inputs_ended: HashSet::new(),
-            waiting: HashMap::new(),
-        };
-        let end = run.drive(events);
-        let why = match &end {
-            AttemptEnd::Finished => "the job finished first".to_string(),
-            AttemptEnd::Failed(e) => format!("the job attempt failed ({e}); it restarts from its latest checkpoint if its restart strategy allows"),
-        };
-        run.fail_waiting(&why);
-        (run.attempt, end)
-    }
 }
 
 impl Executor<'_> {
+    /// Writes checkpoint `id`'s `_metadata` from its acknowledgements (which completes it);
+    /// returns its statistics and the records its sources had emitted.
     pub(crate) fn write_metadata(
         &self,
         id: u64,
@@ -675,68 +395,21 @@ impl Executor<'_> {
         snapshot: SnapshotKind,
         baseline: &[SourceProgress],
     ) -> Result<(TaskCheckpointStats, u64)> {
-        let mut operators: Vec<OperatorMeta> = Vec::new();
-        // Each source's position: where the attempt restored it, plus what its subtasks
-        // emitted in this attempt before the barrier.
-        let mut sources = baseline.to_vec();
-        for (uid, records) in acks.iter().filter_map(|a| a.source.as_ref()) {
-            match sources.iter_mut().find(|s| &s.uid == uid) {
-                Some(s) => s.records += records,
-                None => sources.push(SourceProgress {
-                    uid: uid.clone(),
-                    records: *records,
-                }),
-            }
-        }
-        let mut stats = TaskCheckpointStats::default();
-        for ack in acks {
-            stats.bytes += ack.stats.bytes;
-            stats.sync_micros = stats.sync_micros.max(ack.stats.sync_micros);
-            stats.async_micros = stats.async_micros.max(ack.stats.async_micros);
-            stats.alignment_micros = stats.alignment_micros.max(ack.stats.alignment_micros);
-            for op in &ack.operators {
-                match operators.iter_mut().find(|o| o.uid == op.uid) {
-                    Some(o) => o.subtasks.push(op.state.clone()),
-                    None => operators.push(OperatorMeta {
-                        uid: op.uid.clone(),
-                        parallelism: op.parallelism,
-                        subtasks: vec![op.state.clone()],
-                    }),
-                }
-            }
-        }
-        for o in &mut operators {
-            o.subtasks.sort_by_key(|s| s.subtask);
-        }
-        let source_records = sources.iter().map(|s| s.records).sum();
-        let meta = CheckpointMetadata {
-            checkpoint_id: id,
-            job_name: self.cfg.name.clone(),
-            trigger_timestamp_ms: trigger_ms,
-            completed_timestamp_ms: wall_ms(),
+        let task_names: Vec<&str> = self.plan.tasks.iter().map(|t| t.name.as_str()).collect();
+        let info = finalize::CheckpointInfo {
+            id,
+            job_name: &self.cfg.name,
+            trigger_ms,
+            completed_ms: wall_ms(),
             mode: self.cfg.checkpointing.mode,
             max_parallelism: self.cfg.max_parallelism,
-            operators,
-            stats,
-            tasks: acks
-                .iter()
-                .zip(&self.plan.tasks)
-                .map(|(a, t)| TaskStatsMeta {
-                    task: t.name.clone(),
-                    stats: a.stats,
-                })
-                .collect(),
             snapshot,
-            weir_version: env!("CARGO_PKG_VERSION").to_string(),
-            sources,
-            run_id: self.storage.run_id().to_string(),
-            files: acks.iter().flat_map(|a| a.files.iter().cloned()).collect(),
+            run_id: self.storage.run_id(),
+            task_names: &task_names,
+            baseline,
         };
-        let payload = postcard::to_stdvec(&meta).map_err(|e| Error::StateDecode {
-            what: "checkpoint metadata (encoding)".into(),
-            cause: e.to_string(),
-        })?;
-        self.storage.write_metadata(id, &payload)?;
-        Ok((stats, source_records))
+        let done = finalize::assemble(&info, acks);
+        finalize::write(&self.storage, &done.meta)?;
+        Ok((done.stats, done.source_records))
     }
 }

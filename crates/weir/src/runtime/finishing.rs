@@ -19,6 +19,10 @@
 //!   savepoint is aborted (the job goes on running).
 //! * Every snapshot taken after the end captures *frozen* state: no record and no timer
 //!   changes it any more, so it can stand in for the task in any later checkpoint.
+//!
+//! This is the task's side. The coordinator's side — keeping each task's newest frozen
+//! snapshot and writing it for the task once it exited, and expediting the final
+//! checkpoint — is `checkpoint::coordinator::attempt`, pure as well.
 
 /// A task's progress towards its end; see the module docs.
 #[derive(Debug, Clone, Default)]

@@ -13,7 +13,8 @@
 //! * [`finishing`] — when a task may end: the final checkpoint and stop-with-savepoint (pure).
 //! * [`restart`] — restart strategies.
 //! * [`plan`] — chains operators into tasks.
-//! * `attempt` — the event loop of one job attempt around the coordinator.
+//! * `spawn` — starts an attempt's tasks, one thread each.
+//! * `attempt` — the event loop of one job attempt: the I/O edge of the checkpoint protocol.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 //!
@@ -37,6 +38,7 @@ pub mod output;
 pub mod plan;
 pub mod restart;
 pub mod result;
+pub(crate) mod spawn;
 pub mod task;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost

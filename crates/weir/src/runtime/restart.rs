@@ -68,8 +68,9 @@ impl RestartStrategy {
 
     /// Like [`RestartStrategy::delay`], with the exponential backoff counted over `streak`
     /// (for [`RestartStrategy::FailureRate`], which needs the failures' times, this is its
-    /// delay: [`RestartTracker`] applies the rate)
-    /// — the restarts since the job last ran for [`RESET_BACKOFF_AFTER`] without failing —
+    /// delay: the runtime's restart tracker applies the rate)
+    /// — the restarts since the job last ran for an hour (`RESET_BACKOFF_AFTER`) without
+    /// failing —
     /// while the attempts limit still counts every restart.
     pub fn delay_in_streak(&self, restart: u32, streak: u32) -> Option<Duration> {
         let restart_for_backoff = streak.max(1);

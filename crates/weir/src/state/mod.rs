@@ -1,17 +1,42 @@
 //! State: what operators remember between records, and how it is snapshotted and restored.
 //!
-//! * [`keyed`]: state scoped to the current key after `key_by`, stored per key group.
-//! * [`operator`]: state that belongs to one parallel subtask (sources' positions, buffers),
-//!   as named lists that are redistributed when parallelism changes.
-//! * [`broadcast`]: maps kept identical on every subtask by a broadcast input.
-//! * [`key_group`]: the stable hash and the key-group arithmetic both depend on.
-//! * [`cow_map`]: the copy-on-write map that keeps the synchronous snapshot phase short.
+//! What a function uses is re-exported here (and the common part in the prelude):
+//!
+//! * keyed state, scoped to the current key after `key_by` and stored per key group:
+//!   [`ValueState`], [`ListState`], [`MapState`], [`ReducingState`], [`AggregatingState`],
+//!   declared through the [`KeyedStateStore`] and read through the [`KeyedContext`], with
+//!   an optional [`StateTtlConfig`];
+//! * operator state, belonging to one parallel subtask (sources' positions, buffers): named
+//!   lists handed out by the [`InitContext`] and filled through the [`SnapshotContext`],
+//!   redistributed when parallelism changes;
+//! * broadcast state, maps kept identical on every subtask by a broadcast input
+//!   ([`BroadcastState`]);
+//! * the key-group arithmetic rescaling rests on ([`key_group`], [`KeyGroupRange`]).
+//!
+//! How state is stored, snapshotted and restored (the state tables, the copy-on-write map,
+//! the snapshot structures) is internal and may change.
 
-pub mod broadcast;
-pub mod cow_map;
-pub mod key_group;
-pub mod keyed;
-pub mod operator;
+pub(crate) mod broadcast;
+// A self-contained data structure whose full API (len, get, iter…) its unit tests use.
+#[allow(dead_code)]
+pub(crate) mod cow_map;
+pub(crate) mod key_group;
+pub(crate) mod keyed;
+pub(crate) mod operator;
+
+pub use broadcast::{
+    BroadcastContext, BroadcastMap, BroadcastState, BroadcastStateStore, ReadOnlyBroadcastContext,
+};
+pub use key_group::{
+    key_group, key_group_of_hash, operator_index, stable_hash, KeyGroupRange, StableHasher,
+    DEFAULT_MAX_PARALLELISM, MAX_MAX_PARALLELISM,
+};
+pub use keyed::{
+    AggregateFunction, AggregatingAccess, AggregatingState, KeyedContext, KeyedEndContext,
+    KeyedStateStore, ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState,
+    StateHandle, StateTtlConfig, TtlUpdate, ValueState,
+};
+pub use operator::{InitContext, OperatorIdentity, SnapshotContext};
 
 use serde::{de::DeserializeOwned, Serialize};
 

@@ -4,7 +4,7 @@
 //!
 //! A backend is rooted at one location (a folder, a key prefix); keys are relative to it and
 //! '/'-separated (`chk-3/count/kg-0-63`). A key is never empty and holds no `.` or `..`
-//! component (the callers check names with [`super::validate_name`]).
+//! component (the callers check names with `storage::validate_name`).
 //!
 //! Guarantees every backend gives:
 //! * an object is visible whole or not at all ([`ObjectWriter::commit`], and dropping an

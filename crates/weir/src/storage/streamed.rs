@@ -73,11 +73,6 @@ impl SpillFile {
         self.len
     }
 
-    /// Whether nothing was appended.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Fills `buf` from offset `at` (which, with `buf`'s length, must lie in what was
     /// appended).
     pub fn read_at(&mut self, at: u64, buf: &mut [u8]) -> Result<(), StorageError> {

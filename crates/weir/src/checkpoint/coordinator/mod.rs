@@ -3,7 +3,9 @@
 //! The executor calls [`Coordinator::tick`] on a timer and reports acknowledgements, declines
 //! and finished tasks; it carries out the returned [`Action`]s (send triggers, write
 //! metadata, notify tasks, delete folders). Because nothing here touches a clock, disk or
-//! channel, every interleaving is a unit test.
+//! channel, every interleaving is a unit test. [`attempt`] adds the rules that depend on
+//! one attempt's tasks (finished tasks' frozen state, late acknowledgements, the final
+//! checkpoint, answers to requests), just as pure.
 //!
 //! Invariants:
 //! * Checkpoint ids increase strictly; a trigger happens only when `interval` has passed since
@@ -32,6 +34,8 @@
 //!   subsumed by one, and its
 //!   failure does not count towards `tolerable_failures`. Only a stopping savepoint is
 //!   announced to the tasks (they end after it); while it is pending nothing else triggers.
+
+pub mod attempt;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::super::format::FileKind;
-use super::super::metadata::{CheckpointMetadata, KeyedStateFile, OperatorMeta, OperatorStateFile};
+use super::super::layout::{self, KeyedStateFile, OperatorStateFile};
+use super::super::metadata::{CheckpointMetadata, OperatorMeta};
 use super::super::storage::{
     parse_checkpoint_dir_name, read_metadata, read_state_file, StorageError, METADATA_FILE_NAME,
 };
@@ -106,7 +106,7 @@ pub(super) fn op_files(
     for st in &op.subtasks {
         if let Some(f) = &st.operator_state {
             let crc = expected_crc(path, meta, &f.path)?;
-            let payload = read_state_file(path, &f.path, FileKind::OperatorState, crc)?;
+            let payload = read_state_file(path, &f.path, layout::OPERATOR_STATE_KIND, crc)?;
             out.bytes += payload.len() as u64 + envelope_len();
             let lists: OperatorStateFile =
                 postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
@@ -122,7 +122,7 @@ pub(super) fn op_files(
         if let Some(k) = &st.keyed_state {
             let file = path.join(&k.file.path);
             let crc = expected_crc(path, meta, &k.file.path)?;
-            let payload = read_state_file(path, &k.file.path, FileKind::KeyedState, crc)?;
+            let payload = read_state_file(path, &k.file.path, layout::KEYED_STATE_KIND, crc)?;
             out.bytes += payload.len() as u64 + envelope_len();
             let content: KeyedStateFile =
                 postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
@@ -151,38 +151,17 @@ fn expected_crc(path: &Path, meta: &CheckpointMetadata, relative: &str) -> Resul
         })
 }
 
+/// The layout's shape checks ([`layout::check_keyed_file`]), reported as an inconsistency
+/// of `file`.
 pub(super) fn check_keyed(
     file: &Path,
     meta: &CheckpointMetadata,
     content: &KeyedStateFile,
 ) -> Result<()> {
-    let inconsistent = |detail: String| {
-        Err(InspectError::Inconsistent {
+    content
+        .check(meta.max_parallelism)
+        .map_err(|detail| InspectError::Inconsistent {
             path: file.to_path_buf(),
             detail,
         })
-    };
-    if content.max_parallelism != meta.max_parallelism {
-        return inconsistent(format!(
-            "written with max parallelism {} but the checkpoint says {}",
-            content.max_parallelism, meta.max_parallelism
-        ));
-    }
-    for section in &content.groups {
-        if !content.range.contains(section.group) {
-            return inconsistent(format!(
-                "key group {} lies outside the file's range {}..{}",
-                section.group, content.range.start, content.range.end
-            ));
-        }
-        if section.states.len() != content.states.len() {
-            return inconsistent(format!(
-                "key group {} has {} state sections but the file declares {} states",
-                section.group,
-                section.states.len(),
-                content.states.len()
-            ));
-        }
-    }
-    Ok(())
 }

@@ -1,9 +1,11 @@
 //! Unit tests of checkpoint inspection on hand-built checkpoints.
 use super::*;
 use crate::checkpoint::format::FileKind;
+use crate::checkpoint::layout::{
+    self, KeyGroupSection, KeyedStateFile, OperatorStateFile, KEYED_STATE_KIND, OPERATOR_STATE_KIND,
+};
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, FileRef, KeyGroupSection, KeyedFileRef, KeyedStateFile, OperatorMeta,
-    OperatorStateFile, SubtaskStateMeta, TaskCheckpointStats,
+    CheckpointMetadata, FileRef, KeyedFileRef, OperatorMeta, SubtaskStateMeta, TaskCheckpointStats,
 };
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::state::key_group::KeyGroupRange;
@@ -34,9 +36,9 @@ fn write_sample(dir: &Path) -> PathBuf {
             );
         }
         let payload = postcard::to_stdvec(&lists).unwrap();
-        let name = format!("op-{subtask}");
+        let name = layout::operator_state_file_name(subtask);
         let crate::checkpoint::storage::StoredFile { path, size, .. } = storage
-            .write_state_file(1, "src", &name, FileKind::OperatorState, &payload)
+            .write_state_file(1, "src", &name, OPERATOR_STATE_KIND, &payload)
             .unwrap();
         src_subtasks.push(SubtaskStateMeta {
             subtask,
@@ -90,9 +92,9 @@ fn write_sample(dir: &Path) -> PathBuf {
             ttl,
         };
         let payload = postcard::to_stdvec(&file).unwrap();
-        let name = format!("kg-{}-{}", range.start, range.end);
+        let name = layout::keyed_state_file_name(range);
         let crate::checkpoint::storage::StoredFile { path, size, .. } = storage
-            .write_state_file(1, "agg", &name, FileKind::KeyedState, &payload)
+            .write_state_file(1, "agg", &name, KEYED_STATE_KIND, &payload)
             .unwrap();
         agg_subtasks.push(SubtaskStateMeta {
             subtask,

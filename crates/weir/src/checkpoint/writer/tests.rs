@@ -1,7 +1,7 @@
 //! Unit tests of the snapshot writer: the streamed keyed-state payload is the derived
 //! encoding of a `KeyedStateFile`, and holds the state as of the barrier.
 use super::*;
-use crate::checkpoint::metadata::{KeyGroupSection, KeyedStateFile};
+use crate::checkpoint::layout::{KeyGroupSection, KeyedStateFile};
 use crate::state::key_group::key_group;
 use crate::state::keyed::{
     KeyedContext, KeyedStateBackend, KeyedStateStore, StateTtlConfig, ValueState,
@@ -200,7 +200,7 @@ fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
         crate::checkpoint::storage::read_state_file(
             &chk,
             &file.file.path,
-            FileKind::KeyedState,
+            crate::checkpoint::layout::KEYED_STATE_KIND,
             None,
         )
         .unwrap()

@@ -1,4 +1,4 @@
-//! The control endpoint of a running job (issue 4): an HTTP server ([`server`]) in front of
+//! The control endpoint of a running job (issue 4): an HTTP server (`server`) in front of
 //! the engine's [`JobControl`](crate::prelude::JobControl), which `weir savepoint | stop |
 //! checkpoint | status --job ADDR` talk to. The protocol is JSON over HTTP/1.1:
 //!
@@ -14,10 +14,19 @@
 //! (printed at start, or read from `--control-token-file`), and the engine confines every
 //! folder a request names to the job's `--savepoint-dir`.
 //!
+//! The server is bounded (a fixed pool of threads, a bounded queue of connections, a
+//! deadline per request; see `server`), parses requests with `httparse` and refuses a
+//! malformed one before acting on it (`http`). Its routes (`router`, `routes`) are a
+//! table that can grow (a dashboard, a JSON API, metrics). All of it is internal: what is
+//! public here are the flags ([`ControlArgs`]) and [`read_token`], which the client shares.
+//!
 //! The client side lives in the `weir` command (crate `weir-cli`): a job needs the server,
 //! never the client.
 
-pub mod server;
+mod http;
+mod router;
+mod routes;
+pub(crate) mod server;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -140,7 +140,8 @@ impl<K: Key> KeyedStateBackend<K> {
         }
     }
 
-    /// Number of keys with state, per state, for inspection and tests.
+    /// Number of keys with state, per state, for tests.
+    #[cfg(test)]
     pub fn sizes(&self) -> Vec<(String, usize)> {
         self.names
             .iter()

@@ -56,6 +56,7 @@ pub trait TableSnapshot: Send {
     /// Appends the entries of each key group in `range` to `out[group - range.start]`,
     /// returning the number of entries written (every shard, taken in memory: for tests
     /// and small states; the writer streams instead).
+    #[cfg(test)]
     fn encode_groups(
         &self,
         _max_parallelism: u32,

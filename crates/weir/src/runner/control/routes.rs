@@ -1,0 +1,196 @@
+//! The control API's routes (the table in the module docs of [`super`]) and its token
+//! check, in front of the engine's [`JobControl`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::{Request, Response};
+use super::router::Router;
+use crate::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
+
+/// The body of `POST /savepoint` and `POST /stop`.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct SnapshotBody {
+    dir: Option<PathBuf>,
+    #[serde(default)]
+    drain: bool,
+}
+
+/// The router of the control API, `slow_limit` snapshot requests at a time.
+pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
+    let (c1, c2, c3, c4) = (control.clone(), control.clone(), control.clone(), control);
+    Router::new(slow_limit)
+        .get(
+            "/status",
+            Box::new(move |_| match serde_json::to_value(c1.status()) {
+                Ok(v) => Response::json(200, &v),
+                Err(e) => Response::error(500, format!("cannot encode the status: {e}")),
+            }),
+        )
+        .post_slow(
+            "/checkpoint",
+            Box::new(move |_| answer(c2.trigger_checkpoint())),
+        )
+        .post_slow(
+            "/savepoint",
+            Box::new(move |r| match snapshot_body(r) {
+                Ok(b) => answer(c3.trigger_savepoint(b.dir)),
+                Err(e) => e,
+            }),
+        )
+        .post_slow(
+            "/stop",
+            Box::new(move |r| match snapshot_body(r) {
+                Ok(b) => answer(c4.stop_with_savepoint(b.dir, b.drain)),
+                Err(e) => e,
+            }),
+        )
+}
+
+/// Whether `request` carries `token` as `Authorization: Bearer <token>`; always true
+/// without a token.
+pub(crate) fn authorized(request: &Request, token: Option<&str>) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    request
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "authorization")
+        .any(|(_, v)| {
+            v.strip_prefix("Bearer ")
+                .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
+        })
+}
+
+/// The answer to a request without the right token.
+pub(crate) fn unauthorized() -> Response {
+    Response::error(
+        401,
+        "missing or wrong token: send `Authorization: Bearer <token>` (weir … --token-file FILE)",
+    )
+}
+
+/// Compares without an early exit, so response times do not leak the token's prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Parses a snapshot request's body (already read whole, its length checked by the
+/// server): empty, or `{"dir"?, "drain"?}`.
+fn snapshot_body(request: &Request) -> Result<SnapshotBody, Response> {
+    let raw = std::str::from_utf8(&request.body)
+        .map_err(|_| Response::error(400, "the body is not UTF-8"))?;
+    if raw.trim().is_empty() {
+        return Ok(SnapshotBody::default());
+    }
+    serde_json::from_str(raw).map_err(|e| {
+        Response::error(
+            400,
+            format!("the body is not {{\"dir\": \"…\", \"drain\": false}}: {e}"),
+        )
+    })
+}
+
+/// Maps the engine's answer to a status: bad request 400, job not running 409, else 500.
+fn answer(r: Result<SnapshotDone, ControlError>) -> Response {
+    match r {
+        Ok(done) => Response::json(200, &json!({ "id": done.id, "path": done.path })),
+        Err(e) => {
+            let status = match e.kind {
+                ControlErrorKind::BadRequest => 400,
+                ControlErrorKind::NotRunning => 409,
+                ControlErrorKind::Failed => 500,
+            };
+            Response::error(status, e.message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn post(body: &str, headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: "POST".into(),
+            path: "/savepoint".into(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn json_of(r: &Response) -> Value {
+        serde_json::from_slice(&r.body).unwrap()
+    }
+
+    #[test]
+    fn bodies_are_empty_or_the_documented_object() {
+        assert!(snapshot_body(&post("", &[])).unwrap().dir.is_none());
+        let ok = snapshot_body(&post("{\"dir\": \"n\", \"drain\": true}", &[])).unwrap();
+        assert!(ok.drain && ok.dir.as_deref() == Some(std::path::Path::new("n")));
+        assert_eq!(
+            snapshot_body(&post("{\"dir\": 3}", &[]))
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            snapshot_body(&post("{\"x\": 1}", &[])).unwrap_err().status,
+            400
+        );
+        let bad_utf8 = Request {
+            body: vec![0xff, 0xfe],
+            ..post("", &[])
+        };
+        assert_eq!(snapshot_body(&bad_utf8).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        let with = post("", &[("authorization", "Bearer s3cret")]);
+        assert!(authorized(&with, Some("s3cret")));
+        assert!(!authorized(&with, Some("s3cre")));
+        assert!(!authorized(&post("", &[]), Some("s3cret")));
+        assert!(authorized(&post("", &[]), None));
+        assert_eq!(unauthorized().status, 401);
+    }
+
+    #[test]
+    fn answers_map_to_statuses() {
+        let err = |kind, message: &str| {
+            Err(ControlError {
+                kind,
+                message: message.into(),
+            })
+        };
+        assert_eq!(
+            answer(err(ControlErrorKind::BadRequest, "outside")).status,
+            400
+        );
+        assert_eq!(
+            answer(err(ControlErrorKind::NotRunning, "ended")).status,
+            409
+        );
+        assert_eq!(
+            answer(err(ControlErrorKind::Failed, "timed out")).status,
+            500
+        );
+        let ok = answer(Ok(SnapshotDone {
+            id: 3,
+            path: "/sp".into(),
+        }));
+        assert_eq!(ok.status, 200);
+        assert_eq!(json_of(&ok)["path"], "/sp");
+    }
+}

@@ -1,0 +1,220 @@
+//! Starting a job attempt: the channels of every non-chained edge, each task's operator
+//! chain (restored from a checkpoint when there is one), and one thread per task whose
+//! end — success, error or panic — becomes a [`TaskEvent`] for the attempt's loop.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{unbounded, Sender};
+
+use crate::checkpoint::restore::RestoredCheckpoint;
+use crate::error::{Error, Result};
+use crate::runtime::executor::Executor;
+use crate::runtime::graph::{AnyBox, NodeKind, Partitioning, TaskBody};
+use crate::runtime::operators::OperatorContext;
+use crate::runtime::task::{Control, TaskContext, TaskEvent};
+
+/// A running attempt: the control channels and threads of its tasks.
+pub(crate) struct Attempt {
+    pub(crate) controls: Vec<Sender<Control>>,
+    pub(crate) sources: Vec<usize>,
+    pub(crate) handles: Vec<JoinHandle<()>>,
+    pub(crate) finished: Vec<bool>,
+}
+
+impl Attempt {
+    /// Sends `c` to every task still running.
+    pub(crate) fn broadcast(&self, c: Control) {
+        for (i, tx) in self.controls.iter().enumerate() {
+            if !self.finished[i] {
+                let _ = tx.send(c); // a task that already exited needs no message
+            }
+        }
+    }
+
+    /// Cancels every task and waits for its thread to end.
+    pub(crate) fn cancel_and_join(self) {
+        self.broadcast(Control::Cancel);
+        drop(self.controls);
+        for h in self.handles {
+            let _ = h.join(); // task panics were caught inside the thread
+        }
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+impl Executor<'_> {
+    fn operator_context(
+        &self,
+        node: usize,
+        subtask: u32,
+        restore: Option<&RestoredCheckpoint>,
+    ) -> Result<OperatorContext> {
+        let uid = self.plan.uids[node].clone();
+        let p = self.plan.parallelism[node];
+        let (operator_state, keyed_state) = match restore {
+            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,
+            None => Default::default(),
+        };
+        Ok(OperatorContext {
+            uid,
+            subtask,
+            parallelism: p,
+            max_parallelism: self.cfg.max_parallelism,
+            restored: restore.is_some(),
+            operator_state,
+            keyed_state,
+            job_name: self.cfg.name.clone(),
+        })
+    }
+
+    /// Builds attempt `attempt`'s tasks (restored from `restore`) and starts one thread
+    /// per task.
+    pub(crate) fn spawn(
+        &self,
+        attempt: u32,
+        restore: Option<&RestoredCheckpoint>,
+    ) -> Result<Attempt> {
+        let g = self.graph;
+        // Channels for every non-chained edge.
+        let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        for (i, e) in g.edges.iter().enumerate() {
+            if self.plan.chained[i] {
+                senders.push(Vec::new());
+                receivers.push(Vec::new());
+                continue;
+            }
+            let (tx, rx) = e.factory.channels(
+                self.plan.parallelism[e.from] as usize,
+                self.plan.parallelism[e.to] as usize,
+                self.plan.partitioning[i] == Partitioning::Forward,
+                self.cfg.channel_capacity.max(1),
+            );
+            senders.push(tx.into_iter().map(Some).collect());
+            receivers.push(rx.into_iter().map(Some).collect());
+        }
+        let mut controls = Vec::new();
+        let mut bodies: Vec<(String, TaskBody)> = Vec::new();
+        let mut sources = Vec::new();
+        for (ti, t) in self.plan.tasks.iter().enumerate() {
+            let s = t.subtask as usize;
+            let tail = *t.chain.last().expect("chains are never empty");
+            let outs: Vec<AnyBox> = g.nodes[tail]
+                .outputs
+                .iter()
+                .map(|&e| {
+                    let tx = senders[e][s]
+                        .take()
+                        .expect("each sender is used by one task");
+                    g.edges[e]
+                        .factory
+                        .writer(tx, self.plan.partitioning[e], t.subtask)
+                })
+                .collect();
+            let factory = &g.nodes[tail].outputs_factory;
+            let mut output = match outs.len() {
+                0 => factory.terminal(),
+                1 => outs.into_iter().next().expect("one output"),
+                _ => factory.fan_out(outs),
+            };
+            for &n in t.chain[1..].iter().rev() {
+                let NodeKind::Operator(build) = &g.nodes[n].kind else {
+                    return Err(Error::InvalidJob("a source cannot have inputs".into()));
+                };
+                output = build(self.operator_context(n, t.subtask, restore)?, output)?;
+            }
+            let (ctl_tx, ctl_rx) = unbounded();
+            controls.push(ctl_tx);
+            let ctx = TaskContext {
+                name: t.name.clone(),
+                index: ti,
+                subtask: t.subtask,
+                parallelism: t.parallelism,
+                attempt,
+                mode: self.cfg.checkpointing.mode,
+                buffer_timeout: self.cfg.buffer_timeout,
+                control: ctl_rx,
+                writer: self.writer_tx.clone(),
+                injector: self.injector.clone(),
+                metrics: self.task_metrics[ti].clone(),
+                events: self.events_tx.clone(),
+            };
+            let head = t.chain[0];
+            let body = match &g.nodes[head].kind {
+                NodeKind::Source(build) => {
+                    sources.push(ti);
+                    build(
+                        self.operator_context(head, t.subtask, restore)?,
+                        output,
+                        ctx,
+                    )?
+                }
+                NodeKind::Operator(build) => {
+                    let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
+                    let rx: Vec<AnyBox> = g.nodes[head]
+                        .inputs
+                        .iter()
+                        .map(|&e| {
+                            receivers[e][s]
+                                .take()
+                                .expect("each receiver is used by one task")
+                        })
+                        .collect();
+                    let first = g.nodes[head].inputs[0];
+                    g.edges[first].factory.input_task(rx, input, ctx)
+                }
+            };
+            bodies.push((t.name.clone(), body));
+        }
+        let mut handles = Vec::new();
+        for (ti, (name, body)) in bodies.into_iter().enumerate() {
+            let events = self.events_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("weir-task-{ti}"))
+                .spawn(move || {
+                    let ev = match catch_unwind(AssertUnwindSafe(body)) {
+                        Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
+                        Ok(Err(error)) => TaskEvent::Failed {
+                            attempt,
+                            task: ti,
+                            error: match error {
+                                Error::Cancelled => Error::Cancelled,
+                                e => Error::TaskFailed {
+                                    task: name,
+                                    cause: e.to_string(),
+                                },
+                            },
+                        },
+                        Err(p) => TaskEvent::Failed {
+                            attempt,
+                            task: ti,
+                            error: Error::TaskFailed {
+                                task: name,
+                                cause: format!("panicked: {}", panic_message(p)),
+                            },
+                        },
+                    };
+                    let _ = events.send(ev);
+                })
+                .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
+            handles.push(h);
+        }
+        let n = controls.len();
+        Ok(Attempt {
+            controls,
+            sources,
+            handles,
+            finished: vec![false; n],
+        })
+    }
+}
