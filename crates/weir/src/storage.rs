@@ -49,7 +49,7 @@ mod streamed;
 pub use format::{FileKind, FormatError};
 pub(crate) use read::{read_metadata, read_state_file, read_state_payload};
 #[cfg(feature = "s3")]
-pub use s3::{open_with_endpoint, S3Backend};
+pub use s3::{open_with_endpoint, transfers, S3Backend, Transfers, LEASE_OBJECT};
 use streamed::write_streamed;
 pub(crate) use streamed::{PayloadWriter, SpillFile};
 

@@ -72,6 +72,13 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// How many bytes a reader of a large object should ask [`StorageBackend::read_at`] for
+    /// at once: a local disk answers small reads fast (and they checksum from cache), while
+    /// object storage wants large ones, which it splits into ranges fetched concurrently.
+    fn preferred_read_bytes(&self) -> usize {
+        1 << 20
+    }
+
     /// Names of the objects and folders directly under the folder `prefix` (`""` for the
     /// root), unordered; empty if there is no such folder.
     fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError>;

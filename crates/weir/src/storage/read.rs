@@ -137,7 +137,9 @@ pub(super) fn read_checksummed(
 ) -> Result<(Vec<u8>, Option<u32>), StorageError> {
     let len = backend.size(key)?;
     let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    let parallel = two_cores && len >= parallel_from.max(2 * TRAILER_LEN as u64);
+    // Remote storage (large preferred reads) gains from concurrent requests on any core count.
+    let remote = backend.preferred_read_bytes() > READ_CHUNK;
+    let parallel = (two_cores || remote) && len >= parallel_from.max(2 * TRAILER_LEN as u64);
     let Some(len) = usize::try_from(len).ok().filter(|_| parallel) else {
         return Ok((backend.get(key, None)?, None));
     };
@@ -146,7 +148,7 @@ pub(super) fn read_checksummed(
     // Reads `dst` from `offset` in chunks; returns the crc32c of its first `covered` bytes.
     let read_part = |dst: &mut [u8], mut offset: u64, mut covered: usize| {
         let mut crc = 0;
-        for chunk in dst.chunks_mut(READ_CHUNK) {
+        for chunk in dst.chunks_mut(READ_CHUNK.max(backend.preferred_read_bytes())) {
             backend.read_at(key, offset, chunk)?;
             offset += chunk.len() as u64;
             let n = covered.min(chunk.len());

@@ -7,37 +7,36 @@
 //! * Retries are few and short: wrong credentials, a missing bucket or a server that is
 //!   down are one clear error naming the cause ([`StorageError::Remote`]), not a loop.
 //! * `_metadata` uses a conditional create (`If-None-Match: *`, HTTP 412 when present).
-//! * A streamed object is spilled to a local temp file (its header is known last), then
-//!   uploaded in parts.
+//! * A streamed object is uploaded in parts while it is written, its first part last
+//!   (it holds the header, known last) ([`upload`]); a large object is read in ranges
+//!   fetched several at a time.
 //! * Ownership is a lease object `_lease` ([`Lease`]), created if absent, renewed while the
-//!   run lives and taken over once expired, since S3 has no locks.
+//!   run lives and taken over once expired, since S3 has no locks; every write of it is
+//!   conditional (`If-Match`), and a run that lost it writes nothing more ([`lease`]).
 
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig,
-    WriteMultipart,
 };
 
 use super::backend::{ObjectWriter, Ownership, StorageBackend};
-use super::streamed::SpillFile;
-use super::{io_err, StorageError, READ_HINT};
+use super::{io_err, StorageError, METADATA_FILE_NAME, READ_HINT};
 
-/// The lease object in a job's folder on S3.
-pub const LEASE_OBJECT: &str = "_lease";
-
-/// How long a lease lasts without renewal; `WEIR_S3_LEASE_SECONDS` overrides it (tests
-/// take over a killed run's lease without waiting long). Renewed every third of it.
-const LEASE_SECONDS: u64 = 30;
+mod lease;
+mod upload;
+use lease::Fence;
+pub use lease::{Lease, LEASE_OBJECT};
+use upload::S3Writer;
 
 /// One S3 client (per bucket) and the runtime its calls block on.
 struct Client {
@@ -75,6 +74,7 @@ pub fn open_with_endpoint(location: &str, endpoint: &str) -> Result<S3Backend, S
     Ok(S3Backend {
         client: make_client(location, bucket, Some(endpoint))?,
         prefix: prefix.trim_matches('/').to_string(),
+        fence: Arc::default(),
     })
 }
 
@@ -143,6 +143,9 @@ fn make_client(
 pub struct S3Backend {
     client: Arc<Client>,
     prefix: String,
+    /// The lease of the job folder, once this backend's family took it
+    /// ([`StorageBackend::take_ownership`]): checked before every write.
+    fence: Arc<OnceLock<Arc<Fence>>>,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -164,6 +167,7 @@ pub(super) fn open(text: &str, rest: &str) -> Result<S3Backend, StorageError> {
     Ok(S3Backend {
         client: client(text, bucket)?,
         prefix: prefix.trim_matches('/').to_string(),
+        fence: Arc::default(),
     })
 }
 
@@ -206,6 +210,18 @@ impl S3Backend {
 }
 
 impl S3Backend {
+    /// Refuses a write of `key` in a job folder whose lease this run lost; before a
+    /// checkpoint is completed (`renew`), renews the lease first, so that completion
+    /// happens with a whole lease lifetime left (see [`lease`]).
+    fn fenced(&self, key: &str, renew: bool) -> Result<(), StorageError> {
+        match self.fence.get() {
+            Some(_) if key == LEASE_OBJECT => Ok(()),
+            Some(fence) if renew => fence.renew(),
+            Some(fence) => fence.check(),
+            None => Ok(()),
+        }
+    }
+
     /// An error of a write: "not found" there means the bucket is missing.
     fn write_error(&self, op: &'static str, key: &str, e: object_store::Error) -> StorageError {
         match e {
@@ -224,6 +240,10 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     let has = |s: &str| cause.contains(s);
     let hint = if has("NoSuchBucket") || has("bucket does not exist") {
         "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
+    } else if has("169.254.169.254") {
+        "no credentials were found (nor an instance role): set AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY"
+            .into()
     } else if has("InvalidAccessKeyId") || has("SignatureDoesNotMatch") || has("403") {
         "the server refused the credentials: check AWS_ACCESS_KEY_ID and \
          AWS_SECRET_ACCESS_KEY (and AWS_REGION)"
@@ -244,50 +264,52 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     }
 }
 
-/// Part size of uploads (S3's minimum is 5 MiB).
-const PART: usize = 8 << 20;
-
-/// An object spilled to a local temp file, uploaded on commit.
-struct S3Writer {
-    backend: S3Backend,
-    key: String,
-    spill: SpillFile,
+/// What the S3 backends of this process have moved, counted for tests and benchmarks that
+/// check how objects travel (in parts, in ranges) rather than trusting it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Transfers {
+    /// Objects written with one plain PUT (at most one part long).
+    pub single_puts: u64,
+    /// Multipart uploads started.
+    pub multipart_uploads: u64,
+    /// Parts sent by multipart uploads.
+    pub parts_uploaded: u64,
+    /// Ranged GETs (pieces of an object fetched concurrently).
+    pub ranged_gets: u64,
 }
 
-impl ObjectWriter for S3Writer {
-    fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        self.spill.append(bytes).map(|_| ())
-    }
+/// The counters behind [`transfers`].
+struct Counters {
+    single_puts: AtomicU64,
+    multipart_uploads: AtomicU64,
+    parts_uploaded: AtomicU64,
+    ranged_gets: AtomicU64,
+}
 
-    fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
-        let len = self.spill.len() as usize;
-        let b = &self.backend;
-        let path = b.path(&self.key);
-        let mut first = vec![0; len.min(PART)];
-        self.spill.read_at(0, &mut first)?;
-        let n = head.len().min(first.len());
-        first[..n].copy_from_slice(&head[..n]);
-        if len <= PART {
-            let put = b.client.store.put(&path, PutPayload::from(first));
-            block(put)?.map_err(|e| b.write_error("upload", &self.key, e))?;
-            return Ok(());
-        }
-        let upload = block(b.client.store.put_multipart(&path))?
-            .map_err(|e| b.write_error("start upload of", &self.key, e))?;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-        w.write(&first);
-        let mut buf = vec![0; PART];
-        let mut at = first.len();
-        while at < len {
-            let n = PART.min(len - at);
-            self.spill.read_at(at as u64, &mut buf[..n])?;
-            w.write(&buf[..n]);
-            at += n;
-        }
-        block(w.finish())?.map_err(|e| b.write_error("upload", &self.key, e))?;
-        Ok(())
+static TRANSFERS: Counters = Counters {
+    single_puts: AtomicU64::new(0),
+    multipart_uploads: AtomicU64::new(0),
+    parts_uploaded: AtomicU64::new(0),
+    ranged_gets: AtomicU64::new(0),
+};
+
+/// What the S3 backends of this process have moved so far.
+pub fn transfers() -> Transfers {
+    let t = &TRANSFERS;
+    Transfers {
+        single_puts: t.single_puts.load(Ordering::Relaxed),
+        multipart_uploads: t.multipart_uploads.load(Ordering::Relaxed),
+        parts_uploaded: t.parts_uploaded.load(Ordering::Relaxed),
+        ranged_gets: t.ranged_gets.load(Ordering::Relaxed),
     }
 }
+
+/// Size of the ranges a large read is split into, fetched [`RANGES_IN_FLIGHT`] at a time:
+/// one GET stream rarely fills a link to object storage, several do.
+const RANGE: usize = 8 << 20;
+
+/// Ranged GETs in flight at once per read.
+const RANGES_IN_FLIGHT: usize = 8;
 
 impl StorageBackend for S3Backend {
     fn describe(&self, key: &str) -> PathBuf {
@@ -298,18 +320,19 @@ impl StorageBackend for S3Backend {
         Box::new(S3Backend {
             client: self.client.clone(),
             prefix: self.key(prefix),
+            fence: self.fence.clone(),
         })
     }
 
     fn put(&self, key: &str) -> Result<Box<dyn ObjectWriter>, StorageError> {
-        Ok(Box::new(S3Writer {
-            backend: self.clone(),
-            key: key.to_string(),
-            spill: SpillFile::create(&std::env::temp_dir())?,
-        }))
+        self.fenced(key, false)?;
+        Ok(Box::new(S3Writer::new(self.clone(), key)))
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        let completes =
+            key == METADATA_FILE_NAME || key.ends_with(&format!("/{METADATA_FILE_NAME}"));
+        self.fenced(key, completes)?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
@@ -338,6 +361,28 @@ impl StorageBackend for S3Backend {
         Ok(bytes.map_err(|e| self.error("read", key, e))?.to_vec())
     }
 
+    /// Reads `buf` in [`RANGE`]-sized ranges, several at once, each straight into its
+    /// slice of `buf`.
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
+        let store = &self.client.store;
+        let path = self.path(key);
+        let url = PathBuf::from(self.url(key));
+        let url = &url;
+        let all = futures::stream::iter(buf.chunks_mut(RANGE).enumerate())
+            .map(|(i, chunk)| {
+                let at = offset + (i * RANGE) as u64;
+                fetch_range(store, &path, url, at, chunk)
+            })
+            .buffer_unordered(RANGES_IN_FLIGHT)
+            .try_collect::<Vec<Result<(), StorageError>>>();
+        let results = block(all)?.map_err(|e| self.error("read", key, e))?;
+        results.into_iter().collect()
+    }
+
+    fn preferred_read_bytes(&self) -> usize {
+        RANGES_IN_FLIGHT * RANGE
+    }
+
     fn list(&self, prefix: &str) -> Result<Vec<String>, StorageError> {
         let folder = self.key(prefix);
         let at = (!folder.is_empty()).then(|| ObjectPath::from(folder.clone()));
@@ -353,6 +398,7 @@ impl StorageBackend for S3Backend {
     }
 
     fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.fenced(key, false)?;
         match block(self.client.store.delete(&self.path(key)))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error("remove", key, e)),
@@ -360,6 +406,7 @@ impl StorageBackend for S3Backend {
     }
 
     fn delete_all(&self, prefix: &str) -> Result<(), StorageError> {
+        self.fenced(prefix, false)?;
         let folder = self.path(prefix);
         let store = &self.client.store;
         let keys: Vec<ObjectPath> = block(async {
@@ -384,101 +431,32 @@ impl StorageBackend for S3Backend {
     }
 
     fn take_ownership(&self) -> Result<Ownership, StorageError> {
-        Ok(Box::new(Lease::take(self.clone())?))
+        // The lease's own backend does not share the fence (it writes the lease itself).
+        let plain = S3Backend {
+            fence: Arc::default(),
+            ..self.clone()
+        };
+        let (lease, fence) = Lease::take(plain)?;
+        let _ = self.fence.set(fence);
+        Ok(Box::new(lease))
     }
 }
 
-/// Ownership of a job folder on S3: the object `_lease` holds `<expiry ms> <holder>`; it
-/// is created if absent, renewed by a thread every third of its lifetime, taken over
-/// once expired (its holder died), and removed when dropped.
-pub struct Lease {
-    stop: Arc<AtomicBool>,
-    renewer: Option<std::thread::JoinHandle<()>>,
-    backend: S3Backend,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn lease_seconds() -> u64 {
-    std::env::var("WEIR_S3_LEASE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&s| s > 0)
-        .unwrap_or(LEASE_SECONDS)
-}
-
-impl Lease {
-    fn take(backend: S3Backend) -> Result<Lease, StorageError> {
-        let ttl = lease_seconds();
-        let me = super::holder_description();
-        let body = move |me: &str| format!("{} {me}", now_ms() + ttl * 1000).into_bytes();
-        match backend.put_if_absent(LEASE_OBJECT, &body(&me)) {
-            Ok(()) => {}
-            Err(e) if e.is_already_exists() => {
-                let held = backend.get(LEASE_OBJECT, None)?;
-                let held = String::from_utf8_lossy(&held).into_owned();
-                let (expiry, holder) = held.split_once(' ').unwrap_or(("0", &held));
-                if expiry.parse::<u64>().unwrap_or(0) > now_ms() {
-                    return Err(StorageError::InUse {
-                        root: backend.describe(""),
-                        holder: format!("{holder}; its lease expires unless renewed"),
-                    });
-                }
-                // Expired: its holder died. Replace it, then make sure we won a race.
-                backend.delete(LEASE_OBJECT)?;
-                backend
-                    .put_if_absent(LEASE_OBJECT, &body(&me))
-                    .map_err(|e| {
-                        if e.is_already_exists() {
-                            StorageError::InUse {
-                                root: backend.describe(""),
-                                holder: "another run that took over the expired lease first".into(),
-                            }
-                        } else {
-                            e
-                        }
-                    })?;
-            }
-            Err(e) => return Err(e),
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (b, s) = (backend.clone(), stop.clone());
-        let renewer = std::thread::Builder::new()
-            .name("weir-s3-lease".into())
-            .spawn(move || {
-                let every = Duration::from_millis(ttl * 1000 / 3);
-                let tick = Duration::from_millis(50);
-                let mut waited = Duration::ZERO;
-                while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    waited += tick;
-                    if waited >= every {
-                        waited = Duration::ZERO;
-                        if let Ok(mut w) = b.put(LEASE_OBJECT) {
-                            let _ = w.write(&body(&me)).and_then(|()| w.commit(&[]));
-                        }
-                    }
-                }
-            })
-            .ok();
-        Ok(Lease {
-            stop,
-            renewer,
-            backend,
-        })
+/// Fetches `chunk.len()` bytes of the object at `path` from `at` into `chunk`: the outer
+/// error is the client's, the inner one a short read.
+async fn fetch_range(
+    store: &AmazonS3,
+    path: &ObjectPath,
+    url: &std::path::Path,
+    at: u64,
+    chunk: &mut [u8],
+) -> object_store::Result<Result<(), StorageError>> {
+    TRANSFERS.ranged_gets.fetch_add(1, Ordering::Relaxed);
+    let bytes = store.get_range(path, at..at + chunk.len() as u64).await?;
+    if bytes.len() != chunk.len() {
+        let short = io::ErrorKind::UnexpectedEof.into();
+        return Ok(Err(io_err("read", url, READ_HINT)(short)));
     }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.renewer.take() {
-            let _ = t.join();
-        }
-        let _ = self.backend.delete(LEASE_OBJECT);
-    }
+    chunk.copy_from_slice(&bytes);
+    Ok(Ok(()))
 }
