@@ -76,12 +76,16 @@ pub mod prelude {
     pub use crate::runtime::executor::{AttemptSummary, JobResult, RestoreInfo};
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;
+    pub use crate::runtime::watermark::{
+        BoundedOutOfOrderness, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
+    };
     pub use crate::state::broadcast::{
         BroadcastContext, BroadcastState, BroadcastStateStore, ReadOnlyBroadcastContext,
     };
     pub use crate::state::keyed::{
         AggregateFunction, AggregatingState, KeyedContext, KeyedEndContext, KeyedStateStore,
-        ListState, MapState, ReducingState, StateHandle, StateTtlConfig, TtlUpdate, ValueState,
+        ListState, MapState, ReducingState, StateHandle, StateTtlConfig, TimeDomain, TtlUpdate,
+        ValueState,
     };
     pub use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
     pub use crate::{Error, Result};

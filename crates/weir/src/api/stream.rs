@@ -26,6 +26,7 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
@@ -46,6 +47,8 @@ use crate::runtime::operators::{
 };
 use crate::runtime::output::Output;
 use crate::runtime::task::{run_source, TaskContext};
+use crate::runtime::watermark::operator::TimestampsAndWatermarksOp;
+use crate::runtime::watermark::WatermarkStrategy;
 use crate::state::keyed::{KeyedContext, KeyedStateStore, ValueState};
 use crate::state::{Data, Key, StateValue};
 
@@ -110,7 +113,39 @@ impl StreamEnvironment {
             },
         );
         let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
-        DataStream::single(self.graph.clone(), id, self.config.max_parallelism)
+        DataStream::single(self.graph.clone(), id, self.settings())
+    }
+
+    /// Adds a source whose records get timestamps and watermarks from `strategy` in every
+    /// parallel subtask, inside the source's task (Flink's `fromSource(source, strategy,
+    /// name)`): each subtask is one split with its own generator and idleness.
+    pub fn add_source_with_watermarks<T: Data, S: SourceFunction<T>>(
+        &self,
+        name: &str,
+        source: S,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        let interval = interval_ms(self.config.auto_watermark_interval);
+        let builder = Arc::new(
+            move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
+                let chain = unbox::<T>(chain);
+                let chain: Box<dyn Output<T>> =
+                    Box::new(TimestampsAndWatermarksOp::new(&strategy, interval, chain)?);
+                let mut s = source.clone();
+                ctx.init_function(&mut s)?;
+                let uid = ctx.uid;
+                Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
+            },
+        );
+        let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
+        DataStream::single(self.graph.clone(), id, self.settings())
+    }
+
+    fn settings(&self) -> StreamSettings {
+        StreamSettings {
+            max_parallelism: self.config.max_parallelism,
+            auto_watermark_interval_ms: interval_ms(self.config.auto_watermark_interval),
+        }
     }
 
     /// Runs the job to completion (bounded sources) with recovery from failures.
@@ -166,21 +201,32 @@ fn add_node<O: Data>(
     id
 }
 
+fn interval_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The job settings operators are built with, taken from the environment's configuration.
+#[derive(Clone, Copy)]
+struct StreamSettings {
+    max_parallelism: u32,
+    auto_watermark_interval_ms: u64,
+}
+
 /// A stream of records of type `T`: the output of one operator, or a union of several,
 /// each with the partitioning its records take to the next operator.
 pub struct DataStream<T> {
     graph: Rc<RefCell<JobGraph>>,
     nodes: Vec<(usize, Partitioning)>,
-    max_parallelism: u32,
+    settings: StreamSettings,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T: Data> DataStream<T> {
-    fn single(graph: Rc<RefCell<JobGraph>>, id: usize, max_parallelism: u32) -> Self {
+    fn single(graph: Rc<RefCell<JobGraph>>, id: usize, settings: StreamSettings) -> Self {
         DataStream {
             graph,
             nodes: vec![(id, Partitioning::Default)],
-            max_parallelism,
+            settings,
             _t: PhantomData,
         }
     }
@@ -260,7 +306,7 @@ impl<T: Data> DataStream<T> {
             .iter()
             .map(|&(n, p)| (n, partitioning.unwrap_or(p)))
             .collect();
-        let maxp = self.max_parallelism;
+        let maxp = self.settings.max_parallelism;
         let make_edge = move || {
             Box::new(TypedEdge::<T> {
                 keyed: keyed.clone(),
@@ -274,7 +320,7 @@ impl<T: Data> DataStream<T> {
             &inputs,
             Some(&make_edge),
         );
-        DataStream::single(self.graph.clone(), id, maxp)
+        DataStream::single(self.graph.clone(), id, self.settings)
     }
 
     /// Transforms each record.
@@ -317,6 +363,7 @@ impl<T: Data> DataStream<T> {
                 Ok(rebox::<T>(Box::new(FlatMapOp {
                     f: f.clone(),
                     out: Vec::new(),
+                    out_timestamps: Vec::new(),
                     next: unbox::<O>(next),
                 })))
             }),
@@ -334,8 +381,24 @@ impl<T: Data> DataStream<T> {
                     uid: ctx.uid,
                     f,
                     out: Vec::new(),
+                    out_timestamps: Vec::new(),
                     next: unbox::<O>(next),
                 })))
+            }),
+        )
+    }
+
+    /// Gives the records timestamps and the stream watermarks from `strategy` (Flink's
+    /// `assignTimestampsAndWatermarks`); the watermarks arriving from upstream are replaced
+    /// (except the final one of a bounded input). Chained to the operator before it when
+    /// the parallelism matches, so each parallel instance generates its own watermarks.
+    pub fn assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy<T>) -> Self {
+        let interval = self.settings.auto_watermark_interval_ms;
+        self.then(
+            "timestamps_watermarks",
+            Arc::new(move |_ctx, next| {
+                let op = TimestampsAndWatermarksOp::new(&strategy, interval, unbox::<T>(next))?;
+                Ok(rebox::<T>(Box::new(op)))
             }),
         )
     }

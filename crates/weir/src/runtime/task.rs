@@ -27,6 +27,8 @@ use crate::runtime::finishing::Finishing;
 use crate::runtime::functions::{SourceFunction, SourceStatus};
 use crate::runtime::operators::snapshot_function;
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::watermark::valve::ValveOutput;
+use crate::runtime::watermark::{StatusWatermarkValve, WatermarkStatus, MAX_WATERMARK};
 use crate::runtime::BATCH_SIZE;
 
 /// Messages from the executor to a task.
@@ -189,9 +191,11 @@ struct SourceTask<'a> {
 }
 
 impl SourceTask<'_> {
-    /// The source is exhausted (or a draining stop ends it): emit what the chain holds and
-    /// send end-of-input on.
+    /// The source is exhausted (or a draining stop ends it): advance event time to its end
+    /// (every event-time timer downstream fires), emit what the chain holds and send
+    /// end-of-input on.
     fn end_input<T>(&mut self, chain: &mut dyn Output<T>) -> Result<()> {
+        chain.on_watermark(MAX_WATERMARK)?;
         chain.end_of_input()?;
         self.fin.on_input_ended();
         let _ = self.ctx.events.send(TaskEvent::InputEnded {
@@ -306,6 +310,8 @@ pub fn run_source<T, S: SourceFunction<T>>(
             }
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
+            // Watermark assigners in the chain emit their periodic watermarks (or idleness).
+            chain.on_processing_time(crate::clock::wall_ms())?;
             chain.flush()?;
             last_flush = Instant::now();
         }
@@ -332,6 +338,7 @@ pub fn run_input<T: Send>(
     ctx: TaskContext,
 ) -> Result<()> {
     let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
+    let mut valve = StatusWatermarkValve::new(inputs.len());
     let mut channels = vec![ChannelState::default(); inputs.len()];
     let mut fin = Finishing::new();
     let mut last_flush = Instant::now();
@@ -358,7 +365,7 @@ pub fn run_input<T: Send>(
             Ok(op) => op,
             Err(_) => {
                 if !fin.is_frozen() {
-                    chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                    chain.on_processing_time(crate::clock::wall_ms())?;
                 }
                 chain.flush()?;
                 last_flush = Instant::now();
@@ -396,6 +403,12 @@ pub fn run_input<T: Send>(
                 ctx.on_records(batch.len());
                 chain.push(&mut batch)?;
             }
+            Event::TimestampedBatch(mut batch, mut timestamps) => {
+                ctx.on_records(batch.len());
+                chain.push_timestamped(&mut batch, &mut timestamps)?;
+            }
+            Event::Watermark(w) => forward(valve.input_watermark(c, w), chain.as_mut())?,
+            Event::WatermarkStatus(s) => forward(valve.input_status(c, s), chain.as_mut())?,
             Event::Barrier(b) => {
                 if let BarrierKind::Stop { .. } = b.kind {
                     channels[c].stopped_at = Some(b.id);
@@ -414,12 +427,27 @@ pub fn run_input<T: Send>(
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
             if !fin.is_frozen() {
-                chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                chain.on_processing_time(crate::clock::wall_ms())?;
             }
             chain.flush()?;
             last_flush = Instant::now();
         }
     }
+}
+
+/// Forwards what the watermark valve decided: becoming active, then the new watermark, then
+/// becoming idle.
+fn forward<T>(out: ValveOutput, chain: &mut dyn Output<T>) -> Result<()> {
+    if out.status == Some(WatermarkStatus::Active) {
+        chain.on_watermark_status(WatermarkStatus::Active)?;
+    }
+    if let Some(w) = out.watermark {
+        chain.on_watermark(w)?;
+    }
+    if out.status == Some(WatermarkStatus::Idle) {
+        chain.on_watermark_status(WatermarkStatus::Idle)?;
+    }
+    Ok(())
 }
 
 fn act<T>(
@@ -465,6 +493,27 @@ mod tests {
         fn push(&mut self, batch: &mut Vec<u32>) -> Result<()> {
             let mut log = self.0.lock().unwrap();
             log.extend(batch.drain(..).map(|x| format!("R{x}")));
+            Ok(())
+        }
+        fn push_timestamped(&mut self, batch: &mut Vec<u32>, ts: &mut Vec<u64>) -> Result<()> {
+            let mut log = self.0.lock().unwrap();
+            log.extend(
+                batch
+                    .drain(..)
+                    .zip(ts.drain(..))
+                    .map(|(x, t)| format!("R{x}@{t}")),
+            );
+            Ok(())
+        }
+        fn on_watermark(&mut self, w: u64) -> Result<()> {
+            self.0.lock().unwrap().push(format!("W{w}"));
+            Ok(())
+        }
+        fn on_watermark_status(&mut self, s: WatermarkStatus) -> Result<()> {
+            self.0.lock().unwrap().push(format!("{s:?}"));
+            Ok(())
+        }
+        fn on_processing_time(&mut self, _: u64) -> Result<()> {
             Ok(())
         }
         fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {

@@ -55,6 +55,8 @@ pub enum StateKind {
     ProcessingTimers,
     /// Broadcast state: a map identical on every subtask.
     Broadcast,
+    /// Event-time timers of a keyed operator: timestamps per key.
+    EventTimers,
 }
 
 impl StateKind {
@@ -70,6 +72,7 @@ impl StateKind {
             StateKind::Map => "map",
             StateKind::ProcessingTimers => "processing-time timers",
             StateKind::Broadcast => "broadcast",
+            StateKind::EventTimers => "event-time timers",
         }
     }
 }

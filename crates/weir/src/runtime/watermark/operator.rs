@@ -1,0 +1,134 @@
+//! The operator a [`WatermarkStrategy`] becomes (Flink's `TimestampsAndWatermarksOperator`):
+//! it gives every record its timestamp, feeds the generator, and emits watermarks and
+//! idleness downstream — after the batch whose records moved them, so a watermark never
+//! overtakes a record it covers.
+//!
+//! It replaces the watermarks of its input: upstream watermarks and idleness are dropped,
+//! except the final watermark ([`MAX_WATERMARK`]) that ends a bounded input, which it
+//! forwards. Its periodic call comes with the task's processing-time tick, at most every
+//! auto-watermark interval (0 turns periodic emission off).
+
+use super::{TimestampAssigner, MAX_WATERMARK};
+use super::{WatermarkGenerator, WatermarkOutput, WatermarkStatus, WatermarkStrategy};
+use crate::error::{Error, Result};
+use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::output::{Output, TaskSnapshot};
+
+/// Assigns timestamps and generates watermarks; see the module docs.
+pub struct TimestampsAndWatermarksOp<T> {
+    assigner: Option<TimestampAssigner<T>>,
+    generator: Box<dyn WatermarkGenerator<T>>,
+    output: WatermarkOutput,
+    interval_ms: u64,
+    last_periodic_ms: Option<u64>,
+    timestamps: Vec<u64>,
+    next: Box<dyn Output<T>>,
+}
+
+impl<T> TimestampsAndWatermarksOp<T> {
+    /// An instance of `strategy` emitting periodically every `interval_ms` (0: never).
+    pub(crate) fn new(
+        strategy: &WatermarkStrategy<T>,
+        interval_ms: u64,
+        next: Box<dyn Output<T>>,
+    ) -> Result<Self>
+    where
+        T: 'static,
+    {
+        Ok(TimestampsAndWatermarksOp {
+            assigner: strategy.assigner(),
+            generator: strategy.create_generator()?,
+            output: WatermarkOutput::default(),
+            interval_ms,
+            last_periodic_ms: None,
+            timestamps: Vec::new(),
+            next,
+        })
+    }
+
+    /// Sends what the generator changed: active, then the watermark, then idle.
+    fn emit_changes(&mut self) -> Result<()> {
+        let (activate, watermark, go_idle) = self.output.take_changes();
+        if let Some(status) = activate {
+            self.next.on_watermark_status(status)?;
+        }
+        if let Some(w) = watermark {
+            self.next.on_watermark(w)?;
+        }
+        if go_idle {
+            self.next.on_watermark_status(WatermarkStatus::Idle)?;
+        }
+        Ok(())
+    }
+}
+
+fn missing_timestamp() -> Error {
+    Error::InvalidJob(
+        "a record without a timestamp reached a watermark strategy without a timestamp \
+         assigner; give the strategy one with WatermarkStrategy::with_timestamp_assigner"
+            .into(),
+    )
+}
+
+impl<T: Send> Output<T> for TimestampsAndWatermarksOp<T> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        let Some(assign) = &self.assigner else {
+            return Err(missing_timestamp());
+        };
+        self.timestamps.clear();
+        for r in batch.iter() {
+            let t = assign(r, None);
+            self.generator.on_event(r, t, &mut self.output);
+            self.timestamps.push(t);
+        }
+        self.next.push_timestamped(batch, &mut self.timestamps)?;
+        self.emit_changes()
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        for (r, t) in batch.iter().zip(timestamps.iter_mut()) {
+            if let Some(assign) = &self.assigner {
+                *t = assign(r, Some(*t));
+            }
+            self.generator.on_event(r, *t, &mut self.output);
+        }
+        self.next.push_timestamped(batch, timestamps)?;
+        self.emit_changes()
+    }
+    fn on_watermark(&mut self, watermark: u64) -> Result<()> {
+        if watermark == MAX_WATERMARK {
+            self.output.emit_watermark(MAX_WATERMARK);
+            self.emit_changes()?;
+        }
+        Ok(())
+    }
+    fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
+        Ok(())
+    }
+    fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
+        let due = self
+            .last_periodic_ms
+            .is_none_or(|last| now_ms.saturating_sub(last) >= self.interval_ms);
+        if self.interval_ms > 0 && due {
+            self.last_periodic_ms = Some(now_ms);
+            self.generator.on_periodic_emit(&mut self.output);
+            self.emit_changes()?;
+        }
+        self.next.on_processing_time(now_ms)
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        self.next.snapshot(b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.next.flush()
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        self.on_watermark(MAX_WATERMARK)?;
+        self.next.end_of_input()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.next.notify_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.next.notify_aborted(id)
+    }
+}
