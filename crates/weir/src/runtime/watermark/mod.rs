@@ -24,7 +24,9 @@ pub use strategy::{
 };
 pub use valve::StatusWatermarkValve;
 
-/// The watermark every task starts from (nothing is known about event time yet).
+/// The watermark every task starts from: nothing is known about event time yet (Flink's
+/// `Long.MIN_VALUE`). It is never sent: a watermark must rise above it, and functions see it
+/// as no watermark (`KeyedContext::current_watermark` is `None`).
 pub const MIN_WATERMARK: u64 = 0;
 
 /// The watermark that ends event time: a bounded input emits it when it is exhausted, so

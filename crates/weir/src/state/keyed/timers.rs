@@ -103,10 +103,12 @@ impl<K: Key> KeyedContext<'_, K> {
         crate::clock::wall_ms()
     }
 
-    /// The operator's current watermark (milliseconds since the Unix epoch; 0 before the
-    /// first watermark): event-time timers at or below it have fired.
-    pub fn current_watermark(&self) -> u64 {
-        self.backend.time.watermark
+    /// The operator's current watermark (milliseconds since the Unix epoch), `None` before
+    /// the first one arrived (Flink's `Long.MIN_VALUE`): no record at or below it is still
+    /// to come, unless late, and event-time timers at or below it have fired. A record is
+    /// late when `ctx.current_watermark().is_some_and(|w| timestamp <= w)`.
+    pub fn current_watermark(&self) -> Option<u64> {
+        (self.backend.time.watermark > 0).then_some(self.backend.time.watermark)
     }
 
     /// The event timestamp of the record being processed — or, in `on_timer`, of the
