@@ -199,15 +199,25 @@ fn run<S: SourceFunction<u64>>(
 
 /// The exact count of every (key, window) over records `0..n`.
 fn truth(n: u64) -> HashMap<(u64, u64), u64> {
+    truth_of(0..n)
+}
+
+/// The exact count of every (key, window) over `records`.
+fn truth_of(records: impl Iterator<Item = u64>) -> HashMap<(u64, u64), u64> {
     let mut t = HashMap::new();
-    for i in 0..n {
+    for i in records {
         *t.entry((i % KEYS, ts(i) / WINDOW * WINDOW)).or_default() += 1;
     }
     t
 }
 
-/// The final results (rows emitted at end of input) equal the truth, each window fired once.
+/// The final results (rows emitted at end of input) equal the truth over `0..n`, each
+/// window fired once.
 fn assert_exact(rows: &[Row], n: u64) {
+    assert_exact_over(rows, truth(n))
+}
+
+fn assert_exact_over(rows: &[Row], want: HashMap<(u64, u64), u64>) {
     let mut got = HashMap::new();
     for &(k, w, count, fires) in rows.iter().filter(|r| r.3 > 0) {
         assert_eq!(fires, 1, "key {k} window {w} fired {fires} times");
@@ -216,7 +226,6 @@ fn assert_exact(rows: &[Row], n: u64) {
             "key {k} window {w} twice"
         );
     }
-    let want = truth(n);
     assert_eq!(got.len(), want.len(), "windows");
     for (kw, c) in &want {
         assert_eq!(got.get(kw), Some(c), "key {} window {}", kw.0, kw.1);
@@ -330,5 +339,84 @@ fn pending_event_time_timers_survive_a_restore_at_another_parallelism() {
             windows,
             "parallelism {p}"
         );
+    }
+}
+
+/// Subtask 0 emits `0..n` at a rate; subtask 1 emits nothing and stays open (idle, not
+/// finished) until subtask 0 has finished: a source split without data.
+#[derive(Clone)]
+struct OneSplitIdle {
+    inner: GeneratorSource,
+    subtask: u32,
+    done: Arc<AtomicU64>,
+}
+
+impl CheckpointedFunction for OneSplitIdle {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        // Subtask 0 reads the even numbers (its stride of the sequence), subtask 1 nothing.
+        self.subtask = ctx.subtask_index();
+        self.inner.initialize_state(ctx)
+    }
+}
+
+impl SourceFunction<u64> for OneSplitIdle {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
+        if self.subtask == 0 {
+            let status = self.inner.poll(out, max)?;
+            if status == SourceStatus::Finished {
+                self.done.store(1, Ordering::SeqCst);
+            }
+            return Ok(status);
+        }
+        if self.done.load(Ordering::SeqCst) == 1 {
+            Ok(SourceStatus::Finished)
+        } else {
+            Ok(SourceStatus::Idle)
+        }
+    }
+}
+
+/// An idle source subtask holds back every downstream watermark (timers fire only at the
+/// end of input) — unless the strategy has an idleness timeout, which marks it idle so the
+/// watermark follows the subtask that has data.
+#[test]
+fn an_idle_split_holds_back_the_watermark_unless_marked_idle() {
+    for idleness in [None, Some(Duration::from_millis(20))] {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 30_000;
+        let mut cfg = event_time_config("event-time-idle", dir.path(), 2);
+        cfg.checkpointing.interval = None;
+        let probes = Probes::default();
+        let source = OneSplitIdle {
+            inner: GeneratorSource::new(n).with_rate(Some(60_000.0)),
+            subtask: 0,
+            done: Arc::default(),
+        };
+        let mut strategy =
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+                .with_timestamp_assigner(|i: &u64, _| ts(*i));
+        if let Some(t) = idleness {
+            strategy = strategy.with_idleness(t);
+        }
+        let env = StreamEnvironment::new(cfg);
+        let out = CollectSink::new();
+        env.add_source_with_watermarks("gen", source, strategy)
+            .key_by(|i: &u64| i % KEYS)
+            .process(WindowCount {
+                counts: None,
+                results: None,
+                probes: probes.clone(),
+            })
+            .add_sink("collect", out.clone());
+        env.execute().unwrap();
+        assert_exact_over(&out.take(), truth_of((0..n).step_by(2)));
+        let mid = probes.fired_mid_stream.load(Ordering::Relaxed);
+        match idleness {
+            None => assert_eq!(mid, 0, "the idle split held the watermark at its minimum"),
+            Some(_) => assert!(
+                mid > 0,
+                "marked idle, it no longer holds the watermark back"
+            ),
+        }
     }
 }

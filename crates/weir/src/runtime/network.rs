@@ -371,6 +371,53 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_travel_beside_their_records_and_batches_never_mix_kinds() {
+        let (tx0, rx0) = crossbeam_channel::unbounded();
+        let (tx1, rx1) = crossbeam_channel::unbounded();
+        let mut w = RoutedWriter::new(vec![tx0, tx1], KeyGroupRouter::new(|x: &u64| *x, 128, 2));
+        w.push(&mut vec![1, 2, 3]).unwrap();
+        // Switching to timestamped records sends the open untimestamped batches first.
+        w.push_timestamped(&mut (0..10).collect(), &mut (100..110).collect())
+            .unwrap();
+        w.on_watermark(42).unwrap();
+        w.push(&mut vec![4]).unwrap();
+        w.end_of_input().unwrap();
+        let mut stamped = Vec::new();
+        for rx in [rx0, rx1] {
+            let events = drain(&rx);
+            // Untimestamped, then timestamped, then the watermark (after a flush), then more.
+            let kinds: Vec<&str> = events
+                .iter()
+                .map(|e| match e {
+                    Event::Batch(_) => "B",
+                    Event::TimestampedBatch(..) => "T",
+                    Event::Watermark(42) => "W",
+                    Event::EndOfInput => "E",
+                    _ => "?",
+                })
+                .collect();
+            let w_at = kinds.iter().position(|k| *k == "W").unwrap();
+            assert!(
+                kinds[..w_at].iter().all(|k| *k == "B" || *k == "T"),
+                "{kinds:?}"
+            );
+            let first_t = kinds.iter().position(|k| *k == "T");
+            if let Some(t) = first_t {
+                assert!(!kinds[t..w_at].contains(&"B"), "{kinds:?}");
+            }
+            assert_eq!(kinds.last(), Some(&"E"));
+            for e in events {
+                if let Event::TimestampedBatch(v, ts) = e {
+                    assert_eq!(v.len(), ts.len());
+                    stamped.extend(v.into_iter().zip(ts));
+                }
+            }
+        }
+        stamped.sort();
+        assert_eq!(stamped, (0..10).map(|i| (i, 100 + i)).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn broadcast_reaches_everyone() {
         let (tx0, rx0) = crossbeam_channel::unbounded();
         let (tx1, rx1) = crossbeam_channel::unbounded();

@@ -591,6 +591,69 @@ mod tests {
         log
     }
 
+    /// Watermarks and idleness on two channels: the chain sees the minimum over the active
+    /// channels, rising only, after the records sent before it.
+    #[test]
+    fn the_task_watermark_is_the_minimum_over_active_inputs() {
+        use crate::runtime::watermark::WatermarkStatus::{Active, Idle};
+        let (tx0, rx0) = crossbeam_channel::unbounded();
+        let (tx1, rx1) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ctx = TaskContext {
+            name: "test".into(),
+            index: 0,
+            subtask: 0,
+            parallelism: 1,
+            attempt: 1,
+            mode: CheckpointingMode::ExactlyOnce,
+            buffer_timeout: Duration::from_millis(5),
+            control: ctl_rx,
+            writer: crossbeam_channel::unbounded().0,
+            injector: None,
+            metrics: Arc::new(TaskMetrics::default()),
+            events: crossbeam_channel::unbounded().0,
+        };
+        let chain = Box::new(Recorder(log.clone()));
+        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+        let step = |tx: &Sender<Event<u32>>, e: Event<u32>| {
+            tx.send(e).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        step(&tx0, Event::TimestampedBatch(vec![1], vec![10]));
+        step(&tx0, Event::Watermark(10));
+        step(&tx1, Event::Watermark(5));
+        step(&tx1, Event::Watermark(30));
+        step(&tx0, Event::Watermark(8));
+        step(&tx0, Event::WatermarkStatus(Idle));
+        step(&tx1, Event::Watermark(40));
+        step(&tx1, Event::WatermarkStatus(Idle));
+        step(&tx1, Event::WatermarkStatus(Active));
+        step(&tx1, Event::Watermark(MAX_WATERMARK));
+        step(&tx0, Event::WatermarkStatus(Active));
+        step(&tx0, Event::Watermark(MAX_WATERMARK));
+        for tx in [&tx0, &tx1] {
+            tx.send(Event::EndOfInput).unwrap();
+        }
+        tx0.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+            .unwrap();
+        tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+            .unwrap();
+        drop((tx0, tx1));
+        std::thread::sleep(Duration::from_millis(20));
+        ctl_tx.send(Control::Complete(1)).unwrap();
+        task.join().unwrap().unwrap();
+        let log = log.lock().unwrap().clone();
+        let max = format!("W{MAX_WATERMARK}");
+        assert_eq!(
+            log,
+            [
+                "R1@10", "W5", "W10", // channel 0 holds it at 10 until it goes idle
+                "W30", "W40", "Idle", "Active", &max, "S1"
+            ]
+        );
+    }
+
     #[test]
     fn aligned_mode_holds_back_records_behind_a_barrier_until_the_snapshot() {
         let log = run_two_inputs(CheckpointingMode::ExactlyOnce);
