@@ -23,6 +23,7 @@
 //! on stateful operators of jobs you intend to upgrade.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -46,7 +47,8 @@ use crate::runtime::operators::{
     ProcessOp, SinkOp,
 };
 use crate::runtime::output::Output;
-use crate::runtime::task::{run_source, TaskContext};
+use crate::runtime::task::{run_source, run_source_paused_by, TaskContext};
+use crate::runtime::watermark::alignment::AlignmentGroup;
 use crate::runtime::watermark::operator::TimestampsAndWatermarksOp;
 use crate::runtime::watermark::WatermarkStrategy;
 use crate::state::keyed::{KeyedContext, KeyedStateStore, ValueState};
@@ -58,6 +60,8 @@ pub struct StreamEnvironment {
     config: JobConfig,
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
+    /// The job's watermark alignment groups, by name: sources naming one share it.
+    alignment_groups: RefCell<HashMap<String, Arc<AlignmentGroup>>>,
 }
 
 impl StreamEnvironment {
@@ -68,6 +72,7 @@ impl StreamEnvironment {
             config,
             metrics: Arc::new(JobMetrics::default()),
             control: Arc::new(ControlHub::default()),
+            alignment_groups: RefCell::default(),
         }
     }
 
@@ -118,7 +123,8 @@ impl StreamEnvironment {
 
     /// Adds a source whose records get timestamps and watermarks from `strategy` in every
     /// parallel subtask, inside the source's task (Flink's `fromSource(source, strategy,
-    /// name)`): each subtask is one split with its own generator and idleness.
+    /// name)`): each subtask is one split with its own generator, idleness and place in
+    /// the strategy's alignment group.
     pub fn add_source_with_watermarks<T: Data, S: SourceFunction<T>>(
         &self,
         name: &str,
@@ -126,15 +132,24 @@ impl StreamEnvironment {
         strategy: WatermarkStrategy<T>,
     ) -> DataStream<T> {
         let interval = interval_ms(self.config.auto_watermark_interval);
+        let group = strategy.alignment().map(|(name, _)| {
+            let mut groups = self.alignment_groups.borrow_mut();
+            groups.entry(name.to_string()).or_default().clone()
+        });
         let builder = Arc::new(
             move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
                 let chain = unbox::<T>(chain);
-                let chain: Box<dyn Output<T>> =
-                    Box::new(TimestampsAndWatermarksOp::new(&strategy, interval, chain)?);
+                let (op, pause) = TimestampsAndWatermarksOp::at_source(
+                    &strategy,
+                    group.as_ref(),
+                    interval,
+                    chain,
+                )?;
+                let chain: Box<dyn Output<T>> = Box::new(op);
                 let mut s = source.clone();
                 ctx.init_function(&mut s)?;
                 let uid = ctx.uid;
-                Ok(Box::new(move || run_source(s, uid, chain, task)) as _)
+                Ok(Box::new(move || run_source_paused_by(s, uid, chain, task, pause)) as _)
             },
         );
         let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);

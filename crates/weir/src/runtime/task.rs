@@ -12,7 +12,7 @@
 //!   input channel has closed. A channel may close only after end-of-input or a stopping
 //!   barrier; any other disconnection means the upstream task failed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -264,10 +264,23 @@ impl SourceTask<'_> {
 
 /// Runs a source task until its end is committed ([`Finishing`]) or the task is cancelled.
 pub fn run_source<T, S: SourceFunction<T>>(
+    source: S,
+    uid: String,
+    chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    run_source_paused_by(source, uid, chain, ctx, None)
+}
+
+/// [`run_source`], not polling while `pause` is set (watermark alignment: the split's
+/// watermark ran too far ahead of its group's). Control messages and the chain's periodic
+/// work (which clears the flag) go on while paused.
+pub fn run_source_paused_by<T, S: SourceFunction<T>>(
     mut source: S,
     uid: String,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
+    pause: Option<Arc<AtomicBool>>,
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(BATCH_SIZE);
     let mut last_flush = Instant::now();
@@ -295,7 +308,11 @@ pub fn run_source<T, S: SourceFunction<T>>(
             task.wait_for_control(wait, &mut source, chain.as_mut())?;
             continue;
         }
-        let status = source.poll(&mut buf, BATCH_SIZE)?;
+        let status = if pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) {
+            SourceStatus::Idle
+        } else {
+            source.poll(&mut buf, BATCH_SIZE)?
+        };
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             task.emitted += buf.len() as u64;

@@ -13,7 +13,9 @@
 //! * [`valve`] — a task's watermark: the minimum over its inputs that are not idle, never
 //!   going backwards (Flink's `StatusWatermarkValve`); pure, tested without threads.
 //! * [`operator`] — the operator a strategy becomes, at a source or after any operator.
+//! * `alignment` — watermark alignment: a source split running ahead of its group pauses.
 
+pub(crate) mod alignment;
 pub mod operator;
 pub mod strategy;
 pub mod valve;

@@ -8,15 +8,20 @@
 //! forwards. Its periodic call comes with the task's processing-time tick, at most every
 //! auto-watermark interval (0 turns periodic emission off).
 
-use super::{TimestampAssigner, MAX_WATERMARK};
+use super::alignment::{AlignmentGroup, AlignmentMember};
+use super::{TimestampAssigner, MAX_WATERMARK, MIN_WATERMARK};
 use super::{WatermarkGenerator, WatermarkOutput, WatermarkStatus, WatermarkStrategy};
 use crate::error::{Error, Result};
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::output::{Output, TaskSnapshot};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Assigns timestamps and generates watermarks; see the module docs.
 pub struct TimestampsAndWatermarksOp<T> {
     assigner: Option<TimestampAssigner<T>>,
+    /// Membership of the strategy's alignment group (at sources only).
+    alignment: Option<AlignmentMember>,
     generator: Box<dyn WatermarkGenerator<T>>,
     output: WatermarkOutput,
     interval_ms: u64,
@@ -37,6 +42,7 @@ impl<T> TimestampsAndWatermarksOp<T> {
     {
         Ok(TimestampsAndWatermarksOp {
             assigner: strategy.assigner(),
+            alignment: None,
             generator: strategy.create_generator()?,
             output: WatermarkOutput::default(),
             interval_ms,
@@ -46,9 +52,40 @@ impl<T> TimestampsAndWatermarksOp<T> {
         })
     }
 
+    /// An instance at a source: it joins `group`, the job's alignment group of the
+    /// strategy's group name (if it has one), and returns the flag that tells the source
+    /// task to pause.
+    pub(crate) fn at_source(
+        strategy: &WatermarkStrategy<T>,
+        group: Option<&Arc<AlignmentGroup>>,
+        interval_ms: u64,
+        next: Box<dyn Output<T>>,
+    ) -> Result<(Self, Option<Arc<AtomicBool>>)>
+    where
+        T: 'static,
+    {
+        let mut op = Self::new(strategy, interval_ms, next)?;
+        if let (Some(group), Some((_, drift))) = (group, strategy.alignment()) {
+            op.alignment = Some(group.join(drift));
+        }
+        let flag = op.alignment.as_ref().map(AlignmentMember::pause_flag);
+        Ok((op, flag))
+    }
+
+    /// The watermark this instance counts with in its alignment group.
+    fn aligned_watermark(&self) -> Option<u64> {
+        let w = self.output.current_watermark();
+        (!self.output.idle && w > MIN_WATERMARK && w < MAX_WATERMARK).then_some(w)
+    }
+
     /// Sends what the generator changed: active, then the watermark, then idle.
     fn emit_changes(&mut self) -> Result<()> {
         let (activate, watermark, go_idle) = self.output.take_changes();
+        if activate.is_some() || watermark.is_some() || go_idle {
+            if let Some(member) = &self.alignment {
+                member.report(self.aligned_watermark());
+            }
+        }
         if let Some(status) = activate {
             self.next.on_watermark_status(status)?;
         }
@@ -110,8 +147,19 @@ impl<T: Send> Output<T> for TimestampsAndWatermarksOp<T> {
             .is_none_or(|last| now_ms.saturating_sub(last) >= self.interval_ms);
         if self.interval_ms > 0 && due {
             self.last_periodic_ms = Some(now_ms);
-            self.generator.on_periodic_emit(&mut self.output);
-            self.emit_changes()?;
+            // A paused split reads nothing: asking its generator would only let it mark the
+            // split idle for the pause, which would lift the pause.
+            if !self
+                .alignment
+                .as_ref()
+                .is_some_and(AlignmentMember::is_paused)
+            {
+                self.generator.on_periodic_emit(&mut self.output);
+                self.emit_changes()?;
+            }
+            if let Some(member) = &self.alignment {
+                member.refresh(self.aligned_watermark());
+            }
         }
         self.next.on_processing_time(now_ms)
     }

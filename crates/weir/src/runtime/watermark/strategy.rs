@@ -39,7 +39,7 @@ pub struct WatermarkOutput {
     /// The highest watermark emitted.
     current: u64,
     /// Whether the output is idle.
-    idle: bool,
+    pub(crate) idle: bool,
     /// What was last sent downstream (the operator compares to decide what to send).
     sent: u64,
     sent_idle: bool,
@@ -205,6 +205,8 @@ pub struct WatermarkStrategy<T> {
     generator: GeneratorFactory<T>,
     assigner: Option<TimestampAssigner<T>>,
     idleness: Option<Duration>,
+    /// Watermark alignment: the group's name and the maximum drift in milliseconds.
+    alignment: Option<(String, u64)>,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -213,6 +215,7 @@ impl<T> Clone for WatermarkStrategy<T> {
             generator: self.generator.clone(),
             assigner: self.assigner.clone(),
             idleness: self.idleness,
+            alignment: self.alignment.clone(),
         }
     }
 }
@@ -237,6 +240,7 @@ impl<T: 'static> WatermarkStrategy<T> {
             generator: Arc::new(move || Box::new(make()) as Box<dyn WatermarkGenerator<T>>),
             assigner: None,
             idleness: None,
+            alignment: None,
         }
     }
 
@@ -260,6 +264,25 @@ impl<T: 'static> WatermarkStrategy<T> {
     pub fn with_idleness(mut self, timeout: Duration) -> Self {
         self.idleness = Some(timeout);
         self
+    }
+
+    /// Watermark alignment (Flink's `withWatermarkAlignment`): every source subtask of this
+    /// strategy (and of its clones) joins the alignment group `group`, and one whose
+    /// watermark runs more than `max_drift` ahead of the group's slowest pauses reading until
+    /// the others catch up. Sources of one job whose strategies name the same group share
+    /// it. Watermarks are shared every auto-watermark interval. Splits that
+    /// are idle, finished or without a watermark yet do not hold the others back. Applies at
+    /// sources (`StreamEnvironment::add_source_with_watermarks`); after an operator, which
+    /// cannot pause its input, it is ignored.
+    pub fn with_watermark_alignment(mut self, group: &str, max_drift: Duration) -> Self {
+        let drift = u64::try_from(max_drift.as_millis()).unwrap_or(u64::MAX);
+        self.alignment = Some((group.to_string(), drift));
+        self
+    }
+
+    /// The alignment group's name and the maximum drift in milliseconds, if set.
+    pub(crate) fn alignment(&self) -> Option<(&str, u64)> {
+        self.alignment.as_ref().map(|(g, d)| (g.as_str(), *d))
     }
 
     /// The timestamp assigner, if set.
