@@ -65,6 +65,7 @@ pub mod prelude {
     pub use crate::api::two_phase_commit::{
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
     };
+    pub use crate::api::windowed::WindowedStream;
     pub use crate::checkpoint::coordinator::CheckpointConfig;
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
@@ -78,6 +79,9 @@ pub mod prelude {
     pub use crate::runtime::restart::RestartStrategy;
     pub use crate::runtime::watermark::{
         BoundedOutOfOrderness, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
+    };
+    pub use crate::runtime::windows::{
+        SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
     };
     pub use crate::state::broadcast::{
         BroadcastContext, BroadcastState, BroadcastStateStore, ReadOnlyBroadcastContext,

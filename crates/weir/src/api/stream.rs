@@ -29,6 +29,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
 use crate::runtime::control::{ControlHub, JobControl};
@@ -51,6 +52,7 @@ use crate::runtime::task::{run_source, run_source_paused_by, TaskContext};
 use crate::runtime::watermark::alignment::AlignmentGroup;
 use crate::runtime::watermark::operator::TimestampsAndWatermarksOp;
 use crate::runtime::watermark::WatermarkStrategy;
+use crate::runtime::windows::WindowAssigner;
 use crate::state::keyed::{KeyedContext, KeyedStateStore, ValueState};
 use crate::state::{Data, Key, StateValue};
 
@@ -508,6 +510,15 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             Some(Partitioning::KeyGroups),
             Some(writer),
         )
+    }
+
+    /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them
+    /// with the returned [`WindowedStream`].
+    pub fn window<A: WindowAssigner>(self, assigner: A) -> WindowedStream<K, T, F, A> {
+        WindowedStream {
+            keyed: self,
+            assigner,
+        }
     }
 
     /// Folds the records of each key with `f` and emits the running result for every record

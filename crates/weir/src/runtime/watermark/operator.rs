@@ -99,6 +99,52 @@ impl<T> TimestampsAndWatermarksOp<T> {
     }
 }
 
+impl<T: Send> TimestampsAndWatermarksOp<T> {
+    /// Assigns the timestamps (`timestamps` holds the records' own when `carried`, else it
+    /// is filled), feeds the generator and pushes the batch on. A watermark the generator
+    /// emits for a record (punctuated) goes out right after that record: the batch is cut
+    /// there, so later records of the batch can be late, exactly as one record at a time.
+    fn assign_and_push(
+        &mut self,
+        batch: &mut Vec<T>,
+        timestamps: &mut Vec<u64>,
+        carried: bool,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < batch.len() {
+            let r = &batch[i];
+            let t = match (&self.assigner, carried) {
+                (Some(assign), true) => assign(r, Some(timestamps[i])),
+                (None, true) => timestamps[i],
+                (Some(assign), false) => assign(r, None),
+                (None, false) => return Err(missing_timestamp()),
+            };
+            if carried {
+                timestamps[i] = t;
+            } else {
+                timestamps.push(t);
+            }
+            self.generator.on_event(&batch[i], t, &mut self.output);
+            i += 1;
+            if self.output.has_changes() && i < batch.len() {
+                let mut rest = batch.split_off(i);
+                let mut rest_timestamps = if carried {
+                    timestamps.split_off(i)
+                } else {
+                    Vec::with_capacity(rest.len())
+                };
+                self.next.push_timestamped(batch, timestamps)?;
+                self.emit_changes()?;
+                std::mem::swap(batch, &mut rest);
+                std::mem::swap(timestamps, &mut rest_timestamps);
+                i = 0;
+            }
+        }
+        self.next.push_timestamped(batch, timestamps)?;
+        self.emit_changes()
+    }
+}
+
 fn missing_timestamp() -> Error {
     Error::InvalidJob(
         "a record without a timestamp reached a watermark strategy without a timestamp \
@@ -109,27 +155,17 @@ fn missing_timestamp() -> Error {
 
 impl<T: Send> Output<T> for TimestampsAndWatermarksOp<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
-        let Some(assign) = &self.assigner else {
+        if self.assigner.is_none() {
             return Err(missing_timestamp());
-        };
-        self.timestamps.clear();
-        for r in batch.iter() {
-            let t = assign(r, None);
-            self.generator.on_event(r, t, &mut self.output);
-            self.timestamps.push(t);
         }
-        self.next.push_timestamped(batch, &mut self.timestamps)?;
-        self.emit_changes()
+        let mut timestamps = std::mem::take(&mut self.timestamps);
+        timestamps.clear();
+        let pushed = self.assign_and_push(batch, &mut timestamps, false);
+        self.timestamps = timestamps;
+        pushed
     }
     fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
-        for (r, t) in batch.iter().zip(timestamps.iter_mut()) {
-            if let Some(assign) = &self.assigner {
-                *t = assign(r, Some(*t));
-            }
-            self.generator.on_event(r, *t, &mut self.output);
-        }
-        self.next.push_timestamped(batch, timestamps)?;
-        self.emit_changes()
+        self.assign_and_push(batch, timestamps, true)
     }
     fn on_watermark(&mut self, watermark: u64) -> Result<()> {
         if watermark == MAX_WATERMARK {

@@ -80,6 +80,11 @@ impl WatermarkOutput {
         self.current
     }
 
+    /// Whether something changed since the last [`WatermarkOutput::take_changes`].
+    pub(crate) fn has_changes(&self) -> bool {
+        self.current > self.sent || self.idle != self.sent_idle
+    }
+
     /// What changed since the last call, in the order to send it downstream: becoming
     /// active comes before a new watermark, becoming idle after it.
     pub(crate) fn take_changes(&mut self) -> (Option<WatermarkStatus>, Option<u64>, bool) {
