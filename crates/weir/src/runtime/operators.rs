@@ -141,14 +141,24 @@ pub struct MapOp<O, F> {
     pub(crate) next: Box<dyn Output<O>>,
 }
 
+impl<O, F> MapOp<O, F> {
+    /// Maps a batch into `self.out` (one call site of `f` for both kinds of batch).
+    fn map_batch<I>(&mut self, batch: &mut Vec<I>)
+    where
+        F: FnMut(I) -> O,
+    {
+        self.out.extend(batch.drain(..).map(&mut self.f));
+    }
+}
+
 impl<I, O: Send, F: FnMut(I) -> O + Send> Output<I> for MapOp<O, F> {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        self.out.extend(batch.drain(..).map(&mut self.f));
+        self.map_batch(batch);
         self.next.push(&mut self.out)
     }
     fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
         // One record out per record in: the timestamps stay as they are.
-        self.out.extend(batch.drain(..).map(&mut self.f));
+        self.map_batch(batch);
         self.next.push_timestamped(&mut self.out, timestamps)
     }
     forward_control!();
@@ -196,28 +206,57 @@ pub struct FlatMapOp<O, F> {
     pub(crate) next: Box<dyn Output<O>>,
 }
 
+impl<O: Send, F> FlatMapOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of `f`: see
+    /// [`KeyedProcessOp`]'s `process_batch`).
+    fn batch<I, It>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
+    where
+        It: IntoIterator<Item = O>,
+        F: FnMut(I) -> It,
+    {
+        let timestamped = timestamps.is_some();
+        let mut stamps = timestamps.map(|t| t.drain(..));
+        for r in batch.drain(..) {
+            let stamp = stamps.as_mut().and_then(Iterator::next);
+            self.out.extend((self.f)(r));
+            if let Some(t) = stamp {
+                self.out_timestamps.resize(self.out.len(), t);
+            }
+        }
+        drop(stamps);
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
+}
+
+/// Pushes what an operator emitted on, with timestamps if `timestamped`.
+fn emit<O>(
+    out: &mut Vec<O>,
+    out_timestamps: &mut Vec<u64>,
+    timestamped: bool,
+    next: &mut dyn Output<O>,
+) -> Result<()> {
+    if out.is_empty() {
+        Ok(())
+    } else if timestamped {
+        next.push_timestamped(out, out_timestamps)
+    } else {
+        next.push(out)
+    }
+}
+
 impl<I, O: Send, It: IntoIterator<Item = O>, F: FnMut(I) -> It + Send> Output<I>
     for FlatMapOp<O, F>
 {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        for r in batch.drain(..) {
-            self.out.extend((self.f)(r));
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
     }
     fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
-        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
-            self.out.extend((self.f)(r));
-            self.out_timestamps.resize(self.out.len(), t);
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next
-            .push_timestamped(&mut self.out, &mut self.out_timestamps)
+        self.batch(batch, Some(timestamps))
     }
     forward_control!();
 }
@@ -231,26 +270,38 @@ pub struct ProcessOp<O, F> {
     pub(crate) next: Box<dyn Output<O>>,
 }
 
+impl<O: Send, F> ProcessOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of `process`:
+    /// see [`KeyedProcessOp`]'s `process_batch`).
+    fn batch<I>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
+    where
+        F: ProcessFunction<I, O>,
+    {
+        let timestamped = timestamps.is_some();
+        let mut stamps = timestamps.map(|t| t.drain(..));
+        for r in batch.drain(..) {
+            let stamp = stamps.as_mut().and_then(Iterator::next);
+            self.f.process(r, &mut Collector { buf: &mut self.out })?;
+            if let Some(t) = stamp {
+                self.out_timestamps.resize(self.out.len(), t);
+            }
+        }
+        drop(stamps);
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
+}
+
 impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        for r in batch.drain(..) {
-            self.f.process(r, &mut Collector { buf: &mut self.out })?;
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
     }
     fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
-        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
-            self.f.process(r, &mut Collector { buf: &mut self.out })?;
-            self.out_timestamps.resize(self.out.len(), t);
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next
-            .push_timestamped(&mut self.out, &mut self.out_timestamps)
+        self.batch(batch, Some(timestamps))
     }
     forward_time!();
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
@@ -353,6 +404,35 @@ impl<O, F> BroadcastProcessOp<O, F> {
 }
 
 impl<O, F> BroadcastProcessOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of the
+    /// function: see [`KeyedProcessOp`]'s `process_batch`).
+    fn batch<I, B>(
+        &mut self,
+        batch: &mut Vec<Connected<I, B>>,
+        timestamps: Option<&mut Vec<u64>>,
+    ) -> Result<()>
+    where
+        F: BroadcastProcessFunction<I, B, O>,
+        O: Send,
+    {
+        let timestamped = timestamps.is_some();
+        let mut stamps = timestamps.map(|t| t.drain(..));
+        for r in batch.drain(..) {
+            let stamp = stamps.as_mut().and_then(Iterator::next);
+            self.element(r)?;
+            if let Some(t) = stamp {
+                self.out_timestamps.resize(self.out.len(), t);
+            }
+        }
+        drop(stamps);
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
+
     /// Hands one element to the function.
     fn element<I, B>(&mut self, r: Connected<I, B>) -> Result<()>
     where
@@ -378,28 +458,14 @@ impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>
     for BroadcastProcessOp<O, F>
 {
     fn push(&mut self, batch: &mut Vec<Connected<I, B>>) -> Result<()> {
-        for r in batch.drain(..) {
-            self.element(r)?;
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
     }
     fn push_timestamped(
         &mut self,
         batch: &mut Vec<Connected<I, B>>,
         timestamps: &mut Vec<u64>,
     ) -> Result<()> {
-        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
-            self.element(r)?;
-            self.out_timestamps.resize(self.out.len(), t);
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next
-            .push_timestamped(&mut self.out, &mut self.out_timestamps)
+        self.batch(batch, Some(timestamps))
     }
     forward_time!();
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {

@@ -85,6 +85,50 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
     }
 }
 
+impl<K, O, F, KS> KeyedProcessOp<K, O, F, KS>
+where
+    K: Key,
+    O: Send,
+{
+    /// The one loop over a batch, with or without timestamps. Keeping a single call site of
+    /// the function's `process` lets the compiler inline it into the loop, as it did before
+    /// event time (with a second loop for timestamped batches it stopped doing so, and the
+    /// processing-time path ran ~18 % more instructions per record: measured with
+    /// cachegrind on W1). The timestamped path costs one predictable branch per record.
+    fn process_batch<I>(
+        &mut self,
+        batch: &mut Vec<I>,
+        timestamps: Option<&mut Vec<u64>>,
+    ) -> Result<()>
+    where
+        F: KeyedProcessFunction<K, I, O>,
+        KS: Fn(&I) -> K + Send,
+    {
+        let timestamped = timestamps.is_some();
+        let mut stamps = timestamps.map(|t| t.drain(..));
+        for r in batch.drain(..) {
+            let mut stamp = None;
+            if let Some(s) = stamps.as_mut() {
+                stamp = s.next();
+                self.backend.time.timestamp = stamp;
+            }
+            let key = (self.key_fn)(&r);
+            let mut ctx = KeyedContext {
+                key: &key,
+                backend: &mut self.backend,
+            };
+            self.f
+                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
+            if let Some(t) = stamp {
+                self.out_timestamps.resize(self.out.len(), t);
+            }
+        }
+        drop(stamps);
+        self.backend.time.timestamp = None;
+        self.emit(timestamped)
+    }
+}
+
 impl<K, I, O, F, KS> Output<I> for KeyedProcessOp<K, O, F, KS>
 where
     K: Key,
@@ -93,32 +137,10 @@ where
     KS: Fn(&I) -> K + Send,
 {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        self.backend.time.timestamp = None;
-        for r in batch.drain(..) {
-            let key = (self.key_fn)(&r);
-            let mut ctx = KeyedContext {
-                key: &key,
-                backend: &mut self.backend,
-            };
-            self.f
-                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
-        }
-        self.emit(false)
+        self.process_batch(batch, None)
     }
     fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
-        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
-            let key = (self.key_fn)(&r);
-            self.backend.time.timestamp = Some(t);
-            let mut ctx = KeyedContext {
-                key: &key,
-                backend: &mut self.backend,
-            };
-            self.f
-                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
-            self.out_timestamps.resize(self.out.len(), t);
-        }
-        self.backend.time.timestamp = None;
-        self.emit(true)
+        self.process_batch(batch, Some(timestamps))
     }
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
         let mut ctx = SnapshotContext::new(b.id);
