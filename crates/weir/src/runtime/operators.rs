@@ -215,15 +215,16 @@ impl<O: Send, F> FlatMapOp<O, F> {
         F: FnMut(I) -> It,
     {
         let timestamped = timestamps.is_some();
-        let mut stamps = timestamps.map(|t| t.drain(..));
-        for r in batch.drain(..) {
-            let stamp = stamps.as_mut().and_then(Iterator::next);
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
             self.out.extend((self.f)(r));
-            if let Some(t) = stamp {
-                self.out_timestamps.resize(self.out.len(), t);
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
             }
         }
-        drop(stamps);
+        if let Some(t) = timestamps {
+            t.clear();
+        }
         emit(
             &mut self.out,
             &mut self.out_timestamps,
@@ -278,15 +279,16 @@ impl<O: Send, F> ProcessOp<O, F> {
         F: ProcessFunction<I, O>,
     {
         let timestamped = timestamps.is_some();
-        let mut stamps = timestamps.map(|t| t.drain(..));
-        for r in batch.drain(..) {
-            let stamp = stamps.as_mut().and_then(Iterator::next);
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
             self.f.process(r, &mut Collector { buf: &mut self.out })?;
-            if let Some(t) = stamp {
-                self.out_timestamps.resize(self.out.len(), t);
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
             }
         }
-        drop(stamps);
+        if let Some(t) = timestamps {
+            t.clear();
+        }
         emit(
             &mut self.out,
             &mut self.out_timestamps,
@@ -416,15 +418,16 @@ impl<O, F> BroadcastProcessOp<O, F> {
         O: Send,
     {
         let timestamped = timestamps.is_some();
-        let mut stamps = timestamps.map(|t| t.drain(..));
-        for r in batch.drain(..) {
-            let stamp = stamps.as_mut().and_then(Iterator::next);
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
             self.element(r)?;
-            if let Some(t) = stamp {
-                self.out_timestamps.resize(self.out.len(), t);
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
             }
         }
-        drop(stamps);
+        if let Some(t) = timestamps {
+            t.clear();
+        }
         emit(
             &mut self.out,
             &mut self.out_timestamps,
