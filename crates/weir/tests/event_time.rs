@@ -349,6 +349,7 @@ struct OneSplitIdle {
     inner: GeneratorSource,
     subtask: u32,
     done: Arc<AtomicU64>,
+    done_seen: Option<std::time::Instant>,
 }
 
 impl CheckpointedFunction for OneSplitIdle {
@@ -368,11 +369,15 @@ impl SourceFunction<u64> for OneSplitIdle {
             }
             return Ok(status);
         }
+        // Finish well after subtask 0 did, so that everything subtask 0 sent (its last
+        // watermarks, then the final one) has arrived before this split's final watermark.
         if self.done.load(Ordering::SeqCst) == 1 {
-            Ok(SourceStatus::Finished)
-        } else {
-            Ok(SourceStatus::Idle)
+            let since = *self.done_seen.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > Duration::from_millis(300) {
+                return Ok(SourceStatus::Finished);
+            }
         }
+        Ok(SourceStatus::Idle)
     }
 }
 
@@ -391,6 +396,7 @@ fn an_idle_split_holds_back_the_watermark_unless_marked_idle() {
             inner: GeneratorSource::new(n).with_rate(Some(60_000.0)),
             subtask: 0,
             done: Arc::default(),
+            done_seen: None,
         };
         let mut strategy =
             WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
