@@ -208,7 +208,7 @@ pub struct FlatMapOp<O, F> {
 
 impl<O: Send, F> FlatMapOp<O, F> {
     /// The one loop over a batch, with or without timestamps (one call site of `f`: see
-    /// [`KeyedProcessOp`]'s `process_batch`).
+    /// docs/design-notes.md, Event time).
     fn batch<I, It>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
     where
         It: IntoIterator<Item = O>,
@@ -273,7 +273,7 @@ pub struct ProcessOp<O, F> {
 
 impl<O: Send, F> ProcessOp<O, F> {
     /// The one loop over a batch, with or without timestamps (one call site of `process`:
-    /// see [`KeyedProcessOp`]'s `process_batch`).
+    /// see docs/design-notes.md, Event time).
     fn batch<I>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
     where
         F: ProcessFunction<I, O>,
@@ -407,7 +407,7 @@ impl<O, F> BroadcastProcessOp<O, F> {
 
 impl<O, F> BroadcastProcessOp<O, F> {
     /// The one loop over a batch, with or without timestamps (one call site of the
-    /// function: see [`KeyedProcessOp`]'s `process_batch`).
+    /// function: see docs/design-notes.md, Event time).
     fn batch<I, B>(
         &mut self,
         batch: &mut Vec<Connected<I, B>>,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
-use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState};
+use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain};
 use crate::state::{Key, StateValue};
 
 /// The name of the map state holding the window accumulators.
@@ -126,10 +126,13 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, R>,
     ) -> Result<()> {
+        if ctx.time_domain() != Some(TimeDomain::EventTime) {
+            return Ok(()); // windows only register event-time timers
+        }
         let state = self.state.as_ref().expect("open() declares the state");
         let end = time + 1;
         let Some(acc) = ctx.map(state).remove(&end) else {
-            return Ok(()); // a processing-time timer, or a window already emitted
+            return Ok(()); // a window already emitted
         };
         let size = self.assigner.size_ms();
         let window = TimeWindow {
