@@ -140,6 +140,15 @@ fn restart_flags_are_checked() {
 }
 
 #[test]
+fn a_bad_auto_watermark_interval_is_refused_naming_the_flag() {
+    refused(
+        "keyed-count",
+        &["--auto-watermark-interval", "soon"],
+        &["--auto-watermark-interval"],
+    );
+}
+
+#[test]
 fn wordcount_refuses_rate_instead_of_ignoring_it() {
     refused("wordcount", &["--rate", "100"], &["--rate"]);
     refused(

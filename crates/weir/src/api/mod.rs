@@ -7,6 +7,8 @@
 //! * [`stream`] — the environment, `DataStream` and `KeyedStream`.
 //! * [`two_phase_commit`] — exactly-once sinks: the two-phase-commit protocol.
 //! * [`execution`] — what a run returns, and the handle that controls a running job.
+//! * [`time`] — event time: watermark strategies and window assigners.
+//! * [`windowed`] — event-time windows on keyed streams, aggregated incrementally.
 //!
 //! The types in `config`, `functions` and `execution` are owned by the runtime (which runs
 //! the functions under the configuration) and the checkpoint protocol; they are re-exported
@@ -40,6 +42,7 @@ pub mod functions {
 }
 pub mod stream;
 pub mod two_phase_commit;
+pub mod windowed;
 
 /// Job-wide settings a job runs under: one [`JobConfig`](config::JobConfig) holds them all.
 ///
@@ -66,4 +69,21 @@ pub mod execution {
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
     };
+}
+
+/// Event time: how records get timestamps and watermarks ([`WatermarkStrategy`](time::WatermarkStrategy)),
+/// which windows a record belongs to ([`WindowAssigner`](time::WindowAssigner)), and which
+/// clock fired a timer ([`TimeDomain`](time::TimeDomain)).
+///
+/// Owned by the runtime (watermarks travel with the data, windows run as keyed operators)
+/// and by keyed state (timers); re-exported here, where jobs name them.
+pub mod time {
+    pub use crate::runtime::watermark::{
+        BoundedOutOfOrderness, TimestampAssigner, WatermarkGenerator, WatermarkOutput,
+        WatermarkStrategy, MAX_WATERMARK,
+    };
+    pub use crate::runtime::windows::{
+        SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
+    };
+    pub use crate::state::TimeDomain;
 }

@@ -23,10 +23,13 @@
 //! on stateful operators of jobs you intend to upgrade.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
 use crate::runtime::control::{ControlHub, JobControl};
@@ -45,7 +48,11 @@ use crate::runtime::operators::{
     ProcessOp, SinkOp,
 };
 use crate::runtime::output::Output;
-use crate::runtime::task::{run_source, TaskContext};
+use crate::runtime::task::{run_source, run_source_paused_by, TaskContext};
+use crate::runtime::watermark::alignment::AlignmentGroup;
+use crate::runtime::watermark::operator::TimestampsAndWatermarksOp;
+use crate::runtime::watermark::WatermarkStrategy;
+use crate::runtime::windows::WindowAssigner;
 use crate::state::keyed::{KeyedContext, KeyedStateStore, ValueState};
 use crate::state::{Data, Key, StateValue};
 
@@ -55,6 +62,8 @@ pub struct StreamEnvironment {
     config: JobConfig,
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
+    /// The job's watermark alignment groups, by name: sources naming one share it.
+    alignment_groups: RefCell<HashMap<String, Arc<AlignmentGroup>>>,
 }
 
 impl StreamEnvironment {
@@ -65,6 +74,7 @@ impl StreamEnvironment {
             config,
             metrics: Arc::new(JobMetrics::default()),
             control: Arc::new(ControlHub::default()),
+            alignment_groups: RefCell::default(),
         }
     }
 
@@ -110,7 +120,49 @@ impl StreamEnvironment {
             },
         );
         let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
-        DataStream::single(self.graph.clone(), id, self.config.max_parallelism)
+        DataStream::single(self.graph.clone(), id, self.settings())
+    }
+
+    /// Adds a source whose records get timestamps and watermarks from `strategy` in every
+    /// parallel subtask, inside the source's task (Flink's `fromSource(source, strategy,
+    /// name)`): each subtask is one split with its own generator, idleness and place in
+    /// the strategy's alignment group.
+    pub fn add_source_with_watermarks<T: Data, S: SourceFunction<T>>(
+        &self,
+        name: &str,
+        source: S,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        let interval = interval_ms(self.config.auto_watermark_interval);
+        let group = strategy.alignment().map(|(name, _)| {
+            let mut groups = self.alignment_groups.borrow_mut();
+            groups.entry(name.to_string()).or_default().clone()
+        });
+        let builder = Arc::new(
+            move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
+                let chain = unbox::<T>(chain);
+                let (op, pause) = TimestampsAndWatermarksOp::at_source(
+                    &strategy,
+                    group.as_ref(),
+                    interval,
+                    chain,
+                )?;
+                let chain: Box<dyn Output<T>> = Box::new(op);
+                let mut s = source.clone();
+                ctx.init_function(&mut s)?;
+                let uid = ctx.uid;
+                Ok(Box::new(move || run_source_paused_by(s, uid, chain, task, pause)) as _)
+            },
+        );
+        let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
+        DataStream::single(self.graph.clone(), id, self.settings())
+    }
+
+    fn settings(&self) -> StreamSettings {
+        StreamSettings {
+            max_parallelism: self.config.max_parallelism,
+            auto_watermark_interval_ms: interval_ms(self.config.auto_watermark_interval),
+        }
     }
 
     /// Runs the job to completion (bounded sources) with recovery from failures.
@@ -166,21 +218,32 @@ fn add_node<O: Data>(
     id
 }
 
+fn interval_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The job settings operators are built with, taken from the environment's configuration.
+#[derive(Clone, Copy)]
+struct StreamSettings {
+    max_parallelism: u32,
+    auto_watermark_interval_ms: u64,
+}
+
 /// A stream of records of type `T`: the output of one operator, or a union of several,
 /// each with the partitioning its records take to the next operator.
 pub struct DataStream<T> {
     graph: Rc<RefCell<JobGraph>>,
     nodes: Vec<(usize, Partitioning)>,
-    max_parallelism: u32,
+    settings: StreamSettings,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T: Data> DataStream<T> {
-    fn single(graph: Rc<RefCell<JobGraph>>, id: usize, max_parallelism: u32) -> Self {
+    fn single(graph: Rc<RefCell<JobGraph>>, id: usize, settings: StreamSettings) -> Self {
         DataStream {
             graph,
             nodes: vec![(id, Partitioning::Default)],
-            max_parallelism,
+            settings,
             _t: PhantomData,
         }
     }
@@ -260,7 +323,7 @@ impl<T: Data> DataStream<T> {
             .iter()
             .map(|&(n, p)| (n, partitioning.unwrap_or(p)))
             .collect();
-        let maxp = self.max_parallelism;
+        let maxp = self.settings.max_parallelism;
         let make_edge = move || {
             Box::new(TypedEdge::<T> {
                 keyed: keyed.clone(),
@@ -274,7 +337,7 @@ impl<T: Data> DataStream<T> {
             &inputs,
             Some(&make_edge),
         );
-        DataStream::single(self.graph.clone(), id, maxp)
+        DataStream::single(self.graph.clone(), id, self.settings)
     }
 
     /// Transforms each record.
@@ -317,6 +380,7 @@ impl<T: Data> DataStream<T> {
                 Ok(rebox::<T>(Box::new(FlatMapOp {
                     f: f.clone(),
                     out: Vec::new(),
+                    out_timestamps: Vec::new(),
                     next: unbox::<O>(next),
                 })))
             }),
@@ -334,8 +398,24 @@ impl<T: Data> DataStream<T> {
                     uid: ctx.uid,
                     f,
                     out: Vec::new(),
+                    out_timestamps: Vec::new(),
                     next: unbox::<O>(next),
                 })))
+            }),
+        )
+    }
+
+    /// Gives the records timestamps and the stream watermarks from `strategy` (Flink's
+    /// `assignTimestampsAndWatermarks`); the watermarks arriving from upstream are replaced
+    /// (except the final one of a bounded input). Chained to the operator before it when
+    /// the parallelism matches, so each parallel instance generates its own watermarks.
+    pub fn assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy<T>) -> Self {
+        let interval = self.settings.auto_watermark_interval_ms;
+        self.then(
+            "timestamps_watermarks",
+            Arc::new(move |_ctx, next| {
+                let op = TimestampsAndWatermarksOp::new(&strategy, interval, unbox::<T>(next))?;
+                Ok(rebox::<T>(Box::new(op)))
             }),
         )
     }
@@ -430,6 +510,15 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             Some(Partitioning::KeyGroups),
             Some(writer),
         )
+    }
+
+    /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them
+    /// with the returned [`WindowedStream`].
+    pub fn window<A: WindowAssigner>(self, assigner: A) -> WindowedStream<K, T, F, A> {
+        WindowedStream {
+            keyed: self,
+            assigner,
+        }
     }
 
     /// Folds the records of each key with `f` and emits the running result for every record

@@ -109,6 +109,10 @@ pub struct RunFlags {
     /// Seed for --inject-failures.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// How often watermark generators emit their periodic watermark (event time); `0s`
+    /// turns periodic watermarks off.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub auto_watermark_interval: Duration,
     /// The job's name (default: the program's): its checkpoint folder and the prefix of its
     /// sinks' transactions. Give concurrent runs of one job different names.
     #[arg(long)]
@@ -254,6 +258,7 @@ impl RunFlags {
             Some(p) => RestoreFrom::Path(PathBuf::from(p)),
         };
         c.allow_non_restored_state = self.allow_non_restored_state;
+        c.auto_watermark_interval = self.auto_watermark_interval;
         self.control.apply(&mut c);
         c.restart = match self.restart_strategy {
             Restart::None => RestartStrategy::None,

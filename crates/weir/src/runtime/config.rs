@@ -49,6 +49,9 @@ pub struct JobConfig {
     pub buffer_timeout: Duration,
     /// Batches in flight per channel (the backpressure bound).
     pub channel_capacity: usize,
+    /// How often watermark generators emit their periodic watermark (Flink's
+    /// `pipeline.auto-watermark-interval`); zero turns periodic emission off. Default 200 ms.
+    pub auto_watermark_interval: Duration,
     /// Seeded failures for tests and demos.
     pub failure_injection: Option<FailureInjection>,
     /// Restore even if the checkpoint holds state for operators (uids) the job no longer
@@ -78,6 +81,7 @@ impl JobConfig {
             identical_failure_limit: Some(5),
             buffer_timeout: Duration::from_millis(10),
             channel_capacity: 4,
+            auto_watermark_interval: Duration::from_millis(200),
             failure_injection: None,
             allow_non_restored_state: false,
             savepoint_dir: PathBuf::from("weir-savepoints"),

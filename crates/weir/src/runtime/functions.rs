@@ -112,9 +112,12 @@ pub trait KeyedProcessFunction<K: Key, I, O>:
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, O>,
     ) -> Result<()>;
-    /// A processing-time timer registered with
-    /// [`KeyedContext::register_processing_time_timer`] is due: `ctx` is scoped to the key
-    /// it was registered for. Runs on the task thread between batches, in timestamp order.
+    /// A timer is due: a processing-time timer
+    /// ([`KeyedContext::register_processing_time_timer`]) once the wall clock reaches it,
+    /// an event-time timer ([`KeyedContext::register_event_time_timer`]) once the watermark
+    /// does. [`KeyedContext::time_domain`] tells which; `ctx` is scoped to the key it was
+    /// registered for. Runs on the task thread between batches, in timestamp order per
+    /// domain. What it emits for an event-time timer carries the timer's time as timestamp.
     fn on_timer(
         &mut self,
         _timestamp_ms: u64,
@@ -123,8 +126,9 @@ pub trait KeyedProcessFunction<K: Key, I, O>:
     ) -> Result<()> {
         Ok(())
     }
-    /// Every input has ended; `ctx` reaches every key of this subtask. Timers still
-    /// pending do not fire.
+    /// Every input has ended; `ctx` reaches every key of this subtask. Event-time timers
+    /// have all fired by now (the end of input advances the watermark to its maximum);
+    /// processing-time timers still pending do not fire.
     fn on_end_of_input(
         &mut self,
         _ctx: &mut KeyedEndContext<'_, K>,

@@ -3,7 +3,10 @@
 //! * [`functions`] — the traits user code implements; the operators call them.
 //! * [`config`] — job-wide settings a job runs under.
 //! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
-//! * [`event`] — what flows on a channel (batches, barriers, end-of-input).
+//! * [`event`] — what flows on a channel (batches, watermarks, barriers, end-of-input).
+//! * [`watermark`] — event time: watermark strategies, the per-task watermark, the
+//!   timestamp/watermark operator.
+//! * [`windows`] — window assigners and the window operator.
 //! * [`output`] — the interface between chained operators.
 //! * [`operators`] — the built-in operators of a chain.
 //! * [`network`] — writers that partition and batch records onto channels.
@@ -40,6 +43,8 @@ pub mod restart;
 pub mod result;
 pub(crate) mod spawn;
 pub mod task;
+pub mod watermark;
+pub mod windows;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost
 /// (measured: ~6–7× throughput versus one record per message). Under backpressure every

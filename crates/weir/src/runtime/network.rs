@@ -13,6 +13,7 @@ use crossbeam_channel::Sender;
 use crate::error::{Error, Result};
 use crate::runtime::event::{CheckpointBarrier, Event};
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::watermark::WatermarkStatus;
 use crate::runtime::BATCH_SIZE;
 use crate::state::key_group::{key_group_of_hash, operator_index, stable_hash};
 
@@ -79,9 +80,17 @@ impl<T, K: Hash, F: Fn(&T) -> K + Send> Router<T> for KeyGroupRouter<F> {
 }
 
 /// The downstream channels of a writer with one open batch per channel.
+///
+/// The open batches are all of one kind: with timestamps (event time) or without. A push of
+/// the other kind first sends them, so a batch never mixes the two and the processing-time
+/// path never touches a timestamp.
 struct Channels<T> {
     senders: Vec<Sender<Event<T>>>,
     buffers: Vec<Vec<T>>,
+    /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
+    timestamps: Vec<Vec<u64>>,
+    /// Whether the open batches carry timestamps.
+    timestamped: bool,
 }
 
 impl<T> Channels<T> {
@@ -90,7 +99,36 @@ impl<T> Channels<T> {
             .iter()
             .map(|_| Vec::with_capacity(BATCH_SIZE))
             .collect();
-        Channels { senders, buffers }
+        let timestamps = senders.iter().map(|_| Vec::new()).collect();
+        Channels {
+            senders,
+            buffers,
+            timestamps,
+            timestamped: false,
+        }
+    }
+
+    /// Makes the open batches of kind `timestamped`, sending those of the other kind.
+    #[inline]
+    fn set_mode(&mut self, timestamped: bool) -> Result<()> {
+        if self.timestamped != timestamped {
+            self.flush()?;
+            self.timestamped = timestamped;
+        }
+        Ok(())
+    }
+
+    /// Appends `r` with timestamp `t` to channel `c`'s batch (in timestamped mode), sending
+    /// the batch when full.
+    #[inline]
+    fn push_timestamped_to(&mut self, c: usize, r: T, t: u64) -> Result<()> {
+        let buf = &mut self.buffers[c];
+        buf.push(r);
+        self.timestamps[c].push(t);
+        if buf.len() >= BATCH_SIZE {
+            send_timestamped(&self.senders[c], buf, &mut self.timestamps[c])?;
+        }
+        Ok(())
     }
 
     /// Appends `r` to channel `c`'s batch, sending the batch when full.
@@ -106,6 +144,17 @@ impl<T> Channels<T> {
 
     /// Sends every partly filled batch.
     fn flush(&mut self) -> Result<()> {
+        if self.timestamped {
+            for ((s, b), t) in self
+                .senders
+                .iter()
+                .zip(self.buffers.iter_mut())
+                .zip(self.timestamps.iter_mut())
+            {
+                send_timestamped(s, b, t)?;
+            }
+            return Ok(());
+        }
         for (s, b) in self.senders.iter().zip(self.buffers.iter_mut()) {
             send_batch(s, b)?;
         }
@@ -134,6 +183,15 @@ macro_rules! writer_control {
         }
         fn end_of_input(&mut self) -> Result<()> {
             self.channels.flush_then(|| Event::EndOfInput)
+        }
+        fn on_watermark(&mut self, watermark: u64) -> Result<()> {
+            self.channels.flush_then(|| Event::Watermark(watermark))
+        }
+        fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+            self.channels.flush_then(|| Event::WatermarkStatus(status))
+        }
+        fn on_processing_time(&mut self, _: u64) -> Result<()> {
+            Ok(())
         }
         fn notify_complete(&mut self, _: u64) -> Result<()> {
             Ok(())
@@ -173,8 +231,18 @@ fn send_batch<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>) -> Result<()> {
     send(s, Event::Batch(full))
 }
 
+fn send_timestamped<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>, ts: &mut Vec<u64>) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
+    let stamps = std::mem::replace(ts, Vec::with_capacity(BATCH_SIZE));
+    send(s, Event::TimestampedBatch(full, stamps))
+}
+
 impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        self.channels.set_mode(false)?;
         let n = self.channels.senders.len();
         if n == 1 {
             let buf = &mut self.channels.buffers[0];
@@ -192,6 +260,24 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
         for r in batch.drain(..) {
             let c = self.router.route(&r, n);
             self.channels.push_to(c, r)?;
+        }
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        self.channels.set_mode(true)?;
+        let n = self.channels.senders.len();
+        if n == 1 && self.channels.buffers[0].is_empty() && batch.len() >= BATCH_SIZE / 2 {
+            // Large enough to ship as it is: hand the vectors over, no copy.
+            let full = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
+            let stamps = std::mem::replace(timestamps, Vec::with_capacity(full.len()));
+            return send(
+                &self.channels.senders[0],
+                Event::TimestampedBatch(full, stamps),
+            );
+        }
+        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
+            let c = if n == 1 { 0 } else { self.router.route(&r, n) };
+            self.channels.push_timestamped_to(c, r, t)?;
         }
         Ok(())
     }
@@ -214,9 +300,19 @@ impl<T> BroadcastWriter<T> {
 
 impl<T: Clone + Send> Output<T> for BroadcastWriter<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
+        self.channels.set_mode(false)?;
         for r in batch.drain(..) {
             for c in 0..self.channels.senders.len() {
                 self.channels.push_to(c, r.clone())?;
+            }
+        }
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        self.channels.set_mode(true)?;
+        for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
+            for c in 0..self.channels.senders.len() {
+                self.channels.push_timestamped_to(c, r.clone(), t)?;
             }
         }
         Ok(())
@@ -272,6 +368,53 @@ mod tests {
         w.end_of_input().unwrap();
         let events = drain(&rx);
         assert!(matches!(&events[..], [Event::Batch(v), Event::EndOfInput] if v.len() == 5));
+    }
+
+    #[test]
+    fn timestamps_travel_beside_their_records_and_batches_never_mix_kinds() {
+        let (tx0, rx0) = crossbeam_channel::unbounded();
+        let (tx1, rx1) = crossbeam_channel::unbounded();
+        let mut w = RoutedWriter::new(vec![tx0, tx1], KeyGroupRouter::new(|x: &u64| *x, 128, 2));
+        w.push(&mut vec![1, 2, 3]).unwrap();
+        // Switching to timestamped records sends the open untimestamped batches first.
+        w.push_timestamped(&mut (0..10).collect(), &mut (100..110).collect())
+            .unwrap();
+        w.on_watermark(42).unwrap();
+        w.push(&mut vec![4]).unwrap();
+        w.end_of_input().unwrap();
+        let mut stamped = Vec::new();
+        for rx in [rx0, rx1] {
+            let events = drain(&rx);
+            // Untimestamped, then timestamped, then the watermark (after a flush), then more.
+            let kinds: Vec<&str> = events
+                .iter()
+                .map(|e| match e {
+                    Event::Batch(_) => "B",
+                    Event::TimestampedBatch(..) => "T",
+                    Event::Watermark(42) => "W",
+                    Event::EndOfInput => "E",
+                    _ => "?",
+                })
+                .collect();
+            let w_at = kinds.iter().position(|k| *k == "W").unwrap();
+            assert!(
+                kinds[..w_at].iter().all(|k| *k == "B" || *k == "T"),
+                "{kinds:?}"
+            );
+            let first_t = kinds.iter().position(|k| *k == "T");
+            if let Some(t) = first_t {
+                assert!(!kinds[t..w_at].contains(&"B"), "{kinds:?}");
+            }
+            assert_eq!(kinds.last(), Some(&"E"));
+            for e in events {
+                if let Event::TimestampedBatch(v, ts) = e {
+                    assert_eq!(v.len(), ts.len());
+                    stamped.extend(v.into_iter().zip(ts));
+                }
+            }
+        }
+        stamped.sort();
+        assert_eq!(stamped, (0..10).map(|i| (i, 100 + i)).collect::<Vec<_>>());
     }
 
     #[test]

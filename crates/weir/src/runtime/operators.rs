@@ -9,19 +9,18 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::functions::{
-    BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
-    ProcessFunction, SinkFunction,
+    BroadcastProcessFunction, CheckpointedFunction, Collector, ProcessFunction, SinkFunction,
 };
 use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::runtime::watermark::WatermarkStatus;
 use crate::state::broadcast::{
     BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,
 };
-use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{
-    KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore, RestoredKeyedState,
-};
+use crate::state::keyed::RestoredKeyedState;
 use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
-use crate::state::Key;
+
+mod keyed;
+pub use keyed::KeyedProcessOp;
 
 /// Everything an operator instance needs to know about where it runs and what it restores.
 pub struct OperatorContext {
@@ -79,9 +78,26 @@ pub(crate) fn snapshot_function<F: CheckpointedFunction>(
     Ok(())
 }
 
+/// Forwards watermarks, watermark status and processing time to `self.next`: operators
+/// without timers.
+macro_rules! forward_time {
+    () => {
+        fn on_watermark(&mut self, watermark: u64) -> Result<()> {
+            self.next.on_watermark(watermark)
+        }
+        fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+            self.next.on_watermark_status(status)
+        }
+        fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
+            self.next.on_processing_time(now_ms)
+        }
+    };
+}
+
 /// Forwards the control methods of [`Output`] to `self.next`, for stateless operators.
 macro_rules! forward_control {
     () => {
+        forward_time!();
         fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
             self.next.snapshot(b, s)
         }
@@ -125,10 +141,25 @@ pub struct MapOp<O, F> {
     pub(crate) next: Box<dyn Output<O>>,
 }
 
+impl<O, F> MapOp<O, F> {
+    /// Maps a batch into `self.out` (one call site of `f` for both kinds of batch).
+    fn map_batch<I>(&mut self, batch: &mut Vec<I>)
+    where
+        F: FnMut(I) -> O,
+    {
+        self.out.extend(batch.drain(..).map(&mut self.f));
+    }
+}
+
 impl<I, O: Send, F: FnMut(I) -> O + Send> Output<I> for MapOp<O, F> {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        self.out.extend(batch.drain(..).map(&mut self.f));
+        self.map_batch(batch);
         self.next.push(&mut self.out)
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
+        // One record out per record in: the timestamps stay as they are.
+        self.map_batch(batch);
+        self.next.push_timestamped(&mut self.out, timestamps)
     }
     forward_control!();
 }
@@ -147,6 +178,23 @@ impl<T: Send, F: FnMut(&T) -> bool + Send> Output<T> for FilterOp<T, F> {
         }
         self.next.push(batch)
     }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        // Compacts records and timestamps in step.
+        let mut kept = 0;
+        for i in 0..batch.len() {
+            if (self.f)(&batch[i]) {
+                batch.swap(kept, i);
+                timestamps[kept] = timestamps[i];
+                kept += 1;
+            }
+        }
+        batch.truncate(kept);
+        timestamps.truncate(kept);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.next.push_timestamped(batch, timestamps)
+    }
     forward_control!();
 }
 
@@ -154,20 +202,62 @@ impl<T: Send, F: FnMut(&T) -> bool + Send> Output<T> for FilterOp<T, F> {
 pub struct FlatMapOp<O, F> {
     pub(crate) f: F,
     pub(crate) out: Vec<O>,
+    pub(crate) out_timestamps: Vec<u64>,
     pub(crate) next: Box<dyn Output<O>>,
+}
+
+impl<O: Send, F> FlatMapOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of `f`: see
+    /// docs/design-notes.md, Event time).
+    fn batch<I, It>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
+    where
+        It: IntoIterator<Item = O>,
+        F: FnMut(I) -> It,
+    {
+        let timestamped = timestamps.is_some();
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
+            self.out.extend((self.f)(r));
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
+            }
+        }
+        if let Some(t) = timestamps {
+            t.clear();
+        }
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
+}
+
+/// Pushes what an operator emitted on, with timestamps if `timestamped`.
+fn emit<O>(
+    out: &mut Vec<O>,
+    out_timestamps: &mut Vec<u64>,
+    timestamped: bool,
+    next: &mut dyn Output<O>,
+) -> Result<()> {
+    if out.is_empty() {
+        Ok(())
+    } else if timestamped {
+        next.push_timestamped(out, out_timestamps)
+    } else {
+        next.push(out)
+    }
 }
 
 impl<I, O: Send, It: IntoIterator<Item = O>, F: FnMut(I) -> It + Send> Output<I>
     for FlatMapOp<O, F>
 {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        for r in batch.drain(..) {
-            self.out.extend((self.f)(r));
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
+        self.batch(batch, Some(timestamps))
     }
     forward_control!();
 }
@@ -177,19 +267,45 @@ pub struct ProcessOp<O, F> {
     pub(crate) uid: String,
     pub(crate) f: F,
     pub(crate) out: Vec<O>,
+    pub(crate) out_timestamps: Vec<u64>,
     pub(crate) next: Box<dyn Output<O>>,
+}
+
+impl<O: Send, F> ProcessOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of `process`:
+    /// see docs/design-notes.md, Event time).
+    fn batch<I>(&mut self, batch: &mut Vec<I>, timestamps: Option<&mut Vec<u64>>) -> Result<()>
+    where
+        F: ProcessFunction<I, O>,
+    {
+        let timestamped = timestamps.is_some();
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
+            self.f.process(r, &mut Collector { buf: &mut self.out })?;
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
+            }
+        }
+        if let Some(t) = timestamps {
+            t.clear();
+        }
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
 }
 
 impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        for r in batch.drain(..) {
-            self.f.process(r, &mut Collector { buf: &mut self.out })?;
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
     }
+    fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
+        self.batch(batch, Some(timestamps))
+    }
+    forward_time!();
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
         snapshot_function(&mut self.f, &self.uid, b, s)?;
         self.next.snapshot(b, s)
@@ -205,120 +321,6 @@ impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
     function_notifications!();
 }
 
-/// A [`KeyedProcessFunction`] with its keyed state backend.
-pub struct KeyedProcessOp<K, O, F, KS> {
-    uid: String,
-    f: F,
-    key_fn: KS,
-    backend: KeyedStateBackend<K>,
-    out: Vec<O>,
-    next: Box<dyn Output<O>>,
-}
-
-impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
-    /// Builds the operator: restores operator state, then keyed state, then calls `open`.
-    pub(crate) fn new<I>(
-        mut f: F,
-        key_fn: KS,
-        mut ctx: OperatorContext,
-        next: Box<dyn Output<O>>,
-    ) -> Result<Self>
-    where
-        F: KeyedProcessFunction<K, I, O>,
-    {
-        ctx.init_function(&mut f)?;
-        let range = KeyGroupRange::for_subtask(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
-        let mut backend = KeyedStateBackend::new(
-            range,
-            ctx.max_parallelism,
-            std::mem::take(&mut ctx.keyed_state),
-        );
-        backend.init_timers()?;
-        f.open(&mut KeyedStateStore::new(&mut backend))?;
-        for name in backend.unclaimed() {
-            eprintln!(
-                "weir: warning: operator '{}' no longer declares keyed state '{name}'; \
-                 its restored entries are dropped",
-                ctx.uid
-            );
-        }
-        Ok(KeyedProcessOp {
-            uid: ctx.uid,
-            f,
-            key_fn,
-            backend,
-            out: Vec::new(),
-            next,
-        })
-    }
-}
-
-impl<K, I, O, F, KS> Output<I> for KeyedProcessOp<K, O, F, KS>
-where
-    K: Key,
-    O: Send,
-    F: KeyedProcessFunction<K, I, O>,
-    KS: Fn(&I) -> K + Send,
-{
-    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
-        for r in batch.drain(..) {
-            let key = (self.key_fn)(&r);
-            let mut ctx = KeyedContext {
-                key: &key,
-                backend: &mut self.backend,
-            };
-            self.f
-                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
-    }
-    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
-        let mut ctx = SnapshotContext::new(b.id);
-        self.f.snapshot_state(&mut ctx)?;
-        s.parts.push(OperatorSnapshotPart {
-            uid: self.uid.clone(),
-            operator_state: ctx.lists,
-            keyed: Some(self.backend.snapshot()),
-        });
-        self.next.snapshot(b, s)
-    }
-    fn end_of_input(&mut self) -> Result<()> {
-        let mut ctx = KeyedEndContext {
-            backend: &mut self.backend,
-        };
-        self.f
-            .on_end_of_input(&mut ctx, &mut Collector { buf: &mut self.out })?;
-        // Emit in bounded batches so a large final result does not build one huge message.
-        while !self.out.is_empty() {
-            let tail = self.out.len().saturating_sub(crate::runtime::BATCH_SIZE);
-            let mut chunk = self.out.split_off(tail);
-            self.next.push(&mut chunk)?;
-        }
-        self.next.end_of_input()
-    }
-    function_notifications!();
-    fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
-        while let Some((time, key)) = self.backend.pop_due_timer(now_ms) {
-            let mut ctx = KeyedContext {
-                key: &key,
-                backend: &mut self.backend,
-            };
-            self.f
-                .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
-            if self.out.len() >= crate::runtime::BATCH_SIZE {
-                self.next.push(&mut self.out)?;
-            }
-        }
-        if !self.out.is_empty() {
-            self.next.push(&mut self.out)?;
-        }
-        Ok(())
-    }
-}
-
 /// A [`SinkFunction`]: the end of a chain.
 pub struct SinkOp<F> {
     pub(crate) uid: String,
@@ -329,6 +331,19 @@ impl<T, F: SinkFunction<T>> Output<T> for SinkOp<F> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
         self.f.invoke(batch)?;
         batch.clear();
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        timestamps.clear();
+        self.push(batch)
+    }
+    fn on_watermark(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
+        Ok(())
+    }
+    fn on_processing_time(&mut self, _: u64) -> Result<()> {
         Ok(())
     }
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
@@ -361,6 +376,7 @@ pub struct BroadcastProcessOp<O, F> {
     f: F,
     store: BroadcastStore,
     out: Vec<O>,
+    out_timestamps: Vec<u64>,
     next: Box<dyn Output<O>>,
 }
 
@@ -383,8 +399,61 @@ impl<O, F> BroadcastProcessOp<O, F> {
             f,
             store,
             out: Vec::new(),
+            out_timestamps: Vec::new(),
             next,
         })
+    }
+}
+
+impl<O, F> BroadcastProcessOp<O, F> {
+    /// The one loop over a batch, with or without timestamps (one call site of the
+    /// function: see docs/design-notes.md, Event time).
+    fn batch<I, B>(
+        &mut self,
+        batch: &mut Vec<Connected<I, B>>,
+        timestamps: Option<&mut Vec<u64>>,
+    ) -> Result<()>
+    where
+        F: BroadcastProcessFunction<I, B, O>,
+        O: Send,
+    {
+        let timestamped = timestamps.is_some();
+        let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
+        for (i, r) in batch.drain(..).enumerate() {
+            self.element(r)?;
+            if timestamped {
+                self.out_timestamps.resize(self.out.len(), stamps[i]);
+            }
+        }
+        if let Some(t) = timestamps {
+            t.clear();
+        }
+        emit(
+            &mut self.out,
+            &mut self.out_timestamps,
+            timestamped,
+            &mut *self.next,
+        )
+    }
+
+    /// Hands one element to the function.
+    fn element<I, B>(&mut self, r: Connected<I, B>) -> Result<()>
+    where
+        F: BroadcastProcessFunction<I, B, O>,
+    {
+        let mut out = Collector { buf: &mut self.out };
+        match r {
+            Connected::Main(i) => {
+                let ctx = ReadOnlyBroadcastContext { store: &self.store };
+                self.f.process_element(i, &ctx, &mut out)
+            }
+            Connected::Broadcast(b) => {
+                let mut ctx = BroadcastContext {
+                    store: &mut self.store,
+                };
+                self.f.process_broadcast_element(b, &mut ctx, &mut out)
+            }
+        }
     }
 }
 
@@ -392,26 +461,16 @@ impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>
     for BroadcastProcessOp<O, F>
 {
     fn push(&mut self, batch: &mut Vec<Connected<I, B>>) -> Result<()> {
-        for r in batch.drain(..) {
-            let mut out = Collector { buf: &mut self.out };
-            match r {
-                Connected::Main(i) => {
-                    let ctx = ReadOnlyBroadcastContext { store: &self.store };
-                    self.f.process_element(i, &ctx, &mut out)?;
-                }
-                Connected::Broadcast(b) => {
-                    let mut ctx = BroadcastContext {
-                        store: &mut self.store,
-                    };
-                    self.f.process_broadcast_element(b, &mut ctx, &mut out)?;
-                }
-            }
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.next.push(&mut self.out)
+        self.batch(batch, None)
     }
+    fn push_timestamped(
+        &mut self,
+        batch: &mut Vec<Connected<I, B>>,
+        timestamps: &mut Vec<u64>,
+    ) -> Result<()> {
+        self.batch(batch, Some(timestamps))
+    }
+    forward_time!();
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
         let mut ctx = SnapshotContext::new(b.id);
         self.f.snapshot_state(&mut ctx)?;

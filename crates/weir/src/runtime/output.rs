@@ -9,6 +9,7 @@
 
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::watermark::WatermarkStatus;
 
 pub use crate::checkpoint::snapshot::{OperatorSnapshotPart, TaskSnapshot};
 
@@ -19,6 +20,14 @@ pub use crate::checkpoint::snapshot::{OperatorSnapshotPart, TaskSnapshot};
 pub trait Output<T>: Send {
     /// Processes a batch; the implementation drains `batch` (it stays allocated for reuse).
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()>;
+    /// Processes a batch whose records carry event timestamps (`timestamps[i]` belongs to
+    /// `batch[i]`); drains both. Operators keep the timestamps on what they emit: a record
+    /// derived from an input record gets its timestamp (Flink's `TimestampedCollector`).
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()>;
+    /// The watermark rose to `watermark`: fire event-time timers up to it, then forward it.
+    fn on_watermark(&mut self, watermark: u64) -> Result<()>;
+    /// The stream became idle or active again: forward it.
+    fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()>;
     /// A barrier passed: add this operator's state to `snapshot`, then forward the barrier.
     fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
     /// The buffer timeout passed: send any partly filled network batch.
@@ -29,13 +38,10 @@ pub trait Output<T>: Send {
     fn notify_complete(&mut self, id: u64) -> Result<()>;
     /// Checkpoint `id` was aborted.
     fn notify_aborted(&mut self, id: u64) -> Result<()>;
-    /// The processing time advanced to `now_ms`: fire due timers. Only keyed operators have
-    /// timers, and a keyed operator is always the head of its chain (its input is a
-    /// key-group edge, never chained), so the task calls this on the head alone and the
-    /// default does nothing.
-    fn on_processing_time(&mut self, _now_ms: u64) -> Result<()> {
-        Ok(())
-    }
+    /// The processing time advanced to `now_ms` (called about once per buffer timeout):
+    /// keyed operators fire due processing-time timers, watermark assigners emit their
+    /// periodic watermark; every operator forwards it along the chain.
+    fn on_processing_time(&mut self, now_ms: u64) -> Result<()>;
 }
 
 /// Discards everything: the output of an operator nobody consumes.
@@ -44,6 +50,20 @@ pub struct NoOutput;
 impl<T: Send> Output<T> for NoOutput {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
         batch.clear();
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        batch.clear();
+        timestamps.clear();
+        Ok(())
+    }
+    fn on_watermark(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
+        Ok(())
+    }
+    fn on_processing_time(&mut self, _: u64) -> Result<()> {
         Ok(())
     }
     fn snapshot(&mut self, _: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
@@ -68,6 +88,7 @@ pub struct FanOut<T> {
     /// The consumers; all but the last receive clones.
     pub outputs: Vec<Box<dyn Output<T>>>,
     scratch: Vec<T>,
+    scratch_timestamps: Vec<u64>,
 }
 
 impl<T> FanOut<T> {
@@ -76,6 +97,7 @@ impl<T> FanOut<T> {
         FanOut {
             outputs,
             scratch: Vec::new(),
+            scratch_timestamps: Vec::new(),
         }
     }
 }
@@ -92,6 +114,34 @@ impl<T: Clone + Send> Output<T> for FanOut<T> {
             }
         }
         Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
+        let n = self.outputs.len();
+        for (i, o) in self.outputs.iter_mut().enumerate() {
+            if i + 1 == n {
+                o.push_timestamped(batch, timestamps)?;
+            } else {
+                self.scratch.extend(batch.iter().cloned());
+                self.scratch_timestamps.extend_from_slice(timestamps);
+                o.push_timestamped(&mut self.scratch, &mut self.scratch_timestamps)?;
+            }
+        }
+        Ok(())
+    }
+    fn on_watermark(&mut self, watermark: u64) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.on_watermark(watermark))
+    }
+    fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.on_watermark_status(status))
+    }
+    fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.on_processing_time(now_ms))
     }
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.snapshot(b, s))

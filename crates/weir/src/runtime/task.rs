@@ -12,7 +12,7 @@
 //!   input channel has closed. A channel may close only after end-of-input or a stopping
 //!   barrier; any other disconnection means the upstream task failed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,8 @@ use crate::runtime::finishing::Finishing;
 use crate::runtime::functions::{SourceFunction, SourceStatus};
 use crate::runtime::operators::snapshot_function;
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::watermark::valve::ValveOutput;
+use crate::runtime::watermark::{StatusWatermarkValve, WatermarkStatus, MAX_WATERMARK};
 use crate::runtime::BATCH_SIZE;
 
 /// Messages from the executor to a task.
@@ -190,9 +192,11 @@ struct SourceTask<'a> {
 }
 
 impl SourceTask<'_> {
-    /// The source is exhausted (or a draining stop ends it): emit what the chain holds and
-    /// send end-of-input on.
+    /// The source is exhausted (or a draining stop ends it): advance event time to its end
+    /// (every event-time timer downstream fires), emit what the chain holds and send
+    /// end-of-input on.
     fn end_input<T>(&mut self, chain: &mut dyn Output<T>) -> Result<()> {
+        chain.on_watermark(MAX_WATERMARK)?;
         chain.end_of_input()?;
         self.fin.on_input_ended();
         let _ = self.ctx.events.send(TaskEvent::InputEnded {
@@ -261,10 +265,23 @@ impl SourceTask<'_> {
 
 /// Runs a source task until its end is committed ([`Finishing`]) or the task is cancelled.
 pub fn run_source<T, S: SourceFunction<T>>(
+    source: S,
+    uid: String,
+    chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    run_source_paused_by(source, uid, chain, ctx, None)
+}
+
+/// [`run_source`], not polling while `pause` is set (watermark alignment: the split's
+/// watermark ran too far ahead of its group's). Control messages and the chain's periodic
+/// work (which clears the flag) go on while paused.
+pub fn run_source_paused_by<T, S: SourceFunction<T>>(
     mut source: S,
     uid: String,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
+    pause: Option<Arc<AtomicBool>>,
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(BATCH_SIZE);
     let mut last_flush = Instant::now();
@@ -292,7 +309,11 @@ pub fn run_source<T, S: SourceFunction<T>>(
             task.wait_for_control(wait, &mut source, chain.as_mut())?;
             continue;
         }
-        let status = source.poll(&mut buf, BATCH_SIZE)?;
+        let status = if pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) {
+            SourceStatus::Idle
+        } else {
+            source.poll(&mut buf, BATCH_SIZE)?
+        };
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             task.emitted += buf.len() as u64;
@@ -307,6 +328,8 @@ pub fn run_source<T, S: SourceFunction<T>>(
             }
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
+            // Watermark assigners in the chain emit their periodic watermarks (or idleness).
+            chain.on_processing_time(crate::clock::wall_ms())?;
             chain.flush()?;
             last_flush = Instant::now();
         }
@@ -333,6 +356,7 @@ pub fn run_input<T: Send>(
     ctx: TaskContext,
 ) -> Result<()> {
     let mut handler = BarrierHandler::new(ctx.mode, inputs.len());
+    let mut valve = StatusWatermarkValve::new(inputs.len());
     let mut channels = vec![ChannelState::default(); inputs.len()];
     let mut fin = Finishing::new();
     let mut last_flush = Instant::now();
@@ -359,7 +383,7 @@ pub fn run_input<T: Send>(
             Ok(op) => op,
             Err(_) => {
                 if !fin.is_frozen() {
-                    chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                    chain.on_processing_time(crate::clock::wall_ms())?;
                 }
                 chain.flush()?;
                 last_flush = Instant::now();
@@ -397,6 +421,12 @@ pub fn run_input<T: Send>(
                 ctx.on_records(batch.len());
                 chain.push(&mut batch)?;
             }
+            Event::TimestampedBatch(mut batch, mut timestamps) => {
+                ctx.on_records(batch.len());
+                chain.push_timestamped(&mut batch, &mut timestamps)?;
+            }
+            Event::Watermark(w) => forward(valve.input_watermark(c, w), chain.as_mut())?,
+            Event::WatermarkStatus(s) => forward(valve.input_status(c, s), chain.as_mut())?,
             Event::Barrier(b) => {
                 if let BarrierKind::Stop { .. } = b.kind {
                     channels[c].stopped_at = Some(b.id);
@@ -415,12 +445,27 @@ pub fn run_input<T: Send>(
         }
         if last_flush.elapsed() >= ctx.buffer_timeout {
             if !fin.is_frozen() {
-                chain.on_processing_time(crate::runtime::executor::wall_ms())?;
+                chain.on_processing_time(crate::clock::wall_ms())?;
             }
             chain.flush()?;
             last_flush = Instant::now();
         }
     }
+}
+
+/// Forwards what the watermark valve decided: becoming active, then the new watermark, then
+/// becoming idle.
+fn forward<T>(out: ValveOutput, chain: &mut dyn Output<T>) -> Result<()> {
+    if out.status == Some(WatermarkStatus::Active) {
+        chain.on_watermark_status(WatermarkStatus::Active)?;
+    }
+    if let Some(w) = out.watermark {
+        chain.on_watermark(w)?;
+    }
+    if out.status == Some(WatermarkStatus::Idle) {
+        chain.on_watermark_status(WatermarkStatus::Idle)?;
+    }
+    Ok(())
 }
 
 fn act<T>(
@@ -466,6 +511,27 @@ mod tests {
         fn push(&mut self, batch: &mut Vec<u32>) -> Result<()> {
             let mut log = self.0.lock().unwrap();
             log.extend(batch.drain(..).map(|x| format!("R{x}")));
+            Ok(())
+        }
+        fn push_timestamped(&mut self, batch: &mut Vec<u32>, ts: &mut Vec<u64>) -> Result<()> {
+            let mut log = self.0.lock().unwrap();
+            log.extend(
+                batch
+                    .drain(..)
+                    .zip(ts.drain(..))
+                    .map(|(x, t)| format!("R{x}@{t}")),
+            );
+            Ok(())
+        }
+        fn on_watermark(&mut self, w: u64) -> Result<()> {
+            self.0.lock().unwrap().push(format!("W{w}"));
+            Ok(())
+        }
+        fn on_watermark_status(&mut self, s: WatermarkStatus) -> Result<()> {
+            self.0.lock().unwrap().push(format!("{s:?}"));
+            Ok(())
+        }
+        fn on_processing_time(&mut self, _: u64) -> Result<()> {
             Ok(())
         }
         fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
@@ -541,6 +607,69 @@ mod tests {
         let mut log = log.lock().unwrap().clone();
         assert_eq!(log.pop().as_deref(), Some("S2"));
         log
+    }
+
+    /// Watermarks and idleness on two channels: the chain sees the minimum over the active
+    /// channels, rising only, after the records sent before it.
+    #[test]
+    fn the_task_watermark_is_the_minimum_over_active_inputs() {
+        use crate::runtime::watermark::WatermarkStatus::{Active, Idle};
+        let (tx0, rx0) = crossbeam_channel::unbounded();
+        let (tx1, rx1) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ctx = TaskContext {
+            name: "test".into(),
+            index: 0,
+            subtask: 0,
+            parallelism: 1,
+            attempt: 1,
+            mode: CheckpointingMode::ExactlyOnce,
+            buffer_timeout: Duration::from_millis(5),
+            control: ctl_rx,
+            writer: crossbeam_channel::unbounded().0,
+            injector: None,
+            metrics: Arc::new(TaskMetrics::default()),
+            events: crossbeam_channel::unbounded().0,
+        };
+        let chain = Box::new(Recorder(log.clone()));
+        let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+        let step = |tx: &Sender<Event<u32>>, e: Event<u32>| {
+            tx.send(e).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        step(&tx0, Event::TimestampedBatch(vec![1], vec![10]));
+        step(&tx0, Event::Watermark(10));
+        step(&tx1, Event::Watermark(5));
+        step(&tx1, Event::Watermark(30));
+        step(&tx0, Event::Watermark(8));
+        step(&tx0, Event::WatermarkStatus(Idle));
+        step(&tx1, Event::Watermark(40));
+        step(&tx1, Event::WatermarkStatus(Idle));
+        step(&tx1, Event::WatermarkStatus(Active));
+        step(&tx1, Event::Watermark(MAX_WATERMARK));
+        step(&tx0, Event::WatermarkStatus(Active));
+        step(&tx0, Event::Watermark(MAX_WATERMARK));
+        for tx in [&tx0, &tx1] {
+            tx.send(Event::EndOfInput).unwrap();
+        }
+        tx0.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+            .unwrap();
+        tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+            .unwrap();
+        drop((tx0, tx1));
+        std::thread::sleep(Duration::from_millis(20));
+        ctl_tx.send(Control::Complete(1)).unwrap();
+        task.join().unwrap().unwrap();
+        let log = log.lock().unwrap().clone();
+        let max = format!("W{MAX_WATERMARK}");
+        assert_eq!(
+            log,
+            [
+                "R1@10", "W5", "W10", // channel 0 holds it at 10 until it goes idle
+                "W30", "W40", "Idle", "Active", &max, "S1"
+            ]
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub use key_group::{
 pub use keyed::{
     AggregateFunction, AggregatingAccess, AggregatingState, KeyedContext, KeyedEndContext,
     KeyedStateStore, ListAccess, ListState, MapAccess, MapState, ReducingAccess, ReducingState,
-    StateHandle, StateTtlConfig, TtlUpdate, ValueState,
+    StateHandle, StateTtlConfig, TimeDomain, TtlUpdate, ValueState,
 };
 pub use operator::{InitContext, OperatorIdentity, SnapshotContext};
 
@@ -80,6 +80,8 @@ pub enum StateKind {
     ProcessingTimers,
     /// Broadcast state: a map identical on every subtask.
     Broadcast,
+    /// Event-time timers of a keyed operator: timestamps per key.
+    EventTimers,
 }
 
 impl StateKind {
@@ -95,6 +97,7 @@ impl StateKind {
             StateKind::Map => "map",
             StateKind::ProcessingTimers => "processing-time timers",
             StateKind::Broadcast => "broadcast",
+            StateKind::EventTimers => "event-time timers",
         }
     }
 }

@@ -219,6 +219,16 @@ impl<'a, K: Key, UK: Key, UV: StateValue> MapAccess<'a, K, UK, UV> {
             .insert(user_key, value)
     }
 
+    /// Mutable access to the value under `user_key`, inserted with `default` if absent —
+    /// one lookup for read-modify-write (window accumulators). Consumes the accessor, so the
+    /// reference lives as long as the context borrow.
+    pub fn get_mut_or_insert_with(self, user_key: UK, default: impl FnOnce() -> UV) -> &'a mut UV {
+        self.map
+            .get_or_insert_with(self.key, UserMap::default)
+            .entry(user_key)
+            .or_insert_with(default)
+    }
+
     /// Removes `user_key`; the key's state disappears with its last entry.
     pub fn remove(&mut self, user_key: &UK) -> Option<UV> {
         self.inner()?.get(user_key)?;

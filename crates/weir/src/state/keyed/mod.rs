@@ -37,7 +37,8 @@ use super::{Key, StateKind, StateValue};
 use crate::error::{Error, Result};
 use crate::storage::shared_bytes::SharedBytes;
 use table::{StateTable, Table};
-use timers::{TimerIndex, TIMERS_STATE};
+pub use timers::TimeDomain;
+use timers::{TimeContext, TimerIndex};
 
 /// One restored keyed state: its kind, whether its entries carry TTL stamps, and its
 /// encoded key-group sections.
@@ -66,8 +67,13 @@ pub struct KeyedStateBackend<K> {
     /// of every record (see BENCHMARKS.md).
     table_types: Vec<TypeId>,
     restored: RestoredKeyedState,
-    /// Index of the timers table, and the timers' firing order.
+    /// Index of the processing-time timers table, and the timers' firing order.
     timers: Option<(usize, TimerIndex<K>)>,
+    /// Index of the event-time timers table, and the timers' firing order.
+    event_timers: Option<(usize, TimerIndex<K>)>,
+    /// The time the function's context reports: the current record's timestamp, the
+    /// operator's watermark, the domain of the firing timer.
+    pub(crate) time: TimeContext,
 }
 
 impl<K: Key> KeyedStateBackend<K> {
@@ -85,30 +91,8 @@ impl<K: Key> KeyedStateBackend<K> {
             table_types: Vec::new(),
             restored,
             timers: None,
-        }
-    }
-
-    /// Declares the timers table (restoring registrations) and indexes it. Called once,
-    /// before the function's `open`.
-    pub(crate) fn init_timers(&mut self) -> Result<()> {
-        let index = self.declare::<Vec<u64>>(TIMERS_STATE, StateKind::ProcessingTimers)?;
-        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
-        self.timers = Some((index, order));
-        Ok(())
-    }
-
-    /// Removes and returns the earliest processing-time timer due at `now_ms`.
-    pub(crate) fn pop_due_timer(&mut self, now_ms: u64) -> Option<(u64, K)> {
-        let (index, mut order) = self.timers.take()?;
-        let due = order.pop_due(self.map_mut::<Vec<u64>>(index), now_ms);
-        self.timers = Some((index, order));
-        due
-    }
-
-    fn with_timers(&mut self, f: impl FnOnce(&mut TimerIndex<K>, &mut CowMap<K, Vec<u64>>)) {
-        if let Some((index, mut order)) = self.timers.take() {
-            f(&mut order, self.map_mut::<Vec<u64>>(index));
-            self.timers = Some((index, order));
+            event_timers: None,
+            time: TimeContext::default(),
         }
     }
 
@@ -399,29 +383,6 @@ impl<K: Key> KeyedContext<'_, K> {
         self.backend
             .slot::<V>(state.index(), self.key, true)
             .remove(self.key);
-    }
-
-    /// The current processing time (milliseconds since the Unix epoch): the clock that
-    /// processing-time timers follow.
-    pub fn current_processing_time(&self) -> u64 {
-        crate::clock::wall_ms()
-    }
-
-    /// Registers a processing-time timer for the current key at `time_ms`: the function's
-    /// `on_timer` runs once the processing time reaches it. Registering the same (key,
-    /// time) twice keeps one timer. Timers are part of the checkpointed state.
-    pub fn register_processing_time_timer(&mut self, time_ms: u64) {
-        let key = self.key;
-        self.backend.with_timers(|order, table| {
-            order.register(table, key, time_ms);
-        });
-    }
-
-    /// Deletes the current key's timer at `time_ms`, if registered.
-    pub fn delete_processing_time_timer(&mut self, time_ms: u64) {
-        let key = self.key;
-        self.backend
-            .with_timers(|order, table| order.delete(table, key, time_ms));
     }
 
     /// The current key's list of `state`. For TTL, taking an accessor (of a list, map,

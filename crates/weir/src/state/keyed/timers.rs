@@ -1,8 +1,10 @@
-//! Processing-time timers of a keyed operator: registered per key and timestamp, fired in
-//! timestamp order, and checkpointed with the keyed state.
+//! Timers of a keyed operator, in two time domains (Flink's `TimeDomain`): processing-time
+//! timers fire when the wall clock reaches them, event-time timers when the watermark does.
+//! Both are registered per key and timestamp, fired in timestamp order, and checkpointed
+//! with the keyed state.
 //!
-//! The registrations live in a keyed table (`key → timestamps`), so they are snapshotted,
-//! restored and rescaled by key group exactly like any keyed state. An in-memory index
+//! The registrations of each domain live in a keyed table (`key → timestamps`), so they
+//! are snapshotted, restored and rescaled by key group exactly like any keyed state. An in-memory index
 //! (`timestamp → keys`) orders them for firing; it is rebuilt from the table on restore.
 //! Invariants: a (key, timestamp) pair is registered at most once; a timer fires at most
 //! once per registration — after a restore, a timer that fired after the checkpoint fires
@@ -11,11 +13,153 @@
 use std::collections::BTreeMap;
 
 use super::super::cow_map::CowMap;
-use super::super::Key;
+use super::super::{Key, StateKind};
+use super::{KeyedContext, KeyedStateBackend};
+use crate::error::Result;
 
-/// The name of the table holding timer registrations (reserved: user state names may not
-/// start with `__`).
+/// The name of the table holding processing-time timer registrations (reserved: user state
+/// names may not start with `__`).
 pub(crate) const TIMERS_STATE: &str = "__processing_timers";
+
+/// The name of the table holding event-time timer registrations.
+pub(crate) const EVENT_TIMERS_STATE: &str = "__event_timers";
+
+/// Which clock a timer follows (Flink's `TimeDomain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeDomain {
+    /// The wall clock of the machine: fires when the processing time reaches the timer.
+    ProcessingTime,
+    /// The watermark: fires when the watermark reaches the timer (its time is `<=` the
+    /// watermark), so every record up to that time has been seen.
+    EventTime,
+}
+
+/// What a keyed function's context reports about time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TimeContext {
+    /// The event timestamp of the record being processed, or of the firing event-time
+    /// timer; `None` for records without one and for processing-time timers.
+    pub timestamp: Option<u64>,
+    /// The operator's current watermark.
+    pub watermark: u64,
+    /// The domain of the timer firing, `None` while processing a record.
+    pub domain: Option<TimeDomain>,
+}
+
+impl<K: Key> KeyedStateBackend<K> {
+    /// Declares both timer tables (restoring registrations) and indexes them. Called once,
+    /// before the function's `open`.
+    pub(crate) fn init_timers(&mut self) -> Result<()> {
+        let index = self.declare::<Vec<u64>>(TIMERS_STATE, StateKind::ProcessingTimers)?;
+        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
+        self.timers = Some((index, order));
+        let index = self.declare::<Vec<u64>>(EVENT_TIMERS_STATE, StateKind::EventTimers)?;
+        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
+        self.event_timers = Some((index, order));
+        Ok(())
+    }
+
+    /// Removes and returns the earliest processing-time timer due at `now_ms`.
+    pub(crate) fn pop_due_timer(&mut self, now_ms: u64) -> Option<(u64, K)> {
+        self.pop_due(TimeDomain::ProcessingTime, now_ms)
+    }
+
+    /// Removes and returns the earliest event-time timer at or below `watermark`.
+    pub(crate) fn pop_due_event_timer(&mut self, watermark: u64) -> Option<(u64, K)> {
+        self.pop_due(TimeDomain::EventTime, watermark)
+    }
+
+    fn pop_due(&mut self, domain: TimeDomain, now: u64) -> Option<(u64, K)> {
+        let mut due = None;
+        self.with_timers(domain, |order, table| due = order.pop_due(table, now));
+        due
+    }
+
+    fn timers_of(&mut self, domain: TimeDomain) -> &mut Option<(usize, TimerIndex<K>)> {
+        match domain {
+            TimeDomain::ProcessingTime => &mut self.timers,
+            TimeDomain::EventTime => &mut self.event_timers,
+        }
+    }
+
+    fn with_timers(
+        &mut self,
+        domain: TimeDomain,
+        f: impl FnOnce(&mut TimerIndex<K>, &mut CowMap<K, Vec<u64>>),
+    ) {
+        if let Some((index, mut order)) = self.timers_of(domain).take() {
+            f(&mut order, self.map_mut::<Vec<u64>>(index));
+            *self.timers_of(domain) = Some((index, order));
+        }
+    }
+}
+
+/// Time and timers, scoped to the current key (Flink's `TimerService` and the context's
+/// `timestamp()`).
+impl<K: Key> KeyedContext<'_, K> {
+    /// The current processing time (milliseconds since the Unix epoch): the clock that
+    /// processing-time timers follow.
+    pub fn current_processing_time(&self) -> u64 {
+        crate::clock::wall_ms()
+    }
+
+    /// The operator's current watermark (milliseconds since the Unix epoch), `None` before
+    /// the first one arrived (Flink's `Long.MIN_VALUE`): no record at or below it is still
+    /// to come, unless late, and event-time timers at or below it have fired. A record is
+    /// late when `ctx.current_watermark().is_some_and(|w| timestamp <= w)`.
+    pub fn current_watermark(&self) -> Option<u64> {
+        (self.backend.time.watermark > 0).then_some(self.backend.time.watermark)
+    }
+
+    /// The event timestamp of the record being processed — or, in `on_timer`, of the
+    /// event-time timer firing. `None` when the stream has no timestamps (no watermark
+    /// strategy upstream) and for processing-time timers.
+    pub fn timestamp(&self) -> Option<u64> {
+        self.backend.time.timestamp
+    }
+
+    /// In `on_timer`: which clock the firing timer follows; `None` while processing a record.
+    pub fn time_domain(&self) -> Option<TimeDomain> {
+        self.backend.time.domain
+    }
+
+    /// Registers a processing-time timer for the current key at `time_ms`: the function's
+    /// `on_timer` runs once the processing time reaches it. Registering the same (key,
+    /// time) twice keeps one timer. Timers are part of the checkpointed state.
+    pub fn register_processing_time_timer(&mut self, time_ms: u64) {
+        self.register(TimeDomain::ProcessingTime, time_ms);
+    }
+
+    /// Deletes the current key's processing-time timer at `time_ms`, if registered.
+    pub fn delete_processing_time_timer(&mut self, time_ms: u64) {
+        self.delete(TimeDomain::ProcessingTime, time_ms);
+    }
+
+    /// Registers an event-time timer for the current key at `time_ms`: `on_timer` runs once
+    /// the watermark reaches it (a timer at or below the current watermark fires with the
+    /// next watermark). One timer per (key, time); checkpointed with the keyed state.
+    pub fn register_event_time_timer(&mut self, time_ms: u64) {
+        self.register(TimeDomain::EventTime, time_ms);
+    }
+
+    /// Deletes the current key's event-time timer at `time_ms`, if registered.
+    pub fn delete_event_time_timer(&mut self, time_ms: u64) {
+        self.delete(TimeDomain::EventTime, time_ms);
+    }
+
+    fn register(&mut self, domain: TimeDomain, time_ms: u64) {
+        let key = self.key;
+        self.backend.with_timers(domain, |order, table| {
+            order.register(table, key, time_ms);
+        });
+    }
+
+    fn delete(&mut self, domain: TimeDomain, time_ms: u64) {
+        let key = self.key;
+        self.backend
+            .with_timers(domain, |order, table| order.delete(table, key, time_ms));
+    }
+}
 
 /// The firing order of the registered timers.
 pub(crate) struct TimerIndex<K> {

@@ -1,0 +1,244 @@
+//! The keyed process operator: a [`KeyedProcessFunction`] with its keyed state backend,
+//! its processing-time and event-time timers, and the time its context reports.
+//!
+//! Records keep their timestamps: what `process` emits gets the input record's timestamp,
+//! what an event-time timer emits gets the timer's time, and what a processing-time timer
+//! emits has none (Flink's `TimestampedCollector`). On a watermark the operator first fires
+//! every event-time timer at or below it, in time order, then forwards it, so everything
+//! the timers emit precedes the watermark downstream.
+
+use crate::error::Result;
+use crate::runtime::event::CheckpointBarrier;
+use crate::runtime::functions::{Collector, KeyedProcessFunction};
+use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};
+use crate::runtime::watermark::WatermarkStatus;
+use crate::runtime::BATCH_SIZE;
+use crate::state::key_group::KeyGroupRange;
+use crate::state::keyed::{
+    KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore, TimeDomain,
+};
+use crate::state::operator::SnapshotContext;
+use crate::state::Key;
+
+use super::OperatorContext;
+
+/// A [`KeyedProcessFunction`] with its keyed state backend.
+pub struct KeyedProcessOp<K, O, F, KS> {
+    uid: String,
+    f: F,
+    key_fn: KS,
+    backend: KeyedStateBackend<K>,
+    out: Vec<O>,
+    out_timestamps: Vec<u64>,
+    next: Box<dyn Output<O>>,
+}
+
+impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
+    /// Builds the operator: restores operator state, then keyed state, then calls `open`.
+    pub(crate) fn new<I>(
+        mut f: F,
+        key_fn: KS,
+        mut ctx: OperatorContext,
+        next: Box<dyn Output<O>>,
+    ) -> Result<Self>
+    where
+        F: KeyedProcessFunction<K, I, O>,
+    {
+        ctx.init_function(&mut f)?;
+        let range = KeyGroupRange::for_subtask(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
+        let mut backend = KeyedStateBackend::new(
+            range,
+            ctx.max_parallelism,
+            std::mem::take(&mut ctx.keyed_state),
+        );
+        backend.init_timers()?;
+        f.open(&mut KeyedStateStore::new(&mut backend))?;
+        for name in backend.unclaimed() {
+            eprintln!(
+                "weir: warning: operator '{}' no longer declares keyed state '{name}'; \
+                 its restored entries are dropped",
+                ctx.uid
+            );
+        }
+        Ok(KeyedProcessOp {
+            uid: ctx.uid,
+            f,
+            key_fn,
+            backend,
+            out: Vec::new(),
+            out_timestamps: Vec::new(),
+            next,
+        })
+    }
+
+    /// Sends what the function emitted, with timestamps if `timestamped`.
+    fn emit(&mut self, timestamped: bool) -> Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        if timestamped {
+            self.next
+                .push_timestamped(&mut self.out, &mut self.out_timestamps)
+        } else {
+            self.next.push(&mut self.out)
+        }
+    }
+}
+
+impl<K, O, F, KS> KeyedProcessOp<K, O, F, KS>
+where
+    K: Key,
+    O: Send,
+{
+    /// The one loop that calls the function's `process`, for batches with and without
+    /// timestamps alike. A single call site lets the compiler inline `process` into it, as
+    /// it did before event time: with a second loop for timestamped batches it stopped doing
+    /// so, and W1 ran ~18 % more instructions per record (cachegrind). Both callers pass
+    /// the same iterator type, so there is one instance of this loop per operator.
+    fn process_records<I>(&mut self, records: std::vec::Drain<'_, I>) -> Result<()>
+    where
+        F: KeyedProcessFunction<K, I, O>,
+        KS: Fn(&I) -> K + Send,
+    {
+        for r in records {
+            let key = (self.key_fn)(&r);
+            let mut ctx = KeyedContext {
+                key: &key,
+                backend: &mut self.backend,
+            };
+            self.f
+                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
+        }
+        Ok(())
+    }
+
+    /// Processes a timestamped batch run by run of equal timestamps (event time at a
+    /// realistic rate has many records per millisecond), each through [`Self::process_records`]
+    /// with the run's timestamp in the context. The batch is reversed once so that every run
+    /// can be drained from the end without shifting the rest: O(records) in all.
+    fn process_timestamped<I>(
+        &mut self,
+        batch: &mut Vec<I>,
+        timestamps: &mut Vec<u64>,
+    ) -> Result<()>
+    where
+        F: KeyedProcessFunction<K, I, O>,
+        KS: Fn(&I) -> K + Send,
+    {
+        batch.reverse();
+        timestamps.reverse();
+        while let Some(&t) = timestamps.last() {
+            let run = timestamps.iter().rev().take_while(|&&x| x == t).count();
+            let from = batch.len() - run;
+            batch[from..].reverse();
+            timestamps.truncate(from);
+            self.backend.time.timestamp = Some(t);
+            self.process_records(batch.drain(from..))?;
+            self.out_timestamps.resize(self.out.len(), t);
+        }
+        self.backend.time.timestamp = None;
+        Ok(())
+    }
+}
+
+impl<K, I, O, F, KS> Output<I> for KeyedProcessOp<K, O, F, KS>
+where
+    K: Key,
+    O: Send,
+    F: KeyedProcessFunction<K, I, O>,
+    KS: Fn(&I) -> K + Send,
+{
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
+        self.process_records(batch.drain(..))?;
+        self.emit(false)
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
+        let processed = self.process_timestamped(batch, timestamps);
+        self.backend.time.timestamp = None;
+        processed?;
+        self.emit(true)
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        let mut ctx = SnapshotContext::new(b.id);
+        self.f.snapshot_state(&mut ctx)?;
+        s.parts.push(OperatorSnapshotPart {
+            uid: self.uid.clone(),
+            operator_state: ctx.lists,
+            keyed: Some(self.backend.snapshot()),
+        });
+        self.next.snapshot(b, s)
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        let mut ctx = KeyedEndContext {
+            backend: &mut self.backend,
+        };
+        self.f
+            .on_end_of_input(&mut ctx, &mut Collector { buf: &mut self.out })?;
+        // Emit in bounded batches so a large final result does not build one huge message.
+        while !self.out.is_empty() {
+            let tail = self.out.len().saturating_sub(BATCH_SIZE);
+            let mut chunk = self.out.split_off(tail);
+            self.next.push(&mut chunk)?;
+        }
+        self.next.end_of_input()
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.next.flush()
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_complete(id)?;
+        self.next.notify_complete(id)
+    }
+    fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.f.notify_checkpoint_aborted(id)?;
+        self.next.notify_aborted(id)
+    }
+    fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
+        self.backend.time.domain = Some(TimeDomain::ProcessingTime);
+        self.backend.time.timestamp = None;
+        let fired = (|| {
+            while let Some((time, key)) = self.backend.pop_due_timer(now_ms) {
+                let mut ctx = KeyedContext {
+                    key: &key,
+                    backend: &mut self.backend,
+                };
+                self.f
+                    .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
+                if self.out.len() >= BATCH_SIZE {
+                    self.next.push(&mut self.out)?;
+                }
+            }
+            self.emit(false)
+        })();
+        self.backend.time.domain = None;
+        fired?;
+        self.next.on_processing_time(now_ms)
+    }
+    fn on_watermark(&mut self, watermark: u64) -> Result<()> {
+        self.backend.time.watermark = watermark;
+        self.backend.time.domain = Some(TimeDomain::EventTime);
+        let fired = (|| {
+            while let Some((time, key)) = self.backend.pop_due_event_timer(watermark) {
+                self.backend.time.timestamp = Some(time);
+                let mut ctx = KeyedContext {
+                    key: &key,
+                    backend: &mut self.backend,
+                };
+                self.f
+                    .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
+                self.out_timestamps.resize(self.out.len(), time);
+                if self.out.len() >= BATCH_SIZE {
+                    self.emit(true)?;
+                }
+            }
+            self.emit(true)
+        })();
+        self.backend.time.domain = None;
+        self.backend.time.timestamp = None;
+        fired?;
+        self.next.on_watermark(watermark)
+    }
+    fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
+        self.next.on_watermark_status(status)
+    }
+}

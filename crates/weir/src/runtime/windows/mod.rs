@@ -1,0 +1,19 @@
+//! Windows on keyed streams (Flink's `WindowedStream`): an assigner puts every record into
+//! windows by its timestamp; each (key, window) keeps one accumulator in keyed state; an
+//! event-time timer at the window's last millisecond emits the result when the watermark
+//! passes it and clears the window.
+//!
+//! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
+//!   event-time windows.
+//! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
+//!
+//! Window contents are keyed state (a map state `__window_contents`-like name chosen by the
+//! API, from window start to accumulator) plus event-time timers, so they are checkpointed,
+//! rescaled by key group and shown by `weir state`.
+
+pub mod assigners;
+pub mod operator;
+
+pub use assigners::{
+    SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
+};
