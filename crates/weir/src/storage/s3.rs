@@ -361,7 +361,7 @@ impl StorageBackend for S3Backend {
         Ok(bytes.map_err(|e| self.error("read", key, e))?.to_vec())
     }
 
-    /// Reads `buf` in [`RANGE`]-sized ranges, several at once, each straight into its
+    /// Reads `buf` in 8 MiB ranges (`RANGE`), several at once, each straight into its
     /// slice of `buf`.
     fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), StorageError> {
         let store = &self.client.store;
