@@ -153,7 +153,23 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
     if let Some(staging) = out {
         let file = format!("{}.csv", query.name());
         job.summary_line(format!("result: {}", args.output.join(&file).display()));
-        job.before_publish(move |_| merge_parts(&staging, &file, query.columns()));
+        // What earlier runs committed: a restore from an older checkpoint rewinds past
+        // some of it (see `drop_rewound_parts`).
+        let earlier = committed_parts(&staging).map_err(|e| {
+            format!(
+                "cannot list the output's staging folder {}: {e}",
+                staging.display()
+            )
+        })?;
+        job.before_publish(move |result| {
+            let restored = result
+                .history
+                .first()
+                .and_then(|a| a.restored.as_ref())
+                .map(|r| r.checkpoint_id);
+            drop_rewound_parts(&earlier, restored)?;
+            merge_parts(&staging, &file, query.columns())
+        });
     }
     if args.verify {
         let published = args.output.join(format!("{}.csv", query.name()));
@@ -200,6 +216,44 @@ fn committed_parts(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .collect();
     parts.sort();
     Ok(parts)
+}
+
+/// The checkpoint a committed part file belongs to: its name is
+/// `part-<job>~<uid>~<subtask>-<checkpoint>-<k>.csv` (`~` possibly sanitized).
+fn part_checkpoint(part: &Path) -> Option<u64> {
+    let name = part.file_name()?.to_str()?.strip_suffix(".csv")?;
+    let (rest, _k) = name.rsplit_once('-')?;
+    rest.rsplit_once('-')?.1.parse().ok()
+}
+
+/// Removes the parts that earlier runs committed for checkpoints after `restored`, the
+/// checkpoint this run resumed from: the restored sources replay their rows, so keeping
+/// them would count those rows twice. They exist only when a run restores a checkpoint
+/// older than the newest one its predecessors completed (`--restore PATH`, or `latest`
+/// falling back past a damaged checkpoint).
+fn drop_rewound_parts(earlier: &[PathBuf], restored: Option<u64>) -> Result<(), BoxError> {
+    let Some(restored) = restored else {
+        return Ok(());
+    };
+    let mut dropped = 0;
+    for part in earlier {
+        if part_checkpoint(part).is_some_and(|c| c > restored) && part.exists() {
+            fs::remove_file(part).map_err(|e| {
+                format!(
+                    "cannot remove {}, output of a checkpoint after the restored one: {e}",
+                    part.display()
+                )
+            })?;
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        eprintln!(
+            "weir: dropped {dropped} output part(s) of checkpoints after checkpoint \
+             {restored}: the restore replayed their rows"
+        );
+    }
+    Ok(())
 }
 
 /// Merges the committed parts in `staging` into `staging/<file>` under the header
@@ -307,6 +361,23 @@ mod tests {
             e.contains("unknown query \"q99\"") && e.contains("q0, q1, q2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn parts_after_the_restored_checkpoint_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = |c: u64| dir.path().join(format!("part-nexmark~output~1-{c}-0.csv"));
+        assert_eq!(part_checkpoint(&part(12)), Some(12));
+        let earlier: Vec<PathBuf> = (3..7).map(part).collect();
+        for p in &earlier {
+            fs::write(p, "x\n").unwrap();
+        }
+        drop_rewound_parts(&earlier, Some(4)).unwrap();
+        let left: Vec<bool> = earlier.iter().map(|p| p.exists()).collect();
+        assert_eq!(left, [true, true, false, false]);
+        // A fresh start (nothing restored) keeps everything.
+        drop_rewound_parts(&earlier, None).unwrap();
+        assert!(earlier[0].exists());
     }
 
     #[test]
