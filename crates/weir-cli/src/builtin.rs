@@ -1,4 +1,4 @@
-//! `weir run keyed-count | wordcount`: the built-in jobs, run by the same
+//! `weir run keyed-count | wordcount | nexmark`: the built-in jobs, run by the same
 //! [`weir::runner::Runner`] as any user's job. This module holds their own flags (what they
 //! read and write, `--verify`) and builds their graphs ([`crate::jobs`]); the runner brings
 //! every operational flag, the control endpoint, progress, summary and exit codes.
@@ -16,7 +16,7 @@ use crate::connect::{self, Prepared};
 use crate::{jobs, output};
 
 /// The built-in jobs, as `weir run` names them.
-pub const JOBS: [(&str, &str); 2] = [
+pub const JOBS: [(&str, &str); 3] = [
     (
         "keyed-count",
         "Count events per key: event i has key i % K; writes `key,count` lines.",
@@ -24,6 +24,10 @@ pub const JOBS: [(&str, &str); 2] = [
     (
         "wordcount",
         "Count words in text files; writes `word,count` lines.",
+    ),
+    (
+        "nexmark",
+        "Run a Nexmark query (q0, q1, q2) on generated events or JSON lines; writes its CSV.",
     ),
 ];
 
@@ -40,6 +44,7 @@ pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
         .args(std::iter::once(OsString::from(bin)).chain(flags));
     match name {
         "keyed-count" => runner.run(keyed_count),
+        "nexmark" => runner.run(crate::nexmark_job::build),
         _ => runner.run(wordcount),
     }
 }

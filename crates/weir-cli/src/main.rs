@@ -11,6 +11,7 @@
 //! weir stop --job 127.0.0.1:PORT [--drain]    # then: weir run … --restore <savepoint>
 //! weir nexmark generate --events 1000000 --output events.jsonl
 //! weir nexmark reference --query q5 --input events.jsonl --output results
+//! weir run nexmark --query q1 --events 1000000 --output q1-out --verify
 //! ```
 //!
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
@@ -23,6 +24,7 @@ mod control;
 mod inspect;
 mod jobs;
 mod nexmark;
+mod nexmark_job;
 mod output;
 
 use std::ffi::OsString;
@@ -76,6 +78,9 @@ enum Job {
     /// Count words in text files; writes `word,count` lines.
     #[command(disable_help_flag = true)]
     Wordcount(JobFlags),
+    /// Run a Nexmark query (q0, q1, q2) on generated events or JSON lines; writes its CSV.
+    #[command(disable_help_flag = true)]
+    Nexmark(JobFlags),
 }
 
 /// Everything after `weir run JOB`, for the runner to parse.
@@ -91,6 +96,7 @@ fn main() -> ExitCode {
     let r: Result<ExitCode> = match cli.command {
         Command::Run(Job::KeyedCount(a)) => return builtin::run("keyed-count", a.flags),
         Command::Run(Job::Wordcount(a)) => return builtin::run("wordcount", a.flags),
+        Command::Run(Job::Nexmark(a)) => return builtin::run("nexmark", a.flags),
         Command::State(c) => inspect::run(c),
         Command::Checkpoints(c) => checkpoints::run(c),
         Command::Savepoint(a) => control::client::savepoint(a),

@@ -46,7 +46,8 @@ pub struct GeneratorFlags {
 }
 
 impl GeneratorFlags {
-    fn generator(&self) -> Result<Generator> {
+    /// The generator these flags configure, or a usage error naming the flag.
+    pub(crate) fn generator(&self) -> Result<Generator> {
         let cfg = GeneratorConfig {
             tps: self.tps,
             base_time: self.base_time,

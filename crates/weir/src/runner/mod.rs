@@ -112,15 +112,27 @@ pub enum Verdict {
 pub struct NoArgs {}
 
 type VerifyHook = Box<dyn FnOnce(&JobResult) -> Result<Verdict, BoxError>>;
+type PublishHook = Box<dyn FnOnce(&JobResult) -> Result<(), BoxError>>;
+
+/// An output folder the runner publishes on success.
+struct OutputDir {
+    /// The hidden folder the job's sinks write into.
+    staging: PathBuf,
+    /// The folder it becomes on success.
+    dir: PathBuf,
+    /// Kept on failure and on a stop, so that a restored run continues it
+    /// ([`Job::resumable_output`]).
+    resumable: bool,
+}
 
 /// The job being built: its [`StreamEnvironment`] (through `Deref`: `job.add_source(…)`),
 /// configured from the flags, plus what the runner does around the run — outputs to
 /// publish on success, a verification, lines for the summary.
 pub struct Job {
     env: StreamEnvironment,
-    /// (staging folder, final folder).
-    outputs: Vec<(PathBuf, PathBuf)>,
+    outputs: Vec<OutputDir>,
     verify: Option<VerifyHook>,
+    before_publish: Vec<PublishHook>,
     notes: Vec<String>,
     expected_records: Option<u64>,
 }
@@ -147,8 +159,40 @@ impl Job {
     pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
         let staging = output::prepare(&dir)?;
-        self.outputs.push((staging.clone(), dir));
+        self.outputs.push(OutputDir {
+            staging: staging.clone(),
+            dir,
+            resumable: false,
+        });
         Ok(staging)
+    }
+
+    /// Like [`Job::output`], for streaming output written exactly once by a
+    /// two-phase-commit sink ([`FileSink`](crate::connectors::files::FileSink)): the staging
+    /// folder is kept when the run fails, is killed or is stopped with a savepoint, and a
+    /// run that restores (`--restore`) continues the one it finds, so the published folder
+    /// holds the output of every run that led to the result. The sink's recovery settles
+    /// what the restored checkpoint left pending. A fresh start clears it as `output` does.
+    pub fn resumable_output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
+        let dir = dir.into();
+        let restoring = self.env.config().restore != crate::api::config::RestoreFrom::Nothing;
+        let staging = output::prepare_resumable(&dir, restoring)?;
+        self.outputs.push(OutputDir {
+            staging: staging.clone(),
+            dir,
+            resumable: true,
+        });
+        Ok(staging)
+    }
+
+    /// Runs `hook` after a successful run, before the outputs are published: to turn what
+    /// the sinks committed into the final files (merge part files, add a header). An error
+    /// fails the run (exit 1) and nothing is published.
+    pub fn before_publish(
+        &mut self,
+        hook: impl FnOnce(&JobResult) -> Result<(), BoxError> + 'static,
+    ) {
+        self.before_publish.push(Box::new(hook));
     }
 
     /// Checks the result after a successful run (after outputs are published): a
@@ -176,9 +220,7 @@ impl Job {
 
     /// Deletes the staging folders: the run ends without publishing.
     fn discard_outputs(&self) {
-        for (staging, _) in &self.outputs {
-            let _ = std::fs::remove_dir_all(staging);
-        }
+        discard(&self.outputs);
     }
 }
 
@@ -293,6 +335,7 @@ impl Runner {
             env: StreamEnvironment::new(flags.config(&self.name)),
             outputs: Vec::new(),
             verify: None,
+            before_publish: Vec::new(),
             notes: Vec::new(),
             expected_records: None,
         };
@@ -337,6 +380,7 @@ impl Runner {
             env,
             outputs,
             verify,
+            before_publish,
             notes,
             ..
         } = job;
@@ -346,21 +390,16 @@ impl Runner {
             // Let a `weir stop` hear its savepoint's path before the process exits.
             server.shutdown(Duration::from_secs(5));
         }
-        let discard = || {
-            for (staging, _) in &outputs {
-                let _ = std::fs::remove_dir_all(staging);
-            }
-        };
         let result = match result {
             Ok(r) => r,
             Err(e) => {
-                discard();
+                discard(&outputs);
                 return Err(e.into());
             }
         };
         if let Some(sp) = &result.stopped_with_savepoint {
             // A stopped job's output is not the job's result: resume from the savepoint.
-            discard();
+            discard(&outputs);
             progress::summary(&self.name, &cfg, &result, &[]);
             println!("stopped with savepoint {}", sp.display());
             println!("resume with: --restore {}", sp.display());
@@ -372,10 +411,13 @@ impl Runner {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        for (staging, dir) in &outputs {
-            output::publish(staging, dir)?;
+        for hook in before_publish {
+            hook(&result)?;
         }
-        let published: Vec<PathBuf> = outputs.iter().map(|(_, dir)| dir.clone()).collect();
+        for o in &outputs {
+            output::publish(&o.staging, &o.dir)?;
+        }
+        let published: Vec<PathBuf> = outputs.iter().map(|o| o.dir.clone()).collect();
         progress::summary(&self.name, &cfg, &result, &published);
         for line in &notes {
             println!("{line}");
@@ -393,6 +435,13 @@ impl Runner {
                 ExitCode::from(3)
             }
         })
+    }
+}
+
+/// Deletes the staging folders of the outputs that are not resumable.
+fn discard(outputs: &[OutputDir]) {
+    for o in outputs.iter().filter(|o| !o.resumable) {
+        let _ = std::fs::remove_dir_all(&o.staging);
     }
 }
 

@@ -50,6 +50,29 @@ pub(crate) fn prepare(output: &Path) -> Result<PathBuf, String> {
     Ok(staging)
 }
 
+/// [`prepare`], except that a run that restores keeps the staging folder it finds (the
+/// output of the runs it continues); it is created when missing.
+pub(crate) fn prepare_resumable(output: &Path, restoring: bool) -> Result<PathBuf, String> {
+    let staging = staging_dir(output)?;
+    if !(restoring && staging.is_dir()) {
+        return prepare(output);
+    }
+    // Same check on the final folder as a fresh start: it is replaced on success.
+    if output.exists() && !output.join("_SUCCESS").exists() {
+        let empty = fs::read_dir(output)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if !empty {
+            return Err(format!(
+                "the output folder {} exists and is not a previous Weir output (no _SUCCESS \
+                 marker); remove it or choose another folder",
+                output.display()
+            ));
+        }
+    }
+    Ok(staging)
+}
+
 /// Moves the finished staging folder into place as `output`.
 pub(crate) fn publish(staging: &Path, output: &Path) -> Result<(), String> {
     let marker = staging.join("_SUCCESS");
@@ -94,6 +117,22 @@ mod tests {
         let staging = prepare(&out).unwrap();
         publish(&staging, &out).unwrap();
         assert!(!out.join("part-0").exists());
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_restoring_run_keeps_the_resumable_staging_folder() {
+        let tmp = std::env::temp_dir().join(format!("weir-resumable-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let out = tmp.join("out");
+        let staging = prepare_resumable(&out, false).unwrap();
+        fs::write(staging.join("part-0"), "a").unwrap();
+        // A restoring run continues it; a fresh one starts empty.
+        let again = prepare_resumable(&out, true).unwrap();
+        assert_eq!(again, staging);
+        assert!(staging.join("part-0").exists());
+        prepare_resumable(&out, false).unwrap();
+        assert!(!staging.join("part-0").exists());
         fs::remove_dir_all(&tmp).unwrap();
     }
 }
