@@ -126,7 +126,12 @@ impl JobAddr {
                 r.call()
             }
             _ => {
-                let mut r = agent.post(&url).header("Content-Type", "application/json");
+                // Actions carry X-Weir-Action, which the endpoint demands of every POST so
+                // that a page on another site cannot trigger them.
+                let mut r = agent
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("X-Weir-Action", "1");
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }

@@ -16,6 +16,7 @@
 //! * `spawn` — starts an attempt's tasks, one thread each.
 //! * `attempt` — the event loop of one job attempt: the I/O edge of the checkpoint protocol.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
+//! * [`status`] — the status's graph, task counters, attempts and checkpoint history.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 //!
 //! The runtime owns the contract it executes — the function traits, the configuration and
@@ -39,6 +40,7 @@ pub mod plan;
 pub mod restart;
 pub mod result;
 pub(crate) mod spawn;
+pub mod status;
 pub mod task;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost

@@ -23,7 +23,10 @@
 //! The client side lives in the `weir` command (crate `weir-cli`): a job needs the server,
 //! never the client.
 
+mod api;
+mod guard;
 mod http;
+mod metrics;
 mod router;
 mod routes;
 pub(crate) mod server;

@@ -49,14 +49,19 @@ fn exchange(addr: SocketAddr, bytes: &[u8], close: bool) -> (u16, String) {
 }
 
 fn post(path: &str, headers: &str, body: &str) -> Vec<u8> {
-    format!("POST {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n{body}").into_bytes()
+    format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Weir-Action: 1\r\n{headers}\r\n{body}")
+        .into_bytes()
 }
 
 #[test]
 fn well_formed_requests_reach_the_engine() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let s = server(None, Limits::default());
-    let (status, body) = exchange(s.addr(), b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    let (status, body) = exchange(
+        s.addr(),
+        b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        false,
+    );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"job\":\"t\""), "{body}");
     let (status, body) = exchange(
