@@ -262,7 +262,8 @@ impl JobStatus {
         r.end_ms = Some(now_ms);
         r.duration_ms = Some(duration);
         r.bytes = Some(bytes);
-        r.path = Some(path.to_path_buf());
+        // Absolute, as a control request's answer: whoever reads it may sit elsewhere.
+        r.path = Some(crate::storage::absolute_location(path));
         self.checkpoint_durations.observe(duration);
     }
 

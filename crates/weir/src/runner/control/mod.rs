@@ -24,6 +24,7 @@
 //! never the client.
 
 mod api;
+mod assets;
 mod guard;
 mod http;
 mod metrics;

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::http::{Request, Response};
 use super::router::Router;
-use super::{api, metrics};
+use super::{api, assets, metrics};
 use crate::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
 
 /// The body of `POST /savepoint` and `POST /stop`.
@@ -25,7 +25,7 @@ pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
     let (c1, c2, c3, c4) = (control.clone(), control.clone(), control.clone(), control);
     let (job, checkpoints) = (c1.clone(), c1.clone());
     let registry = metrics::registry(c1.clone());
-    Router::new(slow_limit)
+    assets::routes(Router::new(slow_limit))
         .get("/api/job", Box::new(move |_| api::job(&job)))
         .get(
             "/api/checkpoints",
