@@ -128,6 +128,24 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         "no completed checkpoint row:\n{history}"
     );
     assert!(history.contains("chk-"), "no checkpoint folder:\n{history}");
+    // The phases of the newest completed checkpoint, per subtask, are drawn.
+    let phases = section(&checkpoints, "<div id=\"phases-chart\"", "</table>");
+    let canvas = section(phases, "<canvas", ">");
+    assert!(
+        canvas.contains("width=\"") && !canvas.contains("width=\"0\""),
+        "no sized chart of the phases:\n{phases}"
+    );
+    assert!(
+        phases.contains("sync (ms)") && phases.contains("async (ms)"),
+        "{phases}"
+    );
+    let id = section(&checkpoints, "<span id=\"phases-id\">", "</span>");
+    assert!(
+        id.trim_start_matches("<span id=\"phases-id\">")
+            .parse::<u64>()
+            .is_ok(),
+        "no checkpoint chosen for the phases: {id}"
+    );
 
     // Screenshots, kept for people (target/tmp) and checked against a blank page's size: a
     // uniform page compresses to almost nothing, the dashboard with text and charts not.

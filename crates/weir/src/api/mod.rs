@@ -63,7 +63,7 @@ pub mod execution {
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
         DurationHistogram, InputStatus, JobControl, JobStatus, OperatorStatus, SnapshotDone,
-        TaskStatus,
+        SubtaskPhases, TaskStatus,
     };
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,

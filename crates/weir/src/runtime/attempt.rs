@@ -378,10 +378,11 @@ impl AttemptRun<'_, '_> {
                 Err(e) => return self.checkpoints.on_metadata_failed(id, e.to_string()),
             };
         let path = self.exec.storage.checkpoint_path(id);
+        let tasks: Vec<_> = acks.iter().map(|a| a.stats).collect();
         let (bytes, now) = (stats.bytes, wall_ms());
         self.exec
             .control
-            .update(|s| s.on_checkpoint_completed(id, &path, bytes, now));
+            .update(|s| s.on_checkpoint_completed(id, &path, bytes, &tasks, now));
         if kind != SnapshotKind::Checkpoint {
             // A savepoint is the user's: not the job's recovery point, not retained.
             if kind == SnapshotKind::StopSavepoint {

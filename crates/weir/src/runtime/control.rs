@@ -18,7 +18,8 @@ use serde::Serialize;
 
 use crate::runtime::status::TaskCounters;
 pub use crate::runtime::status::{
-    AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStatus, TaskStatus,
+    AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStatus, SubtaskPhases,
+    TaskStatus,
 };
 
 /// What a control request asks the executor for.

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::checkpoint::coordinator::AbortReason;
+use crate::checkpoint::metadata::TaskCheckpointStats;
 use crate::runtime::control::{ControlHub, JobStatus};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 use crate::runtime::graph::{JobGraph, Partitioning};
@@ -112,6 +113,27 @@ pub struct CheckpointRecord {
     pub path: Option<PathBuf>,
     /// Why it failed or was aborted.
     pub failure: Option<String>,
+    /// Per subtask (completed ones): how long each phase took there, so the slow subtask
+    /// shows. Phase *timestamps* (when the barrier arrived, when the ack left) are not
+    /// recorded by the tasks yet; these are the durations their acknowledgements carry.
+    pub subtasks: Vec<SubtaskPhases>,
+}
+
+/// One task's part of a completed checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubtaskPhases {
+    /// The chain's name.
+    pub chain: String,
+    /// The subtask index.
+    pub subtask: u32,
+    /// From the first barrier to the last at this task (milliseconds; 0 with one input).
+    pub alignment_ms: f64,
+    /// The synchronous capture: the task's pause (milliseconds).
+    pub sync_ms: f64,
+    /// Encoding and writing in the background (milliseconds).
+    pub async_ms: f64,
+    /// Bytes it wrote.
+    pub bytes: u64,
 }
 
 /// A histogram of completed checkpoints' end-to-end durations (all of them, not only those
@@ -239,19 +261,36 @@ impl JobStatus {
             bytes: None,
             path: None,
             failure: None,
+            subtasks: Vec::new(),
         });
         let n = self.history.len();
         self.history.drain(..n.saturating_sub(HISTORY_LIMIT));
     }
 
-    /// Checkpoint `id` completed into `path` with `bytes` of state, at `now_ms`.
+    /// Checkpoint `id` completed into `path` with `bytes` of state, at `now_ms`; `tasks`
+    /// are the tasks' acknowledged statistics, in the plan's task order.
     pub(crate) fn on_checkpoint_completed(
         &mut self,
         id: u64,
         path: &Path,
         bytes: u64,
+        tasks: &[TaskCheckpointStats],
         now_ms: u64,
     ) {
+        let ms = |micros: u64| micros as f64 / 1000.0;
+        let subtasks = self
+            .tasks
+            .iter()
+            .zip(tasks)
+            .map(|(t, s)| SubtaskPhases {
+                chain: t.chain.clone(),
+                subtask: t.subtask,
+                alignment_ms: ms(s.alignment_micros),
+                sync_ms: ms(s.sync_micros),
+                async_ms: ms(s.async_micros),
+                bytes: s.bytes,
+            })
+            .collect();
         self.checkpoints_completed += 1;
         self.last_checkpoint_bytes = bytes;
         let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) else {
@@ -264,6 +303,7 @@ impl JobStatus {
         r.bytes = Some(bytes);
         // Absolute, as a control request's answer: whoever reads it may sit elsewhere.
         r.path = Some(crate::storage::absolute_location(path));
+        r.subtasks = subtasks;
         self.checkpoint_durations.observe(duration);
     }
 
@@ -356,7 +396,20 @@ mod tests {
         s.on_checkpoint_triggered(&barrier(1, BarrierKind::Checkpoint, 1000));
         s.on_checkpoint_triggered(&barrier(2, BarrierKind::Savepoint, 1100));
         s.on_checkpoint_triggered(&barrier(3, BarrierKind::Checkpoint, 1200));
-        s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, 1040);
+        s.tasks = vec![TaskStatus {
+            chain: "source".into(),
+            operators: vec!["src".into()],
+            subtask: 0,
+            parallelism: 1,
+            records_in: 0,
+        }];
+        let stats = TaskCheckpointStats {
+            sync_micros: 1500,
+            async_micros: 20_000,
+            alignment_micros: 0,
+            bytes: 4096,
+        };
+        s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, &[stats], 1040);
         s.on_checkpoint_aborted(3, &AbortReason::Timeout, 1900);
         let kinds: Vec<(&str, &str)> = s
             .history
@@ -373,6 +426,9 @@ mod tests {
         );
         assert_eq!(s.history[0].duration_ms, Some(40));
         assert_eq!(s.history[0].bytes, Some(4096));
+        let phases = &s.history[0].subtasks;
+        assert_eq!((phases.len(), phases[0].chain.as_str()), (1, "source"));
+        assert_eq!((phases[0].sync_ms, phases[0].async_ms), (1.5, 20.0));
         assert_eq!(s.history[2].failure.as_deref(), Some("timed out"));
         assert_eq!((s.checkpoints_completed, s.checkpoints_failed), (1, 1));
         assert_eq!(s.last_checkpoint_bytes, 4096);
@@ -415,7 +471,7 @@ mod tests {
         let mut s = JobStatus::default();
         for id in 1..=(HISTORY_LIMIT as u64 + 50) {
             s.on_checkpoint_triggered(&barrier(id, BarrierKind::Checkpoint, id * 100));
-            s.on_checkpoint_completed(id, Path::new("/x"), 1, id * 100 + 7);
+            s.on_checkpoint_completed(id, Path::new("/x"), 1, &[], id * 100 + 7);
         }
         assert_eq!(s.history.len(), HISTORY_LIMIT);
         assert_eq!(s.history[0].id, 51);

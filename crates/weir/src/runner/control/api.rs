@@ -103,6 +103,7 @@ mod tests {
             bytes: None,
             path: None,
             failure: None,
+            subtasks: Vec::new(),
         }
     }
 

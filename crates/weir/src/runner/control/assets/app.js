@@ -12,6 +12,9 @@ const rates = [[], []]; // seconds since the epoch, records read per second
 let lastRead = null;
 let rateChart = null;
 let ckChart = null;
+let phasesChart = null;
+let phasesKey = "";
+let selectedId = null; // the checkpoint whose phases are shown; null: the newest completed
 
 function text(el, value) { el.textContent = value === null || value === undefined ? "–" : String(value); }
 
@@ -114,6 +117,14 @@ async function refreshCheckpoints() {
     bytes(c.bytes),
     c.path || c.failure || "",
   ]));
+  const rows = $("history").querySelectorAll("tbody tr");
+  v.history.forEach((c, i) => {
+    if (c.status !== "completed") return;
+    rows[i].addEventListener("click", () => { selectedId = c.id; refresh(); });
+    if (c.id === selectedId) rows[i].classList.add("selected");
+  });
+  const shown = v.history.find((c) => c.id === selectedId && c.status === "completed") || v.latest_completed;
+  if (shown) showPhases(shown);
   const done = v.history.filter((c) => c.status === "completed").reverse();
   const data = [done.map((c) => c.id), done.map((c) => c.duration_ms), done.map((c) => c.bytes / 1024)];
   if (!ckChart) {
@@ -129,6 +140,39 @@ async function refreshCheckpoints() {
   } else {
     ckChart.setData(data);
   }
+}
+
+// Per subtask, three bars side by side (alignment, sync, async), as uPlot bar series on
+// one numeric x axis: subtask i's bars sit at i - 0.25, i and i + 0.25.
+function showPhases(c) {
+  text($("phases-id"), c.id);
+  const subs = c.subtasks;
+  const key = c.id + ":" + subs.length;
+  if (key === phasesKey) return;
+  phasesKey = key;
+  const xs = [], align = [], sync = [], asyn = [];
+  subs.forEach((s, i) => {
+    xs.push(i - 0.25, i, i + 0.25);
+    align.push(s.alignment_ms, null, null);
+    sync.push(null, s.sync_ms, null);
+    asyn.push(null, null, s.async_ms);
+  });
+  const label = (i) => subs[i] ? subs[i].chain + " " + (subs[i].subtask + 1) : "";
+  const bars = uPlot.paths.bars({ size: [0.9, 40] });
+  if (phasesChart) phasesChart.destroy();
+  phasesChart = chart($("phases-chart"), {
+    scales: { x: { time: false, range: [-0.6, Math.max(0.6, subs.length - 0.4)] } },
+    series: [
+      { label: "subtask", value: (u, x) => x === null ? "–" : label(Math.round(x)) },
+      { label: "alignment (ms)", stroke: "#a16207", fill: "rgba(161,98,7,0.6)", paths: bars, points: { show: false } },
+      { label: "sync (ms)", stroke: "#b91c1c", fill: "rgba(185,28,28,0.6)", paths: bars, points: { show: false } },
+      { label: "async (ms)", stroke: "#2563eb", fill: "rgba(37,99,235,0.6)", paths: bars, points: { show: false } },
+    ],
+    axes: [
+      { splits: () => subs.map((_, i) => i), values: (u, splits) => splits.map(label), size: 40 },
+      { size: 60 },
+    ],
+  }, [xs, align, sync, asyn]);
 }
 
 async function act(path, question, body) {
