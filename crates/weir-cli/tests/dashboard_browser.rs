@@ -1,6 +1,8 @@
 //! The dashboard in a real browser (issue 14): headless Chromium opens the pages of a
 //! running `weir run keyed-count` and the test checks what a person sees — the operator
-//! names and a completed checkpoint row — and saves a screenshot of the overview and of the
+//! names, a completed checkpoint row, the per-subtask phases chart drawn and sized — clicks
+//! the savepoint action (refusing, then accepting its confirmation) and finds the savepoint
+//! on disk where the page says, and saves a screenshot of the overview and of the
 //! checkpoints page, each checked for being more than a blank page.
 //!
 //! Chromium is Debian's `chromium` package, which `scripts/test.sh` installs (as CI runs
@@ -160,6 +162,36 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
             "{png:?} ({size} bytes) looks blank next to an empty page ({blank} bytes)"
         );
     }
+
+    // The savepoint action, clicked: refused at the confirmation, nothing happens; confirmed,
+    // a savepoint lands on disk and the page shows where.
+    let profile = tempfile::tempdir_in(t).unwrap();
+    let mut page = devtools::Browser::open(&browser, profile.path(), &job.url("/actions"));
+    let wait = Duration::from_secs(60);
+    page.wait_for(
+        "(e => !!e && e.textContent === 'running')(document.getElementById('state'))",
+        wait,
+    );
+    page.eval("window.confirm = () => false; document.getElementById('do-savepoint').click()");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        page.eval("document.getElementById('action-result').textContent"),
+        ""
+    );
+    assert!(
+        !t.join("sp").exists(),
+        "a refused confirmation took a savepoint"
+    );
+    page.eval("window.confirm = () => true; document.getElementById('do-savepoint').click()");
+    let shown = page.wait_for(
+        "(t => t.startsWith('savepoint ') && t)(document.getElementById('action-result').textContent)",
+        wait,
+    );
+    let shown = shown.as_str().unwrap().to_string();
+    let path = PathBuf::from(shown.split(": ").nth(1).expect("the page names the folder"));
+    assert!(path.starts_with(t.join("sp")), "{shown}");
+    assert!(path.join("_metadata").is_file(), "no savepoint at {path:?}");
+    drop(page);
 
     let (status, body) = post(&job.url("/stop"), &[("X-Weir-Action", "1")]);
     assert_eq!(status, 200, "{body}");

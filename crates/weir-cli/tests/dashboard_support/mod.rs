@@ -2,6 +2,8 @@
 //! control address, and HTTP requests to it.
 #![allow(dead_code)] // each test file uses a part
 
+pub mod devtools;
+
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
