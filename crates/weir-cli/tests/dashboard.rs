@@ -122,6 +122,18 @@ fn the_api_and_metrics_follow_a_running_job() {
             .is_some_and(|f| f.contains("injected")),
         "the restart's cause: {overview:#}"
     );
+    // `weir status` prints the same: the restart with its cause, the checkpoint counts.
+    let status = run(&mut weir(t, ["status", "--job", job.addr.as_str()]));
+    status.assert_success();
+    assert!(
+        status
+            .stdout
+            .contains("restarts: 1; the last after attempt 1 failed:")
+            && status.stdout.contains("injected")
+            && status.stdout.contains(" completed, "),
+        "{}",
+        status.describe()
+    );
     let uids: Vec<&str> = overview["operators"]
         .as_array()
         .unwrap()

@@ -114,7 +114,7 @@ pub struct JobStatus {
     pub tasks: Vec<TaskStatus>,
     /// The attempts that ended, with what failed them.
     pub attempts: Vec<AttemptStatus>,
-    /// Restarts after a failure so far.
+    /// Restarts after a failure so far (attempts started after the first).
     pub restarts: u32,
     /// The newest checkpoints and savepoints, in progress, completed, failed or aborted
     /// (at most 200), oldest first.
@@ -265,6 +265,8 @@ impl JobControl {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .fill(&mut status);
+        // Every attempt after the first is a restart (a failed last attempt is not one).
+        status.restarts = status.attempt.saturating_sub(1);
         status
     }
 }

@@ -338,9 +338,6 @@ impl JobStatus {
             source_records: summary.source_records,
             failure: summary.failure.clone(),
         });
-        if summary.failure.is_some() {
-            self.restarts = self.attempts.iter().filter(|a| a.failure.is_some()).count() as u32;
-        }
         let open: Vec<u64> = self
             .history
             .iter()
@@ -458,7 +455,6 @@ mod tests {
             .unwrap()
             .contains("attempt 1"));
         assert_eq!(s.checkpoints_failed, 2);
-        assert_eq!(s.restarts, 1);
         assert_eq!(s.attempts[0].restored_checkpoint, Some(7));
         assert_eq!(
             s.attempts[0].failure.as_deref(),
