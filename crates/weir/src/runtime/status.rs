@@ -463,6 +463,23 @@ mod tests {
     }
 
     #[test]
+    fn a_reported_failure_is_not_overwritten_when_the_checkpoint_is_given_up() {
+        let mut s = JobStatus::default();
+        s.on_checkpoint_triggered(&barrier(1, BarrierKind::Checkpoint, 100));
+        s.on_checkpoint_triggered(&barrier(2, BarrierKind::Checkpoint, 200));
+        // The attempt's loop reports a failure, then aborts: the failure stays.
+        s.on_checkpoint_aborted(1, &AbortReason::Failed("disk full".into()), 300);
+        s.on_checkpoint_given_up(1, 300);
+        // Given up without a reported failure (subsumed, or answered to a request).
+        s.on_checkpoint_given_up(2, 400);
+        assert_eq!(s.history[0].status, "failed");
+        assert_eq!(s.history[0].failure.as_deref(), Some("failed: disk full"));
+        assert_eq!(s.history[1].status, "aborted");
+        assert_eq!(s.history[1].duration_ms, Some(200));
+        assert_eq!(s.checkpoints_failed, 1);
+    }
+
+    #[test]
     fn the_history_is_bounded_and_the_histogram_is_not() {
         let mut s = JobStatus::default();
         for id in 1..=(HISTORY_LIMIT as u64 + 50) {
