@@ -28,10 +28,10 @@ impl Drop for Running {
 }
 
 impl Running {
-    /// Starts keyed-count at parallelism 2 over 6 million records (12 s), checkpoints every
+    /// Starts keyed-count at parallelism 2 over 10 million records (20 s), checkpoints every
     /// 200 ms, and waits for its control address.
     pub fn start(tmp: &Path, extra: &[&str], name: &str) -> Running {
-        Running::start_events(tmp, 6_000_000, extra, name)
+        Running::start_events(tmp, 10_000_000, extra, name)
     }
 
     /// [`Running::start`] over `events` records (at 500 000 a second).
