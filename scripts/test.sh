@@ -2,7 +2,8 @@
 # Runs every test of the workspace, as CI does, after installing what the tests need and
 # this machine lacks: the connector tests start their own PostgreSQL and nats-server on
 # loopback, from Debian's packages; the S3 tests start moto's S3 server (`moto_server`, from
-# PyPI). Arguments are passed on to `cargo test`.
+# PyPI); the dashboard's browser test drives Debian's headless `chromium`. Arguments are
+# passed on to `cargo test`.
 #
 #   scripts/test.sh                      # everything
 #   scripts/test.sh -p weir --test rescale
@@ -12,8 +13,9 @@ cd "$(dirname "$0")/.."
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+command -v chromium >/dev/null 2>&1 || [ -n "${WEIR_CHROMIUM:-}" ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
-    echo "scripts/test.sh: installing ${need[*]} (Debian packages) for the connector tests" >&2
+    echo "scripts/test.sh: installing ${need[*]} (Debian packages) for the connector and dashboard tests" >&2
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then
         command -v sudo >/dev/null 2>&1 || {

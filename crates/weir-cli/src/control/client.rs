@@ -126,7 +126,12 @@ impl JobAddr {
                 r.call()
             }
             _ => {
-                let mut r = agent.post(&url).header("Content-Type", "application/json");
+                // Actions carry X-Weir-Action, which the endpoint demands of every POST so
+                // that a page on another site cannot trigger them.
+                let mut r = agent
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("X-Weir-Action", "1");
                 if let Some(a) = &auth {
                     r = r.header("Authorization", a);
                 }
@@ -216,6 +221,21 @@ fn describe_status(v: &Value) -> String {
         v["attempt"],
         v["source_records"],
     );
+    if let (Some(done), Some(failed)) = (
+        v["checkpoints_completed"].as_u64(),
+        v["checkpoints_failed"].as_u64(),
+    ) {
+        out.push_str(&format!("checkpoints: {done} completed, {failed} failed\n"));
+    }
+    let attempts = v["attempts"].as_array().cloned().unwrap_or_default();
+    if let Some(last) = attempts.iter().rev().find(|a| a["failure"].is_string()) {
+        out.push_str(&format!(
+            "restarts: {}; the last after attempt {} failed: {}\n",
+            v["restarts"],
+            last["attempt"],
+            last["failure"].as_str().unwrap_or("?")
+        ));
+    }
     out.push_str("operators:\n");
     for op in v["operators"].as_array().into_iter().flatten() {
         out.push_str(&format!(

@@ -64,7 +64,9 @@ pub mod config {
 /// the control endpoint from nothing else, so a job run by hand can do the same.
 pub mod execution {
     pub use crate::runtime::control::{
-        CheckpointStatus, ControlError, ControlErrorKind, JobControl, JobStatus, SnapshotDone,
+        AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
+        DurationHistogram, InputStatus, JobControl, JobStatus, OperatorStatus, SnapshotDone,
+        SubtaskPhases, TaskStatus,
     };
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,

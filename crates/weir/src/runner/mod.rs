@@ -354,10 +354,14 @@ impl Runner {
                     Ok(server) => {
                         // One write, so that a reader of the log never sees half an
                         // address.
+                        let addr = server.addr();
                         let line = format!(
-                            "weir: control endpoint {} (weir status|savepoint|stop --job {}){}\n",
-                            server.addr(),
-                            server.addr(),
+                            "weir: control endpoint {addr} (weir status|savepoint|stop --job \
+                             {addr}; dashboard http://{addr}/{}){}\n",
+                            match (&token, &flags.control.control_token_file) {
+                                (Some(t), None) => format!("?token={t}"),
+                                _ => String::new(),
+                            },
                             match (&token, &flags.control.control_token_file) {
                                 (Some(t), None) => format!(" — token {t}"),
                                 (Some(_), Some(f)) => format!(" — token from {}", f.display()),

@@ -266,6 +266,9 @@ impl AttemptRun<'_, '_> {
         while let Some(action) = actions.pop() {
             let more = match action {
                 Step::Trigger { barrier, sources } => {
+                    self.exec
+                        .control
+                        .update(|s| s.on_checkpoint_triggered(&barrier));
                     for s in sources {
                         let _ = self.attempt.controls[s].send(Control::Trigger(barrier));
                     }
@@ -297,6 +300,8 @@ impl AttemptRun<'_, '_> {
                     Vec::new()
                 }
                 Step::ReportFailure { id, reason } => {
+                    let now = wall_ms();
+                    (self.exec.control).update(|s| s.on_checkpoint_aborted(id, &reason, now));
                     self.result.failed_checkpoints += 1;
                     self.result
                         .notices
@@ -304,6 +309,8 @@ impl AttemptRun<'_, '_> {
                     Vec::new()
                 }
                 Step::Abort(id) => {
+                    let now = wall_ms();
+                    (self.exec.control).update(|s| s.on_checkpoint_given_up(id, now));
                     self.attempt.broadcast(Control::Aborted(id));
                     let _ = self.exec.storage.discard(id);
                     Vec::new()
@@ -371,6 +378,11 @@ impl AttemptRun<'_, '_> {
                 Err(e) => return self.checkpoints.on_metadata_failed(id, e.to_string()),
             };
         let path = self.exec.storage.checkpoint_path(id);
+        let tasks: Vec<_> = acks.iter().map(|a| a.stats).collect();
+        let (bytes, now) = (stats.bytes, wall_ms());
+        self.exec
+            .control
+            .update(|s| s.on_checkpoint_completed(id, &path, bytes, &tasks, now));
         if kind != SnapshotKind::Checkpoint {
             // A savepoint is the user's: not the job's recovery point, not retained.
             if kind == SnapshotKind::StopSavepoint {

@@ -16,6 +16,12 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Serialize;
 
+use crate::runtime::status::TaskCounters;
+pub use crate::runtime::status::{
+    AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStatus, SubtaskPhases,
+    TaskStatus,
+};
+
 /// What a control request asks the executor for.
 #[derive(Debug)]
 pub(crate) enum Request {
@@ -102,6 +108,25 @@ pub struct JobStatus {
     pub savepoints: Vec<PathBuf>,
     /// Records emitted by the sources so far (replays included).
     pub source_records: u64,
+    /// The operators with their names, uids, parallelism, chains and inputs.
+    pub graph: Vec<OperatorStatus>,
+    /// Every task (chain × subtask) with its record counter.
+    pub tasks: Vec<TaskStatus>,
+    /// The attempts that ended, with what failed them.
+    pub attempts: Vec<AttemptStatus>,
+    /// Restarts after a failure so far (attempts started after the first).
+    pub restarts: u32,
+    /// The newest checkpoints and savepoints, in progress, completed, failed or aborted
+    /// (at most 200), oldest first.
+    pub history: Vec<CheckpointRecord>,
+    /// Checkpoints and savepoints completed so far.
+    pub checkpoints_completed: u64,
+    /// Checkpoints and savepoints that failed (not those a newer one subsumed).
+    pub checkpoints_failed: u64,
+    /// Bytes of state of the newest completed checkpoint or savepoint.
+    pub last_checkpoint_bytes: u64,
+    /// End-to-end durations of every completed checkpoint and savepoint.
+    pub checkpoint_durations: DurationHistogram,
 }
 
 /// One completed checkpoint in [`JobStatus`].
@@ -125,6 +150,8 @@ pub(crate) struct ControlHub {
     requests_tx: Mutex<Option<Sender<Request>>>,
     pub(crate) requests: Receiver<Request>,
     pub(crate) status: Mutex<JobStatus>,
+    /// The tasks' record counters, read into the status when it is asked for.
+    pub(crate) counters: Mutex<TaskCounters>,
 }
 
 impl Default for ControlHub {
@@ -137,6 +164,7 @@ impl Default for ControlHub {
                 state: "created".into(),
                 ..Default::default()
             }),
+            counters: Mutex::default(),
         }
     }
 }
@@ -226,11 +254,20 @@ impl JobControl {
 
     /// Where the job stands now (never waits for the job).
     pub fn status(&self) -> JobStatus {
-        self.hub
+        let mut status = self
+            .hub
             .status
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        self.hub
+            .counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fill(&mut status);
+        // Every attempt after the first is a restart (a failed last attempt is not one).
+        status.restarts = status.attempt.saturating_sub(1);
+        status
     }
 }
 

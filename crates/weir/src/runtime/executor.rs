@@ -165,6 +165,7 @@ fn run_job(
         .filter(|(t, _)| matches!(graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
         .map(|(_, m)| m.clone())
         .collect();
+    control.observe_plan(&graph, &plan, &task_metrics);
     let exec = Executor {
         graph: &graph,
         cfg,
@@ -248,6 +249,7 @@ fn run_job(
         if let AttemptEnd::Failed(e) = &end {
             summary.failure = Some(e.to_string());
         }
+        control.update(|s| s.on_attempt_ended(&summary, wall_ms()));
         result.history.push(summary);
         match end {
             AttemptEnd::Finished => break Ok(()),

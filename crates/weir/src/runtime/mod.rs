@@ -19,6 +19,7 @@
 //! * `spawn` — starts an attempt's tasks, one thread each.
 //! * `attempt` — the event loop of one job attempt: the I/O edge of the checkpoint protocol.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
+//! * [`status`] — the status's graph, task counters, attempts and checkpoint history.
 //! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
 //!
 //! The runtime owns the contract it executes — the function traits, the configuration and
@@ -42,6 +43,7 @@ pub mod plan;
 pub mod restart;
 pub mod result;
 pub(crate) mod spawn;
+pub mod status;
 pub mod task;
 pub mod watermark;
 pub mod windows;

@@ -48,6 +48,8 @@ pub(crate) struct Request {
     pub method: String,
     /// The path, without the query string.
     pub path: String,
+    /// The query string (after `?`), empty without one.
+    pub query: String,
     /// Header names (lower case) and values, in order.
     pub headers: Vec<(String, String)>,
     /// The body, exactly `Content-Length` bytes.
@@ -73,16 +75,30 @@ pub(crate) struct Response {
     pub content_type: &'static str,
     /// The body.
     pub body: Vec<u8>,
+    /// Headers besides the content type, length and connection (a cookie, a policy).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Response {
-    /// A JSON answer.
-    pub fn json(status: u16, body: &Value) -> Response {
+    /// An answer of `content_type` with `body`.
+    pub fn bytes(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
         Response {
             status,
-            content_type: "application/json",
-            body: body.to_string().into_bytes(),
+            content_type,
+            body,
+            headers: Vec::new(),
         }
+    }
+
+    /// The same answer with one more header.
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// A JSON answer.
+    pub fn json(status: u16, body: &Value) -> Response {
+        Response::bytes(status, "application/json", body.to_string().into_bytes())
     }
 
     /// A JSON error answer, `{"error": msg}`.
@@ -102,6 +118,13 @@ impl Response {
         if self.status == 503 {
             out.push_str("Retry-After: 1\r\n");
         }
+        // Nothing the endpoint answers is to be cached, sniffed as another type or framed
+        // by another site's page.
+        out.push_str("Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n");
+        out.push_str("X-Frame-Options: DENY\r\n");
+        for (name, value) in &self.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
         out.push_str("\r\n");
         let mut bytes = out.into_bytes();
         bytes.extend_from_slice(&self.body);
@@ -112,8 +135,10 @@ impl Response {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        303 => "See Other",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -166,15 +191,15 @@ pub(crate) fn read_head(
                 return Err(too_large_head(limits));
             }
             Ok(httparse::Status::Complete(len)) => {
+                let target = parsed
+                    .path
+                    .unwrap_or_default()
+                    .split_once('?')
+                    .unwrap_or((parsed.path.unwrap_or_default(), ""));
                 let request = Request {
                     method: parsed.method.unwrap_or_default().to_string(),
-                    path: parsed
-                        .path
-                        .unwrap_or_default()
-                        .split('?')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
+                    path: target.0.to_string(),
+                    query: target.1.to_string(),
                     headers: parsed
                         .headers
                         .iter()

@@ -8,22 +8,32 @@
 //! | `POST /checkpoint` | — | `{"id", "path"}` once the checkpoint completed |
 //! | `POST /savepoint` | `{"dir"?}` | `{"id", "path"}` once the savepoint completed |
 //! | `POST /stop` | `{"dir"?, "drain"?}` | `{"id", "path"}`; the job then ends |
+//! | `GET /api/job`, `GET /api/checkpoints` | — | the dashboard's views of the status (`api`) |
+//! | `GET /metrics` | — | OpenMetrics text for Prometheus (`metrics`) |
+//! | `GET /`, `/checkpoints`, `/actions`, `/assets/…` | — | the dashboard, embedded (`assets`) |
 //!
-//! Errors are `{"error": "…"}` with a 4xx/5xx status. Security: the endpoint binds to
-//! loopback unless told otherwise; bound to any other address it requires a bearer token
-//! (printed at start, or read from `--control-token-file`), and the engine confines every
-//! folder a request names to the job's `--savepoint-dir`.
+//! Errors are `{"error": "…"}` with a 4xx/5xx status. Security (`guard`): the endpoint binds
+//! to loopback unless told otherwise, and then answers only requests naming a loopback
+//! host; bound to any other address it requires a token (printed at start, or read from
+//! `--control-token-file`) of every request, as a bearer header or the cookie a browser
+//! gets from `/?token=…`. Every `POST` must carry `X-Weir-Action` and no foreign `Origin`,
+//! so another site's page cannot trigger an action. The engine confines every folder a
+//! request names to the job's `--savepoint-dir`.
 //!
 //! The server is bounded (a fixed pool of threads, a bounded queue of connections, a
 //! deadline per request; see `server`), parses requests with `httparse` and refuses a
 //! malformed one before acting on it (`http`). Its routes (`router`, `routes`) are a
-//! table that can grow (a dashboard, a JSON API, metrics). All of it is internal: what is
+//! table of exact paths, so nothing but what is listed can be served. All of it is internal: what is
 //! public here are the flags ([`ControlArgs`]) and [`read_token`], which the client shares.
 //!
 //! The client side lives in the `weir` command (crate `weir-cli`): a job needs the server,
 //! never the client.
 
+mod api;
+mod assets;
+mod guard;
 mod http;
+mod metrics;
 mod router;
 mod routes;
 pub(crate) mod server;

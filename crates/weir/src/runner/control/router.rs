@@ -129,6 +129,7 @@ mod tests {
         Request {
             method: method.into(),
             path: path.into(),
+            query: String::new(),
             headers: Vec::new(),
             body: Vec::new(),
         }

@@ -1,5 +1,5 @@
-//! The control API's routes (the table in the module docs of [`super`]) and its token
-//! check, in front of the engine's [`JobControl`].
+//! The control API's routes (the table in the module docs of [`super`]), in front of the
+//! engine's [`JobControl`]; who may call them is checked before (`guard`).
 
 use std::path::PathBuf;
 
@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::http::{Request, Response};
 use super::router::Router;
+use super::{api, assets, metrics};
 use crate::prelude::{ControlError, ControlErrorKind, JobControl, SnapshotDone};
 
 /// The body of `POST /savepoint` and `POST /stop`.
@@ -22,7 +23,15 @@ struct SnapshotBody {
 /// The router of the control API, `slow_limit` snapshot requests at a time.
 pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
     let (c1, c2, c3, c4) = (control.clone(), control.clone(), control.clone(), control);
-    Router::new(slow_limit)
+    let (job, checkpoints) = (c1.clone(), c1.clone());
+    let registry = metrics::registry(c1.clone());
+    assets::routes(Router::new(slow_limit))
+        .get("/api/job", Box::new(move |_| api::job(&job)))
+        .get(
+            "/api/checkpoints",
+            Box::new(move |_| api::checkpoints(&checkpoints)),
+        )
+        .get("/metrics", Box::new(move |_| metrics::scrape(&registry)))
         .get(
             "/status",
             Box::new(move |_| match serde_json::to_value(c1.status()) {
@@ -48,35 +57,6 @@ pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
                 Err(e) => e,
             }),
         )
-}
-
-/// Whether `request` carries `token` as `Authorization: Bearer <token>`; always true
-/// without a token.
-pub(crate) fn authorized(request: &Request, token: Option<&str>) -> bool {
-    let Some(token) = token else {
-        return true;
-    };
-    request
-        .headers
-        .iter()
-        .filter(|(n, _)| n == "authorization")
-        .any(|(_, v)| {
-            v.strip_prefix("Bearer ")
-                .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
-        })
-}
-
-/// The answer to a request without the right token.
-pub(crate) fn unauthorized() -> Response {
-    Response::error(
-        401,
-        "missing or wrong token: send `Authorization: Bearer <token>` (weir … --token-file FILE)",
-    )
-}
-
-/// Compares without an early exit, so response times do not leak the token's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Parses a snapshot request's body (already read whole, its length checked by the
@@ -119,6 +99,7 @@ mod tests {
         Request {
             method: "POST".into(),
             path: "/savepoint".into(),
+            query: String::new(),
             headers: headers
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -151,19 +132,6 @@ mod tests {
             ..post("", &[])
         };
         assert_eq!(snapshot_body(&bad_utf8).unwrap_err().status, 400);
-    }
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-        let with = post("", &[("authorization", "Bearer s3cret")]);
-        assert!(authorized(&with, Some("s3cret")));
-        assert!(!authorized(&with, Some("s3cre")));
-        assert!(!authorized(&post("", &[]), Some("s3cret")));
-        assert!(authorized(&post("", &[]), None));
-        assert_eq!(unauthorized().status, 401);
     }
 
     #[test]

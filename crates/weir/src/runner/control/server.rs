@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TrySendError};
 
+use super::guard::{self, Access};
 use super::http::{self, Limits, ReadError, Response};
 use super::router::Router;
-use super::routes::{authorized, control_router, unauthorized};
+use super::routes::control_router;
 use crate::prelude::JobControl;
 
 /// Worker threads per endpoint: requests served at once.
@@ -232,8 +233,12 @@ fn serve(a: Accepted, shared: &Shared) {
         Err(ReadError::Answer(r)) => return http::respond(conn, &r, limits),
         Err(ReadError::Gone) => return,
     };
-    if !authorized(&head.request, shared.token.as_deref()) {
-        return http::respond(conn, &unauthorized(), limits);
+    let access = guard::access(&head.request, shared.token.as_deref());
+    if access == Access::Denied {
+        return http::respond(conn, &guard::unauthorized(), limits);
+    }
+    if let Err(r) = guard::same_site(&head.request, shared.token.is_some()) {
+        return http::respond(conn, &r, limits);
     }
     let route = match shared.router.find(&head.request.method, &head.request.path) {
         Ok(route) => route,
@@ -244,7 +249,10 @@ fn serve(a: Accepted, shared: &Shared) {
         Err(ReadError::Answer(r)) => return http::respond(conn, &r, limits),
         Err(ReadError::Gone) => return,
     };
-    let response = shared.router.call(route, &request);
+    let mut response = shared.router.call(route, &request);
+    if let (Access::GrantedByQuery, Some(token)) = (access, &shared.token) {
+        response = response.with_header("Set-Cookie", guard::cookie(token));
+    }
     http::respond(conn, &response, limits);
 }
 

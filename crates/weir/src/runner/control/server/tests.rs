@@ -49,14 +49,19 @@ fn exchange(addr: SocketAddr, bytes: &[u8], close: bool) -> (u16, String) {
 }
 
 fn post(path: &str, headers: &str, body: &str) -> Vec<u8> {
-    format!("POST {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n{body}").into_bytes()
+    format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Weir-Action: 1\r\n{headers}\r\n{body}")
+        .into_bytes()
 }
 
 #[test]
 fn well_formed_requests_reach_the_engine() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let s = server(None, Limits::default());
-    let (status, body) = exchange(s.addr(), b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    let (status, body) = exchange(
+        s.addr(),
+        b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        false,
+    );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"job\":\"t\""), "{body}");
     let (status, body) = exchange(
@@ -186,6 +191,55 @@ fn malformed_requests_are_refused_before_acting() {
         false,
     );
     assert_eq!(status, 409);
+    s.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn only_the_embedded_files_are_served_whatever_the_path_says() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let s = server(None, Limits::default());
+    let get = |target: &str| {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        exchange(s.addr(), request.as_bytes(), false)
+    };
+    for ok in [
+        "/",
+        "/checkpoints",
+        "/actions",
+        "/assets/app.js",
+        "/assets/uPlot-LICENSE",
+    ] {
+        assert_eq!(get(ok).0, 200, "{ok}");
+    }
+    for bad in [
+        "/assets/../../../../etc/passwd",
+        "/../../../../etc/passwd",
+        "/assets/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/assets/..%2f..%2f..%2fetc%2fpasswd",
+        "/assets/%252e%252e/Cargo.toml",
+        "/assets/..\\..\\Cargo.toml",
+        "/assets//app.js",
+        "/assets/./app.js",
+        "/assets/vendor/uPlot.min.css",
+        "/assets/index.html",
+        "/src/runner/control/assets/app.js",
+        "//etc/passwd",
+    ] {
+        let (status, body) = get(bad);
+        assert_eq!(status, 404, "{bad}: {body}");
+        assert!(!body.contains("root:"), "{bad}: {body}");
+    }
+    // A query does not change which file is served.
+    let (status, body) = get("/assets/app.js?../../etc/passwd");
+    assert_eq!(status, 200);
+    assert!(body.contains("Weir dashboard"), "{body}");
+    // Without a token, a foreign host name (DNS rebinding) is refused even for a page.
+    let (status, _) = exchange(
+        s.addr(),
+        b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        false,
+    );
+    assert_eq!(status, 403);
     s.shutdown(Duration::from_secs(5));
 }
 

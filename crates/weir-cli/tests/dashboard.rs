@@ -1,0 +1,320 @@
+//! The control endpoint's JSON API, `/metrics` and its guard, against a running
+//! `weir run keyed-count` (issue 14): what the API says matches what happened (a restart
+//! and its cause, completed checkpoints, a savepoint on disk), the metrics parse as the
+//! OpenMetrics text format, and the token and cross-site rules hold.
+
+mod common;
+mod dashboard_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use dashboard_support::*;
+use serde_json::Value;
+
+/// One sample of the OpenMetrics text format.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the OpenMetrics text format strictly enough to catch a malformed exposition:
+/// every family is declared (`# TYPE`) before its samples, every sample is
+/// `name{label="value",…} number`, and the text ends with `# EOF`.
+fn parse_openmetrics(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+    let mut types = BTreeMap::new();
+    let mut samples = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.last(),
+        Some(&"# EOF"),
+        "no `# EOF` at the end:\n{text}"
+    );
+    for line in &lines[..lines.len() - 1] {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("`# TYPE name kind`");
+            types.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") || line.starts_with("# UNIT ") {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unknown comment {line:?}");
+        let (series, value) = line.rsplit_once(' ').expect("`series value`");
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("labels end with }");
+                let labels = body
+                    .split("\",")
+                    .map(|pair| {
+                        let (k, v) = pair.split_once("=\"").expect("label=\"value\"");
+                        (k.to_string(), v.trim_end_matches('"').to_string())
+                    })
+                    .collect();
+                (name.to_string(), labels)
+            }
+        };
+        let family = types
+            .keys()
+            .filter(|f| name.starts_with(f.as_str()))
+            .max_by_key(|f| f.len())
+            .unwrap_or_else(|| panic!("sample {name} of no declared family"));
+        let suffix = &name[family.len()..];
+        let allowed: &[&str] = match types[family].as_str() {
+            "counter" => &["_total", "_created"],
+            "gauge" => &[""],
+            "histogram" => &["_bucket", "_sum", "_count", "_created"],
+            other => panic!("unexpected type {other}"),
+        };
+        assert!(allowed.contains(&suffix), "{name} in a {}", types[family]);
+        samples.push(Sample {
+            name,
+            labels,
+            value,
+        });
+    }
+    (types, samples)
+}
+
+fn value(samples: &[Sample], name: &str) -> f64 {
+    samples
+        .iter()
+        .find(|s| s.name == name && s.labels.is_empty())
+        .unwrap_or_else(|| panic!("no {name}"))
+        .value
+}
+
+#[test]
+fn the_api_and_metrics_follow_a_running_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let job = Running::start(
+        t,
+        &[
+            "--inject-failures",
+            "1",
+            "--seed",
+            "3",
+            "--restart-strategy",
+            "fixed-delay",
+            "--restart-delay",
+            "10ms",
+        ],
+        "api",
+    );
+    // The injected failure struck, the job restarted, and a checkpoint completed since.
+    let overview = wait_for(&job.url("/api/job"), "restarted", |v| {
+        v["restarts"].as_u64() >= Some(1) && v["state"] == "running"
+    });
+    assert_eq!(overview["job"], "keyed-count");
+    let failed = &overview["attempts"][0];
+    assert_eq!(failed["attempt"], 1, "{overview:#}");
+    assert!(
+        failed["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("injected")),
+        "the restart's cause: {overview:#}"
+    );
+    // `weir status` prints the same: the restart with its cause, the checkpoint counts.
+    let status = run(&mut weir(t, ["status", "--job", job.addr.as_str()]));
+    status.assert_success();
+    assert!(
+        status
+            .stdout
+            .contains("restarts: 1; the last after attempt 1 failed:")
+            && status.stdout.contains("injected")
+            && status.stdout.contains(" completed, "),
+        "{}",
+        status.describe()
+    );
+    let uids: Vec<&str> = overview["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["uid"].as_str().unwrap())
+        .collect();
+    assert!(
+        uids.contains(&"generator") && uids.contains(&"count"),
+        "{uids:?}"
+    );
+    for op in overview["operators"].as_array().unwrap() {
+        assert_eq!(op["parallelism"], 2, "{op}");
+        assert!(op["name"].as_str().is_some_and(|n| !n.is_empty()), "{op}");
+    }
+    let generator = overview["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["uid"] == "generator")
+        .unwrap();
+    let per_subtask = generator["records_in"]
+        .as_array()
+        .expect("records per subtask");
+    assert_eq!(per_subtask.len(), 2);
+    assert!(overview["source_records"].as_u64() > Some(0));
+    let history = wait_for(
+        &job.url("/api/checkpoints"),
+        "a checkpoint completed",
+        |v| v["latest_completed"]["id"].is_u64(),
+    );
+    let done = &history["latest_completed"];
+    assert_eq!(done["kind"], "checkpoint");
+    assert!(done["duration_ms"].is_u64() && done["bytes"].as_u64() > Some(0));
+    assert!(
+        done["trigger_ms"].as_u64() > Some(1_600_000_000_000),
+        "{done}"
+    );
+    assert!(Path::new(done["path"].as_str().unwrap())
+        .join("_metadata")
+        .is_file());
+
+    // The guard: an action without the header, or from another origin, does not act.
+    let action = [("X-Weir-Action", "1")];
+    let (status, body) = post(&job.url("/savepoint"), &[]);
+    assert_eq!(status, 403, "{body}");
+    let evil = [("X-Weir-Action", "1"), ("Origin", "http://evil.example")];
+    assert_eq!(post(&job.url("/savepoint"), &evil).0, 403);
+    assert_eq!(
+        get(&job.url("/api/job"), &[("Host", "evil.example")]).0,
+        403
+    );
+    assert!(
+        !t.join("sp").exists(),
+        "a refused request took no savepoint"
+    );
+
+    // A savepoint through the API shows in the history with its folder.
+    let (status, body) = post(&job.url("/savepoint"), &action);
+    assert_eq!(status, 200, "{body}");
+    let sp: Value = serde_json::from_str(&body).unwrap();
+    let sp_path = PathBuf::from(sp["path"].as_str().unwrap());
+    assert!(sp_path.join("_metadata").is_file(), "{sp_path:?}");
+    let history = json(&job.url("/api/checkpoints"));
+    let row = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == sp["id"])
+        .unwrap_or_else(|| panic!("no savepoint row: {history:#}"));
+    assert_eq!(row["kind"], "savepoint");
+    assert_eq!(row["status"], "completed");
+    assert_eq!(row["path"], sp["path"]);
+    let ids: Vec<u64> = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
+
+    // The metrics agree with the API.
+    let (status, text) = get(&job.url("/metrics"), &[]);
+    assert_eq!(status, 200, "{text}");
+    let (types, samples) = parse_openmetrics(&text);
+    assert_eq!(types["weir_checkpoint_duration_seconds"], "histogram");
+    let completed = value(&samples, "weir_checkpoints_completed_total");
+    assert!(completed >= 2.0, "{text}");
+    assert!(value(&samples, "weir_restarts_total") >= 1.0, "{text}");
+    assert!(
+        value(&samples, "weir_last_checkpoint_size_bytes") > 0.0,
+        "{text}"
+    );
+    let count = value(&samples, "weir_checkpoint_duration_seconds_count");
+    assert_eq!(count, completed, "every completed one is in the histogram");
+    let buckets: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.name == "weir_checkpoint_duration_seconds_bucket")
+        .map(|s| s.value)
+        .collect();
+    assert!(
+        buckets.windows(2).all(|w| w[0] <= w[1]),
+        "cumulative: {buckets:?}"
+    );
+    assert_eq!(buckets.last(), Some(&count), "+Inf holds them all");
+    let tasks: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == "weir_task_records_in_total")
+        .collect();
+    assert_eq!(tasks.len(), 4, "two chains × two subtasks: {text}");
+    let generator: f64 = tasks
+        .iter()
+        .filter(|s| s.labels["operator"] == "generator")
+        .map(|s| s.value)
+        .sum();
+    assert!(generator > 0.0, "{text}");
+    assert!(tasks.iter().any(|s| s.labels["subtask"] == "1"), "{text}");
+
+    // Stop through the API: the job ends with its savepoint.
+    let (status, body) = post(&job.url("/stop"), &action);
+    assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("stopped with savepoint"), "{log}");
+}
+
+#[test]
+fn a_token_protects_the_api_and_metrics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let token_file = t.join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let job = Running::start(
+        t,
+        &[
+            "--control",
+            "0.0.0.0:0",
+            "--control-token-file",
+            &s(&token_file),
+        ],
+        "token",
+    );
+    for path in ["/api/job", "/api/checkpoints", "/metrics", "/status"] {
+        let url = job.url(path);
+        assert_eq!(get(&url, &[]).0, 401, "no token: {path}");
+        let wrong = [("Authorization", "Bearer s3cret-tokeN")];
+        assert_eq!(get(&url, &wrong).0, 401, "wrong token: {path}");
+        let right = [("Authorization", "Bearer s3cret-token")];
+        assert_eq!(get(&url, &right).0, 200, "{path}");
+        assert_eq!(get(&format!("{url}?token=nope"), &[]).0, 401, "{path}");
+        let cookie = [("Cookie", "weir_token=s3cret-token")];
+        assert_eq!(get(&url, &cookie).0, 200, "{path}");
+    }
+    // A browser opens `?token=…` once and keeps the cookie (strict: never sent cross-site).
+    let resp = agent()
+        .get(&job.url("/api/job?token=s3cret-token"))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        cookie.starts_with("weir_token=s3cret-token;") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    // An action needs the token even with the header, and the query does not carry it.
+    let action = [("X-Weir-Action", "1")];
+    assert_eq!(post(&job.url("/checkpoint"), &action).0, 401);
+    assert_eq!(
+        post(&job.url("/checkpoint?token=s3cret-token"), &action).0,
+        401
+    );
+    let both = [
+        ("X-Weir-Action", "1"),
+        ("Authorization", "Bearer s3cret-token"),
+    ];
+    let (status, body) = post(&job.url("/stop"), &both);
+    assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+}

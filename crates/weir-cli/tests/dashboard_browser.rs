@@ -1,0 +1,200 @@
+//! The dashboard in a real browser (issue 14): headless Chromium opens the pages of a
+//! running `weir run keyed-count` and the test checks what a person sees — the operator
+//! names, a completed checkpoint row, the per-subtask phases chart drawn and sized — clicks
+//! the savepoint action (refusing, then accepting its confirmation) and finds the savepoint
+//! on disk where the page says, and saves a screenshot of the overview and of the
+//! checkpoints page, each checked for being more than a blank page.
+//!
+//! Chromium is Debian's `chromium` package, which `scripts/test.sh` installs (as CI runs
+//! it); `WEIR_CHROMIUM` names another binary. Without one the test fails, saying so: it
+//! never skips silently.
+
+mod common;
+mod dashboard_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use dashboard_support::*;
+
+/// The browser: `WEIR_CHROMIUM`, else the first of Debian's and others' names on the PATH.
+fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("WEIR_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in ["chromium", "chromium-browser", "google-chrome", "chrome"] {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "no Chromium found for the dashboard's browser test: install Debian's `chromium` \
+         package (scripts/test.sh does: apt-get install chromium) or set WEIR_CHROMIUM"
+    );
+}
+
+/// Runs headless Chromium on `url` with `args` (its own profile in `tmp`); returns stdout.
+fn browse(tmp: &Path, url: &str, args: &[String]) -> String {
+    let profile = tempfile::tempdir_in(tmp).unwrap();
+    let out = tmp.join("chromium.out");
+    let err = tmp.join("chromium.err");
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox", // the tests run as root in CI
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1280,1000",
+            // Lets the page's fetches and a few refreshes run before the DOM is read.
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromium().display()));
+    let status = wait_deadline(&mut child, Duration::from_secs(90), "chromium");
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        status.success(),
+        "chromium failed on {url}: {status}\n{}",
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    stdout
+}
+
+/// The DOM of `url` once its scripts ran.
+fn dom(tmp: &Path, url: &str) -> String {
+    browse(tmp, url, &["--dump-dom".to_string()])
+}
+
+/// A screenshot of `url` into `png`; returns its size in bytes.
+fn screenshot(tmp: &Path, url: &str, png: &Path) -> u64 {
+    let _ = std::fs::remove_file(png);
+    browse(tmp, url, &[format!("--screenshot={}", png.display())]);
+    let bytes = std::fs::read(png).unwrap_or_else(|e| panic!("no screenshot {png:?}: {e}"));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{png:?} is not a PNG"
+    );
+    bytes.len() as u64
+}
+
+/// The part of `dom` inside the element that starts with `start` (e.g. `<table id="x"`).
+fn section<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
+    let from = dom
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start} in\n{dom}"));
+    let rest = &dom[from..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+#[test]
+fn the_dashboard_shows_the_running_job_in_a_browser() {
+    let browser = chromium(); // fail first, and clearly, without a browser
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // Long enough for every browser run below on a busy machine; stopped at the end.
+    let job = Running::start_events(t, 100_000_000, &[], "browser");
+    wait_for(
+        &job.url("/api/checkpoints"),
+        "a checkpoint completed",
+        |v| v["latest_completed"]["id"].is_u64(),
+    );
+
+    let overview = dom(t, &job.url("/"));
+    let operators = section(&overview, "<table id=\"operators\"", "</table>");
+    for name in ["generator", "count", "output"] {
+        assert!(
+            operators.contains(&format!("<td>{name}</td>")),
+            "operator {name} not shown by {}:\n{operators}",
+            browser.display()
+        );
+    }
+    assert!(overview.contains("keyed-count"), "{overview}");
+
+    let checkpoints = dom(t, &job.url("/checkpoints"));
+    let history = section(&checkpoints, "<table id=\"history\"", "</table>");
+    assert!(
+        history.contains("<td class=\"completed\">completed</td>"),
+        "no completed checkpoint row:\n{history}"
+    );
+    assert!(history.contains("chk-"), "no checkpoint folder:\n{history}");
+    // The phases of the newest completed checkpoint, per subtask, are drawn.
+    let phases = section(&checkpoints, "<div id=\"phases-chart\"", "</table>");
+    let canvas = section(phases, "<canvas", ">");
+    assert!(
+        canvas.contains("width=\"") && !canvas.contains("width=\"0\""),
+        "no sized chart of the phases:\n{phases}"
+    );
+    assert!(
+        phases.contains("sync (ms)") && phases.contains("async (ms)"),
+        "{phases}"
+    );
+    let id = section(&checkpoints, "<span id=\"phases-id\">", "</span>");
+    assert!(
+        id.trim_start_matches("<span id=\"phases-id\">")
+            .parse::<u64>()
+            .is_ok(),
+        "no checkpoint chosen for the phases: {id}"
+    );
+
+    // Screenshots, kept for people (target/tmp) and checked against a blank page's size: a
+    // uniform page compresses to almost nothing, the dashboard with text and charts not.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&dir).unwrap();
+    let blank = screenshot(t, "about:blank", &t.join("blank.png"));
+    for (page, file) in [("/", "overview.png"), ("/checkpoints", "checkpoints.png")] {
+        let png = dir.join(file);
+        let size = screenshot(t, &job.url(page), &png);
+        assert!(
+            size > 4 * blank.max(1_000),
+            "{png:?} ({size} bytes) looks blank next to an empty page ({blank} bytes)"
+        );
+    }
+
+    // The savepoint action, clicked: refused at the confirmation, nothing happens; confirmed,
+    // a savepoint lands on disk and the page shows where.
+    let profile = tempfile::tempdir_in(t).unwrap();
+    let mut page = devtools::Browser::open(&browser, profile.path(), &job.url("/actions"));
+    let wait = Duration::from_secs(60);
+    page.wait_for(
+        "(e => !!e && e.textContent === 'running')(document.getElementById('state'))",
+        wait,
+    );
+    page.eval("window.confirm = () => false; document.getElementById('do-savepoint').click()");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        page.eval("document.getElementById('action-result').textContent"),
+        ""
+    );
+    assert!(
+        !t.join("sp").exists(),
+        "a refused confirmation took a savepoint"
+    );
+    page.eval("window.confirm = () => true; document.getElementById('do-savepoint').click()");
+    let shown = page.wait_for(
+        "(t => t.startsWith('savepoint ') && t)(document.getElementById('action-result').textContent)",
+        wait,
+    );
+    let shown = shown.as_str().unwrap().to_string();
+    let path = PathBuf::from(shown.split(": ").nth(1).expect("the page names the folder"));
+    assert!(path.starts_with(t.join("sp")), "{shown}");
+    assert!(path.join("_metadata").is_file(), "no savepoint at {path:?}");
+    drop(page);
+
+    let (status, body) = post(&job.url("/stop"), &[("X-Weir-Action", "1")]);
+    assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -1,0 +1,142 @@
+//! What the dashboard tests share: a `weir run keyed-count` in the background with its
+//! control address, and HTTP requests to it.
+#![allow(dead_code)] // each test file uses a part
+
+pub mod devtools;
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A job started in the background, with the control address it printed.
+pub struct Running {
+    pub child: Child,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Drop for Running {
+    /// A failing test must not leave its job running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// Starts keyed-count at parallelism 2 over 10 million records (20 s), checkpoints every
+    /// 200 ms, and waits for its control address.
+    pub fn start(tmp: &Path, extra: &[&str], name: &str) -> Running {
+        Running::start_events(tmp, 10_000_000, extra, name)
+    }
+
+    /// [`Running::start`] over `events` records (at 500 000 a second).
+    // The child is waited for by `finish` or by `Drop`.
+    #[allow(clippy::zombie_processes)]
+    pub fn start_events(tmp: &Path, events: u64, extra: &[&str], name: &str) -> Running {
+        let events = events.to_string();
+        let mut args: Vec<String> = [
+            "run",
+            "keyed-count",
+            "--events",
+            &events,
+            "--keys",
+            "61",
+            "--parallelism",
+            "2",
+            "--rate",
+            "500000",
+            "--checkpoint-interval",
+            "200ms",
+            "--checkpoint-dir",
+            &s(&tmp.join("ck")),
+            "--savepoint-dir",
+            &s(&tmp.join("sp")),
+            "--output",
+            &s(&tmp.join(format!("out-{name}"))),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log = tmp.join(format!("{name}.log"));
+        let child = spawn_logged(&mut weir(tmp, &args), &log);
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(addr) = text
+                .lines()
+                .find_map(|l| l.split("control endpoint ").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                // Bound to every interface, it is reached on loopback.
+                let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
+                return Running { child, addr, log };
+            }
+            assert!(Instant::now() < deadline, "no control address in\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn finish(mut self) -> (Option<i32>, String) {
+        let status = wait_deadline(&mut self.child, RUN_TIMEOUT, "weir run");
+        (status.code(), std::fs::read_to_string(&self.log).unwrap())
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(60)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// `GET url` with `headers`: the status and the body.
+pub fn get(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut r = agent().get(url);
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    let mut resp = r.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+/// `POST url` with `headers` and an empty JSON body: the status and the body.
+pub fn post(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut r = agent().post(url).header("Content-Type", "application/json");
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    let mut resp = r.send("{}").unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+pub fn json(url: &str) -> Value {
+    let (status, body) = get(url, &[]);
+    assert_eq!(status, 200, "GET {url}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+}
+
+/// Polls `url` until `done` holds of its JSON answer.
+pub fn wait_for(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        let v = json(url);
+        if done(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {v:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

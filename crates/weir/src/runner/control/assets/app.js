@@ -1,0 +1,228 @@
+// The Weir dashboard: three pages over the control endpoint's JSON API (/api/job,
+// /api/checkpoints) and its actions (POST /checkpoint, /savepoint, /stop). Data is only
+// ever put into the page as text (never as HTML). Charts are uPlot's.
+"use strict";
+
+const REFRESH_MS = 1000;
+const RATE_POINTS = 300;
+
+const page = { "/checkpoints": "checkpoints", "/actions": "actions" }[location.pathname] || "overview";
+const $ = (id) => document.getElementById(id);
+const rates = [[], []]; // seconds since the epoch, records read per second
+let lastRead = null;
+let rateChart = null;
+let ckChart = null;
+let phasesChart = null;
+let phasesKey = "";
+let selectedId = null; // the checkpoint whose phases are shown; null: the newest completed
+
+function text(el, value) { el.textContent = value === null || value === undefined ? "–" : String(value); }
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+}
+
+function row(tbody, cells) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement("td");
+    if (typeof c === "object" && c !== null) { text(td, c.text); if (c.cls) td.className = c.cls; }
+    else text(td, c);
+    tr.appendChild(td);
+  }
+  tbody.appendChild(tr);
+}
+
+function fill(tableId, rows) {
+  const tbody = $(tableId).querySelector("tbody");
+  tbody.replaceChildren();
+  for (const r of rows) row(tbody, r);
+}
+
+async function api(path) {
+  const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || (path + " answered " + r.status));
+  return body;
+}
+
+function chart(el, opts, data) {
+  const width = Math.max(320, el.clientWidth - 16);
+  return new uPlot(Object.assign({ width, height: 220 }, opts), data, el);
+}
+
+function showHeader(v) {
+  text($("job"), v.job);
+  text($("state"), v.state);
+  $("state").className = "state " + v.state;
+  document.title = "Weir · " + v.job;
+}
+
+async function refreshOverview() {
+  const v = await api("/api/job");
+  showHeader(v);
+  text($("records"), v.source_records.toLocaleString("en"));
+  text($("attempt"), v.attempt);
+  text($("restarts"), v.restarts);
+  const now = Date.now() / 1000;
+  if (lastRead !== null && now > lastRead.at) {
+    const rate = Math.max(0, (v.source_records - lastRead.records) / (now - lastRead.at));
+    rates[0].push(now); rates[1].push(rate);
+    if (rates[0].length > RATE_POINTS) { rates[0].shift(); rates[1].shift(); }
+    text($("rate"), Math.round(rate).toLocaleString("en"));
+  }
+  lastRead = { at: now, records: v.source_records };
+  if (!rateChart) {
+    rateChart = chart($("rate-chart"), {
+      series: [{}, { label: "records/s", stroke: "#2563eb", fill: "rgba(37,99,235,0.1)", width: 2 }],
+      axes: [{}, { size: 70 }],
+    }, rates);
+  } else {
+    rateChart.setData(rates);
+  }
+  fill("operators", v.operators.map((o) => [
+    o.name, o.uid, o.parallelism, o.chain,
+    o.inputs.map((i) => i.from + " (" + i.partitioning + (i.chained ? ", chained" : "") + ")").join(", ") || "—",
+    o.records_in ? o.records_in.map((n) => n.toLocaleString("en")).join(" / ") : "chained",
+  ]));
+  const attempts = v.attempts.slice();
+  if (!attempts.some((a) => a.attempt === v.attempt) && v.attempt > 0) {
+    attempts.push({ attempt: v.attempt, current: true });
+  }
+  fill("attempts", attempts.map((a) => [
+    a.attempt,
+    a.current ? "—" : a.restored_checkpoint === null ? "the beginning" : "checkpoint " + a.restored_checkpoint,
+    a.current ? "—" : a.source_records.toLocaleString("en"),
+    a.current ? v.state : a.failure ? { text: a.failure, cls: "failed" } : "finished",
+  ]));
+}
+
+async function refreshCheckpoints() {
+  const v = await api("/api/checkpoints");
+  showHeader(v);
+  text($("ck-completed"), v.counts.completed);
+  text($("ck-failed"), v.counts.failed);
+  text($("ck-progress"), v.counts.in_progress);
+  text($("ck-size"), v.latest_completed ? bytes(v.last_bytes) : null);
+  fill("history", v.history.map((c) => [
+    c.id,
+    c.kind + (c.stop ? " (stop)" : ""),
+    { text: c.status.replace("_", " "), cls: c.status },
+    new Date(c.trigger_ms).toLocaleTimeString("en-GB"),
+    c.duration_ms === null ? "…" : c.duration_ms + " ms",
+    bytes(c.bytes),
+    c.path || c.failure || "",
+  ]));
+  const rows = $("history").querySelectorAll("tbody tr");
+  v.history.forEach((c, i) => {
+    if (c.status !== "completed") return;
+    rows[i].addEventListener("click", () => { selectedId = c.id; refresh(); });
+    if (c.id === selectedId) rows[i].classList.add("selected");
+  });
+  const shown = v.history.find((c) => c.id === selectedId && c.status === "completed") || v.latest_completed;
+  if (shown) showPhases(shown);
+  const done = v.history.filter((c) => c.status === "completed").reverse();
+  const data = [done.map((c) => c.id), done.map((c) => c.duration_ms), done.map((c) => c.bytes / 1024)];
+  if (!ckChart) {
+    ckChart = chart($("ck-chart"), {
+      scales: { x: { time: false }, kib: {} },
+      series: [
+        { label: "checkpoint" },
+        { label: "duration (ms)", stroke: "#2563eb", width: 2, points: { show: true } },
+        { label: "size (KiB)", stroke: "#15803d", width: 2, scale: "kib", points: { show: true } },
+      ],
+      axes: [{}, { size: 60 }, { side: 1, scale: "kib", size: 70, grid: { show: false } }],
+    }, data);
+  } else {
+    ckChart.setData(data);
+  }
+}
+
+// Per subtask, three bars side by side (alignment, sync, async), as uPlot bar series on
+// one numeric x axis: subtask i's bars sit at i - 0.25, i and i + 0.25.
+function showPhases(c) {
+  text($("phases-id"), c.id);
+  const subs = c.subtasks;
+  const key = c.id + ":" + subs.length;
+  if (key === phasesKey) return;
+  phasesKey = key;
+  const xs = [], align = [], sync = [], asyn = [];
+  subs.forEach((s, i) => {
+    xs.push(i - 0.25, i, i + 0.25);
+    align.push(s.alignment_ms, null, null);
+    sync.push(null, s.sync_ms, null);
+    asyn.push(null, null, s.async_ms);
+  });
+  const label = (i) => subs[i] ? subs[i].chain + " " + (subs[i].subtask + 1) : "";
+  const bars = uPlot.paths.bars({ size: [0.9, 40] });
+  if (phasesChart) phasesChart.destroy();
+  phasesChart = chart($("phases-chart"), {
+    scales: { x: { time: false, range: [-0.6, Math.max(0.6, subs.length - 0.4)] } },
+    series: [
+      { label: "subtask", value: (u, x) => x === null ? "–" : label(Math.round(x)) },
+      { label: "alignment (ms)", stroke: "#a16207", fill: "rgba(161,98,7,0.6)", paths: bars, points: { show: false } },
+      { label: "sync (ms)", stroke: "#b91c1c", fill: "rgba(185,28,28,0.6)", paths: bars, points: { show: false } },
+      { label: "async (ms)", stroke: "#2563eb", fill: "rgba(37,99,235,0.6)", paths: bars, points: { show: false } },
+    ],
+    axes: [
+      { splits: () => subs.map((_, i) => i), values: (u, splits) => splits.map(label), size: 40 },
+      { size: 60 },
+    ],
+  }, [xs, align, sync, asyn]);
+}
+
+async function act(path, question, body) {
+  if (!window.confirm(question)) return;
+  const out = $("action-result");
+  const buttons = document.querySelectorAll(".actions button");
+  buttons.forEach((b) => { b.disabled = true; });
+  text(out, "working…");
+  try {
+    const r = await fetch(path, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Weir-Action": "1" },
+      body: JSON.stringify(body || {}),
+    });
+    const v = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(v.error || (path + " answered " + r.status));
+    text(out, (path === "/checkpoint" ? "checkpoint " : "savepoint ") + v.id + " completed: " + v.path);
+  } catch (e) {
+    text(out, "failed: " + e.message);
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+
+async function refresh() {
+  try {
+    if (page === "overview") await refreshOverview();
+    else if (page === "checkpoints") await refreshCheckpoints();
+    else showHeader(await api("/api/job"));
+    $("error").hidden = true;
+  } catch (e) {
+    // The job ended and its process is gone, or the token is missing: say so, keep the
+    // last data on screen.
+    text($("error"), "cannot reach the job: " + e.message);
+    $("error").hidden = false;
+  }
+}
+
+function start() {
+  $("page-" + page).hidden = false;
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.dataset.page === page) a.classList.add("active");
+  }
+  $("do-checkpoint").addEventListener("click", () => act("/checkpoint", "Trigger a checkpoint now?"));
+  $("do-savepoint").addEventListener("click", () => act("/savepoint", "Take a savepoint? The job goes on."));
+  $("do-stop").addEventListener("click", () => act("/stop", "Stop the job with a savepoint? It keeps its state as it is, to be resumed.", { drain: false }));
+  $("do-drain").addEventListener("click", () => act("/stop", "Drain and stop the job? Its input ends first, so operators emit what they hold, then the savepoint is taken.", { drain: true }));
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+}
+
+start();
