@@ -2,6 +2,12 @@
 //! `keyBy(...).window(...)`), aggregated incrementally with `reduce` or `aggregate` — one
 //! accumulator per key and window, in keyed state.
 //!
+//! Records that arrive after the watermark passed their window are late. With
+//! [`WindowedStream::allowed_lateness`] a window is kept that much longer and fires again,
+//! updated, for each late record; records later still are dropped, or kept apart with
+//! [`WindowedStream::side_output_late_data`], which gives them back as a stream of their
+//! own ([`WindowOutputs::late_data`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir::prelude::*;
@@ -26,6 +32,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::time::Duration;
+
 use crate::api::stream::{DataStream, KeyedStream};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::{TimeWindow, WindowAssigner};
@@ -34,8 +42,10 @@ use crate::state::{Data, Key, StateValue};
 
 /// A keyed stream with a window assigner ([`KeyedStream::window`]).
 pub struct WindowedStream<K, T, F, A> {
-    pub(crate) keyed: KeyedStream<K, T, F>,
-    pub(crate) assigner: A,
+    keyed: KeyedStream<K, T, F>,
+    assigner: A,
+    /// Flink's `allowedLateness`, in milliseconds.
+    lateness_ms: u64,
 }
 
 impl<K, T, F, A> WindowedStream<K, T, F, A>
@@ -45,6 +55,32 @@ where
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
     A: WindowAssigner,
 {
+    /// `keyed` cut into windows by `assigner`, with no allowed lateness.
+    pub(crate) fn new(keyed: KeyedStream<K, T, F>, assigner: A) -> Self {
+        WindowedStream {
+            keyed,
+            assigner,
+            lateness_ms: 0,
+        }
+    }
+
+    /// Keeps every window `lateness` after the watermark passed its end (Flink's
+    /// `allowedLateness`, default 0): a record arriving in that time is added and the window
+    /// fires again with the updated result (a late firing, so downstream sees one result per
+    /// firing and must treat later ones as updates). The window's state is removed when the
+    /// watermark passes its end plus `lateness`; records later than that are late data.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Keeps the late records — those whose windows were all cleaned up already — instead
+    /// of dropping them (Flink's `sideOutputLateData`): the aggregation then returns
+    /// [`WindowOutputs`], the window results and the late records as two streams.
+    pub fn side_output_late_data(self) -> LateDataWindowedStream<K, T, F, A> {
+        LateDataWindowedStream { windowed: self }
+    }
+
     /// Folds each window's records with `f` and emits the result when the window closes
     /// (Flink's `reduce`): one value per key and window, timestamped with the window's last
     /// millisecond.
@@ -92,7 +128,133 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        let f = WindowAggregate::<A, AGG, W, ACC, OUT>::new(self.assigner, aggregate, window_fn);
+        let f =
+            WindowAggregate::<A, AGG, W, ACC, OUT, T, O>::new(self.assigner, aggregate, window_fn)
+                .with_lateness(self.lateness_ms);
         self.keyed.process(f).name("window")
+    }
+}
+
+/// What a window operator with a late-data side output emits: a window's result or a late
+/// record. Both travel on the operator's one output; two following operators split them.
+#[derive(Clone)]
+enum WindowRecord<O, T> {
+    Result(O),
+    Late(T),
+}
+
+/// A [`WindowedStream`] whose late records are kept
+/// ([`WindowedStream::side_output_late_data`]): its aggregations return [`WindowOutputs`].
+pub struct LateDataWindowedStream<K, T, F, A> {
+    windowed: WindowedStream<K, T, F, A>,
+}
+
+impl<K, T, F, A> LateDataWindowedStream<K, T, F, A>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    A: WindowAssigner,
+{
+    /// [`WindowedStream::allowed_lateness`]: only records later than the window's end plus
+    /// `lateness` are late data.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.windowed = self.windowed.allowed_lateness(lateness);
+        self
+    }
+
+    /// [`WindowedStream::reduce`], with the late records beside the results.
+    pub fn reduce<R>(self, f: R) -> WindowOutputs<T, T>
+    where
+        T: StateValue,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.reduce_with_window(f, |_, _, v| v)
+    }
+
+    /// [`WindowedStream::reduce_with_window`], with the late records beside the results.
+    pub fn reduce_with_window<R, O, W>(self, f: R, window_fn: W) -> WindowOutputs<O, T>
+    where
+        T: StateValue,
+        O: Data,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+        W: Fn(&K, TimeWindow, T) -> O + Send + Sync + 'static,
+    {
+        self.aggregate_with_window(ReduceAggregate(f), window_fn)
+    }
+
+    /// [`WindowedStream::aggregate`], with the late records beside the results.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> WindowOutputs<OUT, T>
+    where
+        ACC: StateValue,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        self.aggregate_with_window(aggregate, |_, _, v| v)
+    }
+
+    /// [`WindowedStream::aggregate_with_window`], with the late records beside the results.
+    pub fn aggregate_with_window<ACC, OUT, O, AGG, W>(
+        self,
+        aggregate: AGG,
+        window_fn: W,
+    ) -> WindowOutputs<O, T>
+    where
+        ACC: StateValue,
+        OUT: 'static,
+        O: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
+    {
+        let WindowedStream {
+            keyed,
+            assigner,
+            lateness_ms,
+        } = self.windowed;
+        let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
+        let f = WindowAggregate::new(assigner, aggregate, tagged)
+            .with_lateness(lateness_ms)
+            .with_late_output(WindowRecord::<O, T>::Late);
+        let window = keyed.process(f).name("window");
+        let results = window
+            .fork()
+            .flat_map(|r| match r {
+                WindowRecord::Result(o) => Some(o),
+                WindowRecord::Late(_) => None,
+            })
+            .name("window-results");
+        let late_data = window
+            .fork()
+            .flat_map(|r| match r {
+                WindowRecord::Result(_) => None,
+                WindowRecord::Late(t) => Some(t),
+            })
+            .name("window-late-data");
+        WindowOutputs {
+            window,
+            results,
+            late_data,
+        }
+    }
+}
+
+/// The two outputs of a window operator with a late-data side output (Flink's main output
+/// and `getSideOutput(lateTag)`).
+pub struct WindowOutputs<O, T> {
+    /// The window operator itself, for [`WindowOutputs::uid`].
+    window: DataStream<WindowRecord<O, T>>,
+    /// The windows' results, as [`WindowedStream::aggregate_with_window`] would give them.
+    pub results: DataStream<O>,
+    /// The records too late for every window they belong to, with their timestamps.
+    pub late_data: DataStream<T>,
+}
+
+impl<O: Data, T: Data> WindowOutputs<O, T> {
+    /// Sets the window operator's stable id, the key of its state in checkpoints (the
+    /// `uid` of [`WindowOutputs::results`] names only the operator that splits off the
+    /// results, which has no state).
+    pub fn uid(self, uid: &str) -> Self {
+        let window = self.window.uid(uid);
+        WindowOutputs { window, ..self }
     }
 }
