@@ -123,9 +123,9 @@ pub mod prelude {
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };
     pub use crate::api::time::{
-        BoundedOutOfOrderness, SlidingEventTimeWindows, TimeDomain, TimeWindow,
-        TumblingEventTimeWindows, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
-        WindowAssigner,
+        BoundedOutOfOrderness, DynamicEventTimeSessionWindows, EventTimeSessionWindows,
+        SlidingEventTimeWindows, TimeDomain, TimeWindow, TumblingEventTimeWindows,
+        WatermarkGenerator, WatermarkOutput, WatermarkStrategy, WindowAssigner,
     };
     pub use crate::api::two_phase_commit::{
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,

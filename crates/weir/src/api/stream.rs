@@ -525,7 +525,7 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
 
     /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them
     /// with the returned [`WindowedStream`].
-    pub fn window<A: WindowAssigner>(self, assigner: A) -> WindowedStream<K, T, F, A> {
+    pub fn window<A: WindowAssigner<T>>(self, assigner: A) -> WindowedStream<K, T, F, A> {
         WindowedStream::new(self, assigner)
     }
 

@@ -2,6 +2,11 @@
 //! `keyBy(...).window(...)`), aggregated incrementally with `reduce` or `aggregate` — one
 //! accumulator per key and window, in keyed state.
 //!
+//! Session windows ([`EventTimeSessionWindows`](crate::api::time::EventTimeSessionWindows),
+//! with a fixed or a per-record gap) merge: a key's session grows while records keep
+//! coming within the gap, and a record between two sessions joins them; the aggregate
+//! then needs [`merge`](AggregateFunction::merge) (`reduce` has it).
+//!
 //! Records that arrive after the watermark passed their window are late. With
 //! [`WindowedStream::allowed_lateness`] a window is kept that much longer and fires again,
 //! updated, for each late record; records later still are dropped, or kept apart with
@@ -32,10 +37,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::stream::{DataStream, KeyedStream};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
+use crate::runtime::windows::sessions::SessionWindowAggregate;
 use crate::runtime::windows::{TimeWindow, WindowAssigner};
 use crate::state::keyed::AggregateFunction;
 use crate::state::{Data, Key, StateValue};
@@ -53,7 +60,7 @@ where
     K: Key,
     T: Data,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-    A: WindowAssigner,
+    A: WindowAssigner<T>,
 {
     /// `keyed` cut into windows by `assigner`, with no allowed lateness.
     pub(crate) fn new(keyed: KeyedStream<K, T, F>, assigner: A) -> Self {
@@ -128,11 +135,50 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        let f =
-            WindowAggregate::<A, AGG, W, ACC, OUT, T, O>::new(self.assigner, aggregate, window_fn)
-                .with_lateness(self.lateness_ms);
-        self.keyed.process(f).name("window")
+        window_operator(
+            self.keyed,
+            self.assigner,
+            aggregate,
+            window_fn,
+            self.lateness_ms,
+            None,
+        )
     }
+}
+
+/// The window operator for `assigner`: one accumulator per window for windows of a fixed
+/// size, merged sessions otherwise.
+fn window_operator<K, T, F, A, ACC, OUT, AGG, W, R>(
+    keyed: KeyedStream<K, T, F>,
+    assigner: A,
+    aggregate: AGG,
+    window_fn: W,
+    lateness_ms: u64,
+    late: Option<fn(T) -> R>,
+) -> DataStream<R>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    A: WindowAssigner<T>,
+    ACC: StateValue,
+    OUT: 'static,
+    R: Data,
+    AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
+{
+    let stream = if assigner.size_ms().is_some() {
+        let mut f = WindowAggregate::new(assigner, aggregate, window_fn).with_lateness(lateness_ms);
+        if let Some(late) = late {
+            f = f.with_late_output(late);
+        }
+        keyed.process(f)
+    } else {
+        let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
+        let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late);
+        keyed.process(f)
+    };
+    stream.name("window")
 }
 
 /// What a window operator with a late-data side output emits: a window's result or a late
@@ -154,7 +200,7 @@ where
     K: Key,
     T: Data,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-    A: WindowAssigner,
+    A: WindowAssigner<T>,
 {
     /// [`WindowedStream::allowed_lateness`]: only records later than the window's end plus
     /// `lateness` are late data.
@@ -212,10 +258,8 @@ where
             lateness_ms,
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
-        let f = WindowAggregate::new(assigner, aggregate, tagged)
-            .with_lateness(lateness_ms)
-            .with_late_output(WindowRecord::<O, T>::Late);
-        let window = keyed.process(f).name("window");
+        let late: fn(T) -> WindowRecord<O, T> = WindowRecord::Late;
+        let window = window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
         let results = window
             .fork()
             .flat_map(|r| match r {

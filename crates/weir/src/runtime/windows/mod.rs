@@ -6,6 +6,8 @@
 //! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
 //!   event-time windows.
 //! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
+//! * [`sessions`] — session windows (fixed and dynamic gap) and the operator that merges
+//!   them.
 //!
 //! Window contents are keyed state (a map state `__window_contents`-like name chosen by the
 //! API, from window start to accumulator) plus event-time timers, so they are checkpointed,
@@ -13,7 +15,9 @@
 
 pub mod assigners;
 pub mod operator;
+pub mod sessions;
 
 pub use assigners::{
     SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
 };
+pub use sessions::{DynamicEventTimeSessionWindows, EventTimeSessionWindows};

@@ -99,7 +99,7 @@ where
     K: Key,
     ACC: StateValue,
     OUT: 'static,
-    A: WindowAssigner,
+    A: WindowAssigner<T>,
     AGG: AggregateFunction<T, ACC, OUT> + 'static,
     WF: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
     T: Clone + 'static,
@@ -128,7 +128,8 @@ where
         let watermark = ctx.current_watermark();
         let lateness = self.lateness;
         self.windows.clear();
-        self.assigner.assign_windows(timestamp, &mut self.windows);
+        self.assigner
+            .assign_windows(&record, timestamp, &mut self.windows)?;
         // A window past its cleanup time is gone: the record is late for it.
         self.windows
             .retain(|w| watermark.is_none_or(|wm| w.max_timestamp().saturating_add(lateness) > wm));
@@ -197,7 +198,7 @@ where
                 windows.get(&end).map(|acc| aggregate.get_result(acc))
             };
             if let Some(result) = result {
-                let size = self.assigner.size_ms();
+                let size = self.assigner.size_ms().unwrap_or(0);
                 let window = TimeWindow {
                     start: end.saturating_sub(size),
                     end,
@@ -219,6 +220,12 @@ pub struct ReduceAggregate<F>(pub F);
 impl<T: Clone, F: Fn(T, T) -> T + Send + Sync> AggregateFunction<T, Option<T>, T>
     for ReduceAggregate<F>
 {
+    fn merge(&self, a: Option<T>, b: Option<T>) -> Option<Option<T>> {
+        Some(match (a, b) {
+            (Some(a), Some(b)) => Some((self.0)(a, b)),
+            (a, b) => a.or(b),
+        })
+    }
     fn create_accumulator(&self) -> Option<T> {
         None
     }
