@@ -130,7 +130,9 @@ pub mod prelude {
     pub use crate::api::two_phase_commit::{
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
     };
-    pub use crate::api::windowed::{LateDataWindowedStream, WindowOutputs, WindowedStream};
+    pub use crate::api::windowed::{
+        LateDataWindowedStream, ProcessWindowFunction, WindowOutputs, WindowedStream,
+    };
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;

@@ -37,12 +37,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::stream::{DataStream, KeyedStream};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
+use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
+pub use crate::runtime::windows::ProcessWindowFunction;
 use crate::runtime::windows::{TimeWindow, WindowAssigner};
 use crate::state::keyed::AggregateFunction;
 use crate::state::{Data, Key, StateValue};
@@ -143,6 +146,23 @@ where
             self.lateness_ms,
             None,
         )
+    }
+
+    /// Keeps every record of each window and, when it fires, hands them all to `f` with the
+    /// window's bounds (Flink's `process(ProcessWindowFunction)`); `f` emits any number of
+    /// results, timestamped like a window's result.
+    pub fn process<O, P>(self, f: P) -> DataStream<O>
+    where
+        T: StateValue,
+        O: Data,
+        P: ProcessWindowFunction<K, T, O>,
+    {
+        let f = Arc::new(f);
+        self.aggregate_with_window(ElementsAggregate, move |k, w, elements| {
+            run_process_window(&*f, k, w, elements)
+        })
+        .flat_map(|results| results)
+        .name("window-process")
     }
 }
 
@@ -252,21 +272,55 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
+        self.build(aggregate, window_fn, |r| r)
+    }
+
+    /// [`WindowedStream::process`], with the late records beside the results.
+    pub fn process<O, P>(self, f: P) -> WindowOutputs<O, T>
+    where
+        T: StateValue,
+        O: Data,
+        P: ProcessWindowFunction<K, T, O>,
+    {
+        let f = Arc::new(f);
+        let window_fn = move |k: &K, w, elements| run_process_window(&*f, k, w, elements);
+        self.build(ElementsAggregate, window_fn, |r| {
+            r.flat_map(|results| results).name("window-process")
+        })
+    }
+
+    /// The window operator, its results passed through `then`, and its late data.
+    fn build<ACC, OUT, X, O, AGG, W>(
+        self,
+        aggregate: AGG,
+        window_fn: W,
+        then: impl FnOnce(DataStream<X>) -> DataStream<O>,
+    ) -> WindowOutputs<O, T>
+    where
+        ACC: StateValue,
+        OUT: 'static,
+        X: Data,
+        O: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> X + Send + Sync + 'static,
+    {
         let WindowedStream {
             keyed,
             assigner,
             lateness_ms,
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
-        let late: fn(T) -> WindowRecord<O, T> = WindowRecord::Late;
+        let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
         let window = window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
-        let results = window
-            .fork()
-            .flat_map(|r| match r {
-                WindowRecord::Result(o) => Some(o),
-                WindowRecord::Late(_) => None,
-            })
-            .name("window-results");
+        let results = then(
+            window
+                .fork()
+                .flat_map(|r| match r {
+                    WindowRecord::Result(o) => Some(o),
+                    WindowRecord::Late(_) => None,
+                })
+                .name("window-results"),
+        );
         let late_data = window
             .fork()
             .flat_map(|r| match r {
@@ -275,7 +329,9 @@ where
             })
             .name("window-late-data");
         WindowOutputs {
-            window,
+            set_uid: Rc::new(move |uid| {
+                window.fork().uid(uid);
+            }),
             results,
             late_data,
         }
@@ -285,8 +341,8 @@ where
 /// The two outputs of a window operator with a late-data side output (Flink's main output
 /// and `getSideOutput(lateTag)`).
 pub struct WindowOutputs<O, T> {
-    /// The window operator itself, for [`WindowOutputs::uid`].
-    window: DataStream<WindowRecord<O, T>>,
+    /// Sets the uid of the window operator itself, for [`WindowOutputs::uid`].
+    set_uid: Rc<dyn Fn(&str)>,
     /// The windows' results, as [`WindowedStream::aggregate_with_window`] would give them.
     pub results: DataStream<O>,
     /// The records too late for every window they belong to, with their timestamps.
@@ -298,7 +354,7 @@ impl<O: Data, T: Data> WindowOutputs<O, T> {
     /// `uid` of [`WindowOutputs::results`] names only the operator that splits off the
     /// results, which has no state).
     pub fn uid(self, uid: &str) -> Self {
-        let window = self.window.uid(uid);
-        WindowOutputs { window, ..self }
+        (self.set_uid)(uid);
+        self
     }
 }

@@ -6,6 +6,7 @@
 //! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
 //!   event-time windows.
 //! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
+//! * [`process`] — process-window functions, which see all the records of a window.
 //! * [`sessions`] — session windows (fixed and dynamic gap) and the operator that merges
 //!   them.
 //!
@@ -15,9 +16,11 @@
 
 pub mod assigners;
 pub mod operator;
+pub mod process;
 pub mod sessions;
 
 pub use assigners::{
     SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
 };
+pub use process::ProcessWindowFunction;
 pub use sessions::{DynamicEventTimeSessionWindows, EventTimeSessionWindows};
