@@ -28,8 +28,9 @@ impl WatermarkGenerator<Ev> for Markers {
 /// Session sums `(key, start, end, sum)` and late records, both without the markers'.
 type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
 
-/// Runs `events` in arrival order (parallelism 1) through `assigner`, summing the values.
-fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> Result<Rows> {
+/// Runs `events` in arrival order (parallelism 1) through `assigner` with `lateness` ms,
+/// summing the values.
+fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A, lateness: u64) -> Result<Rows> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("sessions");
     cfg.checkpoint_dir = dir.path().to_path_buf();
@@ -44,6 +45,7 @@ fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> Result<Rows
         )
         .key_by(|e: &Ev| e.0)
         .window(assigner)
+        .allowed_lateness(Duration::from_millis(lateness))
         .side_output_late_data()
         .reduce_with_window(
             |a, b| (a.0, a.1, a.2 + b.2),
@@ -76,7 +78,7 @@ const FIXED: [Ev; 10] = [
 #[test]
 fn sessions_with_a_fixed_gap_merge_by_hand() {
     let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap();
-    let (rows, late) = run(&FIXED, gap).unwrap();
+    let (rows, late) = run(&FIXED, gap, 0).unwrap();
     // Key 1: [0, 5) and [3, 8) merge into [0, 8) (1 + 2), which fires at watermark 9.
     // [20, 25) and [12, 17) stay apart until (1, 16, 16) opens [16, 21), which overlaps
     // both: one session [12, 25) of 4 + 8 + 16. (1, 2, 32) opens [2, 7), whose session was
@@ -99,7 +101,7 @@ const DYNAMIC: [Ev; 6] = [
 #[test]
 fn sessions_with_a_dynamic_gap_merge_by_hand() {
     let gap = EventTimeSessionWindows::with_dynamic_gap(|e: &Ev| Duration::from_millis(e.2));
-    let (rows, late) = run(&DYNAMIC, gap).unwrap();
+    let (rows, late) = run(&DYNAMIC, gap, 0).unwrap();
     // [0, 3) takes (1, 2, 1) as [2, 3): 3 + 1. [5, 15), [30, 32) and [16, 36) (which
     // absorbs [30, 32)) are bridged by (1, 14, 2), [14, 16): one session [5, 36) of
     // 10 + 2 + 20 + 2.
@@ -115,11 +117,34 @@ fn a_gap_of_zero_is_a_clear_error() {
     assert!(e.contains("session gap is 0"), "{e}");
     static ZERO: [Ev; 1] = [(1, 7, 0)];
     let gap = EventTimeSessionWindows::with_dynamic_gap(|e: &Ev| Duration::from_millis(e.2));
-    let e = run(&ZERO, gap).unwrap_err().to_string();
+    let e = run(&ZERO, gap, 0).unwrap_err().to_string();
     assert!(
         e.contains("dynamic session gap of a record at 7 ms") && e.contains("gap is 0"),
         "{e}"
     );
+}
+
+/// A gap of 5 ms; watermarks 6, 13 and 23.
+const LATE: [Ev; 8] = [
+    (1, 0, 1),
+    (99, 6, 0),
+    (1, 8, 2),
+    (1, 4, 4),
+    (99, 13, 0),
+    (1, 2, 8),
+    (99, 23, 0),
+    (1, 3, 16),
+];
+
+#[test]
+fn sessions_with_allowed_lateness_by_hand() {
+    let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap();
+    let (rows, late) = run(&LATE, gap, 10).unwrap();
+    // Lateness 10. [0, 5) fires at watermark 6 and is kept; (1, 4, 4) bridges it with the
+    // open [8, 13): [0, 13) of 1 + 2 + 4 fires at 13. (1, 2, 8) falls in it: a late firing
+    // (15). The watermark 23 passes its cleanup time (12 + 10), so (1, 3, 16) is late.
+    assert_eq!(rows, [(1, 0, 5, 1), (1, 0, 13, 7), (1, 0, 13, 15)]);
+    assert_eq!(late, [(1, 3, 16)]);
 }
 
 /// Sums without a merge.
