@@ -56,6 +56,8 @@ pub struct WindowedStream<K, T, F, A> {
     assigner: A,
     /// Flink's `allowedLateness`, in milliseconds.
     lateness_ms: u64,
+    /// The window operator's parallelism: 1 for [`DataStream::window_all`].
+    parallelism: Option<u32>,
 }
 
 impl<K, T, F, A> WindowedStream<K, T, F, A>
@@ -71,6 +73,7 @@ where
             keyed,
             assigner,
             lateness_ms: 0,
+            parallelism: None,
         }
     }
 
@@ -138,14 +141,15 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        window_operator(
+        let window = window_operator(
             self.keyed,
             self.assigner,
             aggregate,
             window_fn,
             self.lateness_ms,
             None,
-        )
+        );
+        with_parallelism(window, self.parallelism)
     }
 
     /// Keeps every record of each window and, when it fires, hands them all to `f` with the
@@ -199,6 +203,29 @@ where
         keyed.process(f)
     };
     stream.name("window")
+}
+
+fn with_parallelism<R: Data>(window: DataStream<R>, parallelism: Option<u32>) -> DataStream<R> {
+    match parallelism {
+        Some(p) => window.set_parallelism(p),
+        None => window,
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    /// Cuts the whole stream, not keyed, into windows by `assigner` (Flink's `windowAll`):
+    /// one window operator at parallelism 1 sees every record. The returned stream has the
+    /// functions of a keyed one, with the key `()`; an assigner of merging windows makes
+    /// sessions of the whole stream.
+    pub fn window_all<A: WindowAssigner<T>>(
+        self,
+        assigner: A,
+    ) -> WindowedStream<(), T, fn(&T) -> (), A> {
+        let no_key: fn(&T) -> () = |_| ();
+        let mut windowed = WindowedStream::new(self.key_by(no_key), assigner);
+        windowed.parallelism = Some(1);
+        windowed
+    }
 }
 
 /// What a window operator with a late-data side output emits: a window's result or a late
@@ -308,10 +335,12 @@ where
             keyed,
             assigner,
             lateness_ms,
+            parallelism,
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
         let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
         let window = window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
+        let window = with_parallelism(window, parallelism);
         let results = then(
             window
                 .fork()
