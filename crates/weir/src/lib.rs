@@ -131,7 +131,8 @@ pub mod prelude {
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
     };
     pub use crate::api::windowed::{
-        LateDataWindowedStream, ProcessWindowFunction, WindowOutputs, WindowedStream,
+        CountWindowedStream, LateDataWindowedStream, ProcessWindowFunction, WindowOutputs,
+        WindowedStream,
     };
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};

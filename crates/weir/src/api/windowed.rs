@@ -42,6 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::stream::{DataStream, KeyedStream};
+use crate::error::Result;
+use crate::runtime::windows::count::{check_size, CountWindowAggregate};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
@@ -209,6 +211,58 @@ fn with_parallelism<R: Data>(window: DataStream<R>, parallelism: Option<u32>) ->
     match parallelism {
         Some(p) => window.set_parallelism(p),
         None => window,
+    }
+}
+
+impl<K, T, F> KeyedStream<K, T, F>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Cuts each key's records into windows of `size` records in arrival order (Flink's
+    /// `countWindow(size)`: global windows with a purging count trigger); a size of 0 is an
+    /// error. A window fires when its last record arrives; one still short at the end of
+    /// input never fires.
+    pub fn count_window(self, size: u64) -> Result<CountWindowedStream<K, T, F>> {
+        Ok(CountWindowedStream {
+            keyed: self,
+            size: check_size(size)?,
+        })
+    }
+}
+
+/// A keyed stream cut into count windows ([`KeyedStream::count_window`]).
+pub struct CountWindowedStream<K, T, F> {
+    keyed: KeyedStream<K, T, F>,
+    size: u64,
+}
+
+impl<K, T, F> CountWindowedStream<K, T, F>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Folds each window's records with `f` and emits the result when the window is full.
+    pub fn reduce<R>(self, f: R) -> DataStream<T>
+    where
+        T: StateValue,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.aggregate(ReduceAggregate(f))
+    }
+
+    /// Aggregates each window with `aggregate` and emits its result when the window is
+    /// full; the accumulator lives in keyed state until then.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> DataStream<OUT>
+    where
+        ACC: StateValue,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        let f = CountWindowAggregate::new(self.size, aggregate);
+        self.keyed.process(f).name("count-window")
     }
 }
 

@@ -5,6 +5,7 @@
 //!
 //! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
 //!   event-time windows.
+//! * [`count`] — count windows (a purging count trigger on global windows).
 //! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
 //! * [`process`] — process-window functions, which see all the records of a window.
 //! * [`sessions`] — session windows (fixed and dynamic gap) and the operator that merges
@@ -15,6 +16,7 @@
 //! rescaled by key group and shown by `weir state`.
 
 pub mod assigners;
+pub mod count;
 pub mod operator;
 pub mod process;
 pub mod sessions;
