@@ -123,14 +123,17 @@ pub mod prelude {
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };
     pub use crate::api::time::{
-        BoundedOutOfOrderness, SlidingEventTimeWindows, TimeDomain, TimeWindow,
-        TumblingEventTimeWindows, WatermarkGenerator, WatermarkOutput, WatermarkStrategy,
-        WindowAssigner,
+        BoundedOutOfOrderness, DynamicEventTimeSessionWindows, EventTimeSessionWindows,
+        SlidingEventTimeWindows, TimeDomain, TimeWindow, TumblingEventTimeWindows,
+        WatermarkGenerator, WatermarkOutput, WatermarkStrategy, WindowAssigner,
     };
     pub use crate::api::two_phase_commit::{
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
     };
-    pub use crate::api::windowed::WindowedStream;
+    pub use crate::api::windowed::{
+        CountWindowedStream, LateDataWindowedStream, ProcessWindowFunction, WindowOutputs,
+        WindowedStream,
+    };
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;

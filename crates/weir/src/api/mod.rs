@@ -85,7 +85,8 @@ pub mod time {
         WatermarkStrategy, MAX_WATERMARK,
     };
     pub use crate::runtime::windows::{
-        SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
+        DynamicEventTimeSessionWindows, EventTimeSessionWindows, SlidingEventTimeWindows,
+        TimeWindow, TumblingEventTimeWindows, WindowAssigner,
     };
     pub use crate::state::TimeDomain;
 }

@@ -248,6 +248,17 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// A second handle on the same operators' output, for a second consumer (the window
+    /// operator's late-data side output is split off its results this way).
+    pub(crate) fn fork(&self) -> Self {
+        DataStream {
+            graph: self.graph.clone(),
+            nodes: self.nodes.clone(),
+            settings: self.settings,
+            _t: PhantomData,
+        }
+    }
+
     fn configure(self, f: impl Fn(&mut Node)) -> Self {
         {
             let mut g = self.graph.borrow_mut();
@@ -514,11 +525,8 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
 
     /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them
     /// with the returned [`WindowedStream`].
-    pub fn window<A: WindowAssigner>(self, assigner: A) -> WindowedStream<K, T, F, A> {
-        WindowedStream {
-            keyed: self,
-            assigner,
-        }
+    pub fn window<A: WindowAssigner<T>>(self, assigner: A) -> WindowedStream<K, T, F, A> {
+        WindowedStream::new(self, assigner)
     }
 
     /// Folds the records of each key with `f` and emits the running result for every record

@@ -2,6 +2,17 @@
 //! `keyBy(...).window(...)`), aggregated incrementally with `reduce` or `aggregate` — one
 //! accumulator per key and window, in keyed state.
 //!
+//! Session windows ([`EventTimeSessionWindows`](crate::api::time::EventTimeSessionWindows),
+//! with a fixed or a per-record gap) merge: a key's session grows while records keep
+//! coming within the gap, and a record between two sessions joins them; the aggregate
+//! then needs [`merge`](AggregateFunction::merge) (`reduce` has it).
+//!
+//! Records that arrive after the watermark passed their window are late. With
+//! [`WindowedStream::allowed_lateness`] a window is kept that much longer and fires again,
+//! updated, for each late record; records later still are dropped, or kept apart with
+//! [`WindowedStream::side_output_late_data`], which gives them back as a stream of their
+//! own ([`WindowOutputs::late_data`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir::prelude::*;
@@ -26,16 +37,29 @@
 //! # Ok(()) }
 //! ```
 
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::api::stream::{DataStream, KeyedStream};
+use crate::error::Result;
+use crate::runtime::windows::count::{check_size, CountWindowAggregate};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
+use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
+use crate::runtime::windows::sessions::SessionWindowAggregate;
+pub use crate::runtime::windows::ProcessWindowFunction;
 use crate::runtime::windows::{TimeWindow, WindowAssigner};
 use crate::state::keyed::AggregateFunction;
 use crate::state::{Data, Key, StateValue};
 
 /// A keyed stream with a window assigner ([`KeyedStream::window`]).
 pub struct WindowedStream<K, T, F, A> {
-    pub(crate) keyed: KeyedStream<K, T, F>,
-    pub(crate) assigner: A,
+    keyed: KeyedStream<K, T, F>,
+    assigner: A,
+    /// Flink's `allowedLateness`, in milliseconds.
+    lateness_ms: u64,
+    /// The window operator's parallelism: 1 for [`DataStream::window_all`].
+    parallelism: Option<u32>,
 }
 
 impl<K, T, F, A> WindowedStream<K, T, F, A>
@@ -43,8 +67,35 @@ where
     K: Key,
     T: Data,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-    A: WindowAssigner,
+    A: WindowAssigner<T>,
 {
+    /// `keyed` cut into windows by `assigner`, with no allowed lateness.
+    pub(crate) fn new(keyed: KeyedStream<K, T, F>, assigner: A) -> Self {
+        WindowedStream {
+            keyed,
+            assigner,
+            lateness_ms: 0,
+            parallelism: None,
+        }
+    }
+
+    /// Keeps every window `lateness` after the watermark passed its end (Flink's
+    /// `allowedLateness`, default 0): a record arriving in that time is added and the window
+    /// fires again with the updated result (a late firing, so downstream sees one result per
+    /// firing and must treat later ones as updates). The window's state is removed when the
+    /// watermark passes its end plus `lateness`; records later than that are late data.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Keeps the late records — those whose windows were all cleaned up already — instead
+    /// of dropping them (Flink's `sideOutputLateData`): the aggregation then returns
+    /// [`WindowOutputs`], the window results and the late records as two streams.
+    pub fn side_output_late_data(self) -> LateDataWindowedStream<K, T, F, A> {
+        LateDataWindowedStream { windowed: self }
+    }
+
     /// Folds each window's records with `f` and emits the result when the window closes
     /// (Flink's `reduce`): one value per key and window, timestamped with the window's last
     /// millisecond.
@@ -92,7 +143,301 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        let f = WindowAggregate::<A, AGG, W, ACC, OUT>::new(self.assigner, aggregate, window_fn);
-        self.keyed.process(f).name("window")
+        let window = window_operator(
+            self.keyed,
+            self.assigner,
+            aggregate,
+            window_fn,
+            self.lateness_ms,
+            None,
+        );
+        with_parallelism(window, self.parallelism)
+    }
+
+    /// Keeps every record of each window and, when it fires, hands them all to `f` with the
+    /// window's bounds (Flink's `process(ProcessWindowFunction)`); `f` emits any number of
+    /// results, timestamped like a window's result.
+    pub fn process<O, P>(self, f: P) -> DataStream<O>
+    where
+        T: StateValue,
+        O: Data,
+        P: ProcessWindowFunction<K, T, O>,
+    {
+        let f = Arc::new(f);
+        self.aggregate_with_window(ElementsAggregate, move |k, w, elements| {
+            run_process_window(&*f, k, w, elements)
+        })
+        .flat_map(|results| results)
+        .name("window-process")
+    }
+}
+
+/// The window operator for `assigner`: one accumulator per window for windows of a fixed
+/// size, merged sessions otherwise.
+fn window_operator<K, T, F, A, ACC, OUT, AGG, W, R>(
+    keyed: KeyedStream<K, T, F>,
+    assigner: A,
+    aggregate: AGG,
+    window_fn: W,
+    lateness_ms: u64,
+    late: Option<fn(T) -> R>,
+) -> DataStream<R>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    A: WindowAssigner<T>,
+    ACC: StateValue,
+    OUT: 'static,
+    R: Data,
+    AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
+{
+    let stream = if assigner.size_ms().is_some() {
+        let mut f = WindowAggregate::new(assigner, aggregate, window_fn).with_lateness(lateness_ms);
+        if let Some(late) = late {
+            f = f.with_late_output(late);
+        }
+        keyed.process(f)
+    } else {
+        let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
+        let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late);
+        keyed.process(f)
+    };
+    stream.name("window")
+}
+
+fn with_parallelism<R: Data>(window: DataStream<R>, parallelism: Option<u32>) -> DataStream<R> {
+    match parallelism {
+        Some(p) => window.set_parallelism(p),
+        None => window,
+    }
+}
+
+impl<K, T, F> KeyedStream<K, T, F>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Cuts each key's records into windows of `size` records in arrival order (Flink's
+    /// `countWindow(size)`: global windows with a purging count trigger); a size of 0 is an
+    /// error. A window fires when its last record arrives; one still short at the end of
+    /// input never fires.
+    pub fn count_window(self, size: u64) -> Result<CountWindowedStream<K, T, F>> {
+        Ok(CountWindowedStream {
+            keyed: self,
+            size: check_size(size)?,
+        })
+    }
+}
+
+/// A keyed stream cut into count windows ([`KeyedStream::count_window`]).
+pub struct CountWindowedStream<K, T, F> {
+    keyed: KeyedStream<K, T, F>,
+    size: u64,
+}
+
+impl<K, T, F> CountWindowedStream<K, T, F>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Folds each window's records with `f` and emits the result when the window is full.
+    pub fn reduce<R>(self, f: R) -> DataStream<T>
+    where
+        T: StateValue,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.aggregate(ReduceAggregate(f))
+    }
+
+    /// Aggregates each window with `aggregate` and emits its result when the window is
+    /// full; the accumulator lives in keyed state until then.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> DataStream<OUT>
+    where
+        ACC: StateValue,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        let f = CountWindowAggregate::new(self.size, aggregate);
+        self.keyed.process(f).name("count-window")
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    /// Cuts the whole stream, not keyed, into windows by `assigner` (Flink's `windowAll`):
+    /// one window operator at parallelism 1 sees every record. The returned stream has the
+    /// functions of a keyed one, with the key `()`; an assigner of merging windows makes
+    /// sessions of the whole stream.
+    pub fn window_all<A: WindowAssigner<T>>(
+        self,
+        assigner: A,
+    ) -> WindowedStream<(), T, fn(&T) -> (), A> {
+        let no_key: fn(&T) -> () = |_| ();
+        let mut windowed = WindowedStream::new(self.key_by(no_key), assigner);
+        windowed.parallelism = Some(1);
+        windowed
+    }
+}
+
+/// What a window operator with a late-data side output emits: a window's result or a late
+/// record. Both travel on the operator's one output; two following operators split them.
+#[derive(Clone)]
+enum WindowRecord<O, T> {
+    Result(O),
+    Late(T),
+}
+
+/// A [`WindowedStream`] whose late records are kept
+/// ([`WindowedStream::side_output_late_data`]): its aggregations return [`WindowOutputs`].
+pub struct LateDataWindowedStream<K, T, F, A> {
+    windowed: WindowedStream<K, T, F, A>,
+}
+
+impl<K, T, F, A> LateDataWindowedStream<K, T, F, A>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    A: WindowAssigner<T>,
+{
+    /// [`WindowedStream::allowed_lateness`]: only records later than the window's end plus
+    /// `lateness` are late data.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.windowed = self.windowed.allowed_lateness(lateness);
+        self
+    }
+
+    /// [`WindowedStream::reduce`], with the late records beside the results.
+    pub fn reduce<R>(self, f: R) -> WindowOutputs<T, T>
+    where
+        T: StateValue,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.reduce_with_window(f, |_, _, v| v)
+    }
+
+    /// [`WindowedStream::reduce_with_window`], with the late records beside the results.
+    pub fn reduce_with_window<R, O, W>(self, f: R, window_fn: W) -> WindowOutputs<O, T>
+    where
+        T: StateValue,
+        O: Data,
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+        W: Fn(&K, TimeWindow, T) -> O + Send + Sync + 'static,
+    {
+        self.aggregate_with_window(ReduceAggregate(f), window_fn)
+    }
+
+    /// [`WindowedStream::aggregate`], with the late records beside the results.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> WindowOutputs<OUT, T>
+    where
+        ACC: StateValue,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        self.aggregate_with_window(aggregate, |_, _, v| v)
+    }
+
+    /// [`WindowedStream::aggregate_with_window`], with the late records beside the results.
+    pub fn aggregate_with_window<ACC, OUT, O, AGG, W>(
+        self,
+        aggregate: AGG,
+        window_fn: W,
+    ) -> WindowOutputs<O, T>
+    where
+        ACC: StateValue,
+        OUT: 'static,
+        O: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
+    {
+        self.build(aggregate, window_fn, |r| r)
+    }
+
+    /// [`WindowedStream::process`], with the late records beside the results.
+    pub fn process<O, P>(self, f: P) -> WindowOutputs<O, T>
+    where
+        T: StateValue,
+        O: Data,
+        P: ProcessWindowFunction<K, T, O>,
+    {
+        let f = Arc::new(f);
+        let window_fn = move |k: &K, w, elements| run_process_window(&*f, k, w, elements);
+        self.build(ElementsAggregate, window_fn, |r| {
+            r.flat_map(|results| results).name("window-process")
+        })
+    }
+
+    /// The window operator, its results passed through `then`, and its late data.
+    fn build<ACC, OUT, X, O, AGG, W>(
+        self,
+        aggregate: AGG,
+        window_fn: W,
+        then: impl FnOnce(DataStream<X>) -> DataStream<O>,
+    ) -> WindowOutputs<O, T>
+    where
+        ACC: StateValue,
+        OUT: 'static,
+        X: Data,
+        O: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> X + Send + Sync + 'static,
+    {
+        let WindowedStream {
+            keyed,
+            assigner,
+            lateness_ms,
+            parallelism,
+        } = self.windowed;
+        let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
+        let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
+        let window = window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
+        let window = with_parallelism(window, parallelism);
+        let results = then(
+            window
+                .fork()
+                .flat_map(|r| match r {
+                    WindowRecord::Result(o) => Some(o),
+                    WindowRecord::Late(_) => None,
+                })
+                .name("window-results"),
+        );
+        let late_data = window
+            .fork()
+            .flat_map(|r| match r {
+                WindowRecord::Result(_) => None,
+                WindowRecord::Late(t) => Some(t),
+            })
+            .name("window-late-data");
+        WindowOutputs {
+            set_uid: Rc::new(move |uid| {
+                window.fork().uid(uid);
+            }),
+            results,
+            late_data,
+        }
+    }
+}
+
+/// The two outputs of a window operator with a late-data side output (Flink's main output
+/// and `getSideOutput(lateTag)`).
+pub struct WindowOutputs<O, T> {
+    /// Sets the uid of the window operator itself, for [`WindowOutputs::uid`].
+    set_uid: Rc<dyn Fn(&str)>,
+    /// The windows' results, as [`WindowedStream::aggregate_with_window`] would give them.
+    pub results: DataStream<O>,
+    /// The records too late for every window they belong to, with their timestamps.
+    pub late_data: DataStream<T>,
+}
+
+impl<O: Data, T: Data> WindowOutputs<O, T> {
+    /// Sets the window operator's stable id, the key of its state in checkpoints (the
+    /// `uid` of [`WindowOutputs::results`] names only the operator that splits off the
+    /// results, which has no state).
+    pub fn uid(self, uid: &str) -> Self {
+        (self.set_uid)(uid);
+        self
     }
 }

@@ -28,16 +28,20 @@ impl TimeWindow {
     }
 }
 
-/// Decides the windows of a record from its timestamp. Every window of one assigner has
-/// the same size, so its end identifies it (the window state is keyed by end).
-pub trait WindowAssigner: Clone + Send + Sync + 'static {
-    /// Appends the windows of a record at `timestamp` to `out`.
-    fn assign_windows(&self, timestamp: u64, out: &mut Vec<TimeWindow>);
-    /// The size of every window.
-    fn size_ms(&self) -> u64;
+/// Decides the windows of a record of type `T` from the record and its timestamp.
+///
+/// Windows of a fixed size ([`WindowAssigner::size_ms`] is `Some`) are identified by their
+/// end (the window state is keyed by end). Merging windows (sessions, `size_ms` is `None`)
+/// get one window per record, merged with every window of the key it overlaps.
+pub trait WindowAssigner<T>: Clone + Send + Sync + 'static {
+    /// Appends the windows of `record` at `timestamp` to `out`; an error for a record whose
+    /// window cannot be computed (a dynamic session gap of 0).
+    fn assign_windows(&self, record: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()>;
+    /// The size of every window, or `None` for windows that merge (sessions).
+    fn size_ms(&self) -> Option<u64>;
 }
 
-fn millis(what: &str, d: Duration) -> Result<u64> {
+pub(crate) fn millis(what: &str, d: Duration) -> Result<u64> {
     match u64::try_from(d.as_millis()) {
         Ok(0) => Err(Error::InvalidJob(format!(
             "window {what} is 0: it must be at least 1 ms"
@@ -95,15 +99,16 @@ impl TumblingEventTimeWindows {
     }
 }
 
-impl WindowAssigner for TumblingEventTimeWindows {
-    fn assign_windows(&self, timestamp: u64, out: &mut Vec<TimeWindow>) {
+impl<T> WindowAssigner<T> for TumblingEventTimeWindows {
+    fn assign_windows(&self, _: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()> {
         out.push(window(
             window_start(timestamp, self.offset, self.size),
             self.size,
         ));
+        Ok(())
     }
-    fn size_ms(&self) -> u64 {
-        self.size
+    fn size_ms(&self) -> Option<u64> {
+        Some(self.size)
     }
 }
 
@@ -148,17 +153,18 @@ impl SlidingEventTimeWindows {
     }
 }
 
-impl WindowAssigner for SlidingEventTimeWindows {
-    fn assign_windows(&self, timestamp: u64, out: &mut Vec<TimeWindow>) {
+impl<T> WindowAssigner<T> for SlidingEventTimeWindows {
+    fn assign_windows(&self, _: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()> {
         let mut start = window_start(timestamp, self.offset, self.slide);
         // `start <= timestamp` always; the window holds it while it ends after it.
         while start + self.size as i128 > timestamp as i128 {
             out.push(window(start, self.size));
             start -= self.slide as i128;
         }
+        Ok(())
     }
-    fn size_ms(&self) -> u64 {
-        self.size
+    fn size_ms(&self) -> Option<u64> {
+        Some(self.size)
     }
 }
 
@@ -166,9 +172,9 @@ impl WindowAssigner for SlidingEventTimeWindows {
 mod tests {
     use super::*;
 
-    fn windows(a: &impl WindowAssigner, t: u64) -> Vec<(u64, u64)> {
+    fn windows(a: &impl WindowAssigner<()>, t: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        a.assign_windows(t, &mut out);
+        a.assign_windows(&(), t, &mut out).unwrap();
         out.iter().map(|w| (w.start, w.end)).collect()
     }
 

@@ -106,6 +106,14 @@ pub trait AggregateFunction<IN, ACC, OUT>: Send + Sync {
     fn add(&self, value: IN, acc: &mut ACC);
     /// The result for `acc`.
     fn get_result(&self, acc: &ACC) -> OUT;
+    /// Merges two accumulators into one (Flink's `AggregateFunction.merge`): session
+    /// windows need it when a record joins two sessions into one. `None`, the default,
+    /// means the aggregate cannot merge; a session window then fails with an error saying
+    /// so.
+    fn merge(&self, a: ACC, b: ACC) -> Option<ACC> {
+        let _ = (a, b);
+        None
+    }
 }
 
 /// An accumulator per key, fed by `add` through the declared aggregate function.

@@ -1,0 +1,278 @@
+//! Allowed lateness and late data of event-time windows: late firings, cleanup at the
+//! window's end plus the lateness, and the late-data side output, against hand-computed
+//! truth; and exactly once under injected failures with windows kept for their lateness.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::config;
+use weir::prelude::*;
+
+/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64, u64);
+
+/// A punctuated generator: the marker records carry the watermark.
+struct Markers;
+
+impl WatermarkGenerator<Ev> for Markers {
+    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+/// Window results `(key, start, end, sum)` and late records, both without the markers'.
+type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
+
+/// Runs `events` in arrival order (parallelism 1) through tumbling or sliding windows
+/// summing the values, with `lateness`, and with the late data kept if `side_output`.
+fn run(events: &'static [Ev], slide: Option<u64>, lateness: u64, side_output: bool) -> Rows {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("windows-late");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let (results, late) = (CollectSink::new(), CollectSink::new());
+    let keyed = env
+        .add_source("events", GeneratorSource::new(events.len() as u64))
+        .map(move |i| events[i as usize])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+        )
+        .key_by(|e: &Ev| e.0);
+    let sum = |a: Ev, b: Ev| (a.0, a.1, a.2 + b.2);
+    let row = |k: &u64, w: TimeWindow, e: Ev| (*k, w.start, w.end, e.2);
+    let lateness = Duration::from_millis(lateness);
+    macro_rules! windowed {
+        ($assigner:expr) => {{
+            let w = keyed.window($assigner).allowed_lateness(lateness);
+            if side_output {
+                let out = w.side_output_late_data().reduce_with_window(sum, row);
+                out.late_data.add_sink("late", late.clone());
+                out.results
+            } else {
+                w.reduce_with_window(sum, row)
+            }
+        }};
+    }
+    let ms = Duration::from_millis;
+    let rows = match slide {
+        None => windowed!(TumblingEventTimeWindows::of(ms(10)).unwrap()),
+        Some(s) => windowed!(SlidingEventTimeWindows::of(ms(10), ms(s)).unwrap()),
+    };
+    rows.add_sink("results", results.clone());
+    env.execute().unwrap();
+    let mut rows: Vec<_> = results.take().into_iter().filter(|r| r.0 != 99).collect();
+    rows.sort();
+    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
+    late.sort();
+    (rows, late)
+}
+
+/// Tumbling windows of 10 ms; watermarks 10, 14 and 22 from the markers.
+const TUMBLING: [Ev; 12] = [
+    (1, 1, 1),
+    (1, 8, 2),
+    (99, 10, 0),
+    (1, 5, 10),
+    (1, 12, 100),
+    (99, 14, 0),
+    (1, 9, 1000),
+    (2, 7, 7),
+    (1, 19, 10000),
+    (99, 22, 0),
+    (1, 15, 3),
+    (1, 21, 4),
+];
+
+#[test]
+fn late_firings_update_the_result_until_the_lateness_ends() {
+    // Lateness 5: [0, 10) fires at watermark 10 (1 + 2), again for (1, 5, 10) at once
+    // (13), and is cleaned up at watermark 14, so (1, 9, 1000) and (2, 7, 7) are late
+    // data. [10, 20) fires at 22 (100 + 10 000), again for (1, 15, 3); [20, 30) at the end.
+    let (rows, late) = run(&TUMBLING, None, 5, true);
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 10, 3),
+            (1, 0, 10, 13),
+            (1, 10, 20, 10100),
+            (1, 10, 20, 10103),
+            (1, 20, 30, 4),
+        ]
+    );
+    assert_eq!(late, [(1, 9, 1000), (2, 7, 7)]);
+    // Without the side output the same results come out and the late records are dropped.
+    let (dropped, late) = run(&TUMBLING, None, 5, false);
+    assert_eq!(dropped, rows);
+    assert!(late.is_empty());
+}
+
+#[test]
+fn without_lateness_every_record_after_the_firing_is_late_data() {
+    let (rows, late) = run(&TUMBLING, None, 0, true);
+    assert_eq!(rows, [(1, 0, 10, 3), (1, 10, 20, 10100), (1, 20, 30, 4)]);
+    assert_eq!(late, [(1, 5, 10), (1, 9, 1000), (1, 15, 3), (2, 7, 7)]);
+}
+
+/// Sliding windows of 10 ms every 5; watermarks 8, 11 and 12.
+const SLIDING: [Ev; 9] = [
+    (1, 2, 1),
+    (99, 8, 0),
+    (1, 3, 10),
+    (99, 11, 0),
+    (1, 4, 100),
+    (1, 7, 1000),
+    (99, 12, 0),
+    (1, 6, 5),
+    (1, 1, 7),
+];
+
+#[test]
+fn sliding_windows_late_for_some_windows_only() {
+    // Lateness 3. [-5, 5) (reported as [0, 5)) fires at watermark 8 and is cleaned up at
+    // the same watermark (4 + 3 <= 8): (1, 3, 10) goes to [0, 10) only, on time.
+    // [0, 10) fires at 11 (11), then late for (1, 4, 100) (111) and (1, 7, 1000) (1111),
+    // which also opens [5, 15) on time; cleaned up at 12, so (1, 6, 5) goes to [5, 15)
+    // only and (1, 1, 7), late for both its windows, is late data.
+    let (rows, late) = run(&SLIDING, Some(5), 3, true);
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 5, 1),
+            (1, 0, 10, 11),
+            (1, 0, 10, 111),
+            (1, 0, 10, 1111),
+            (1, 5, 15, 1005),
+        ]
+    );
+    assert_eq!(late, [(1, 1, 7)]);
+}
+
+// ---- Exactly once ------------------------------------------------------------------
+
+const KEYS: u64 = 10;
+const WINDOW_MS: u64 = 1_000;
+/// Larger than the timestamps' jitter: no record is late, so the result is deterministic.
+const BOUND_MS: u64 = 10_000;
+
+fn ts(i: u64) -> u64 {
+    i + (i * 7919) % 100
+}
+
+/// `(key, window start, count, times it arrived)`.
+type Gathered = (u64, u64, u64, u64);
+
+/// `(key, window start, count)` rows gathered into keyed state, emitted once at the end of
+/// input with the number of times each row arrived: window output is exactly once in state.
+#[derive(Clone, Default)]
+struct Gather {
+    rows: Option<MapState<u64, (u64, u64)>>,
+}
+
+impl CheckpointedFunction for Gather {}
+
+impl KeyedProcessFunction<u64, (u64, u64, u64), Gathered> for Gather {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.rows = Some(s.map_state("rows")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (_, start, count): (u64, u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let mut rows = ctx.map(self.rows.as_ref().unwrap());
+        let seen = rows.get(&start).map_or(0, |r| r.1);
+        rows.put(start, (count, seen + 1));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let rows = self.rows.unwrap();
+        ctx.apply_to_all_keys(&rows, |c| {
+            let key = *c.key();
+            for (start, (count, seen)) in c.map(&rows).entries() {
+                out.collect((key, *start, *count, *seen));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn windows_kept_for_their_lateness_are_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let mut cfg = config(
+        "windows-late-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
+    let env = StreamEnvironment::new(cfg);
+    let (results, late) = (CollectSink::new(), CollectSink::new());
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        .with_timestamp_assigner(|i: &u64, _| ts(*i));
+    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    // Windows stay three windows long after they fire: open and fired-but-kept windows
+    // are both in the checkpoints the failures restore.
+    let out = env
+        .add_source_with_watermarks("gen", source, strategy)
+        .uid("gen")
+        .key_by(|i: &u64| i % KEYS)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+        .allowed_lateness(Duration::from_millis(3 * WINDOW_MS))
+        .side_output_late_data()
+        .aggregate_with_window(Count, |k: &u64, w: TimeWindow, c: u64| (*k, w.start, c))
+        .uid("windows");
+    out.late_data.add_sink("late", late.clone()).uid("late");
+    out.results
+        .key_by(|r: &(u64, u64, u64)| r.0)
+        .process(Gather::default())
+        .uid("gather")
+        .add_sink("results", results.clone())
+        .uid("sink");
+    let r = env.execute().unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 4);
+    weir::testing::assert_resumed(&r, n);
+    let mut want: HashMap<(u64, u64), u64> = HashMap::new();
+    for i in 0..n {
+        *want
+            .entry((i % KEYS, ts(i) / WINDOW_MS * WINDOW_MS))
+            .or_default() += 1;
+    }
+    let mut got: HashMap<(u64, u64), u64> = HashMap::new();
+    for (k, start, count, seen) in results.take() {
+        assert_eq!(seen, 1, "key {k} window {start} emitted {seen} times");
+        got.insert((k, start), count);
+    }
+    assert_eq!(got.len(), want.len(), "windows");
+    assert_eq!(got, want);
+    assert!(late.take().is_empty(), "no record is later than the bound");
+}
+
+/// Counts records.
+struct Count;
+
+impl AggregateFunction<u64, u64, u64> for Count {
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, _: u64, acc: &mut u64) {
+        *acc += 1;
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}

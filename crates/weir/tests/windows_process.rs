@@ -1,0 +1,224 @@
+//! Process-window functions: all the records of a window with its bounds, against
+//! hand-computed truth for tumbling windows (with a late firing and late data) and merged
+//! sessions; and exactly once under injected failures.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::config;
+use weir::prelude::*;
+
+/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64, u64);
+
+/// A punctuated generator: the marker records carry the watermark.
+struct Markers;
+
+impl WatermarkGenerator<Ev> for Markers {
+    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+/// `(key, start, end, values)`.
+type Row = (u64, u64, u64, Vec<u64>);
+
+/// Emits the window's values, sorted; for a window of 3 records or more also their sum.
+fn values(k: &u64, w: TimeWindow, elements: &[Ev], out: &mut Collector<'_, Row>) {
+    let mut v: Vec<u64> = elements.iter().map(|e| e.2).collect();
+    v.sort();
+    if v.len() >= 3 {
+        out.collect((*k, w.start, w.end, vec![v.iter().sum()]));
+    }
+    out.collect((*k, w.start, w.end, v));
+}
+
+/// Runs `events` in arrival order (parallelism 1) through `assigner` with lateness 5 ms
+/// and [`values`]; returns the rows and late records without the markers'.
+fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> (Vec<Row>, Vec<Ev>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("windows-process");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let (results, late) = (CollectSink::new(), CollectSink::new());
+    let out = env
+        .add_source("events", GeneratorSource::new(events.len() as u64))
+        .map(move |i| events[i as usize])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+        )
+        .key_by(|e: &Ev| e.0)
+        .window(assigner)
+        .allowed_lateness(Duration::from_millis(5))
+        .side_output_late_data()
+        .process(values);
+    out.late_data.add_sink("late", late.clone());
+    out.results.add_sink("results", results.clone());
+    env.execute().unwrap();
+    let mut rows: Vec<Row> = results.take().into_iter().filter(|r| r.0 != 99).collect();
+    rows.sort();
+    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
+    late.sort();
+    (rows, late)
+}
+
+/// Watermarks 10 and 15.
+const TUMBLING: [Ev; 8] = [
+    (1, 1, 1),
+    (1, 8, 2),
+    (2, 3, 5),
+    (99, 10, 0),
+    (1, 5, 10),
+    (1, 12, 100),
+    (99, 15, 0),
+    (1, 6, 1000),
+];
+
+#[test]
+fn tumbling_windows_with_a_process_function_by_hand() {
+    let ms = Duration::from_millis;
+    let (rows, late) = run(&TUMBLING, TumblingEventTimeWindows::of(ms(10)).unwrap());
+    // Key 1, [0, 10): fires at watermark 10 with 1 and 2, again for (1, 5, 10) with three
+    // records (and their sum); cleaned up at 15 (9 + 5 <= 15), so (1, 6, 1000) is late.
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 10, vec![1, 2]),
+            (1, 0, 10, vec![1, 2, 10]),
+            (1, 0, 10, vec![13]),
+            (1, 10, 20, vec![100]),
+            (2, 0, 10, vec![5]),
+        ]
+    );
+    assert_eq!(late, [(1, 6, 1000)]);
+}
+
+const SESSIONS: [Ev; 5] = [(1, 0, 1), (1, 20, 4), (1, 12, 8), (2, 3, 7), (1, 16, 16)];
+
+#[test]
+fn merged_sessions_hand_all_their_records_to_the_process_function() {
+    let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap();
+    let (rows, late) = run(&SESSIONS, gap);
+    // (1, 16, 16) bridges [12, 17) and [20, 25): one session of three records.
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 5, vec![1]),
+            (1, 12, 25, vec![4, 8, 16]),
+            (1, 12, 25, vec![28]),
+            (2, 3, 8, vec![7]),
+        ]
+    );
+    assert!(late.is_empty());
+}
+
+// ---- Exactly once ------------------------------------------------------------------
+
+const KEYS: u64 = 10;
+const WINDOW_MS: u64 = 1_000;
+/// Larger than the timestamps' jitter: no record is late.
+const BOUND_MS: u64 = 10_000;
+
+fn ts(i: u64) -> u64 {
+    i + (i * 7919) % 100
+}
+
+/// `(key, window start) → (count, sum of the records, times it arrived)`, gathered in
+/// keyed state and emitted at the end of input: window output is exactly once in state.
+#[derive(Clone, Default)]
+struct Gather {
+    rows: Option<MapState<u64, (u64, u64, u64)>>,
+}
+
+impl CheckpointedFunction for Gather {}
+
+type Gathered = (u64, u64, u64, u64, u64);
+
+impl KeyedProcessFunction<u64, (u64, u64, u64, u64), Gathered> for Gather {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.rows = Some(s.map_state("rows")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (_, start, count, sum): (u64, u64, u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let mut rows = ctx.map(self.rows.as_ref().unwrap());
+        let seen = rows.get(&start).map_or(0, |r| r.2);
+        rows.put(start, (count, sum, seen + 1));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let rows = self.rows.unwrap();
+        ctx.apply_to_all_keys(&rows, |c| {
+            let key = *c.key();
+            for (start, (count, sum, seen)) in c.map(&rows).entries() {
+                out.collect((key, *start, *count, *sum, *seen));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn process_windows_are_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 60_000;
+    let mut cfg = config(
+        "windows-process-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 9, n / 4));
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        .with_timestamp_assigner(|i: &u64, _| ts(*i));
+    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    env.add_source_with_watermarks("gen", source, strategy)
+        .uid("gen")
+        .key_by(|i: &u64| i % KEYS)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+        .process(
+            |k: &u64, w: TimeWindow, e: &[u64], out: &mut Collector<'_, (u64, u64, u64, u64)>| {
+                out.collect((*k, w.start, e.len() as u64, e.iter().sum()))
+            },
+        )
+        .uid("windows")
+        .key_by(|r: &(u64, u64, u64, u64)| r.0)
+        .process(Gather::default())
+        .uid("gather")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute().unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 3);
+    weir::testing::assert_resumed(&r, n);
+    let mut want: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
+    for i in 0..n {
+        let w = want
+            .entry((i % KEYS, ts(i) / WINDOW_MS * WINDOW_MS))
+            .or_default();
+        w.0 += 1;
+        w.1 += i;
+    }
+    let mut got = HashMap::new();
+    for (k, start, count, sum, seen) in out.take() {
+        assert_eq!(seen, 1, "key {k} window {start} emitted {seen} times");
+        got.insert((k, start), (count, sum));
+    }
+    assert_eq!(got, want);
+}

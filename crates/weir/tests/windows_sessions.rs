@@ -1,0 +1,351 @@
+//! Event-time session windows: merging with a fixed and a per-record gap against
+//! hand-computed truth (a record that bridges two sessions, late records); exactly once
+//! under injected failures; and open sessions restored at parallelism 3 and 1.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use weir::prelude::*;
+
+/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64, u64);
+
+/// A punctuated generator: the marker records carry the watermark.
+struct Markers;
+
+impl WatermarkGenerator<Ev> for Markers {
+    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+/// Session sums `(key, start, end, sum)` and late records, both without the markers'.
+type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
+
+/// Runs `events` in arrival order (parallelism 1) through `assigner` with `lateness` ms,
+/// summing the values.
+fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A, lateness: u64) -> Result<Rows> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("sessions");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.restart = RestartStrategy::None;
+    let env = StreamEnvironment::new(cfg);
+    let (results, late) = (CollectSink::new(), CollectSink::new());
+    let out = env
+        .add_source("events", GeneratorSource::new(events.len() as u64))
+        .map(move |i| events[i as usize])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+        )
+        .key_by(|e: &Ev| e.0)
+        .window(assigner)
+        .allowed_lateness(Duration::from_millis(lateness))
+        .side_output_late_data()
+        .reduce_with_window(
+            |a, b| (a.0, a.1, a.2 + b.2),
+            |k, w, e| (*k, w.start, w.end, e.2),
+        );
+    out.late_data.add_sink("late", late.clone());
+    out.results.add_sink("results", results.clone());
+    env.execute()?;
+    let mut rows: Vec<_> = results.take().into_iter().filter(|r| r.0 != 99).collect();
+    rows.sort();
+    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
+    late.sort();
+    Ok((rows, late))
+}
+
+/// A gap of 5 ms; one watermark, 9.
+const FIXED: [Ev; 10] = [
+    (1, 0, 1),
+    (1, 3, 2),
+    (1, 20, 4),
+    (1, 12, 8),
+    (1, 16, 16),
+    (2, 1, 100),
+    (2, 6, 200),
+    (99, 9, 0),
+    (1, 2, 32),
+    (2, 10, 400),
+];
+
+#[test]
+fn sessions_with_a_fixed_gap_merge_by_hand() {
+    let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap();
+    let (rows, late) = run(&FIXED, gap, 0).unwrap();
+    // Key 1: [0, 5) and [3, 8) merge into [0, 8) (1 + 2), which fires at watermark 9.
+    // [20, 25) and [12, 17) stay apart until (1, 16, 16) opens [16, 21), which overlaps
+    // both: one session [12, 25) of 4 + 8 + 16. (1, 2, 32) opens [2, 7), whose session was
+    // fired and cleaned up: late. Key 2: [1, 6) and [6, 11) touch and merge, then
+    // (2, 10, 400) extends them to [1, 15).
+    assert_eq!(rows, [(1, 0, 8, 3), (1, 12, 25, 28), (2, 1, 15, 700)]);
+    assert_eq!(late, [(1, 2, 32)]);
+}
+
+/// The gap of each record is its value, in ms.
+const DYNAMIC: [Ev; 6] = [
+    (1, 0, 3),
+    (1, 5, 10),
+    (1, 2, 1),
+    (1, 30, 2),
+    (1, 16, 20),
+    (1, 14, 2),
+];
+
+#[test]
+fn sessions_with_a_dynamic_gap_merge_by_hand() {
+    let gap = EventTimeSessionWindows::with_dynamic_gap(|e: &Ev| Duration::from_millis(e.2));
+    let (rows, late) = run(&DYNAMIC, gap, 0).unwrap();
+    // [0, 3) takes (1, 2, 1) as [2, 3): 3 + 1. [5, 15), [30, 32) and [16, 36) (which
+    // absorbs [30, 32)) are bridged by (1, 14, 2), [14, 16): one session [5, 36) of
+    // 10 + 2 + 20 + 2.
+    assert_eq!(rows, [(1, 0, 3, 4), (1, 5, 36, 34)]);
+    assert!(late.is_empty());
+}
+
+#[test]
+fn a_gap_of_zero_is_a_clear_error() {
+    let e = EventTimeSessionWindows::with_gap(Duration::ZERO)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("session gap is 0"), "{e}");
+    static ZERO: [Ev; 1] = [(1, 7, 0)];
+    let gap = EventTimeSessionWindows::with_dynamic_gap(|e: &Ev| Duration::from_millis(e.2));
+    let e = run(&ZERO, gap, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("dynamic session gap of a record at 7 ms") && e.contains("gap is 0"),
+        "{e}"
+    );
+}
+
+/// A gap of 5 ms; watermarks 6, 13 and 23.
+const LATE: [Ev; 8] = [
+    (1, 0, 1),
+    (99, 6, 0),
+    (1, 8, 2),
+    (1, 4, 4),
+    (99, 13, 0),
+    (1, 2, 8),
+    (99, 23, 0),
+    (1, 3, 16),
+];
+
+#[test]
+fn sessions_with_allowed_lateness_by_hand() {
+    let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap();
+    let (rows, late) = run(&LATE, gap, 10).unwrap();
+    // Lateness 10. [0, 5) fires at watermark 6 and is kept; (1, 4, 4) bridges it with the
+    // open [8, 13): [0, 13) of 1 + 2 + 4 fires at 13. (1, 2, 8) falls in it: a late firing
+    // (15). The watermark 23 passes its cleanup time (12 + 10), so (1, 3, 16) is late.
+    assert_eq!(rows, [(1, 0, 5, 1), (1, 0, 13, 7), (1, 0, 13, 15)]);
+    assert_eq!(late, [(1, 3, 16)]);
+}
+
+/// Sums without a merge.
+struct SumNoMerge;
+
+impl AggregateFunction<Ev, u64, u64> for SumNoMerge {
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, e: Ev, acc: &mut u64) {
+        *acc += e.2;
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+#[test]
+fn merging_sessions_of_an_aggregate_without_merge_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("sessions-no-merge");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.restart = RestartStrategy::None;
+    let env = StreamEnvironment::new(cfg);
+    env.add_source("events", GeneratorSource::new(FIXED.len() as u64))
+        .map(|i| FIXED[i as usize])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+        )
+        .key_by(|e: &Ev| e.0)
+        .window(EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap())
+        .aggregate(SumNoMerge)
+        .add_sink("discard", DiscardSink);
+    let e = env.execute().unwrap_err().to_string();
+    assert!(e.contains("implement AggregateFunction::merge"), "{e}");
+}
+
+// ---- Exactly once and rescaling ----------------------------------------------------
+
+const KEYS: u64 = 10;
+const GAP_MS: u64 = 100;
+/// Records per block: a key's records within a block are at most 60 ms apart (one
+/// session), and 500 ms separate two blocks (two sessions).
+const BLOCK: u64 = 1_000;
+/// Larger than the jitter and than the lag between two splits a rescaled generator subtask
+/// reads alternately (timestamps advance 1.5 ms a record): no record is late.
+const BOUND_MS: u64 = 30_000;
+
+fn ts(i: u64) -> u64 {
+    i + (i / BLOCK) * 500 + (i * 7919) % 50
+}
+
+/// `(key, start) → (end, count)` of every session.
+fn truth(n: u64) -> HashMap<(u64, u64), (u64, u64)> {
+    let mut blocks: HashMap<(u64, u64), (u64, u64, u64)> = HashMap::new();
+    for i in 0..n {
+        let s = blocks
+            .entry((i % KEYS, i / BLOCK))
+            .or_insert((u64::MAX, 0, 0));
+        s.0 = s.0.min(ts(i));
+        s.1 = s.1.max(ts(i) + GAP_MS);
+        s.2 += 1;
+    }
+    blocks
+        .into_iter()
+        .map(|((k, _), (start, end, count))| ((k, start), (end, count)))
+        .collect()
+}
+
+/// `(key, start, end, count, times it arrived)`.
+type Gathered = (u64, u64, u64, u64, u64);
+
+/// Session rows gathered into keyed state, emitted once at the end of input with the
+/// number of times each arrived: session output is exactly once in state.
+#[derive(Clone, Default)]
+struct Gather {
+    rows: Option<MapState<u64, (u64, u64, u64)>>,
+}
+
+impl CheckpointedFunction for Gather {}
+
+impl KeyedProcessFunction<u64, (u64, u64, u64, u64), Gathered> for Gather {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.rows = Some(s.map_state("rows")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (_, start, end, count): (u64, u64, u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let mut rows = ctx.map(self.rows.as_ref().unwrap());
+        let seen = rows.get(&start).map_or(0, |r| r.2);
+        rows.put(start, (end, count, seen + 1));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let rows = self.rows.unwrap();
+        ctx.apply_to_all_keys(&rows, |c| {
+            let key = *c.key();
+            for (start, (end, count, seen)) in c.map(&rows).entries() {
+                out.collect((key, *start, *end, *count, *seen));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Counts records per key and session: every session comes out once.
+fn run_sessions<S: SourceFunction<u64>>(
+    cfg: JobConfig,
+    source: S,
+) -> (Vec<Gathered>, Result<JobResult>) {
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        .with_timestamp_assigner(|i: &u64, _| ts(*i));
+    env.add_source_with_watermarks("gen", source, strategy)
+        .uid("gen")
+        .map(|i: u64| (i % KEYS, 1u64))
+        .uid("pairs")
+        .key_by(|r: &(u64, u64)| r.0)
+        .window(EventTimeSessionWindows::with_gap(Duration::from_millis(GAP_MS)).unwrap())
+        .reduce_with_window(
+            |a, b| (a.0, a.1 + b.1),
+            |k, w: TimeWindow, r| (*k, w.start, w.end, r.1),
+        )
+        .uid("sessions")
+        .key_by(|r: &(u64, u64, u64, u64)| r.0)
+        .process(Gather::default())
+        .uid("gather")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute();
+    (out.take(), r)
+}
+
+fn assert_exact(rows: &[Gathered], n: u64) {
+    let want = truth(n);
+    let mut got = HashMap::new();
+    for &(k, start, end, count, seen) in rows {
+        assert_eq!(seen, 1, "key {k} session {start} emitted {seen} times");
+        assert!(got.insert((k, start), (end, count)).is_none());
+    }
+    assert_eq!(got.len(), want.len(), "sessions");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn sessions_are_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let mut cfg = config(
+        "sessions-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
+    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    let (rows, r) = run_sessions(cfg, source);
+    let r = r.unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 4);
+    weir::testing::assert_resumed(&r, n);
+    assert_exact(&rows, n);
+}
+
+#[test]
+fn open_sessions_survive_a_restore_at_another_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 60_000;
+    let mut cfg = config(
+        "sessions-rescale",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    let mut first = cfg.clone();
+    first.restart = RestartStrategy::None;
+    // Stops once a checkpoint after 2 000 records per subtask completed: the watermark is
+    // still below every session's end (about 6 000 - 30 001 < 0), so every session is open
+    // in it, some half filled (a block holds 1 000 records).
+    let (_, r) = run_sessions(first, StopMidRun::new(GeneratorSource::new(n), 2_000));
+    assert_stopped_mid_run(r);
+    let (mid, _) = common::newest_checkpoint(dir.path(), "sessions-rescale");
+    for p in [3, 1] {
+        let mut c = cfg.clone();
+        c.parallelism = p;
+        c.restore = RestoreFrom::Path(mid.clone());
+        let (rows, r) = run_sessions(c, GeneratorSource::new(n));
+        // The sources resume mid-input: the counts are right only if the checkpoint's
+        // open sessions were restored and merged with what came after.
+        assert_resumed_mid_run(&r.unwrap(), &mid, n);
+        assert_exact(&rows, n);
+    }
+}
