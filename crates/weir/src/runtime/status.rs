@@ -16,12 +16,17 @@ use serde::Serialize;
 
 use crate::checkpoint::coordinator::AbortReason;
 use crate::checkpoint::metadata::TaskCheckpointStats;
+use crate::checkpoint::writer::PhaseTimes;
 use crate::runtime::control::{ControlHub, JobStatus};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 use crate::runtime::graph::{JobGraph, Partitioning};
 use crate::runtime::plan::Plan;
 use crate::runtime::result::AttemptSummary;
 use crate::runtime::task::TaskMetrics;
+
+mod timeline;
+
+pub use timeline::SubtaskTimeline;
 
 /// Entries the checkpoint history keeps (oldest dropped first); the totals count all.
 pub const HISTORY_LIMIT: usize = 200;
@@ -113,9 +118,8 @@ pub struct CheckpointRecord {
     pub path: Option<PathBuf>,
     /// Why it failed or was aborted.
     pub failure: Option<String>,
-    /// Per subtask (completed ones): how long each phase took there, so the slow subtask
-    /// shows. Phase *timestamps* (when the barrier arrived, when the ack left) are not
-    /// recorded by the tasks yet; these are the durations their acknowledgements carry.
+    /// Per subtask (completed ones): how long each phase took there and when, so the slow
+    /// subtask shows.
     pub subtasks: Vec<SubtaskPhases>,
 }
 
@@ -134,6 +138,9 @@ pub struct SubtaskPhases {
     pub async_ms: f64,
     /// Bytes it wrote.
     pub bytes: u64,
+    /// When each phase happened, relative to the trigger (`None` if the task recorded no
+    /// times): what the dashboard's timeline draws.
+    pub timeline: Option<SubtaskTimeline>,
 }
 
 /// A histogram of completed checkpoints' end-to-end durations (all of them, not only those
@@ -268,34 +275,40 @@ impl JobStatus {
     }
 
     /// Checkpoint `id` completed into `path` with `bytes` of state, at `now_ms`; `tasks`
-    /// are the tasks' acknowledged statistics, in the plan's task order.
+    /// are the tasks' acknowledged statistics and `times` when their phases happened, both
+    /// in the plan's task order.
     pub(crate) fn on_checkpoint_completed(
         &mut self,
         id: u64,
         path: &Path,
         bytes: u64,
         tasks: &[TaskCheckpointStats],
+        times: &[PhaseTimes],
         now_ms: u64,
     ) {
+        self.checkpoints_completed += 1;
+        self.last_checkpoint_bytes = bytes;
+        let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) else {
+            return;
+        };
         let ms = |micros: u64| micros as f64 / 1000.0;
         let subtasks = self
             .tasks
             .iter()
             .zip(tasks)
-            .map(|(t, s)| SubtaskPhases {
+            .enumerate()
+            .map(|(i, (t, s))| SubtaskPhases {
                 chain: t.chain.clone(),
                 subtask: t.subtask,
                 alignment_ms: ms(s.alignment_micros),
                 sync_ms: ms(s.sync_micros),
                 async_ms: ms(s.async_micros),
                 bytes: s.bytes,
+                timeline: times
+                    .get(i)
+                    .and_then(|p| SubtaskTimeline::relative(p, r.trigger_ms)),
             })
             .collect();
-        self.checkpoints_completed += 1;
-        self.last_checkpoint_bytes = bytes;
-        let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) else {
-            return;
-        };
         let duration = now_ms.saturating_sub(r.trigger_ms);
         r.status = "completed".into();
         r.end_ms = Some(now_ms);
@@ -406,7 +419,15 @@ mod tests {
             alignment_micros: 0,
             bytes: 4096,
         };
-        s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, &[stats], 1040);
+        let times = PhaseTimes {
+            barrier_us: 1_002_000,
+            sync_start_us: 1_005_500,
+            sync_end_us: 1_007_000,
+            async_start_us: 1_007_250,
+            async_end_us: 0, // not recorded: drawn where the phase before ended
+            ack_us: 1_030_000,
+        };
+        s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, &[stats], &[times], 1040);
         s.on_checkpoint_aborted(3, &AbortReason::Timeout, 1900);
         let kinds: Vec<(&str, &str)> = s
             .history
@@ -426,6 +447,10 @@ mod tests {
         let phases = &s.history[0].subtasks;
         assert_eq!((phases.len(), phases[0].chain.as_str()), (1, "source"));
         assert_eq!((phases[0].sync_ms, phases[0].async_ms), (1.5, 20.0));
+        let line = phases[0].timeline.expect("a timeline");
+        assert_eq!((line.barrier_ms, line.sync_start_ms), (2.0, 5.5));
+        assert_eq!((line.sync_end_ms, line.async_start_ms), (7.0, 7.25));
+        assert_eq!((line.async_end_ms, line.ack_ms), (7.25, 30.0));
         assert_eq!(s.history[2].failure.as_deref(), Some("timed out"));
         assert_eq!((s.checkpoints_completed, s.checkpoints_failed), (1, 1));
         assert_eq!(s.last_checkpoint_bytes, 4096);
@@ -484,7 +509,7 @@ mod tests {
         let mut s = JobStatus::default();
         for id in 1..=(HISTORY_LIMIT as u64 + 50) {
             s.on_checkpoint_triggered(&barrier(id, BarrierKind::Checkpoint, id * 100));
-            s.on_checkpoint_completed(id, Path::new("/x"), 1, &[], id * 100 + 7);
+            s.on_checkpoint_completed(id, Path::new("/x"), 1, &[], &[], id * 100 + 7);
         }
         assert_eq!(s.history.len(), HISTORY_LIMIT);
         assert_eq!(s.history[0].id, 51);

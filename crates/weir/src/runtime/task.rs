@@ -148,6 +148,17 @@ impl TaskContext {
         alignment: Duration,
         frozen: bool,
     ) {
+        // The capture ends now; it began `sync` (plus any wait on downstream) earlier, and
+        // alignment before that. Two clock reads per barrier, none per record.
+        let sync_end_us = crate::clock::wall_us();
+        let sync_start_us =
+            sync_end_us.saturating_sub((sync + snapshot.downstream_wait).as_micros() as u64);
+        let times = crate::checkpoint::writer::PhaseTimes {
+            barrier_us: sync_start_us.saturating_sub(alignment.as_micros() as u64),
+            sync_start_us,
+            sync_end_us,
+            ..Default::default()
+        };
         // If the writer is gone the executor is shutting down; nothing to acknowledge.
         let _ = self.writer.send(SnapshotJob {
             attempt: self.attempt,
@@ -159,6 +170,7 @@ impl TaskContext {
             sync,
             alignment,
             frozen,
+            times,
         });
     }
 }
