@@ -159,6 +159,27 @@ fn the_api_and_metrics_follow_a_running_job() {
         .expect("records per subtask");
     assert_eq!(per_subtask.len(), 2);
     assert!(overview["source_records"].as_u64() > Some(0));
+    // Per task: the generator's chain sends records downstream and works; the counting
+    // chain waits for input and sends nothing (its sink is chained in).
+    let tasks = overview["tasks"].as_array().expect("tasks");
+    let head = |t: &Value| t["operators"][0].as_str().unwrap().to_string();
+    let sent: u64 = tasks
+        .iter()
+        .filter(|t| head(t) == "generator")
+        .map(|t| t["records_out"].as_u64().unwrap())
+        .sum();
+    assert!(sent > 0, "{tasks:?}");
+    for t in tasks {
+        assert!(t["busy_ms"].as_u64() > Some(0), "{t}");
+        assert!(
+            t["backpressured_ms"].is_u64() && t["idle_ms"].is_u64(),
+            "{t}"
+        );
+        if head(t) == "count" {
+            assert_eq!(t["records_out"], 0, "{t}");
+            assert!(t["idle_ms"].as_u64() > Some(0), "{t}");
+        }
+    }
     let history = wait_for(
         &job.url("/api/checkpoints"),
         "a checkpoint completed",
@@ -250,6 +271,32 @@ fn the_api_and_metrics_follow_a_running_job() {
         .sum();
     assert!(generator > 0.0, "{text}");
     assert!(tasks.iter().any(|s| s.labels["subtask"] == "1"), "{text}");
+    let out: f64 = samples
+        .iter()
+        .filter(|s| s.name == "weir_task_records_out_total")
+        .map(|s| s.value)
+        .sum();
+    assert!(out > 0.0, "{text}");
+    for family in [
+        "weir_task_backpressured_seconds",
+        "weir_task_idle_seconds",
+        "weir_task_busy_seconds",
+    ] {
+        assert_eq!(types[family], "counter", "{text}");
+        let n = samples
+            .iter()
+            .filter(|s| s.name == format!("{family}_total"))
+            .count();
+        assert_eq!(n, 4, "{family} per task: {text}");
+    }
+    assert_eq!(types["weir_task_checkpoint_alignment_seconds"], "gauge");
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.name == "weir_task_checkpoint_alignment_seconds")
+            .all(|s| s.value >= 0.0),
+        "{text}"
+    );
 
     // Stop through the API: the job ends with its savepoint.
     let (status, body) = post(&job.url("/stop"), &action);

@@ -123,6 +123,18 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         );
     }
     assert!(overview.contains("keyed-count"), "{overview}");
+    // A row per subtask with its records and, after a refresh, its shares of time.
+    let tasks = section(&overview, "<table id=\"tasks\"", "</table>");
+    assert_eq!(
+        tasks.matches("<tr>").count(),
+        5,
+        "a header and 4 subtasks:\n{tasks}"
+    );
+    assert!(tasks.contains("<td>generator</td>"), "{tasks}");
+    assert!(
+        tasks.contains(" %</td>"),
+        "no backpressure or busy share:\n{tasks}"
+    );
 
     let checkpoints = dom(t, &job.url("/checkpoints"));
     let history = section(&checkpoints, "<table id=\"history\"", "</table>");

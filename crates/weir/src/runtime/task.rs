@@ -99,6 +99,8 @@ pub enum TaskEvent {
 pub struct TaskMetrics {
     /// Records that entered the task (polled from the source or received on channels).
     pub records_in: AtomicU64,
+    /// Records out, backpressure, idle and busy time ([`crate::runtime::load`]).
+    pub load: crate::runtime::load::TaskLoad,
 }
 
 /// What every task loop needs besides its chain.
@@ -391,7 +393,7 @@ pub fn run_input<T: Send>(
             sel.recv(&inputs[c]);
         }
         let deadline = last_flush + ctx.buffer_timeout;
-        let op = match sel.select_deadline(deadline) {
+        let op = match crate::runtime::load::idle(|| sel.select_deadline(deadline)) {
             Ok(op) => op,
             Err(_) => {
                 if !fin.is_frozen() {

@@ -89,6 +89,7 @@ async function refreshOverview() {
     o.inputs.map((i) => i.from + " (" + i.partitioning + (i.chained ? ", chained" : "") + ")").join(", ") || "—",
     o.records_in ? o.records_in.map((n) => n.toLocaleString("en")).join(" / ") : "chained",
   ]));
+  showTasks(v.tasks || [], now);
   const attempts = v.attempts.slice();
   if (!attempts.some((a) => a.attempt === v.attempt) && v.attempt > 0) {
     attempts.push({ attempt: v.attempt, current: true });
@@ -99,6 +100,30 @@ async function refreshOverview() {
     a.current ? "—" : a.source_records.toLocaleString("en"),
     a.current ? v.state : a.failure ? { text: a.failure, cls: "failed" } : "finished",
   ]));
+}
+
+// Per task, records in and out and where the last refresh interval went: the shares are
+// the growth of the task's backpressured and busy milliseconds over the growth of all its
+// accounted time (idle, backpressured, busy), so a stalled refresh does not skew them.
+const lastTasks = new Map();
+
+function showTasks(tasks, now) {
+  const pctOf = (part, whole) => (whole > 0 ? Math.round((100 * part) / whole) + " %" : "–");
+  fill("tasks", tasks.map((t) => {
+    const key = t.chain + "#" + t.subtask;
+    const prev = lastTasks.get(key);
+    lastTasks.set(key, { at: now, out: t.records_out, bp: t.backpressured_ms, idle: t.idle_ms, busy: t.busy_ms });
+    let rate = null, bp = "–", busy = "–";
+    if (prev && now > prev.at) {
+      rate = Math.round(Math.max(0, t.records_out - prev.out) / (now - prev.at)).toLocaleString("en");
+      const dBp = Math.max(0, t.backpressured_ms - prev.bp);
+      const dBusy = Math.max(0, t.busy_ms - prev.busy);
+      const whole = dBp + dBusy + Math.max(0, t.idle_ms - prev.idle);
+      bp = pctOf(dBp, whole);
+      busy = pctOf(dBusy, whole);
+    }
+    return [t.chain, t.subtask + 1, t.records_in.toLocaleString("en"), t.records_out.toLocaleString("en"), rate, bp, busy];
+  }));
 }
 
 async function refreshCheckpoints() {
