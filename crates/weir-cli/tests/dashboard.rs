@@ -8,6 +8,7 @@ mod dashboard_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::*;
 use dashboard_support::*;
@@ -362,6 +363,37 @@ fn a_token_protects_the_api_and_metrics() {
     ];
     let (status, body) = post(&job.url("/stop"), &both);
     assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn the_pages_stay_readable_while_the_run_lingers_after_its_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // 2 s of input, then 4 s more of serving the final status.
+    let job = Running::start_events(t, 1_000_000, &["--control-linger", "4s"], "linger");
+    let done = wait_for(&job.url("/api/job"), "the job finished", |v| {
+        v["state"] == "finished"
+    });
+    assert_eq!(done["source_records"], 1_000_000, "{done:#}");
+    // The run has published its output and printed its summary, and still answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&job.log)
+        .unwrap()
+        .contains("stays up for 4s")
+    {
+        assert!(std::time::Instant::now() < deadline, "no linger notice");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(t.join("out-linger").is_dir(), "output published first");
+    let (status, page) = get(&job.url("/checkpoints"), &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains("id=\"timeline\""), "{page}");
+    let history = json(&job.url("/api/checkpoints"));
+    assert!(history["latest_completed"]["id"].is_u64(), "{history:#}");
+    assert_eq!(json(&job.url("/api/job"))["state"], "finished");
+    // Then the process exits by itself.
     let (code, log) = job.finish();
     assert_eq!(code, Some(0), "{log}");
 }
