@@ -8,6 +8,7 @@ mod dashboard_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::*;
 use dashboard_support::*;
@@ -159,6 +160,27 @@ fn the_api_and_metrics_follow_a_running_job() {
         .expect("records per subtask");
     assert_eq!(per_subtask.len(), 2);
     assert!(overview["source_records"].as_u64() > Some(0));
+    // Per task: the generator's chain sends records downstream and works; the counting
+    // chain waits for input and sends nothing (its sink is chained in).
+    let tasks = overview["tasks"].as_array().expect("tasks");
+    let head = |t: &Value| t["operators"][0].as_str().unwrap().to_string();
+    let sent: u64 = tasks
+        .iter()
+        .filter(|t| head(t) == "generator")
+        .map(|t| t["records_out"].as_u64().unwrap())
+        .sum();
+    assert!(sent > 0, "{tasks:?}");
+    for t in tasks {
+        assert!(t["busy_ms"].as_u64() > Some(0), "{t}");
+        assert!(
+            t["backpressured_ms"].is_u64() && t["idle_ms"].is_u64(),
+            "{t}"
+        );
+        if head(t) == "count" {
+            assert_eq!(t["records_out"], 0, "{t}");
+            assert!(t["idle_ms"].as_u64() > Some(0), "{t}");
+        }
+    }
     let history = wait_for(
         &job.url("/api/checkpoints"),
         "a checkpoint completed",
@@ -250,6 +272,32 @@ fn the_api_and_metrics_follow_a_running_job() {
         .sum();
     assert!(generator > 0.0, "{text}");
     assert!(tasks.iter().any(|s| s.labels["subtask"] == "1"), "{text}");
+    let out: f64 = samples
+        .iter()
+        .filter(|s| s.name == "weir_task_records_out_total")
+        .map(|s| s.value)
+        .sum();
+    assert!(out > 0.0, "{text}");
+    for family in [
+        "weir_task_backpressured_seconds",
+        "weir_task_idle_seconds",
+        "weir_task_busy_seconds",
+    ] {
+        assert_eq!(types[family], "counter", "{text}");
+        let n = samples
+            .iter()
+            .filter(|s| s.name == format!("{family}_total"))
+            .count();
+        assert_eq!(n, 4, "{family} per task: {text}");
+    }
+    assert_eq!(types["weir_task_checkpoint_alignment_seconds"], "gauge");
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.name == "weir_task_checkpoint_alignment_seconds")
+            .all(|s| s.value >= 0.0),
+        "{text}"
+    );
 
     // Stop through the API: the job ends with its savepoint.
     let (status, body) = post(&job.url("/stop"), &action);
@@ -315,6 +363,37 @@ fn a_token_protects_the_api_and_metrics() {
     ];
     let (status, body) = post(&job.url("/stop"), &both);
     assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn the_pages_stay_readable_while_the_run_lingers_after_its_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // 2 s of input, then 4 s more of serving the final status.
+    let job = Running::start_events(t, 1_000_000, &["--control-linger", "4s"], "linger");
+    let done = wait_for(&job.url("/api/job"), "the job finished", |v| {
+        v["state"] == "finished"
+    });
+    assert_eq!(done["source_records"], 1_000_000, "{done:#}");
+    // The run has published its output and printed its summary, and still answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&job.log)
+        .unwrap()
+        .contains("stays up for 4s")
+    {
+        assert!(std::time::Instant::now() < deadline, "no linger notice");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(t.join("out-linger").is_dir(), "output published first");
+    let (status, page) = get(&job.url("/checkpoints"), &[]);
+    assert_eq!(status, 200);
+    assert!(page.contains("id=\"timeline\""), "{page}");
+    let history = json(&job.url("/api/checkpoints"));
+    assert!(history["latest_completed"]["id"].is_u64(), "{history:#}");
+    assert_eq!(json(&job.url("/api/job"))["state"], "finished");
+    // Then the process exits by itself.
     let (code, log) = job.finish();
     assert_eq!(code, Some(0), "{log}");
 }

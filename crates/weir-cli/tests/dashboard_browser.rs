@@ -1,6 +1,7 @@
 //! The dashboard in a real browser (issue 14): headless Chromium opens the pages of a
 //! running `weir run keyed-count` and the test checks what a person sees — the operator
-//! names, a completed checkpoint row, the per-subtask phases chart drawn and sized — clicks
+//! names, a completed checkpoint row, the checkpoint timeline (a row per subtask, its phase
+//! segments laid out in order and sized) and the per-subtask phases chart drawn — clicks
 //! the savepoint action (refusing, then accepting its confirmation) and finds the savepoint
 //! on disk where the page says, and saves a screenshot of the overview and of the
 //! checkpoints page, each checked for being more than a blank page.
@@ -122,6 +123,18 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         );
     }
     assert!(overview.contains("keyed-count"), "{overview}");
+    // A row per subtask with its records and, after a refresh, its shares of time.
+    let tasks = section(&overview, "<table id=\"tasks\"", "</table>");
+    assert_eq!(
+        tasks.matches("<tr>").count(),
+        5,
+        "a header and 4 subtasks:\n{tasks}"
+    );
+    assert!(tasks.contains("<td>generator</td>"), "{tasks}");
+    assert!(
+        tasks.contains(" %</td>"),
+        "no backpressure or busy share:\n{tasks}"
+    );
 
     let checkpoints = dom(t, &job.url("/checkpoints"));
     let history = section(&checkpoints, "<table id=\"history\"", "</table>");
@@ -148,6 +161,48 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
             .is_ok(),
         "no checkpoint chosen for the phases: {id}"
     );
+
+    // The timeline of that checkpoint, measured in the laid-out page: a row per subtask
+    // (keyed-count at parallelism 2: generator, count and output chains), each a track
+    // with phase segments that have a width, start no earlier than the one before and
+    // include the synchronous and the asynchronous parts.
+    let profile = tempfile::tempdir_in(t).unwrap();
+    let mut page = devtools::Browser::open(&browser, profile.path(), &job.url("/checkpoints"));
+    let rows = page.wait_for(
+        "(rows => rows.length > 0 && rows.map(r => ({ \
+            label: r.querySelector('.tl-label').textContent, \
+            track: r.querySelector('.tl-track').getBoundingClientRect().width, \
+            segs: [...r.querySelectorAll('.tl-seg')].map(s => { \
+                const b = s.getBoundingClientRect(); \
+                return { kind: s.classList[1], left: b.left, width: b.width, height: b.height }; \
+            }) })))([...document.querySelectorAll('#timeline .tl-row:not(.tl-axis)')])",
+        Duration::from_secs(60),
+    );
+    let rows = rows.as_array().expect("timeline rows");
+    assert!(rows.len() >= 3, "a row per subtask expected: {rows:?}");
+    for r in rows {
+        assert!(r["track"].as_f64().unwrap() > 100.0, "narrow track: {r}");
+        let segs = r["segs"].as_array().unwrap();
+        let kinds: Vec<&str> = segs.iter().map(|s| s["kind"].as_str().unwrap()).collect();
+        assert!(
+            kinds.contains(&"sync") && kinds.contains(&"async"),
+            "no sync or async segment: {r}"
+        );
+        let mut left = f64::MIN;
+        for s in segs {
+            assert!(s["width"].as_f64().unwrap() >= 1.0, "unsized segment: {r}");
+            assert!(s["height"].as_f64().unwrap() >= 8.0, "flat segment: {r}");
+            let at = s["left"].as_f64().unwrap();
+            assert!(at + 0.5 >= left, "segments out of order: {r}");
+            left = at;
+        }
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r["label"].as_str().unwrap().starts_with("count")),
+        "{rows:?}"
+    );
+    drop(page);
 
     // Screenshots, kept for people (target/tmp) and checked against a blank page's size: a
     // uniform page compresses to almost nothing, the dashboard with text and charts not.

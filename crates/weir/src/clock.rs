@@ -25,6 +25,17 @@ pub(crate) fn wall_ms() -> u64 {
     system_ms()
 }
 
+/// Microseconds since the Unix epoch, from the system clock (never the manual one): when a
+/// task's checkpoint phases happened, so the status can place them against the trigger
+/// time across threads. Read at barriers only, never per record.
+#[inline]
+pub(crate) fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
 /// The system clock's milliseconds since the Unix epoch.
 #[inline]
 fn system_ms() -> u64 {

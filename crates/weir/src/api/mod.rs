@@ -66,7 +66,7 @@ pub mod execution {
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
         DurationHistogram, InputStatus, JobControl, JobStatus, OperatorStatus, SnapshotDone,
-        SubtaskPhases, TaskStatus,
+        SubtaskPhases, SubtaskTimeline, TaskStatus,
     };
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,

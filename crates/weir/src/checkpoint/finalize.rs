@@ -165,6 +165,7 @@ mod tests {
                 checkpoint_id: 4,
                 run_id: "r".into(),
             }],
+            times: Default::default(),
         }
     }
 

@@ -55,6 +55,29 @@ pub struct SnapshotJob {
     /// The task's state is frozen (its input ended or it is stopping): the encoded snapshot
     /// comes back with the acknowledgement, to stand in for the task once it exits.
     pub frozen: bool,
+    /// When the barrier arrived and the capture ran (the writer adds its own part).
+    pub times: PhaseTimes,
+}
+
+/// When each phase of one task's snapshot happened, in microseconds since the Unix epoch
+/// (0: not recorded). Wall-clock instants rather than durations, so the dashboard can draw
+/// every subtask on one timeline from the checkpoint's trigger and the slow one shows: the
+/// task records the first three at the barrier, the writer the async part, the executor
+/// the acknowledgement's arrival. Never persisted in `_metadata`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// The first barrier reached the task (alignment started).
+    pub barrier_us: u64,
+    /// Alignment ended; the synchronous capture started.
+    pub sync_start_us: u64,
+    /// The capture was handed to the writers (the task resumed).
+    pub sync_end_us: u64,
+    /// A writer picked the snapshot up (the gap before is its queue wait).
+    pub async_start_us: u64,
+    /// The writer finished writing.
+    pub async_end_us: u64,
+    /// The acknowledgement reached the executor.
+    pub ack_us: u64,
 }
 
 /// One operator's encoded state files (payloads before the envelope).
@@ -135,6 +158,8 @@ pub struct TaskAck {
     /// Every file written, with its checksum and the checkpoint and run it was written
     /// for: the metadata records them, so a restore refuses a file from elsewhere.
     pub files: Vec<FileOrigin>,
+    /// When each phase happened, for the checkpoint timeline.
+    pub times: PhaseTimes,
 }
 
 fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
@@ -274,6 +299,8 @@ fn write_part(
 /// then it is encoded in memory once and comes back with the acknowledgement.
 pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Result<TaskAck> {
     let started = Instant::now();
+    let mut times = job.times;
+    times.async_start_us = crate::clock::wall_us();
     let mut ack = TaskAck::default();
     let payload = std::mem::replace(
         &mut job.snapshot,
@@ -326,6 +353,8 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
     ack.stats.sync_micros = job.sync.as_micros() as u64;
     ack.stats.alignment_micros = job.alignment.as_micros() as u64;
     ack.stats.async_micros = started.elapsed().as_micros() as u64;
+    times.async_end_us = crate::clock::wall_us();
+    ack.times = times;
     Ok(ack)
 }
 

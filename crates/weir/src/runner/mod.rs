@@ -58,7 +58,6 @@ use std::fmt;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// The clap the runner parses with, re-exported so that a job's `#[derive(clap::Args)]`
 /// needs no dependency besides `weir` (`use weir::runner::clap;`).
@@ -388,12 +387,10 @@ impl Runner {
             notes,
             ..
         } = job;
+        // Serves until the run returns, whichever way, and `--control-linger` after.
+        let _serving = control::Serving::new(server, flags.control.control_linger);
         let result = env.execute();
         progress.stop();
-        if let Some(server) = server {
-            // Let a `weir stop` hear its savepoint's path before the process exits.
-            server.shutdown(Duration::from_secs(5));
-        }
         let result = match result {
             Ok(r) => r,
             Err(e) => {

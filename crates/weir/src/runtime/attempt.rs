@@ -20,7 +20,9 @@ use crate::checkpoint::coordinator::attempt::{
 };
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{SnapshotKind, SourceProgress};
-use crate::checkpoint::writer::{EncodedSnapshot, SnapshotJob, SnapshotPayload, TaskAck};
+use crate::checkpoint::writer::{
+    EncodedSnapshot, PhaseTimes, SnapshotJob, SnapshotPayload, TaskAck,
+};
 use crate::error::Error;
 use crate::runtime::control::{
     confine, savepoint_folder_name, CheckpointStatus, ControlError, ControlErrorKind, Reply,
@@ -144,8 +146,9 @@ impl AttemptRun<'_, '_> {
                     attempt,
                     task,
                     checkpoint,
-                    ack,
+                    mut ack,
                 }) => {
+                    ack.times.ack_us = crate::clock::wall_us();
                     let frozen = ack.frozen.clone();
                     self.checkpoints
                         .on_ack(attempt, checkpoint, task, frozen, ack)
@@ -345,6 +348,16 @@ impl AttemptRun<'_, '_> {
             sync: Duration::ZERO,
             alignment: Duration::ZERO,
             frozen: false,
+            times: {
+                // The task exited: its barrier, capture and handover are this instant.
+                let now = crate::clock::wall_us();
+                PhaseTimes {
+                    barrier_us: now,
+                    sync_start_us: now,
+                    sync_end_us: now,
+                    ..PhaseTimes::default()
+                }
+            },
         });
     }
 
@@ -379,10 +392,11 @@ impl AttemptRun<'_, '_> {
             };
         let path = self.exec.storage.checkpoint_path(id);
         let tasks: Vec<_> = acks.iter().map(|a| a.stats).collect();
+        let times: Vec<_> = acks.iter().map(|a| a.times).collect();
         let (bytes, now) = (stats.bytes, wall_ms());
         self.exec
             .control
-            .update(|s| s.on_checkpoint_completed(id, &path, bytes, &tasks, now));
+            .update(|s| s.on_checkpoint_completed(id, &path, bytes, &tasks, &times, now));
         if kind != SnapshotKind::Checkpoint {
             // A savepoint is the user's: not the job's recovery point, not retained.
             if kind == SnapshotKind::StopSavepoint {

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::runtime::status::TaskCounters;
 pub use crate::runtime::status::{
     AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStatus, SubtaskPhases,
-    TaskStatus,
+    SubtaskTimeline, TaskStatus,
 };
 
 /// What a control request asks the executor for.

@@ -36,6 +36,7 @@ pub mod fault;
 pub mod finishing;
 pub mod functions;
 pub(crate) mod graph;
+pub mod load;
 pub mod network;
 pub mod operators;
 pub mod output;

@@ -219,8 +219,12 @@ impl<T, R> RoutedWriter<T, R> {
 }
 
 fn send<T>(s: &Sender<Event<T>>, e: Event<T>) -> Result<()> {
+    let records = match &e {
+        Event::Batch(b) | Event::TimestampedBatch(b, _) => b.len(),
+        _ => 0,
+    };
     // The receiver is gone only when the job is being cancelled.
-    s.send(e).map_err(|_| Error::Cancelled)
+    crate::runtime::load::send(s, e, records).map_err(|_| Error::Cancelled)
 }
 
 fn send_batch<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>) -> Result<()> {

@@ -179,9 +179,11 @@ impl Executor<'_> {
         let mut handles = Vec::new();
         for (ti, (name, body)) in bodies.into_iter().enumerate() {
             let events = self.events_tx.clone();
+            let metrics = self.task_metrics[ti].clone();
             let h = std::thread::Builder::new()
                 .name(format!("weir-task-{ti}"))
                 .spawn(move || {
+                    let entered = crate::runtime::load::enter(metrics);
                     let ev = match catch_unwind(AssertUnwindSafe(body)) {
                         Ok(Ok(())) => TaskEvent::Finished { attempt, task: ti },
                         Ok(Err(error)) => TaskEvent::Failed {
@@ -204,6 +206,7 @@ impl Executor<'_> {
                             },
                         },
                     };
+                    drop(entered);
                     let _ = events.send(ev);
                 })
                 .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;

@@ -16,12 +16,17 @@ use serde::Serialize;
 
 use crate::checkpoint::coordinator::AbortReason;
 use crate::checkpoint::metadata::TaskCheckpointStats;
+use crate::checkpoint::writer::PhaseTimes;
 use crate::runtime::control::{ControlHub, JobStatus};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 use crate::runtime::graph::{JobGraph, Partitioning};
 use crate::runtime::plan::Plan;
 use crate::runtime::result::AttemptSummary;
 use crate::runtime::task::TaskMetrics;
+
+mod timeline;
+
+pub use timeline::SubtaskTimeline;
 
 /// Entries the checkpoint history keeps (oldest dropped first); the totals count all.
 pub const HISTORY_LIMIT: usize = 200;
@@ -59,7 +64,7 @@ pub struct InputStatus {
 }
 
 /// One task (a chain × subtask) and its counters.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct TaskStatus {
     /// The chain's name.
     pub chain: String,
@@ -72,6 +77,16 @@ pub struct TaskStatus {
     /// Records that entered the task (polled from its source, or received on its input
     /// channels), over every attempt.
     pub records_in: u64,
+    /// Records it sent on its output channels (a broadcast counts each copy; 0 for a
+    /// chain that ends in a sink), over every attempt.
+    pub records_out: u64,
+    /// Milliseconds blocked on a full output channel: backpressure from downstream. Its
+    /// growth per second of wall time is the share of time backpressured.
+    pub backpressured_ms: u64,
+    /// Milliseconds an input task waited for input (0 for a source task).
+    pub idle_ms: u64,
+    /// Milliseconds neither idle nor backpressured: working, over every attempt.
+    pub busy_ms: u64,
 }
 
 /// One attempt of the job and how it ended.
@@ -113,9 +128,8 @@ pub struct CheckpointRecord {
     pub path: Option<PathBuf>,
     /// Why it failed or was aborted.
     pub failure: Option<String>,
-    /// Per subtask (completed ones): how long each phase took there, so the slow subtask
-    /// shows. Phase *timestamps* (when the barrier arrived, when the ack left) are not
-    /// recorded by the tasks yet; these are the durations their acknowledgements carry.
+    /// Per subtask (completed ones): how long each phase took there and when, so the slow
+    /// subtask shows.
     pub subtasks: Vec<SubtaskPhases>,
 }
 
@@ -134,6 +148,9 @@ pub struct SubtaskPhases {
     pub async_ms: f64,
     /// Bytes it wrote.
     pub bytes: u64,
+    /// When each phase happened, relative to the trigger (`None` if the task recorded no
+    /// times): what the dashboard's timeline draws.
+    pub timeline: Option<SubtaskTimeline>,
 }
 
 /// A histogram of completed checkpoints' end-to-end durations (all of them, not only those
@@ -172,8 +189,14 @@ pub(crate) struct TaskCounters(pub Vec<Arc<TaskMetrics>>);
 impl TaskCounters {
     /// Copies the counters into `status.tasks` (same order: the plan's tasks).
     pub(crate) fn fill(&self, status: &mut JobStatus) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ms = |ns: u64| ns / 1_000_000;
         for (t, m) in status.tasks.iter_mut().zip(&self.0) {
-            t.records_in = m.records_in.load(std::sync::atomic::Ordering::Relaxed);
+            t.records_in = m.records_in.load(Relaxed);
+            t.records_out = m.load.records_out.load(Relaxed);
+            t.backpressured_ms = ms(m.load.backpressured_ns.load(Relaxed));
+            t.idle_ms = ms(m.load.idle_ns.load(Relaxed));
+            t.busy_ms = ms(m.load.busy_ns());
         }
     }
 }
@@ -238,7 +261,7 @@ impl JobStatus {
                 operators: t.chain.iter().map(|&n| plan.uids[n].clone()).collect(),
                 subtask: t.subtask,
                 parallelism: t.parallelism,
-                records_in: 0,
+                ..TaskStatus::default()
             })
             .collect();
     }
@@ -268,34 +291,40 @@ impl JobStatus {
     }
 
     /// Checkpoint `id` completed into `path` with `bytes` of state, at `now_ms`; `tasks`
-    /// are the tasks' acknowledged statistics, in the plan's task order.
+    /// are the tasks' acknowledged statistics and `times` when their phases happened, both
+    /// in the plan's task order.
     pub(crate) fn on_checkpoint_completed(
         &mut self,
         id: u64,
         path: &Path,
         bytes: u64,
         tasks: &[TaskCheckpointStats],
+        times: &[PhaseTimes],
         now_ms: u64,
     ) {
+        self.checkpoints_completed += 1;
+        self.last_checkpoint_bytes = bytes;
+        let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) else {
+            return;
+        };
         let ms = |micros: u64| micros as f64 / 1000.0;
         let subtasks = self
             .tasks
             .iter()
             .zip(tasks)
-            .map(|(t, s)| SubtaskPhases {
+            .enumerate()
+            .map(|(i, (t, s))| SubtaskPhases {
                 chain: t.chain.clone(),
                 subtask: t.subtask,
                 alignment_ms: ms(s.alignment_micros),
                 sync_ms: ms(s.sync_micros),
                 async_ms: ms(s.async_micros),
                 bytes: s.bytes,
+                timeline: times
+                    .get(i)
+                    .and_then(|p| SubtaskTimeline::relative(p, r.trigger_ms)),
             })
             .collect();
-        self.checkpoints_completed += 1;
-        self.last_checkpoint_bytes = bytes;
-        let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) else {
-            return;
-        };
         let duration = now_ms.saturating_sub(r.trigger_ms);
         r.status = "completed".into();
         r.end_ms = Some(now_ms);
@@ -375,130 +404,4 @@ fn chain_name(task: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::result::RestoreInfo;
-
-    fn barrier(id: u64, kind: BarrierKind, at: u64) -> CheckpointBarrier {
-        CheckpointBarrier {
-            id,
-            timestamp_ms: at,
-            kind,
-        }
-    }
-
-    #[test]
-    fn the_history_follows_each_checkpoint_to_its_end() {
-        let mut s = JobStatus::default();
-        s.on_checkpoint_triggered(&barrier(1, BarrierKind::Checkpoint, 1000));
-        s.on_checkpoint_triggered(&barrier(2, BarrierKind::Savepoint, 1100));
-        s.on_checkpoint_triggered(&barrier(3, BarrierKind::Checkpoint, 1200));
-        s.tasks = vec![TaskStatus {
-            chain: "source".into(),
-            operators: vec!["src".into()],
-            subtask: 0,
-            parallelism: 1,
-            records_in: 0,
-        }];
-        let stats = TaskCheckpointStats {
-            sync_micros: 1500,
-            async_micros: 20_000,
-            alignment_micros: 0,
-            bytes: 4096,
-        };
-        s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, &[stats], 1040);
-        s.on_checkpoint_aborted(3, &AbortReason::Timeout, 1900);
-        let kinds: Vec<(&str, &str)> = s
-            .history
-            .iter()
-            .map(|r| (r.kind.as_str(), r.status.as_str()))
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                ("checkpoint", "completed"),
-                ("savepoint", "in_progress"),
-                ("checkpoint", "failed")
-            ]
-        );
-        assert_eq!(s.history[0].duration_ms, Some(40));
-        assert_eq!(s.history[0].bytes, Some(4096));
-        let phases = &s.history[0].subtasks;
-        assert_eq!((phases.len(), phases[0].chain.as_str()), (1, "source"));
-        assert_eq!((phases[0].sync_ms, phases[0].async_ms), (1.5, 20.0));
-        assert_eq!(s.history[2].failure.as_deref(), Some("timed out"));
-        assert_eq!((s.checkpoints_completed, s.checkpoints_failed), (1, 1));
-        assert_eq!(s.last_checkpoint_bytes, 4096);
-        // A subsumed checkpoint is aborted, not failed.
-        s.on_checkpoint_triggered(&barrier(4, BarrierKind::Checkpoint, 2000));
-        s.on_checkpoint_aborted(4, &AbortReason::Subsumed, 2100);
-        assert_eq!(s.history[3].status, "aborted");
-        assert_eq!(s.checkpoints_failed, 1);
-        // The attempt ends: the savepoint still in progress failed with it.
-        s.on_attempt_ended(
-            &AttemptSummary {
-                attempt: 1,
-                restored: Some(RestoreInfo {
-                    checkpoint_id: 7,
-                    path: "/ck/chk-7".into(),
-                    source_records: 10,
-                }),
-                source_records: 99,
-                failure: Some("task x panicked: boom".into()),
-            },
-            3000,
-        );
-        assert_eq!(s.history[1].status, "failed");
-        assert!(s.history[1]
-            .failure
-            .as_deref()
-            .unwrap()
-            .contains("attempt 1"));
-        assert_eq!(s.checkpoints_failed, 2);
-        assert_eq!(s.attempts[0].restored_checkpoint, Some(7));
-        assert_eq!(
-            s.attempts[0].failure.as_deref(),
-            Some("task x panicked: boom")
-        );
-    }
-
-    #[test]
-    fn a_reported_failure_is_not_overwritten_when_the_checkpoint_is_given_up() {
-        let mut s = JobStatus::default();
-        s.on_checkpoint_triggered(&barrier(1, BarrierKind::Checkpoint, 100));
-        s.on_checkpoint_triggered(&barrier(2, BarrierKind::Checkpoint, 200));
-        // The attempt's loop reports a failure, then aborts: the failure stays.
-        s.on_checkpoint_aborted(1, &AbortReason::Failed("disk full".into()), 300);
-        s.on_checkpoint_given_up(1, 300);
-        // Given up without a reported failure (subsumed, or answered to a request).
-        s.on_checkpoint_given_up(2, 400);
-        assert_eq!(s.history[0].status, "failed");
-        assert_eq!(s.history[0].failure.as_deref(), Some("failed: disk full"));
-        assert_eq!(s.history[1].status, "aborted");
-        assert_eq!(s.history[1].duration_ms, Some(200));
-        assert_eq!(s.checkpoints_failed, 1);
-    }
-
-    #[test]
-    fn the_history_is_bounded_and_the_histogram_is_not() {
-        let mut s = JobStatus::default();
-        for id in 1..=(HISTORY_LIMIT as u64 + 50) {
-            s.on_checkpoint_triggered(&barrier(id, BarrierKind::Checkpoint, id * 100));
-            s.on_checkpoint_completed(id, Path::new("/x"), 1, &[], id * 100 + 7);
-        }
-        assert_eq!(s.history.len(), HISTORY_LIMIT);
-        assert_eq!(s.history[0].id, 51);
-        let h = &s.checkpoint_durations;
-        assert_eq!(h.count, HISTORY_LIMIT as u64 + 50);
-        assert_eq!(h.sum_ms, 7 * h.count);
-        // 7 ms: not in the 5 ms bucket, in every one from 10 ms on.
-        assert_eq!(h.buckets[0], (5, 0));
-        assert_eq!(h.buckets[1], (10, h.count));
-    }
-
-    #[test]
-    fn chain_names_drop_the_subtask_suffix() {
-        assert_eq!(chain_name("source -> map (1/2)"), "source -> map");
-        assert_eq!(chain_name("plain"), "plain");
-    }
-}
+mod tests;

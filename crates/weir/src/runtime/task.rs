@@ -99,6 +99,8 @@ pub enum TaskEvent {
 pub struct TaskMetrics {
     /// Records that entered the task (polled from the source or received on channels).
     pub records_in: AtomicU64,
+    /// Records out, backpressure, idle and busy time ([`crate::runtime::load`]).
+    pub load: crate::runtime::load::TaskLoad,
 }
 
 /// What every task loop needs besides its chain.
@@ -148,6 +150,17 @@ impl TaskContext {
         alignment: Duration,
         frozen: bool,
     ) {
+        // The capture ends now; it began `sync` (plus any wait on downstream) earlier, and
+        // alignment before that. Two clock reads per barrier, none per record.
+        let sync_end_us = crate::clock::wall_us();
+        let sync_start_us =
+            sync_end_us.saturating_sub((sync + snapshot.downstream_wait).as_micros() as u64);
+        let times = crate::checkpoint::writer::PhaseTimes {
+            barrier_us: sync_start_us.saturating_sub(alignment.as_micros() as u64),
+            sync_start_us,
+            sync_end_us,
+            ..Default::default()
+        };
         // If the writer is gone the executor is shutting down; nothing to acknowledge.
         let _ = self.writer.send(SnapshotJob {
             attempt: self.attempt,
@@ -159,6 +172,7 @@ impl TaskContext {
             sync,
             alignment,
             frozen,
+            times,
         });
     }
 }
@@ -379,7 +393,7 @@ pub fn run_input<T: Send>(
             sel.recv(&inputs[c]);
         }
         let deadline = last_flush + ctx.buffer_timeout;
-        let op = match sel.select_deadline(deadline) {
+        let op = match crate::runtime::load::idle(|| sel.select_deadline(deadline)) {
             Ok(op) => op,
             Err(_) => {
                 if !fin.is_frozen() {

@@ -186,6 +186,7 @@ fn job(b: &mut KeyedStateBackend<u64>, id: u64, frozen: bool) -> SnapshotJob {
         sync: Duration::ZERO,
         alignment: Duration::ZERO,
         frozen,
+        times: Default::default(),
     }
 }
 

@@ -124,6 +124,7 @@ mod tests {
             subtask,
             parallelism: 2,
             records_in,
+            ..TaskStatus::default()
         }
     }
 

@@ -13,10 +13,14 @@
 //! | `weir_restarts_total` | counter | — |
 //! | `weir_source_records_total` | counter (records read by the sources, replays included) | — |
 //! | `weir_task_records_in_total` | counter (records entering a task) | `chain`, `operator` (the chain's head), `subtask` |
+//! | `weir_task_records_out_total` | counter (records a task sent downstream) | `chain`, `operator` (the chain's tail), `subtask` |
+//! | `weir_task_backpressured_seconds_total` | counter (blocked on a full output channel) | `chain`, `operator` (tail), `subtask` |
+//! | `weir_task_idle_seconds_total`, `weir_task_busy_seconds_total` | counter (waiting for input; neither that nor backpressured) | `chain`, `operator` (head), `subtask` |
+//! | `weir_task_checkpoint_alignment_seconds` | gauge (barrier alignment in the newest completed checkpoint) | `chain`, `operator` (head), `subtask` |
 //! | `weir_job_attempt` | gauge | — |
 //!
-//! Not yet: records out per operator (the engine does not count what a task emits),
-//! alignment time, backpressure and busy time (not measured by the tasks), watermark lag.
+//! The `_seconds_total` counters' `rate()` is the share of time backpressured, idle or
+//! busy. Not yet: watermark lag.
 
 use std::fmt::Error as FmtError;
 
@@ -28,6 +32,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::http::Response;
+use crate::api::execution::TaskStatus;
 use crate::prelude::{JobControl, JobStatus};
 
 /// The content type of the OpenMetrics text format.
@@ -119,19 +124,118 @@ fn encode_status(s: &JobStatus, mut e: DescriptorEncoder) -> Result<(), FmtError
         None,
         attempt.metric_type(),
     )?)?;
-    let mut family = e.encode_descriptor(
+    let secs = |ms: u64| ms as f64 / 1000.0;
+    per_task(
+        &mut e,
+        s,
         "weir_task_records_in",
         "Records that entered a task (its source's, or its input channels'), per chain and subtask",
         None,
-        MetricType::Counter,
+        false,
+        |t| Some(Value::Count(t.records_in)),
     )?;
-    for t in &s.tasks {
+    per_task(
+        &mut e,
+        s,
+        "weir_task_records_out",
+        "Records a task sent on its output channels (a broadcast counts each copy)",
+        None,
+        true,
+        |t| Some(Value::Count(t.records_out)),
+    )?;
+    per_task(
+        &mut e,
+        s,
+        "weir_task_backpressured",
+        "Time a task was blocked sending to a full output channel (backpressure)",
+        Some(&Unit::Seconds),
+        true,
+        |t| Some(Value::Seconds(secs(t.backpressured_ms))),
+    )?;
+    per_task(
+        &mut e,
+        s,
+        "weir_task_idle",
+        "Time an input task waited for input",
+        Some(&Unit::Seconds),
+        false,
+        |t| Some(Value::Seconds(secs(t.idle_ms))),
+    )?;
+    per_task(
+        &mut e,
+        s,
+        "weir_task_busy",
+        "Time a task worked: neither waiting for input nor backpressured",
+        Some(&Unit::Seconds),
+        false,
+        |t| Some(Value::Seconds(secs(t.busy_ms))),
+    )?;
+    let latest = s.history.iter().rev().find(|r| r.status == "completed");
+    let alignment = |t: &TaskStatus| {
+        latest?
+            .subtasks
+            .iter()
+            .find(|p| p.chain == t.chain && p.subtask == t.subtask)
+            .map(|p| Value::Gauge(p.alignment_ms / 1000.0))
+    };
+    per_task(
+        &mut e,
+        s,
+        "weir_task_checkpoint_alignment",
+        "Barrier alignment at a task in the newest completed checkpoint (first barrier to last)",
+        Some(&Unit::Seconds),
+        false,
+        alignment,
+    )?;
+    Ok(())
+}
+
+/// A per-task sample.
+enum Value {
+    Count(u64),
+    Seconds(f64),
+    Gauge(f64),
+}
+
+/// One family with a sample per task that `value` has one for, labelled by chain, subtask
+/// and its head operator (its tail with `tail`: what records out and backpressure are of).
+fn per_task(
+    e: &mut DescriptorEncoder,
+    s: &JobStatus,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    tail: bool,
+    value: impl Fn(&TaskStatus) -> Option<Value>,
+) -> Result<(), FmtError> {
+    let values: Vec<(&TaskStatus, Value)> = s
+        .tasks
+        .iter()
+        .filter_map(|t| value(t).map(|v| (t, v)))
+        .collect();
+    let kind = match values.first() {
+        None => return Ok(()),
+        Some((_, Value::Gauge(_))) => MetricType::Gauge,
+        Some(_) => MetricType::Counter,
+    };
+    let mut family = e.encode_descriptor(name, help, unit, kind)?;
+    for (t, v) in values {
+        let op = if tail {
+            t.operators.last()
+        } else {
+            t.operators.first()
+        };
         let labels = vec![
             ("chain", t.chain.clone()),
-            ("operator", t.operators.first().cloned().unwrap_or_default()),
+            ("operator", op.cloned().unwrap_or_default()),
             ("subtask", t.subtask.to_string()),
         ];
-        ConstCounter::new(t.records_in).encode(family.encode_family(&labels)?)?;
+        let m = family.encode_family(&labels)?;
+        match v {
+            Value::Count(n) => ConstCounter::new(n).encode(m)?,
+            Value::Seconds(x) => ConstCounter::new(x).encode(m)?,
+            Value::Gauge(x) => ConstGauge::new(x).encode(m)?,
+        }
     }
     Ok(())
 }
@@ -139,7 +243,7 @@ fn encode_status(s: &JobStatus, mut e: DescriptorEncoder) -> Result<(), FmtError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::execution::{DurationHistogram, TaskStatus};
+    use crate::api::execution::{CheckpointRecord, DurationHistogram, SubtaskPhases};
 
     #[test]
     fn the_status_becomes_openmetrics_text() {
@@ -167,6 +271,31 @@ mod tests {
                 subtask: 1,
                 parallelism: 2,
                 records_in: 77,
+                records_out: 70,
+                backpressured_ms: 1500,
+                idle_ms: 250,
+                busy_ms: 4000,
+            }],
+            history: vec![CheckpointRecord {
+                id: 9,
+                kind: "checkpoint".into(),
+                stop: false,
+                status: "completed".into(),
+                trigger_ms: 0,
+                end_ms: Some(10),
+                duration_ms: Some(10),
+                bytes: Some(1),
+                path: None,
+                failure: None,
+                subtasks: vec![SubtaskPhases {
+                    chain: "source -> map".into(),
+                    subtask: 1,
+                    alignment_ms: 2.5,
+                    sync_ms: 0.0,
+                    async_ms: 0.0,
+                    bytes: 1,
+                    timeline: None,
+                }],
             }],
             ..Default::default()
         };
@@ -184,6 +313,11 @@ mod tests {
             "weir_checkpoint_duration_seconds_bucket{le=\"0.01\"} 2",
             "weir_checkpoint_duration_seconds_bucket{le=\"+Inf\"} 3",
             "weir_task_records_in_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 77",
+            "weir_task_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 70",
+            "weir_task_backpressured_seconds_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 1.5",
+            "weir_task_idle_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.25",
+            "weir_task_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 4.0",
+            "weir_task_checkpoint_alignment_seconds{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.0025",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");

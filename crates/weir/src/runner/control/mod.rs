@@ -40,6 +40,7 @@ pub(crate) mod server;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 
@@ -63,6 +64,51 @@ pub struct ControlArgs {
     /// delete them, leaving the savepoint as the way to resume (`false`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub retain_on_cancel: bool,
+    /// After the job ends (finished, stopped or failed), keep serving its final status —
+    /// dashboard, API, metrics — this long before the process exits, so its pages stay
+    /// readable (e.g. `10m`; Ctrl-C ends it sooner). The default, 0s, exits at once, as
+    /// scripts expect. Either way the endpoint serves through publishing and `--verify`.
+    #[arg(long, default_value = "0s", value_parser = parse_linger)]
+    pub control_linger: Duration,
+}
+
+fn parse_linger(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 0s, 30s or 10m ({e})"))
+}
+
+/// The running control endpoint of a `weir run`, kept until the run returns: the pages
+/// show the job's final status while its output is published and verified, then for
+/// `--control-linger`, and only then does the server stop (letting a `weir stop` hear its
+/// savepoint's path first). A guard, so every way out of the run — success, a stop, a
+/// failure — keeps the same promise.
+pub(crate) struct Serving {
+    server: Option<server::ControlServer>,
+    linger: Duration,
+}
+
+impl Serving {
+    /// Keeps `server` (if any) up until dropped, and `linger` longer.
+    pub(crate) fn new(server: Option<server::ControlServer>, linger: Duration) -> Self {
+        Serving { server, linger }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        if !self.linger.is_zero() {
+            eprintln!(
+                "weir: the job ended; its dashboard http://{}/ stays up for {} (Ctrl-C to exit)",
+                server.addr(),
+                humantime::format_duration(self.linger)
+            );
+            std::thread::sleep(self.linger);
+        }
+        server.shutdown(Duration::from_secs(5));
+    }
 }
 
 impl ControlArgs {

@@ -89,6 +89,7 @@ async function refreshOverview() {
     o.inputs.map((i) => i.from + " (" + i.partitioning + (i.chained ? ", chained" : "") + ")").join(", ") || "—",
     o.records_in ? o.records_in.map((n) => n.toLocaleString("en")).join(" / ") : "chained",
   ]));
+  showTasks(v.tasks || [], now);
   const attempts = v.attempts.slice();
   if (!attempts.some((a) => a.attempt === v.attempt) && v.attempt > 0) {
     attempts.push({ attempt: v.attempt, current: true });
@@ -99,6 +100,30 @@ async function refreshOverview() {
     a.current ? "—" : a.source_records.toLocaleString("en"),
     a.current ? v.state : a.failure ? { text: a.failure, cls: "failed" } : "finished",
   ]));
+}
+
+// Per task, records in and out and where the last refresh interval went: the shares are
+// the growth of the task's backpressured and busy milliseconds over the growth of all its
+// accounted time (idle, backpressured, busy), so a stalled refresh does not skew them.
+const lastTasks = new Map();
+
+function showTasks(tasks, now) {
+  const pctOf = (part, whole) => (whole > 0 ? Math.round((100 * part) / whole) + " %" : "–");
+  fill("tasks", tasks.map((t) => {
+    const key = t.chain + "#" + t.subtask;
+    const prev = lastTasks.get(key);
+    lastTasks.set(key, { at: now, out: t.records_out, bp: t.backpressured_ms, idle: t.idle_ms, busy: t.busy_ms });
+    let rate = null, bp = "–", busy = "–";
+    if (prev && now > prev.at) {
+      rate = Math.round(Math.max(0, t.records_out - prev.out) / (now - prev.at)).toLocaleString("en");
+      const dBp = Math.max(0, t.backpressured_ms - prev.bp);
+      const dBusy = Math.max(0, t.busy_ms - prev.busy);
+      const whole = dBp + dBusy + Math.max(0, t.idle_ms - prev.idle);
+      bp = pctOf(dBp, whole);
+      busy = pctOf(dBusy, whole);
+    }
+    return [t.chain, t.subtask + 1, t.records_in.toLocaleString("en"), t.records_out.toLocaleString("en"), rate, bp, busy];
+  }));
 }
 
 async function refreshCheckpoints() {
@@ -124,7 +149,7 @@ async function refreshCheckpoints() {
     if (c.id === selectedId) rows[i].classList.add("selected");
   });
   const shown = v.history.find((c) => c.id === selectedId && c.status === "completed") || v.latest_completed;
-  if (shown) showPhases(shown);
+  if (shown) { showPhases(shown); showTimeline(shown); }
   const done = v.history.filter((c) => c.status === "completed").reverse();
   const data = [done.map((c) => c.id), done.map((c) => c.duration_ms), done.map((c) => c.bytes / 1024)];
   if (!ckChart) {
@@ -173,6 +198,71 @@ function showPhases(c) {
       { size: 60 },
     ],
   }, [xs, align, sync, asyn]);
+}
+
+// The timeline of checkpoint c: one row per subtask, one segment per phase, placed by the
+// instants the tasks recorded (milliseconds after the trigger) on one shared scale, so the
+// subtask that acknowledged last stands out. Plain positioned elements (text only, no
+// HTML from data), rebuilt only when another checkpoint is shown.
+const SEGMENTS = [
+  ["barrier", "trigger_ms", "barrier_ms", "barrier in flight"],
+  ["alignment", "barrier_ms", "sync_start_ms", "alignment"],
+  ["sync", "sync_start_ms", "sync_end_ms", "synchronous part"],
+  ["queued", "sync_end_ms", "async_start_ms", "waiting for a writer"],
+  ["async", "async_start_ms", "async_end_ms", "asynchronous part"],
+  ["ack", "async_end_ms", "ack_ms", "acknowledgement on its way"],
+];
+let timelineKey = "";
+
+function showTimeline(c) {
+  text($("timeline-id"), c.id);
+  const key = c.id + ":" + c.subtasks.length;
+  if (key === timelineKey) return;
+  timelineKey = key;
+  const box = $("timeline");
+  box.replaceChildren();
+  const subs = c.subtasks.filter((s) => s.timeline);
+  if (subs.length === 0) { text(box, "no phase times recorded for this checkpoint"); return; }
+  const end = Math.max(1e-3, c.duration_ms || 0, ...subs.map((s) => s.timeline.ack_ms));
+  const slowest = subs.reduce((a, s) => (s.timeline.ack_ms > a.timeline.ack_ms ? s : a));
+  const pct = (ms) => (Math.max(0, Math.min(ms, end)) / end) * 100;
+  for (const s of subs) {
+    const t = Object.assign({ trigger_ms: 0 }, s.timeline);
+    const line = document.createElement("div");
+    line.className = "tl-row" + (s === slowest ? " slowest" : "");
+    const label = document.createElement("span");
+    label.className = "tl-label";
+    text(label, s.chain + " " + (s.subtask + 1));
+    const track = document.createElement("span");
+    track.className = "tl-track";
+    for (const [cls, from, to, what] of SEGMENTS) {
+      const a = t[from], b = t[to];
+      if (!(b > a)) continue;
+      const seg = document.createElement("span");
+      seg.className = "tl-seg " + cls;
+      seg.style.left = pct(a) + "%";
+      seg.style.width = Math.max(0, pct(b) - pct(a)) + "%";
+      seg.title = what + ": " + a.toFixed(2) + " → " + b.toFixed(2) + " ms";
+      track.appendChild(seg);
+    }
+    line.append(label, track);
+    box.appendChild(line);
+  }
+  const axis = document.createElement("div");
+  axis.className = "tl-row tl-axis";
+  const spacer = document.createElement("span");
+  spacer.className = "tl-label";
+  const ticks = document.createElement("span");
+  ticks.className = "tl-track";
+  for (let i = 0; i <= 4; i++) {
+    const tick = document.createElement("span");
+    tick.className = "tl-tick";
+    tick.style.left = i * 25 + "%";
+    text(tick, ((end * i) / 4).toFixed(end < 40 ? 1 : 0) + " ms");
+    ticks.appendChild(tick);
+  }
+  axis.append(spacer, ticks);
+  box.appendChild(axis);
 }
 
 async function act(path, question, body) {

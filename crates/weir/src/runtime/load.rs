@@ -1,0 +1,168 @@
+//! Where a task's time goes: records it sent downstream, time blocked on a full output
+//! channel (backpressure), time waiting for input (idle), and so time busy — what the
+//! dashboard's overview, `/api/job` and `/metrics` show per subtask (issue 14).
+//!
+//! Measured per batch, never per record: a send first tries the channel and only when it
+//! is full reads the clock around the blocking send, and an input task reads the clock
+//! around each wait for its next event (a batch, a barrier, a timer). The counters live in
+//! the task's [`TaskMetrics`]; the task thread finds them through a thread-local set once
+//! when it starts ([`enter`]), so the channel writers need no handle of their own.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{SendError, Sender, TrySendError};
+
+use crate::runtime::task::TaskMetrics;
+
+/// A task's load counters (relaxed atomics: written by its thread, read by status reads).
+#[derive(Debug, Default)]
+pub struct TaskLoad {
+    /// Records sent on output channels (a broadcast counts each copy).
+    pub records_out: AtomicU64,
+    /// Nanoseconds blocked sending to a full channel: backpressure from downstream.
+    pub backpressured_ns: AtomicU64,
+    /// Nanoseconds an input task waited for its next event.
+    pub idle_ns: AtomicU64,
+    /// Nanoseconds the task's threads ran, over the attempts that ended.
+    alive_done_ns: AtomicU64,
+    /// When the running thread started (µs since the epoch), 0 when none runs.
+    running_since_us: AtomicU64,
+}
+
+impl TaskLoad {
+    /// Nanoseconds the task's threads have run, over every attempt, the running one
+    /// included: what busy time is the rest of, after idle and backpressured time.
+    pub fn alive_ns(&self) -> u64 {
+        let since = self.running_since_us.load(Relaxed);
+        let running = if since == 0 {
+            0
+        } else {
+            crate::clock::wall_us().saturating_sub(since) * 1000
+        };
+        self.alive_done_ns.load(Relaxed) + running
+    }
+
+    /// Nanoseconds busy: alive, neither waiting for input nor blocked on output.
+    pub fn busy_ns(&self) -> u64 {
+        let waiting = self.idle_ns.load(Relaxed) + self.backpressured_ns.load(Relaxed);
+        self.alive_ns().saturating_sub(waiting)
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<TaskMetrics>>> = const { RefCell::new(None) };
+}
+
+/// While alive, the calling thread is the task that owns `metrics`: its sends and waits
+/// count there, and its running time adds up.
+pub(crate) struct Entered {
+    started: Instant,
+}
+
+/// Makes the calling (task) thread count into `metrics` until the guard drops.
+pub(crate) fn enter(metrics: Arc<TaskMetrics>) -> Entered {
+    metrics
+        .load
+        .running_since_us
+        .store(crate::clock::wall_us(), Relaxed);
+    CURRENT.with(|c| *c.borrow_mut() = Some(metrics));
+    Entered {
+        started: Instant::now(),
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let ns = self.started.elapsed().as_nanos() as u64;
+        if let Some(m) = CURRENT.with(|c| c.borrow_mut().take()) {
+            m.load.alive_done_ns.fetch_add(ns, Relaxed);
+            m.load.running_since_us.store(0, Relaxed);
+        }
+    }
+}
+
+fn with_load(f: impl FnOnce(&TaskLoad)) {
+    CURRENT.with(|c| {
+        if let Some(m) = c.borrow().as_ref() {
+            f(&m.load);
+        }
+    });
+}
+
+/// Sends `event`, a batch of `records` records (0 for a control event), counting them as
+/// sent and any time blocked on the full channel as backpressure.
+#[inline]
+pub(crate) fn send<E>(s: &Sender<E>, event: E, records: usize) -> Result<(), SendError<E>> {
+    let blocked = match s.try_send(event) {
+        Ok(()) => None,
+        Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
+        Err(TrySendError::Full(e)) => {
+            let start = Instant::now();
+            s.send(e)?;
+            Some(start.elapsed())
+        }
+    };
+    with_load(|l| {
+        if records > 0 {
+            l.records_out.fetch_add(records as u64, Relaxed);
+        }
+        if let Some(d) = blocked {
+            l.backpressured_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+        }
+    });
+    Ok(())
+}
+
+/// Runs `wait` (an input task's wait for its next event), counting its time as idle.
+#[inline]
+pub(crate) fn idle<R>(wait: impl FnOnce() -> R) -> R {
+    let start = Instant::now();
+    let r = wait();
+    let ns = start.elapsed().as_nanos() as u64;
+    with_load(|l| {
+        l.idle_ns.fetch_add(ns, Relaxed);
+    });
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sends_count_records_and_time_blocked_on_a_full_channel() {
+        let metrics = Arc::new(TaskMetrics::default());
+        let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
+        let m = metrics.clone();
+        let task = std::thread::spawn(move || {
+            let _in = enter(m);
+            send(&tx, 1, 10).unwrap(); // room: not blocked
+            send(&tx, 2, 5).unwrap(); // full until the reader takes the first
+            idle(|| std::thread::sleep(Duration::from_millis(20)));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(rx.recv().unwrap(), 1);
+        task.join().unwrap();
+        assert_eq!(rx.recv().unwrap(), 2);
+        let l = &metrics.load;
+        assert_eq!(l.records_out.load(Relaxed), 15);
+        let blocked = l.backpressured_ns.load(Relaxed);
+        assert!(blocked >= 30_000_000, "blocked {blocked} ns");
+        assert!(l.idle_ns.load(Relaxed) >= 20_000_000);
+        let alive = l.alive_ns();
+        assert!(alive >= blocked + 20_000_000, "alive {alive} ns");
+        assert_eq!(l.running_since_us.load(Relaxed), 0, "ended");
+        assert!(l.busy_ns() < alive);
+    }
+
+    #[test]
+    fn a_thread_that_did_not_enter_counts_nothing() {
+        let (tx, _rx) = crossbeam_channel::bounded::<u32>(4);
+        send(&tx, 1, 3).unwrap();
+        assert_eq!(idle(|| 7), 7);
+    }
+}
