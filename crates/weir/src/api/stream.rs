@@ -29,6 +29,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::connected::ConnectedStreams;
 use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
@@ -430,6 +431,14 @@ impl<T: Data> DataStream<T> {
             main: self,
             broadcast,
         }
+    }
+
+    /// Connects `other`, a stream of another type, for a two-input function
+    /// ([`CoProcessFunction`](crate::api::functions::CoProcessFunction), or after
+    /// [`ConnectedStreams::key_by`] a
+    /// [`KeyedCoProcessFunction`](crate::api::functions::KeyedCoProcessFunction)).
+    pub fn connect<T2: Data>(self, other: DataStream<T2>) -> ConnectedStreams<T, T2> {
+        ConnectedStreams::new(self, other)
     }
 
     /// Partitions the stream by key: records with equal keys go to the same subtask, and the

@@ -1,6 +1,7 @@
 //! The runtime: tasks, the channels between them, and how a job attempt executes.
 //!
 //! * [`functions`] — the traits user code implements; the operators call them.
+//! * [`co_process`] — two-input functions, run over the tagged union of their inputs.
 //! * [`config`] — job-wide settings a job runs under.
 //! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
 //! * [`event`] — what flows on a channel (batches, watermarks, barriers, end-of-input).
@@ -28,6 +29,7 @@
 
 pub mod alignment;
 pub(crate) mod attempt;
+pub mod co_process;
 pub mod config;
 pub mod control;
 pub mod event;
