@@ -117,10 +117,11 @@ pub mod prelude {
         RestoreInfo, SnapshotDone,
     };
     pub use crate::api::functions::{
-        BroadcastProcessFunction, CheckpointedFunction, CoProcessFunction, Collector,
-        KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, SinkFunction,
-        SourceFunction, SourceStatus,
+        BroadcastProcessFunction, CheckpointedFunction, CoProcessFunction, Collector, JoinContext,
+        KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, ProcessJoinFunction,
+        SinkFunction, SourceFunction, SourceStatus,
     };
+    pub use crate::api::join::{IntervalJoin, IntervalJoined};
     pub use crate::api::stream::{
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };

@@ -371,7 +371,7 @@ fn keyed_co_process_is_exactly_once_under_failures_with_a_held_back_input() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 11, (n1 + n2) / 4));
-    // The first input runs unthrottled, the second at 40 000 records/s per subtask: every
+    // The first input runs unthrottled, the second at 40 000 records/s: every
     // barrier reaches the keyed task first on the fast input's channels, which alignment
     // must hold until the slow input's barrier arrives. A record of the fast input let
     // through early would be counted twice after the next failure.

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::connected::ConnectedStreams;
+use crate::api::join::IntervalJoin;
 use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
@@ -519,6 +520,15 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             Some(Partitioning::KeyGroups),
             Some(writer),
         )
+    }
+
+    /// Joins this stream with `other`, keyed alike, by time (Flink's `intervalJoin`): set
+    /// the interval with [`IntervalJoin::between`].
+    pub fn interval_join<T2: Data, F2>(
+        self,
+        other: KeyedStream<K, T2, F2>,
+    ) -> IntervalJoin<K, T, T2, F, F2> {
+        IntervalJoin::new((self.stream, self.key_fn), (other.stream, other.key_fn))
     }
 
     /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them

@@ -2,6 +2,7 @@
 //!
 //! * [`functions`] — the traits user code implements; the operators call them.
 //! * [`co_process`] — two-input functions, run over the tagged union of their inputs.
+//! * [`interval_join`] — the interval join, a keyed two-input function over two buffers.
 //! * [`config`] — job-wide settings a job runs under.
 //! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
 //! * [`event`] — what flows on a channel (batches, watermarks, barriers, end-of-input).
@@ -38,6 +39,7 @@ pub mod fault;
 pub mod finishing;
 pub mod functions;
 pub(crate) mod graph;
+pub mod interval_join;
 pub mod network;
 pub mod operators;
 pub mod output;

@@ -1,0 +1,113 @@
+//! Joins of two keyed streams: the interval join (Flink's
+//! `a.keyBy(..).intervalJoin(b.keyBy(..)).between(lower, upper).process(f)`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir::prelude::*;
+//! # fn main() -> weir::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let mut config = JobConfig::new("join-doc");
+//! # config.checkpoint_dir = dir.path().to_path_buf();
+//! let env = StreamEnvironment::new(config);
+//! let out = CollectSink::new();
+//! let at = |t: u64| {
+//!     WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+//!         .with_timestamp_assigner(move |i: &u64, _| i * t)
+//! };
+//! // Orders at 0, 10, 20, 30; payments at 0, 15, 30, 45.
+//! let orders = env.add_source_with_watermarks("orders", GeneratorSource::new(4), at(10));
+//! let payments = env.add_source_with_watermarks("payments", GeneratorSource::new(4), at(15));
+//! orders
+//!     .set_parallelism(1)
+//!     .key_by(|_| 0u8)
+//!     .interval_join(payments.set_parallelism(1).key_by(|_| 0u8))
+//!     .between(0, 5)?
+//!     .process(|o: &u64, p: &u64| (o * 10, p * 15))
+//!     .add_sink("out", out.clone());
+//! env.execute()?;
+//! let mut got = out.take();
+//! got.sort();
+//! assert_eq!(got, vec![(0, 0), (10, 15), (30, 30)]);
+//! # Ok(()) }
+//! ```
+
+use crate::api::stream::DataStream;
+use crate::error::Result;
+use crate::runtime::interval_join::{IntervalJoinFunction, JoinBounds, ProcessJoinFunction};
+use crate::state::{Data, Key, StateValue};
+
+/// Two keyed streams about to be interval-joined ([`KeyedStream::interval_join`]); say
+/// the interval with [`IntervalJoin::between`].
+///
+/// [`KeyedStream::interval_join`]: crate::api::stream::KeyedStream::interval_join
+pub struct IntervalJoin<K, T1, T2, F1, F2> {
+    first: (DataStream<T1>, F1),
+    second: (DataStream<T2>, F2),
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K, T1, T2, F1, F2> IntervalJoin<K, T1, T2, F1, F2> {
+    /// The join of `first` keyed by its key function and `second` keyed by its own.
+    pub(crate) fn new(first: (DataStream<T1>, F1), second: (DataStream<T2>, F2)) -> Self {
+        IntervalJoin {
+            first,
+            second,
+            _k: std::marker::PhantomData,
+        }
+    }
+
+    /// Joins `a` of the first stream with `b` of the second when
+    /// `a.ts + lower_ms <= b.ts <= a.ts + upper_ms` (both may be negative). An error if
+    /// `lower_ms > upper_ms`.
+    pub fn between(
+        self,
+        lower_ms: i64,
+        upper_ms: i64,
+    ) -> Result<IntervalJoined<K, T1, T2, F1, F2>> {
+        Ok(IntervalJoined {
+            join: self,
+            bounds: JoinBounds::new(lower_ms, upper_ms)?,
+        })
+    }
+}
+
+/// An interval join with its bounds: choose their exclusivity, then build the results
+/// with [`IntervalJoined::process`].
+pub struct IntervalJoined<K, T1, T2, F1, F2> {
+    join: IntervalJoin<K, T1, T2, F1, F2>,
+    bounds: JoinBounds,
+}
+
+impl<K, T1, T2, F1, F2> IntervalJoined<K, T1, T2, F1, F2>
+where
+    K: Key,
+    T1: StateValue,
+    T2: StateValue,
+    F1: Fn(&T1) -> K + Clone + Send + Sync + 'static,
+    F2: Fn(&T2) -> K + Clone + Send + Sync + 'static,
+{
+    /// Excludes the lower bound: `a.ts + lower < b.ts`.
+    pub fn lower_bound_exclusive(mut self) -> Self {
+        self.bounds = self.bounds.lower_exclusive();
+        self
+    }
+
+    /// Excludes the upper bound: `b.ts < a.ts + upper`.
+    pub fn upper_bound_exclusive(mut self) -> Self {
+        self.bounds = self.bounds.upper_exclusive();
+        self
+    }
+
+    /// Builds the result of every joined pair with `f` (a
+    /// [`ProcessJoinFunction`](crate::api::functions::ProcessJoinFunction), or any
+    /// `Fn(&T1, &T2) -> O`). Both inputs need event timestamps and watermarks.
+    pub fn process<O: Data, P: ProcessJoinFunction<T1, T2, O>>(self, f: P) -> DataStream<O> {
+        let IntervalJoin { first, second, .. } = self.join;
+        first
+            .0
+            .connect(second.0)
+            .key_by(first.1, second.1)
+            .process(IntervalJoinFunction::new(self.bounds, f))
+            .name("interval_join")
+    }
+}
