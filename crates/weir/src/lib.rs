@@ -121,7 +121,9 @@ pub mod prelude {
         KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, ProcessJoinFunction,
         SinkFunction, SourceFunction, SourceStatus,
     };
-    pub use crate::api::join::{IntervalJoin, IntervalJoined};
+    pub use crate::api::join::{
+        IntervalJoin, IntervalJoined, JoinEqual, JoinWhere, JoinedStreams, WindowedJoin,
+    };
     pub use crate::api::stream::{
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::connected::ConnectedStreams;
-use crate::api::join::IntervalJoin;
+use crate::api::join::{IntervalJoin, JoinedStreams};
 use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
@@ -440,6 +440,12 @@ impl<T: Data> DataStream<T> {
     /// [`KeyedCoProcessFunction`](crate::api::functions::KeyedCoProcessFunction)).
     pub fn connect<T2: Data>(self, other: DataStream<T2>) -> ConnectedStreams<T, T2> {
         ConnectedStreams::new(self, other)
+    }
+
+    /// Joins this stream with `other` by key and window (Flink's `join`): name the keys with
+    /// [`JoinedStreams::where_key`] and `equal_to`, then the windows.
+    pub fn join<T2: Data>(self, other: DataStream<T2>) -> JoinedStreams<T, T2> {
+        JoinedStreams::new(self, other)
     }
 
     /// Partitions the stream by key: records with equal keys go to the same subtask, and the

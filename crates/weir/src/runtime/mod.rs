@@ -2,6 +2,7 @@
 //!
 //! * [`functions`] — the traits user code implements; the operators call them.
 //! * [`co_process`] — two-input functions, run over the tagged union of their inputs.
+//! * [`window_join`] — the window join, a keyed two-input function over window buffers.
 //! * [`interval_join`] — the interval join, a keyed two-input function over two buffers.
 //! * [`config`] — job-wide settings a job runs under.
 //! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
@@ -50,6 +51,7 @@ pub(crate) mod spawn;
 pub mod status;
 pub mod task;
 pub mod watermark;
+pub mod window_join;
 pub mod windows;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost

@@ -1,0 +1,203 @@
+//! Window joins: hand-computed truth with out-of-order and late arrivals, and exactly once
+//! under injected failures.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::config;
+use weir::prelude::*;
+
+/// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64);
+
+/// A punctuated generator: the marker records carry the watermark.
+struct Markers;
+
+impl WatermarkGenerator<Ev> for Markers {
+    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+/// One input in arrival order; a slow one (10 records a second) starts after the fast one
+/// has ended, so the join's watermark is the slow input's and lateness is deterministic.
+fn input(env: &StreamEnvironment, name: &str, events: &'static [Ev], slow: bool) -> DataStream<Ev> {
+    let rate = slow.then_some(10.0);
+    env.add_source(
+        name,
+        GeneratorSource::new(events.len() as u64).with_rate(rate),
+    )
+    .map(move |i| events[i as usize])
+    .assign_timestamps_and_watermarks(
+        WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+    )
+}
+
+const FAST_RIGHT: [Ev; 5] = [(1, 5), (1, 10), (2, 7), (2, 8), (1, 13)];
+/// Out of order; the watermark 11 fires the window `[0, 10)`, so `(1, 8)` and `(2, 9)`,
+/// arriving after it, are late for it and dropped.
+const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (2, 9)];
+
+#[test]
+fn tumbling_window_join_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("window-join-by-hand");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let l = input(&env, "left", &SLOW_LEFT, true);
+    let r = input(&env, "right", &FAST_RIGHT, false);
+    l.join(r)
+        .where_key(|e: &Ev| e.0)
+        .equal_to(|e: &Ev| e.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(10)).unwrap())
+        .apply(|l: &Ev, r: &Ev| (l.0, l.1, r.1))
+        .add_sink("collect", out.clone());
+    env.execute().unwrap();
+    let mut got = out.take();
+    got.sort();
+    let want = vec![
+        (1, 4, 5),
+        (1, 9, 5),
+        (1, 12, 10),
+        (1, 12, 13),
+        (2, 5, 7),
+        (2, 5, 8),
+    ];
+    assert_eq!(got, want);
+}
+
+// ---- Exactly once ------------------------------------------------------------------------
+
+const KEYS: u64 = 100;
+const WINDOW_MS: u64 = 100;
+const BOUND_MS: u64 = 10_000;
+
+fn ts(i: u64) -> u64 {
+    i + (i * 7919) % 100
+}
+
+/// `(key, pairs, checksum of the pairs)`.
+type Summary = (u64, u64, u64);
+
+fn pair_sum(l: u64, r: u64) -> u64 {
+    l.wrapping_mul(1_000_003).wrapping_add(r)
+}
+
+/// Every pair of `0..n1` and `0..n2` with equal keys in the same window, per key.
+fn truth(n1: u64, n2: u64) -> Vec<Summary> {
+    let mut right: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    for r in 0..n2 {
+        right
+            .entry((r % KEYS, ts(r) / WINDOW_MS))
+            .or_default()
+            .push(r);
+    }
+    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    for l in 0..n1 {
+        for &r in right
+            .get(&(l % KEYS, ts(l) / WINDOW_MS))
+            .into_iter()
+            .flatten()
+        {
+            let e = t.entry(l % KEYS).or_default();
+            e.0 += 1;
+            e.1 = e.1.wrapping_add(pair_sum(l, r));
+        }
+    }
+    let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
+    rows.sort();
+    rows
+}
+
+/// Sums the pairs per key in keyed state; emits the summary at the end of input.
+#[derive(Clone, Default)]
+struct Summarise {
+    acc: Option<ValueState<(u64, u64)>>,
+}
+
+impl CheckpointedFunction for Summarise {}
+
+impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.acc = Some(s.value_state("acc")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (l, r): (u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        let acc = ctx.get_mut_or_insert_with(self.acc.unwrap(), || (0, 0));
+        acc.0 += 1;
+        acc.1 = acc.1.wrapping_add(pair_sum(l, r));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        let acc = self.acc.unwrap();
+        ctx.apply_to_all_keys(&acc, |c| {
+            let k = *c.key();
+            let (n, s) = *c.get(acc).unwrap();
+            out.collect((k, n, s));
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn window_join_is_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = (40_000, 30_000);
+    let mut cfg = config(
+        "window-join-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 3, (n1 + n2) / 4));
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = || {
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+            .with_timestamp_assigner(|i: &u64, _| ts(*i))
+    };
+    let paced = |n| GeneratorSource::new(n).with_rate(Some(40_000.0));
+    let l = env
+        .add_source_with_watermarks("left", paced(n1), strategy())
+        .uid("left");
+    let r = env
+        .add_source_with_watermarks("right", paced(n2), strategy())
+        .uid("right");
+    l.join(r)
+        .where_key(|i: &u64| i % KEYS)
+        .equal_to(|i: &u64| i % KEYS)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+        .apply(|l: &u64, r: &u64| (*l, *r))
+        .uid("join")
+        .key_by(|p: &(u64, u64)| p.0 % KEYS)
+        .process(Summarise::default())
+        .uid("summarise")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute().unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 4);
+    weir::testing::assert_resumed(&r, n1 + n2);
+    let mut rows = out.take();
+    rows.sort();
+    let want = truth(n1, n2);
+    let pairs: u64 = want.iter().map(|r| r.1).sum();
+    assert!(pairs > n1 / 2, "the truth has only {pairs} pairs");
+    assert_eq!(rows, want);
+}
