@@ -1,12 +1,12 @@
-//! Window joins: hand-computed truth with out-of-order and late arrivals, and exactly once
-//! under injected failures.
+//! Window joins: hand-computed truth with out-of-order and late arrivals, exactly once
+//! under injected failures, and open windows restored at another parallelism.
 
 mod common;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::config;
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
@@ -76,7 +76,9 @@ fn tumbling_window_join_by_hand() {
 
 const KEYS: u64 = 100;
 const WINDOW_MS: u64 = 100;
-const BOUND_MS: u64 = 10_000;
+/// Larger than the jitter and than the lag between the two splits a subtask restored at
+/// parallelism 1 reads alternately, a poll's worth of records each.
+const BOUND_MS: u64 = 20_000;
 
 fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
@@ -154,6 +156,45 @@ impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
     }
 }
 
+/// Joins `left` and `right` by key and tumbling window; returns the summaries per key.
+fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
+    cfg: JobConfig,
+    left: S1,
+    right: S2,
+) -> (Vec<Summary>, Result<JobResult>) {
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = || {
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+            .with_timestamp_assigner(|i: &u64, _| ts(*i))
+    };
+    let l = env
+        .add_source_with_watermarks("left", left, strategy())
+        .uid("left");
+    let r = env
+        .add_source_with_watermarks("right", right, strategy())
+        .uid("right");
+    l.join(r)
+        .where_key(|i: &u64| i % KEYS)
+        .equal_to(|i: &u64| i % KEYS)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+        .apply(|l: &u64, r: &u64| (*l, *r))
+        .uid("join")
+        .key_by(|p: &(u64, u64)| p.0 % KEYS)
+        .process(Summarise::default())
+        .uid("summarise")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute();
+    let mut rows = out.take();
+    rows.sort();
+    (rows, r)
+}
+
+fn paced(n: u64) -> GeneratorSource {
+    GeneratorSource::new(n).with_rate(Some(40_000.0))
+}
+
 #[test]
 fn window_join_is_exactly_once_under_failures() {
     let dir = tempfile::tempdir().unwrap();
@@ -167,37 +208,50 @@ fn window_join_is_exactly_once_under_failures() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 3, (n1 + n2) / 4));
-    let env = StreamEnvironment::new(cfg);
-    let out = CollectSink::new();
-    let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
-            .with_timestamp_assigner(|i: &u64, _| ts(*i))
-    };
-    let paced = |n| GeneratorSource::new(n).with_rate(Some(40_000.0));
-    let l = env
-        .add_source_with_watermarks("left", paced(n1), strategy())
-        .uid("left");
-    let r = env
-        .add_source_with_watermarks("right", paced(n2), strategy())
-        .uid("right");
-    l.join(r)
-        .where_key(|i: &u64| i % KEYS)
-        .equal_to(|i: &u64| i % KEYS)
-        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
-        .apply(|l: &u64, r: &u64| (*l, *r))
-        .uid("join")
-        .key_by(|p: &(u64, u64)| p.0 % KEYS)
-        .process(Summarise::default())
-        .uid("summarise")
-        .add_sink("collect", out.clone())
-        .uid("sink");
-    let r = env.execute().unwrap();
+    let (rows, r) = run_pairs(cfg, paced(n1), paced(n2));
+    let r = r.unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);
     weir::testing::assert_resumed(&r, n1 + n2);
-    let mut rows = out.take();
-    rows.sort();
     let want = truth(n1, n2);
     let pairs: u64 = want.iter().map(|r| r.1).sum();
     assert!(pairs > n1 / 2, "the truth has only {pairs} pairs");
     assert_eq!(rows, want);
+}
+
+#[test]
+fn open_join_windows_restore_at_another_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = (40_000, 40_000);
+    let mut cfg = config(
+        "window-join-rescale",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    let mut first = cfg.clone();
+    first.restart = RestartStrategy::None;
+    let (_, r) = run_pairs(
+        first,
+        StopMidRun::new(paced(n1), 6_000),
+        StopMidRun::new(paced(n2), 6_000),
+    );
+    assert_stopped_mid_run(r);
+    let (mid, _) = common::newest_checkpoint(dir.path(), "window-join-rescale");
+    let open = weir::inspect::raw_state(&mid, "join", "window-join")
+        .unwrap()
+        .keyed_entries::<u64, Vec<(u64, (Vec<u64>, Vec<u64>))>>()
+        .unwrap();
+    assert!(
+        !open.is_empty(),
+        "no open window in the checkpoint to restore"
+    );
+    for p in [3, 1] {
+        let mut c = cfg.clone();
+        c.parallelism = p;
+        c.restore = RestoreFrom::Path(mid.clone());
+        let (rows, r) = run_pairs(c, paced(n1), paced(n2));
+        assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
+        assert_eq!(rows, truth(n1, n2), "parallelism {p}");
+    }
 }
