@@ -152,6 +152,10 @@ const UPPER: i64 = 50;
 /// Larger than the jitter and than the lag between two splits a rescaled generator subtask
 /// reads alternately (up to two polls of 4 096 records).
 const BOUND_MS: u64 = 10_000;
+/// The bound when restoring at parallelism 1: one subtask then reads two splits that the
+/// checkpoint may have left thousands of records apart (each input's stop waits only for
+/// its own subtasks), on top of a poll's worth of lag.
+const RESCALE_BOUND_MS: u64 = 30_000;
 /// Records per second of each source, over all its subtasks.
 const RATE: f64 = 40_000.0;
 
@@ -241,13 +245,14 @@ impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
 
 fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
     cfg: JobConfig,
+    bound_ms: u64,
     left: S1,
     right: S2,
 ) -> (Vec<Summary>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
             .with_timestamp_assigner(|i: &u64, _| ts(*i))
     };
     let l = env
@@ -287,7 +292,7 @@ fn interval_join_is_exactly_once_under_failures() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 5, (n1 + n2) / 4));
-    let (rows, r) = run_pairs(cfg, paced(n1), paced(n2));
+    let (rows, r) = run_pairs(cfg, BOUND_MS, paced(n1), paced(n2));
     let r = r.unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);
     weir::testing::assert_resumed(&r, n1 + n2);
@@ -310,7 +315,7 @@ fn buffered(path: &std::path::Path, buffer: &str) -> Vec<u64> {
 #[test]
 fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
     let dir = tempfile::tempdir().unwrap();
-    let (n1, n2) = (40_000, 40_000);
+    let (n1, n2) = (50_000, 50_000);
     let mut cfg = config(
         "join-rescale",
         dir.path(),
@@ -320,12 +325,13 @@ fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     let mut first = cfg.clone();
     first.restart = RestartStrategy::None;
-    // Each subtask stops after 12 000 records (values up to ~24 000), past the bound: the
+    // Each subtask stops after 20 000 records (values up to ~40 000), past the bound: the
     // watermark has passed the cleanup time of the older records, not of the newer ones.
     let (_, r) = run_pairs(
         first,
-        StopMidRun::new(paced(n1), 12_000),
-        StopMidRun::new(paced(n2), 12_000),
+        RESCALE_BOUND_MS,
+        StopMidRun::new(paced(n1), 20_000),
+        StopMidRun::new(paced(n2), 20_000),
     );
     assert_stopped_mid_run(r);
     let (mid, _) = common::newest_checkpoint(dir.path(), "join-rescale");
@@ -343,7 +349,7 @@ fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
         // and the join's backlog hold back): only the records older than that are gone.
         let oldest = *b.iter().min().unwrap();
         assert!(
-            oldest >= 2_000 && b.len() < 22_000,
+            oldest >= 5_000 && b.len() < 36_000,
             "the {name} buffer holds {} records from time {oldest} (newest {newest}): the \
              oldest were not cleaned up",
             b.len()
@@ -353,7 +359,7 @@ fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
         let mut c = cfg.clone();
         c.parallelism = p;
         c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_pairs(c, paced(n1), paced(n2));
+        let (rows, r) = run_pairs(c, RESCALE_BOUND_MS, paced(n1), paced(n2));
         assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
         assert_eq!(rows, truth(n1, n2), "parallelism {p}");
     }
