@@ -231,6 +231,11 @@ const BUCKET_MS: u64 = 100;
 /// Larger than the jitter and than the lag between two splits a rescaled generator subtask
 /// reads alternately.
 const BOUND_MS: u64 = 10_000;
+/// The bound when restoring at parallelism 1: one subtask then reads two splits that the
+/// checkpoint may have left far apart (each input's stop waits only for its own
+/// subtasks), so a record could come after its bucket's timer fired. Above every
+/// timestamp: the timers all fire at the end of input.
+const RESCALE_BOUND_MS: u64 = 100_000;
 
 fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
@@ -336,13 +341,14 @@ fn truth(n1: u64, n2: u64) -> Vec<Counts> {
 /// Input 1 (fast, `first`) and input 2 (`second`, typically rate-limited) counted per key.
 fn run_counts<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
     cfg: JobConfig,
+    bound_ms: u64,
     first: S1,
     second: S2,
 ) -> (Vec<Counts>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
             .with_timestamp_assigner(|i: &u64, _| ts(*i))
     };
     let a = env
@@ -377,6 +383,7 @@ fn keyed_co_process_is_exactly_once_under_failures_with_a_held_back_input() {
     // through early would be counted twice after the next failure.
     let (rows, r) = run_counts(
         cfg,
+        BOUND_MS,
         GeneratorSource::new(n1),
         GeneratorSource::new(n2).with_rate(Some(40_000.0)),
     );
@@ -396,6 +403,7 @@ fn keyed_co_process_state_restores_at_another_parallelism() {
     first.restart = RestartStrategy::None;
     let (_, r) = run_counts(
         first,
+        RESCALE_BOUND_MS,
         StopMidRun::new(GeneratorSource::new(n1), 3_000),
         StopMidRun::new(GeneratorSource::new(n2), 2_000),
     );
@@ -405,7 +413,12 @@ fn keyed_co_process_state_restores_at_another_parallelism() {
         let mut c = cfg.clone();
         c.parallelism = p;
         c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_counts(c, GeneratorSource::new(n1), GeneratorSource::new(n2));
+        let (rows, r) = run_counts(
+            c,
+            RESCALE_BOUND_MS,
+            GeneratorSource::new(n1),
+            GeneratorSource::new(n2),
+        );
         assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
         assert_eq!(rows, truth(n1, n2), "parallelism {p}");
     }

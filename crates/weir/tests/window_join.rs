@@ -76,9 +76,11 @@ fn tumbling_window_join_by_hand() {
 
 const KEYS: u64 = 100;
 const WINDOW_MS: u64 = 100;
-/// Larger than the jitter and than the lag between the two splits a subtask restored at
-/// parallelism 1 reads alternately, a poll's worth of records each.
-const BOUND_MS: u64 = 20_000;
+const BOUND_MS: u64 = 10_000;
+/// The bound when restoring at parallelism 1: one subtask then reads two splits that the
+/// checkpoint may have left far apart (each input's stop waits only for its own
+/// subtasks). Above every timestamp, so all windows stay open until the end of input.
+const RESCALE_BOUND_MS: u64 = 100_000;
 
 fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
@@ -159,13 +161,14 @@ impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
 /// Joins `left` and `right` by key and tumbling window; returns the summaries per key.
 fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
     cfg: JobConfig,
+    bound_ms: u64,
     left: S1,
     right: S2,
 ) -> (Vec<Summary>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
             .with_timestamp_assigner(|i: &u64, _| ts(*i))
     };
     let l = env
@@ -208,7 +211,7 @@ fn window_join_is_exactly_once_under_failures() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 3, (n1 + n2) / 4));
-    let (rows, r) = run_pairs(cfg, paced(n1), paced(n2));
+    let (rows, r) = run_pairs(cfg, BOUND_MS, paced(n1), paced(n2));
     let r = r.unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);
     weir::testing::assert_resumed(&r, n1 + n2);
@@ -233,6 +236,7 @@ fn open_join_windows_restore_at_another_parallelism() {
     first.restart = RestartStrategy::None;
     let (_, r) = run_pairs(
         first,
+        RESCALE_BOUND_MS,
         StopMidRun::new(paced(n1), 6_000),
         StopMidRun::new(paced(n2), 6_000),
     );
@@ -250,7 +254,7 @@ fn open_join_windows_restore_at_another_parallelism() {
         let mut c = cfg.clone();
         c.parallelism = p;
         c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_pairs(c, paced(n1), paced(n2));
+        let (rows, r) = run_pairs(c, RESCALE_BOUND_MS, paced(n1), paced(n2));
         assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
         assert_eq!(rows, truth(n1, n2), "parallelism {p}");
     }
