@@ -111,13 +111,18 @@ pub mod prelude {
         CheckpointConfig, CheckpointingMode, FailureInjection, JobConfig, RestartStrategy,
         RestoreFrom,
     };
+    pub use crate::api::connected::{ConnectedStreams, KeyedConnectedStreams};
     pub use crate::api::execution::{
         AttemptSummary, ControlError, ControlErrorKind, JobControl, JobResult, JobStatus,
         RestoreInfo, SnapshotDone,
     };
     pub use crate::api::functions::{
-        BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
-        ProcessFunction, SinkFunction, SourceFunction, SourceStatus,
+        BroadcastProcessFunction, CheckpointedFunction, CoProcessFunction, Collector, JoinContext,
+        KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, ProcessJoinFunction,
+        SinkFunction, SourceFunction, SourceStatus,
+    };
+    pub use crate::api::join::{
+        IntervalJoin, IntervalJoined, JoinEqual, JoinWhere, JoinedStreams, WindowedJoin,
     };
     pub use crate::api::stream::{
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,

@@ -5,6 +5,8 @@
 //!   injection.
 //! * [`functions`] — the traits user code implements and their state hooks.
 //! * [`stream`] — the environment, `DataStream` and `KeyedStream`.
+//! * [`connected`] — two streams of different types processed together (`connect`).
+//! * [`join`] — joins of two keyed streams (the interval join).
 //! * [`two_phase_commit`] — exactly-once sinks: the two-phase-commit protocol.
 //! * [`execution`] — what a run returns, and the handle that controls a running job.
 //! * [`time`] — event time: watermark strategies and window assigners.
@@ -35,11 +37,15 @@
 ///
 /// Owned by the runtime, which calls the functions; re-exported here.
 pub mod functions {
+    pub use crate::runtime::co_process::{CoProcessFunction, KeyedCoProcessFunction};
     pub use crate::runtime::functions::{
         BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
         ProcessFunction, SinkFunction, SourceFunction, SourceStatus,
     };
+    pub use crate::runtime::interval_join::{JoinContext, ProcessJoinFunction};
 }
+pub mod connected;
+pub mod join;
 pub mod stream;
 pub mod two_phase_commit;
 pub mod windowed;

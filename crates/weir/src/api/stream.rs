@@ -29,6 +29,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::connected::ConnectedStreams;
+use crate::api::join::{IntervalJoin, JoinedStreams};
 use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
@@ -443,6 +445,20 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// Connects `other`, a stream of another type, for a two-input function
+    /// ([`CoProcessFunction`](crate::api::functions::CoProcessFunction), or after
+    /// [`ConnectedStreams::key_by`] a
+    /// [`KeyedCoProcessFunction`](crate::api::functions::KeyedCoProcessFunction)).
+    pub fn connect<T2: Data>(self, other: DataStream<T2>) -> ConnectedStreams<T, T2> {
+        ConnectedStreams::new(self, other)
+    }
+
+    /// Joins this stream with `other` by key and window (Flink's `join`): name the keys with
+    /// [`JoinedStreams::where_key`] and `equal_to`, then the windows.
+    pub fn join<T2: Data>(self, other: DataStream<T2>) -> JoinedStreams<T, T2> {
+        JoinedStreams::new(self, other)
+    }
+
     /// Partitions the stream by key: records with equal keys go to the same subtask, and the
     /// next operator can keep state per key.
     pub fn key_by<K: Key, F>(self, key_fn: F) -> KeyedStream<K, T, F>
@@ -521,6 +537,15 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             Some(Partitioning::KeyGroups),
             Some(writer),
         )
+    }
+
+    /// Joins this stream with `other`, keyed alike, by time (Flink's `intervalJoin`): set
+    /// the interval with [`IntervalJoin::between`].
+    pub fn interval_join<T2: Data, F2>(
+        self,
+        other: KeyedStream<K, T2, F2>,
+    ) -> IntervalJoin<K, T, T2, F, F2> {
+        IntervalJoin::new((self.stream, self.key_fn), (other.stream, other.key_fn))
     }
 
     /// Cuts each key's records into windows by `assigner` (Flink's `window`); aggregate them

@@ -1,6 +1,9 @@
 //! The runtime: tasks, the channels between them, and how a job attempt executes.
 //!
 //! * [`functions`] — the traits user code implements; the operators call them.
+//! * [`co_process`] — two-input functions, run over the tagged union of their inputs.
+//! * [`window_join`] — the window join, a keyed two-input function over window buffers.
+//! * [`interval_join`] — the interval join, a keyed two-input function over two buffers.
 //! * [`config`] — job-wide settings a job runs under.
 //! * `graph` — the logical job graph the DataStream API builds and [`plan`] chains (internal).
 //! * [`event`] — what flows on a channel (batches, watermarks, barriers, end-of-input).
@@ -28,6 +31,7 @@
 
 pub mod alignment;
 pub(crate) mod attempt;
+pub mod co_process;
 pub mod config;
 pub mod control;
 pub mod event;
@@ -36,6 +40,7 @@ pub mod fault;
 pub mod finishing;
 pub mod functions;
 pub(crate) mod graph;
+pub mod interval_join;
 pub mod load;
 pub mod network;
 pub mod operators;
@@ -47,6 +52,7 @@ pub(crate) mod spawn;
 pub mod status;
 pub mod task;
 pub mod watermark;
+pub mod window_join;
 pub mod windows;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost

@@ -1,0 +1,366 @@
+//! Interval joins: hand-computed truth with out-of-order and late arrivals and exclusive
+//! bounds; exactly once under injected failures; join buffers restored at another
+//! parallelism, and cleaned up once the watermark passes them.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use weir::prelude::*;
+
+// ---- By hand -----------------------------------------------------------------------------
+
+/// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64);
+
+/// A punctuated generator: the marker records carry the watermark.
+struct Markers;
+
+impl WatermarkGenerator<Ev> for Markers {
+    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+/// One input, in arrival order: `slow` inputs deliver 10 records a second, so that the
+/// other (fast) input has ended, and its watermark reached the maximum, before their first
+/// record: the join's watermark is then the slow input's, and lateness is deterministic.
+fn input(env: &StreamEnvironment, name: &str, events: &'static [Ev], slow: bool) -> DataStream<Ev> {
+    let rate = slow.then_some(10.0);
+    env.add_source(
+        name,
+        GeneratorSource::new(events.len() as u64).with_rate(rate),
+    )
+    .map(move |i| events[i as usize])
+    .assign_timestamps_and_watermarks(
+        WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+    )
+}
+
+/// The hand-computed joins before `process`.
+type Joined = IntervalJoined<u64, Ev, Ev, fn(&Ev) -> u64, fn(&Ev) -> u64>;
+
+/// Joins `left` and `right` (the slow one as said) within `[-2, 3]`, bounds made
+/// exclusive by `exclusive`, into `(key, left ts, right ts)` rows, sorted.
+fn run_join(
+    left: &'static [Ev],
+    right: &'static [Ev],
+    left_slow: bool,
+    exclusive: fn(Joined) -> Joined,
+) -> Vec<(u64, u64, u64)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("join-by-hand");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let key: fn(&Ev) -> u64 = |e| e.0;
+    let l = input(&env, "left", left, left_slow).key_by(key);
+    let r = input(&env, "right", right, !left_slow).key_by(key);
+    exclusive(l.interval_join(r).between(-2, 3).unwrap())
+        .process(|l: &Ev, r: &Ev| (l.0, l.1, r.1))
+        .add_sink("collect", out.clone());
+    env.execute().unwrap();
+    let mut rows = out.take();
+    rows.sort();
+    rows
+}
+
+const FAST_RIGHT: [Ev; 5] = [(1, 5), (1, 10), (2, 7), (2, 8), (1, 13)];
+/// Out of order; `(1, 8)` and `(2, 9)` arrive after the watermark 11: late, dropped.
+const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (2, 9)];
+
+#[test]
+fn joins_within_inclusive_bounds_and_drops_late_records() {
+    let got = run_join(&SLOW_LEFT, &FAST_RIGHT, true, |j| j);
+    // (1, 12) meets (1, 10) at exactly the lower bound, (2, 5) meets (2, 8) at exactly
+    // the upper; (1, 10) is still buffered when (1, 12) comes (its cleanup time is 12).
+    let want = vec![
+        (1, 4, 5),
+        (1, 9, 10),
+        (1, 12, 10),
+        (1, 12, 13),
+        (2, 5, 7),
+        (2, 5, 8),
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn exclusive_bounds_drop_the_pairs_on_them() {
+    let got = run_join(&SLOW_LEFT, &FAST_RIGHT, true, |j| {
+        j.lower_bound_exclusive().upper_bound_exclusive()
+    });
+    assert_eq!(got, vec![(1, 4, 5), (1, 9, 10), (1, 12, 13), (2, 5, 7)]);
+}
+
+const FAST_LEFT: [Ev; 4] = [(1, 4), (1, 9), (2, 5), (1, 12)];
+/// Out of order; `(1, 10)` and `(2, 7)` arrive after the watermark 11: late, dropped.
+const SLOW_RIGHT: [Ev; 6] = [(1, 5), (2, 8), (99, 11), (1, 10), (1, 13), (2, 7)];
+
+#[test]
+fn buffered_left_records_meet_later_right_ones() {
+    let got = run_join(&FAST_LEFT, &SLOW_RIGHT, false, |j| j);
+    assert_eq!(got, vec![(1, 4, 5), (1, 12, 13), (2, 5, 8)]);
+}
+
+#[test]
+fn bounds_in_the_wrong_order_are_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("join-bad-bounds");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let a = env.add_source("a", GeneratorSource::new(1)).key_by(|i| *i);
+    let b = env.add_source("b", GeneratorSource::new(1)).key_by(|i| *i);
+    let Err(e) = a.interval_join(b).between(5, -5) else {
+        panic!("between(5, -5) was accepted");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("lower bound (5 ms) is above the upper bound (-5 ms)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn inputs_without_timestamps_are_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("join-no-timestamps");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let a = env.add_source("a", GeneratorSource::new(3)).key_by(|i| *i);
+    let b = env.add_source("b", GeneratorSource::new(3)).key_by(|i| *i);
+    a.interval_join(b)
+        .between(0, 1)
+        .unwrap()
+        .process(|a: &u64, b: &u64| a + b)
+        .add_sink("out", DiscardSink);
+    let e = env.execute().unwrap_err().to_string();
+    assert!(e.contains("without an event timestamp"), "{e}");
+}
+
+// ---- Exactly once and rescaling -----------------------------------------------------------
+
+/// Many keys keep each key's buffers, which every record scans, short.
+const KEYS: u64 = 100;
+const LOWER: i64 = -30;
+const UPPER: i64 = 50;
+/// Larger than the jitter and than the lag between two splits a rescaled generator subtask
+/// reads alternately (up to two polls of 4 096 records).
+const BOUND_MS: u64 = 10_000;
+/// The bound when restoring at parallelism 1: one subtask then reads two splits that the
+/// checkpoint may have left thousands of records apart (each input's stop waits only for
+/// its own subtasks), on top of a poll's worth of lag.
+const RESCALE_BOUND_MS: u64 = 30_000;
+/// Records per second of each source, over all its subtasks.
+const RATE: f64 = 40_000.0;
+
+fn paced(n: u64) -> GeneratorSource {
+    GeneratorSource::new(n).with_rate(Some(RATE))
+}
+
+fn ts(i: u64) -> u64 {
+    i + (i * 7919) % 100
+}
+
+/// `(key, pairs, checksum of the pairs)`, gathered per key of the left record.
+type Summary = (u64, u64, u64);
+
+fn pair_sum(l: u64, r: u64) -> u64 {
+    l.wrapping_mul(1_000_003).wrapping_add(r)
+}
+
+/// Every pair `(l, r)` of `0..n1` and `0..n2` with equal keys and `ts(r) - ts(l)` within
+/// the bounds, summarised per key.
+fn truth(n1: u64, n2: u64) -> Vec<Summary> {
+    let mut by_key: HashMap<u64, Vec<u64>> = HashMap::new();
+    for r in 0..n2 {
+        by_key.entry(r % KEYS).or_default().push(r);
+    }
+    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    for l in 0..n1 {
+        let lo = ts(l) as i64 + LOWER;
+        let hi = ts(l) as i64 + UPPER;
+        // Right records whose ts can be in range: ts(r) is within [r, r + 99].
+        let first = (lo - 100).max(0) as u64;
+        for &r in by_key.get(&(l % KEYS)).into_iter().flatten() {
+            if r < first || r as i64 > hi {
+                continue;
+            }
+            let d = ts(r) as i64;
+            if lo <= d && d <= hi {
+                let e = t.entry(l % KEYS).or_default();
+                e.0 += 1;
+                e.1 = e.1.wrapping_add(pair_sum(l, r));
+            }
+        }
+    }
+    let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
+    rows.sort();
+    rows
+}
+
+/// Counts pairs per key in keyed state and emits the summary at the end of input.
+#[derive(Clone, Default)]
+struct Summarise {
+    acc: Option<ValueState<(u64, u64)>>,
+}
+
+impl CheckpointedFunction for Summarise {}
+
+impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.acc = Some(s.value_state("acc")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (l, r): (u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        let acc = ctx.get_mut_or_insert_with(self.acc.unwrap(), || (0, 0));
+        acc.0 += 1;
+        acc.1 = acc.1.wrapping_add(pair_sum(l, r));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        let acc = self.acc.unwrap();
+        ctx.apply_to_all_keys(&acc, |c| {
+            let k = *c.key();
+            let (n, s) = *c.get(acc).unwrap();
+            out.collect((k, n, s));
+            Ok(())
+        })
+    }
+}
+
+fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
+    cfg: JobConfig,
+    bound_ms: u64,
+    left: S1,
+    right: S2,
+) -> (Vec<Summary>, Result<JobResult>) {
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = || {
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
+            .with_timestamp_assigner(|i: &u64, _| ts(*i))
+    };
+    let l = env
+        .add_source_with_watermarks("left", left, strategy())
+        .uid("left")
+        .key_by(|i: &u64| i % KEYS);
+    let r = env
+        .add_source_with_watermarks("right", right, strategy())
+        .uid("right")
+        .key_by(|i: &u64| i % KEYS);
+    l.interval_join(r)
+        .between(LOWER, UPPER)
+        .unwrap()
+        .process(|l: &u64, r: &u64| (*l, *r))
+        .uid("join")
+        .key_by(|p: &(u64, u64)| p.0 % KEYS)
+        .process(Summarise::default())
+        .uid("summarise")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute();
+    let mut rows = out.take();
+    rows.sort();
+    (rows, r)
+}
+
+#[test]
+fn interval_join_is_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = (40_000, 30_000);
+    let mut cfg = config(
+        "join-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 5, (n1 + n2) / 4));
+    let (rows, r) = run_pairs(cfg, BOUND_MS, paced(n1), paced(n2));
+    let r = r.unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 4);
+    weir::testing::assert_resumed(&r, n1 + n2);
+    assert_eq!(rows, truth(n1, n2));
+}
+
+/// The timestamps of the records in a join buffer of the checkpoint at `path`.
+fn buffered(path: &std::path::Path, buffer: &str) -> Vec<u64> {
+    let raw = weir::inspect::raw_state(path, "join", buffer).unwrap();
+    let entries = raw.keyed_entries::<u64, Vec<(u64, Vec<u64>)>>().unwrap();
+    let mut out = Vec::new();
+    for e in entries {
+        for (t, records) in e.value {
+            out.extend(records.iter().map(|_| t));
+        }
+    }
+    out
+}
+
+#[test]
+fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2) = (50_000, 50_000);
+    let mut cfg = config(
+        "join-rescale",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    let mut first = cfg.clone();
+    first.restart = RestartStrategy::None;
+    // Each subtask stops after 20 000 records (values up to ~40 000), past the bound: the
+    // watermark has passed the cleanup time of the older records, not of the newer ones.
+    let (_, r) = run_pairs(
+        first,
+        RESCALE_BOUND_MS,
+        StopMidRun::new(paced(n1), 20_000),
+        StopMidRun::new(paced(n2), 20_000),
+    );
+    assert_stopped_mid_run(r);
+    let (mid, _) = common::newest_checkpoint(dir.path(), "join-rescale");
+    let (left, right) = (
+        buffered(&mid, "left-buffer"),
+        buffered(&mid, "right-buffer"),
+    );
+    let newest = left.iter().chain(&right).max().copied().unwrap();
+    for (name, b) in [("left", &left), ("right", &right)] {
+        assert!(
+            !b.is_empty(),
+            "the {name} buffer is empty: nothing to restore"
+        );
+        // The watermark lags the newest record by the bound (and by what the slower input
+        // and the join's backlog hold back): only the records older than that are gone.
+        let oldest = *b.iter().min().unwrap();
+        assert!(
+            oldest >= 5_000 && b.len() < 36_000,
+            "the {name} buffer holds {} records from time {oldest} (newest {newest}): the \
+             oldest were not cleaned up",
+            b.len()
+        );
+    }
+    for p in [3, 1] {
+        let mut c = cfg.clone();
+        c.parallelism = p;
+        c.restore = RestoreFrom::Path(mid.clone());
+        let (rows, r) = run_pairs(c, RESCALE_BOUND_MS, paced(n1), paced(n2));
+        assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
+        assert_eq!(rows, truth(n1, n2), "parallelism {p}");
+    }
+}
