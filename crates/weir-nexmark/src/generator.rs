@@ -499,29 +499,28 @@ fn next_exact_string(rng: &mut JavaRandom, len: usize) -> String {
     // On the magnitude in unsigned arithmetic, the sign applied after without a branch
     // (the sign is a coin flip): Java's remainder of a negative `rnd` is the negated
     // remainder of its magnitude, and `(d ^ m) - m` negates `d` when `m` is all ones.
-    // Whole chunks go in as fixed-size copies; only the last, short one byte by byte.
-    let mut chunk = [0u8; 6];
-    let fill = |rng: &mut JavaRandom, chunk: &mut [u8; 6]| {
+    // Each chunk's six letters are assembled in one register and stored at once: byte
+    // stores to a stack array read back wider stall store forwarding.
+    let fill = |rng: &mut JavaRandom| -> [u8; 8] {
         let rnd = rng.next_int();
         let mut magnitude = rnd.unsigned_abs();
         let negative = (rnd >> 31) as u8;
+        let mut word = 0u64;
         // Dividing by the constant 26 six times compiles to multiplications.
-        for b in chunk.iter_mut() {
+        for i in 0..6 {
             let digit = (magnitude % 26) as u8;
             magnitude /= 26;
-            *b = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
+            let letter = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
+            word |= (letter as u64) << (8 * i);
         }
+        word.to_le_bytes()
     };
     for _ in 0..len / 6 {
-        fill(rng, &mut chunk);
-        bytes.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&fill(rng)[..6]);
     }
     let tail = len % 6;
     if tail > 0 {
-        fill(rng, &mut chunk);
-        for &b in &chunk[..tail] {
-            bytes.push(b);
-        }
+        bytes.extend_from_slice(&fill(rng)[..tail]);
     }
     // Every byte is in 'H'..='z': ASCII.
     String::from_utf8(bytes).unwrap_or_default()
