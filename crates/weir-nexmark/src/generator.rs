@@ -39,6 +39,7 @@
 //!   revision adds the person-id offset twice to bidders; that only shifts ids and changes
 //!   no query's shape.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -386,20 +387,23 @@ impl Generator {
         } + FIRST_PERSON_ID;
         let price = next_price(rng);
         let channels = channels();
-        let (channel, url) = if rng.next_int_bounded(HOT_CHANNELS_RATIO) > 0 {
-            let i = rng.next_int_bounded(HOT_CHANNELS.len() as i32) as usize;
-            (HOT_CHANNELS[i].to_string(), channels.hot_urls[i].clone())
-        } else {
-            let i = rng.next_int_bounded(CHANNELS_NUMBER) as usize;
-            channels.others[i].clone()
-        };
+        // Borrowed from the channel table built once: no allocation or copy per bid.
+        let (channel, url): (&'static str, &'static str) =
+            if rng.next_int_bounded(HOT_CHANNELS_RATIO) > 0 {
+                let i = rng.next_int_bounded(HOT_CHANNELS.len() as i32) as usize;
+                (HOT_CHANNELS[i], &channels.hot_urls[i])
+            } else {
+                let i = rng.next_int_bounded(CHANNELS_NUMBER) as usize;
+                let (channel, url) = &channels.others[i];
+                (channel, url)
+            };
         let extra = next_extra(rng, 8 + 8 + 8 + 8, self.cfg.avg_bid_byte_size as usize);
         Bid {
             auction,
             bidder,
             price,
-            channel,
-            url,
+            channel: Cow::Borrowed(channel),
+            url: Cow::Borrowed(url),
             date_time: ts,
             extra,
         }
@@ -417,7 +421,55 @@ fn next_long(rng: &mut JavaRandom, n: i64) -> i64 {
 
 /// `PriceGenerator.nextPrice`: `Math.round(10^(6u) * 100)`, from 100 to 100 000 000 cents.
 fn next_price(rng: &mut JavaRandom) -> i64 {
-    (10f64.powf(rng.next_double() * 6.0) * 100.0 + 0.5).floor() as i64
+    price_for_exponent(rng.next_double() * 6.0)
+}
+
+/// The reference's price for the exponent `x` in `[0, 6)`: Java's
+/// `Math.round(Math.pow(10, x) * 100)`, i.e. `floor(pow(10, x) × 100 + 0.5)` in `f64`.
+/// `pow` is the slow part of a bid, so this is the only place it is called.
+pub(crate) fn exact_price(x: f64) -> i64 {
+    (10f64.powf(x) * 100.0 + 0.5).floor() as i64
+}
+
+/// `2^(j/64)` for `j` in `0..64`, for [`price_for_exponent`].
+fn exp2_table() -> &'static [f64; 64] {
+    static TABLE: OnceLock<[f64; 64]> = OnceLock::new();
+    TABLE.get_or_init(|| std::array::from_fn(|j| 2f64.powf(j as f64 / 64.0)))
+}
+
+/// [`exact_price`] without `pow`, giving the same integer for every `x` in `[0, 6)`.
+///
+/// `y = 100 × 10^x` is computed as `100 × 2^k × 2^(j/64) × e^(r ln 2)` (`t = x log2 10 =
+/// k + j/64 + r`, `|r| ≤ 1/128`, a degree-5 series: its first omitted term is below
+/// `4e-17`), with a relative error below `2e-14`. `pow` is within an ulp of `10^x` and the
+/// reference's `× 100` and `+ 0.5` add at most an ulp of `y` (≤ `1.5e-8` for `y ≤ 10^8`).
+/// So when `y + 0.5` lies farther than `m = 10^-12 × y + 10^-6` from an integer, no
+/// integer lies between it and the reference's value, and both round down to the same
+/// one; otherwise (about 1 price in 10 000) the reference's own expression decides. A
+/// test compares the two over millions of exponents, half-way cases included.
+fn price_for_exponent(x: f64) -> i64 {
+    const LOG2_10: f64 = std::f64::consts::LOG2_10;
+    const LN_2: f64 = std::f64::consts::LN_2;
+    let t = x * LOG2_10;
+    if !(0.0..20.0).contains(&t) {
+        return exact_price(x);
+    }
+    // Nearest multiple of 1/64 (t ≥ 0, so truncating `+ 0.5` rounds).
+    let n = (t * 64.0 + 0.5) as u32;
+    let r = t - n as f64 / 64.0;
+    let z = r * LN_2;
+    let series = 1.0 + z * (1.0 + z * (0.5 + z * (1.0 / 6.0 + z * (1.0 / 24.0 + z / 120.0))));
+    let scale = (1u64 << (n >> 6)) as f64 * 100.0;
+    let y = exp2_table()[(n & 63) as usize] * series * scale;
+    let v = y + 0.5;
+    let floor = v as i64;
+    let frac = v - floor as f64;
+    let margin = y * 1e-12 + 1e-6;
+    if frac > margin && frac < 1.0 - margin {
+        floor
+    } else {
+        exact_price(x)
+    }
 }
 
 /// `StringsGenerator.nextString`: 3 to `max - 1` characters, lower-case letters with a
@@ -441,21 +493,34 @@ fn next_string(rng: &mut JavaRandom, max: i32, delimiter: char) -> String {
 /// `StringsGenerator.nextExactString`: six characters per `nextInt()`, `'a' + rnd % 26`
 /// with Java's signed remainder (so letters from `'H'` up also occur).
 fn next_exact_string(rng: &mut JavaRandom, len: usize) -> String {
-    let mut bytes = vec![0u8; len];
-    // Java divides `rnd` by 26 after each character; truncating division composes
-    // (`rnd / 26 / 26 == rnd / 676`), so the six digits are computed independently.
+    // Filled chunk by chunk into an unzeroed buffer of the exact size.
+    let mut bytes = Vec::with_capacity(len);
+    // Java divides `rnd` by 26 after each character, as the loop below does.
     // On the magnitude in unsigned arithmetic, the sign applied after without a branch
     // (the sign is a coin flip): Java's remainder of a negative `rnd` is the negated
     // remainder of its magnitude, and `(d ^ m) - m` negates `d` when `m` is all ones.
-    const POWERS: [u32; 6] = [1, 26, 676, 17_576, 456_976, 11_881_376];
-    for chunk in bytes.chunks_mut(6) {
+    // Each chunk's six letters are assembled in one register and stored at once: byte
+    // stores to a stack array read back wider stall store forwarding.
+    let fill = |rng: &mut JavaRandom| -> [u8; 8] {
         let rnd = rng.next_int();
-        let magnitude = rnd.unsigned_abs();
+        let mut magnitude = rnd.unsigned_abs();
         let negative = (rnd >> 31) as u8;
-        for (b, power) in chunk.iter_mut().zip(POWERS) {
-            let digit = ((magnitude / power) % 26) as u8;
-            *b = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
+        let mut word = 0u64;
+        // Dividing by the constant 26 six times compiles to multiplications.
+        for i in 0..6 {
+            let digit = (magnitude % 26) as u8;
+            magnitude /= 26;
+            let letter = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
+            word |= (letter as u64) << (8 * i);
         }
+        word.to_le_bytes()
+    };
+    for _ in 0..len / 6 {
+        bytes.extend_from_slice(&fill(rng)[..6]);
+    }
+    let tail = len % 6;
+    if tail > 0 {
+        bytes.extend_from_slice(&fill(rng)[..tail]);
     }
     // Every byte is in 'H'..='z': ASCII.
     String::from_utf8(bytes).unwrap_or_default()
@@ -514,4 +579,49 @@ fn channels() -> &'static Channels {
             .collect();
         Channels { hot_urls, others }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `pow`-free price equals the reference's expression: over millions of exponents
+    /// as the generator draws them, and around the exponents of every kind of half-way
+    /// price (`m + 0.5` cents), where the fast path must hand over to `pow`.
+    #[test]
+    fn price_without_pow_is_the_reference_price() {
+        let mut rng = JavaRandom::new(0x5eed);
+        for _ in 0..3_000_000 {
+            let x = rng.next_double() * 6.0;
+            assert_eq!(price_for_exponent(x), exact_price(x), "x = {x:e}");
+        }
+        // Prices drawn as the generator draws them (first draws of per-event seeds).
+        for seed in 0..1_000_000 {
+            let x = JavaRandom::new(seed).next_double() * 6.0;
+            assert_eq!(price_for_exponent(x), exact_price(x), "seed {seed}");
+        }
+        // Exponents next to half-way values, from 100.5 to 99 999 999.5 cents.
+        let mut m = 100.0f64;
+        let mut handed_over = 0;
+        while m < 1e8 {
+            let x = ((m + 0.5) / 100.0).log10();
+            for d in -3i64..=3 {
+                let x = f64::from_bits((x.to_bits() as i64 + d) as u64);
+                if !(0.0..6.0).contains(&x) {
+                    continue;
+                }
+                assert_eq!(price_for_exponent(x), exact_price(x), "x = {x:e}");
+                let y = 10f64.powf(x) * 100.0 + 0.5;
+                if (y - y.round()).abs() < 1e-6 {
+                    handed_over += 1;
+                }
+            }
+            m = (m * 1.0007).floor().max(m + 1.0);
+        }
+        assert!(handed_over > 1_000, "{handed_over} half-way cases");
+        // The ends of the range.
+        for x in [0.0, 1e-300, 6.0 - 1e-15, 5.999_999_999] {
+            assert_eq!(price_for_exponent(x), exact_price(x), "x = {x:e}");
+        }
+    }
 }

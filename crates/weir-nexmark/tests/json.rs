@@ -189,3 +189,31 @@ fn events_round_trip_through_postcard() {
         }
     }
 }
+
+/// A generated bid lends its channel and URL from the generator's table; parsed back, it
+/// owns them. Both forms are equal and write the same JSON line and postcard bytes.
+#[test]
+fn borrowed_and_owned_channel_and_url_serialize_alike() {
+    use std::borrow::Cow;
+    let g = weir_nexmark::Generator::new(Default::default()).unwrap();
+    let mut checked = 0;
+    for n in 0..2_000 {
+        let event = g.event(n);
+        let Event::Bid(b) = &event else { continue };
+        assert!(matches!(b.channel, Cow::Borrowed(_)) && matches!(b.url, Cow::Borrowed(_)));
+        let line = event.to_json();
+        let parsed = weir_nexmark::json::parse_line(&line, 1).unwrap();
+        let Event::Bid(owned) = &parsed else {
+            panic!("a bid line parsed as {parsed:?}")
+        };
+        assert!(matches!(owned.channel, Cow::Owned(_)) && matches!(owned.url, Cow::Owned(_)));
+        assert_eq!(&parsed, &event);
+        assert_eq!(parsed.to_json(), line);
+        assert_eq!(
+            postcard::to_allocvec(&parsed).unwrap(),
+            postcard::to_allocvec(&event).unwrap()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 1_840);
+}
