@@ -103,7 +103,7 @@ where
     }
 
     /// Builds the result of every joined pair with `f` (a
-    /// [`ProcessJoinFunction`](crate::api::functions::ProcessJoinFunction), or any
+    /// [`ProcessJoinFunction`], or any
     /// `Fn(&T1, &T2) -> O`). Both inputs need event timestamps and watermarks.
     pub fn process<O: Data, P: ProcessJoinFunction<T1, T2, O>>(self, f: P) -> DataStream<O> {
         let IntervalJoin { first, second, .. } = self.join;
