@@ -136,18 +136,6 @@ impl<I1, I2, F> IntervalJoinFunction<I1, I2, F> {
 
 impl<I1, I2, F> CheckpointedFunction for IntervalJoinFunction<I1, I2, F> {}
 
-/// The record's timestamp, or why an interval join cannot run without one.
-fn timestamp_of<K: Key>(ctx: &KeyedContext<'_, K>) -> Result<u64> {
-    ctx.timestamp().ok_or_else(|| {
-        Error::InvalidJob(
-            "interval join: a record arrived without an event timestamp; give both inputs \
-             timestamps and watermarks (add_source_with_watermarks or \
-             assign_timestamps_and_watermarks) before key_by"
-                .into(),
-        )
-    })
-}
-
 /// Whether a record of time `ts` is late: older than the watermark (Flink drops it).
 fn is_late<K: Key>(ctx: &KeyedContext<'_, K>, ts: u64) -> bool {
     ctx.current_watermark().is_some_and(|w| ts < w)
@@ -172,7 +160,7 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, O>,
     ) -> Result<()> {
-        let ts = timestamp_of(ctx)?;
+        let ts = ctx.event_timestamp("interval join")?;
         if is_late(ctx, ts) {
             return Ok(());
         }
@@ -201,7 +189,7 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, O>,
     ) -> Result<()> {
-        let ts = timestamp_of(ctx)?;
+        let ts = ctx.event_timestamp("interval join")?;
         if is_late(ctx, ts) {
             return Ok(());
         }

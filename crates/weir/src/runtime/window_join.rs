@@ -48,14 +48,7 @@ impl<I1: StateValue, I2: StateValue, A: WindowAssigner<()>, F> WindowJoinFunctio
         ctx: &mut KeyedContext<'_, K>,
         add: impl Fn(&mut Sides<I1, I2>),
     ) -> Result<()> {
-        let ts = ctx.timestamp().ok_or_else(|| {
-            Error::InvalidJob(
-                "window join: a record arrived without an event timestamp; give both inputs \
-                 timestamps and watermarks (add_source_with_watermarks or \
-                 assign_timestamps_and_watermarks) before join"
-                    .into(),
-            )
-        })?;
+        let ts = ctx.event_timestamp("window join")?;
         let watermark = ctx.current_watermark();
         self.scratch.clear();
         // Tumbling and sliding windows depend on the timestamp alone, not on the record.

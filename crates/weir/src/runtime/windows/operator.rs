@@ -19,7 +19,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::{TimeWindow, WindowAssigner};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
 use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain};
 use crate::state::{Key, StateValue};
@@ -116,14 +116,7 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, R>,
     ) -> Result<()> {
-        let timestamp = ctx.timestamp().ok_or_else(|| {
-            Error::InvalidJob(
-                "an event-time window got a record without a timestamp: give the stream \
-                 timestamps and watermarks first (assign_timestamps_and_watermarks or \
-                 add_source_with_watermarks)"
-                    .into(),
-            )
-        })?;
+        let timestamp = ctx.event_timestamp("event-time window")?;
         let state = self.state.as_ref().expect("open() declares the state");
         let watermark = ctx.current_watermark();
         let lateness = self.lateness;

@@ -174,14 +174,7 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, R>,
     ) -> Result<()> {
-        let timestamp = ctx.timestamp().ok_or_else(|| {
-            Error::InvalidJob(
-                "an event-time session window got a record without a timestamp: give the \
-                 stream timestamps and watermarks first (assign_timestamps_and_watermarks or \
-                 add_source_with_watermarks)"
-                    .into(),
-            )
-        })?;
+        let timestamp = ctx.event_timestamp("event-time session window")?;
         self.windows.clear();
         self.assigner
             .assign_windows(&record, timestamp, &mut self.windows)?;

@@ -118,6 +118,20 @@ impl<K: Key> KeyedContext<'_, K> {
         self.backend.time.timestamp
     }
 
+    /// The record's event timestamp, or the error an event-time operator (`operator`, e.g.
+    /// "window join") fails with when its input has none: one message, naming the way out,
+    /// for every window and join.
+    pub(crate) fn event_timestamp(&self, operator: &str) -> Result<u64> {
+        self.timestamp().ok_or_else(|| {
+            crate::error::Error::InvalidJob(format!(
+                "{operator}: a record arrived without an event timestamp, and an event-time \
+                 operator cannot place a record without a timestamp; give its input \
+                 timestamps and watermarks first (add_source_with_watermarks or \
+                 assign_timestamps_and_watermarks)"
+            ))
+        })
+    }
+
     /// In `on_timer`: which clock the firing timer follows; `None` while processing a record.
     pub fn time_domain(&self) -> Option<TimeDomain> {
         self.backend.time.domain
