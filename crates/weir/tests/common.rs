@@ -233,3 +233,26 @@ pub fn assert_resumed_mid_run(result: &JobResult, from: &Path, total: u64) {
         r.source_records
     );
 }
+
+/// A punctuated watermark generator for hand-written event lists: a record whose key (the
+/// first field) is 99 is a marker carrying the watermark at its timestamp, so a test
+/// decides exactly when each window fires.
+pub struct Markers;
+
+impl WatermarkGenerator<(u64, u64)> for Markers {
+    fn on_event(&mut self, e: &(u64, u64), ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}
+
+impl WatermarkGenerator<(u64, u64, u64)> for Markers {
+    fn on_event(&mut self, e: &(u64, u64, u64), ts: u64, out: &mut WatermarkOutput) {
+        if e.0 == 99 {
+            out.emit_watermark(ts);
+        }
+    }
+    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
+}

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -31,18 +31,6 @@ const EVENTS: [Ev; 12] = [
     (1, 21, 1000),
     (2, 40, 0),
 ];
-
-/// A punctuated generator: the marker records carry the watermark.
-struct Markers;
-
-impl WatermarkGenerator<Ev> for Markers {
-    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
-        if e.0 == 99 {
-            out.emit_watermark(ts);
-        }
-    }
-    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
-}
 
 /// Runs the events at parallelism 1 (arrival order kept) through `windows` and returns the
 /// rows for keys other than the marker's, sorted.

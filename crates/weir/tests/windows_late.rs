@@ -7,23 +7,11 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::config;
+use common::{config, Markers};
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
 type Ev = (u64, u64, u64);
-
-/// A punctuated generator: the marker records carry the watermark.
-struct Markers;
-
-impl WatermarkGenerator<Ev> for Markers {
-    fn on_event(&mut self, e: &Ev, ts: u64, out: &mut WatermarkOutput) {
-        if e.0 == 99 {
-            out.emit_watermark(ts);
-        }
-    }
-    fn on_periodic_emit(&mut self, _: &mut WatermarkOutput) {}
-}
 
 /// Window results `(key, start, end, sum)` and late records, both without the markers'.
 type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
