@@ -1,0 +1,195 @@
+//! Input-task tests with real channels and threads: alignment modes and the watermark minimum.
+
+use super::*;
+use crate::error::Result;
+use crate::runtime::alignment::CheckpointingMode;
+use crate::runtime::event::{CheckpointBarrier, Event};
+use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::watermark::{WatermarkStatus, MAX_WATERMARK};
+use crossbeam_channel::Sender;
+use std::sync::Mutex;
+
+/// Records what reaches the chain: `R<x>` per record, `S<id>` per snapshot.
+struct Recorder(Arc<Mutex<Vec<String>>>);
+
+impl Output<u32> for Recorder {
+    fn push(&mut self, batch: &mut Vec<u32>) -> Result<()> {
+        let mut log = self.0.lock().unwrap();
+        log.extend(batch.drain(..).map(|x| format!("R{x}")));
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<u32>, ts: &mut Vec<u64>) -> Result<()> {
+        let mut log = self.0.lock().unwrap();
+        log.extend(
+            batch
+                .drain(..)
+                .zip(ts.drain(..))
+                .map(|(x, t)| format!("R{x}@{t}")),
+        );
+        Ok(())
+    }
+    fn on_watermark(&mut self, w: u64) -> Result<()> {
+        self.0.lock().unwrap().push(format!("W{w}"));
+        Ok(())
+    }
+    fn on_watermark_status(&mut self, s: WatermarkStatus) -> Result<()> {
+        self.0.lock().unwrap().push(format!("{s:?}"));
+        Ok(())
+    }
+    fn on_processing_time(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
+        self.0.lock().unwrap().push(format!("S{}", b.id));
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn notify_complete(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Channel 0 delivers its barrier and then post-barrier records *before* channel 1
+/// delivers anything; returns the order in which the chain saw records and snapshot.
+fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
+    let (tx0, rx0) = crossbeam_channel::unbounded();
+    let (tx1, rx1) = crossbeam_channel::unbounded();
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ctx = TaskContext {
+        name: "test".into(),
+        index: 0,
+        subtask: 0,
+        parallelism: 1,
+        attempt: 1,
+        mode,
+        buffer_timeout: Duration::from_millis(5),
+        control: ctl_rx,
+        writer: writer_tx,
+        injector: None,
+        metrics: Arc::new(TaskMetrics::default()),
+        events: crossbeam_channel::unbounded().0,
+    };
+    let b = CheckpointBarrier::checkpoint(1, 0);
+    tx0.send(Event::Batch(vec![1])).unwrap();
+    tx0.send(Event::Barrier(b)).unwrap();
+    tx0.send(Event::Batch(vec![2, 3])).unwrap();
+    tx0.send(Event::EndOfInput).unwrap();
+    drop(tx0);
+    let chain = Box::new(Recorder(log.clone()));
+    let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+    // Give the task ample time to read channel 0 as far as it is allowed to.
+    std::thread::sleep(Duration::from_millis(100));
+    tx1.send(Event::Batch(vec![10])).unwrap();
+    tx1.send(Event::Barrier(b)).unwrap();
+    tx1.send(Event::EndOfInput).unwrap();
+    // The final checkpoint: after end-of-input, then its completion lets the task exit.
+    tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(2, 0)))
+        .unwrap();
+    drop(tx1);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !task.is_finished(),
+        "waits for the final checkpoint to complete"
+    );
+    ctl_tx.send(Control::Complete(2)).unwrap();
+    task.join().unwrap().unwrap();
+    let frozen: Vec<bool> = writer_rx.try_iter().map(|j| j.frozen).collect();
+    assert_eq!(
+        frozen,
+        [false, true],
+        "checkpoint 1 live, the final one frozen"
+    );
+    let mut log = log.lock().unwrap().clone();
+    assert_eq!(log.pop().as_deref(), Some("S2"));
+    log
+}
+
+/// Watermarks and idleness on two channels: the chain sees the minimum over the active
+/// channels, rising only, after the records sent before it.
+#[test]
+fn the_task_watermark_is_the_minimum_over_active_inputs() {
+    use crate::runtime::watermark::WatermarkStatus::{Active, Idle};
+    let (tx0, rx0) = crossbeam_channel::unbounded();
+    let (tx1, rx1) = crossbeam_channel::unbounded();
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ctx = TaskContext {
+        name: "test".into(),
+        index: 0,
+        subtask: 0,
+        parallelism: 1,
+        attempt: 1,
+        mode: CheckpointingMode::ExactlyOnce,
+        buffer_timeout: Duration::from_millis(5),
+        control: ctl_rx,
+        writer: crossbeam_channel::unbounded().0,
+        injector: None,
+        metrics: Arc::new(TaskMetrics::default()),
+        events: crossbeam_channel::unbounded().0,
+    };
+    let chain = Box::new(Recorder(log.clone()));
+    let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+    let step = |tx: &Sender<Event<u32>>, e: Event<u32>| {
+        tx.send(e).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    step(&tx0, Event::TimestampedBatch(vec![1], vec![10]));
+    step(&tx0, Event::Watermark(10));
+    step(&tx1, Event::Watermark(5));
+    step(&tx1, Event::Watermark(30));
+    step(&tx0, Event::Watermark(8));
+    step(&tx0, Event::WatermarkStatus(Idle));
+    step(&tx1, Event::Watermark(40));
+    step(&tx1, Event::WatermarkStatus(Idle));
+    step(&tx1, Event::WatermarkStatus(Active));
+    step(&tx1, Event::Watermark(MAX_WATERMARK));
+    step(&tx0, Event::WatermarkStatus(Active));
+    step(&tx0, Event::Watermark(MAX_WATERMARK));
+    for tx in [&tx0, &tx1] {
+        tx.send(Event::EndOfInput).unwrap();
+    }
+    tx0.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+        .unwrap();
+    tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
+        .unwrap();
+    drop((tx0, tx1));
+    std::thread::sleep(Duration::from_millis(20));
+    ctl_tx.send(Control::Complete(1)).unwrap();
+    task.join().unwrap().unwrap();
+    let log = log.lock().unwrap().clone();
+    let max = format!("W{MAX_WATERMARK}");
+    assert_eq!(
+        log,
+        [
+            "R1@10", "W5", "W10", // channel 0 holds it at 10 until it goes idle
+            "W30", "W40", "Idle", "Active", &max, "S1"
+        ]
+    );
+}
+
+#[test]
+fn aligned_mode_holds_back_records_behind_a_barrier_until_the_snapshot() {
+    let log = run_two_inputs(CheckpointingMode::ExactlyOnce);
+    let snap = log.iter().position(|e| e == "S1").unwrap();
+    // Records 2 and 3 arrived on channel 0 after its barrier: not in checkpoint 1.
+    assert_eq!(&log[..snap], &["R1", "R10"]);
+    assert_eq!(&log[snap + 1..], &["R2", "R3"]);
+}
+
+#[test]
+fn at_least_once_processes_records_behind_a_barrier_before_the_snapshot() {
+    let log = run_two_inputs(CheckpointingMode::AtLeastOnce);
+    let snap = log.iter().position(|e| e == "S1").unwrap();
+    // Records 2 and 3 overtook channel 1's barrier: they are inside checkpoint 1.
+    assert_eq!(&log[..snap], &["R1", "R2", "R3", "R10"]);
+}
