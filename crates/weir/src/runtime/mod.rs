@@ -14,6 +14,9 @@
 //! * [`operators`] — the built-in operators of a chain.
 //! * [`network`] — writers that partition and batch records onto channels.
 //! * [`alignment`] — barrier alignment decisions for multi-input tasks (pure).
+//! * [`codec`] — record codecs for channel state (unaligned checkpoints), by type.
+//! * [`unaligned`] — unaligned-checkpoint decisions: barriers that overtake queued records,
+//!   and the aligned timeout (pure).
 //! * [`task`] — the loops a task thread runs (source tasks and input tasks).
 //! * [`fault`] — seeded failure injection for tests and demos.
 //! * [`finishing`] — when a task may end: the final checkpoint and stop-with-savepoint (pure).
@@ -32,6 +35,7 @@
 pub mod alignment;
 pub(crate) mod attempt;
 pub mod co_process;
+pub mod codec;
 pub mod config;
 pub mod control;
 pub mod event;
@@ -51,6 +55,7 @@ pub mod result;
 pub(crate) mod spawn;
 pub mod status;
 pub mod task;
+pub mod unaligned;
 pub mod watermark;
 pub mod window_join;
 pub mod windows;
