@@ -55,7 +55,8 @@ impl<T: Serialize + DeserializeOwned> RecordCodec<T> for Postcard<T> {
         };
         out.reserve(count);
         for _ in 0..count {
-            let (r, rest) = postcard::take_from_bytes::<T>(bytes).map_err(|e| fail(e.to_string()))?;
+            let (r, rest) =
+                postcard::take_from_bytes::<T>(bytes).map_err(|e| fail(e.to_string()))?;
             out.push(r);
             bytes = rest;
         }
@@ -91,7 +92,9 @@ impl std::fmt::Debug for TypeRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut names: Vec<&str> = self.entries.values().map(|e| e.name).collect();
         names.sort_unstable();
-        f.debug_struct("TypeRegistry").field("types", &names).finish()
+        f.debug_struct("TypeRegistry")
+            .field("types", &names)
+            .finish()
     }
 }
 
@@ -249,9 +252,15 @@ mod tests {
             type_name,
         };
         let ok = edge("count", TypeId::of::<(String, u64)>(), "(String, u64)");
-        let bad = edge("sessions", TypeId::of::<Click>(), std::any::type_name::<Click>());
+        let bad = edge(
+            "sessions",
+            TypeId::of::<Click>(),
+            std::any::type_name::<Click>(),
+        );
         assert!(check_network_edges([&ok], &r).is_ok());
-        let e = check_network_edges([&ok, &bad], &r).unwrap_err().to_string();
+        let e = check_network_edges([&ok, &bad], &r)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("source -> sessions carries"), "{e}");
         assert!(e.contains("Click"), "{e}");
         assert!(e.contains("register_type"), "{e}");

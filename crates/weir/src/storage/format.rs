@@ -51,6 +51,9 @@ pub enum FileKind {
     OperatorState = 2,
     /// Keyed state of one operator for a range of key groups.
     KeyedState = 3,
+    /// Records in flight on one input channel of one subtask, saved by an unaligned
+    /// checkpoint (issue 13).
+    ChannelState = 4,
 }
 
 impl FileKind {
@@ -60,6 +63,7 @@ impl FileKind {
             FileKind::Metadata => "metadata",
             FileKind::OperatorState => "operator state",
             FileKind::KeyedState => "keyed state",
+            FileKind::ChannelState => "channel state",
         }
     }
 
@@ -70,6 +74,7 @@ impl FileKind {
             1 => Some(FileKind::Metadata),
             2 => Some(FileKind::OperatorState),
             3 => Some(FileKind::KeyedState),
+            4 => Some(FileKind::ChannelState),
             _ => None,
         }
     }

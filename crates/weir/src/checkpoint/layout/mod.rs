@@ -11,6 +11,7 @@
 //! |------|---------------|--------------------|--------------|
 //! | `op-<subtask>` ([`operator_state_file_name`]) | [`OPERATOR_STATE_KIND`] | [`OperatorStateFile`] | the subtask has operator state |
 //! | `kg-<start>-<end>` ([`keyed_state_file_name`]) | [`KEYED_STATE_KIND`] | [`KeyedStateFile`] | the operator is keyed |
+//! | `ch-<subtask>-<channel>` ([`channel_state_file_name`]) | [`CHANNEL_STATE_KIND`] | [`ChannelStateFile`] | an unaligned checkpoint saved records in flight ([`channel_state`]) |
 //!
 //! **How key groups map to files.** Subtask `i` of `p` owns the key groups
 //! [`KeyGroupRange::for_subtask`]`(i, p, max_parallelism)` and writes them all into one
@@ -28,6 +29,12 @@
 //! [`KeyedStateFile`] with the same content (tested), which inspection decodes whole and a
 //! restore decodes borrowing its sections ([`KeyedStateFileRef`]). [`check_keyed_file`]
 //! is what every reader checks before it trusts the file's shape.
+
+pub mod channel_state;
+
+pub use channel_state::{
+    channel_state_file_name, ChannelBatch, ChannelStateFile, CHANNEL_STATE_KIND,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -26,8 +26,14 @@ fn announcement_snapshots_at_once_and_captures_until_every_marker() {
     assert_eq!(d.snapshot, Some(b(1)), "snapshot on first sight");
     assert_eq!(d.complete, None);
     assert!(h.is_capturing(0) && h.is_capturing(1));
-    assert!(!h.is_blocked(0) && !h.is_blocked(1), "unaligned never blocks");
-    assert!(h.is_draining(0) && !h.is_draining(1), "only channel 0's upstream snapshotted");
+    assert!(
+        !h.is_blocked(0) && !h.is_blocked(1),
+        "unaligned never blocks"
+    );
+    assert!(
+        h.is_draining(0) && !h.is_draining(1),
+        "only channel 0's upstream snapshotted"
+    );
     // The announcement from the other upstream lets the task read its queue ahead.
     assert!(h.on_announcement(1, b(1), ms(t0, 1)).is_none());
     assert!(h.is_draining(1));
@@ -49,7 +55,10 @@ fn marker_before_its_announcement_starts_the_checkpoint_and_the_late_one_is_igno
     let mut h = UnalignedBarrierHandler::unaligned(2);
     let d = h.on_marker(0, b(1), t0);
     assert_eq!(d.snapshot, Some(b(1)));
-    assert!(!h.is_capturing(0), "channel 0 delivered everything before its marker");
+    assert!(
+        !h.is_capturing(0),
+        "channel 0 delivered everything before its marker"
+    );
     assert!(h.is_capturing(1));
     assert!(h.on_announcement(0, b(1), t0).is_none());
     assert!(h.on_announcement(1, b(1), t0).is_none());
@@ -91,8 +100,14 @@ fn a_newer_barrier_aborts_the_older_checkpoint_and_older_ones_are_stale() {
     let d = h.on_announcement(1, b(2), t0);
     assert_eq!(d.aborted, Some(1));
     assert_eq!(d.snapshot, Some(b(2)));
-    assert!(h.is_capturing(0) && h.is_capturing(1), "markers of 2 owed again");
-    assert!(h.is_draining(1) && !h.is_draining(0), "only 2's announcer is known");
+    assert!(
+        h.is_capturing(0) && h.is_capturing(1),
+        "markers of 2 owed again"
+    );
+    assert!(
+        h.is_draining(1) && !h.is_draining(0),
+        "only 2's announcer is known"
+    );
     // Channel 1's marker of the aborted checkpoint is stale.
     assert!(h.on_marker(1, b(1), t0).is_none());
     assert!(h.is_capturing(1));
@@ -144,10 +159,16 @@ fn end_of_input_is_no_marker_the_final_barrier_still_comes() {
 fn timeout_mode_completes_aligned_when_markers_arrive_in_time() {
     let t0 = Instant::now();
     let mut h = UnalignedBarrierHandler::with_aligned_timeout(2, Duration::from_millis(100));
-    assert!(h.on_announcement(0, b(1), t0).is_none(), "aligned: no snapshot yet");
+    assert!(
+        h.on_announcement(0, b(1), t0).is_none(),
+        "aligned: no snapshot yet"
+    );
     assert!(h.on_marker(0, b(1), ms(t0, 10)).is_none());
     assert!(h.is_blocked(0) && !h.is_blocked(1));
-    assert!(!h.is_capturing(1), "aligned: records before the marker are pre-snapshot");
+    assert!(
+        !h.is_capturing(1),
+        "aligned: records before the marker are pre-snapshot"
+    );
     assert!(!h.is_draining(0) && !h.is_draining(1));
     assert!(h.on_tick(ms(t0, 50)).is_none());
     let d = h.on_marker(1, b(1), ms(t0, 60));
@@ -170,12 +191,19 @@ fn timeout_mode_switches_to_unaligned_when_alignment_lasts_too_long() {
     assert_eq!(d.complete, None);
     assert!(!h.is_blocked(0), "released");
     assert!(h.is_capturing(1) && !h.is_capturing(0));
-    assert!(!h.is_draining(1), "channel 1's upstream has not announced the barrier");
+    assert!(
+        !h.is_draining(1),
+        "channel 1's upstream has not announced the barrier"
+    );
     assert!(h.on_announcement(1, b(1), ms(t0, 200)).is_none());
     assert!(h.is_draining(1));
     let c = h.on_marker(1, b(1), ms(t0, 500)).complete.unwrap();
     assert!(c.unaligned);
-    assert_eq!(c.alignment, Duration::from_millis(100), "time before the switch");
+    assert_eq!(
+        c.alignment,
+        Duration::from_millis(100),
+        "time before the switch"
+    );
 }
 
 #[test]
