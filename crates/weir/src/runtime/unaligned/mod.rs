@@ -42,6 +42,12 @@
 //!   a barrier at or below the last settled checkpoint is stale and ignored. A closed channel
 //!   counts as having delivered every marker. End-of-input changes nothing: the final
 //!   checkpoint's barrier follows it on a still-open channel.
+//!
+//! Submodules: [`lane`] (the priority lanes and the writer that announces on them),
+//! [`capture`] (the recorded channel state and the read-ahead queues).
+
+pub mod capture;
+pub mod lane;
 
 use std::time::{Duration, Instant};
 
