@@ -5,6 +5,7 @@
 //! fill them ([`crate::runtime::output::Output::snapshot`]) and re-export them from
 //! `runtime::output`.
 
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::state::keyed::KeyedSnapshot;
 use crate::state::operator::OperatorStateSnapshot;
 
@@ -34,6 +35,12 @@ pub struct TaskSnapshot {
     /// the barrier; the executor adds the restored position to get the checkpoint's
     /// [`SourceProgress`](crate::checkpoint::metadata::SourceProgress).
     pub source: Option<(String, u64)>,
+    /// (Unaligned checkpoints) the records in flight the task saved: one file per input
+    /// channel that had any, recorded between the snapshot and the channel's marker.
+    pub channel_state: Vec<ChannelStateFile>,
+    /// Whether the snapshot was taken unaligned (it may still have no channel state).
+    #[allow(dead_code)] // issue 13: for the run summary and `weir status`, not read yet
+    pub unaligned: bool,
 }
 
 impl TaskSnapshot {

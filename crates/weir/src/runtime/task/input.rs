@@ -15,7 +15,11 @@ use crate::runtime::watermark::valve::ValveOutput;
 use crate::runtime::watermark::{StatusWatermarkValve, WatermarkStatus};
 
 /// Handles a control message in an input task; returns `Err(Cancelled)` on cancel.
-fn on_control<T>(c: Control, chain: &mut dyn Output<T>, fin: &mut Finishing) -> Result<()> {
+pub(super) fn on_control<T>(
+    c: Control,
+    chain: &mut dyn Output<T>,
+    fin: &mut Finishing,
+) -> Result<()> {
     match c {
         Control::Complete(id) => {
             chain.notify_complete(id)?;
@@ -34,14 +38,14 @@ fn on_control<T>(c: Control, chain: &mut dyn Output<T>, fin: &mut Finishing) -> 
 
 /// Per input channel: how far its sender got, which decides whether its closing is orderly.
 #[derive(Debug, Clone, Copy, Default)]
-struct ChannelState {
+pub(super) struct ChannelState {
     /// It delivered end-of-input.
-    ended: bool,
+    pub(super) ended: bool,
     /// It delivered the barrier of this stopping savepoint (and nothing will follow unless
     /// the savepoint is aborted).
-    stopped_at: Option<u64>,
+    pub(super) stopped_at: Option<u64>,
     /// Its sender is gone.
-    closed: bool,
+    pub(super) closed: bool,
 }
 
 /// Runs an input task until its end is committed and every input channel closed, or the
@@ -151,7 +155,7 @@ pub fn run_input<T: Send>(
 
 /// Forwards what the watermark valve decided: becoming active, then the new watermark, then
 /// becoming idle.
-fn forward<T>(out: ValveOutput, chain: &mut dyn Output<T>) -> Result<()> {
+pub(super) fn forward<T>(out: ValveOutput, chain: &mut dyn Output<T>) -> Result<()> {
     if out.status == Some(WatermarkStatus::Active) {
         chain.on_watermark_status(WatermarkStatus::Active)?;
     }

@@ -26,16 +26,23 @@ pub fn lane() -> (LaneSender, LaneReceiver) {
 
 /// Wraps the network writer at the tail of a chain: at a checkpoint's barrier it first
 /// announces the barrier on every consumer's lane, then lets the writer flush its open
-/// batches and send the in-band marker. Savepoints are not announced: they stay aligned.
+/// batches and send the in-band marker. Savepoints are not announced: they stay aligned;
+/// nor is anything after end-of-input: the consumer must take the final checkpoint aligned,
+/// after every channel's end (see [`UnalignedBarrierHandler`](super::UnalignedBarrierHandler)).
 pub struct AnnouncingWriter<T> {
     inner: Box<dyn Output<T>>,
     lanes: Vec<LaneSender>,
+    ended: bool,
 }
 
 impl<T> AnnouncingWriter<T> {
     /// Announces on `lanes` (one per channel of `inner`) before `inner` forwards a barrier.
     pub fn new(inner: Box<dyn Output<T>>, lanes: Vec<LaneSender>) -> Self {
-        AnnouncingWriter { inner, lanes }
+        AnnouncingWriter {
+            inner,
+            lanes,
+            ended: false,
+        }
     }
 }
 
@@ -53,7 +60,7 @@ impl<T: Send> Output<T> for AnnouncingWriter<T> {
         self.inner.on_watermark_status(status)
     }
     fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        if barrier.kind == BarrierKind::Checkpoint {
+        if barrier.kind == BarrierKind::Checkpoint && !self.ended {
             for lane in &self.lanes {
                 // A consumer that is gone is being cancelled; its data channel says so.
                 let _ = lane.send(barrier);
@@ -65,6 +72,7 @@ impl<T: Send> Output<T> for AnnouncingWriter<T> {
         self.inner.flush()
     }
     fn end_of_input(&mut self) -> Result<()> {
+        self.ended = true;
         self.inner.end_of_input()
     }
     fn notify_complete(&mut self, id: u64) -> Result<()> {
@@ -101,6 +109,19 @@ mod tests {
             &events[..],
             [Event::Batch(x), Event::Batch(y), Event::Barrier(m)] if x == &[1, 2] && y == &[3] && *m == b
         ));
+    }
+
+    #[test]
+    fn nothing_is_announced_after_end_of_input() {
+        let (tx, rx) = crossbeam_channel::bounded(8);
+        let (lane_tx, lane_rx) = lane();
+        let writer = RoutedWriter::new(vec![tx], Rebalance::new(0));
+        let mut w = AnnouncingWriter::<u32>::new(Box::new(writer), vec![lane_tx]);
+        w.end_of_input().unwrap();
+        let b = CheckpointBarrier::checkpoint(3, 0);
+        w.snapshot(b, &mut TaskSnapshot::new()).unwrap();
+        assert!(lane_rx.try_recv().is_err());
+        assert_eq!(rx.try_iter().count(), 2, "end-of-input, then the marker");
     }
 
     #[test]

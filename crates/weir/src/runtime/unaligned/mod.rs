@@ -40,8 +40,14 @@
 //!   whatever the timeout.
 //! * A barrier newer than the pending one aborts it (its captured channel state is dropped);
 //!   a barrier at or below the last settled checkpoint is stale and ignored. A closed channel
-//!   counts as having delivered every marker. End-of-input changes nothing: the final
-//!   checkpoint's barrier follows it on a still-open channel.
+//!   counts as having delivered every marker.
+//! * **Once any input has ended, checkpoints stay aligned**
+//!   ([`UnalignedBarrierHandler::on_end_of_input`]). The final checkpoint's barrier follows
+//!   end-of-input on every channel, and the task's snapshot for it must come after all of
+//!   them, so that it is the task's frozen, final state (docs/design-notes.md); an
+//!   unaligned snapshot at the first marker could precede another channel's last records.
+//!   (Upstream writers stop announcing once they forwarded end-of-input, for the same
+//!   reason.) A channel that ended still owes its markers until it closes.
 //!
 //! Submodules: [`lane`] (the priority lanes and the writer that announces on them),
 //! [`capture`] (the recorded channel state and the read-ahead queues).
@@ -106,6 +112,8 @@ pub struct UnalignedBarrierHandler {
     /// (or its marker arrived): `c`'s upstream has snapshotted.
     announced: Vec<bool>,
     closed: Vec<bool>,
+    /// Some channel delivered end-of-input: checkpoints stay aligned from then on.
+    any_ended: bool,
     pending: Option<Pending>,
     /// Highest checkpoint id completed or aborted; older barriers are stale.
     last_settled: u64,
@@ -125,6 +133,7 @@ impl UnalignedBarrierHandler {
             marked: vec![false; inputs],
             announced: vec![false; inputs],
             closed: vec![false; inputs],
+            any_ended: false,
             pending: None,
             last_settled: 0,
         }
@@ -202,6 +211,12 @@ impl UnalignedBarrierHandler {
         d
     }
 
+    /// Channel `c` delivered end-of-input: from now on checkpoints stay aligned (see the
+    /// module docs). One that already switched goes on unaligned.
+    pub fn on_end_of_input(&mut self, _c: usize) {
+        self.any_ended = true;
+    }
+
     /// Time passed (the task calls this at least once per buffer timeout): an aligning
     /// checkpoint switches to unaligned when its alignment has lasted the timeout.
     pub fn on_tick(&mut self, now: Instant) -> Decision {
@@ -263,7 +278,7 @@ impl UnalignedBarrierHandler {
     fn advance(&mut self, now: Instant, d: &mut Decision) {
         let Some(mut p) = self.pending else { return };
         let all_done = self.marked.iter().zip(&self.closed).all(|(m, c)| *m || *c);
-        let may_switch = p.barrier.kind == BarrierKind::Checkpoint;
+        let may_switch = p.barrier.kind == BarrierKind::Checkpoint && !self.any_ended;
         if p.snapshotted.is_none()
             && may_switch
             && !all_done

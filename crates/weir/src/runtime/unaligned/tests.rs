@@ -143,16 +143,22 @@ fn coordinator_abort_drops_the_pending_checkpoint() {
 }
 
 #[test]
-fn end_of_input_is_no_marker_the_final_barrier_still_comes() {
-    // The handler is not told about end-of-input at all: the channel stays owed until its
-    // marker or its close, as the final checkpoint's barrier follows end-of-input.
+fn after_end_of_input_checkpoints_stay_aligned_and_the_channel_still_owes_its_marker() {
     let t0 = Instant::now();
     let mut h = UnalignedBarrierHandler::unaligned(2);
-    h.on_announcement(1, b(9), t0);
-    h.on_marker(1, b(9), t0);
+    // A checkpoint that switched before the end goes on unaligned.
+    h.on_announcement(1, b(8), t0);
+    h.on_end_of_input(0);
     assert!(h.is_capturing(0));
+    assert!(h.on_marker(0, b(8), t0).is_none());
+    assert!(h.on_marker(1, b(8), t0).complete.unwrap().unaligned);
+    // The final checkpoint: aligned, whatever the wait.
+    assert!(h.on_marker(0, b(9), t0).is_none());
+    assert!(h.is_blocked(0) && !h.is_capturing(1));
     assert!(h.on_tick(ms(t0, 10_000)).is_none());
-    assert!(h.on_marker(0, b(9), ms(t0, 10_000)).complete.is_some());
+    let d = h.on_marker(1, b(9), ms(t0, 10_000));
+    assert_eq!(d.snapshot, Some(b(9)));
+    assert!(!d.complete.unwrap().unaligned);
 }
 
 #[test]

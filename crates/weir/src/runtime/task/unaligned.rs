@@ -1,0 +1,311 @@
+//! The input task's loop in unaligned mode (issue 13): barriers overtake queued records on
+//! priority lanes, and the records they overtook become the task's channel state. The
+//! decisions are [`UnalignedBarrierHandler`]'s; this loop does the reading, the processing
+//! and the bookkeeping around them (docs/architecture.md §3).
+//!
+//! Invariants, besides those of the aligned loop ([`super::input`]):
+//! * Lanes are read before data: every iteration first drains the priority lanes.
+//! * A channel with events read ahead ([`ReadAhead::holds`]) is not read for processing
+//!   until they are processed, so each channel's events are processed in order.
+//! * A record is recorded as channel state exactly once: when it is read while its channel
+//!   is capturing (read ahead or read for processing), never when a read-ahead event is
+//!   processed later.
+//! * The snapshot is submitted only with its complete channel state; an abort drops both.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+
+use super::{on_control, ChannelState, Control, TaskContext};
+use crate::error::{Error, Result};
+use crate::runtime::codec::RecordCodec;
+use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
+use crate::runtime::finishing::Finishing;
+use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin, ReadAhead};
+use crate::runtime::unaligned::lane::LaneReceiver;
+use crate::runtime::unaligned::{Decision, UnalignedBarrierHandler};
+use crate::runtime::watermark::StatusWatermarkValve;
+
+/// An input task's channels in unaligned mode: data channels, their priority lanes (same
+/// index) and where each comes from.
+pub struct UnalignedInputs<T> {
+    /// The data channels.
+    pub data: Vec<Receiver<Event<T>>>,
+    /// The priority lane beside each data channel.
+    pub lanes: Vec<LaneReceiver>,
+    /// The edge and sender of each channel, recorded with its channel state.
+    pub origins: Vec<ChannelOrigin>,
+    /// The record type's codec.
+    pub codec: Arc<dyn RecordCodec<T>>,
+    /// Alignment allowed before switching to unaligned (zero: unaligned at once).
+    pub aligned_timeout: Duration,
+}
+
+/// What a selected operation reads (index 0 of the select is the control channel).
+#[derive(Clone, Copy)]
+enum Target {
+    Lane(usize),
+    Data(usize),
+}
+
+/// A snapshot taken, waiting for its channel state to be complete.
+struct Taken {
+    snapshot: TaskSnapshot,
+    sync: Duration,
+    frozen: bool,
+}
+
+struct Loop<'a, T> {
+    ctx: &'a TaskContext,
+    chain: Box<dyn Output<T>>,
+    handler: UnalignedBarrierHandler,
+    valve: StatusWatermarkValve,
+    channels: Vec<ChannelState>,
+    fin: Finishing,
+    capture: ChannelCapture<T>,
+    ahead: ReadAhead<T>,
+    taken: Option<Taken>,
+}
+
+/// Runs an input task in unaligned mode until its end is committed and every input channel
+/// closed, or the task is cancelled.
+pub fn run_input_unaligned<T: Send>(
+    inputs: UnalignedInputs<T>,
+    chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    let n = inputs.data.len();
+    let mut l = Loop {
+        ctx: &ctx,
+        chain,
+        handler: UnalignedBarrierHandler::with_aligned_timeout(n, inputs.aligned_timeout),
+        valve: StatusWatermarkValve::new(n),
+        channels: vec![ChannelState::default(); n],
+        fin: Finishing::new(),
+        capture: ChannelCapture::new(inputs.codec, inputs.origins),
+        ahead: ReadAhead::new(n),
+        taken: None,
+    };
+    let (data, lanes) = (inputs.data, inputs.lanes);
+    let mut lane_open = vec![true; n];
+    let mut last_flush = Instant::now();
+    loop {
+        if l.fin.is_done() && l.ahead.is_empty() && l.channels.iter().all(|c| c.closed) {
+            return l.chain.flush();
+        }
+        for (c, lane) in lanes.iter().enumerate() {
+            while lane_open[c] {
+                match lane.try_recv() {
+                    Ok(b) => {
+                        let d = l.handler.on_announcement(c, b, Instant::now());
+                        l.decide(d)?;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        lane_open[c] = false;
+                        break;
+                    }
+                }
+            }
+        }
+        for (c, rx) in data.iter().enumerate() {
+            l.read_ahead(c, rx)?;
+        }
+        if let Some((c, event)) = l.ahead.pop() {
+            match l.ctx.control.try_recv() {
+                Ok(ctl) => l.control(ctl)?,
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+            l.process(c, event)?;
+        } else {
+            // Selectable: the control channel, the open lanes, the readable channels.
+            let mut targets = Vec::with_capacity(2 * n);
+            let mut sel = Select::new();
+            sel.recv(&l.ctx.control);
+            for (c, lane) in lanes.iter().enumerate().filter(|(c, _)| lane_open[*c]) {
+                sel.recv(lane);
+                targets.push(Target::Lane(c));
+            }
+            for (c, rx) in data.iter().enumerate() {
+                if !l.channels[c].closed && !l.handler.is_blocked(c) {
+                    sel.recv(rx);
+                    targets.push(Target::Data(c));
+                }
+            }
+            let deadline = last_flush + l.ctx.buffer_timeout;
+            match crate::runtime::load::idle(|| sel.select_deadline(deadline)) {
+                Err(_) => {} // the buffer timeout passed: flush below
+                Ok(op) if op.index() == 0 => {
+                    let ctl = op.recv(&l.ctx.control).map_err(|_| Error::Cancelled)?;
+                    l.control(ctl)?;
+                }
+                Ok(op) => match targets[op.index() - 1] {
+                    Target::Lane(c) => match op.recv(&lanes[c]) {
+                        Ok(b) => {
+                            let d = l.handler.on_announcement(c, b, Instant::now());
+                            l.decide(d)?;
+                        }
+                        // Its sender ended; the data channel says whether in order.
+                        Err(_) => lane_open[c] = false,
+                    },
+                    Target::Data(c) => match op.recv(&data[c]) {
+                        Ok(event) => l.receive(c, event)?,
+                        Err(_) => l.closed(c)?,
+                    },
+                },
+            }
+        }
+        if l.handler.pending().is_some() {
+            let d = l.handler.on_tick(Instant::now());
+            l.decide(d)?;
+        }
+        if last_flush.elapsed() >= l.ctx.buffer_timeout {
+            if !l.fin.is_frozen() {
+                l.chain.on_processing_time(crate::clock::wall_ms())?;
+            }
+            l.chain.flush()?;
+            last_flush = Instant::now();
+        }
+    }
+}
+
+impl<T: Send> Loop<'_, T> {
+    /// Reads channel `c` ahead of processing while it is draining: up to its marker, or as
+    /// far as it has events now.
+    fn read_ahead(&mut self, c: usize, rx: &Receiver<Event<T>>) -> Result<()> {
+        while self.handler.is_draining(c) && !self.channels[c].closed {
+            match rx.try_recv() {
+                Ok(Event::Barrier(b)) => self.barrier(c, b)?,
+                Ok(event) => {
+                    self.capture.record_event(c, &event)?;
+                    self.ahead.push(c, event);
+                }
+                // Empty: more comes later. Disconnected: the close is handled when the
+                // channel is read for processing, after what was read ahead.
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// An event read from channel `c` for processing now.
+    fn receive(&mut self, c: usize, event: Event<T>) -> Result<()> {
+        match event {
+            Event::Barrier(b) => self.barrier(c, b),
+            event => {
+                if self.handler.is_capturing(c) {
+                    self.capture.record_event(c, &event)?;
+                }
+                self.process(c, event)
+            }
+        }
+    }
+
+    /// Processes an event that is not a barrier (barriers are handled when read).
+    fn process(&mut self, c: usize, event: Event<T>) -> Result<()> {
+        match event {
+            Event::Batch(mut batch) => {
+                self.ctx.on_records(batch.len());
+                self.chain.push(&mut batch)
+            }
+            Event::TimestampedBatch(mut batch, mut timestamps) => {
+                self.ctx.on_records(batch.len());
+                self.chain.push_timestamped(&mut batch, &mut timestamps)
+            }
+            Event::Watermark(w) => {
+                super::input::forward(self.valve.input_watermark(c, w), self.chain.as_mut())
+            }
+            Event::WatermarkStatus(s) => {
+                super::input::forward(self.valve.input_status(c, s), self.chain.as_mut())
+            }
+            Event::Barrier(b) => self.barrier(c, b),
+            Event::EndOfInput => {
+                self.channels[c].ended = true;
+                self.handler.on_end_of_input(c);
+                if self.channels.iter().all(|ch| ch.ended) {
+                    self.chain.end_of_input()?;
+                    self.fin.on_input_ended();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn barrier(&mut self, c: usize, b: CheckpointBarrier) -> Result<()> {
+        if let BarrierKind::Stop { .. } = b.kind {
+            self.channels[c].stopped_at = Some(b.id);
+        }
+        let d = self.handler.on_marker(c, b, Instant::now());
+        self.decide(d)
+    }
+
+    fn closed(&mut self, c: usize) -> Result<()> {
+        let ch = &mut self.channels[c];
+        // The sender is gone: orderly only after end-of-input or a stopping barrier.
+        if !ch.ended && ch.stopped_at.is_none() {
+            return Err(Error::Cancelled);
+        }
+        ch.closed = true;
+        let d = self.handler.on_channel_closed(c, Instant::now());
+        self.decide(d)
+    }
+
+    fn control(&mut self, ctl: Control) -> Result<()> {
+        if let Control::Aborted(id) = ctl {
+            if self.handler.abort(id) {
+                self.capture.discard();
+                self.taken = None;
+            }
+            for ch in self
+                .channels
+                .iter_mut()
+                .filter(|ch| ch.stopped_at == Some(id))
+            {
+                ch.stopped_at = None;
+            }
+        }
+        on_control(ctl, self.chain.as_mut(), &mut self.fin)
+    }
+
+    /// Carries out the handler's decision: abort, snapshot, complete, in that order.
+    fn decide(&mut self, d: Decision) -> Result<()> {
+        if let Some(id) = d.aborted {
+            self.capture.discard();
+            self.taken = None;
+            self.chain.notify_aborted(id)?;
+        }
+        if let Some(b) = d.snapshot {
+            if let BarrierKind::Stop { .. } = b.kind {
+                self.fin.on_stop_barrier(b.id);
+            }
+            let start = Instant::now();
+            let mut snapshot = TaskSnapshot::new();
+            self.chain.snapshot(b, &mut snapshot)?;
+            let frozen = self.fin.on_snapshot(b.id);
+            let sync = start.elapsed().saturating_sub(snapshot.downstream_wait);
+            self.taken = Some(Taken {
+                snapshot,
+                sync,
+                frozen,
+            });
+        }
+        if let Some(done) = d.complete {
+            let Some(mut t) = self.taken.take() else {
+                return Ok(()); // unreachable by the handler's contract: snapshot comes first
+            };
+            t.snapshot.channel_state = self.capture.take(self.ctx.subtask);
+            t.snapshot.unaligned = done.unaligned;
+            let id = done.barrier.id;
+            self.ctx
+                .submit(id, t.snapshot, t.sync, done.alignment, t.frozen);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "unaligned_tests.rs"]
+mod tests;

@@ -1,0 +1,251 @@
+//! The unaligned input loop with real channels and a thread: the barrier overtakes queued
+//! records, the acknowledgement does not wait for them to be processed, and exactly the
+//! overtaken records become channel state.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::*;
+use crate::checkpoint::writer::{SnapshotJob, SnapshotPayload};
+use crate::runtime::alignment::CheckpointingMode;
+use crate::runtime::codec::TypeRegistry;
+use crate::runtime::task::TaskMetrics;
+use crate::runtime::unaligned::lane::{lane, LaneSender};
+use crate::runtime::watermark::WatermarkStatus;
+
+/// Logs `R<x>` per record and `S<id>` per snapshot; each push first waits for the gate
+/// (open once its sender is dropped).
+struct Gated {
+    log: Arc<Mutex<Vec<String>>>,
+    gate: Receiver<()>,
+}
+
+impl Output<u64> for Gated {
+    fn push(&mut self, batch: &mut Vec<u64>) -> Result<()> {
+        let _ = self.gate.recv();
+        let mut log = self.log.lock().unwrap();
+        log.extend(batch.drain(..).map(|x| format!("R{x}")));
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<u64>, ts: &mut Vec<u64>) -> Result<()> {
+        ts.clear();
+        self.push(batch)
+    }
+    fn on_watermark(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
+        Ok(())
+    }
+    fn on_processing_time(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
+        self.log.lock().unwrap().push(format!("S{}", b.id));
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn notify_complete(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct Harness {
+    data: Vec<Sender<Event<u64>>>,
+    lanes: Vec<LaneSender>,
+    control: Sender<Control>,
+    jobs: Receiver<SnapshotJob>,
+    log: Arc<Mutex<Vec<String>>>,
+    task: std::thread::JoinHandle<Result<()>>,
+}
+
+/// Starts an unaligned input task over `channels` channels of capacity 64, whose pushes
+/// wait on `gate`, after `prefill` queued what the task finds when it starts.
+fn start(
+    channels: usize,
+    gate: Receiver<()>,
+    prefill: impl FnOnce(&[Sender<Event<u64>>], &[LaneSender]),
+) -> Harness {
+    let (mut data, mut rxs, mut lanes, mut lane_rxs) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..channels {
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        let (ltx, lrx) = lane();
+        data.push(tx);
+        rxs.push(rx);
+        lanes.push(ltx);
+        lane_rxs.push(lrx);
+    }
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    let (jobs_tx, jobs) = crossbeam_channel::unbounded();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ctx = TaskContext {
+        name: "test".into(),
+        index: 0,
+        subtask: 0,
+        parallelism: 1,
+        attempt: 1,
+        mode: CheckpointingMode::ExactlyOnce,
+        buffer_timeout: Duration::from_millis(5),
+        control: ctl_rx,
+        writer: jobs_tx,
+        injector: None,
+        metrics: Arc::new(TaskMetrics::default()),
+        events: crossbeam_channel::unbounded().0,
+    };
+    let inputs = UnalignedInputs {
+        data: rxs,
+        lanes: lane_rxs,
+        origins: (0..channels as u32)
+            .map(|c| ChannelOrigin { edge: 0, sender: c })
+            .collect(),
+        codec: TypeRegistry::with_common_types().codec::<u64>().unwrap(),
+        aligned_timeout: Duration::ZERO,
+    };
+    let chain = Box::new(Gated {
+        log: log.clone(),
+        gate,
+    });
+    prefill(&data, &lanes);
+    let task = std::thread::spawn(move || run_input_unaligned(inputs, chain, ctx));
+    Harness {
+        data,
+        lanes,
+        control: ctl_tx,
+        jobs,
+        log,
+        task,
+    }
+}
+
+impl Harness {
+    /// Ends both inputs with the final checkpoint `id` and waits for the task to exit.
+    fn finish(self, id: u64) -> Vec<String> {
+        let b = CheckpointBarrier::checkpoint(id, 0);
+        for tx in &self.data {
+            tx.send(Event::EndOfInput).unwrap();
+            tx.send(Event::Barrier(b)).unwrap();
+        }
+        drop(self.data);
+        drop(self.lanes);
+        let job = self.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(job.checkpoint_id, id);
+        self.control.send(Control::Complete(id)).unwrap();
+        self.task.join().unwrap().unwrap();
+        let log = self.log.lock().unwrap().clone();
+        log
+    }
+}
+
+fn channel_state(job: &SnapshotJob) -> Vec<(u32, u64)> {
+    let SnapshotPayload::Captured(s) = &job.snapshot else {
+        panic!("captured")
+    };
+    assert!(s.unaligned);
+    s.channel_state
+        .iter()
+        .map(|f| (f.channel, f.records()))
+        .collect()
+}
+
+#[test]
+fn the_acknowledgement_does_not_wait_for_the_queued_records_to_be_processed() {
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let b = CheckpointBarrier::checkpoint(1, 0);
+    let h = start(2, gate, |data, lanes| {
+        // Queued before the upstreams' snapshots: 10 and 2 batches of 100 records.
+        for (c, batches) in [(0u64, 10u64), (1, 2)] {
+            for i in 0..batches {
+                let first = c * 10_000 + i * 100;
+                data[c as usize]
+                    .send(Event::Batch((first..first + 100).collect()))
+                    .unwrap();
+            }
+        }
+        for (lane, tx) in lanes.iter().zip(data) {
+            lane.send(b).unwrap();
+            tx.send(Event::Barrier(b)).unwrap();
+        }
+    });
+    // The processing is held at its first record; the snapshot must still be submitted,
+    // with every queued record as channel state.
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(job.checkpoint_id, 1);
+    assert_eq!(channel_state(&job), [(0, 1000), (1, 200)]);
+    assert_eq!(
+        *h.log.lock().unwrap(),
+        ["S1"],
+        "nothing processed before the snapshot"
+    );
+    drop(gate_tx);
+    let log = h.finish(2);
+    assert_eq!(log[0], "S1");
+    assert_eq!(
+        log.len(),
+        1 + 1200 + 1,
+        "every record processed once, then S2"
+    );
+    assert_eq!(log.last().map(String::as_str), Some("S2"));
+}
+
+#[test]
+fn records_read_before_an_unannounced_marker_are_processed_and_recorded() {
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    drop(gate_tx); // never held
+    let h = start(2, gate, |_, _| {});
+    let b = CheckpointBarrier::checkpoint(1, 0);
+    // Channel 1's marker arrives in-band, unannounced: the snapshot is taken at once.
+    h.data[1].send(Event::Batch(vec![100])).unwrap();
+    h.data[1].send(Event::Barrier(b)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(*h.log.lock().unwrap(), ["R100", "S1"]);
+    assert!(
+        h.jobs.try_recv().is_err(),
+        "channel 0 still owes its marker"
+    );
+    // Channel 0 sent these before its upstream's snapshot: channel state of checkpoint 1.
+    h.data[0].send(Event::Batch(vec![1, 2])).unwrap();
+    h.data[0].send(Event::Barrier(b)).unwrap();
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(channel_state(&job), [(0, 2)]);
+    // Records after the marker are no channel state.
+    h.data[0].send(Event::Batch(vec![3])).unwrap();
+    let log = h.finish(2);
+    assert_eq!(log, ["R100", "S1", "R1", "R2", "R3", "S2"]);
+}
+
+#[test]
+fn a_coordinator_abort_drops_the_channel_state_and_the_next_checkpoint_completes() {
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    drop(gate_tx);
+    let h = start(2, gate, |_, _| {});
+    let b1 = CheckpointBarrier::checkpoint(1, 0);
+    h.lanes[0].send(b1).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    h.data[1].send(Event::Batch(vec![7])).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    h.control.send(Control::Aborted(1)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // Late markers of the aborted checkpoint are stale.
+    h.data[0].send(Event::Barrier(b1)).unwrap();
+    h.data[1].send(Event::Barrier(b1)).unwrap();
+    let b2 = CheckpointBarrier::checkpoint(2, 0);
+    h.data[0].send(Event::Barrier(b2)).unwrap();
+    h.data[1].send(Event::Barrier(b2)).unwrap();
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        job.checkpoint_id, 2,
+        "nothing submitted for the aborted checkpoint"
+    );
+    let log = h.finish(3);
+    assert_eq!(log, ["S1", "R7", "S2", "S3"]);
+}
