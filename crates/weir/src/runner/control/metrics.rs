@@ -275,6 +275,7 @@ mod tests {
                 backpressured_ms: 1500,
                 idle_ms: 250,
                 busy_ms: 4000,
+                ..TaskStatus::default()
             }],
             history: vec![CheckpointRecord {
                 id: 9,
