@@ -303,7 +303,10 @@ fn write_part(
                     streamed = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
                     Ok::<(), Error>(())
                 })?;
-                let keyed::Streamed { entries, states: sizes } = streamed;
+                let keyed::Streamed {
+                    entries,
+                    states: sizes,
+                } = streamed;
                 states.splice(0..0, sizes);
                 (file, range, entries)
             }

@@ -16,8 +16,8 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Serialize;
 
-use crate::runtime::status::TaskCounters;
 pub use crate::runtime::operator_metrics::OperatorFigures;
+use crate::runtime::status::TaskCounters;
 pub use crate::runtime::status::{
     AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStateSize,
     OperatorStatus, StateSize, StateSizes, SubtaskPhases, SubtaskTimeline, TaskStatus,

@@ -247,16 +247,17 @@ mod tests {
     use crate::runtime::output::NoOutput;
     use std::time::Duration;
 
-    /// An operator that keeps every other record and sleeps `ms` per batch.
+    /// An operator that keeps the multiples of `m` and sleeps `ms` per batch.
     struct Halve {
         next: Box<dyn Output<u32>>,
+        m: u32,
         ms: u64,
     }
 
     impl Output<u32> for Halve {
         fn push(&mut self, batch: &mut Vec<u32>) -> Result<()> {
             std::thread::sleep(Duration::from_millis(self.ms));
-            batch.retain(|x| x % 2 == 0);
+            batch.retain(|x| x % self.m == 0);
             self.next.push(batch)
         }
         fn push_timestamped(&mut self, b: &mut Vec<u32>, _: &mut Vec<u64>) -> Result<()> {
@@ -288,13 +289,18 @@ mod tests {
         }
     }
 
-    /// An input task's chain `halve(20 ms) → halve(5 ms)`, metered as `spawn` meters it.
+    /// An input task's chain `evens (20 ms) → multiples of 4 (5 ms)`, metered as `spawn` meters it.
     fn chain(metrics: &Arc<ChainMetrics>) -> Box<dyn Output<u32>> {
         let end: Box<dyn Output<u32>> = Box::new(Metered::new(Box::new(NoOutput), metrics.link(2)));
-        let second: Box<dyn Output<u32>> = Box::new(Halve { next: end, ms: 5 });
+        let second: Box<dyn Output<u32>> = Box::new(Halve {
+            next: end,
+            m: 4,
+            ms: 5,
+        });
         let second = Box::new(Metered::new(second, metrics.link(1)));
         let first: Box<dyn Output<u32>> = Box::new(Halve {
             next: second,
+            m: 2,
             ms: 20,
         });
         Box::new(Metered::new(first, metrics.link(0)))

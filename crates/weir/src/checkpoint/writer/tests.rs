@@ -110,7 +110,10 @@ fn streamed_payload_is_the_derived_encoding() {
         "streamed payload differs from the derived one"
     );
     let all = keys().count() as u64;
-    assert_eq!(out.entries, all + keys().filter(|k| k % 3 == 0).count() as u64);
+    assert_eq!(
+        out.entries,
+        all + keys().filter(|k| k % 3 == 0).count() as u64
+    );
     // Per state, its entries' bytes: every key in the first, a third of them in the second,
     // together less than the file (which frames them).
     let sizes: Vec<u64> = out.states.iter().map(|s| s.bytes).collect();

@@ -123,7 +123,13 @@ mod tests {
             &[
                 ack(0, &[("source", &[("offsets", false, 8)])]),
                 ack(1, &[("source", &[("offsets", false, 8)])]),
-                ack(0, &[("count", &[("count", true, 100), ("__event_timers", true, 5)])]),
+                ack(
+                    0,
+                    &[(
+                        "count",
+                        &[("count", true, 100), ("__event_timers", true, 5)],
+                    )],
+                ),
                 ack(1, &[("count", &[("count", true, 50)])]),
             ],
         );
