@@ -67,9 +67,8 @@ impl ChainMetrics {
         }
     }
 
-    /// Each operator's figures, head first, from the task's own counters: `source` when the
-    /// chain's head is a source (which has no input link), `records_in` the records that
-    /// entered the task, `busy_ns` and `backpressured_ns` its [`TaskLoad`] times, `now_ms`
+    /// Each operator's figures, head first, from the task's own counters: `records_in` the
+    /// records that entered the task, `busy_ns` and `backpressured_ns` its [`TaskLoad`] times, `now_ms`
     /// the wall clock the watermark lag is measured against.
     ///
     /// The head is charged with the task's busy time minus what the links below it
@@ -96,12 +95,9 @@ impl ChainMetrics {
         };
         (0..k)
             .map(|i| {
-                // A source's own watermark is what it emits: its output link's.
-                let w = if i == 0 && task.source {
-                    watermark(1)
-                } else {
-                    watermark(i)
-                };
+                // An operator that makes watermarks (a source, a timestamp assigner) has
+                // none coming in: its watermark is the one it emits.
+                let w = watermark(i).or_else(|| watermark(i + 1));
                 OperatorFigures {
                     records_in: if i == 0 { task.records_in } else { records(i) },
                     records_out: records(i + 1),
@@ -117,7 +113,6 @@ impl ChainMetrics {
 /// A task's own counters, as [`ChainMetrics::figures`] needs them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TaskFigures {
-    pub source: bool,
     pub records_in: u64,
     pub busy_ns: u64,
     pub backpressured_ns: u64,
@@ -134,8 +129,8 @@ pub struct OperatorFigures {
     /// Milliseconds it worked (see [`ChainMetrics::figures`] for how chained operators'
     /// time is told apart), over every attempt.
     pub busy_ms: u64,
-    /// Its current input watermark (a source's: the watermark it emits), in event-time
-    /// milliseconds; `None` before the first watermark of the attempt, after the final
+    /// Its current input watermark (for an operator that makes watermarks, a source or a
+    /// timestamp assigner: the one it emits), in event-time milliseconds; `None` before the first watermark of the attempt, after the final
     /// one, and in jobs without event time.
     pub watermark_ms: Option<u64>,
     /// Processing time minus [`OperatorFigures::watermark_ms`] when the status was read:
@@ -317,7 +312,6 @@ mod tests {
         head.on_watermark(1_000).unwrap();
         let busy_ns = start.elapsed().as_nanos() as u64;
         let figures = metrics.figures(TaskFigures {
-            source: false,
             records_in: 16,
             busy_ns,
             backpressured_ns: 0,
@@ -345,7 +339,6 @@ mod tests {
         out.push(&mut vec![1, 2, 3]).unwrap();
         out.on_watermark(500).unwrap();
         let figures = metrics.figures(TaskFigures {
-            source: true,
             records_in: 3,
             busy_ns: 7_000_000,
             backpressured_ns: 2_000_000,
@@ -373,7 +366,6 @@ mod tests {
         let mut again = Metered::new(Box::new(NoOutput), metrics.link(1));
         again.push(&mut vec![3]).unwrap();
         let f = metrics.figures(TaskFigures {
-            source: true,
             records_in: 3,
             busy_ns: 0,
             backpressured_ns: 0,

@@ -213,7 +213,6 @@ impl TaskCounters {
             t.busy_ms = ms(busy_ns);
             if let Some(chain) = chain {
                 t.operator_figures = chain.figures(TaskFigures {
-                    source: t.source,
                     records_in: t.records_in,
                     busy_ns,
                     backpressured_ns,
