@@ -89,7 +89,14 @@ mod tests {
     use crate::checkpoint::metadata::SubtaskStateMeta;
     use crate::checkpoint::writer::{OperatorAck, StateBytes};
 
-    fn ack(subtask: u32, parts: &[(&str, &[(&str, bool, u64)])]) -> TaskAck {
+    /// A state: name, keyed, bytes.
+    type State<'a> = (&'a str, bool, u64);
+    /// One operator's part of an ack: uid, states.
+    type Part<'a> = (&'a str, &'a [State<'a>]);
+    /// An operator's sizes flattened: uid, bytes, (name, scope, bytes) per state.
+    type Flat<'a> = (&'a str, u64, Vec<(&'a str, &'a str, u64)>);
+
+    fn ack(subtask: u32, parts: &[Part<'_>]) -> TaskAck {
         TaskAck {
             operators: parts
                 .iter()
@@ -135,7 +142,7 @@ mod tests {
         );
         let z = &s.state_sizes;
         assert_eq!(z.checkpoint_id, Some(4));
-        let flat: Vec<(&str, u64, Vec<(&str, &str, u64)>)> = z
+        let flat: Vec<Flat<'_>> = z
             .operators
             .iter()
             .map(|o| {
