@@ -126,8 +126,9 @@ pub struct OperatorFigures {
     pub records_in: u64,
     /// Records it emitted (0 for a sink), over every attempt.
     pub records_out: u64,
-    /// Milliseconds it worked (see [`ChainMetrics::figures`] for how chained operators'
-    /// time is told apart), over every attempt.
+    /// Milliseconds it worked, over every attempt: the time below its input link minus
+    /// the time below its output link; a chain's head gets the rest of its task's busy
+    /// time, and the last operator the channel writer's, backpressure excepted.
     pub busy_ms: u64,
     /// Its current input watermark (for an operator that makes watermarks, a source or a
     /// timestamp assigner: the one it emits), in event-time milliseconds; `None` before the first watermark of the attempt, after the final
