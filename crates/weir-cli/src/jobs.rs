@@ -160,6 +160,17 @@ pub enum Output {
     Connector(SinkSpec, SinkFormat),
 }
 
+/// How far out of order keyed-count's `--event-time` stamps may be: the watermark trails
+/// the newest stamp by this much.
+pub const EVENT_TIME_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Where keyed-count's event numbers come from.
 pub enum Events<'a> {
     /// The generator: `0..n`, at most `rate` per second.
@@ -168,6 +179,11 @@ pub enum Events<'a> {
         n: u64,
         /// Events per second over all subtasks.
         rate: Option<f64>,
+        /// Stamp each event with the wall-clock time it was generated, and follow the
+        /// stream with watermarks (bounded out-of-orderness of [`EVENT_TIME_BOUND`]):
+        /// the counts do not change, but the job runs in event time and shows its
+        /// watermark lag.
+        event_time: bool,
     },
     /// The `--source` connector.
     Connector(&'a Prepared),
@@ -198,12 +214,27 @@ pub fn keyed_count(
 ) -> anyhow::Result<()> {
     let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates);
     let numbers = match events {
-        Events::Generator { n, rate } => {
+        Events::Generator {
+            n,
+            rate,
+            event_time,
+        } => {
             if let Some(v) = verify_state {
                 count.verify = Some((n, keys, env.config().max_parallelism, v));
             }
-            env.add_source("generator", GeneratorSource::new(n).with_rate(rate))
-                .uid("generator")
+            let numbers = env
+                .add_source("generator", GeneratorSource::new(n).with_rate(rate))
+                .uid("generator");
+            if event_time {
+                let strategy = WatermarkStrategy::for_bounded_out_of_orderness(EVENT_TIME_BOUND)
+                    .with_timestamp_assigner(|_, _| wall_clock_ms());
+                numbers
+                    .assign_timestamps_and_watermarks(strategy)
+                    .name("timestamps")
+                    .uid("timestamps")
+            } else {
+                numbers
+            }
         }
         Events::Connector(p) => p.numbers(env)?,
     };

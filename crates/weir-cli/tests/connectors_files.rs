@@ -266,6 +266,18 @@ fn bad_connector_flags_exit_2_and_say_why() {
             ],
         ));
         assert_clean_error(&r, 2, &["--verify", "--source"]);
+        // --event-time stamps the generator's events, which a --source replaces.
+        let r = run(&mut weir(
+            tmp.path(),
+            [
+                "run",
+                "keyed-count",
+                "--source",
+                "nats://127.0.0.1:1/s",
+                "--event-time",
+            ],
+        ));
+        assert_clean_error(&r, 2, &["--event-time", "--source"]);
         // --source and --events contradict each other.
         let r = run(&mut weir(
             tmp.path(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use dashboard_support::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// One sample of the OpenMetrics text format.
 #[derive(Debug)]
@@ -181,11 +181,57 @@ fn the_api_and_metrics_follow_a_running_job() {
             assert!(t["idle_ms"].as_u64() > Some(0), "{t}");
         }
     }
+    // Per operator, chained ones included: the sink chained behind `count` has its own
+    // figures per subtask, and what `count` received is what its task received.
+    let ops = overview["operators"].as_array().unwrap();
+    let op = |uid: &str| ops.iter().find(|o| o["uid"] == uid).unwrap().clone();
+    let count = op("count");
+    let sink = ops
+        .iter()
+        .find(|o| o["chain"] == count["chain"] && o["uid"] != "count")
+        .unwrap_or_else(|| panic!("no operator chained behind count: {ops:?}"));
+    for o in [&count, sink, &generator.clone()] {
+        let subs = o["subtasks"].as_array().expect("per-subtask figures");
+        assert_eq!(subs.len(), 2, "{o}");
+        for f in subs {
+            for field in ["records_in", "records_out", "busy_ms"] {
+                assert!(f[field].is_u64(), "{field} of {o}");
+            }
+            assert!(f["watermark_lag_ms"].is_null(), "no event time here: {o}");
+        }
+    }
+    let received: u64 = count["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["records_in"].as_u64().unwrap())
+        .sum();
+    assert!(received > 0, "{count}");
+    assert_eq!(
+        sink["records_in"],
+        json!([0, 0]),
+        "final counts only at the end: {sink}"
+    );
     let history = wait_for(
         &job.url("/api/checkpoints"),
         "a checkpoint completed",
         |v| v["latest_completed"]["id"].is_u64(),
     );
+    // The state of the newest completed checkpoint, per operator and state.
+    let state = wait_for(&job.url("/api/state"), "state sizes", |v| {
+        v["checkpoint_id"].is_u64()
+    });
+    let counts = state["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["uid"] == "count")
+        .unwrap_or_else(|| panic!("no state of count: {state:#}"));
+    let keyed = &counts["states"][0];
+    assert_eq!(keyed["name"], "count", "{state:#}");
+    assert_eq!(keyed["scope"], "keyed", "{state:#}");
+    assert!(keyed["bytes"].as_u64() > Some(0), "{state:#}");
+    assert_eq!(counts["bytes"], keyed["bytes"], "{state:#}");
     let done = &history["latest_completed"];
     assert_eq!(done["kind"], "checkpoint");
     assert!(done["duration_ms"].is_u64() && done["bytes"].as_u64() > Some(0));
@@ -299,6 +345,40 @@ fn the_api_and_metrics_follow_a_running_job() {
         "{text}"
     );
 
+    // Per operator: the sink chained behind `count` is there, and what the counting
+    // operators received adds up to what their tasks received.
+    let per_op = |name: &str, uid: &str| -> Vec<&Sample> {
+        samples
+            .iter()
+            .filter(|s| s.name == name && s.labels["operator"] == uid)
+            .collect()
+    };
+    assert_eq!(types["weir_operator_records_in"], "counter", "{text}");
+    assert_eq!(per_op("weir_operator_records_in_total", "count").len(), 2);
+    let sink_uid = sink["uid"].as_str().unwrap();
+    assert_eq!(
+        per_op("weir_operator_records_out_total", sink_uid).len(),
+        2,
+        "{text}"
+    );
+    assert_eq!(per_op("weir_operator_busy_seconds_total", "count").len(), 2);
+    assert!(
+        !types.contains_key("weir_operator_watermark_lag_seconds"),
+        "no watermark lag without event time: {text}"
+    );
+    assert_eq!(types["weir_state_size_bytes"], "gauge", "{text}");
+    let state_bytes: f64 = samples
+        .iter()
+        .filter(|s| {
+            s.name == "weir_state_size_bytes"
+                && s.labels["operator"] == "count"
+                && s.labels["state"] == "count"
+                && s.labels["scope"] == "keyed"
+        })
+        .map(|s| s.value)
+        .sum();
+    assert!(state_bytes > 0.0, "{text}");
+
     // Stop through the API: the job ends with its savepoint.
     let (status, body) = post(&job.url("/stop"), &action);
     assert_eq!(status, 200, "{body}");
@@ -362,6 +442,82 @@ fn a_token_protects_the_api_and_metrics() {
         ("Authorization", "Bearer s3cret-token"),
     ];
     let (status, body) = post(&job.url("/stop"), &both);
+    assert_eq!(status, 200, "{body}");
+    let (code, log) = job.finish();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn an_event_time_job_shows_its_watermark_lag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let job = Running::start(t, &["--event-time"], "event-time");
+    // The generator stamps events with the wall clock and the watermark trails the newest
+    // stamp by 100 ms (keyed-count's bound), so the lag is at least that much.
+    let lagging = |v: &Value, uid: &str| -> Vec<u64> {
+        let ops = v["operators"].as_array().unwrap();
+        let Some(op) = ops.iter().find(|o| o["uid"] == uid) else {
+            return Vec::new();
+        };
+        op["subtasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["watermark_lag_ms"].as_u64())
+            .collect()
+    };
+    let v = wait_for(&job.url("/api/job"), "a watermark lag per subtask", |v| {
+        lagging(v, "count").len() == 2 && lagging(v, "timestamps").len() == 2
+    });
+    let chain = |uid: &str| {
+        v["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["uid"] == uid)
+            .unwrap()["chain"]
+            .clone()
+    };
+    assert_eq!(chain("timestamps"), chain("generator"), "chained: {v:#}");
+    for uid in ["timestamps", "count"] {
+        for lag in lagging(&v, uid) {
+            assert!(
+                lag >= 100,
+                "{uid} lags {lag} ms, less than the bound: {v:#}"
+            );
+        }
+    }
+    let op = v["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["uid"] == "count")
+        .unwrap();
+    let f = &op["subtasks"][0];
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let w = f["watermark_ms"].as_u64().unwrap();
+    assert!(
+        w > 1_600_000_000_000 && w < now_ms,
+        "a wall-clock watermark: {f}"
+    );
+
+    let (status, text) = get(&job.url("/metrics"), &[]);
+    assert_eq!(status, 200, "{text}");
+    let (types, samples) = parse_openmetrics(&text);
+    assert_eq!(types["weir_operator_watermark_lag_seconds"], "gauge");
+    let lags: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| {
+            s.name == "weir_operator_watermark_lag_seconds" && s.labels["operator"] == "count"
+        })
+        .collect();
+    assert_eq!(lags.len(), 2, "{text}");
+    assert!(lags.iter().all(|s| s.value >= 0.1), "{text}");
+
+    let (status, body) = post(&job.url("/stop"), &[("X-Weir-Action", "1")]);
     assert_eq!(status, 200, "{body}");
     let (code, log) = job.finish();
     assert_eq!(code, Some(0), "{log}");

@@ -1,7 +1,9 @@
 //! The dashboard in a real browser (issue 14): headless Chromium opens the pages of a
-//! running `weir run keyed-count` and the test checks what a person sees — the operator
-//! names, a completed checkpoint row, the checkpoint timeline (a row per subtask, its phase
-//! segments laid out in order and sized) and the per-subtask phases chart drawn — clicks
+//! running `weir run keyed-count --event-time` and the test checks what a person sees —
+//! the operator names, every operator per subtask with its counts (chained ones too) and
+//! watermark lag, a state-size row, the attempts, a completed checkpoint row with its
+//! alignment, the checkpoint timeline (a row per subtask, its phase segments laid out in
+//! order and sized) and the per-subtask phases chart drawn — clicks
 //! the savepoint action (refusing, then accepting its confirmation) and finds the savepoint
 //! on disk where the page says, and saves a screenshot of the overview and of the
 //! checkpoints page, each checked for being more than a blank page.
@@ -100,13 +102,42 @@ fn section<'a>(dom: &'a str, start: &str, end: &str) -> &'a str {
     &rest[..rest.find(end).unwrap_or(rest.len())]
 }
 
+/// The body rows of `table` (a section of the DOM), each as the texts of its cells (the
+/// page writes text only, so a cell is `<td …>text</td>` with `&`, `<`, `>` escaped).
+fn rows(table: &str) -> Vec<Vec<String>> {
+    let body = table.split("<tbody>").nth(1).unwrap_or("");
+    body.split("<tr>")
+        .skip(1)
+        .map(|row| {
+            row.split("<td")
+                .skip(1)
+                .map(|cell| {
+                    let text = &cell[cell.find('>').map_or(0, |i| i + 1)..];
+                    let text = &text[..text.find("</td>").unwrap_or(text.len())];
+                    text.replace("&gt;", ">")
+                        .replace("&lt;", "<")
+                        .replace("&amp;", "&")
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A number as the page prints it (`12,345`).
+fn number(cell: &str) -> u64 {
+    cell.replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {cell:?}"))
+}
+
 #[test]
 fn the_dashboard_shows_the_running_job_in_a_browser() {
     let browser = chromium(); // fail first, and clearly, without a browser
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     // Long enough for every browser run below on a busy machine; stopped at the end.
-    let job = Running::start_events(t, 100_000_000, &[], "browser");
+    // In event time, so that the pages show watermark lag.
+    let job = Running::start_events(t, 100_000_000, &["--event-time"], "browser");
     wait_for(
         &job.url("/api/checkpoints"),
         "a checkpoint completed",
@@ -130,11 +161,56 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         5,
         "a header and 4 subtasks:\n{tasks}"
     );
-    assert!(tasks.contains("<td>generator</td>"), "{tasks}");
+    assert!(
+        tasks.contains("<td>generator -&gt; timestamps</td>"),
+        "{tasks}"
+    );
     assert!(
         tasks.contains(" %</td>"),
         "no backpressure or busy share:\n{tasks}"
     );
+    // Every operator in every subtask, chained ones with their own counts: the timestamp
+    // assigner chained behind the generator, the sink behind the counter; and the
+    // watermark lag of the event-time operators.
+    let per_op = rows(section(
+        &overview,
+        "<table id=\"operator-subtasks\"",
+        "</table>",
+    ));
+    // Operator, chain, subtask, records in, records out, in/s, busy, watermark lag.
+    let of = |name: &str| -> Vec<&Vec<String>> { per_op.iter().filter(|r| r[0] == name).collect() };
+    for (name, chain) in [
+        ("generator", "generator -> timestamps"),
+        ("timestamps", "generator -> timestamps"),
+        ("count", "count -> output"),
+        ("output", "count -> output"),
+    ] {
+        let shown = of(name);
+        assert_eq!(shown.len(), 2, "{name}: a row per subtask:\n{per_op:?}");
+        for r in shown {
+            assert_eq!(r[1], chain, "{r:?}");
+            assert!(r[6].ends_with(" %"), "no busy share: {r:?}");
+        }
+    }
+    for name in ["timestamps", "count"] {
+        for r in of(name) {
+            assert!(number(&r[3]) > 0, "{name} received nothing: {r:?}");
+            let lag = r[7].strip_suffix(" ms").or(r[7].strip_suffix(" s"));
+            assert!(lag.is_some(), "no watermark lag for {name}: {r:?}");
+        }
+    }
+    // The state of the newest completed checkpoint: the counter's keyed state.
+    let state = rows(section(&overview, "<table id=\"state-sizes\"", "</table>"));
+    assert!(
+        state
+            .iter()
+            .any(|r| r[..3] == ["count", "count", "keyed"] && r[3].ends_with('B') && r[3] != "0 B"),
+        "no state-size row of count:\n{state:?}"
+    );
+    // Restarts with their causes: none here, the running attempt is shown.
+    let attempts = rows(section(&overview, "<table id=\"attempts\"", "</table>"));
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0][3], "running", "{attempts:?}");
 
     let checkpoints = dom(t, &job.url("/checkpoints"));
     let history = section(&checkpoints, "<table id=\"history\"", "</table>");
@@ -143,6 +219,11 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         "no completed checkpoint row:\n{history}"
     );
     assert!(history.contains("chk-"), "no checkpoint folder:\n{history}");
+    let kinds = rows(history);
+    assert!(
+        kinds.iter().all(|r| r[2] == "aligned"),
+        "the alignment column: {kinds:?}"
+    );
     // The phases of the newest completed checkpoint, per subtask, are drawn.
     let phases = section(&checkpoints, "<div id=\"phases-chart\"", "</table>");
     let canvas = section(phases, "<canvas", ">");

@@ -71,8 +71,9 @@ pub mod config {
 pub mod execution {
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
-        DurationHistogram, InputStatus, JobControl, JobStatus, OperatorStatus, SnapshotDone,
-        SubtaskPhases, SubtaskTimeline, TaskStatus,
+        DurationHistogram, InputStatus, JobControl, JobStatus, OperatorFigures, OperatorStateSize,
+        OperatorStatus, SnapshotDone, StateSize, StateSizes, SubtaskPhases, SubtaskTimeline,
+        TaskStatus,
     };
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,

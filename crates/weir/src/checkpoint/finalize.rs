@@ -150,6 +150,7 @@ mod tests {
                     }),
                     keyed_state: None,
                 },
+                states: Vec::new(),
             }],
             stats: TaskCheckpointStats {
                 sync_micros: sync,

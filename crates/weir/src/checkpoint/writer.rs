@@ -84,6 +84,8 @@ pub struct PhaseTimes {
 pub struct EncodedPart {
     uid: String,
     operator_state: Option<Vec<u8>>,
+    /// The operator state lists' sizes.
+    list_bytes: Vec<StateBytes>,
     keyed: Option<FrozenKeyed>,
 }
 
@@ -95,6 +97,7 @@ struct FrozenKeyed {
     len: u64,
     range: KeyGroupRange,
     entries: u64,
+    states: Vec<StateBytes>,
 }
 
 /// Bytes copied at a time from a frozen payload into a state file.
@@ -141,6 +144,32 @@ pub struct OperatorAck {
     pub parallelism: u32,
     /// The files written.
     pub state: SubtaskStateMeta,
+    /// Bytes per state: what the dashboard shows of a checkpoint's state, per operator and
+    /// state name (the files hold several states each). Not persisted in `_metadata`.
+    pub states: Vec<StateBytes>,
+}
+
+/// One state's encoded size in one subtask's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateBytes {
+    /// The state's name (as declared; timers are `__event_timers`, `__processing_timers`).
+    pub name: String,
+    /// Keyed state (`true`) or an operator state list.
+    pub keyed: bool,
+    /// Its encoded entries' bytes (file framing excluded).
+    pub bytes: u64,
+}
+
+/// The sizes of a subtask's operator state lists.
+fn operator_state_bytes(state: &OperatorStateSnapshot) -> Vec<StateBytes> {
+    state
+        .iter()
+        .map(|(name, list)| StateBytes {
+            name: name.clone(),
+            keyed: false,
+            bytes: list.elements.iter().map(|e| e.len() as u64).sum(),
+        })
+        .collect()
 }
 
 /// A task's acknowledgement of a checkpoint: where its state went.
@@ -194,19 +223,21 @@ fn encode_snapshot(
             None => None,
             Some(keyed) => {
                 let mut payload = storage.scratch_file()?;
-                let entries = stream_keyed(keyed, &mut payload, SPILL_BUDGET, || {
+                let streamed = stream_keyed(keyed, &mut payload, SPILL_BUDGET, || {
                     Ok(storage.spill_file(id, &part.uid)?)
                 })?;
                 Some(FrozenKeyed {
                     len: payload.len(),
                     payload: Mutex::new(payload),
                     range: keyed.range,
-                    entries,
+                    entries: streamed.entries,
+                    states: streamed.states,
                 })
             }
         };
         parts.push(EncodedPart {
             operator_state: encode_operator_state(&part.operator_state)?,
+            list_bytes: operator_state_bytes(&part.operator_state),
             uid: part.uid,
             keyed,
         });
@@ -244,6 +275,7 @@ fn write_part(
     job: &SnapshotJob,
     uid: &str,
     operator_state: Option<&[u8]>,
+    mut states: Vec<StateBytes>,
     keyed: Option<KeyedSource<'_>>,
     ack: &mut TaskAck,
 ) -> Result<OperatorAck> {
@@ -265,12 +297,17 @@ fn write_part(
             KeyedSource::Captured(snapshot) => {
                 let range = snapshot.range;
                 let name = layout::keyed_state_file_name(range);
-                let mut entries = 0;
+                let mut streamed = Default::default();
                 let file = storage.write_state_file_streamed(id, uid, &name, kind, |w| {
                     let new_spill = || Ok(storage.spill_file(id, uid)?);
-                    entries = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
+                    streamed = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
                     Ok::<(), Error>(())
                 })?;
+                let keyed::Streamed {
+                    entries,
+                    states: sizes,
+                } = streamed;
+                states.splice(0..0, sizes);
                 (file, range, entries)
             }
             KeyedSource::Encoded(frozen) => {
@@ -278,6 +315,7 @@ fn write_part(
                 let name = layout::keyed_state_file_name(range);
                 let file = storage
                     .write_state_file_streamed(id, uid, &name, kind, |w| frozen.copy_to(w))?;
+                states.splice(0..0, frozen.states.iter().cloned());
                 (file, range, frozen.entries)
             }
         };
@@ -291,6 +329,7 @@ fn write_part(
         uid: uid.to_string(),
         parallelism: job.parallelism,
         state: meta,
+        states,
     })
 }
 
@@ -329,6 +368,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                     &job,
                     &part.uid,
                     operator_state.as_deref(),
+                    operator_state_bytes(&part.operator_state),
                     keyed,
                     &mut ack,
                 )?;
@@ -352,6 +392,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                     &job,
                     &part.uid,
                     part.operator_state.as_deref(),
+                    part.list_bytes.clone(),
                     keyed,
                     &mut ack,
                 )?;

@@ -397,6 +397,7 @@ impl AttemptRun<'_, '_> {
         self.exec
             .control
             .update(|s| s.on_checkpoint_completed(id, &path, bytes, &tasks, &times, now));
+        self.exec.control.update(|s| s.on_state_sizes(id, acks));
         if kind != SnapshotKind::Checkpoint {
             // A savepoint is the user's: not the job's recovery point, not retained.
             if kind == SnapshotKind::StopSavepoint {

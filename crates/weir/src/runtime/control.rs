@@ -16,10 +16,11 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Serialize;
 
+pub use crate::runtime::operator_metrics::OperatorFigures;
 use crate::runtime::status::TaskCounters;
 pub use crate::runtime::status::{
-    AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStatus, SubtaskPhases,
-    SubtaskTimeline, TaskStatus,
+    AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStateSize,
+    OperatorStatus, StateSize, StateSizes, SubtaskPhases, SubtaskTimeline, TaskStatus,
 };
 
 /// What a control request asks the executor for.
@@ -127,6 +128,8 @@ pub struct JobStatus {
     pub last_checkpoint_bytes: u64,
     /// End-to-end durations of every completed checkpoint and savepoint.
     pub checkpoint_durations: DurationHistogram,
+    /// State size per operator and state in the newest completed checkpoint or savepoint.
+    pub state_sizes: StateSizes,
 }
 
 /// One completed checkpoint in [`JobStatus`].

@@ -32,6 +32,7 @@ use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::graph::{JobGraph, NodeKind};
+use crate::runtime::operator_metrics::{self, ChainMetrics};
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
 use crate::runtime::task::{TaskEvent, TaskMetrics};
@@ -56,6 +57,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) events_tx: Sender<TaskEvent>,
     pub(crate) writer_tx: Sender<SnapshotJob>,
     pub(crate) task_metrics: Vec<Arc<TaskMetrics>>,
+    /// Per task, its chain's per-operator counters; `None` when metering is off.
+    pub(crate) chain_metrics: Option<Vec<Arc<ChainMetrics>>>,
     /// The counters of the source tasks (the plan does not change between attempts).
     pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
@@ -165,7 +168,13 @@ fn run_job(
         .filter(|(t, _)| matches!(graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
         .map(|(_, m)| m.clone())
         .collect();
-    control.observe_plan(&graph, &plan, &task_metrics);
+    let chain_metrics: Option<Vec<Arc<ChainMetrics>>> = operator_metrics::enabled().then(|| {
+        plan.tasks
+            .iter()
+            .map(|t| Arc::new(ChainMetrics::new(t.chain.len())))
+            .collect()
+    });
+    control.observe_plan(&graph, &plan, &task_metrics, chain_metrics.as_deref());
     let exec = Executor {
         graph: &graph,
         cfg,
@@ -176,6 +185,7 @@ fn run_job(
         events_tx,
         writer_tx,
         task_metrics,
+        chain_metrics,
         source_metrics,
         control: control.clone(),
     };

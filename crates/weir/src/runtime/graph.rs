@@ -18,6 +18,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use crate::error::Result;
 use crate::runtime::event::Event;
 use crate::runtime::network::{BroadcastWriter, Rebalance, RoutedWriter};
+use crate::runtime::operator_metrics::{LinkHandle, Metered};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::output::{FanOut, NoOutput, Output};
 use crate::runtime::task::{run_input, TaskContext};
@@ -41,6 +42,8 @@ pub(crate) trait OutputFactory {
     fn terminal(&self) -> AnyBox;
     /// An output that feeds every one of `outputs`.
     fn fan_out(&self, outputs: Vec<AnyBox>) -> AnyBox;
+    /// `next`, counting what passes into `link` (per-operator figures, `operator_metrics`).
+    fn metered(&self, next: AnyBox, link: LinkHandle) -> AnyBox;
 }
 
 pub(crate) struct TypedOutputs<T>(pub PhantomData<fn() -> T>);
@@ -57,6 +60,10 @@ impl<T: Data> OutputFactory for TypedOutputs<T> {
     fn fan_out(&self, outputs: Vec<AnyBox>) -> AnyBox {
         let outs = outputs.into_iter().map(unbox_output::<T>).collect();
         Box::new(Box::new(FanOut::new(outs)) as Box<dyn Output<T>>)
+    }
+    fn metered(&self, next: AnyBox, link: LinkHandle) -> AnyBox {
+        let next = unbox_output::<T>(next);
+        Box::new(Box::new(Metered::new(next, link)) as Box<dyn Output<T>>)
     }
 }
 

@@ -12,6 +12,7 @@
 //! * [`windows`] — window assigners and the window operator.
 //! * [`output`] — the interface between chained operators.
 //! * [`operators`] — the built-in operators of a chain.
+//! * [`operator_metrics`] — records, busy time and watermark of each chained operator.
 //! * [`network`] — writers that partition and batch records onto channels.
 //! * [`alignment`] — barrier alignment decisions for multi-input tasks (pure).
 //! * [`codec`] — record codecs for channel state (unaligned checkpoints), by type.
@@ -49,6 +50,7 @@ pub(crate) mod graph;
 pub mod interval_join;
 pub mod load;
 pub mod network;
+pub mod operator_metrics;
 pub mod operators;
 pub mod output;
 pub mod plan;

@@ -127,11 +127,19 @@ impl Executor<'_> {
                 1 => outs.into_iter().next().expect("one output"),
                 _ => factory.fan_out(outs),
             };
-            for &n in t.chain[1..].iter().rev() {
+            // Per-operator figures: every link of the chain is metered (operator_metrics).
+            let links = self.chain_metrics.as_ref().map(|m| &m[ti]);
+            let meter = |output: AnyBox, node: usize, link: usize| match links {
+                Some(m) => g.nodes[node].outputs_factory.metered(output, m.link(link)),
+                None => output,
+            };
+            output = meter(output, tail, t.chain.len());
+            for (i, &n) in t.chain.iter().enumerate().skip(1).rev() {
                 let NodeKind::Operator(build) = &g.nodes[n].kind else {
                     return Err(Error::InvalidJob("a source cannot have inputs".into()));
                 };
                 output = build(self.operator_context(n, t.subtask, restore)?, output)?;
+                output = meter(output, t.chain[i - 1], i);
             }
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
@@ -161,6 +169,8 @@ impl Executor<'_> {
                 }
                 NodeKind::Operator(build) => {
                     let input = build(self.operator_context(head, t.subtask, restore)?, output)?;
+                    let first = g.nodes[head].inputs[0];
+                    let input = meter(input, g.edges[first].from, 0);
                     let rx: Vec<AnyBox> = g.nodes[head]
                         .inputs
                         .iter()
@@ -170,7 +180,6 @@ impl Executor<'_> {
                                 .expect("each receiver is used by one task")
                         })
                         .collect();
-                    let first = g.nodes[head].inputs[0];
                     g.edges[first].factory.input_task(rx, input, ctx)
                 }
             };

@@ -19,13 +19,16 @@ use crate::checkpoint::metadata::TaskCheckpointStats;
 use crate::checkpoint::writer::PhaseTimes;
 use crate::runtime::control::{ControlHub, JobStatus};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier};
-use crate::runtime::graph::{JobGraph, Partitioning};
+use crate::runtime::graph::{JobGraph, NodeKind, Partitioning};
+use crate::runtime::operator_metrics::{ChainMetrics, OperatorFigures, TaskFigures};
 use crate::runtime::plan::Plan;
 use crate::runtime::result::AttemptSummary;
 use crate::runtime::task::TaskMetrics;
 
+mod state_size;
 mod timeline;
 
+pub use state_size::{OperatorStateSize, StateSize, StateSizes};
 pub use timeline::SubtaskTimeline;
 
 /// Entries the checkpoint history keeps (oldest dropped first); the totals count all.
@@ -74,6 +77,8 @@ pub struct TaskStatus {
     pub subtask: u32,
     /// The chain's parallelism.
     pub parallelism: u32,
+    /// Whether the chain's head is a source (its records in are the records it polled).
+    pub source: bool,
     /// Records that entered the task (polled from its source, or received on its input
     /// channels), over every attempt.
     pub records_in: u64,
@@ -87,6 +92,10 @@ pub struct TaskStatus {
     pub idle_ms: u64,
     /// Milliseconds neither idle nor backpressured: working, over every attempt.
     pub busy_ms: u64,
+    /// Per operator of the chain (in the order of `operators`): records in and out, busy
+    /// time and watermark, so operators chained into one task are told apart. Empty when
+    /// metering is off (`WEIR_OPERATOR_METRICS=0`).
+    pub operator_figures: Vec<OperatorFigures>,
 }
 
 /// One attempt of the job and how it ended.
@@ -182,21 +191,34 @@ impl DurationHistogram {
 }
 
 /// The tasks' live counters, kept beside the status so a status read can fill in
-/// [`TaskStatus::records_in`] without the tasks ever taking a lock.
+/// [`TaskStatus::records_in`] without the tasks ever taking a lock: per task its own
+/// counters and, when metering is on, its chain's per-operator ones.
 #[derive(Debug, Default)]
-pub(crate) struct TaskCounters(pub Vec<Arc<TaskMetrics>>);
+pub(crate) struct TaskCounters(pub Vec<(Arc<TaskMetrics>, Option<Arc<ChainMetrics>>)>);
 
 impl TaskCounters {
-    /// Copies the counters into `status.tasks` (same order: the plan's tasks).
+    /// Copies the counters into `status.tasks` (same order: the plan's tasks); watermark
+    /// lags are measured against the wall clock now.
     pub(crate) fn fill(&self, status: &mut JobStatus) {
         use std::sync::atomic::Ordering::Relaxed;
         let ms = |ns: u64| ns / 1_000_000;
-        for (t, m) in status.tasks.iter_mut().zip(&self.0) {
+        let now_ms = crate::clock::wall_ms();
+        for (t, (m, chain)) in status.tasks.iter_mut().zip(&self.0) {
             t.records_in = m.records_in.load(Relaxed);
             t.records_out = m.load.records_out.load(Relaxed);
-            t.backpressured_ms = ms(m.load.backpressured_ns.load(Relaxed));
+            let backpressured_ns = m.load.backpressured_ns.load(Relaxed);
+            let busy_ns = m.load.busy_ns();
+            t.backpressured_ms = ms(backpressured_ns);
             t.idle_ms = ms(m.load.idle_ns.load(Relaxed));
-            t.busy_ms = ms(m.load.busy_ns());
+            t.busy_ms = ms(busy_ns);
+            if let Some(chain) = chain {
+                t.operator_figures = chain.figures(TaskFigures {
+                    records_in: t.records_in,
+                    busy_ns,
+                    backpressured_ns,
+                    now_ms,
+                });
+            }
         }
     }
 }
@@ -208,9 +230,15 @@ impl ControlHub {
         graph: &JobGraph,
         plan: &Plan,
         counters: &[Arc<TaskMetrics>],
+        chains: Option<&[Arc<ChainMetrics>]>,
     ) {
         self.update(|s| s.on_planned(graph, plan));
-        *self.counters.lock().unwrap_or_else(|p| p.into_inner()) = TaskCounters(counters.to_vec());
+        let counters = counters
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.clone(), chains.map(|c| c[i].clone())))
+            .collect();
+        *self.counters.lock().unwrap_or_else(|p| p.into_inner()) = TaskCounters(counters);
     }
 }
 
@@ -261,6 +289,7 @@ impl JobStatus {
                 operators: t.chain.iter().map(|&n| plan.uids[n].clone()).collect(),
                 subtask: t.subtask,
                 parallelism: t.parallelism,
+                source: matches!(graph.nodes[t.chain[0]].kind, NodeKind::Source(_)),
                 ..TaskStatus::default()
             })
             .collect();

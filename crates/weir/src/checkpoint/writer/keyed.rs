@@ -3,6 +3,7 @@
 
 use super::super::layout::KeyedFileEncoder;
 use super::super::storage::{PayloadWriter, SpillFile};
+use super::StateBytes;
 use crate::error::Result;
 use crate::state::keyed::{EncodedShard, KeyedSnapshot};
 use crate::state::StateKind;
@@ -87,7 +88,8 @@ impl<S: Spill> Regroup<S> {
         }
     }
 
-    /// Adds table `t`'s shard; spills the batch if it is over `budget`.
+    /// Adds table `t`'s shard, returning its bytes; spills the batch if it is over
+    /// `budget`.
     fn add(
         &mut self,
         t: usize,
@@ -95,7 +97,7 @@ impl<S: Spill> Regroup<S> {
         first_group: u32,
         budget: usize,
         new_spill: &mut impl FnMut() -> Result<S>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut at = 0;
         for &(g, len) in &shard.runs {
             self.batch[t][(g - first_group) as usize].extend_from_slice(&shard.bytes[at..at + len]);
@@ -121,7 +123,7 @@ impl<S: Spill> Regroup<S> {
             }
             self.batch_bytes = 0;
         }
-        Ok(())
+        Ok(at as u64)
     }
 
     /// Whether key group index `g` has entries in any table.
@@ -156,8 +158,19 @@ impl<S: Spill> Regroup<S> {
     }
 }
 
+/// What [`stream_keyed`] wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Streamed {
+    /// Entries across all states.
+    pub(super) entries: u64,
+    /// Per state (the snapshot's tables, in order): its name and its encoded bytes, for
+    /// the dashboard's state sizes.
+    pub(super) states: Vec<StateBytes>,
+}
+
 /// Encodes `keyed` into `sink` as the payload of a keyed-state file
-/// ([`KeyedStateFile`](crate::checkpoint::layout::KeyedStateFile)), returning the number of entries written.
+/// ([`KeyedStateFile`](crate::checkpoint::layout::KeyedStateFile)), returning the number
+/// of entries and each state's bytes.
 ///
 /// The tables are sharded by hash and the file is laid out by key group, so this goes in
 /// two passes. First every shard of every table is taken from its view (encoded, grouped by
@@ -175,16 +188,23 @@ pub(super) fn stream_keyed<S: Spill>(
     sink: &mut impl Sink,
     budget: usize,
     mut new_spill: impl FnMut() -> Result<S>,
-) -> Result<u64> {
+) -> Result<Streamed> {
     let range = keyed.range;
     let mut regroup = Regroup::new(keyed.tables.len(), range.len() as usize);
     let mut entries = 0;
+    let mut sizes = Vec::with_capacity(keyed.tables.len());
     for (t, table) in keyed.tables.iter().enumerate() {
+        let mut bytes = 0;
         for i in 0..table.view.shards() {
             let shard = table.view.take_shard(i)?;
-            regroup.add(t, &shard, range.start, budget, &mut new_spill)?;
+            bytes += regroup.add(t, &shard, range.start, budget, &mut new_spill)?;
             entries += shard.entries;
         }
+        sizes.push(StateBytes {
+            name: table.name.clone(),
+            keyed: true,
+            bytes,
+        });
     }
     let groups: Vec<usize> = (0..range.len() as usize)
         .filter(|&g| regroup.has(g))
@@ -212,5 +232,8 @@ pub(super) fn stream_keyed<S: Spill>(
     let ttl: Vec<bool> = keyed.tables.iter().map(|t| t.ttl).collect();
     KeyedFileEncoder::trailer(&ttl, &mut frame)?;
     sink.put(&frame)?;
-    Ok(entries)
+    Ok(Streamed {
+        entries,
+        states: sizes,
+    })
 }

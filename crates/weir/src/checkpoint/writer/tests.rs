@@ -103,14 +103,23 @@ fn mem_spill() -> Result<Vec<u8>> {
 fn streamed_payload_is_the_derived_encoding() {
     let (mut b, _, _) = backend();
     let mut streamed = Vec::new();
-    let n = stream_keyed(&b.snapshot(), &mut streamed, usize::MAX, no_spill).unwrap();
+    let out = stream_keyed(&b.snapshot(), &mut streamed, usize::MAX, no_spill).unwrap();
     let want = derived(&b.snapshot());
     assert!(
         streamed == want,
         "streamed payload differs from the derived one"
     );
     let all = keys().count() as u64;
-    assert_eq!(n, all + keys().filter(|k| k % 3 == 0).count() as u64);
+    assert_eq!(
+        out.entries,
+        all + keys().filter(|k| k % 3 == 0).count() as u64
+    );
+    // Per state, its entries' bytes: every key in the first, a third of them in the second,
+    // together less than the file (which frames them).
+    let sizes: Vec<u64> = out.states.iter().map(|s| s.bytes).collect();
+    assert!(out.states.iter().all(|s| s.keyed), "{:?}", out.states);
+    assert!(sizes[0] > sizes[1] && sizes[1] > 0, "{sizes:?}");
+    assert!(sizes.iter().sum::<u64>() < streamed.len() as u64);
     assert_eq!(entries(&streamed, 0).len() as u64, all);
 }
 

@@ -3,8 +3,9 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /api/job` | name, state, attempt, restarts, records read; operators with uid, name, parallelism, chain, inputs and records in per subtask; tasks; attempts with their failures; savepoints |
+//! | `GET /api/job` | name, state, attempt, restarts, records read; operators with uid, name, parallelism, chain, inputs, records in per subtask and per-subtask figures (records in and out, busy time, watermark and its lag); tasks; attempts with their failures; savepoints; state sizes |
 //! | `GET /api/checkpoints` | counts (completed, failed, in progress), the newest completed one, and the history newest first: id, kind, status, trigger time, end-to-end duration, size, folder, failure cause |
+//! | `GET /api/state` | state size per operator and state in the newest completed checkpoint |
 //!
 //! Views are pure functions of a status, so they are tested without a server.
 
@@ -23,23 +24,52 @@ pub(crate) fn checkpoints(control: &JobControl) -> Response {
     Response::json(200, &checkpoints_view(&control.status()))
 }
 
-/// The job overview. An operator's `records_in` is per subtask when the operator heads
-/// its chain (the engine counts records where they enter a task); `null` for an operator
-/// chained behind another, which sees what its chain's head passes on.
+/// `GET /api/state`.
+pub(crate) fn state(control: &JobControl) -> Response {
+    Response::json(200, &json!(control.status().state_sizes))
+}
+
+/// The job overview. An operator's `records_in` is per subtask; without per-operator
+/// figures (metering off) only an operator heading its chain has them (the engine then
+/// counts records where they enter a task) and a chained one shows `null`. `subtasks`
+/// holds each subtask's figures: records in and out, busy time, watermark and its lag.
 pub(crate) fn job_view(s: &JobStatus) -> Value {
     let operators: Vec<Value> = s
         .graph
         .iter()
         .map(|op| {
-            let mut per_subtask: Vec<(u32, u64)> = s
-                .tasks
-                .iter()
-                .filter(|t| t.operators.first() == Some(&op.uid))
-                .map(|t| (t.subtask, t.records_in))
-                .collect();
-            per_subtask.sort_unstable();
-            let records_in: Option<Vec<u64>> = (!per_subtask.is_empty())
-                .then(|| per_subtask.into_iter().map(|(_, n)| n).collect());
+            let mut subtasks: Vec<Value> = Vec::new();
+            let mut heads: Vec<(u32, u64)> = Vec::new();
+            for t in &s.tasks {
+                let Some(pos) = t.operators.iter().position(|u| u == &op.uid) else {
+                    continue;
+                };
+                if pos == 0 {
+                    heads.push((t.subtask, t.records_in));
+                }
+                if let Some(f) = t.operator_figures.get(pos) {
+                    subtasks.push(json!({
+                        "subtask": t.subtask,
+                        "records_in": f.records_in,
+                        "records_out": f.records_out,
+                        "busy_ms": f.busy_ms,
+                        "watermark_ms": f.watermark_ms,
+                        "watermark_lag_ms": f.watermark_lag_ms,
+                    }));
+                }
+            }
+            subtasks.sort_by_key(|v| v["subtask"].as_u64());
+            heads.sort_unstable();
+            let records_in: Option<Vec<u64>> = if !subtasks.is_empty() {
+                Some(
+                    subtasks
+                        .iter()
+                        .filter_map(|v| v["records_in"].as_u64())
+                        .collect(),
+                )
+            } else {
+                (!heads.is_empty()).then(|| heads.into_iter().map(|(_, n)| n).collect())
+            };
             json!({
                 "uid": op.uid,
                 "name": op.name,
@@ -47,6 +77,7 @@ pub(crate) fn job_view(s: &JobStatus) -> Value {
                 "chain": op.chain,
                 "inputs": op.inputs,
                 "records_in": records_in,
+                "subtasks": subtasks,
             })
         })
         .collect();
@@ -60,6 +91,7 @@ pub(crate) fn job_view(s: &JobStatus) -> Value {
         "tasks": s.tasks,
         "attempts": s.attempts,
         "savepoints": s.savepoints,
+        "state_sizes": s.state_sizes,
     })
 }
 
@@ -89,7 +121,7 @@ pub(crate) fn checkpoints_view(s: &JobStatus) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::execution::{CheckpointRecord, OperatorStatus, TaskStatus};
+    use crate::api::execution::{CheckpointRecord, OperatorFigures, OperatorStatus, TaskStatus};
 
     fn record(id: u64, status: &str) -> CheckpointRecord {
         CheckpointRecord {
@@ -146,6 +178,38 @@ mod tests {
         assert_eq!(v["operators"][1]["records_in"], Value::Null);
         assert_eq!(v["operators"][2]["records_in"], json!([6, 6]));
         assert_eq!(v["operators"][2]["name"], "count-name");
+        assert_eq!(v["operators"][1]["subtasks"], json!([]));
+    }
+
+    #[test]
+    fn chained_operators_show_their_own_figures_per_subtask() {
+        let figures = |n: u64, lag: Option<u64>| OperatorFigures {
+            records_in: n,
+            records_out: n / 2,
+            busy_ms: 3,
+            watermark_ms: lag.map(|l| 10_000 - l),
+            watermark_lag_ms: lag,
+        };
+        let mut tasks = vec![task(&["src", "map"], 1, 8), task(&["src", "map"], 0, 4)];
+        tasks[0].operator_figures = vec![figures(8, None), figures(4, Some(250))];
+        tasks[1].operator_figures = vec![figures(4, None), figures(2, Some(100))];
+        let s = JobStatus {
+            graph: vec![op("src"), op("map")],
+            tasks,
+            ..Default::default()
+        };
+        let v = job_view(&s);
+        let map = &v["operators"][1];
+        assert_eq!(map["records_in"], json!([2, 4]), "{map:#}");
+        assert_eq!(map["subtasks"][0]["subtask"], 0);
+        assert_eq!(map["subtasks"][0]["records_out"], 1);
+        assert_eq!(map["subtasks"][1]["watermark_lag_ms"], 250);
+        assert_eq!(map["subtasks"][1]["watermark_ms"], 9_750);
+        assert_eq!(
+            v["operators"][0]["subtasks"][1]["watermark_lag_ms"],
+            Value::Null
+        );
+        assert!(v["state_sizes"]["operators"].is_array());
     }
 
     #[test]

@@ -18,9 +18,13 @@
 //! | `weir_task_idle_seconds_total`, `weir_task_busy_seconds_total` | counter (waiting for input; neither that nor backpressured) | `chain`, `operator` (head), `subtask` |
 //! | `weir_task_checkpoint_alignment_seconds` | gauge (barrier alignment in the newest completed checkpoint) | `chain`, `operator` (head), `subtask` |
 //! | `weir_job_attempt` | gauge | — |
+//! | `weir_operator_records_in_total`, `weir_operator_records_out_total` | counter (records that reached an operator, that it emitted) | `operator`, `chain`, `subtask` |
+//! | `weir_operator_busy_seconds_total` | counter (an operator's share of its task's busy time) | `operator`, `chain`, `subtask` |
+//! | `weir_operator_watermark_lag_seconds` | gauge (wall clock minus the operator's current watermark; event-time operators only) | `operator`, `chain`, `subtask` |
+//! | `weir_state_size_bytes` | gauge (state in the newest completed checkpoint) | `operator`, `state`, `scope` (`keyed`, `operator`) |
 //!
 //! The `_seconds_total` counters' `rate()` is the share of time backpressured, idle or
-//! busy. Not yet: watermark lag.
+//! busy.
 
 use std::fmt::Error as FmtError;
 
@@ -32,7 +36,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::http::Response;
-use crate::api::execution::TaskStatus;
+use crate::api::execution::{OperatorFigures, TaskStatus};
 use crate::prelude::{JobControl, JobStatus};
 
 /// The content type of the OpenMetrics text format.
@@ -187,6 +191,100 @@ fn encode_status(s: &JobStatus, mut e: DescriptorEncoder) -> Result<(), FmtError
         false,
         alignment,
     )?;
+    per_operator(
+        &mut e,
+        s,
+        "weir_operator_records_in",
+        "Records that reached an operator (a source: records it read), chained ones included",
+        None,
+        |f| Some(Value::Count(f.records_in)),
+    )?;
+    per_operator(
+        &mut e,
+        s,
+        "weir_operator_records_out",
+        "Records an operator emitted (0 for a sink)",
+        None,
+        |f| Some(Value::Count(f.records_out)),
+    )?;
+    per_operator(
+        &mut e,
+        s,
+        "weir_operator_busy",
+        "Time an operator worked, its share of its task's busy time",
+        Some(&Unit::Seconds),
+        |f| Some(Value::Seconds(secs(f.busy_ms))),
+    )?;
+    per_operator(
+        &mut e,
+        s,
+        "weir_operator_watermark_lag",
+        "Wall-clock time minus the operator's current watermark (operators in event time)",
+        Some(&Unit::Seconds),
+        |f| f.watermark_lag_ms.map(|ms| Value::Gauge(secs(ms))),
+    )?;
+    state_sizes(&mut e, s)
+}
+
+/// One family with a sample per operator and subtask that `value` has one for.
+fn per_operator(
+    e: &mut DescriptorEncoder,
+    s: &JobStatus,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    value: impl Fn(&OperatorFigures) -> Option<Value>,
+) -> Result<(), FmtError> {
+    let values: Vec<(&str, &TaskStatus, Value)> = s
+        .tasks
+        .iter()
+        .flat_map(|t| {
+            t.operators
+                .iter()
+                .zip(&t.operator_figures)
+                .filter_map(|(uid, f)| value(f).map(|v| (uid.as_str(), t, v)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let kind = match values.first() {
+        None => return Ok(()),
+        Some((_, _, Value::Gauge(_))) => MetricType::Gauge,
+        Some(_) => MetricType::Counter,
+    };
+    let mut family = e.encode_descriptor(name, help, unit, kind)?;
+    for (uid, t, v) in values {
+        let labels = vec![
+            ("chain", t.chain.clone()),
+            ("operator", uid.to_string()),
+            ("subtask", t.subtask.to_string()),
+        ];
+        v.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// `weir_state_size_bytes`: per operator and state, from the newest completed checkpoint.
+fn state_sizes(e: &mut DescriptorEncoder, s: &JobStatus) -> Result<(), FmtError> {
+    if s.state_sizes.operators.is_empty() {
+        return Ok(());
+    }
+    let mut family = e.encode_descriptor(
+        "weir_state_size",
+        "State per operator and state in the newest completed checkpoint or savepoint \
+         (encoded entries, summed over subtasks)",
+        Some(&Unit::Bytes),
+        MetricType::Gauge,
+    )?;
+    for op in &s.state_sizes.operators {
+        for st in &op.states {
+            let labels = vec![
+                ("operator", op.uid.clone()),
+                ("state", st.name.clone()),
+                ("scope", st.scope.clone()),
+            ];
+            ConstGauge::new(st.bytes as i64).encode(family.encode_family(&labels)?)?;
+        }
+    }
     Ok(())
 }
 
@@ -230,20 +328,28 @@ fn per_task(
             ("operator", op.cloned().unwrap_or_default()),
             ("subtask", t.subtask.to_string()),
         ];
-        let m = family.encode_family(&labels)?;
-        match v {
-            Value::Count(n) => ConstCounter::new(n).encode(m)?,
-            Value::Seconds(x) => ConstCounter::new(x).encode(m)?,
-            Value::Gauge(x) => ConstGauge::new(x).encode(m)?,
-        }
+        v.encode(family.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+impl Value {
+    fn encode(self, m: prometheus_client::encoding::MetricEncoder<'_>) -> Result<(), FmtError> {
+        match self {
+            Value::Count(n) => ConstCounter::new(n).encode(m),
+            Value::Seconds(x) => ConstCounter::new(x).encode(m),
+            Value::Gauge(x) => ConstGauge::new(x).encode(m),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::execution::{CheckpointRecord, DurationHistogram, SubtaskPhases};
+    use crate::api::execution::{
+        CheckpointRecord, DurationHistogram, OperatorStateSize, StateSize, StateSizes,
+        SubtaskPhases,
+    };
 
     #[test]
     fn the_status_becomes_openmetrics_text() {
@@ -275,7 +381,36 @@ mod tests {
                 backpressured_ms: 1500,
                 idle_ms: 250,
                 busy_ms: 4000,
+                operator_figures: vec![
+                    OperatorFigures {
+                        records_in: 77,
+                        records_out: 77,
+                        busy_ms: 1000,
+                        watermark_ms: None,
+                        watermark_lag_ms: None,
+                    },
+                    OperatorFigures {
+                        records_in: 77,
+                        records_out: 70,
+                        busy_ms: 3000,
+                        watermark_ms: Some(1000),
+                        watermark_lag_ms: Some(1250),
+                    },
+                ],
+                ..TaskStatus::default()
             }],
+            state_sizes: StateSizes {
+                checkpoint_id: Some(9),
+                operators: vec![OperatorStateSize {
+                    uid: "map".into(),
+                    bytes: 640,
+                    states: vec![StateSize {
+                        name: "seen".into(),
+                        scope: "keyed".into(),
+                        bytes: 640,
+                    }],
+                }],
+            },
             history: vec![CheckpointRecord {
                 id: 9,
                 kind: "checkpoint".into(),
@@ -318,9 +453,20 @@ mod tests {
             "weir_task_idle_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.25",
             "weir_task_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 4.0",
             "weir_task_checkpoint_alignment_seconds{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.0025",
+            "weir_operator_records_in_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 77",
+            "weir_operator_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 70",
+            "weir_operator_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 1.0",
+            "weir_operator_watermark_lag_seconds{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 1.25",
+            "weir_state_size_bytes{operator=\"map\",state=\"seen\",scope=\"keyed\"} 640",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
+        assert!(
+            !text.contains(
+                "weir_operator_watermark_lag_seconds{chain=\"source -> map\",operator=\"src\""
+            ),
+            "no lag without event time:\n{text}"
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! | `POST /checkpoint` | — | `{"id", "path"}` once the checkpoint completed |
 //! | `POST /savepoint` | `{"dir"?}` | `{"id", "path"}` once the savepoint completed |
 //! | `POST /stop` | `{"dir"?, "drain"?}` | `{"id", "path"}`; the job then ends |
-//! | `GET /api/job`, `GET /api/checkpoints` | — | the dashboard's views of the status (`api`) |
+//! | `GET /api/job`, `GET /api/checkpoints`, `GET /api/state` | — | the dashboard's views of the status (`api`) |
 //! | `GET /metrics` | — | OpenMetrics text for Prometheus (`metrics`) |
 //! | `GET /`, `/checkpoints`, `/actions`, `/assets/…` | — | the dashboard, embedded (`assets`) |
 //!

@@ -84,11 +84,19 @@ async function refreshOverview() {
   } else {
     rateChart.setData(rates);
   }
-  fill("operators", v.operators.map((o) => [
-    o.name, o.uid, o.parallelism, o.chain,
-    o.inputs.map((i) => i.from + " (" + i.partitioning + (i.chained ? ", chained" : "") + ")").join(", ") || "—",
-    o.records_in ? o.records_in.map((n) => n.toLocaleString("en")).join(" / ") : "chained",
-  ]));
+  const figures = showOperatorSubtasks(v.operators, now);
+  fill("operators", v.operators.map((o) => {
+    const f = figures.get(o.uid);
+    return [
+      o.name, o.uid, o.parallelism, o.chain,
+      o.inputs.map((i) => i.from + " (" + i.partitioning + (i.chained ? ", chained" : "") + ")").join(", ") || "—",
+      o.records_in ? o.records_in.map((n) => n.toLocaleString("en")).join(" / ") : "chained",
+      f ? f.out.toLocaleString("en") : "–",
+      f && f.rate !== null ? Math.round(f.rate).toLocaleString("en") : "–",
+      f ? lag(f.lag) : "–",
+    ];
+  }));
+  showState(v.state_sizes);
   showTasks(v.tasks || [], now);
   const attempts = v.attempts.slice();
   if (!attempts.some((a) => a.attempt === v.attempt) && v.attempt > 0) {
@@ -100,6 +108,57 @@ async function refreshOverview() {
     a.current ? "—" : a.source_records.toLocaleString("en"),
     a.current ? v.state : a.failure ? { text: a.failure, cls: "failed" } : "finished",
   ]));
+}
+
+// A watermark lag in milliseconds, readable ("–" when the operator is not in event time).
+function lag(ms) {
+  if (ms === null || ms === undefined) return "–";
+  return ms < 10000 ? ms.toLocaleString("en") + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+
+// Every operator in every subtask: records in and out, in/s and busy share over the last
+// refresh, watermark lag. Returns per operator uid its totals (records out, in/s, the
+// largest lag) for the operators table.
+const lastOperators = new Map();
+
+function showOperatorSubtasks(operators, now) {
+  const totals = new Map();
+  const rows = [];
+  for (const o of operators) {
+    const t = { out: 0, rate: null, lag: null };
+    for (const f of o.subtasks || []) {
+      const key = o.uid + "#" + f.subtask;
+      const prev = lastOperators.get(key);
+      lastOperators.set(key, { at: now, in: f.records_in, busy: f.busy_ms });
+      let rate = null, busy = "–";
+      if (prev && now > prev.at) {
+        rate = Math.max(0, f.records_in - prev.in) / (now - prev.at);
+        const share = Math.max(0, f.busy_ms - prev.busy) / ((now - prev.at) * 1000);
+        busy = Math.min(100, Math.round(100 * share)) + " %";
+        t.rate = (t.rate || 0) + rate;
+      }
+      t.out += f.records_out;
+      if (f.watermark_lag_ms !== null && (t.lag === null || f.watermark_lag_ms > t.lag)) t.lag = f.watermark_lag_ms;
+      rows.push([
+        o.name, o.chain, f.subtask + 1, f.records_in.toLocaleString("en"), f.records_out.toLocaleString("en"),
+        rate === null ? null : Math.round(rate).toLocaleString("en"), busy,
+        { text: lag(f.watermark_lag_ms), cls: f.watermark_lag_ms === null ? "" : "lag" },
+      ]);
+    }
+    if ((o.subtasks || []).length > 0) totals.set(o.uid, t);
+  }
+  fill("operator-subtasks", rows);
+  return totals;
+}
+
+// State size per operator and state, from the newest completed checkpoint.
+function showState(z) {
+  const rows = [];
+  for (const o of (z && z.operators) || []) {
+    for (const st of o.states) rows.push([o.uid, st.name, st.scope, bytes(st.bytes)]);
+  }
+  text($("state-of"), z && z.checkpoint_id !== null ? "(checkpoint " + z.checkpoint_id + ")" : "(no checkpoint completed yet)");
+  fill("state-sizes", rows);
 }
 
 // Per task, records in and out and where the last refresh interval went: the shares are
@@ -136,6 +195,7 @@ async function refreshCheckpoints() {
   fill("history", v.history.map((c) => [
     c.id,
     c.kind + (c.stop ? " (stop)" : ""),
+    c.alignment || "aligned",
     { text: c.status.replace("_", " "), cls: c.status },
     new Date(c.trigger_ms).toLocaleTimeString("en-GB"),
     c.duration_ms === null ? "…" : c.duration_ms + " ms",
