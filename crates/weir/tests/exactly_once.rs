@@ -24,7 +24,7 @@ fn exactly_once_survives_many_injected_failures() {
         cfg.failure_injection = Some(FailureInjection::after_checkpoints(5, seed, n / 4));
         // Each failure waits for a checkpoint of its attempt, which takes longer on a
         // loaded machine: a paced input leaves time for all of them.
-        let (counts, result) = run_keyed_count(cfg, n, 1000, Some(400_000.0)).unwrap();
+        let (counts, result) = run_keyed_count(cfg, n, 1000, Some(250_000.0)).unwrap();
         weir::testing::assert_resumed(&result, n);
         let (fired, planned) = result.injected_failures.unwrap();
         assert_eq!(fired, planned, "seed {seed}: every planned failure fired");

@@ -138,13 +138,18 @@ mod tests {
         let metrics = Arc::new(TaskMetrics::default());
         let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
         let m = metrics.clone();
+        let (about_to_block, wait_for_it) = crossbeam_channel::bounded::<()>(1);
         let task = std::thread::spawn(move || {
             let _in = enter(m);
             send(&tx, 1, 10).unwrap(); // room: not blocked
+            about_to_block.send(()).unwrap();
             send(&tx, 2, 5).unwrap(); // full until the reader takes the first
             idle(|| std::thread::sleep(Duration::from_millis(20)));
         });
-        std::thread::sleep(Duration::from_millis(50));
+        // Wait for the task to reach the blocking send, then keep it blocked well over the
+        // 30 ms asserted below, so a thread started late under load cannot shorten it.
+        wait_for_it.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
         assert_eq!(rx.recv().unwrap(), 1);
         task.join().unwrap();
         assert_eq!(rx.recv().unwrap(), 2);
