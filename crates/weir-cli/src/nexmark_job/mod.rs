@@ -357,14 +357,18 @@ mod tests {
     fn only_runnable_queries_are_accepted() {
         assert_eq!(runnable_query("q1").unwrap(), Query::Q1);
         assert_eq!(runnable_query(" Q2 ").unwrap(), Query::Q2);
-        let e = runnable_query("q5").unwrap_err().to_string();
-        assert!(
-            e.contains("does not run q5 yet") && e.contains("q0, q1, q2"),
-            "{e}"
-        );
+        assert_eq!(runnable_query("q5").unwrap(), Query::Q5);
+        // A query the reference knows but the engine does not run yet, if any is left.
+        if let Some(q) = Query::ALL.iter().find(|q| !RUNNABLE.contains(q)) {
+            let e = runnable_query(q.name()).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("does not run {q} yet")) && e.contains("q0, q1, q2, q3"),
+                "{e}"
+            );
+        }
         let e = runnable_query("q99").unwrap_err().to_string();
         assert!(
-            e.contains("unknown query \"q99\"") && e.contains("q0, q1, q2"),
+            e.contains("unknown query \"q99\"") && e.contains("q0, q1, q2, q3, q4, q5"),
             "{e}"
         );
     }
