@@ -69,7 +69,10 @@ fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, min_rows: usize) {
     .assert_success();
     let want = fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap();
     let rows = want.lines().count() - 1;
-    assert!(rows >= min_rows, "the reference of {q} has only {rows} rows");
+    assert!(
+        rows >= min_rows,
+        "the reference of {q} has only {rows} rows"
+    );
     if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
         panic!("{q} differs from the reference: {m}");
     }

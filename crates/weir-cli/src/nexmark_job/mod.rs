@@ -82,7 +82,11 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 /// The query `--query` names, if the engine runs it; otherwise a usage error listing the
 /// queries it runs.
 fn runnable_query(spec: &str) -> Result<Query, UsageError> {
-    let names = RUNNABLE.iter().map(|q| q.name()).collect::<Vec<_>>().join(", ");
+    let names = RUNNABLE
+        .iter()
+        .map(|q| q.name())
+        .collect::<Vec<_>>()
+        .join(", ");
     let q: Query = spec.trim().parse().map_err(|_| {
         UsageError::new(format!(
             "--query: unknown query {spec:?}; `weir run nexmark` runs {names}"
