@@ -257,3 +257,15 @@ impl ResultRow for Q4Row {
         vec![Value::Int(self.0), Value::Int(self.1)]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_and_timer_times() {
+        assert_eq!(Q4Row(10, 7).row(), [Value::Int(10), Value::Int(7)]);
+        assert_eq!(timer_time(-5), 0);
+        assert_eq!(timer_time(1_704_067_200_000), 1_704_067_200_000);
+    }
+}

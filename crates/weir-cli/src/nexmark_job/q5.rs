@@ -135,3 +135,25 @@ impl ResultRow for Q5Row {
         vec![Value::Int(self.0), Value::Int(self.1 as i64)]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_count_keeps_every_auction_with_the_highest_count() {
+        let mut acc = MaxCount.create_accumulator();
+        for (auction, num) in [(1, 2), (2, 5), (3, 1), (4, 5), (5, 4)] {
+            let c = AuctionCount {
+                end: 10_000,
+                auction,
+                num,
+            };
+            MaxCount.add(c, &mut acc);
+        }
+        let hot = MaxCount.get_result(&acc);
+        assert_eq!(hot.num, 5);
+        assert_eq!(hot.auctions, [2, 4]);
+        assert_eq!(Q5Row(2, 5).row(), [Value::Int(2), Value::Int(5)]);
+    }
+}
