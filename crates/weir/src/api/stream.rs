@@ -240,6 +240,15 @@ pub struct DataStream<T> {
     _t: PhantomData<fn() -> T>,
 }
 
+/// A second handle on the same operator's output (Flink lets a `DataStream` be consumed
+/// any number of times): each consumer gets every record, with the barriers and
+/// watermarks, so one input can feed both sides of a join.
+impl<T: Data> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        self.fork()
+    }
+}
+
 impl<T: Data> DataStream<T> {
     fn single(graph: Rc<RefCell<JobGraph>>, id: usize, settings: StreamSettings) -> Self {
         DataStream {
