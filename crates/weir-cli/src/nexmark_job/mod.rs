@@ -18,6 +18,10 @@
 //! * `--verify` evaluates the query with the plain reference evaluator over the same events
 //!   and compares the published CSV with it as multisets of rows; exit 3 on a difference.
 
+mod event_time;
+mod q11;
+mod q7;
+mod q8;
 mod queries;
 mod source;
 
@@ -35,12 +39,14 @@ use weir_nexmark::reference::{compare_csv, evaluate_many};
 use weir_nexmark::{Event, Query};
 
 use crate::nexmark::GeneratorFlags;
+use event_time::with_event_time;
 use queries::{ResultRow, RUNNABLE};
+use source::Kinds;
 
 /// The flags of `weir run nexmark` besides the runner's.
 #[derive(Args)]
 pub struct NexmarkArgs {
-    /// The query to run (q0, q1 or q2 for now).
+    /// The query to run: q0, q1, q2, q7, q8 or q11.
     #[arg(long)]
     query: String,
     /// Generate this many events (0..N), split over the subtasks.
@@ -95,6 +101,14 @@ fn runnable_query(spec: &str) -> Result<Query, UsageError> {
     Ok(q)
 }
 
+/// The event kinds `query` reads: the generator skips the others.
+fn kinds(query: Query) -> Kinds {
+    match query {
+        Query::Q8 => queries::PERSONS_AND_AUCTIONS,
+        _ => queries::BIDS,
+    }
+}
+
 /// Where the events come from.
 #[derive(Clone)]
 enum Input {
@@ -135,7 +149,7 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
         Input::Generated(n) => {
             // A clean run reads every event number once, in one chained task per subtask.
             job.expect_records(*n);
-            source::generated(job, generator.clone(), *n, args.rate, queries::BIDS)
+            source::generated(job, generator.clone(), *n, args.rate, kinds(query))
         }
         Input::File(path) => source::from_file(job, path.clone()),
     };
@@ -148,6 +162,9 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
         Query::Q0 => add_output(queries::q0(events), out.as_deref()),
         Query::Q1 => add_output(queries::q1(events), out.as_deref()),
         Query::Q2 => add_output(queries::q2(events), out.as_deref()),
+        Query::Q7 => add_output(q7::q7(with_event_time(events)), out.as_deref()),
+        Query::Q8 => add_output(q8::q8(with_event_time(events)), out.as_deref()),
+        Query::Q11 => add_output(q11::q11(with_event_time(events)), out.as_deref()),
         _ => unreachable!("runnable_query admits only RUNNABLE"),
     }
     if let Some(staging) = out {

@@ -240,6 +240,15 @@ pub struct DataStream<T> {
     _t: PhantomData<fn() -> T>,
 }
 
+/// A second handle on the same stream, for a second consumer: each operator built on a
+/// clone gets every record (Flink's `DataStream` used twice), e.g. persons and auctions
+/// split off one stream of events and joined again.
+impl<T: Data> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        self.fork()
+    }
+}
+
 impl<T: Data> DataStream<T> {
     fn single(graph: Rc<RefCell<JobGraph>>, id: usize, settings: StreamSettings) -> Self {
         DataStream {
