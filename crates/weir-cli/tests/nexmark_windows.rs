@@ -51,9 +51,14 @@ const Q11: Case = Case {
 impl Case {
     /// The generator flags shared by the engine's run and the reference.
     fn input(&self) -> Vec<String> {
-        ["--events", &self.events.to_string(), "--tps", &self.tps.to_string()]
-            .map(String::from)
-            .to_vec()
+        [
+            "--events",
+            &self.events.to_string(),
+            "--tps",
+            &self.tps.to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     /// `weir run nexmark` over the case's events at `parallelism`, into `o` with
@@ -96,7 +101,10 @@ fn reference_csv(tmp: &Path, q: &str, input: &[String]) -> String {
 fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[String]) {
     let ours = fs::read_to_string(o.join(format!("{q}.csv"))).unwrap();
     let want = reference_csv(tmp, q, input);
-    assert!(want.lines().count() > 5, "the reference of {q} has few rows");
+    assert!(
+        want.lines().count() > 5,
+        "the reference of {q} has few rows"
+    );
     if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
         panic!("{q} differs from the reference: {m}");
     }

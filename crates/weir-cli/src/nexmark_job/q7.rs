@@ -86,7 +86,7 @@ impl WindowBid {
             date_time: bid.date_time,
             extra: bid.extra,
         };
-        let at_end = (t % SIZE_MS == 0 && t > 0).then(|| WindowBid {
+        let at_end = (t.is_multiple_of(SIZE_MS) && t > 0).then(|| WindowBid {
             window_end: t,
             counts: false,
             extra: own.extra.clone(),

@@ -42,11 +42,14 @@ pub fn q8(events: DataStream<Event>) -> DataStream<Q8Row> {
         .name("q8-persons")
         .key_by(|p: &(i64, String)| p.clone())
         .window(tumbling())
-        .reduce_with_window(|first, _| first, |_, window, (id, name)| NewPerson {
-            id,
-            name,
-            start: window.start as i64,
-        })
+        .reduce_with_window(
+            |first, _| first,
+            |_, window, (id, name)| NewPerson {
+                id,
+                name,
+                start: window.start as i64,
+            },
+        )
         .uid("q8-distinct-persons");
     // A: the distinct sellers per window.
     let sellers = events
