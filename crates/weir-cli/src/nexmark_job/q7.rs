@@ -101,6 +101,9 @@ impl WindowBid {
 pub struct HighestSoFar {
     /// The highest price of the bids in the window; `None` while it has none.
     max: Option<i64>,
+    /// Whether the window has fired: `max` is final. Kept in state because the watermark
+    /// is not: after a restore it starts again from nothing.
+    fired: bool,
     /// Candidates not below `max` (all of them while `max` is `None`).
     bids: Vec<WindowBid>,
 }
@@ -128,25 +131,26 @@ impl KeyedProcessFunction<u64, WindowBid, Q7Row> for HighestBids {
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
         let end = bid.window_end;
-        let late = ctx.current_watermark().is_some_and(|w| w >= end - 1);
-        if late {
-            // The aggregate has its final maximum (or never had one): only the join side.
-            if let Some(w) = ctx.get(state) {
-                if w.max == Some(bid.price) {
-                    out.collect(Q7Row::of(&bid));
+        let passed = ctx.current_watermark().is_some_and(|w| w >= end - 1);
+        if !passed {
+            let w = ctx.get_mut_or_insert_with(state, HighestSoFar::default);
+            if !w.fired {
+                if bid.counts && w.max.is_none_or(|m| bid.price > m) {
+                    w.max = Some(bid.price);
+                    w.bids.retain(|b| b.price >= bid.price);
                 }
+                if w.max.is_none_or(|m| bid.price >= m) {
+                    w.bids.push(bid);
+                }
+                ctx.register_event_time_timer(end - 1);
+                return Ok(());
             }
-            return Ok(());
         }
-        let w = ctx.get_mut_or_insert_with(state, HighestSoFar::default);
-        if bid.counts && w.max.is_none_or(|m| bid.price > m) {
-            w.max = Some(bid.price);
-            w.bids.retain(|b| b.price >= bid.price);
+        // A late bid: the aggregate has its final maximum (or never had one), only the
+        // join side is left.
+        if ctx.get(state).is_some_and(|w| w.max == Some(bid.price)) {
+            out.collect(Q7Row::of(&bid));
         }
-        if w.max.is_none_or(|m| bid.price >= m) {
-            w.bids.push(bid);
-        }
-        ctx.register_event_time_timer(end - 1);
         Ok(())
     }
 
@@ -173,6 +177,7 @@ impl KeyedProcessFunction<u64, WindowBid, Q7Row> for HighestBids {
             state,
             HighestSoFar {
                 max: Some(max),
+                fired: true,
                 bids: Vec::new(),
             },
         );
