@@ -27,7 +27,7 @@ pub const JOBS: [(&str, &str); 3] = [
     ),
     (
         "nexmark",
-        "Run a Nexmark query (q0 to q5) on generated events or JSON lines; writes its CSV.",
+        "Run a Nexmark query (q0 to q5, q7, q8, q11) on generated events or JSON lines; writes its CSV.",
     ),
 ];
 

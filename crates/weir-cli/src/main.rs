@@ -78,7 +78,7 @@ enum Job {
     /// Count words in text files; writes `word,count` lines.
     #[command(disable_help_flag = true)]
     Wordcount(JobFlags),
-    /// Run a Nexmark query (q0 to q5) on generated events or JSON lines; writes its CSV.
+    /// Run a Nexmark query (q0 to q5, q7, q8, q11) on generated events or JSON lines; writes its CSV.
     #[command(disable_help_flag = true)]
     Nexmark(JobFlags),
 }

@@ -40,7 +40,8 @@ use weir::prelude::*;
 use weir_nexmark::csv::{Row, Value};
 use weir_nexmark::{Auction, Bid, Event};
 
-use super::queries::{with_event_time, ResultRow};
+use super::event_time::with_event_time;
+use super::queries::ResultRow;
 
 /// q4 over `events`: the average final price per category, when the input ends.
 pub fn q4(events: DataStream<Event>) -> DataStream<Q4Row> {

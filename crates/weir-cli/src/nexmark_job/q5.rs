@@ -37,7 +37,8 @@ use weir::prelude::*;
 use weir_nexmark::csv::{Row, Value};
 use weir_nexmark::{Bid, Event};
 
-use super::queries::{bids, with_event_time, ResultRow};
+use super::event_time::with_event_time;
+use super::queries::{bids, ResultRow};
 
 /// The HOP window's size.
 const SIZE: Duration = Duration::from_secs(10);

@@ -4,9 +4,8 @@
 //! Every query takes the stream of events and returns a stream of [`ResultRow`]s: records
 //! that know their CSV row, so the sink writes exactly the rows the reference evaluator
 //! (`weir_nexmark::reference`) writes. The joined and windowed queries have a file each
-//! (`q3.rs`, …) and share the helpers here.
-
-use std::time::Duration;
+//! (`q3.rs`, …, `q11.rs`) and share the helpers here; their event time is in
+//! `event_time.rs`.
 
 use weir::prelude::*;
 use weir_nexmark::csv::{Row, Value};
@@ -41,32 +40,21 @@ pub const RUNNABLE: &[Query] = &[
     Query::Q3,
     Query::Q4,
     Query::Q5,
+    Query::Q7,
+    Query::Q8,
+    Query::Q11,
 ];
 
-/// Only bids: what q0, q1, q2 and q5 read.
+/// Only bids: what q0, q1, q2, q5, q7 and q11 read.
 pub const BIDS: Kinds = &[EventKind::Bid];
 
 /// The event kinds `query` reads (the generator skips the others).
 pub fn kinds(query: Query) -> Kinds {
     match query {
-        Query::Q3 => &[EventKind::Person, EventKind::Auction],
+        Query::Q3 | Query::Q8 => &[EventKind::Person, EventKind::Auction],
         Query::Q4 => &[EventKind::Auction, EventKind::Bid],
         _ => BIDS,
     }
-}
-
-/// Event time as the benchmark's DDL declares it: each event's `dateTime` is its
-/// timestamp, and the watermark is `dateTime - INTERVAL '4' SECOND` over the largest one
-/// seen (per parallel instance; the minimum over them downstream). The engine's
-/// bounded-out-of-orderness watermark is the largest timestamp minus the delay minus
-/// 1 ms (Flink's DataStream convention), so a delay of 3999 ms gives the SQL's watermark
-/// exactly. A `dateTime` before the epoch is taken as the epoch.
-pub fn with_event_time(events: DataStream<Event>) -> DataStream<Event> {
-    let delay = Duration::from_millis(weir_nexmark::reference::WATERMARK_DELAY_MS as u64 - 1);
-    events.assign_timestamps_and_watermarks(
-        WatermarkStrategy::for_bounded_out_of_orderness(delay)
-            .with_timestamp_assigner(|e: &Event, _| u64::try_from(e.date_time()).unwrap_or(0)),
-    )
 }
 
 /// The bids of a stream of events (the SQL's `FROM bid`, a view with `event_type = 2`).

@@ -5,6 +5,12 @@
 //! subtask `s` emits `s, s+p, s+2p, …` (workload W1). Each split's next value is operator
 //! list state, so a restore rewinds every split exactly, at any parallelism (splits are
 //! redistributed like any list state).
+//!
+//! A subtask holding several splits (after a restore at a lower parallelism) emits their
+//! values merged in increasing order, not split after split: the splits were restored at
+//! different positions, and a sequence that stands for time (the Nexmark generator's event
+//! numbers) must stay in time order, or the subtask's watermark, taken from the split
+//! furthest ahead, would make the others' records late.
 
 use std::time::Instant;
 
@@ -31,7 +37,6 @@ pub struct GeneratorSource {
     n: u64,
     rate_per_subtask: Option<f64>,
     splits: Vec<Split>,
-    current: usize,
     started: Option<Instant>,
     emitted: u64,
 }
@@ -43,7 +48,6 @@ impl GeneratorSource {
             n,
             rate_per_subtask: None,
             splits: Vec::new(),
-            current: 0,
             started: None,
             emitted: 0,
         }
@@ -91,24 +95,25 @@ impl SourceFunction<u64> for GeneratorSource {
                 return Ok(SourceStatus::Idle);
             }
         }
-        // Round-robin over the splits that still have values.
+        // The splits merged in increasing order (module docs): the split with the lowest
+        // next value runs until another split's next value is lower (with one split, to n).
         let n = self.n;
-        let mut remaining = self.splits.len();
-        while budget > 0 && remaining > 0 {
-            let idx = self.current % self.splits.len();
-            let sp = &mut self.splits[idx];
-            if sp.next >= n {
-                remaining -= 1;
-                self.current += 1;
-                continue;
-            }
-            let take = ((n - sp.next).div_ceil(sp.count)).min(budget);
+        while budget > 0 {
+            let live = self.splits.iter().enumerate().filter(|(_, sp)| sp.next < n);
+            let Some((l, _)) = live.clone().min_by_key(|(_, sp)| sp.next) else {
+                break;
+            };
+            let bound = live
+                .filter(|&(i, _)| i != l)
+                .map(|(_, sp)| sp.next)
+                .min()
+                .unwrap_or(n);
+            let sp = &mut self.splits[l];
+            let take = (bound - sp.next).div_ceil(sp.count).clamp(1, budget);
             out.extend((0..take).map(|i| sp.next + i * sp.count));
             sp.next += take * sp.count;
             budget -= take;
             self.emitted += take;
-            self.current += 1;
-            remaining = self.splits.len();
         }
         if self.splits.iter().all(|s| s.next >= n) {
             Ok(SourceStatus::Finished)
@@ -174,5 +179,28 @@ mod tests {
         before.extend(after);
         before.sort();
         assert_eq!(before, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn several_splits_are_merged_in_increasing_order() {
+        // Two splits of three restored at different positions into one subtask.
+        let splits = vec![
+            Split {
+                index: 0,
+                count: 3,
+                next: 30,
+            },
+            Split {
+                index: 2,
+                count: 3,
+                next: 14,
+            },
+        ];
+        let mut g = GeneratorSource::new(60);
+        g.splits = splits;
+        let v = drain(&mut g, 4);
+        let mut want: Vec<u64> = (14..60).step_by(3).chain((30..60).step_by(3)).collect();
+        want.sort();
+        assert_eq!(v, want);
     }
 }

@@ -1,0 +1,327 @@
+//! `weir run nexmark` for the windowed queries q7, q8 and q11: the engine's rows equal the
+//! reference evaluator's — bounded, under injected panics and after whole-process SIGKILLs
+//! while windows fire (resumed with `--restore latest`), restored at another parallelism,
+//! and for q7's bids exactly at a window's end.
+//!
+//! The generator runs at a low `--tps` (events per second of event time), so that a few
+//! hundred thousand events span tens of 10 s windows, which fire all through a run.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+
+/// A windowed query and the generated input of its tests: small enough for a debug
+/// build to run in a few seconds, long enough in event time for many windows.
+#[derive(Clone, Copy)]
+struct Case {
+    query: &'static str,
+    events: u64,
+    /// Events per second of event time.
+    tps: u64,
+    /// The `--rate` (events per wall-clock second) of the SIGKILL runs, so that each lasts
+    /// several seconds.
+    kill_rate: u64,
+}
+
+/// 200 k bids and others over 200 s of event time: 20 windows.
+const Q7: Case = Case {
+    query: "q7",
+    events: 200_000,
+    tps: 1_000,
+    kill_rate: 40_000,
+};
+/// 300 k events over 200 s, of which q8 reads the 8 % persons and auctions.
+const Q8: Case = Case {
+    query: "q8",
+    events: 300_000,
+    tps: 1_500,
+    kill_rate: 60_000,
+};
+/// q11's session windows cost the most per bid in a debug build: 60 k events over 120 s.
+const Q11: Case = Case {
+    query: "q11",
+    events: 60_000,
+    tps: 500,
+    kill_rate: 12_000,
+};
+
+impl Case {
+    /// The generator flags shared by the engine's run and the reference.
+    fn input(&self) -> Vec<String> {
+        [
+            "--events",
+            &self.events.to_string(),
+            "--tps",
+            &self.tps.to_string(),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// `weir run nexmark` over the case's events at `parallelism`, into `o` with
+    /// checkpoints in `d`, plus `extra`.
+    fn args(&self, parallelism: u32, d: &Path, o: &Path, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = ["run", "nexmark", "--query", self.query]
+            .map(String::from)
+            .to_vec();
+        a.extend(self.input());
+        a.extend(
+            [
+                "--parallelism",
+                &parallelism.to_string(),
+                "--checkpoint-dir",
+                &s(d),
+                "--output",
+                &s(o),
+            ]
+            .map(String::from),
+        );
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    }
+}
+
+/// The CSV the reference writes for `q` over `input`.
+fn reference_csv(tmp: &Path, q: &str, input: &[String]) -> String {
+    let dir = tmp.join(format!("reference-{q}"));
+    let mut args: Vec<String> = ["nexmark", "reference", "--query", q, "--output"]
+        .map(String::from)
+        .to_vec();
+    args.push(s(&dir));
+    args.extend(input.iter().cloned());
+    run(&mut weir(tmp, args)).assert_success();
+    fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap()
+}
+
+/// Asserts that the published `o/<q>.csv` equals the reference's CSV as multisets, and
+/// that the reference has rows (a test over no result could not fail).
+fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[String]) {
+    let ours = fs::read_to_string(o.join(format!("{q}.csv"))).unwrap();
+    let want = reference_csv(tmp, q, input);
+    assert!(
+        want.lines().count() > 5,
+        "the reference of {q} has few rows"
+    );
+    if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
+        panic!("{q} differs from the reference: {m}");
+    }
+    assert!(o.join("_SUCCESS").exists());
+}
+
+#[test]
+fn bounded_runs_equal_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    for case in [Q7, Q8, Q11] {
+        let q = case.query;
+        let (d, o) = (tmp.path().join(format!("chk-{q}")), tmp.path().join(q));
+        let run = run(&mut weir(tmp.path(), case.args(1, &d, &o, &["--verify"])));
+        run.assert_success();
+        assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+        assert_same_as_reference(tmp.path(), &o, q, &case.input());
+    }
+}
+
+/// Injected panics at random moments in random subtasks (window operators included), each
+/// once a checkpoint completed in its attempt: every restart resumes from a checkpoint,
+/// and the output is exactly the reference's.
+fn injected_panics(case: Case, seed: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let rate = (case.kill_rate * 4).to_string();
+    let args = case.args(
+        2,
+        &d,
+        &o,
+        &[
+            "--rate",
+            &rate,
+            "--checkpoint-interval",
+            "20ms",
+            "--inject-failures",
+            "4",
+            "--seed",
+            seed,
+            "--restart-strategy",
+            "fixed-delay",
+            "--restart-delay",
+            "5ms",
+            "--verify",
+        ],
+    );
+    let run = run(&mut weir(tmp.path(), args));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert!(
+        run.stdout.contains("injected failures: 4 of 4"),
+        "{}",
+        run.describe()
+    );
+    let attempts = assert_resumed(&run, case.events);
+    assert_eq!(attempts.len(), 5, "{}", run.describe());
+    assert_same_as_reference(tmp.path(), &o, case.query, &case.input());
+}
+
+#[test]
+fn q7_is_exact_under_injected_panics() {
+    injected_panics(Q7, "71");
+}
+
+#[test]
+fn q8_is_exact_under_injected_panics() {
+    injected_panics(Q8, "81");
+}
+
+#[test]
+fn q11_is_exact_under_injected_panics() {
+    injected_panics(Q11, "111");
+}
+
+/// The committed part files in the output's staging folder, and how many rows they hold.
+fn committed_rows(staging: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(staging) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+        })
+        .map(|p| fs::read_to_string(p).unwrap_or_default().lines().count())
+        .sum()
+}
+
+/// SIGKILLs of the whole process at seeded-random moments, each run resumed with
+/// `--restore latest`, the last one at `last_parallelism`: no killed run publishes
+/// anything, windows had fired and committed rows before a kill (so kills hit a job whose
+/// windows fire), and the last run resumes from the newest checkpoint and publishes
+/// exactly the reference's rows.
+fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let rate = case.kill_rate.to_string();
+    let base = ["--rate", rate.as_str(), "--checkpoint-interval", "50ms"];
+    let args = |restore: bool, parallelism: u32| {
+        let mut a = case.args(parallelism, &d, &o, &base);
+        if restore {
+            a.extend(["--restore", "latest"].map(String::from));
+        }
+        a
+    };
+    let mut committed = 0;
+    let newest = kill_loop(
+        tmp.path(),
+        &d.join("nexmark"),
+        (3, (1000, 2000)),
+        seed,
+        |restore| args(restore, 2),
+        |i| {
+            assert!(!o.exists(), "killed run {i} published {}", o.display());
+            committed = committed_rows(&tmp.path().join(".out.inprogress"));
+        },
+    );
+    assert!(
+        committed > 0,
+        "no window result was committed before the last kill: the kills did not hit \
+         firing windows"
+    );
+    let mut last = args(true, last_parallelism);
+    last.push("--verify".into());
+    let run = run(&mut weir(tmp.path(), last));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    assert_eq!(
+        restored_from(&run.stdout),
+        Some(d.join("nexmark").join(format!("chk-{newest}"))),
+        "{}",
+        run.describe()
+    );
+    assert_resumed(&run, case.events);
+    assert_same_as_reference(tmp.path(), &o, case.query, &case.input());
+    assert!(!tmp.path().join(".out.inprogress").exists());
+}
+
+#[test]
+fn q7_is_exact_after_sigkills_and_restore_latest() {
+    sigkill_and_restore(Q7, 0x6e78_0007, 2);
+}
+
+#[test]
+fn q8_is_exact_after_sigkills_and_restore_at_parallelism_1() {
+    sigkill_and_restore(Q8, 0x6e78_0008, 1);
+}
+
+#[test]
+fn q11_is_exact_after_sigkills_and_restore_at_parallelism_3() {
+    sigkill_and_restore(Q11, 0x6e78_0011, 3);
+}
+
+/// A bid line of the benchmark's JSON.
+fn bid(auction: i64, bidder: i64, price: i64, time: i64) -> String {
+    format!(
+        r#"{{"event_type":2,"bid":{{"auction":{auction},"bidder":{bidder},"price":{price},"channel":"Google","url":"u","dateTime":{time},"extra":"x{bidder}"}}}}"#
+    )
+}
+
+/// q7's join is `BETWEEN window_end - 10 s AND window_end`, inclusive: a bid exactly at a
+/// window's end counts for the next window's maximum and still joins this one; ties at
+/// the maximum all join; and the SQL's positional insert swaps `bidder` and `price`.
+#[test]
+fn q7_joins_bids_at_the_window_end_and_every_tie() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("bids.jsonl");
+    let base = 1_704_067_200_000; // a window boundary (2024-01-01)
+    let lines = [
+        bid(1, 10, 50, base + 1_000),
+        bid(1, 11, 70, base + 2_000),
+        bid(2, 12, 70, base + 9_999), // a tie at window 1's maximum
+        bid(2, 13, 60, base + 5_000),
+        bid(3, 14, 70, base + 10_000), // at window 1's end: joins it, and counts in window 2
+        bid(3, 15, 90, base + 10_000), // at the end, above window 1's maximum: joins nothing there
+        bid(4, 16, 40, base + 15_000),
+        bid(4, 17, 80, base + 20_000), // at window 2's end, below its maximum 90; window 3's
+        bid(5, 18, 30, base + 41_000), // window 5, alone; window 4 is empty
+    ];
+    fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let run = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "nexmark",
+            "--query",
+            "q7",
+            "--input",
+            &s(&file),
+            "--checkpoint-dir",
+            &s(&d),
+            "--output",
+            &s(&o),
+            "--verify",
+        ],
+    ));
+    run.assert_success();
+    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
+    let mut rows: Vec<String> = fs::read_to_string(o.join("q7.csv"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    rows[1..].sort();
+    let t = |dt: i64| base + dt;
+    assert_eq!(
+        rows,
+        [
+            "auction,bidder,price,dateTime,extra".to_string(),
+            format!("1,70,11,{},x11", t(2_000)),
+            format!("2,70,12,{},x12", t(9_999)),
+            format!("3,70,14,{},x14", t(10_000)),
+            format!("3,90,15,{},x15", t(10_000)),
+            format!("4,80,17,{},x17", t(20_000)),
+            format!("5,30,18,{},x18", t(41_000)),
+        ]
+    );
+}
