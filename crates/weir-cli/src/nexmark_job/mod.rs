@@ -46,7 +46,6 @@ use weir_nexmark::{Event, Query};
 use crate::nexmark::GeneratorFlags;
 use event_time::with_event_time;
 use queries::{ResultRow, RUNNABLE};
-use source::Kinds;
 
 /// The flags of `weir run nexmark` besides the runner's.
 #[derive(Args)]
@@ -169,7 +168,6 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
         Query::Q7 => add_output(q7::q7(with_event_time(events)), out.as_deref()),
         Query::Q8 => add_output(q8::q8(with_event_time(events)), out.as_deref()),
         Query::Q11 => add_output(q11::q11(with_event_time(events)), out.as_deref()),
-        _ => unreachable!("runnable_query admits only RUNNABLE"),
     }
     if let Some(staging) = out {
         let file = format!("{}.csv", query.name());
