@@ -12,7 +12,7 @@
 //! subtask `s` of `p` emits `s, s+p, …`, so each split's timestamps are monotonous and the
 //! watermark follows them (`for_monotonous_timestamps`). The job sums the values of each
 //! key in tumbling windows of `--window-ms` (default 1 s) and writes one `window_end,key,sum`
-//! line per key and window. `--verify` recomputes every sum with a plain loop over
+//! line per key and window, exactly once (a two-phase-commit file sink). `--verify` recomputes every sum with a plain loop over
 //! `0..N` (nothing shared with the engine's windows) and compares the published lines.
 
 use std::collections::HashMap;
@@ -20,6 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
+use weir::connectors::files::Encoder;
 use weir::prelude::*;
 use weir::runner::{BoxError, Job, UsageError, Verdict};
 
@@ -94,15 +95,11 @@ pub fn build(job: &mut Job, args: &WindowSumArgs) -> Result<(), BoxError> {
         sums.add_sink("discard", DiscardSink).uid("discard");
         return Ok(());
     }
+    // Windows fire all through the run: their lines go out exactly once through the
+    // two-phase-commit file sink (committed with each checkpoint), not a plain text sink.
     let dir = job.output(&args.out.output)?;
-    sums.add_sink(
-        "output",
-        TextFileSink::new(dir, |r: &(u64, u64, u64), line: &mut String| {
-            use std::fmt::Write;
-            let _ = write!(line, "{},{},{}", r.0, r.1, r.2);
-        }),
-    )
-    .uid("output");
+    sums.add_sink("output", TwoPhaseCommit::new(FileSink::new(dir, SumLines)))
+        .uid("output");
     if args.verify {
         let (events, window_ms, out) = (args.events, args.window_ms, args.out.output.clone());
         job.verify(move |_| {
@@ -116,6 +113,18 @@ pub fn build(job: &mut Job, args: &WindowSumArgs) -> Result<(), BoxError> {
         });
     }
     Ok(())
+}
+
+/// Encodes a window's result as its `window_end,key,sum` line.
+#[derive(Clone, Default)]
+struct SumLines;
+
+impl Encoder<(u64, u64, u64)> for SumLines {
+    fn encode(&mut self, r: &(u64, u64, u64), out: &mut Vec<u8>) -> weir::Result<()> {
+        use std::io::Write;
+        let _ = writeln!(out, "{},{},{}", r.0, r.1, r.2);
+        Ok(())
+    }
 }
 
 /// `(window end, key) → sum` over events `0..n`: the plain computation `--verify` trusts.
