@@ -167,7 +167,8 @@ fn run_child(row: &Row) -> Result<Sample, String> {
     }
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 2 {
         let reason = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        return Err(reason.trim().to_string());
+        let reason = reason.trim();
+        return Err(reason.strip_prefix("error: ").unwrap_or(reason).to_string());
     }
     eprint!("{stderr}");
     panic!(

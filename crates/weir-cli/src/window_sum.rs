@@ -59,7 +59,11 @@ fn positive_u64(s: &str) -> Result<u64, String> {
 
 /// The event time of event `i` at `tps` events per second of event time, in ms.
 fn timestamp(i: u64, tps: u64) -> u64 {
-    (i as u128 * 1000 / tps as u128) as u64
+    // In 64 bits unless `i × 1000` overflows (a 128-bit division is a library call).
+    match i.checked_mul(1000) {
+        Some(ms) => ms / tps,
+        None => (i as u128 * 1000 / tps as u128) as u64,
+    }
 }
 
 /// Builds `weir run window-sum` into `job` from its flags.
@@ -104,12 +108,10 @@ pub fn build(job: &mut Job, args: &WindowSumArgs) -> Result<(), BoxError> {
         let (events, window_ms, out) = (args.events, args.window_ms, args.out.output.clone());
         job.verify(move |_| {
             let got = read_sums(&out)?;
-            Ok(
-                match compare(&got, &truth(events, keys, tps, window_ms)) {
-                    Ok(m) => Verdict::Correct(m),
-                    Err(m) => Verdict::Wrong(m),
-                },
-            )
+            Ok(match compare(&got, &truth(events, keys, tps, window_ms)) {
+                Ok(m) => Verdict::Correct(m),
+                Err(m) => Verdict::Wrong(m),
+            })
         });
     }
     Ok(())
@@ -143,8 +145,8 @@ fn truth(n: u64, keys: u64, tps: u64, window_ms: u64) -> HashMap<(u64, u64), u64
 fn read_sums(dir: &Path) -> Result<HashMap<(u64, u64), u64>, BoxError> {
     let mut sums = HashMap::new();
     for f in crate::output::part_files(dir)? {
-        let text = std::fs::read_to_string(&f)
-            .map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        let text =
+            std::fs::read_to_string(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
         for (i, line) in text.lines().enumerate() {
             let at = || format!("{}:{}", f.display(), i + 1);
             let fields: Vec<Option<u64>> = line.split(',').map(|x| x.parse().ok()).collect();
@@ -201,16 +203,27 @@ mod tests {
         // 6 events at 4 per second of event time (0, 250, 500, 750, 1000, 1250 ms) over 2
         // keys in 1 s windows: [0, 1000) holds events 0..4, [1000, 2000) events 4 and 5.
         let t = truth(6, 2, 4, 1000);
-        let want: HashMap<(u64, u64), u64> =
-            [((1000, 0), 2), ((1000, 1), 1 + 3), ((2000, 0), 4), ((2000, 1), 5)].into();
+        let want: HashMap<(u64, u64), u64> = [
+            ((1000, 0), 2),
+            ((1000, 1), 1 + 3),
+            ((2000, 0), 4),
+            ((2000, 1), 5),
+        ]
+        .into();
         assert_eq!(t, want);
         assert!(compare(&want, &t).is_ok());
         let mut off = want.clone();
         off.insert((1000, 0), 3);
         off.insert((3000, 0), 1);
         let e = compare(&off, &t).unwrap_err();
-        assert!(e.contains("1 window sums wrong or missing, 1 not expected"), "{e}");
-        assert!(e.contains("window ending 1000 of key 0: expected 2, got 3"), "{e}");
+        assert!(
+            e.contains("1 window sums wrong or missing, 1 not expected"),
+            "{e}"
+        );
+        assert!(
+            e.contains("window ending 1000 of key 0: expected 2, got 3"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -218,7 +231,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("part-0"), "1000,0,2\n1000;1,4\n").unwrap();
         let e = read_sums(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("part-0:2") && e.contains("not `window_end,key,sum`"), "{e}");
+        assert!(
+            e.contains("part-0:2") && e.contains("not `window_end,key,sum`"),
+            "{e}"
+        );
         std::fs::write(dir.path().join("part-0"), "1000,0,2\n1000,0,2\n").unwrap();
         let e = read_sums(dir.path()).unwrap_err().to_string();
         assert!(e.contains("written twice"), "{e}");

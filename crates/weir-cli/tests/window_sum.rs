@@ -69,7 +69,10 @@ fn bad_flags_are_refused_with_the_cause() {
         (&["--keys", "0"][..], "must be at least 1"),
         (&["--window-ms", "0"][..], "must be at least 1"),
         (&["--tps", "x"][..], "'x' is not a whole number"),
-        (&["--discard-output", "--verify"][..], "drop --discard-output"),
+        (
+            &["--discard-output", "--verify"][..],
+            "drop --discard-output",
+        ),
     ] {
         let mut args = vec!["run", "window-sum", "--events", "10"];
         args.extend_from_slice(flags);

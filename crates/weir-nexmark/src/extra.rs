@@ -28,7 +28,10 @@ enum Repr {
     Text(String),
     /// `StringsGenerator.nextExactString(len)` drawn from a `java.util.Random` whose state
     /// is `state`.
-    Seeded { state: u64, len: u32 },
+    Seeded {
+        state: u64,
+        len: u32,
+    },
 }
 
 impl Extra {
@@ -243,7 +246,15 @@ mod tests {
     /// A seeded padding is, in every form, the text drawn eagerly from the same state.
     #[test]
     fn seeded_equals_its_text_in_every_form() {
-        for (seed, len) in [(1i64, 0usize), (2, 1), (3, 6), (4, 54), (5, 81), (6, 97), (7, 400)] {
+        for (seed, len) in [
+            (1i64, 0usize),
+            (2, 1),
+            (3, 6),
+            (4, 54),
+            (5, 81),
+            (6, 97),
+            (7, 400),
+        ] {
             let rng = JavaRandom::new(seed);
             let mut eager = Vec::new();
             exact_letters(&mut rng.clone(), len, &mut eager);

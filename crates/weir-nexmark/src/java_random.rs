@@ -31,9 +31,7 @@ impl JavaRandom {
 
     /// A generator at `state`, as [`JavaRandom::state`] returned it.
     pub(crate) fn from_state(state: u64) -> Self {
-        JavaRandom {
-            seed: state & MASK,
-        }
+        JavaRandom { seed: state & MASK }
     }
 
     /// `next(bits)`: the top `bits` of the next 48-bit state, sign-extended as Java's int.
