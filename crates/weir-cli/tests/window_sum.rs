@@ -52,8 +52,7 @@ fn sums_are_exact_after_injected_failures_resumed_from_a_checkpoint() {
     // The last attempt resumed from a checkpoint past the start.
     let last = all
         .lines()
-        .filter(|l| l.trim_start().starts_with("attempt "))
-        .last()
+        .rfind(|l| l.trim_start().starts_with("attempt "))
         .unwrap_or_default();
     assert!(
         last.contains("from checkpoint") && !last.contains("at source record 0,"),
