@@ -16,7 +16,7 @@ use crate::connect::{self, Prepared};
 use crate::{jobs, output};
 
 /// The built-in jobs, as `weir run` names them.
-pub const JOBS: [(&str, &str); 3] = [
+pub const JOBS: [(&str, &str); 4] = [
     (
         "keyed-count",
         "Count events per key: event i has key i % K; writes `key,count` lines.",
@@ -24,6 +24,11 @@ pub const JOBS: [(&str, &str); 3] = [
     (
         "wordcount",
         "Count words in text files; writes `word,count` lines.",
+    ),
+    (
+        "window-sum",
+        "Sum per key in 1 s tumbling event-time windows (workload W2); writes \
+         `window_end,key,sum` lines.",
     ),
     (
         "nexmark",
@@ -45,6 +50,7 @@ pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
     match name {
         "keyed-count" => runner.run(keyed_count),
         "nexmark" => runner.run(crate::nexmark_job::build),
+        "window-sum" => runner.run(crate::window_sum::build),
         _ => runner.run(wordcount),
     }
 }
@@ -54,10 +60,10 @@ pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
 pub struct OutputArgs {
     /// Folder for the final output (published only when the job succeeds).
     #[arg(long, default_value = "weir-output")]
-    output: PathBuf,
+    pub(crate) output: PathBuf,
     /// Write no output (benchmarks).
     #[arg(long)]
-    discard_output: bool,
+    pub(crate) discard_output: bool,
 }
 
 /// The flags of `weir run keyed-count` besides the runner's.

@@ -26,6 +26,7 @@ mod jobs;
 mod nexmark;
 mod nexmark_job;
 mod output;
+mod window_sum;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -81,6 +82,10 @@ enum Job {
     /// Run a Nexmark query (q0 to q5, q7, q8, q11) on generated events or JSON lines; writes its CSV.
     #[command(disable_help_flag = true)]
     Nexmark(JobFlags),
+    /// Sum per key in 1 s tumbling event-time windows (workload W2); writes
+    /// `window_end,key,sum` lines.
+    #[command(disable_help_flag = true)]
+    WindowSum(JobFlags),
 }
 
 /// Everything after `weir run JOB`, for the runner to parse.
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Command::Run(Job::KeyedCount(a)) => return builtin::run("keyed-count", a.flags),
         Command::Run(Job::Wordcount(a)) => return builtin::run("wordcount", a.flags),
         Command::Run(Job::Nexmark(a)) => return builtin::run("nexmark", a.flags),
+        Command::Run(Job::WindowSum(a)) => return builtin::run("window-sum", a.flags),
         Command::State(c) => inspect::run(c),
         Command::Checkpoints(c) => checkpoints::run(c),
         Command::Savepoint(a) => control::client::savepoint(a),

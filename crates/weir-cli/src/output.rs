@@ -50,7 +50,7 @@ fn parse_line(format: LineFormat, line: &str) -> Option<(String, u64)> {
 
 /// The committed part files in `dir` (`part-*`; in-progress ones are hidden dot-files),
 /// sorted by name.
-fn part_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn part_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

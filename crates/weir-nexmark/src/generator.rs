@@ -43,6 +43,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::extra::Extra;
 use crate::java_random::JavaRandom;
 use crate::model::{Auction, Bid, EpochMillis, Event, Person};
 
@@ -490,46 +491,12 @@ fn next_string(rng: &mut JavaRandom, max: i32, delimiter: char) -> String {
     s
 }
 
-/// `StringsGenerator.nextExactString`: six characters per `nextInt()`, `'a' + rnd % 26`
-/// with Java's signed remainder (so letters from `'H'` up also occur).
-fn next_exact_string(rng: &mut JavaRandom, len: usize) -> String {
-    // Filled chunk by chunk into an unzeroed buffer of the exact size.
-    let mut bytes = Vec::with_capacity(len);
-    // Java divides `rnd` by 26 after each character, as the loop below does.
-    // On the magnitude in unsigned arithmetic, the sign applied after without a branch
-    // (the sign is a coin flip): Java's remainder of a negative `rnd` is the negated
-    // remainder of its magnitude, and `(d ^ m) - m` negates `d` when `m` is all ones.
-    // Each chunk's six letters are assembled in one register and stored at once: byte
-    // stores to a stack array read back wider stall store forwarding.
-    let fill = |rng: &mut JavaRandom| -> [u8; 8] {
-        let rnd = rng.next_int();
-        let mut magnitude = rnd.unsigned_abs();
-        let negative = (rnd >> 31) as u8;
-        let mut word = 0u64;
-        // Dividing by the constant 26 six times compiles to multiplications.
-        for i in 0..6 {
-            let digit = (magnitude % 26) as u8;
-            magnitude /= 26;
-            let letter = b'a'.wrapping_add((digit ^ negative).wrapping_sub(negative));
-            word |= (letter as u64) << (8 * i);
-        }
-        word.to_le_bytes()
-    };
-    for _ in 0..len / 6 {
-        bytes.extend_from_slice(&fill(rng)[..6]);
-    }
-    let tail = len % 6;
-    if tail > 0 {
-        bytes.extend_from_slice(&fill(rng)[..tail]);
-    }
-    // Every byte is in 'H'..='z': ASCII.
-    String::from_utf8(bytes).unwrap_or_default()
-}
-
 /// `StringsGenerator.nextExtra`: padding so that `current + extra` averages `average`.
-fn next_extra(rng: &mut JavaRandom, current: usize, average: usize) -> String {
+/// Drawn last of its event, so it is kept as the random state and produced when written
+/// ([`Extra`]).
+fn next_extra(rng: &mut JavaRandom, current: usize, average: usize) -> Extra {
     if current > average {
-        return String::new();
+        return Extra::default();
     }
     let wanted = (average - current) as i32;
     let delta = (wanted as f64 * 0.2 + 0.5).floor() as i32;
@@ -540,7 +507,7 @@ fn next_extra(rng: &mut JavaRandom, current: usize, average: usize) -> String {
         } else {
             rng.next_int_bounded(2 * delta)
         };
-    next_exact_string(rng, size as usize)
+    Extra::seeded(rng, size as usize)
 }
 
 /// A base URL as the Java `getBaseUrl`: three short path parts with `_` delimiters.

@@ -23,6 +23,17 @@ impl JavaRandom {
         }
     }
 
+    /// The 48-bit state: with [`JavaRandom::from_state`], a way to resume the sequence
+    /// later (the `extra` padding is drawn from it only when written).
+    pub(crate) fn state(&self) -> u64 {
+        self.seed
+    }
+
+    /// A generator at `state`, as [`JavaRandom::state`] returned it.
+    pub(crate) fn from_state(state: u64) -> Self {
+        JavaRandom { seed: state & MASK }
+    }
+
     /// `next(bits)`: the top `bits` of the next 48-bit state, sign-extended as Java's int.
     #[inline(always)]
     fn next(&mut self, bits: u32) -> i32 {

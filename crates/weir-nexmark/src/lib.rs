@@ -23,6 +23,7 @@
 //! ```
 
 pub mod csv;
+mod extra;
 pub mod generator;
 mod java_random;
 pub mod json;
@@ -30,5 +31,5 @@ pub mod model;
 pub mod reference;
 
 pub use generator::{Generator, GeneratorConfig};
-pub use model::{Auction, Bid, EpochMillis, Event, Person};
+pub use model::{Auction, Bid, EpochMillis, Event, Extra, Person};
 pub use reference::Query;

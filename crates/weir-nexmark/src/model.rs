@@ -8,6 +8,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::extra::Extra;
+
 /// Milliseconds since 1970-01-01T00:00:00Z: how every timestamp is held and written, so
 /// that results never depend on a time zone.
 pub type EpochMillis = i64;
@@ -31,8 +33,9 @@ pub struct Person {
     /// Event time.
     #[serde(deserialize_with = "crate::json::de_timestamp")]
     pub date_time: EpochMillis,
-    /// Padding that brings the event to its average size.
-    pub extra: String,
+    /// Padding that brings the event to its average size; generated events keep it as a
+    /// seed until it is written ([`Extra`]).
+    pub extra: Extra,
 }
 
 /// An item put up for auction (`event_type` 1).
@@ -59,8 +62,9 @@ pub struct Auction {
     pub seller: i64,
     /// Category id (q3 and q4 use it).
     pub category: i64,
-    /// Padding that brings the event to its average size.
-    pub extra: String,
+    /// Padding that brings the event to its average size; generated events keep it as a
+    /// seed until it is written ([`Extra`]).
+    pub extra: Extra,
 }
 
 /// A bid on an auction (`event_type` 2): 46 of every 50 events.
@@ -84,8 +88,9 @@ pub struct Bid {
     /// Event time.
     #[serde(deserialize_with = "crate::json::de_timestamp")]
     pub date_time: EpochMillis,
-    /// Padding that brings the event to its average size.
-    pub extra: String,
+    /// Padding that brings the event to its average size; generated events keep it as a
+    /// seed until it is written ([`Extra`]).
+    pub extra: Extra,
 }
 
 /// One Nexmark event: the benchmark's single source table holds all three kinds, told apart

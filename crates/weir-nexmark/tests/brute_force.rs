@@ -91,7 +91,7 @@ fn q7_by_scanning_every_tumbling_window() {
                 Value::Int(b.price),
                 Value::Int(b.bidder),
                 Value::Int(b.date_time),
-                Value::Str(b.extra.clone()),
+                Value::Str(b.extra.to_string()),
             ]);
         }
     }

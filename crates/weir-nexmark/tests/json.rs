@@ -24,7 +24,7 @@ fn lines_are_nested_as_the_ddl_and_hold_only_their_kind() {
         channel: "Google".into(),
         url: "https://x/y".into(),
         date_time: 1_704_067_200_123,
-        extra: String::new(),
+        extra: Default::default(),
     });
     assert_eq!(
         bid.to_json(),

@@ -19,7 +19,7 @@ fn person(id: i64, name: &str, state: &str, t: i64) -> Event {
         city: format!("City{id}"),
         state: state.into(),
         date_time: t,
-        extra: String::new(),
+        extra: Default::default(),
     })
 }
 
@@ -34,7 +34,7 @@ fn auction(id: i64, seller: i64, category: i64, t: i64, expires: i64) -> Event {
         expires,
         seller,
         category,
-        extra: String::new(),
+        extra: Default::default(),
     })
 }
 
@@ -46,7 +46,7 @@ fn bid(auction: i64, bidder: i64, price: i64, t: i64) -> Event {
         channel: "Google".into(),
         url: "u".into(),
         date_time: t,
-        extra: format!("x{bidder}"),
+        extra: format!("x{bidder}").into(),
     })
 }
 

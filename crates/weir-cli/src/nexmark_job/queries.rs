@@ -85,7 +85,7 @@ impl ResultRow for Q0Row {
             Value::Int(b.bidder),
             Value::Int(b.price),
             Value::Int(b.date_time),
-            Value::Str(b.extra.clone()),
+            Value::Str(b.extra.to_string()),
         ]
     }
 }
@@ -112,7 +112,7 @@ impl ResultRow for Q1Row {
                 scale: 3,
             },
             Value::Int(b.date_time),
-            Value::Str(b.extra.clone()),
+            Value::Str(b.extra.to_string()),
         ]
     }
 }

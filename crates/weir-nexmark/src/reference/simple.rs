@@ -15,7 +15,7 @@ impl Evaluator for Q0 {
                 Value::Int(b.bidder),
                 Value::Int(b.price),
                 Value::Int(b.date_time),
-                Value::Str(b.extra.clone()),
+                Value::Str(b.extra.to_string()),
             ]);
         }
     }
@@ -38,7 +38,7 @@ impl Evaluator for Q1 {
                     scale: 3,
                 },
                 Value::Int(b.date_time),
-                Value::Str(b.extra.clone()),
+                Value::Str(b.extra.to_string()),
             ]);
         }
     }

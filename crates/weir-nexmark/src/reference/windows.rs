@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{window_start, Evaluator};
 use crate::csv::{Row, Value};
-use crate::model::{EpochMillis, Event};
+use crate::model::{EpochMillis, Event, Extra};
 
 /// 10 s: the size of q5's, q7's and q8's windows, and q11's session gap.
 const TEN_SECONDS: i64 = 10_000;
@@ -71,7 +71,7 @@ struct Candidate {
     bidder: i64,
     price: i64,
     date_time: EpochMillis,
-    extra: String,
+    extra: Extra,
 }
 
 #[derive(Default)]
@@ -134,7 +134,7 @@ impl Evaluator for Q7 {
                     Value::Int(c.price),
                     Value::Int(c.bidder),
                     Value::Int(c.date_time),
-                    Value::Str(c.extra),
+                    Value::Str(c.extra.into_string()),
                 ]);
             }
         }
