@@ -32,7 +32,7 @@
 use serde::{Deserialize, Serialize};
 use weir::prelude::*;
 use weir_nexmark::csv::{Row, Value};
-use weir_nexmark::{Bid, Event};
+use weir_nexmark::{Bid, Event, Extra};
 
 use super::event_time::TEN_SECONDS;
 use super::queries::{bids, ResultRow};
@@ -68,7 +68,7 @@ pub struct WindowBid {
     /// The bid's `dateTime`.
     pub date_time: i64,
     /// The bid's `extra`.
-    pub extra: String,
+    pub extra: Extra,
 }
 
 impl WindowBid {
@@ -198,7 +198,7 @@ pub struct Q7Row {
     /// The bid's `dateTime`.
     pub date_time: i64,
     /// The bid's `extra`.
-    pub extra: String,
+    pub extra: Extra,
 }
 
 impl Q7Row {
@@ -220,7 +220,7 @@ impl ResultRow for Q7Row {
             Value::Int(self.price),
             Value::Int(self.bidder),
             Value::Int(self.date_time),
-            Value::Str(self.extra.clone()),
+            Value::Str(self.extra.to_string()),
         ]
     }
 }
