@@ -358,3 +358,6 @@ where
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
