@@ -132,8 +132,8 @@ pub mod prelude {
         CountTrigger, DynamicEventTimeSessionWindows, DynamicProcessingTimeSessionWindows,
         EventTimeSessionWindows, EventTimeTrigger, GlobalWindows, ProcessingTimeSessionWindows,
         ProcessingTimeTrigger, PurgingTrigger, SlidingEventTimeWindows,
-        SlidingProcessingTimeWindows, TimeDomain, TimeWindow, Trigger, TriggerResult,
-        TumblingEventTimeWindows, TumblingProcessingTimeWindows, WatermarkGenerator,
+        SlidingProcessingTimeWindows, TimeDomain, TimeWindow, Trigger, TriggerContext,
+        TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WatermarkGenerator,
         WatermarkOutput, WatermarkStrategy, WindowAssigner,
     };
     pub use crate::api::two_phase_commit::{

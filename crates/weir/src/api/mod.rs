@@ -96,9 +96,8 @@ pub mod time {
         DynamicEventTimeSessionWindows, DynamicProcessingTimeSessionWindows,
         EventTimeSessionWindows, EventTimeTrigger, GlobalWindows, NeverTrigger,
         ProcessingTimeSessionWindows, ProcessingTimeTrigger, PurgingTrigger,
-        SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeWindow, Trigger,
-        TriggerContext, TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows,
-        WindowAssigner,
+        SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeWindow, Trigger, TriggerContext,
+        TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner,
     };
     pub use crate::state::TimeDomain;
 }

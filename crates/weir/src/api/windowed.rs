@@ -48,12 +48,12 @@ use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
 use crate::runtime::windows::triggered::TriggeredWindowAggregate;
+#[allow(unused_imports)] // named by the documentation
+use crate::runtime::windows::EventTimeTrigger;
 pub use crate::runtime::windows::ProcessWindowFunction;
 use crate::runtime::windows::{
     NeverTrigger, ProcessingTimeTrigger, TimeWindow, Trigger, WindowAssigner,
 };
-#[allow(unused_imports)] // named by the documentation
-use crate::runtime::windows::EventTimeTrigger;
 use crate::state::keyed::{AggregateFunction, TimeDomain};
 use crate::state::{Data, Key, StateValue};
 

@@ -193,7 +193,10 @@ mod tests {
         let ms = Duration::from_millis;
         let a = TumblingProcessingTimeWindows::of(ms(10)).unwrap();
         assert_eq!(windows(&a, 0, 1_005), [(1_000, 1_010)]);
-        assert_eq!(WindowAssigner::<u64>::time_domain(&a), TimeDomain::ProcessingTime);
+        assert_eq!(
+            WindowAssigner::<u64>::time_domain(&a),
+            TimeDomain::ProcessingTime
+        );
         let a = a.with_offset(ms(3)).unwrap();
         assert_eq!(windows(&a, 0, 1_002), [(993, 1_003)]);
         let a = SlidingProcessingTimeWindows::of(ms(10), ms(5)).unwrap();
@@ -204,7 +207,10 @@ mod tests {
         let a = ProcessingTimeSessionWindows::with_dynamic_gap(|g: &u64| Duration::from_millis(*g));
         assert_eq!(windows(&a, 4, 1_000), [(1_000, 1_004)]);
         let mut out = Vec::new();
-        let e = a.assign_windows(&0, 1_000, &mut out).unwrap_err().to_string();
+        let e = a
+            .assign_windows(&0, 1_000, &mut out)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("session gap is 0"), "{e}");
         let g = GlobalWindows::create();
         assert_eq!(windows(&g, 0, 5), [(0, u64::MAX)]);
@@ -214,12 +220,17 @@ mod tests {
     #[test]
     fn bad_processing_time_windows_are_clear_errors() {
         let ms = Duration::from_millis;
-        let e = TumblingProcessingTimeWindows::of(ms(0)).unwrap_err().to_string();
+        let e = TumblingProcessingTimeWindows::of(ms(0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("window size is 0"), "{e}");
         let e = SlidingProcessingTimeWindows::of(ms(5), ms(10))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("slide 10 ms is larger than the size 5 ms"), "{e}");
+        assert!(
+            e.contains("slide 10 ms is larger than the size 5 ms"),
+            "{e}"
+        );
         let e = SlidingProcessingTimeWindows::of(ms(5), ms(0))
             .unwrap_err()
             .to_string();

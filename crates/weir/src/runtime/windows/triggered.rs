@@ -183,7 +183,10 @@ where
         let (triggers, contents) = self.states.as_ref().expect("open() declares the state");
         let mut acc: Option<ACC> = None;
         for end in absorbed {
-            let (_, other) = ctx.map(triggers).remove(end).expect("found in this key's windows");
+            let (_, other) = ctx
+                .map(triggers)
+                .remove(end)
+                .expect("found in this key's windows");
             self.trigger.on_merge(merged, state, other, ctx);
             if let Some(other) = ctx.map(contents).remove(end) {
                 acc = Some(match acc {
@@ -255,7 +258,8 @@ where
             }
         };
         self.windows.clear();
-        self.assigner.assign_windows(&record, time, &mut self.windows)?;
+        self.assigner
+            .assign_windows(&record, time, &mut self.windows)?;
         let watermark = ctx.current_watermark();
         let lateness = self.lateness;
         if domain == TimeDomain::EventTime {
@@ -346,8 +350,8 @@ where
                 }
             };
             self.act(result, w, ctx, out);
-            let cleanup = domain == assigner_domain
-                && cleanup_time(w, domain, self.lateness) == Some(time);
+            let cleanup =
+                domain == assigner_domain && cleanup_time(w, domain, self.lateness) == Some(time);
             if cleanup {
                 self.trigger.clear(w, &mut state, ctx);
                 ctx.map(&contents).remove(&end);

@@ -609,10 +609,7 @@ impl<T, TR: Trigger<T>> Trigger<T> for PurgingTrigger<TR> {
         state: &mut TR::State,
         ctx: &mut C,
     ) -> TriggerResult {
-        purging(
-            self.inner
-                .on_element(record, timestamp, window, state, ctx),
-        )
+        purging(self.inner.on_element(record, timestamp, window, state, ctx))
     }
     fn on_event_time<C: TriggerContext>(
         &self,

@@ -10,8 +10,8 @@ use crate::runtime::windows::operator::ReduceAggregate;
 use crate::runtime::windows::{
     ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountTrigger,
     EventTimeSessionWindows, GlobalWindows, NeverTrigger, ProcessingTimeSessionWindows,
-    ProcessingTimeTrigger, PurgingTrigger, SlidingProcessingTimeWindows,
-    TumblingEventTimeWindows, TumblingProcessingTimeWindows,
+    ProcessingTimeTrigger, PurgingTrigger, SlidingProcessingTimeWindows, TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
 };
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::KeyedStateBackend;
@@ -140,7 +140,11 @@ fn tumbling_processing_time_windows_fire_when_the_clock_reaches_their_end() {
     assert_eq!(h.take(), [(1, 1_000, 1_010, 3), (2, 1_000, 1_010, 5)]);
     h.processing_time(1_019);
     assert_eq!(h.take(), [(1, 1_010, 1_020, 4)]);
-    assert!(h.state_sizes().iter().all(|(_, n)| *n == 0), "{:?}", h.state_sizes());
+    assert!(
+        h.state_sizes().iter().all(|(_, n)| *n == 0),
+        "{:?}",
+        h.state_sizes()
+    );
 }
 
 #[test]
@@ -154,7 +158,11 @@ fn sliding_processing_time_windows_by_hand() {
     h.processing_time(1_020);
     assert_eq!(
         h.take(),
-        [(1, 995, 1_005, 1), (1, 1_000, 1_010, 11), (1, 1_005, 1_015, 10)]
+        [
+            (1, 995, 1_005, 1),
+            (1, 1_000, 1_010, 11),
+            (1, 1_005, 1_015, 10)
+        ]
     );
 }
 
@@ -205,12 +213,24 @@ fn count_triggers_on_global_windows_accumulate_or_purge() {
     for v in 1..=7 {
         h.record(1, v, None);
     }
-    assert_eq!(h.take(), [(1, 0, g.end, 6), (1, 0, g.end, 21)], "fire keeps the contents");
-    let mut h = Harness::new(GlobalWindows, PurgingTrigger::of(CountTrigger::of(3).unwrap()), 0);
+    assert_eq!(
+        h.take(),
+        [(1, 0, g.end, 6), (1, 0, g.end, 21)],
+        "fire keeps the contents"
+    );
+    let mut h = Harness::new(
+        GlobalWindows,
+        PurgingTrigger::of(CountTrigger::of(3).unwrap()),
+        0,
+    );
     for v in 1..=7 {
         h.record(1, v, None);
     }
-    assert_eq!(h.take(), [(1, 0, g.end, 6), (1, 0, g.end, 15)], "purge starts again");
+    assert_eq!(
+        h.take(),
+        [(1, 0, g.end, 6), (1, 0, g.end, 15)],
+        "purge starts again"
+    );
 }
 
 #[test]
@@ -226,8 +246,15 @@ fn continuous_event_time_trigger_gives_early_results_of_a_long_window() {
     h.watermark(65);
     assert_eq!(h.take(), [(1, 0, 100, 7)], "fired at 60");
     h.watermark(99);
-    assert_eq!(h.take(), [(1, 0, 100, 7), (1, 0, 100, 7)], "at 90 and at the end");
-    assert!(h.state_sizes().iter().all(|(_, n)| *n == 0), "cleaned up at the end");
+    assert_eq!(
+        h.take(),
+        [(1, 0, 100, 7), (1, 0, 100, 7)],
+        "at 90 and at the end"
+    );
+    assert!(
+        h.state_sizes().iter().all(|(_, n)| *n == 0),
+        "cleaned up at the end"
+    );
     // Purging: each firing emits what arrived since the last one (by arrival, not by
     // timestamp); a firing with nothing new emits nothing.
     let t = PurgingTrigger::of(ContinuousEventTimeTrigger::of(MS(30)).unwrap());
@@ -237,7 +264,11 @@ fn continuous_event_time_trigger_gives_early_results_of_a_long_window() {
     h.watermark(35);
     h.record(1, 4, Some(70));
     h.watermark(99);
-    assert_eq!(h.take(), [(1, 0, 100, 3), (1, 0, 100, 4)], "at 30 and at 60");
+    assert_eq!(
+        h.take(),
+        [(1, 0, 100, 3), (1, 0, 100, 4)],
+        "at 30 and at 60"
+    );
 }
 
 #[test]
@@ -281,7 +312,11 @@ fn merging_sessions_with_a_continuous_trigger_fire_at_the_earliest_time() {
     h.watermark(9);
     assert_eq!(h.take(), [(1, 0, 30, 7)]);
     h.watermark(29);
-    assert_eq!(h.take(), [(1, 0, 30, 7), (1, 0, 30, 7)], "at 15 and at the end");
+    assert_eq!(
+        h.take(),
+        [(1, 0, 30, 7), (1, 0, 30, 7)],
+        "at 15 and at the end"
+    );
 }
 
 #[test]
