@@ -21,7 +21,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::triggers::{Trigger, TriggerResult};
+use super::triggers::{Trigger, TriggerContext, TriggerResult, WindowContext};
 use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
@@ -146,7 +146,9 @@ where
         let domain = self.assigner.time_domain();
         match (cleanup_time(window, domain, self.lateness), domain) {
             (Some(t), TimeDomain::EventTime) => ctx.register_event_time_timer(t),
-            (Some(t), TimeDomain::ProcessingTime) => ctx.register_processing_time_timer(t),
+            (Some(t), TimeDomain::ProcessingTime) => {
+                WindowContext(ctx).register_processing_time_timer(t)
+            }
             (None, _) => {}
         }
     }
@@ -187,7 +189,8 @@ where
                 .map(triggers)
                 .remove(end)
                 .expect("found in this key's windows");
-            self.trigger.on_merge(merged, state, other, ctx);
+            self.trigger
+                .on_merge(merged, state, other, &mut WindowContext(ctx));
             if let Some(other) = ctx.map(contents).remove(end) {
                 acc = Some(match acc {
                     None => other,
@@ -311,9 +314,9 @@ where
             // The last window could take the record itself; windows under a trigger are
             // not the hot path, so every window gets a clone.
             aggregate.add(record.clone(), acc);
-            let result = self
-                .trigger
-                .on_element(&record, timestamp, w, &mut state, ctx);
+            let result =
+                self.trigger
+                    .on_element(&record, timestamp, w, &mut state, &mut WindowContext(ctx));
             ctx.map(&triggers).put(w.end, (w.start, state));
             self.register_cleanup(w, ctx);
             self.act(result, w, ctx, out);
@@ -331,6 +334,10 @@ where
         let Some(domain) = ctx.time_domain() else {
             return Ok(());
         };
+        let time = match domain {
+            TimeDomain::EventTime => time,
+            TimeDomain::ProcessingTime => WindowContext::<K>::trigger_time(time),
+        };
         let (triggers, contents) = self.states.clone().expect("open() declares the state");
         let windows: Vec<(u64, u64)> = ctx
             .map(&triggers)
@@ -343,17 +350,18 @@ where
             let Some((_, mut state)) = ctx.map(&triggers).remove(&end) else {
                 continue;
             };
+            let mut wctx = WindowContext(ctx);
             let result = match domain {
-                TimeDomain::EventTime => self.trigger.on_event_time(time, w, &mut state, ctx),
-                TimeDomain::ProcessingTime => {
-                    self.trigger.on_processing_time(time, w, &mut state, ctx)
-                }
+                TimeDomain::EventTime => self.trigger.on_event_time(time, w, &mut state, &mut wctx),
+                TimeDomain::ProcessingTime => self
+                    .trigger
+                    .on_processing_time(time, w, &mut state, &mut wctx),
             };
             self.act(result, w, ctx, out);
             let cleanup =
                 domain == assigner_domain && cleanup_time(w, domain, self.lateness) == Some(time);
             if cleanup {
-                self.trigger.clear(w, &mut state, ctx);
+                self.trigger.clear(w, &mut state, &mut WindowContext(ctx));
                 ctx.map(&contents).remove(&end);
             } else {
                 ctx.map(&triggers).put(end, (start, state));

@@ -65,18 +65,35 @@ pub trait TriggerContext {
     fn register_processing_time_timer(&mut self, time: u64);
 }
 
-impl<K: Key> TriggerContext for KeyedContext<'_, K> {
+/// The [`TriggerContext`] of the window operator: a key's context, with processing-time
+/// timers moved one millisecond on. A processing-time timer at `t` fires once the clock
+/// reads `t` or later, while a record processed in millisecond `t` still belongs to a
+/// window ending at `t + 1`: a window firing at its last millisecond could take records
+/// after it fired. So a trigger's timer at `t` is registered at `t + 1` and reported back
+/// as `t` ([`WindowContext::trigger_time`]), firing once millisecond `t` has passed (as
+/// Flink delays processing-time timers by one millisecond).
+pub(crate) struct WindowContext<'c, 'a, K>(pub(crate) &'c mut KeyedContext<'a, K>);
+
+impl<K> WindowContext<'_, '_, K> {
+    /// The time a trigger registered for the processing-time timer firing at `fired`.
+    pub(crate) fn trigger_time(fired: u64) -> u64 {
+        fired.saturating_sub(1)
+    }
+}
+
+impl<K: Key> TriggerContext for WindowContext<'_, '_, K> {
     fn current_watermark(&self) -> Option<u64> {
-        KeyedContext::current_watermark(self)
+        self.0.current_watermark()
     }
     fn current_processing_time(&self) -> u64 {
-        KeyedContext::current_processing_time(self)
+        self.0.current_processing_time()
     }
     fn register_event_time_timer(&mut self, time: u64) {
-        KeyedContext::register_event_time_timer(self, time)
+        self.0.register_event_time_timer(time)
     }
     fn register_processing_time_timer(&mut self, time: u64) {
-        KeyedContext::register_processing_time_timer(self, time)
+        self.0
+            .register_processing_time_timer(time.saturating_add(1))
     }
 }
 

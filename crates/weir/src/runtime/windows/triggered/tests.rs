@@ -139,6 +139,12 @@ fn tumbling_processing_time_windows_fire_when_the_clock_reaches_their_end() {
     h.processing_time(1_012);
     assert_eq!(h.take(), [(1, 1_000, 1_010, 3), (2, 1_000, 1_010, 5)]);
     h.processing_time(1_019);
+    assert_eq!(
+        h.take(),
+        [],
+        "millisecond 1019 has not passed: a record may still come"
+    );
+    h.processing_time(1_020);
     assert_eq!(h.take(), [(1, 1_010, 1_020, 4)]);
     assert!(
         h.state_sizes().iter().all(|(_, n)| *n == 0),
@@ -279,10 +285,10 @@ fn continuous_processing_time_trigger_on_a_global_window() {
     h.record(1, 1, None);
     clock.advance(MS(10));
     h.record(1, 2, None);
-    h.processing_time(1_010);
+    h.processing_time(1_011); // once millisecond 1010 passed
     h.processing_time(1_015);
     h.record(1, 4, None);
-    h.processing_time(1_020);
+    h.processing_time(1_021);
     let g = TimeWindow::GLOBAL.end;
     assert_eq!(h.take(), [(1, 0, g, 3), (1, 0, g, 7)], "at 1010 and 1020");
 }
