@@ -293,7 +293,7 @@ where
             }
             return Ok(());
         }
-        let (triggers, contents) = self.states.clone().expect("open() declares the state");
+        let (triggers, contents) = self.states.expect("open() declares the state");
         let windows = std::mem::take(&mut self.windows);
         for &w in &windows {
             let mut state = match merges.pop() {
@@ -338,7 +338,7 @@ where
             TimeDomain::EventTime => time,
             TimeDomain::ProcessingTime => WindowContext::<K>::trigger_time(time),
         };
-        let (triggers, contents) = self.states.clone().expect("open() declares the state");
+        let (triggers, contents) = self.states.expect("open() declares the state");
         let windows: Vec<(u64, u64)> = ctx
             .map(&triggers)
             .entries()
