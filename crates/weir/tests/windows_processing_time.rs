@@ -371,3 +371,28 @@ fn open_processing_time_windows_survive_a_restore_at_another_parallelism() {
         assert_counted(&rows, n, 1);
     }
 }
+
+/// A window join pairs records by event time: over processing-time windows it is refused
+/// with the reason and the alternatives, not run over the wrong clock.
+#[test]
+fn a_processing_time_window_join_is_refused_naming_the_alternatives() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("pt-window-join");
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.restart = RestartStrategy::None;
+    let env = StreamEnvironment::new(cfg);
+    let a = env.add_source("a", GeneratorSource::new(10));
+    let b = env.add_source("b", GeneratorSource::new(10));
+    a.join(b)
+        .where_key(|i: &u64| i % 2)
+        .equal_to(|i: &u64| i % 2)
+        .window(TumblingProcessingTimeWindows::of(Duration::from_millis(10)).unwrap())
+        .apply(|a: &u64, b: &u64| (*a, *b))
+        .add_sink("collect", CollectSink::new());
+    let err = env.execute().unwrap_err().to_string();
+    assert!(
+        err.contains("only event-time tumbling and sliding windows")
+            && err.contains("interval join"),
+        "{err}"
+    );
+}
