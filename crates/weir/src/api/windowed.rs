@@ -1,6 +1,13 @@
-//! `WindowedStream`: a keyed stream cut into event-time windows (Flink's
-//! `keyBy(...).window(...)`), aggregated incrementally with `reduce` or `aggregate` — one
-//! accumulator per key and window, in keyed state.
+//! `WindowedStream`: a keyed stream cut into windows (Flink's `keyBy(...).window(...)`),
+//! aggregated incrementally with `reduce` or `aggregate` — one accumulator per key and
+//! window, in keyed state.
+//!
+//! Windows are in event time (`TumblingEventTimeWindows`, ...: placed by the record's
+//! timestamp, fired by the watermark), in processing time (`TumblingProcessingTimeWindows`,
+//! ...: placed and fired by the wall clock) or global (`GlobalWindows`: one window per key,
+//! fired only by a trigger). [`WindowedStream::trigger`] replaces the assigner's default
+//! trigger, e.g. with a count, continuous or purging one
+//! ([`Trigger`](crate::api::time::Trigger)).
 //!
 //! Session windows ([`EventTimeSessionWindows`](crate::api::time::EventTimeSessionWindows),
 //! with a fixed or a per-record gap) merge: a key's session grows while records keep
@@ -122,6 +129,7 @@ where
     /// fires again with the updated result (a late firing, so downstream sees one result per
     /// firing and must treat later ones as updates). The window's state is removed when the
     /// watermark passes its end plus `lateness`; records later than that are late data.
+    /// Processing-time and global windows have no late records, and ignore it (as in Flink).
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
         self.lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX);
         self

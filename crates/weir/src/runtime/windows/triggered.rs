@@ -296,16 +296,21 @@ where
         let (triggers, contents) = self.states.expect("open() declares the state");
         let windows = std::mem::take(&mut self.windows);
         for &w in &windows {
-            let mut state = match merges.pop() {
+            // The window's trigger state, taken out of its slot (not removed: removing a
+            // key's last entry drops the key's map, and putting it back allocates it anew).
+            let (mut state, new) = match merges.pop() {
                 Some((mut state, absorbed)) => {
                     self.fold_absorbed(w, &mut state, &absorbed, ctx)?;
-                    state
+                    (state, true)
                 }
-                None => ctx
-                    .map(&triggers)
-                    .remove(&w.end)
-                    .map(|(_, s)| s)
-                    .unwrap_or_default(),
+                None => {
+                    let mut new = false;
+                    let slot = ctx.map(&triggers).get_mut_or_insert_with(w.end, || {
+                        new = true;
+                        (w.start, TR::State::default())
+                    });
+                    (std::mem::take(&mut slot.1), new)
+                }
             };
             let aggregate = &self.aggregate;
             let acc = ctx
@@ -317,8 +322,13 @@ where
             let result =
                 self.trigger
                     .on_element(&record, timestamp, w, &mut state, &mut WindowContext(ctx));
-            ctx.map(&triggers).put(w.end, (w.start, state));
-            self.register_cleanup(w, ctx);
+            *ctx.map(&triggers)
+                .get_mut_or_insert_with(w.end, || (w.start, TR::State::default())) =
+                (w.start, state);
+            if new {
+                // Timers are checkpointed with the window: once per window is enough.
+                self.register_cleanup(w, ctx);
+            }
             self.act(result, w, ctx, out);
         }
         self.windows = windows;
@@ -347,7 +357,7 @@ where
         let assigner_domain = self.assigner.time_domain();
         for (end, start) in windows {
             let w = TimeWindow { start, end };
-            let Some((_, mut state)) = ctx.map(&triggers).remove(&end) else {
+            let Some(mut state) = ctx.map(&triggers).get(&end).map(|(_, s)| s.clone()) else {
                 continue;
             };
             let mut wctx = WindowContext(ctx);
@@ -363,6 +373,7 @@ where
             if cleanup {
                 self.trigger.clear(w, &mut state, &mut WindowContext(ctx));
                 ctx.map(&contents).remove(&end);
+                ctx.map(&triggers).remove(&end);
             } else {
                 ctx.map(&triggers).put(end, (start, state));
             }
