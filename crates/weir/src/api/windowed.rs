@@ -7,7 +7,7 @@
 //! ...: placed and fired by the wall clock) or global (`GlobalWindows`: one window per key,
 //! fired only by a trigger). [`WindowedStream::trigger`] replaces the assigner's default
 //! trigger, e.g. with a count, continuous or purging one
-//! ([`Trigger`](crate::api::time::Trigger)).
+//! ([`Trigger`]).
 //!
 //! Session windows ([`EventTimeSessionWindows`](crate::api::time::EventTimeSessionWindows),
 //! with a fixed or a per-record gap) merge: a key's session grows while records keep
