@@ -128,16 +128,20 @@ pub mod prelude {
         BroadcastConnectedStream, DataStream, KeyedStream, StreamEnvironment,
     };
     pub use crate::api::time::{
-        BoundedOutOfOrderness, DynamicEventTimeSessionWindows, EventTimeSessionWindows,
-        SlidingEventTimeWindows, TimeDomain, TimeWindow, TumblingEventTimeWindows,
-        WatermarkGenerator, WatermarkOutput, WatermarkStrategy, WindowAssigner,
+        BoundedOutOfOrderness, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger,
+        CountTrigger, DynamicEventTimeSessionWindows, DynamicProcessingTimeSessionWindows,
+        EventTimeSessionWindows, EventTimeTrigger, GlobalWindows, ProcessingTimeSessionWindows,
+        ProcessingTimeTrigger, PurgingTrigger, SlidingEventTimeWindows,
+        SlidingProcessingTimeWindows, TimeDomain, TimeWindow, Trigger, TriggerContext,
+        TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WatermarkGenerator,
+        WatermarkOutput, WatermarkStrategy, WindowAssigner,
     };
     pub use crate::api::two_phase_commit::{
         TransactionContext, TwoPhaseCommit, TwoPhaseCommitSink,
     };
     pub use crate::api::windowed::{
-        CountWindowedStream, LateDataWindowedStream, ProcessWindowFunction, WindowOutputs,
-        WindowedStream,
+        CountWindowedStream, DefaultTrigger, LateDataWindowedStream, ProcessWindowFunction,
+        WindowOutputs, WindowedStream, WithTrigger,
     };
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};

@@ -81,8 +81,9 @@ pub mod execution {
 }
 
 /// Event time: how records get timestamps and watermarks ([`WatermarkStrategy`](time::WatermarkStrategy)),
-/// which windows a record belongs to ([`WindowAssigner`](time::WindowAssigner)), and which
-/// clock fired a timer ([`TimeDomain`](time::TimeDomain)).
+/// which windows a record belongs to ([`WindowAssigner`](time::WindowAssigner), in event or
+/// processing time), when a window fires ([`Trigger`](time::Trigger)), and which clock
+/// fired a timer ([`TimeDomain`](time::TimeDomain)).
 ///
 /// Owned by the runtime (watermarks travel with the data, windows run as keyed operators)
 /// and by keyed state (timers); re-exported here, where jobs name them.
@@ -92,8 +93,12 @@ pub mod time {
         WatermarkStrategy, MAX_WATERMARK,
     };
     pub use crate::runtime::windows::{
-        DynamicEventTimeSessionWindows, EventTimeSessionWindows, SlidingEventTimeWindows,
-        TimeWindow, TumblingEventTimeWindows, WindowAssigner,
+        ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountTrigger,
+        DynamicEventTimeSessionWindows, DynamicProcessingTimeSessionWindows,
+        EventTimeSessionWindows, EventTimeTrigger, GlobalWindows, NeverTrigger,
+        ProcessingTimeSessionWindows, ProcessingTimeTrigger, PurgingTrigger,
+        SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeWindow, Trigger, TriggerContext,
+        TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner,
     };
     pub use crate::state::TimeDomain;
 }

@@ -1,6 +1,13 @@
-//! `WindowedStream`: a keyed stream cut into event-time windows (Flink's
-//! `keyBy(...).window(...)`), aggregated incrementally with `reduce` or `aggregate` — one
-//! accumulator per key and window, in keyed state.
+//! `WindowedStream`: a keyed stream cut into windows (Flink's `keyBy(...).window(...)`),
+//! aggregated incrementally with `reduce` or `aggregate` — one accumulator per key and
+//! window, in keyed state.
+//!
+//! Windows are in event time (`TumblingEventTimeWindows`, ...: placed by the record's
+//! timestamp, fired by the watermark), in processing time (`TumblingProcessingTimeWindows`,
+//! ...: placed and fired by the wall clock) or global (`GlobalWindows`: one window per key,
+//! fired only by a trigger). [`WindowedStream::trigger`] replaces the assigner's default
+//! trigger, e.g. with a count, continuous or purging one
+//! ([`Trigger`]).
 //!
 //! Session windows ([`EventTimeSessionWindows`](crate::api::time::EventTimeSessionWindows),
 //! with a fixed or a per-record gap) merge: a key's session grows while records keep
@@ -47,15 +54,22 @@ use crate::runtime::windows::count::{check_size, CountWindowAggregate};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
+use crate::runtime::windows::triggered::TriggeredWindowAggregate;
+#[allow(unused_imports)] // named by the documentation
+use crate::runtime::windows::EventTimeTrigger;
 pub use crate::runtime::windows::ProcessWindowFunction;
-use crate::runtime::windows::{TimeWindow, WindowAssigner};
-use crate::state::keyed::AggregateFunction;
+use crate::runtime::windows::{
+    NeverTrigger, ProcessingTimeTrigger, TimeWindow, Trigger, WindowAssigner,
+};
+use crate::state::keyed::{AggregateFunction, TimeDomain};
 use crate::state::{Data, Key, StateValue};
 
-/// A keyed stream with a window assigner ([`KeyedStream::window`]).
-pub struct WindowedStream<K, T, F, A> {
+/// A keyed stream with a window assigner ([`KeyedStream::window`]) and a trigger
+/// ([`WindowedStream::trigger`]; by default the assigner's own, [`DefaultTrigger`]).
+pub struct WindowedStream<K, T, F, A, TR = DefaultTrigger> {
     keyed: KeyedStream<K, T, F>,
     assigner: A,
+    trigger: TR,
     /// Flink's `allowedLateness`, in milliseconds.
     lateness_ms: u64,
     /// The window operator's parallelism: 1 for [`DataStream::window_all`].
@@ -69,13 +83,44 @@ where
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
     A: WindowAssigner<T>,
 {
-    /// `keyed` cut into windows by `assigner`, with no allowed lateness.
+    /// `keyed` cut into windows by `assigner`, with its default trigger and no allowed
+    /// lateness.
     pub(crate) fn new(keyed: KeyedStream<K, T, F>, assigner: A) -> Self {
         WindowedStream {
             keyed,
             assigner,
+            trigger: DefaultTrigger,
             lateness_ms: 0,
             parallelism: None,
+        }
+    }
+}
+
+impl<K, T, F, A, TR> WindowedStream<K, T, F, A, TR>
+where
+    K: Key,
+    T: Data,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+    A: WindowAssigner<T>,
+    TR: TriggerChoice<T>,
+{
+    /// Replaces the assigner's default trigger (Flink's `trigger`): `trigger` decides when
+    /// each window fires and purges, e.g. [`CountTrigger`](crate::api::time::CountTrigger)
+    /// for early results every n records, a continuous trigger for periodic ones, or any
+    /// trigger on [`GlobalWindows`](crate::api::time::GlobalWindows), which otherwise never
+    /// fire. Windows are still cleaned up at their end (plus the allowed lateness in event
+    /// time). A trigger on session windows must merge ([`Trigger::can_merge`]); the job
+    /// fails at start with an error saying so otherwise.
+    pub fn trigger<TR2: Trigger<T>>(
+        self,
+        trigger: TR2,
+    ) -> WindowedStream<K, T, F, A, WithTrigger<TR2>> {
+        WindowedStream {
+            keyed: self.keyed,
+            assigner: self.assigner,
+            trigger: WithTrigger(trigger),
+            lateness_ms: self.lateness_ms,
+            parallelism: self.parallelism,
         }
     }
 
@@ -84,6 +129,7 @@ where
     /// fires again with the updated result (a late firing, so downstream sees one result per
     /// firing and must treat later ones as updates). The window's state is removed when the
     /// watermark passes its end plus `lateness`; records later than that are late data.
+    /// Processing-time and global windows have no late records, and ignore it (as in Flink).
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
         self.lateness_ms = u64::try_from(lateness.as_millis()).unwrap_or(u64::MAX);
         self
@@ -92,7 +138,7 @@ where
     /// Keeps the late records — those whose windows were all cleaned up already — instead
     /// of dropping them (Flink's `sideOutputLateData`): the aggregation then returns
     /// [`WindowOutputs`], the window results and the late records as two streams.
-    pub fn side_output_late_data(self) -> LateDataWindowedStream<K, T, F, A> {
+    pub fn side_output_late_data(self) -> LateDataWindowedStream<K, T, F, A, TR> {
         LateDataWindowedStream { windowed: self }
     }
 
@@ -143,7 +189,7 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        let window = window_operator(
+        let window = self.trigger.window_operator(
             self.keyed,
             self.assigner,
             aggregate,
@@ -172,9 +218,133 @@ where
     }
 }
 
-/// The window operator for `assigner`: one accumulator per window for windows of a fixed
-/// size, merged sessions otherwise.
-fn window_operator<K, T, F, A, ACC, OUT, AGG, W, R>(
+/// The trigger a windowed stream runs under until [`WindowedStream::trigger`] sets one: the
+/// assigner's own (Flink's `getDefaultTrigger`) — [`EventTimeTrigger`] for event-time
+/// assigners, [`ProcessingTimeTrigger`] for processing-time ones, [`NeverTrigger`] for
+/// [`GlobalWindows`](crate::api::time::GlobalWindows). A type of its own, not a trigger
+/// value, so that the default event-time windows are chosen when the job is built and run
+/// their built-in trigger with no per-record trigger call or trigger state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultTrigger;
+
+/// A trigger set by [`WindowedStream::trigger`], in a windowed stream's type (beside
+/// [`DefaultTrigger`], which is no trigger value).
+#[derive(Debug, Clone, Copy)]
+pub struct WithTrigger<TR>(pub TR);
+
+/// What may stand in a windowed stream's trigger place: [`DefaultTrigger`] or a
+/// [`WithTrigger`]. It builds the window operator that runs the trigger; jobs do not call
+/// it.
+pub trait TriggerChoice<T>: Send + 'static {
+    /// The window operator for `assigner` under this trigger choice.
+    #[allow(clippy::too_many_arguments)]
+    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
+        self,
+        keyed: KeyedStream<K, T, F>,
+        assigner: A,
+        aggregate: AGG,
+        window_fn: W,
+        lateness_ms: u64,
+        late: Option<fn(T) -> R>,
+    ) -> DataStream<R>
+    where
+        K: Key,
+        T: Data,
+        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+        A: WindowAssigner<T>,
+        ACC: StateValue,
+        OUT: 'static,
+        R: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static;
+}
+
+impl<T> TriggerChoice<T> for DefaultTrigger {
+    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
+        self,
+        keyed: KeyedStream<K, T, F>,
+        assigner: A,
+        aggregate: AGG,
+        window_fn: W,
+        lateness_ms: u64,
+        late: Option<fn(T) -> R>,
+    ) -> DataStream<R>
+    where
+        K: Key,
+        T: Data,
+        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+        A: WindowAssigner<T>,
+        ACC: StateValue,
+        OUT: 'static,
+        R: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
+    {
+        if assigner.is_global() {
+            return TriggerChoice::<T>::window_operator(
+                WithTrigger(NeverTrigger),
+                keyed,
+                assigner,
+                aggregate,
+                window_fn,
+                lateness_ms,
+                late,
+            );
+        }
+        match assigner.time_domain() {
+            TimeDomain::ProcessingTime => TriggerChoice::<T>::window_operator(
+                WithTrigger(ProcessingTimeTrigger),
+                keyed,
+                assigner,
+                aggregate,
+                window_fn,
+                lateness_ms,
+                late,
+            ),
+            TimeDomain::EventTime => {
+                event_time_window_operator(keyed, assigner, aggregate, window_fn, lateness_ms, late)
+            }
+        }
+    }
+}
+
+impl<T, TR: Trigger<T>> TriggerChoice<T> for WithTrigger<TR> {
+    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
+        self,
+        keyed: KeyedStream<K, T, F>,
+        assigner: A,
+        aggregate: AGG,
+        window_fn: W,
+        lateness_ms: u64,
+        late: Option<fn(T) -> R>,
+    ) -> DataStream<R>
+    where
+        K: Key,
+        T: Data,
+        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+        A: WindowAssigner<T>,
+        ACC: StateValue,
+        OUT: 'static,
+        R: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
+    {
+        let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
+        let f = TriggeredWindowAggregate::new(
+            assigner,
+            self.0,
+            aggregate,
+            window_fn,
+            lateness_ms,
+            late,
+        );
+        keyed.process(f).name("window")
+    }
+}
+
+/// The window operator for an event-time `assigner` under its default trigger: one
+/// accumulator per window for windows of a fixed size, merged sessions otherwise.
+fn event_time_window_operator<K, T, F, A, ACC, OUT, AGG, W, R>(
     keyed: KeyedStream<K, T, F>,
     assigner: A,
     aggregate: AGG,
@@ -292,16 +462,17 @@ enum WindowRecord<O, T> {
 
 /// A [`WindowedStream`] whose late records are kept
 /// ([`WindowedStream::side_output_late_data`]): its aggregations return [`WindowOutputs`].
-pub struct LateDataWindowedStream<K, T, F, A> {
-    windowed: WindowedStream<K, T, F, A>,
+pub struct LateDataWindowedStream<K, T, F, A, TR = DefaultTrigger> {
+    windowed: WindowedStream<K, T, F, A, TR>,
 }
 
-impl<K, T, F, A> LateDataWindowedStream<K, T, F, A>
+impl<K, T, F, A, TR> LateDataWindowedStream<K, T, F, A, TR>
 where
     K: Key,
     T: Data,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
     A: WindowAssigner<T>,
+    TR: TriggerChoice<T>,
 {
     /// [`WindowedStream::allowed_lateness`]: only records later than the window's end plus
     /// `lateness` are late data.
@@ -388,12 +559,14 @@ where
         let WindowedStream {
             keyed,
             assigner,
+            trigger,
             lateness_ms,
             parallelism,
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
         let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
-        let window = window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
+        let window =
+            trigger.window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
         let window = with_parallelism(window, parallelism);
         let results = then(
             window

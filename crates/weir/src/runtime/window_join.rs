@@ -84,6 +84,15 @@ where
                     .into(),
             ));
         }
+        if self.assigner.is_global() || self.assigner.time_domain() != TimeDomain::EventTime {
+            return Err(Error::InvalidJob(
+                "window join: only event-time tumbling and sliding windows are supported \
+                 (processing-time and global windows are not): give both inputs timestamps \
+                 and join over TumblingEventTimeWindows or SlidingEventTimeWindows, or use an \
+                 interval join"
+                    .into(),
+            ));
+        }
         self.windows = Some(states.map_state("window-join")?);
         Ok(())
     }

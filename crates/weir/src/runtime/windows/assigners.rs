@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::state::keyed::TimeDomain;
 
 /// A window of event time `[start, end)` in epoch milliseconds (Flink's `TimeWindow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -22,9 +23,24 @@ pub struct TimeWindow {
 }
 
 impl TimeWindow {
+    /// The one window of [`GlobalWindows`](super::GlobalWindows), holding all of a key's
+    /// records: it spans all time, so its last millisecond is reached only by the maximum
+    /// watermark at the end of input (Flink's `GlobalWindow`, whose `maxTimestamp` is the
+    /// largest time). A `TimeWindow` rather than a type of its own, so that every window
+    /// function and the time windows' hot path keep one concrete window type.
+    pub const GLOBAL: TimeWindow = TimeWindow {
+        start: 0,
+        end: u64::MAX,
+    };
+
     /// The last millisecond in the window: when the watermark reaches it, the window fires.
     pub fn max_timestamp(&self) -> u64 {
         self.end - 1
+    }
+
+    /// Whether this is [`TimeWindow::GLOBAL`], which is never cleaned up by time.
+    pub fn is_global(&self) -> bool {
+        *self == TimeWindow::GLOBAL
     }
 }
 
@@ -39,6 +55,20 @@ pub trait WindowAssigner<T>: Clone + Send + Sync + 'static {
     fn assign_windows(&self, record: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()>;
     /// The size of every window, or `None` for windows that merge (sessions).
     fn size_ms(&self) -> Option<u64>;
+
+    /// The clock that places records in windows and closes them (Flink's
+    /// `isEventTime`): event time (the record's timestamp, windows closed by the watermark)
+    /// or processing time (the wall clock when the record is processed). The operator
+    /// passes that clock's time to [`WindowAssigner::assign_windows`].
+    fn time_domain(&self) -> TimeDomain {
+        TimeDomain::EventTime
+    }
+
+    /// Whether this assigner makes [`TimeWindow::GLOBAL`] only ([`GlobalWindows`](super::GlobalWindows)):
+    /// its windows need a trigger to fire and are never cleaned up by time.
+    fn is_global(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) fn millis(what: &str, d: Duration) -> Result<u64> {
@@ -55,7 +85,7 @@ pub(crate) fn millis(what: &str, d: Duration) -> Result<u64> {
 
 /// The start of the window of `size` (aligned to `offset`) containing `timestamp` (Flink's
 /// `TimeWindow.getWindowStartWithOffset`); negative before the epoch.
-fn window_start(timestamp: u64, offset: u64, size: u64) -> i128 {
+pub(crate) fn window_start(timestamp: u64, offset: u64, size: u64) -> i128 {
     // The common case in 64 bits (an `i128` remainder is a library call on every record):
     // with `t ≥ o`, `(t - o + s) mod s = (t - o) mod s` and the start is in `0..=t`.
     if timestamp >= offset && size > 0 {
@@ -72,7 +102,7 @@ fn window_start_wide(timestamp: u64, offset: u64, size: u64) -> i128 {
 }
 
 /// The window `[start, start + size)`, its start clamped to the epoch.
-fn window(start: i128, size: u64) -> TimeWindow {
+pub(crate) fn window(start: i128, size: u64) -> TimeWindow {
     TimeWindow {
         start: start.max(0) as u64,
         end: (start + size as i128) as u64,

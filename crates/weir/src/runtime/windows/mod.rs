@@ -8,8 +8,16 @@
 //! * [`count`] — count windows (a purging count trigger on global windows).
 //! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
 //! * [`process`] — process-window functions, which see all the records of a window.
+//! * [`processing`] — tumbling, sliding and session windows in processing time, and global
+//!   windows.
 //! * [`sessions`] — session windows (fixed and dynamic gap) and the operator that merges
 //!   them.
+//! * [`triggers`] — the [`Trigger`] trait and Flink's built-in triggers.
+//! * [`triggered`] — the window operator under any trigger, for any assigner.
+//!
+//! The default event-time path (`window(..)` with an event-time assigner and no
+//! `.trigger(..)`) runs [`operator`] or [`sessions`], whose event-time trigger is built in;
+//! every other combination runs [`triggered`], which keeps per-window trigger state.
 //!
 //! Window contents are keyed state (a map state `__window_contents`-like name chosen by the
 //! API, from window start to accumulator) plus event-time timers, so they are checkpointed,
@@ -19,10 +27,21 @@ pub mod assigners;
 pub mod count;
 pub mod operator;
 pub mod process;
+pub mod processing;
 pub mod sessions;
+pub mod triggered;
+pub mod triggers;
 
 pub use assigners::{
     SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows, WindowAssigner,
 };
 pub use process::ProcessWindowFunction;
+pub use processing::{
+    DynamicProcessingTimeSessionWindows, GlobalWindows, ProcessingTimeSessionWindows,
+    SlidingProcessingTimeWindows, TumblingProcessingTimeWindows,
+};
 pub use sessions::{DynamicEventTimeSessionWindows, EventTimeSessionWindows};
+pub use triggers::{
+    ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountTrigger, EventTimeTrigger,
+    NeverTrigger, ProcessingTimeTrigger, PurgingTrigger, Trigger, TriggerContext, TriggerResult,
+};

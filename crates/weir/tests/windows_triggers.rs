@@ -1,0 +1,489 @@
+//! Triggers on windows: count, purging, continuous and custom triggers on tumbling,
+//! session and global windows against hand-computed truth; exactly once under injected
+//! failures; and the triggers' state restored at another parallelism.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use weir::prelude::*;
+
+/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
+type Ev = (u64, u64, u64);
+
+/// The input, in arrival order. `(1, 5, 64)` arrives after the watermark 10: late for the
+/// event-time windows `[0, 10)`, in time for `[0, 20)`.
+const EVENTS: [Ev; 12] = [
+    (1, 1, 1),
+    (1, 2, 2),
+    (1, 3, 4),
+    (2, 4, 10),
+    (1, 12, 8),
+    (2, 5, 20),
+    (1, 14, 32),
+    (99, 10, 0),
+    (1, 5, 64),
+    (1, 15, 128),
+    (2, 18, 256),
+    (1, 16, 512),
+];
+
+/// Runs the events at parallelism 1 (arrival order kept) through `windows` and returns the
+/// rows, sorted.
+fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
+    name: &str,
+    windows: impl FnOnce(DataStream<Ev>) -> DataStream<O>,
+) -> Result<Vec<O>> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new(name);
+    cfg.checkpoint_dir = dir.path().to_path_buf();
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let events = env
+        .add_source("events", GeneratorSource::new(EVENTS.len() as u64))
+        .map(|i| EVENTS[i as usize])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
+        )
+        .filter(|e| e.0 != 99);
+    windows(events).add_sink("collect", out.clone());
+    env.execute()?;
+    let mut rows = out.take();
+    rows.sort();
+    Ok(rows)
+}
+
+type Row = (u64, u64, u64, u64);
+
+fn sums(
+    name: &str,
+    windowed: impl FnOnce(DataStream<Ev>) -> DataStream<Row>,
+) -> Vec<(u64, u64, u64, u64)> {
+    run_events(name, windowed).unwrap()
+}
+
+fn sum(k: &u64, w: TimeWindow, e: Ev) -> Row {
+    (*k, w.start, w.end, e.2)
+}
+
+fn add(a: Ev, b: Ev) -> Ev {
+    (a.0, a.1.max(b.1), a.2 + b.2)
+}
+
+#[test]
+fn count_trigger_on_tumbling_windows_by_hand() {
+    let tumbling = || TumblingEventTimeWindows::of(Duration::from_millis(10)).unwrap();
+    let rows = sums("count-trigger", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(tumbling())
+            .trigger(CountTrigger::of(2).unwrap())
+            .reduce_with_window(add, sum)
+    });
+    // Key 1, [0, 10): 1 + 2 fires; 4 waits, and the window is cleaned up unfired at the
+    // watermark 10; (1, 5, 64) is late. [10, 20): 8 + 32, then 128 + 512 fires with all
+    // four (a count trigger does not purge). Key 2, [0, 10): 10 + 20; [10, 20): 256 waits.
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 10, 3),
+            (1, 10, 20, 40),
+            (1, 10, 20, 680),
+            (2, 0, 10, 30)
+        ]
+    );
+    let rows = sums("purging-count-trigger", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(tumbling())
+            .trigger(PurgingTrigger::of(CountTrigger::of(2).unwrap()))
+            .reduce_with_window(add, sum)
+    });
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 10, 3),
+            (1, 10, 20, 40),
+            (1, 10, 20, 640),
+            (2, 0, 10, 30)
+        ]
+    );
+}
+
+#[test]
+fn purging_count_trigger_on_global_windows_of_the_whole_stream() {
+    let rows = sums("global-count", |s| {
+        s.window_all(GlobalWindows::create())
+            .trigger(PurgingTrigger::of(CountTrigger::of(4).unwrap()))
+            .reduce_with_window(add, |_, w, e| (0, w.start, w.end, e.2))
+    });
+    // In arrival order: 1 2 4 10 | 8 20 32 64 | 128 256 512 (three never fire).
+    let end = TimeWindow::GLOBAL.end;
+    assert_eq!(rows, [(0, 0, end, 17), (0, 0, end, 124)]);
+}
+
+#[test]
+fn global_windows_without_a_trigger_never_fire() {
+    let rows = sums("global-never", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(GlobalWindows::create())
+            .reduce_with_window(add, sum)
+    });
+    assert_eq!(rows, []);
+}
+
+#[test]
+fn count_trigger_on_merging_sessions_by_hand() {
+    let rows = sums("session-count", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap())
+            .trigger(CountTrigger::of(3).unwrap())
+            .reduce_with_window(add, sum)
+    });
+    // Key 1: 1, 2, 3 make [1, 8) with 3 records: fires 7. 12 and 14 make [12, 19) (2
+    // records); the watermark 10 cleans [1, 8) up; (1, 5, 64) would open [5, 10), already
+    // past: late. 15 joins [12, 20): the merged count is 3, fires 8 + 32 + 128; 16 counts
+    // 1 again. Key 2: [4, 10) with 2 records is cleaned up unfired; 18 counts 1.
+    assert_eq!(rows, [(1, 1, 8, 7), (1, 12, 20, 168)]);
+}
+
+#[test]
+fn continuous_event_time_trigger_by_hand() {
+    let tumbling = || TumblingEventTimeWindows::of(Duration::from_millis(20)).unwrap();
+    let every_5 = || ContinuousEventTimeTrigger::of(Duration::from_millis(5)).unwrap();
+    let rows = sums("continuous", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(tumbling())
+            .trigger(every_5())
+            .reduce_with_window(add, sum)
+    });
+    // Key 1, [0, 20): the watermark 10 fires at 5 and at 10 (1+2+4+8+32 = 47); 64, 128
+    // and 512 come; the end of input fires at 15 and at the window's end, 19.
+    // Key 2: 10 + 20 at 5 and 10; 256 comes; 286 at 15 and 19.
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 20, 47),
+            (1, 0, 20, 47),
+            (1, 0, 20, 751),
+            (1, 0, 20, 751),
+            (2, 0, 20, 30),
+            (2, 0, 20, 30),
+            (2, 0, 20, 286),
+            (2, 0, 20, 286),
+        ]
+    );
+    let rows = sums("continuous-purging", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(tumbling())
+            .trigger(PurgingTrigger::of(every_5()))
+            .reduce_with_window(add, sum)
+    });
+    // Purging: a firing emits what came since the last one, and nothing if nothing did.
+    assert_eq!(
+        rows,
+        [
+            (1, 0, 20, 47),
+            (1, 0, 20, 704),
+            (2, 0, 20, 30),
+            (2, 0, 20, 256)
+        ]
+    );
+}
+
+/// A user's trigger: fires on records whose value is odd, and cannot merge.
+#[derive(Clone)]
+struct OnOdd;
+
+impl Trigger<Ev> for OnOdd {
+    type State = ();
+    fn on_element<C: TriggerContext>(
+        &self,
+        e: &Ev,
+        _: u64,
+        _: TimeWindow,
+        _: &mut (),
+        _: &mut C,
+    ) -> TriggerResult {
+        if e.2 % 2 == 1 {
+            TriggerResult::FireAndPurge
+        } else {
+            TriggerResult::Continue
+        }
+    }
+    fn on_event_time<C: TriggerContext>(
+        &self,
+        _: u64,
+        _: TimeWindow,
+        _: &mut (),
+        _: &mut C,
+    ) -> TriggerResult {
+        TriggerResult::Continue
+    }
+    fn on_processing_time<C: TriggerContext>(
+        &self,
+        _: u64,
+        _: TimeWindow,
+        _: &mut (),
+        _: &mut C,
+    ) -> TriggerResult {
+        TriggerResult::Continue
+    }
+}
+
+#[test]
+fn a_users_trigger_runs_and_one_that_cannot_merge_is_refused_on_sessions() {
+    let rows = sums("custom", |s| {
+        s.window_all(GlobalWindows::create())
+            .trigger(OnOdd)
+            .reduce_with_window(add, |_, _, e| (0, 0, 0, e.2))
+    });
+    assert_eq!(rows, [(0, 0, 0, 1)], "only the first value is odd");
+    let e = run_events("custom-sessions", |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap())
+            .trigger(OnOdd)
+            .reduce_with_window(add, sum)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("cannot merge") && e.contains("can_merge"), "{e}");
+}
+
+#[test]
+fn bad_trigger_arguments_are_clear_errors() {
+    let e = CountTrigger::of(0).unwrap_err().to_string();
+    assert!(e.contains("CountTrigger::of(0)"), "{e}");
+    let e = ContinuousEventTimeTrigger::of(Duration::ZERO)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("interval is 0"), "{e}");
+    let e = ContinuousProcessingTimeTrigger::of(Duration::ZERO)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("interval is 0"), "{e}");
+}
+
+const KEYS: u64 = 10;
+const WINDOW_MS: u64 = 1_000;
+const BOUND_MS: u64 = 10_000;
+/// The count trigger's n: windows hold about 100 records per key, so most leave a rest
+/// that never fires.
+const EVERY: u64 = 7;
+
+fn ts(i: u64) -> u64 {
+    i + (i * 7919) % 100
+}
+
+/// `(key, window start, firings, records emitted over them, times a row arrived)`.
+type Gathered = (u64, u64, u64, u64);
+
+/// The window results `(key, window start, count)` gathered into keyed state: per window,
+/// the firings and the total they emitted, out once at the end of input.
+#[derive(Clone, Default)]
+struct Gather {
+    rows: Option<MapState<u64, (u64, u64)>>,
+}
+
+impl CheckpointedFunction for Gather {}
+
+impl KeyedProcessFunction<u64, (u64, u64, u64), Gathered> for Gather {
+    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.rows = Some(s.map_state("rows")?);
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        (_, start, count): (u64, u64, u64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let mut rows = ctx.map(self.rows.as_ref().unwrap());
+        let (firings, total) = rows.get(&start).copied().unwrap_or_default();
+        rows.put(start, (firings + 1, total + count));
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, Gathered>,
+    ) -> Result<()> {
+        let rows = self.rows.unwrap();
+        ctx.apply_to_all_keys(&rows, |c| {
+            let key = *c.key();
+            for (start, (firings, total)) in c.map(&rows).entries() {
+                out.collect((key, *start, *firings, *total));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Counts records per key and tumbling window under `trigger`, gathered.
+fn run_counts<S: SourceFunction<u64>, TR: Trigger<u64>>(
+    cfg: JobConfig,
+    source: S,
+    window_ms: u64,
+    trigger: TR,
+) -> (Vec<Gathered>, Result<JobResult>) {
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
+        .with_timestamp_assigner(|i: &u64, _| ts(*i));
+    env.add_source_with_watermarks("gen", source, strategy)
+        .uid("gen")
+        .key_by(|i: &u64| i % KEYS)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(window_ms)).unwrap())
+        .trigger(trigger)
+        .aggregate_with_window(Count, |k: &u64, w: TimeWindow, count: u64| {
+            (*k, w.start, count)
+        })
+        .uid("windows")
+        .key_by(|r: &(u64, u64, u64)| r.0)
+        .process(Gather::default())
+        .uid("gather")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute();
+    (out.take(), r)
+}
+
+struct Count;
+
+impl AggregateFunction<u64, u64, u64> for Count {
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, _: u64, acc: &mut u64) {
+        *acc += 1;
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+/// Records per (key, window start) in windows of `window_ms`.
+fn counts(n: u64, window_ms: u64) -> HashMap<(u64, u64), u64> {
+    let mut t = HashMap::new();
+    for i in 0..n {
+        *t.entry((i % KEYS, ts(i) / window_ms * window_ms))
+            .or_default() += 1;
+    }
+    t
+}
+
+/// Under a purging count trigger of [`EVERY`], each window fires `count / EVERY` times with
+/// `EVERY` records each, whatever the order the records arrived in — but only if its count
+/// since the last firing survived every restore.
+fn assert_purging_counts(rows: &[Gathered], n: u64) {
+    let mut want = HashMap::new();
+    for ((k, start), c) in counts(n, WINDOW_MS) {
+        if c >= EVERY {
+            want.insert((k, start), (c / EVERY, c / EVERY * EVERY));
+        }
+    }
+    let got: HashMap<_, _> = rows.iter().map(|&(k, s, f, t)| ((k, s), (f, t))).collect();
+    assert_eq!(got.len(), rows.len(), "a window gathered twice");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn count_triggers_are_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let mut cfg = config(
+        "trigger-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 11, n / 4));
+    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    let trigger = PurgingTrigger::of(CountTrigger::of(EVERY).unwrap());
+    let (rows, r) = run_counts(cfg, source, WINDOW_MS, trigger);
+    let r = r.unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 4);
+    weir::testing::assert_resumed(&r, n);
+    assert_purging_counts(&rows, n);
+}
+
+#[test]
+fn continuous_triggers_are_exactly_once_under_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100_000;
+    let mut cfg = config(
+        "continuous-failures",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    cfg.checkpointing.interval = Some(Duration::from_millis(10));
+    cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 5, n / 4));
+    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    // Purging: the firings of a window emit each of its records exactly once, in however
+    // many firings the watermarks made. Windows longer than the out-of-orderness bound, so
+    // that early firings see part of them.
+    let window_ms = 30_000;
+    let every = ContinuousEventTimeTrigger::of(Duration::from_millis(2_000)).unwrap();
+    let (rows, r) = run_counts(cfg, source, window_ms, PurgingTrigger::of(every));
+    let r = r.unwrap();
+    assert_eq!(r.injected_failures.unwrap().0, 3);
+    weir::testing::assert_resumed(&r, n);
+    let got: HashMap<_, _> = rows.iter().map(|&(k, s, _, t)| ((k, s), t)).collect();
+    assert_eq!(got.len(), rows.len(), "a window gathered twice");
+    assert_eq!(got, counts(n, window_ms));
+    assert!(
+        rows.iter().any(|r| r.2 > 1),
+        "no window fired early: the continuous trigger did nothing"
+    );
+}
+
+#[test]
+fn trigger_state_survives_a_restore_at_another_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 60_000;
+    let mut cfg = config(
+        "trigger-rescale",
+        dir.path(),
+        2,
+        CheckpointingMode::ExactlyOnce,
+    );
+    cfg.auto_watermark_interval = Duration::from_millis(5);
+    let trigger = || PurgingTrigger::of(CountTrigger::of(EVERY).unwrap());
+    let mut first = cfg.clone();
+    first.restart = RestartStrategy::None;
+    // Stops once a checkpoint after 2 000 records per subtask completed: every window is
+    // open in it, most with a count short of a firing.
+    let (_, r) = run_counts(
+        first,
+        StopMidRun::new(GeneratorSource::new(n), 2_000),
+        WINDOW_MS,
+        trigger(),
+    );
+    assert_stopped_mid_run(r);
+    let (mid, _) = common::newest_checkpoint(dir.path(), "trigger-rescale");
+    // `weir state ls` lists the triggers' state beside the windows' contents.
+    let described = weir::inspect::describe(&mid).unwrap();
+    let windows = described.operators.iter().find(|o| o.uid == "windows");
+    let names: Vec<&str> = windows
+        .unwrap()
+        .states
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        names.contains(&"window-triggers") && names.contains(&"window-trigger-contents"),
+        "states of the window operator: {names:?}"
+    );
+    for p in [3, 1] {
+        let mut c = cfg.clone();
+        c.parallelism = p;
+        c.restore = RestoreFrom::Path(mid.clone());
+        let (rows, r) = run_counts(c, GeneratorSource::new(n), WINDOW_MS, trigger());
+        assert_resumed_mid_run(&r.unwrap(), &mid, n);
+        assert_purging_counts(&rows, n);
+    }
+}
