@@ -12,9 +12,16 @@
 //!   of a loaded file, handed out without copying) and `CheckpointStorage` (the checkpoint
 //!   layout on any backend).
 //!
-//! Public, for tools and extensions: the backend trait and its implementations,
-//! [`open_backend`], [`StorageError`] and the names of the layout ([`METADATA_FILE_NAME`],
+//! Public, for tools: the backend trait and its implementations, [`open_backend`],
+//! [`StorageError`] and the names of the layout ([`METADATA_FILE_NAME`],
 //! [`parse_checkpoint_dir_name`]). Everything else is the engine's.
+//!
+//! **Not an extension point yet.** The engine opens every location through
+//! [`open_backend`], which knows local paths, `s3://` and `mem://`; neither the runner nor
+//! `JobConfig` takes a backend of your own, so implementing [`StorageBackend`] gives you
+//! something that nothing calls. Making it pluggable means a registry of schemes shared by
+//! the engine, `--restore`, savepoints and the inspect tools; until then the trait may
+//! change between minor versions.
 //!
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
