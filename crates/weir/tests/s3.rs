@@ -260,7 +260,9 @@ fn a_run_whose_expired_lease_was_taken_over_completes_no_more_checkpoints() {
         .to_string();
     assert!(err.contains("s3://fenced/ck/job"), "{err}");
     assert!(err.contains("was taken over by"), "{err}");
-    assert!(err.contains("no longer owns the job folder"), "{err}");
+    assert!(err.contains("writes nothing more there"), "{err}");
+    assert!(old.ownership_lost().is_some_and(|e| e.is_ownership_lost()));
+    assert!(new.ownership_lost().is_none());
     assert!(new.size("chk-2/_metadata").unwrap_err().is_not_found());
     // Nor does it write state files or delete checkpoints (its retention) any more.
     let err = old.put("chk-3/count/f").err().unwrap();
