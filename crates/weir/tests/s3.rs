@@ -8,14 +8,12 @@
 #![cfg(feature = "s3")]
 
 mod common;
-#[path = "support/moto.rs"]
-mod moto;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use moto::{make_bucket, server};
+use common::moto::{self, make_bucket, server};
 use weir::inspect::source_progress;
 use weir::prelude::*;
 use weir::storage::open_backend;
