@@ -9,13 +9,12 @@
 #![cfg(feature = "s3")]
 
 mod common;
-#[path = "../../weir/tests/support/moto.rs"]
-mod moto;
 
 use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::moto;
 use common::*;
 use weir::storage::backend::StorageBackend;
 use weir::storage::open_backend;
