@@ -272,7 +272,10 @@ fn click_sessions_are_exact_through_sigkills_and_panics() {
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
                 panic!("run {i} ended ({status}) before completing a checkpoint\n{log}");
             }
-            assert!(std::time::Instant::now() < deadline, "run {i}: no checkpoint");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run {i}: no checkpoint"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         std::thread::sleep(std::time::Duration::from_millis(rng.range(0, 150)));

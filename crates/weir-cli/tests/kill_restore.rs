@@ -78,7 +78,9 @@ fn kill_keyed_count(
 fn assert_restored_from(run: &Run, d: &Path, id: u64) {
     let from = restored_from(&run.stdout)
         .unwrap_or_else(|| panic!("the final run did not restore\n{}", run.describe()));
-    let want: PathBuf = checkpoint_dir(d).join("keyed-count").join(format!("chk-{id}"));
+    let want: PathBuf = checkpoint_dir(d)
+        .join("keyed-count")
+        .join(format!("chk-{id}"));
     assert_eq!(
         from,
         want,

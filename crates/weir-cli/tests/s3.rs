@@ -157,7 +157,10 @@ fn a_run_whose_lease_is_taken_over_while_running_stops_at_once() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("weir exited ({st}) before two checkpoints completed on S3\n{text}");
         }
-        assert!(Instant::now() < deadline, "no two checkpoints on S3 in 60 s");
+        assert!(
+            Instant::now() < deadline,
+            "no two checkpoints on S3 in 60 s"
+        );
         thread::sleep(Duration::from_millis(20));
     }
     let store = open_backend(std::path::Path::new(job)).unwrap();
@@ -169,7 +172,11 @@ fn a_run_whose_lease_is_taken_over_while_running_stops_at_once() {
 
     // The lease is renewed every second and before each checkpoint completes, so the run
     // finds out within about a second; a minute means it went on.
-    let status = wait_deadline(&mut child, Duration::from_secs(60), "the run that lost its lease");
+    let status = wait_deadline(
+        &mut child,
+        Duration::from_secs(60),
+        "the run that lost its lease",
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(1), "{text}");
     for needle in [

@@ -176,10 +176,9 @@ pub fn build(job: &mut Job, args: &Args) -> Result<(), BoxError> {
     let (spacing, max_delay) = (args.spacing_ms, args.max_delay_ms);
     job.expect_records(args.clicks.saturating_mul(2)); // the source and the windows
     let source = GeneratorSource::new(args.clicks).with_rate(args.rate);
-    let watermarks = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(
-        max_delay,
-    ))
-    .with_timestamp_assigner(|c: &Click, _| c.time_ms);
+    let watermarks =
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(max_delay))
+            .with_timestamp_assigner(|c: &Click, _| c.time_ms);
     let gap = EventTimeSessionWindows::with_gap(Duration::from_millis(args.gap_ms))?;
     let sessions = job
         .add_source("clicks", source)

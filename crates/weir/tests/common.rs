@@ -33,6 +33,17 @@ pub fn on_s3() -> bool {
     }
 }
 
+/// `rate` records per second for a paced input whose run must outlast several
+/// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
+/// checkpoint takes several requests to a loopback server instead of a few local writes.
+pub fn paced(rate: f64) -> f64 {
+    if on_s3() {
+        rate / 3.0
+    } else {
+        rate
+    }
+}
+
 /// The bucket of the tests' checkpoints on S3.
 const TEST_BUCKET: &str = "weir-test-checkpoints";
 
@@ -58,7 +69,10 @@ pub fn checkpoint_dir(dir: &Path) -> PathBuf {
 fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
     let parent = path.parent().expect("a file path has a folder");
     let name = path.file_name().expect("a file name").to_string_lossy();
-    (weir::storage::open_backend(parent).unwrap(), name.into_owned())
+    (
+        weir::storage::open_backend(parent).unwrap(),
+        name.into_owned(),
+    )
 }
 
 /// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).

@@ -13,7 +13,7 @@ use weir::prelude::*;
 fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(600_000.0)).unwrap();
+    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(paced(600_000.0))).unwrap();
     assert_eq!(counts, expected(300_000, 100));
     assert!(r.checkpoints.len() >= 2, "need two checkpoints");
     let (newest, _) = newest_checkpoint(dir, "corrupt");
@@ -41,7 +41,10 @@ fn restore_latest(dir: &Path) -> (std::collections::HashMap<u64, u64>, JobResult
 /// A keyed state file of checkpoint `chk` (on whichever storage it is).
 fn keyed_file(chk: &Path) -> PathBuf {
     let dir = chk.join("count");
-    let first = list_folder(&dir).into_iter().next().expect("a keyed state file");
+    let first = list_folder(&dir)
+        .into_iter()
+        .next()
+        .expect("a keyed state file");
     dir.join(first)
 }
 

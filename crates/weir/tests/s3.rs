@@ -12,8 +12,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::*;
 use common::moto::{self, make_bucket, server};
+use common::*;
 use weir::inspect::source_progress;
 use weir::prelude::*;
 use weir::storage::open_backend;

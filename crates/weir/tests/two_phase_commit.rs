@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{checkpoint_dir, config, Sequence};
-use weir::storage::backend::StorageBackend;
 use weir::prelude::*;
+use weir::storage::backend::StorageBackend;
 
 /// A transactional store: prepared transactions by name, and committed rows.
 #[derive(Default)]
