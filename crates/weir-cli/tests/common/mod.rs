@@ -43,7 +43,8 @@ const TEST_BUCKET: &str = "weir-test-checkpoints";
 /// itself, or with `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests'
 /// bucket (the same prefix for the same `dir`).
 pub fn checkpoint_dir(dir: &Path) -> PathBuf {
-    if !on_s3() {
+    if !on_s3() || dir.to_string_lossy().contains("://") {
+        // Locally, or a location that already names its storage (`mem://…`, `s3://…`).
         return dir.to_path_buf();
     }
     static BUCKET: std::sync::Once = std::sync::Once::new();
