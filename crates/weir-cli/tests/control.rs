@@ -327,3 +327,26 @@ fn half_open_connections_neither_add_threads_nor_silence_the_endpoint() {
     control(t, &["stop", "--job", &job.addr]).assert_success();
     assert_eq!(job.finish().0, Some(0));
 }
+
+/// A peer that accepts the connection and then says nothing (not a Weir job, or a hung
+/// one): `weir status` gives up after its timeout with one error naming the address,
+/// instead of waiting for ever.
+#[test]
+fn status_against_a_peer_that_never_answers_times_out_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    // Accept and hold every connection without reading or answering.
+    let holder = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().take(4) {
+            held.push(conn);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let r = control(tmp.path(), &["status", "--job", &addr]);
+    assert_eq!(r.code(), Some(1), "{}", r.describe());
+    assert!(r.stderr.contains(&addr), "{}", r.describe());
+    assert!(r.stderr.lines().count() <= 2, "{}", r.describe());
+    drop(holder); // detached: it ends with the test process
+}

@@ -150,147 +150,217 @@ fn fraud_detection_alerts_exactly_once_through_injected_failures() {
     assert!(got == want, "the alerts differ from the truth");
 }
 
-/// The rows `n` clicks over `users` users and `pages` pages must give with groups of
-/// `size`: per user, its clicks in order cut into groups of `size` (the last one partial),
-/// each with its distinct pages and most clicked page (the lowest on a tie), then one row
-/// with the user's groups and clicks. The one-minute idle timer never fires in a run of
-/// seconds, so it plays no part.
-fn click_truth(n: u64, users: u64, pages: u64, size: u64) -> Vec<String> {
-    let mut by_user: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+/// The input of the click-session tests: clicks, users, pages, spacing and maximum delay
+/// (ms of event time), and the session gap (ms). A user clicks every 41 ms on average, so
+/// a gap of 80 ms ends about one session in seven clicks; delays of up to 50 ms put clicks
+/// out of order, some of them into the pause between two sessions, which they join.
+const CLICKS: (u64, u64, u64, u64, u64, u64) = (60_000, 41, 13, 1, 50, 80);
+
+/// The click-session example's arguments for [`CLICKS`], at `rate` clicks per second.
+fn click_args(rate: &str) -> Vec<String> {
+    let (n, users, pages, spacing, delay, gap) = CLICKS;
+    let mut a = vec![];
+    for (flag, v) in [
+        ("--clicks", n),
+        ("--users", users),
+        ("--pages", pages),
+        ("--spacing-ms", spacing),
+        ("--max-delay-ms", delay),
+        ("--gap-ms", gap),
+    ] {
+        a.extend([flag.to_string(), v.to_string()]);
+    }
+    a.extend(["--rate", rate, "--output", "sessions"].map(String::from));
+    a
+}
+
+/// The sessions [`CLICKS`] must give, as output lines, computed without windows: per user,
+/// the clicks sorted by event time, cut wherever two consecutive clicks are more than the
+/// gap apart (session windows `[t, t + gap)` merge when they overlap or touch); each
+/// session `[first, last + gap)` with its clicks, distinct pages and most clicked page (the
+/// lowest on a tie). The watermark trails by the maximum delay, so no click is late.
+fn session_truth() -> Vec<String> {
+    let (n, users, pages, spacing, delay, gap) = CLICKS;
+    let mut by_user: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for i in 0..n {
-        let c = click_sessions::Click::generate(i, users, pages);
+        let c = click_sessions::Click::generate(i, users, pages, spacing, delay);
         assert!(c.user < users && c.page < pages);
-        by_user.entry(c.user).or_default().push(c.page);
+        assert!((i * spacing..=i * spacing + delay).contains(&c.time_ms));
+        by_user.entry(c.user).or_default().push((c.time_ms, c.page));
     }
     let mut rows = Vec::new();
-    for (user, clicked) in by_user {
-        let groups = clicked.chunks(size as usize);
-        let count = groups.len();
-        for (g, group) in groups.enumerate() {
+    for (user, mut clicks) in by_user {
+        clicks.sort();
+        let mut session: Vec<(u64, u64)> = Vec::new();
+        let mut close = |session: &mut Vec<(u64, u64)>| {
             let mut per_page: BTreeMap<u64, u64> = BTreeMap::new();
-            for p in group {
+            for (_, p) in session.iter() {
                 *per_page.entry(*p).or_default() += 1;
             }
             let most = per_page.values().max().copied().unwrap();
             let top = per_page.iter().find(|(_, c)| **c == most).unwrap().0;
-            rows.push(format!(
-                "group,{user},{},{},{},{top}",
-                g + 1,
-                group.len(),
-                per_page.len()
-            ));
+            let (start, end) = (session[0].0, session.last().unwrap().0 + gap);
+            let (clicks, distinct) = (session.len(), per_page.len());
+            rows.push(format!("{user},{start},{end},{clicks},{distinct},{top}"));
+            session.clear();
+        };
+        for c in clicks {
+            if session.last().is_some_and(|last| c.0 - last.0 > gap) {
+                close(&mut session);
+            }
+            session.push(c);
         }
-        rows.push(format!("user,{user},{count},{}", clicked.len()));
+        close(&mut session);
     }
     rows.sort();
     rows
 }
 
-#[test]
-fn click_sessions_rows_are_exact_through_injected_failures() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (n, users, pages, size) = (200_000u64, 41u64, 13u64, 7u64);
-    let args = [
-        "--clicks",
-        &n.to_string(),
-        "--users",
-        &users.to_string(),
-        "--pages",
-        &pages.to_string(),
-        "--group-size",
-        &size.to_string(),
-        "--rate",
-        "400000",
-        "--output",
-        "rows",
-    ];
-    let run = run_with_failures("click_sessions", tmp.path(), &args, 3, n);
-    let want = click_truth(n, users, pages, size);
-    // Most users end on a partial group, so the end-of-input rows are checked too.
-    let partial = want
-        .iter()
-        .filter(|r| r.starts_with("group,") && r.split(',').nth(3) != Some("7"))
+/// Checks the committed sessions in `cwd` against [`session_truth`], and that the input
+/// holds what the test means to exercise: many sessions, and clicks that arrived after a
+/// newer click of the same user (out of order).
+fn assert_sessions_exact(cwd: &Path, run: &Run) {
+    let want = session_truth();
+    let (n, users, pages, spacing, delay, _) = CLICKS;
+    assert!(want.len() > 5_000, "{} sessions", want.len());
+    let mut newest: HashMap<u64, u64> = HashMap::new();
+    let out_of_order = (0..n)
+        .map(|i| click_sessions::Click::generate(i, users, pages, spacing, delay))
+        .filter(|c| {
+            let seen = newest.entry(c.user).or_insert(0);
+            let late = c.time_ms < *seen;
+            *seen = (*seen).max(c.time_ms);
+            late
+        })
         .count();
-    assert!(partial > users as usize / 2, "{partial} partial groups");
-    let got = committed_lines(&tmp.path().join("rows"));
-    assert_eq!(got.len(), want.len(), "row count\n{}", run.describe());
-    assert!(got == want, "the rows differ from the truth");
+    assert!(out_of_order > 1000, "{out_of_order} clicks out of order");
+    let got = committed_lines(&cwd.join("sessions"));
+    assert_eq!(got.len(), want.len(), "session count\n{}", run.describe());
+    assert!(got == want, "the sessions differ from the truth");
 }
 
-/// The idle timer: with a slow input and a short `--idle-ms`, users fall idle between
-/// clicks and their open groups are reported early. When exactly depends on timing, so this
-/// checks what holds however the timers fall: each user's groups are numbered `1..=g`,
-/// none is larger than the group size, some closed early, and the clicks add up to the
-/// user's clicks in the input and to the summary row.
 #[test]
-fn click_sessions_idle_timer_flushes_open_groups() {
+fn click_sessions_are_exact_through_injected_failures() {
     let tmp = tempfile::tempdir().unwrap();
-    let (n, users, pages, size) = (300u64, 3u64, 5u64, 5u64);
-    let run = run(&mut job(
-        "click_sessions",
-        tmp.path(),
-        &[
-            "--clicks",
-            "300",
-            "--users",
-            "3",
-            "--pages",
-            "5",
-            "--group-size",
-            "5",
-            "--rate",
-            "100",
-            "--idle-ms",
-            "30",
-            "--output",
-            "rows",
-        ],
-    ));
-    run.assert_success();
-    let mut clicks_in: BTreeMap<u64, u64> = BTreeMap::new();
-    for i in 0..n {
-        *clicks_in
-            .entry(click_sessions::Click::generate(i, users, pages).user)
-            .or_default() += 1;
-    }
-    // user → (group number → clicks), and user → (groups, clicks) from the summary rows.
-    let mut groups: BTreeMap<u64, BTreeMap<u64, u64>> = BTreeMap::new();
-    let mut summary: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for line in committed_lines(&tmp.path().join("rows")) {
-        let f: Vec<&str> = line.split(',').collect();
-        let num = |i: usize| -> u64 { f[i].parse().unwrap() };
-        match f[0] {
-            "group" => {
-                let dup = groups.entry(num(1)).or_default().insert(num(2), num(3));
-                assert!(dup.is_none(), "group reported twice: {line}");
-            }
-            "user" => assert!(summary.insert(num(1), (num(2), num(3))).is_none()),
-            _ => panic!("unexpected row {line}"),
+    // Paced below what the session windows take in a debug build on a loaded machine, so
+    // barriers do not queue behind a backlog and every failure finds a checkpoint to follow.
+    let args = click_args("15000");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = run_with_failures("click_sessions", tmp.path(), &args, 3, CLICKS.0);
+    assert_sessions_exact(tmp.path(), &run);
+}
+
+/// SIGKILL twice, each time soon after the run completed a checkpoint of its own, then a
+/// last run that resumes with `--restore latest` and fails twice more by injected panics:
+/// the sessions are exact, and every run resumed where a checkpoint left it.
+#[test]
+fn click_sessions_are_exact_through_sigkills_and_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job_dir = tmp.path().join("weir-checkpoints/click_sessions");
+    let mut rng = XorShift::from_env(23);
+    let mut newest = 0;
+    for i in 0..2 {
+        let mut args = click_args("15000");
+        args.extend(["--parallelism", "2", "--checkpoint-interval", "50ms"].map(String::from));
+        if i > 0 {
+            args.extend(["--restore", "latest"].map(String::from));
         }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let log = tmp.path().join(format!("run-{i}.log"));
+        let mut child = spawn_logged(&mut job("click_sessions", tmp.path(), &args), &log);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while completed_checkpoints(&job_dir).last().copied().unwrap_or(0) <= newest {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("run {i} ended ({status}) before completing a checkpoint\n{log}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run {i}: no checkpoint"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(rng.range(0, 150)));
+        sigkill_running(&mut child, &format!("click_sessions run {i}"));
+        let now = completed_checkpoints(&job_dir).last().copied().unwrap_or(0);
+        assert!(now > newest, "run {i} completed no checkpoint");
+        newest = now;
     }
-    let mut early = 0;
-    for (user, want) in &clicks_in {
-        let g = &groups[user];
-        let numbers: Vec<u64> = g.keys().copied().collect();
-        assert_eq!(
-            numbers,
-            (1..=g.len() as u64).collect::<Vec<_>>(),
-            "user {user}"
-        );
-        assert!(
-            g.values().all(|c| (1..=size).contains(c)),
-            "user {user}: {g:?}"
-        );
-        assert_eq!(g.values().sum::<u64>(), *want, "user {user}'s clicks");
-        assert_eq!(
-            summary[user],
-            (g.len() as u64, *want),
-            "user {user}'s summary"
-        );
-        early += g
-            .iter()
-            .filter(|(k, c)| **c < size && **k < g.len() as u64)
-            .count();
-    }
-    assert!(early > 0, "no group was flushed early\n{}", run.describe());
+    let mut args = click_args("15000");
+    args.extend(["--restore", "latest"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = run_with_failures("click_sessions", tmp.path(), &args, 2, CLICKS.0);
+    let first = restored_from(&run.stdout).expect("the last run restored a checkpoint");
+    assert!(
+        first.ends_with(format!("chk-{newest}")),
+        "the last run restored {} instead of the newest checkpoint, chk-{newest}",
+        first.display()
+    );
+    assert_sessions_exact(tmp.path(), &run);
+}
+
+/// The example under the control commands, as a user runs it: `weir savepoint --job` and
+/// then `weir stop --job` against its control endpoint while it runs at parallelism 2,
+/// and a resume from the stop's savepoint at parallelism 3 (open sessions and window
+/// contents move to other subtasks): the sessions are exact, and the resume read only
+/// what the savepoint had not covered.
+#[test]
+fn click_sessions_savepoint_stop_and_rescaled_resume_are_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let mut first = click_args("10000");
+    first.extend(["--parallelism", "2", "--checkpoint-interval", "100ms"].map(String::from));
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let log = t.join("job.log");
+    let mut child = spawn_logged(&mut job("click_sessions", t, &first), &log);
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter(|l| l.contains(" (weir status"))
+            .find_map(|l| l.split("control endpoint ").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(String::from);
+        let checkpointed =
+            !completed_checkpoints(&t.join("weir-checkpoints/click_sessions")).is_empty();
+        match found {
+            Some(addr) if checkpointed => break addr,
+            _ => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("no control address or checkpoint in\n{text}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let sp = run(&mut weir(t, ["savepoint", "--job", &addr]));
+    sp.assert_success();
+    assert!(
+        t.join(sp.stdout.trim()).join("_metadata").is_file(),
+        "{}",
+        sp.describe()
+    );
+    let stop = run(&mut weir(t, ["stop", "--job", &addr]));
+    stop.assert_success();
+    let stopped_at = stop.stdout.trim().to_string();
+    let status = wait_deadline(&mut child, RUN_TIMEOUT, "the click_sessions job");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("stopped with savepoint"), "{text}");
+
+    let mut resume = click_args("400000");
+    resume.extend(["--parallelism", "3", "--restore", &stopped_at].map(String::from));
+    let resume: Vec<&str> = resume.iter().map(String::as_str).collect();
+    let run = run(&mut job("click_sessions", t, &resume));
+    run.assert_success();
+    let restored = restored_from(&run.stdout).expect("restored the savepoint");
+    assert_eq!(
+        restored.file_name(),
+        Path::new(&stopped_at).file_name(),
+        "{}",
+        run.describe()
+    );
+    assert_resumed(&run, CLICKS.0);
+    assert_sessions_exact(t, &run);
 }

@@ -36,7 +36,7 @@ fn keyed_count_args(d: &Path, o: &Path, mode: &str, restore: bool) -> Vec<String
         "--rate",
         RATE,
         "--checkpoint-dir",
-        &s(d),
+        &checkpoint_arg(d),
         "--output",
         &s(o),
         "--restart-delay",
@@ -78,7 +78,9 @@ fn kill_keyed_count(
 fn assert_restored_from(run: &Run, d: &Path, id: u64) {
     let from = restored_from(&run.stdout)
         .unwrap_or_else(|| panic!("the final run did not restore\n{}", run.describe()));
-    let want: PathBuf = d.join("keyed-count").join(format!("chk-{id}"));
+    let want: PathBuf = checkpoint_dir(d)
+        .join("keyed-count")
+        .join(format!("chk-{id}"));
     assert_eq!(
         from,
         want,
@@ -190,7 +192,7 @@ fn sigkill_then_restore_at_other_parallelism_is_exact() {
             "--rate",
             "100000",
             "--checkpoint-dir",
-            &s(&d),
+            &checkpoint_arg(&d),
             "--output",
             &s(&o),
         ]
@@ -210,6 +212,7 @@ fn sigkill_then_restore_at_other_parallelism_is_exact() {
     wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(20));
     thread::sleep(Duration::from_millis(200));
     sigkill_running(&mut child, "parallelism-2 run");
+    wait_for_dead_lease();
     let newest = *completed_checkpoints(&job).last().unwrap();
     let run = run(&mut weir(tmp.path(), args("3", true)));
     run.assert_success();

@@ -9,13 +9,12 @@
 #![cfg(feature = "s3")]
 
 mod common;
-#[path = "../../weir/tests/support/moto.rs"]
-mod moto;
 
 use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::moto;
 use common::*;
 use weir::storage::backend::StorageBackend;
 use weir::storage::open_backend;
@@ -120,6 +119,85 @@ fn a_run_killed_with_sigkill_resumes_from_s3_and_lists_its_checkpoints() {
         "{}",
         path.display()
     );
+}
+
+/// Another run takes the job folder's lease over while the job runs (here: the lease
+/// object is overwritten with a live lease of a rival, as a run that took over an expired
+/// lease leaves it). The job stops at once with one error naming the rival and exit code 1
+/// — no restart, though its restart strategy (the default, unbounded) and
+/// `--tolerable-checkpoint-failures` would allow many — completes no more checkpoints, and
+/// leaves the rival's lease in place.
+#[test]
+fn a_run_whose_lease_is_taken_over_while_running_stops_at_once() {
+    moto::make_bucket("lost-lease");
+    let tmp = tempfile::tempdir().unwrap();
+    let job = "s3://lost-lease/chk/keyed-count";
+    // Far more input than the test waits for: only losing the lease ends this run.
+    let extra = [
+        "--rate",
+        "50000",
+        "--checkpoint-interval",
+        "100ms",
+        "--tolerable-checkpoint-failures",
+        "1000",
+        "--checkpoint-dir",
+        "s3://lost-lease/chk",
+    ];
+    let args = keyed_count_args(100_000_000, 50, &extra, false);
+    let log = tmp.path().join("run.log");
+    let mut child = spawn_logged(
+        weir(tmp.path(), args)
+            .envs(moto::child_env())
+            .env("WEIR_S3_LEASE_SECONDS", "3"),
+        &log,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while complete_on_s3(job).len() < 2 {
+        if let Some(st) = child.try_wait().unwrap() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("weir exited ({st}) before two checkpoints completed on S3\n{text}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no two checkpoints on S3 in 60 s"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let store = open_backend(std::path::Path::new(job)).unwrap();
+    let rival = format!("{} a rival run (pid 1)", u64::MAX / 2);
+    let mut w = store.put("_lease").unwrap();
+    w.write(rival.as_bytes()).unwrap();
+    w.commit(&[]).unwrap();
+    let taken_over = complete_on_s3(job);
+
+    // The lease is renewed every second and before each checkpoint completes, so the run
+    // finds out within about a second; a minute means it went on.
+    let status = wait_deadline(
+        &mut child,
+        Duration::from_secs(60),
+        "the run that lost its lease",
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
+    for needle in [
+        "lost the checkpoint folder s3://lost-lease/chk/keyed-count",
+        "taken over by a rival run (pid 1)",
+        "not restarting",
+        "job failed after 1 attempt(s)",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+    assert!(!text.contains("restarting from"), "it restarted\n{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    // No checkpoint completed after the takeover (one whose lease renewal just preceded
+    // the overwrite may still have landed), and the rival's lease is untouched.
+    let after = complete_on_s3(job);
+    assert!(
+        after.iter().filter(|id| !taken_over.contains(id)).count() <= 1,
+        "checkpoints completed after the takeover: {taken_over:?} then {after:?}\n{text}"
+    );
+    let lease = store.get("_lease", None).unwrap();
+    assert_eq!(String::from_utf8_lossy(&lease), rival);
 }
 
 /// A `weir run` checkpointing to `dir` with `env`: it must fail before running.

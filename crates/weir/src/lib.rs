@@ -59,13 +59,18 @@
 //!
 //! * [`inspect`] — reading checkpoints and savepoints from tools.
 //! * [`storage`] — the storage backend trait, [`storage::open_backend`] and the local,
-//!   in-memory and S3 backends (the engine picks one by location).
+//!   in-memory and S3 backends. **Storage is not an extension point yet:** the engine and
+//!   the tools pick the backend from the location (`--checkpoint-dir`, `--restore`,
+//!   `--savepoint-dir`: a path, `s3://…` or `mem://…`), and neither the runner nor
+//!   [`JobConfig`](api::config::JobConfig) accepts a backend of your own. Implementing
+//!   [`StorageBackend`](storage::backend::StorageBackend) compiles, but nothing would use it.
 //!
 //! Extension points are traits: [`SourceFunction`](api::functions::SourceFunction) and
 //! [`SinkFunction`](api::functions::SinkFunction) for connectors,
 //! [`TwoPhaseCommitSink`](api::two_phase_commit::TwoPhaseCommitSink) for exactly-once
 //! output, and the process functions and
 //! [`CheckpointedFunction`](api::functions::CheckpointedFunction) for logic and state.
+//! Checkpoint storage is not one of them yet (see [`storage`] above).
 //!
 //! The engine itself (the runtime's tasks and channels, the checkpoint coordinator, the
 //! snapshot writer and restore, the file formats) is internal (`pub(crate)`), so it can

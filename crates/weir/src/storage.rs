@@ -12,9 +12,16 @@
 //!   of a loaded file, handed out without copying) and `CheckpointStorage` (the checkpoint
 //!   layout on any backend).
 //!
-//! Public, for tools and extensions: the backend trait and its implementations,
-//! [`open_backend`], [`StorageError`] and the names of the layout ([`METADATA_FILE_NAME`],
+//! Public, for tools: the backend trait and its implementations, [`open_backend`],
+//! [`StorageError`] and the names of the layout ([`METADATA_FILE_NAME`],
 //! [`parse_checkpoint_dir_name`]). Everything else is the engine's.
+//!
+//! **Not an extension point yet.** The engine opens every location through
+//! [`open_backend`], which knows local paths, `s3://` and `mem://`; neither the runner nor
+//! `JobConfig` takes a backend of your own, so implementing [`StorageBackend`] gives you
+//! something that nothing calls. Making it pluggable means a registry of schemes shared by
+//! the engine, `--restore`, savepoints and the inspect tools; until then the trait may
+//! change between minor versions.
 //!
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
@@ -180,9 +187,32 @@ pub enum StorageError {
         /// The way out.
         hint: String,
     },
+    /// This run owned the job folder, and another run took it over (its S3 lease expired
+    /// while this run stalled, or the conditional renewal found a new holder). Retrying or
+    /// restarting cannot fix it: the run must stop, writing nothing more there.
+    #[error(
+        "this run lost the checkpoint folder {location}: its lease ({lease}) was taken over \
+         by {holder}, so the run stops and writes nothing more there (the run holding the \
+         lease goes on); if this run was only stalled, give runs a longer lease with \
+         WEIR_S3_LEASE_SECONDS"
+    )]
+    OwnershipLost {
+        /// The job folder, as a URL.
+        location: String,
+        /// The lease object, as a URL.
+        lease: String,
+        /// The new holder, as its lease records it.
+        holder: String,
+    },
 }
 
 impl StorageError {
+    /// Whether this run lost the ownership of its job folder to another run
+    /// ([`StorageError::OwnershipLost`]): the job then ends at once instead of restarting.
+    pub fn is_ownership_lost(&self) -> bool {
+        matches!(self, StorageError::OwnershipLost { .. })
+    }
+
     /// Whether the object or file was not there (so a caller can treat absence as a
     /// state, e.g. an incomplete checkpoint, rather than as a failure).
     pub fn is_not_found(&self) -> bool {
@@ -452,6 +482,12 @@ impl CheckpointStorage {
                 prefix: format!("chk-{id}/"),
             },
         }
+    }
+
+    /// Why this run no longer owns its job folder, once another run took it over (see
+    /// [`StorageBackend::ownership_lost`]); the executor polls it to stop the job at once.
+    pub fn ownership_lost(&self) -> Option<StorageError> {
+        self.backend.ownership_lost()
     }
 
     /// Folder of checkpoint `id` (`root/chk-<id>`, or a savepoint's own folder), the path a

@@ -9,9 +9,103 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::prelude::*;
+#[allow(unused_imports)]
+use weir::storage::backend::StorageBackend;
 
 #[allow(unused_imports)] // each test crate uses a different subset
 pub use weir::testing::{CountPerKey, Sequence};
+
+#[path = "support/moto.rs"]
+pub mod moto;
+
+/// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
+/// test folder handed to [`checkpoint_dir`] a fresh prefix in a bucket of a moto server
+/// the test process starts on loopback (`scripts/test-s3.sh`; needs the `s3` feature and
+/// `moto_server`). Unset or `local`: the local temp folder, as always.
+pub const CHECKPOINT_DIR_VAR: &str = "WEIR_TEST_CHECKPOINT_DIR";
+
+/// Whether this test run keeps its checkpoints on S3 (see [`CHECKPOINT_DIR_VAR`]).
+pub fn on_s3() -> bool {
+    match std::env::var(CHECKPOINT_DIR_VAR).as_deref() {
+        Ok("s3") => true,
+        Ok("") | Ok("local") | Err(_) => false,
+        Ok(other) => panic!("{CHECKPOINT_DIR_VAR}={other}: use s3 or local"),
+    }
+}
+
+/// `rate` records per second for a paced input whose run must outlast several
+/// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
+/// checkpoint takes several requests to a loopback server instead of a few local writes.
+pub fn paced(rate: f64) -> f64 {
+    if on_s3() {
+        rate / 3.0
+    } else {
+        rate
+    }
+}
+
+/// The bucket of the tests' checkpoints on S3.
+const TEST_BUCKET: &str = "weir-test-checkpoints";
+
+/// Where a test whose scratch folder is `dir` keeps its checkpoints: `dir` itself, or with
+/// `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests' bucket (the same
+/// prefix for the same `dir`, so a test's later runs and checks find its checkpoints).
+pub fn checkpoint_dir(dir: &Path) -> PathBuf {
+    if !on_s3() || dir.to_string_lossy().contains("://") {
+        // Locally, or a location that already names its storage (`mem://…`, `s3://…`).
+        return dir.to_path_buf();
+    }
+    static BUCKET: std::sync::Once = std::sync::Once::new();
+    BUCKET.call_once(|| moto::make_bucket(TEST_BUCKET));
+    let name: String = dir
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
+}
+
+/// The backend rooted at the folder holding `path` and `path`'s name in it, for
+/// [`read_object`] and [`write_object`].
+fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
+    let parent = path.parent().expect("a file path has a folder");
+    let name = path.file_name().expect("a file name").to_string_lossy();
+    (
+        weir::storage::open_backend(parent).unwrap(),
+        name.into_owned(),
+    )
+}
+
+/// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).
+pub fn read_object(path: &Path) -> Vec<u8> {
+    let (backend, name) = parent_backend(path);
+    backend.get(&name, None).unwrap()
+}
+
+/// Replaces the checkpoint file at `path` (a local path or an `s3://` URL) with `bytes`,
+/// as a damaged disk or a careless hand would.
+pub fn write_object(path: &Path, bytes: &[u8]) {
+    let (backend, name) = parent_backend(path);
+    let mut w = backend.put(&name).unwrap();
+    w.write(bytes).unwrap();
+    w.commit(&[]).unwrap();
+}
+
+/// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
+pub fn list_folder(path: &Path) -> Vec<String> {
+    let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
+    names.sort();
+    names
+}
+
+/// The names directly under `<checkpoint_dir(dir)>/<job>` (checkpoint folders, the lock
+/// or lease), on whichever storage the checkpoints are.
+pub fn job_folder_entries(dir: &Path, job: &str) -> Vec<String> {
+    let backend = weir::storage::open_backend(&checkpoint_dir(dir).join(job)).unwrap();
+    let mut names = backend.list("").unwrap();
+    names.sort();
+    names
+}
 
 /// The exact count of key `k` among `0..n` with `key = i % keys`.
 pub fn expected(n: u64, keys: u64) -> HashMap<u64, u64> {
@@ -27,7 +121,7 @@ pub fn config(
 ) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
-    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpoint_dir = checkpoint_dir(dir);
     c.checkpointing.interval = Some(Duration::from_millis(20));
     c.checkpointing.mode = mode;
     c.checkpointing.tolerable_failures = 100;
@@ -198,21 +292,15 @@ pub fn assert_stopped_mid_run<T>(result: Result<T>) {
 /// The newest complete checkpoint of job `name` under `dir` (the one `RestoreFrom::Latest`
 /// would pick, if none is damaged) and the records its sources had emitted.
 pub fn newest_checkpoint(dir: &Path, name: &str) -> (PathBuf, u64) {
-    let newest = std::fs::read_dir(dir.join(name))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("_metadata").exists())
-        .filter_map(|p| {
-            let id = p
-                .file_name()?
-                .to_str()?
-                .strip_prefix("chk-")?
-                .parse::<u64>();
-            Some((id.ok()?, p))
-        })
+    let job = checkpoint_dir(dir).join(name);
+    let backend = weir::storage::open_backend(&job).unwrap();
+    let id = job_folder_entries(dir, name)
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-")?.parse::<u64>().ok())
+        .filter(|id| backend.size(&format!("chk-{id}/_metadata")).is_ok())
         .max()
-        .expect("a complete checkpoint")
-        .1;
+        .expect("a complete checkpoint");
+    let newest = job.join(format!("chk-{id}"));
     let sources = weir::inspect::source_progress(&newest).unwrap();
     let records = sources.iter().map(|s| s.records).sum();
     (newest, records)

@@ -13,20 +13,18 @@ use weir::prelude::*;
 fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(600_000.0)).unwrap();
+    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(paced(600_000.0))).unwrap();
     assert_eq!(counts, expected(300_000, 100));
     assert!(r.checkpoints.len() >= 2, "need two checkpoints");
-    let mut chks: Vec<PathBuf> = std::fs::read_dir(dir.join("corrupt"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("_metadata").exists())
+    let (newest, _) = newest_checkpoint(dir, "corrupt");
+    let job = newest.parent().unwrap().to_path_buf();
+    let mut ids: Vec<u64> = job_folder_entries(dir, "corrupt")
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
+        .filter(|id| list_folder(&job.join(format!("chk-{id}"))).contains(&"_metadata".into()))
         .collect();
-    chks.sort_by_key(|p| {
-        p.file_name().unwrap().to_string_lossy()[4..]
-            .parse::<u64>()
-            .unwrap()
-    });
-    chks
+    ids.sort_unstable();
+    ids.iter().map(|id| job.join(format!("chk-{id}"))).collect()
 }
 
 /// Restores the newest readable checkpoint and runs to the end; asserts the run did start
@@ -40,14 +38,14 @@ fn restore_latest(dir: &Path) -> (std::collections::HashMap<u64, u64>, JobResult
     (counts, r)
 }
 
+/// A keyed state file of checkpoint `chk` (on whichever storage it is).
 fn keyed_file(chk: &Path) -> PathBuf {
     let dir = chk.join("count");
-    std::fs::read_dir(dir)
-        .unwrap()
+    let first = list_folder(&dir)
+        .into_iter()
         .next()
-        .unwrap()
-        .unwrap()
-        .path()
+        .expect("a keyed state file");
+    dir.join(first)
 }
 
 /// A flipped byte in the newest checkpoint's keyed state: that checkpoint is skipped.
@@ -57,10 +55,10 @@ fn corrupted_newest_checkpoint_is_skipped_for_the_previous_one() {
     let chks = leave_checkpoints(dir.path());
     let (newest, previous) = (&chks[chks.len() - 1], &chks[chks.len() - 2]);
     let f = keyed_file(newest);
-    let mut bytes = std::fs::read(&f).unwrap();
+    let mut bytes = read_object(&f);
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
-    std::fs::write(&f, bytes).unwrap();
+    write_object(&f, &bytes);
     let (counts, r) = restore_latest(dir.path());
     assert_eq!(counts, expected(300_000, 100));
     assert_eq!(r.restored_from.as_deref(), Some(previous.as_path()));
@@ -83,13 +81,13 @@ fn a_state_file_copied_from_another_checkpoint_is_refused() {
     let f = keyed_file(newest);
     let name = f.file_name().unwrap();
     // The newest checkpoints may hold the same final state; copy one that differs.
-    let current = std::fs::read(&f).unwrap();
+    let current = read_object(&f);
     let other = chks
         .iter()
-        .map(|c| std::fs::read(c.join("count").join(name)).unwrap())
+        .map(|c| read_object(&c.join("count").join(name)))
         .find(|b| *b != current)
         .expect("an older checkpoint with other counts");
-    std::fs::write(&f, other).unwrap();
+    write_object(&f, &other);
 
     let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
     cfg.restore = RestoreFrom::Path(newest.clone());
@@ -115,8 +113,8 @@ fn truncated_metadata_is_skipped_and_an_explicit_restore_fails_clearly() {
     let chks = leave_checkpoints(dir.path());
     let newest = &chks[chks.len() - 1];
     let meta = newest.join("_metadata");
-    let bytes = std::fs::read(&meta).unwrap();
-    std::fs::write(&meta, &bytes[..bytes.len() / 3]).unwrap();
+    let bytes = read_object(&meta);
+    write_object(&meta, &bytes[..bytes.len() / 3]);
     let (counts, r) = restore_latest(dir.path());
     assert_eq!(counts, expected(300_000, 100));
     assert_ne!(r.restored_from.as_deref(), Some(newest.as_path()));
@@ -139,7 +137,7 @@ fn foreign_metadata_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let chks = leave_checkpoints(dir.path());
     let newest = &chks[chks.len() - 1];
-    std::fs::write(newest.join("_metadata"), b"{\"json\": true}").unwrap();
+    write_object(&newest.join("_metadata"), b"{\"json\": true}");
     let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
     cfg.restore = RestoreFrom::Path(newest.clone());
     let err = run_keyed_count(cfg, 300_000, 100, None)

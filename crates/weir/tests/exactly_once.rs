@@ -24,7 +24,7 @@ fn exactly_once_survives_many_injected_failures() {
         cfg.failure_injection = Some(FailureInjection::after_checkpoints(5, seed, n / 4));
         // Each failure waits for a checkpoint of its attempt, which takes longer on a
         // loaded machine: a paced input leaves time for all of them.
-        let (counts, result) = run_keyed_count(cfg, n, 1000, Some(250_000.0)).unwrap();
+        let (counts, result) = run_keyed_count(cfg, n, 1000, Some(paced(250_000.0))).unwrap();
         weir::testing::assert_resumed(&result, n);
         let (fired, planned) = result.injected_failures.unwrap();
         assert_eq!(fired, planned, "seed {seed}: every planned failure fired");
@@ -45,7 +45,7 @@ fn at_least_once_never_undercounts() {
         let mut cfg = config("alo", dir.path(), 2, CheckpointingMode::AtLeastOnce);
         let n = 300_000;
         cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, seed, n / 4));
-        let (counts, result) = run_keyed_count(cfg, n, 500, Some(300_000.0)).unwrap();
+        let (counts, result) = run_keyed_count(cfg, n, 500, Some(paced(300_000.0))).unwrap();
         assert_eq!(result.injected_failures.unwrap().0, 4, "seed {seed}");
         weir::testing::assert_resumed(&result, n);
         let want = expected(n, 500);
@@ -162,7 +162,10 @@ fn checkpoints_go_on_after_a_source_finishes() {
         .add_source("tiny", GeneratorSource::new(n_a))
         .uid("tiny");
     let b = env
-        .add_source("long", GeneratorSource::new(n_b).with_rate(Some(400_000.0)))
+        .add_source(
+            "long",
+            GeneratorSource::new(n_b).with_rate(Some(paced(400_000.0))),
+        )
         .uid("long")
         .map(move |i| i + n_a);
     a.union(b)

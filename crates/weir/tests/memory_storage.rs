@@ -98,3 +98,40 @@ fn an_unregistered_store_and_an_unknown_scheme_are_clear_errors() {
         assert!(err.contains(want) && err.contains(dir), "{err}");
     }
 }
+
+/// A full disk under the checkpoints, with `weir run`'s defaults (no tolerated checkpoint
+/// failure, restarts without end, the identical-failure limit): every checkpoint fails the
+/// same way, so the job ends with the cause after a few attempts instead of restarting for
+/// ever, and the failed checkpoints leave none of their files behind to keep the disk full.
+#[test]
+fn a_full_store_ends_the_job_with_its_cause_and_leaves_no_partial_checkpoint() {
+    let store = MemoryStore::register("full-disk");
+    let mut cfg = JobConfig::new("full");
+    cfg.parallelism = 2;
+    cfg.checkpoint_dir = PathBuf::from("mem://full-disk/ckpts");
+    cfg.checkpointing.interval = Some(Duration::from_millis(20));
+    cfg.restart = RestartStrategy::ExponentialDelay {
+        attempts: u32::MAX,
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+    };
+    // Room for the write probe at the start, not for a checkpoint's state files.
+    store.set_capacity(Some(64));
+    let err = run_keyed_count(cfg, 400_000, 777, Some(400_000.0)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("mem://full-disk/ckpts/full/chk-"),
+        "names the file: {msg}"
+    );
+    assert!(
+        msg.contains("storage full") || msg.contains("no storage space"),
+        "{msg}"
+    );
+    assert!(msg.contains("not restarting"), "{msg}");
+    let Error::JobFailed { attempts, .. } = err else {
+        panic!("expected JobFailed, got {err:?}");
+    };
+    assert_eq!(attempts, 5, "{msg}");
+    let left: Vec<String> = store.keys();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,13 +1,15 @@
 //! Restart strategies end to end: a failure that repeats identically ends the job with its
 //! cause instead of restarting for ever, and the failure-rate strategy gives up on a burst.
 
+mod common;
+
 use std::time::Duration;
 
 use weir::prelude::*;
 
 fn config(name: &str, dir: &std::path::Path) -> JobConfig {
     let mut c = JobConfig::new(name);
-    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpoint_dir = common::checkpoint_dir(dir);
     c.checkpointing.interval = Some(Duration::from_millis(20));
     c
 }
@@ -147,10 +149,9 @@ fn a_checkpoint_that_can_never_complete_ends_the_job_with_its_cause() {
         panic!("expected JobFailed, got {err:?}");
     };
     assert_eq!(attempts, 5, "{msg}");
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("no-checkpoint-completes"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n != "_lock")
+    let left: Vec<_> = common::job_folder_entries(dir.path(), "no-checkpoint-completes")
+        .into_iter()
+        .filter(|n| n != "_lock" && n != "_lease")
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -8,14 +8,12 @@
 #![cfg(feature = "s3")]
 
 mod common;
-#[path = "support/moto.rs"]
-mod moto;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::moto::{self, make_bucket, server};
 use common::*;
-use moto::{make_bucket, server};
 use weir::inspect::source_progress;
 use weir::prelude::*;
 use weir::storage::open_backend;
@@ -260,7 +258,9 @@ fn a_run_whose_expired_lease_was_taken_over_completes_no_more_checkpoints() {
         .to_string();
     assert!(err.contains("s3://fenced/ck/job"), "{err}");
     assert!(err.contains("was taken over by"), "{err}");
-    assert!(err.contains("no longer owns the job folder"), "{err}");
+    assert!(err.contains("writes nothing more there"), "{err}");
+    assert!(old.ownership_lost().is_some_and(|e| e.is_ownership_lost()));
+    assert!(new.ownership_lost().is_none());
     assert!(new.size("chk-2/_metadata").unwrap_err().is_not_found());
     // Nor does it write state files or delete checkpoints (its retention) any more.
     let err = old.put("chk-3/count/f").err().unwrap();

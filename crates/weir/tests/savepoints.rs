@@ -192,7 +192,7 @@ fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
     assert!((60_000..N).contains(&at_sp1), "sp1 restored at {at_sp1}");
     assert!(mid.starts_with(tmp.path().join("savepoints/mid")));
     assert_eq!(meta(&mid).snapshot, SnapshotKind::Savepoint);
-    assert!(checkpoint.starts_with(tmp.path().join("ck/sp-job")));
+    assert!(checkpoint.starts_with(common::checkpoint_dir(&tmp.path().join("ck")).join("sp-job")));
     assert_eq!(meta(&checkpoint).snapshot, SnapshotKind::Checkpoint);
     assert!(
         sp1.join("_metadata").is_file(),
@@ -324,7 +324,7 @@ fn concurrent_requests_are_all_answered_with_completed_snapshots() {
         &out,
     );
     let sp_dir = std::path::absolute(tmp.path().join("savepoints")).unwrap();
-    let ck_dir = std::path::absolute(tmp.path().join("ck")).unwrap();
+    let ck_dir = common::checkpoint_dir(&std::path::absolute(tmp.path().join("ck")).unwrap());
     let (answers, result) = while_running(env, 50_000, move |control| {
         let asks: Vec<_> = (0..24)
             .map(|i| {

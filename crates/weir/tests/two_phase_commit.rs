@@ -9,12 +9,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{config, Sequence};
+use common::{checkpoint_dir, config, Sequence};
 use weir::prelude::*;
+use weir::storage::backend::StorageBackend;
 
 /// A transactional store: prepared transactions by name, and committed rows.
 #[derive(Default)]
@@ -34,25 +35,24 @@ struct Store {
 #[derive(Clone)]
 struct StoreSink {
     store: Arc<Mutex<Store>>,
-    /// `<checkpoint-dir>/<job>`: where `chk-<id>/_metadata` marks a completed checkpoint.
-    job_dir: PathBuf,
+    /// `<checkpoint-dir>/<job>` (local or on S3, [`common::checkpoint_dir`]): where
+    /// `chk-<id>/_metadata` marks a completed checkpoint.
+    job_dir: Arc<dyn StorageBackend>,
 }
 
 impl StoreSink {
-    /// A sink for the job whose checkpoints are in `<checkpoint_dir>/<job>`.
-    fn new(checkpoint_dir: &Path, job: &str) -> Self {
+    /// A sink for the job whose checkpoints are in `<checkpoint_dir(dir)>/<job>`.
+    fn new(dir: &Path, job: &str) -> Self {
+        let job_dir = weir::storage::open_backend(&checkpoint_dir(dir).join(job)).unwrap();
         StoreSink {
             store: Arc::default(),
-            job_dir: checkpoint_dir.join(job),
+            job_dir: Arc::from(job_dir),
         }
     }
 
     /// Whether checkpoint `id` is complete: its `_metadata` exists.
     fn completed(&self, id: u64) -> bool {
-        self.job_dir
-            .join(format!("chk-{id}"))
-            .join("_metadata")
-            .is_file()
+        self.job_dir.size(&format!("chk-{id}/_metadata")).is_ok()
     }
 }
 

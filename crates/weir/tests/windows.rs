@@ -40,7 +40,7 @@ fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
 ) -> Vec<(u64, O)> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let events = env
@@ -134,7 +134,7 @@ fn sliding_aggregate_by_hand() {
 fn a_stream_without_timestamps_gets_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("no-timestamps");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     env.add_source("numbers", GeneratorSource::new(10))

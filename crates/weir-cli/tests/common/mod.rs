@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod child_job;
+#[path = "../../../weir/tests/support/moto.rs"]
+pub mod moto;
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -14,6 +16,60 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+#[allow(unused_imports)]
+use weir::storage::backend::StorageBackend;
+
+/// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
+/// checkpoint folder handed to [`checkpoint_dir`] a fresh prefix in a bucket of a moto
+/// server the test process starts on loopback, whose `AWS_*` settings the `weir` children
+/// inherit (`scripts/test-s3.sh`; needs the `s3` feature and `moto_server`). Unset or
+/// `local`: the local folder, as always.
+pub const CHECKPOINT_DIR_VAR: &str = "WEIR_TEST_CHECKPOINT_DIR";
+
+/// Whether this test run keeps its checkpoints on S3 (see [`CHECKPOINT_DIR_VAR`]).
+pub fn on_s3() -> bool {
+    match std::env::var(CHECKPOINT_DIR_VAR).as_deref() {
+        Ok("s3") => true,
+        Ok("") | Ok("local") | Err(_) => false,
+        Ok(other) => panic!("{CHECKPOINT_DIR_VAR}={other}: use s3 or local"),
+    }
+}
+
+/// The bucket of the tests' checkpoints on S3.
+const TEST_BUCKET: &str = "weir-test-checkpoints";
+
+/// Where a test keeps the checkpoints it would keep in the local folder `dir`: `dir`
+/// itself, or with `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests'
+/// bucket (the same prefix for the same `dir`).
+pub fn checkpoint_dir(dir: &Path) -> PathBuf {
+    if !on_s3() || dir.to_string_lossy().contains("://") {
+        // Locally, or a location that already names its storage (`mem://…`, `s3://…`).
+        return dir.to_path_buf();
+    }
+    static BUCKET: std::sync::Once = std::sync::Once::new();
+    BUCKET.call_once(|| moto::make_bucket(TEST_BUCKET));
+    let name: String = dir
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
+}
+
+/// [`checkpoint_dir`] as a `--checkpoint-dir` argument.
+pub fn checkpoint_arg(dir: &Path) -> String {
+    checkpoint_dir(dir).to_string_lossy().into_owned()
+}
+
+/// On S3, a run killed with SIGKILL keeps its lease on the job folder until it expires
+/// (`WEIR_S3_LEASE_SECONDS`, 3 s in the tests), and a run started before is refused: wait
+/// that long. Locally the lock dies with the process: nothing to wait for.
+pub fn wait_for_dead_lease() {
+    if on_s3() {
+        thread::sleep(Duration::from_millis(3_500));
+    }
+}
 
 /// The binary under test, built by cargo for this test target.
 pub const BIN: &str = env!("CARGO_BIN_EXE_weir");
@@ -221,6 +277,22 @@ pub fn assert_keyed_count_exact(dir: &Path, n: u64, keys: u64) {
 /// Ids of the complete checkpoints (`chk-<n>` folders holding `_metadata`) in `job_dir`,
 /// ascending; empty if the folder does not exist.
 pub fn completed_checkpoints(job_dir: &Path) -> Vec<u64> {
+    if on_s3() {
+        // `job_dir` is `<dir>/<job>` for the local `dir` the test made: read its S3 twin.
+        let (dir, job) = (job_dir.parent().unwrap(), job_dir.file_name().unwrap());
+        let Ok(store) = weir::storage::open_backend(&checkpoint_dir(dir).join(job)) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<u64> = store
+            .list("")
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
+            .filter(|id| store.size(&format!("chk-{id}/_metadata")).is_ok())
+            .collect();
+        ids.sort_unstable();
+        return ids;
+    }
     let Ok(rd) = fs::read_dir(job_dir) else {
         return Vec::new();
     };
@@ -493,6 +565,7 @@ pub fn kill_loop(
         }
         thread::sleep(Duration::from_millis(delay));
         sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
+        wait_for_dead_lease();
         after_kill(i);
         let now = completed_checkpoints(job_dir).last().copied().unwrap_or(0);
         progressed += usize::from(now > newest);

@@ -104,6 +104,11 @@ impl AttemptRun<'_, '_> {
         let mut cancelled = false;
         let current = self.checkpoints.attempt();
         loop {
+            // Another run took the job folder over (an S3 lease): stop at once, before
+            // anything else is written, instead of failing checkpoint after checkpoint.
+            if let Some(lost) = self.exec.storage.ownership_lost() {
+                return AttemptEnd::Failed(Error::Storage(lost));
+            }
             self.update_progress();
             let now = Instant::now();
             let actions = self.checkpoints.tick(now, wall_ms());

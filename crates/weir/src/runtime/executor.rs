@@ -237,8 +237,21 @@ fn run_job(
         // checkpoint to restart from is read back while the failed tasks are cancelled
         // and during the restart delay (the new attempt still starts no earlier than the
         // delay after the old one stopped).
+        // A run that lost its job folder to another run fails with that cause, whatever
+        // failed first (a write refused by the fence), and never restarts.
+        let end = match (end, exec.storage.ownership_lost()) {
+            (AttemptEnd::Failed(_), Some(lost)) => AttemptEnd::Failed(Error::Storage(lost)),
+            (end, _) => end,
+        };
         let decision = match &end {
             AttemptEnd::Finished => None,
+            AttemptEnd::Failed(Error::Storage(e)) if e.is_ownership_lost() => {
+                Some(RestartDecision::GiveUp(
+                    "another run owns the checkpoint folder now, and a restart would write \
+                     beside it"
+                        .into(),
+                ))
+            }
             AttemptEnd::Failed(e) => Some(restarts.on_failure(Failure {
                 at: Instant::now(),
                 message: &e.to_string(),

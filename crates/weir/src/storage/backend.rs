@@ -105,4 +105,12 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     /// ([`StorageError::InUse`]): two runs writing one job folder would mix their
     /// checkpoints and delete each other's through retention.
     fn take_ownership(&self) -> Result<Ownership, StorageError>;
+
+    /// The error every write now fails with, if this run took ownership of the root and
+    /// then lost it to another run ([`StorageError::OwnershipLost`]); `None` while it owns
+    /// it, and always for a backend whose ownership cannot be taken away (a local lock).
+    /// Answered from what the run already knows, without a request, so a job can poll it.
+    fn ownership_lost(&self) -> Option<StorageError> {
+        None
+    }
 }

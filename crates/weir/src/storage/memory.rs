@@ -24,6 +24,29 @@ pub const MEMORY_SCHEME: &str = "mem://";
 struct Objects {
     objects: BTreeMap<String, Arc<Vec<u8>>>,
     owned: HashSet<String>,
+    /// Most bytes the store holds, if limited ([`MemoryStore::set_capacity`]).
+    capacity: Option<u64>,
+}
+
+impl Objects {
+    /// Stores `bytes` as `key`, unless that would take the store past its capacity: then
+    /// the error a full disk gives, so tests see what a full disk does to a job.
+    fn insert(&mut self, key: String, bytes: Vec<u8>, url: PathBuf) -> Result<(), StorageError> {
+        if let Some(cap) = self.capacity {
+            let others: u64 = self
+                .objects
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .map(|(_, o)| o.len() as u64)
+                .sum();
+            if others + bytes.len() as u64 > cap {
+                let full = io::Error::from(io::ErrorKind::StorageFull);
+                return Err(io_err("write", &url, super::WRITE_HINT)(full));
+            }
+        }
+        self.objects.insert(key, Arc::new(bytes));
+        Ok(())
+    }
 }
 
 /// One named in-memory store (shared by every backend rooted in it).
@@ -70,6 +93,12 @@ impl MemoryStore {
     /// Replaces (or creates) object `key`; for tests that damage or copy objects.
     pub fn set_object(&self, key: &str, bytes: Vec<u8>) {
         self.lock().objects.insert(key.to_string(), Arc::new(bytes));
+    }
+
+    /// Limits the store to `bytes` in all (`None`: no limit), so that a test can fill it
+    /// as a disk fills up: a write that would pass the limit fails as on a full disk.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.lock().capacity = bytes;
     }
 
     /// A backend rooted at `prefix` in this store.
@@ -131,11 +160,8 @@ impl ObjectWriter for MemoryWriter {
         let n = head.len().min(self.bytes.len());
         self.bytes[..n].copy_from_slice(&head[..n]);
         let bytes = std::mem::take(&mut self.bytes);
-        self.store
-            .lock()
-            .objects
-            .insert(self.key.clone(), Arc::new(bytes));
-        Ok(())
+        let url = PathBuf::from(format!("{MEMORY_SCHEME}{}/{}", self.store.name, self.key));
+        self.store.lock().insert(self.key.clone(), bytes, url)
     }
 }
 
@@ -184,8 +210,7 @@ impl StorageBackend for MemoryBackend {
                 hint,
             )(exists));
         }
-        objects.objects.insert(full, Arc::new(bytes.to_vec()));
-        Ok(())
+        objects.insert(full, bytes.to_vec(), self.describe(key))
     }
 
     fn size(&self, key: &str) -> Result<u64, StorageError> {

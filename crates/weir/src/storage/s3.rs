@@ -430,6 +430,10 @@ impl StorageBackend for S3Backend {
         Ok(self.list("")?.is_empty().then_some("no such folder"))
     }
 
+    fn ownership_lost(&self) -> Option<StorageError> {
+        self.fence.get().and_then(|f| f.check().err())
+    }
+
     fn take_ownership(&self) -> Result<Ownership, StorageError> {
         // The lease's own backend does not share the fence (it writes the lease itself).
         let plain = S3Backend {

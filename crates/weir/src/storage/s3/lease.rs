@@ -9,7 +9,9 @@
 //! its lease that way ([`Fence::renew`] before `_metadata` is created): the lease then
 //! has a whole lifetime left, during which no other run may take it over. Once the lease
 //! is lost, the run's writes, deletions and completions in the job folder all fail with
-//! one error naming the new holder, so it never goes on silently beside it.
+//! one error naming the new holder ([`StorageError::OwnershipLost`]), so it never goes on
+//! silently beside it; the job polls for the loss (`StorageBackend::ownership_lost`) and
+//! stops at once, without a restart.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,17 +67,10 @@ impl Fence {
 
     /// The error of every write once the lease is lost to `holder`.
     fn lost_error(&self, holder: &str) -> StorageError {
-        StorageError::Remote {
-            op: "write to",
+        StorageError::OwnershipLost {
             location: self.backend.url(""),
-            cause: format!(
-                "this run's lease ({}) was taken over by {holder} after it expired",
-                self.backend.url(LEASE_OBJECT)
-            ),
-            hint: "this run no longer owns the job folder and writes nothing more there: \
-                   stop it (the run holding the lease goes on); give a stalled run a longer \
-                   lease with WEIR_S3_LEASE_SECONDS"
-                .into(),
+            lease: self.backend.url(LEASE_OBJECT),
+            holder: holder.to_string(),
         }
     }
 
