@@ -26,12 +26,10 @@ export WEIR_TEST_CHECKPOINT_DIR=s3
 engine=(exactly_once restart rescale savepoints corrupt hooks timers windows two_phase_commit
     windows_sessions windows_all windows_count windows_late windows_process interval_join
     window_join connected state_kinds event_time partitioning file_connectors)
-cli=(kill_restore connectors_files cli nexmark_job checkpoints_list)
+cli=(kill_restore connectors_files cli nexmark_job checkpoints_list state_inspect)
 # Not in the list, and why:
 # - cli's unwritable_checkpoint_dir_is_named and the symlink/permission checks keep local
 #   paths on purpose (they test the local disk's errors); they run locally within `cli`.
-# - state_inspect: compares checkpoint folders byte for byte with `tree` and edits state
-#   files in place on disk; not routed yet.
 # - examples, example_postgres: the example binaries keep their checkpoints in the default
 #   folder of their working directory; not routed yet.
 # - connectors_nats, connectors_postgres: need their servers (scripts/test.sh's services).

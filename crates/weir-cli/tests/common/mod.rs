@@ -571,6 +571,32 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// Every file under the checkpoint folder `root` (a local path or an `s3://` URL) by its
+/// path relative to `root`, with its bytes: [`tree`] on whichever storage holds it.
+pub fn stored_tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    if !on_s3() || !root.to_string_lossy().contains("://") {
+        return tree(root);
+    }
+    let backend = weir::storage::open_backend(root).unwrap();
+    let (mut out, mut folders) = (BTreeMap::new(), vec![String::new()]);
+    while let Some(folder) = folders.pop() {
+        for name in backend.list(&folder).unwrap() {
+            let key = match folder.as_str() {
+                "" => name,
+                f => format!("{f}/{name}"),
+            };
+            match backend.size(&key) {
+                Ok(_) => {
+                    let bytes = backend.get(&key, None).unwrap();
+                    out.insert(PathBuf::from(&key), bytes);
+                }
+                Err(_) => folders.push(key),
+            }
+        }
+    }
+    out
+}
+
 /// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
 /// and SIGKILLs each run a random number of milliseconds in `window` after its start;
 /// `after_kill(i)` checks the committed output. Asserts that at least half the runs completed a new
