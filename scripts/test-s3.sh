@@ -7,7 +7,7 @@
 # failures, SIGKILLs and `--restore latest`, rescaling, savepoints, corrupt and foreign
 # files, two-phase commit.
 #
-#   scripts/test-s3.sh              # the recovery tests of the engine and the CLI (~3 min)
+#   scripts/test-s3.sh              # every test whose checkpoints can be on S3 (~10 min)
 #   scripts/test-s3.sh --ci         # the representative subset CI runs (~1 min)
 #   scripts/test-s3.sh --test rescale    # anything else: passed on to cargo test
 set -euo pipefail
@@ -38,7 +38,8 @@ cli=(kill_restore connectors_files cli nexmark_job checkpoints_list state_inspec
 case "${1:-}" in
     "") ;;
     --ci)
-        engine=(exactly_once corrupt two_phase_commit)
+        engine=(exactly_once corrupt two_phase_commit windows_sessions)
+        cli=(kill_restore checkpoints_list)
         ;;
     *)
         # The same features as `scripts/test.sh`, so CI reuses its build.
