@@ -7,7 +7,7 @@
 # failures, SIGKILLs and `--restore latest`, rescaling, savepoints, corrupt and foreign
 # files, two-phase commit.
 #
-#   scripts/test-s3.sh              # every test whose checkpoints can be on S3 (~10 min)
+#   scripts/test-s3.sh              # every test whose checkpoints can be on S3 (~7 min after the build)
 #   scripts/test-s3.sh --ci         # the representative subset CI runs (~1 min)
 #   scripts/test-s3.sh --test rescale    # anything else: passed on to cargo test
 set -euo pipefail
