@@ -111,7 +111,7 @@ fn small_keyed_count(tmp: &Path, extra: &[&str]) -> Vec<String> {
         "--keys",
         "10",
         "--checkpoint-dir",
-        &s(&tmp.join("chk")),
+        &checkpoint_arg(&tmp.join("chk")),
         "--output",
         &s(&tmp.join("out")),
     ]
@@ -153,7 +153,7 @@ fn wordcount_of_a_licence_is_exact() {
             "--parallelism",
             "2",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
         ],
     ));
     run.assert_success();
@@ -188,7 +188,7 @@ fn wordcount_with_injected_failures_is_exact() {
             "--parallelism",
             "2",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
             "--inject-failures",
             "3",
             "--seed",
@@ -256,7 +256,7 @@ fn wordcount_big_input_with_failures_and_checkpoints_is_exact() {
             "--parallelism",
             "2",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
             "--inject-failures",
             "3",
             "--seed",
@@ -313,7 +313,7 @@ fn keyed_count_with_ten_failures(seed: &str) {
             "1000",
             "--verify",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
             "--output",
             &s(&o),
         ],
@@ -357,7 +357,7 @@ fn kill_damage_restore(
 ) -> (Run, u64, u64, PathBuf) {
     let (d, o) = (tmp.join("chk"), tmp.join("out"));
     let (n, keys) = (150_000u64, 1000u64);
-    let (chk, out) = (s(&d), s(&o));
+    let (chk, out) = (checkpoint_arg(&d), s(&o));
     let args = |restore: bool| {
         let extra = [
             "--checkpoint-interval",
@@ -375,15 +375,18 @@ fn kill_damage_restore(
     let mut child = spawn_logged(&mut weir(tmp, args(false)), &tmp.join("first.log"));
     wait_for_checkpoints(&mut child, &job, 3, Duration::from_secs(20));
     sigkill_running(&mut child, "first run");
+    wait_for_dead_lease();
     let ids = completed_checkpoints(&job);
     let (newest, older) = (ids[ids.len() - 1], ids[ids.len() - 2]);
-    let damaged = damage(&job.join(format!("chk-{newest}")));
+    // Where the checkpoints are: `job` itself, or its twin on S3.
+    let stored = checkpoint_dir(&d).join("keyed-count");
+    let damaged = damage(&stored.join(format!("chk-{newest}")));
     let run = run(&mut weir(tmp, args(true)));
     run.assert_success();
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert_eq!(
         restored_from(&run.stdout),
-        Some(job.join(format!("chk-{older}"))),
+        Some(stored.join(format!("chk-{older}"))),
         "did not fall back to the next newest checkpoint\n{}",
         run.describe()
     );
@@ -397,17 +400,14 @@ fn kill_damage_restore(
 fn corrupted_state_file_in_newest_checkpoint_is_skipped() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, newest, _, file) = kill_damage_restore(tmp.path(), |chk| {
-        let mut files: Vec<PathBuf> = fs::read_dir(chk.join("count"))
-            .expect("count state folder")
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        let f = files.into_iter().next().expect("a keyed state file");
-        let mut bytes = fs::read(&f).unwrap();
+        let state = chk.join("count");
+        let first = list_folder(&state).into_iter().next();
+        let f = state.join(first.expect("a keyed state file"));
+        let mut bytes = read_object(&f);
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xff;
         bytes[mid + 1] ^= 0x5a;
-        fs::write(&f, bytes).unwrap();
+        write_object(&f, &bytes);
         f
     });
     assert_skipped_and_named(&run, newest, &file, "corrupt");
@@ -439,13 +439,8 @@ fn truncated_metadata_in_newest_checkpoint_is_skipped() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, newest, _, file) = kill_damage_restore(tmp.path(), |chk| {
         let f = chk.join("_metadata");
-        let len = fs::metadata(&f).unwrap().len();
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&f)
-            .unwrap()
-            .set_len(len / 2)
-            .unwrap();
+        let bytes = read_object(&f);
+        write_object(&f, &bytes[..bytes.len() / 2]);
         f
     });
     assert_skipped_and_named(&run, newest, &file, "truncat");
@@ -469,7 +464,7 @@ fn missing_input_file_is_named() {
             "--output",
             &s(&tmp.path().join("out")),
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
         ],
     ));
     assert_short_clean_error(&run, 1, &[&s(&missing)]);
@@ -586,7 +581,7 @@ fn foreign_output_folder_is_refused_and_untouched() {
             "--events",
             "1000",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
             "--output",
             &s(&o),
         ],
@@ -606,9 +601,14 @@ fn restore_latest_without_checkpoints_starts_fresh() {
         let d = tmp.path().join("chk");
         fs::create_dir(&d).unwrap();
         if incomplete {
-            let half = d.join("keyed-count/chk-7/count");
-            fs::create_dir_all(&half).unwrap();
-            fs::write(half.join("kg-0-128"), b"half-written").unwrap();
+            // A checkpoint cut short: a state file and no `_metadata` (on S3, in the twin).
+            let half = checkpoint_dir(&d).join("keyed-count/chk-7/count");
+            if on_s3() {
+                write_object(&half.join("kg-0-128"), b"half-written");
+            } else {
+                fs::create_dir_all(&half).unwrap();
+                fs::write(half.join("kg-0-128"), b"half-written").unwrap();
+            }
         }
         let run = run(&mut weir(
             tmp.path(),
@@ -647,7 +647,7 @@ fn verify_checks_every_update_in_the_output() {
             "updates",
             "--verify",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
             "--output",
             &s(&tmp.path().join("out")),
         ],
@@ -668,7 +668,7 @@ fn verify_reads_what_a_files_sink_committed() {
     let tmp = tempfile::tempdir().unwrap();
     let (d, out) = (tmp.path().join("chk"), tmp.path().join("sink"));
     let (n, keys) = (200_000u64, 13u64);
-    let (chk, sink) = (s(&d), format!("files:{}", s(&out)));
+    let (chk, sink) = (checkpoint_arg(&d), format!("files:{}", s(&out)));
     let args = |restore: bool| {
         let extra = [
             "--emit",
@@ -691,6 +691,7 @@ fn verify_reads_what_a_files_sink_committed() {
     );
     wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(30));
     sigkill_running(&mut child, "the first run");
+    wait_for_dead_lease();
     // A committed-looking file with a count key 0 already has.
     fs::write(out.join("part-planted.tsv"), "0\t1\n").unwrap();
     let run = run(&mut weir(tmp.path(), args(true)));

@@ -146,7 +146,7 @@ fn wordcount_files_source_jsonl_sink_and_plain_run_count_the_words_exactly() {
             "--output",
             &s(&tmp.path().join("plain")),
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk1")),
+            &checkpoint_arg(&tmp.path().join("chk1")),
         ],
     ));
     plain.assert_success();
@@ -178,7 +178,7 @@ fn wordcount_files_source_jsonl_sink_and_plain_run_count_the_words_exactly() {
             "--sink-format",
             "jsonl",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk2")),
+            &checkpoint_arg(&tmp.path().join("chk2")),
         ],
     ));
     run.assert_success();

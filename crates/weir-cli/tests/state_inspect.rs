@@ -68,13 +68,21 @@ fn newest_checkpoint(job_dir: &Path) -> PathBuf {
 /// Runs keyed-count (2 subtasks, rate-limited so that checkpoints complete while it runs)
 /// in `cwd` and returns its job folder.
 fn run_keyed_count(cwd: &Path, events: u64, rate: u64) -> PathBuf {
-    let r = run(&mut weir(cwd, keyed_count_args(events, rate, 2, None)));
+    let r = run(&mut weir(cwd, keyed_count_args(cwd, events, rate, 2, None)));
     r.assert_success();
-    cwd.join("ck").join("keyed-count")
+    checkpoint_dir(&cwd.join("ck")).join("keyed-count")
 }
 
-/// The arguments of a keyed-count run into `<cwd>/ck`, writing into `out` unless `None`.
-fn keyed_count_args(events: u64, rate: u64, parallelism: u32, out: Option<&str>) -> Vec<String> {
+/// The arguments of a keyed-count run into `<cwd>/ck` (or its twin on S3), writing into
+/// `out` unless `None`.
+fn keyed_count_args(
+    cwd: &Path,
+    events: u64,
+    rate: u64,
+    parallelism: u32,
+    out: Option<&str>,
+) -> Vec<String> {
+    let ck = checkpoint_arg(&cwd.join("ck"));
     let mut a: Vec<String> = [
         "run",
         "keyed-count",
@@ -89,7 +97,7 @@ fn keyed_count_args(events: u64, rate: u64, parallelism: u32, out: Option<&str>)
         "--checkpoint-interval",
         "50ms",
         "--checkpoint-dir",
-        "ck",
+        &ck,
     ]
     .map(String::from)
     .to_vec();
@@ -104,26 +112,23 @@ fn keyed_count_args(events: u64, rate: u64, parallelism: u32, out: Option<&str>)
 /// checkpoints completed, so that its newest checkpoint is a mid-run one (not the final
 /// checkpoint every bounded run ends with, taken after the end of input); returns it.
 fn kill_keyed_count_mid_run(cwd: &Path) -> PathBuf {
-    let job = cwd.join("ck").join("keyed-count");
+    let job = checkpoint_dir(&cwd.join("ck")).join("keyed-count");
     let mut child = spawn_logged(
-        &mut weir(cwd, keyed_count_args(EVENTS, EVENTS / 5, 2, None)),
+        &mut weir(cwd, keyed_count_args(cwd, EVENTS, EVENTS / 5, 2, None)),
         &cwd.join("killed.log"),
     );
     wait_for_checkpoints(&mut child, &job, 2, std::time::Duration::from_secs(30));
     sigkill_running(&mut child, "keyed-count");
+    wait_for_dead_lease();
     newest_checkpoint(&job)
 }
 
+/// Copies the checkpoint folder `from` (local, or on S3) to the local folder `to`.
 fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("create copy");
-    for e in fs::read_dir(from).expect("read_dir") {
-        let p = e.expect("entry").path();
-        let target = to.join(p.file_name().expect("file name"));
-        if p.is_dir() {
-            copy_dir(&p, &target);
-        } else {
-            fs::copy(&p, &target).expect("copy file");
-        }
+    for (rel, bytes) in stored_tree(from) {
+        let target = to.join(rel);
+        fs::create_dir_all(target.parent().expect("a folder")).expect("create copy");
+        fs::write(&target, bytes).expect("copy file");
     }
 }
 
@@ -150,7 +155,12 @@ fn ls_state<'a>(ls: &'a Value, uid: &str, name: &str) -> &'a Value {
 fn keyed_count_ls_and_dump_agree_with_each_other_and_the_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let chk = kill_keyed_count_mid_run(tmp.path());
-    let before = tree(&chk);
+    let before = stored_tree(&chk);
+    assert!(
+        before.contains_key(Path::new("_metadata")),
+        "{:?}",
+        before.keys()
+    );
     let c = s(&chk);
     let id: u64 = chk
         .file_name()
@@ -342,11 +352,14 @@ fn keyed_count_ls_and_dump_agree_with_each_other_and_the_run() {
         assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{g}");
     }
 
-    assert!(tree(&chk) == before, "inspecting changed the checkpoint");
+    assert!(
+        stored_tree(&chk) == before,
+        "inspecting changed the checkpoint"
+    );
 
     // Restored at parallelism 3, the run reads only the events after the checkpoint and
     // its counts are exact.
-    let mut args = keyed_count_args(EVENTS, 1_000_000, 3, Some("out"));
+    let mut args = keyed_count_args(tmp.path(), EVENTS, 1_000_000, 3, Some("out"));
     args.extend(["--restore".into(), c.clone(), "--verify".into()]);
     let r = run(&mut weir(tmp.path(), args));
     r.assert_success();
@@ -389,10 +402,10 @@ fn wordcount_states_decode_and_match_the_input_read_so_far() {
             "20ms",
             "--discard-output",
             "--checkpoint-dir",
-            "ck",
+            &checkpoint_arg(&tmp.path().join("ck")),
         ],
     );
-    let chk = newest_checkpoint(&tmp.path().join("ck").join("wordcount"));
+    let chk = newest_checkpoint(&checkpoint_dir(&tmp.path().join("ck")).join("wordcount"));
     let c = s(&chk);
 
     let files = json(&weir_ok(

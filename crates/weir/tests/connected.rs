@@ -385,7 +385,7 @@ fn keyed_co_process_is_exactly_once_under_failures_with_a_held_back_input() {
         cfg,
         BOUND_MS,
         GeneratorSource::new(n1),
-        GeneratorSource::new(n2).with_rate(Some(40_000.0)),
+        GeneratorSource::new(n2).with_rate(Some(common::paced(40_000.0))),
     );
     let r = r.unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);

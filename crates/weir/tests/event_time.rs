@@ -277,7 +277,7 @@ fn event_time_timers_fire_exactly_once_under_failures() {
         cfg.checkpointing.interval = Some(Duration::from_millis(10));
         cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, seed, n / 4));
         let probes = Probes::default();
-        let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+        let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
         let (rows, r) = run(cfg, source, &probes);
         let r = r.unwrap();
         assert_eq!(r.injected_failures.unwrap().0, 4);

@@ -124,13 +124,16 @@ fn run_sink_job_at<S: TwoPhaseCommitSink<(u64, u64)>>(
     rate: f64,
 ) -> JobResult {
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", GeneratorSource::new(n).with_rate(Some(rate)))
-        .uid("events")
-        .key_by(move |i: &u64| i % keys)
-        .process(Sequence::default())
-        .uid("seq")
-        .add_sink("files", TwoPhaseCommit::new(sink))
-        .uid("files");
+    env.add_source(
+        "events",
+        GeneratorSource::new(n).with_rate(Some(common::paced(rate))),
+    )
+    .uid("events")
+    .key_by(move |i: &u64| i % keys)
+    .process(Sequence::default())
+    .uid("seq")
+    .add_sink("files", TwoPhaseCommit::new(sink))
+    .uid("files");
     env.execute().unwrap()
 }
 

@@ -43,7 +43,7 @@ fn run_join(
 ) -> Vec<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("join-by-hand");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let key: fn(&Ev) -> u64 = |e| e.0;
@@ -100,7 +100,7 @@ fn buffered_left_records_meet_later_right_ones() {
 fn bounds_in_the_wrong_order_are_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("join-bad-bounds");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let a = env.add_source("a", GeneratorSource::new(1)).key_by(|i| *i);
     let b = env.add_source("b", GeneratorSource::new(1)).key_by(|i| *i);
@@ -118,7 +118,7 @@ fn bounds_in_the_wrong_order_are_a_clear_error() {
 fn inputs_without_timestamps_are_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("join-no-timestamps");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let a = env.add_source("a", GeneratorSource::new(3)).key_by(|i| *i);
     let b = env.add_source("b", GeneratorSource::new(3)).key_by(|i| *i);
@@ -148,7 +148,7 @@ const RESCALE_BOUND_MS: u64 = 30_000;
 const RATE: f64 = 40_000.0;
 
 fn paced(n: u64) -> GeneratorSource {
-    GeneratorSource::new(n).with_rate(Some(RATE))
+    GeneratorSource::new(n).with_rate(Some(common::paced(RATE)))
 }
 
 fn ts(i: u64) -> u64 {

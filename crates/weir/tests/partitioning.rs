@@ -1,5 +1,7 @@
 //! Partitioners and planning checks at job level: broadcast, rebalance, forward, uids.
 
+mod common;
+
 use std::time::Duration;
 
 use weir::prelude::*;
@@ -7,7 +9,7 @@ use weir::prelude::*;
 fn config(name: &str, dir: &std::path::Path) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = 2;
-    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpoint_dir = common::checkpoint_dir(dir);
     c.checkpointing.interval = Some(Duration::from_millis(20));
     c
 }

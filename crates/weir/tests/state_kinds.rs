@@ -129,7 +129,10 @@ fn expected(n: u64) -> HashMap<u64, Summary> {
 }
 
 fn run(cfg: JobConfig, n: u64, rate: Option<f64>) -> (HashMap<u64, Summary>, JobResult) {
-    let (got, r) = run_over(cfg, GeneratorSource::new(n).with_rate(rate));
+    let (got, r) = run_over(
+        cfg,
+        GeneratorSource::new(n).with_rate(rate.map(common::paced)),
+    );
     (got, r.unwrap())
 }
 

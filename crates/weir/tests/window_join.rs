@@ -35,7 +35,7 @@ const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (
 fn tumbling_window_join_by_hand() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("window-join-by-hand");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let l = input(&env, "left", &SLOW_LEFT, true);
@@ -66,7 +66,7 @@ fn tumbling_window_join_by_hand() {
 fn a_session_window_join_is_refused_naming_the_alternatives() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("window-join-sessions");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     let l = input(&env, "left", &SLOW_LEFT, false);
@@ -207,7 +207,7 @@ fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
 }
 
 fn paced(n: u64) -> GeneratorSource {
-    GeneratorSource::new(n).with_rate(Some(40_000.0))
+    GeneratorSource::new(n).with_rate(Some(common::paced(40_000.0)))
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! `window_all`: windows over a whole stream, not keyed, at parallelism 1, against
 //! hand-computed truth while the rest of the job runs at parallelism 2.
 
+mod common;
+
 use std::time::Duration;
 
 use weir::prelude::*;
@@ -13,7 +15,7 @@ fn run<O: weir::state::Data + Ord>(
 ) -> Vec<O> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.parallelism = 2;
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();

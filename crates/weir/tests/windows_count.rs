@@ -13,7 +13,7 @@ use weir::prelude::*;
 fn count_windows_by_hand() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("count-windows");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     env.add_source("numbers", GeneratorSource::new(10))
@@ -97,20 +97,23 @@ fn count_windows_are_exactly_once_under_failures() {
     let out = CollectSink::new();
     // Which records share a window depends on how the two sources interleave; how many
     // windows each key fills, and the total of their sums, do not.
-    env.add_source("gen", GeneratorSource::new(n).with_rate(Some(100_000.0)))
-        .uid("gen")
-        .map(|i| (i % KEYS, i))
-        .uid("pairs")
-        .key_by(|r: &(u64, u64)| r.0)
-        .count_window(SIZE)
-        .unwrap()
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .uid("windows")
-        .key_by(|r: &(u64, u64)| r.0)
-        .process(Totals::default())
-        .uid("totals")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+    env.add_source(
+        "gen",
+        GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0))),
+    )
+    .uid("gen")
+    .map(|i| (i % KEYS, i))
+    .uid("pairs")
+    .key_by(|r: &(u64, u64)| r.0)
+    .count_window(SIZE)
+    .unwrap()
+    .reduce(|a, b| (a.0, a.1 + b.1))
+    .uid("windows")
+    .key_by(|r: &(u64, u64)| r.0)
+    .process(Totals::default())
+    .uid("totals")
+    .add_sink("collect", out.clone())
+    .uid("sink");
     let r = env.execute().unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 3);
     weir::testing::assert_resumed(&r, n);

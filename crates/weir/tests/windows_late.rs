@@ -21,7 +21,7 @@ type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
 fn run(events: &'static [Ev], slide: Option<u64>, lateness: u64, side_output: bool) -> Rows {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("windows-late");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let (results, late) = (CollectSink::new(), CollectSink::new());
     let keyed = env
@@ -212,7 +212,7 @@ fn windows_kept_for_their_lateness_are_exactly_once_under_failures() {
     let (results, late) = (CollectSink::new(), CollectSink::new());
     let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
         .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
     // Windows stay three windows long after they fire: open and fired-but-kept windows
     // are both in the checkpoints the failures restore.
     let out = env

@@ -31,7 +31,7 @@ fn values(k: &u64, w: TimeWindow, elements: &[Ev], out: &mut Collector<'_, Row>)
 fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> (Vec<Row>, Vec<Ev>) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("windows-process");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let (results, late) = (CollectSink::new(), CollectSink::new());
     let out = env
@@ -176,7 +176,7 @@ fn process_windows_are_exactly_once_under_failures() {
     let out = CollectSink::new();
     let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
         .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
     env.add_source_with_watermarks("gen", source, strategy)
         .uid("gen")
         .key_by(|i: &u64| i % KEYS)

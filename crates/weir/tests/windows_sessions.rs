@@ -21,7 +21,7 @@ type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
 fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A, lateness: u64) -> Result<Rows> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("sessions");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     let (results, late) = (CollectSink::new(), CollectSink::new());
@@ -154,7 +154,7 @@ impl AggregateFunction<Ev, u64, u64> for SumNoMerge {
 fn merging_sessions_of_an_aggregate_without_merge_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("sessions-no-merge");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     env.add_source("events", GeneratorSource::new(FIXED.len() as u64))
@@ -299,7 +299,7 @@ fn sessions_are_exactly_once_under_failures() {
     cfg.auto_watermark_interval = Duration::from_millis(5);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
     let (rows, r) = run_sessions(cfg, source);
     let r = r.unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);

@@ -57,6 +57,39 @@ pub fn checkpoint_dir(dir: &Path) -> PathBuf {
     PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
 }
 
+/// The backend rooted at the folder holding `path` and `path`'s name in it, for
+/// [`read_object`] and [`write_object`].
+fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
+    let parent = path.parent().expect("a file path has a folder");
+    let name = path.file_name().expect("a file name").to_string_lossy();
+    (
+        weir::storage::open_backend(parent).unwrap(),
+        name.into_owned(),
+    )
+}
+
+/// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).
+pub fn read_object(path: &Path) -> Vec<u8> {
+    let (backend, name) = parent_backend(path);
+    backend.get(&name, None).unwrap()
+}
+
+/// Replaces the checkpoint file at `path` (a local path or an `s3://` URL) with `bytes`,
+/// as a damaged disk or a careless hand would.
+pub fn write_object(path: &Path, bytes: &[u8]) {
+    let (backend, name) = parent_backend(path);
+    let mut w = backend.put(&name).unwrap();
+    w.write(bytes).unwrap();
+    w.commit(&[]).unwrap();
+}
+
+/// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
+pub fn list_folder(path: &Path) -> Vec<String> {
+    let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
+    names.sort();
+    names
+}
+
 /// [`checkpoint_dir`] as a `--checkpoint-dir` argument.
 pub fn checkpoint_arg(dir: &Path) -> String {
     checkpoint_dir(dir).to_string_lossy().into_owned()
@@ -535,6 +568,32 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out);
+    out
+}
+
+/// Every file under the checkpoint folder `root` (a local path or an `s3://` URL) by its
+/// path relative to `root`, with its bytes: [`tree`] on whichever storage holds it.
+pub fn stored_tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    if !on_s3() || !root.to_string_lossy().contains("://") {
+        return tree(root);
+    }
+    let backend = weir::storage::open_backend(root).unwrap();
+    let (mut out, mut folders) = (BTreeMap::new(), vec![String::new()]);
+    while let Some(folder) = folders.pop() {
+        for name in backend.list(&folder).unwrap() {
+            let key = match folder.as_str() {
+                "" => name,
+                f => format!("{f}/{name}"),
+            };
+            match backend.size(&key) {
+                Ok(_) => {
+                    let bytes = backend.get(&key, None).unwrap();
+                    out.insert(PathBuf::from(&key), bytes);
+                }
+                Err(_) => folders.push(key),
+            }
+        }
+    }
     out
 }
 

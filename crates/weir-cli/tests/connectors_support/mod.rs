@@ -33,7 +33,7 @@ pub fn keyed_count_updates(
         "--sink",
         sink,
         "--checkpoint-dir",
-        &s(chk),
+        &checkpoint_arg(chk),
         "--restart-delay",
         "5ms",
     ]

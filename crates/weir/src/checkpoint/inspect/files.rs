@@ -55,16 +55,20 @@ pub(super) fn envelope_len() -> u64 {
     (super::super::format::HEADER_LEN + super::super::format::TRAILER_LEN) as u64
 }
 
-/// Ids of the complete checkpoints directly under `dir`, ascending; empty if unreadable.
+/// Ids of the complete checkpoints directly under `dir` (a local folder or an `s3://`
+/// prefix: read through its storage backend), ascending; empty if unreadable.
 pub(super) fn complete_checkpoints_in(dir: &Path) -> Vec<u64> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(backend) = crate::storage::open_backend(dir) else {
         return Vec::new();
     };
-    let mut ids: Vec<u64> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let id = e.file_name().to_str().and_then(parse_checkpoint_dir_name)?;
-            e.path().join(METADATA_FILE_NAME).is_file().then_some(id)
+    let mut ids: Vec<u64> = backend
+        .list("")
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| {
+            let id = parse_checkpoint_dir_name(name)?;
+            let meta = format!("{name}/{METADATA_FILE_NAME}");
+            backend.size(&meta).is_ok().then_some(id)
         })
         .collect();
     ids.sort_unstable();
