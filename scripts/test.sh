@@ -3,7 +3,7 @@
 # this machine lacks: the connector tests start their own PostgreSQL and nats-server on
 # loopback, from Debian's packages; the S3 tests start moto's S3 server (`moto_server`, from
 # PyPI); the dashboard's browser test drives Debian's headless `chromium`. Arguments are
-# passed on to `cargo test`.
+# passed on to `cargo test` (and then only that runs).
 #
 #   scripts/test.sh                      # everything
 #   scripts/test.sh -p weir --test rescale
@@ -37,7 +37,11 @@ if ! command -v moto_server >/dev/null 2>&1; then
     hash -r
 fi
 
-if [ $# -eq 0 ]; then
-    set -- --workspace --all-features
+if [ $# -gt 0 ]; then
+    exec cargo test "$@"
 fi
-exec cargo test "$@"
+cargo test --workspace --all-features
+# Then the representative recovery tests once more with every checkpoint on S3 (moto on
+# loopback; about 1.5 min on 2 cores, reusing the build above). scripts/test-s3.sh with no
+# argument runs every test whose checkpoints can live on S3.
+exec scripts/test-s3.sh --ci
