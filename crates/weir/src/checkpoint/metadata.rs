@@ -102,6 +102,36 @@ pub struct CheckpointMetadata {
     /// and run it was written for (layout 4; empty before). A restore verifies them, so a
     /// file copied in from another checkpoint or run is refused like a corrupted one.
     pub files: Vec<FileOrigin>,
+    /// The channel-state files of an unaligned checkpoint: the records that were in flight,
+    /// per receiving subtask and input channel (appended in metadata layout 5; empty for
+    /// aligned checkpoints and older layouts). Each is also in [`files`](Self::files).
+    pub channel_state: Vec<ChannelStateRef>,
+    /// How many tasks took their snapshot unaligned (layout 5): zero means the checkpoint
+    /// was aligned everywhere, which is what the run summary and `weir status` report.
+    pub unaligned_tasks: u32,
+}
+
+/// One channel-state file of a checkpoint (metadata layout 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStateRef {
+    /// The receiving task's head operator, whose folder holds the file.
+    pub uid: String,
+    /// The receiving subtask.
+    pub subtask: u32,
+    /// The receiving operator's parallelism when the checkpoint was taken.
+    pub parallelism: u32,
+    /// The input channel at that subtask (over all its inputs, in edge order).
+    pub channel: u32,
+    /// The input edge of the channel (position among the task's inputs).
+    pub edge: u32,
+    /// The sending subtask on that edge.
+    pub sender: u32,
+    /// Records saved.
+    pub records: u64,
+    /// Encoded bytes of those records (what `weir checkpoints inspect` reports).
+    pub in_flight_bytes: u64,
+    /// The file.
+    pub file: FileRef,
 }
 
 /// What ties a state file to its checkpoint (metadata layout 4).
@@ -186,11 +216,29 @@ struct Layout2 {
     weir_version: String,
 }
 
-/// Layout 3 appended the source positions (layout 4 then the file origins and run id).
+/// Layout 3 appended the source positions.
 #[derive(Deserialize)]
 struct Layout3 {
     layout2: Layout2,
     sources: Vec<SourceProgress>,
+}
+
+/// Layout 4 appended the run id and the file origins (layout 5 then the channel state).
+#[derive(Deserialize)]
+struct Layout4 {
+    layout3: Layout3,
+    run_id: String,
+    files: Vec<FileOrigin>,
+}
+
+impl From<Layout4> for CheckpointMetadata {
+    fn from(v4: Layout4) -> Self {
+        CheckpointMetadata {
+            run_id: v4.run_id,
+            files: v4.files,
+            ..v4.layout3.into()
+        }
+    }
 }
 
 impl From<Layout3> for CheckpointMetadata {
@@ -219,6 +267,8 @@ impl From<Layout3> for CheckpointMetadata {
             sources,
             run_id: String::new(),
             files: Vec::new(),
+            channel_state: Vec::new(),
+            unaligned_tasks: 0,
         }
     }
 }
@@ -229,6 +279,9 @@ impl CheckpointMetadata {
     pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
+        }
+        if let Ok(v4) = postcard::from_bytes::<Layout4>(payload) {
+            return Ok(v4.into());
         }
         if let Ok(v3) = postcard::from_bytes::<Layout3>(payload) {
             return Ok(v3.into());
@@ -308,19 +361,67 @@ mod tests {
             sources,
             run_id: String::new(),
             files: Vec::new(),
+            channel_state: Vec::new(),
+            unaligned_tasks: 0,
         }
+    }
+
+    /// Layout 4's bytes: layout 5 without its two trailing fields.
+    fn layout_4_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
+        let mut bytes = postcard::to_allocvec(meta).unwrap();
+        assert!(meta.channel_state.is_empty() && meta.unaligned_tasks == 0);
+        assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
+        bytes
     }
 
     /// Layout 3's bytes: layout 4 without its two trailing fields.
     fn layout_3_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
-        let mut bytes = postcard::to_allocvec(meta).unwrap();
+        let mut bytes = layout_4_bytes(meta);
         assert!(meta.run_id.is_empty() && meta.files.is_empty());
         assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
         bytes
     }
 
     #[test]
-    fn layout_4_round_trips_its_file_origins_and_checks_them() {
+    fn layout_5_round_trips_its_channel_state() {
+        let mut meta = sample_meta(Vec::new());
+        meta.run_id = "run-a".into();
+        meta.unaligned_tasks = 2;
+        meta.channel_state = vec![ChannelStateRef {
+            uid: "sink".into(),
+            subtask: 1,
+            parallelism: 2,
+            channel: 3,
+            edge: 0,
+            sender: 3,
+            records: 10,
+            in_flight_bytes: 80,
+            file: FileRef {
+                path: "sink/ch-1-3".into(),
+                size: 120,
+            },
+        }];
+        let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+        assert_eq!(back, meta);
+    }
+
+    #[test]
+    fn layout_4_still_decodes_without_channel_state() {
+        let mut meta = sample_meta(Vec::new());
+        meta.run_id = "run-a".into();
+        meta.files = vec![FileOrigin {
+            path: "count/kg-0-63".into(),
+            crc32c: 7,
+            checkpoint_id: 7,
+            run_id: "run-a".into(),
+        }];
+        let back = CheckpointMetadata::decode(&layout_4_bytes(&meta)).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.expected_crc("count/kg-0-63"), Ok(Some(7)));
+    }
+
+    #[test]
+    fn layout_5_checks_its_file_origins() {
         let mut meta = sample_meta(Vec::new());
         meta.run_id = "run-a".into();
         meta.files = vec![FileOrigin {

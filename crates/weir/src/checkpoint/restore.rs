@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::layout::{self, KeyedStateFileRef, OperatorStateFile};
+use super::layout::{self, ChannelStateFile, KeyedStateFileRef, OperatorStateFile};
 use super::metadata::CheckpointMetadata;
 use super::shared_bytes::SharedBytes;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
@@ -33,6 +33,9 @@ pub struct RestoredCheckpoint {
     pub meta: CheckpointMetadata,
     operator_state: HashMap<String, Vec<Option<OperatorStateFile>>>,
     keyed_state: HashMap<String, Vec<LoadedKeyedFile>>,
+    /// Channel state (unaligned checkpoints) by receiving operator: its parallelism when
+    /// the checkpoint was taken and its files, decoded and checked.
+    channel_state: HashMap<String, (u32, Vec<ChannelStateFile>)>,
 }
 
 /// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
@@ -131,12 +134,47 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         }
         operator_state.insert(op.uid.clone(), per_subtask);
     }
+    let channel_state = load_channel_state(path, &meta)?;
     Ok(RestoredCheckpoint {
         path: path.to_path_buf(),
         meta,
         operator_state,
         keyed_state,
+        channel_state,
     })
+}
+
+/// Reads, verifies and decodes every channel-state file `meta` names (metadata layout 5),
+/// so that a damaged one rejects the checkpoint before any task starts, like any other
+/// state file.
+fn load_channel_state(
+    path: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<HashMap<String, (u32, Vec<ChannelStateFile>)>> {
+    let mut out: HashMap<String, (u32, Vec<ChannelStateFile>)> = HashMap::new();
+    for r in &meta.channel_state {
+        let crc = expected_crc(path, meta, &r.file.path)?;
+        let bytes = read_state_file(path, &r.file.path, layout::CHANNEL_STATE_KIND, crc)?;
+        let shown = path.join(&r.file.path);
+        let file = ChannelStateFile::decode(&bytes, &shown.display().to_string())?;
+        if (file.subtask, file.channel) != (r.subtask, r.channel) || r.subtask >= r.parallelism {
+            return Err(Error::Restore(format!(
+                "{}: holds subtask {} channel {}, but the metadata names it for subtask {} \
+                 channel {} of {}; the checkpoint is inconsistent, restore from another one",
+                shown.display(),
+                file.subtask,
+                file.channel,
+                r.subtask,
+                r.channel,
+                r.parallelism
+            )));
+        }
+        let entry = out
+            .entry(r.uid.clone())
+            .or_insert((r.parallelism, Vec::new()));
+        entry.1.push(file);
+    }
+    Ok(out)
 }
 
 /// A checkpoint being loaded on a background thread, so that reading and verifying it
@@ -234,9 +272,48 @@ impl RestoredCheckpoint {
         )))
     }
 
-    /// The uids that have state in this checkpoint.
+    /// The uids that have state in this checkpoint (channel state included).
     pub fn uids(&self) -> impl Iterator<Item = &str> {
-        self.meta.operators.iter().map(|o| o.uid.as_str())
+        let stateless = self
+            .channel_state
+            .keys()
+            .filter(|u| !self.meta.operators.iter().any(|o| &o.uid == *u));
+        self.meta
+            .operators
+            .iter()
+            .map(|o| o.uid.as_str())
+            .chain(stateless.map(String::as_str))
+    }
+
+    /// The channel state subtask `subtask` of `parallelism` of operator `uid` replays
+    /// before any new input: at the parallelism of the checkpoint, the subtask's own files;
+    /// at another, the files of the old subtasks `j` with `j % parallelism == subtask`.
+    /// The caller refuses the latter for a keyed input, whose records must reach the
+    /// owner of their key group (`keyed`: the operator has one).
+    pub fn channel_state_for(
+        &self,
+        uid: &str,
+        subtask: u32,
+        parallelism: u32,
+        keyed: bool,
+    ) -> Result<Vec<ChannelStateFile>> {
+        let Some((old, files)) = self.channel_state.get(uid) else {
+            return Ok(Vec::new());
+        };
+        if *old != parallelism && keyed {
+            return Err(Error::Restore(format!(
+                "{} is an unaligned checkpoint with records in flight to keyed operator '{uid}' \
+                 at parallelism {old}; restoring them at parallelism {parallelism} is not \
+                 supported yet: restore at parallelism {old}, take a savepoint (savepoints are \
+                 always aligned) and restore that at the new parallelism",
+                self.path.display()
+            )));
+        }
+        Ok(files
+            .iter()
+            .filter(|f| f.subtask % parallelism == subtask)
+            .cloned()
+            .collect())
     }
 
     /// Subtask `subtask` of `parallelism`'s share of operator `uid`'s state: its operator
@@ -375,9 +452,12 @@ mod tests {
                 sources: Vec::new(),
                 run_id: String::new(),
                 files: Vec::new(),
+                channel_state: Vec::new(),
+                unaligned_tasks: 0,
             },
             operator_state: HashMap::new(),
             keyed_state: HashMap::new(),
+            channel_state: HashMap::new(),
         }
     }
 

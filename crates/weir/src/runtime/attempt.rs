@@ -442,6 +442,17 @@ impl AttemptRun<'_, '_> {
             max_sync: max(|a| a.stats.sync_micros),
             max_alignment: max(|a| a.stats.alignment_micros),
             source_records,
+            unaligned_tasks: acks.iter().filter(|a| a.unaligned).count() as u32,
+            in_flight_records: acks
+                .iter()
+                .flat_map(|a| &a.channel_state)
+                .map(|c| c.records)
+                .sum(),
+            in_flight_bytes: acks
+                .iter()
+                .flat_map(|a| &a.channel_state)
+                .map(|c| c.in_flight_bytes)
+                .sum(),
         });
         self.checkpoints.on_metadata_written(id, Instant::now())
     }

@@ -10,9 +10,13 @@ use crossbeam_channel::{unbounded, Sender};
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
 use crate::runtime::executor::Executor;
-use crate::runtime::graph::{AnyBox, NodeKind, Partitioning, TaskBody};
+use crate::runtime::graph::{
+    AnyBox, InputSetup, NodeKind, Partitioning, TaskBody, UnalignedWiring,
+};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::task::{Control, TaskContext, TaskEvent};
+use crate::runtime::unaligned::capture::ChannelOrigin;
+use crate::runtime::unaligned::lane::{lane, LaneReceiver, LaneSender};
 
 /// A running attempt: the control channels and threads of its tasks.
 pub(crate) struct Attempt {
@@ -38,6 +42,40 @@ impl Attempt {
         drop(self.controls);
         for h in self.handles {
             let _ = h.join(); // task panics were caught inside the thread
+        }
+    }
+}
+
+/// The priority lanes of one edge (unaligned checkpoints), laid out like its channels:
+/// per sending subtask its lanes in receiver order, per receiving subtask its lanes in
+/// sender order with each one's sending subtask. Empty when the edge has none.
+#[derive(Default)]
+struct EdgeLanes {
+    senders: Vec<Option<Vec<LaneSender>>>,
+    receivers: Vec<Option<(Vec<LaneReceiver>, Vec<u32>)>>,
+}
+
+impl EdgeLanes {
+    /// A lane per channel of an edge from `senders` to `receivers` subtasks (`forward`:
+    /// only `i → i`), matching the channels `EdgeFactory::channels` makes.
+    fn new(senders: usize, receivers: usize, forward: bool) -> Self {
+        let mut tx: Vec<Vec<LaneSender>> = (0..senders).map(|_| Vec::new()).collect();
+        let mut rx: Vec<(Vec<LaneReceiver>, Vec<u32>)> =
+            (0..receivers).map(|_| Default::default()).collect();
+        for (s, tx_s) in tx.iter_mut().enumerate() {
+            for (r, rx_r) in rx.iter_mut().enumerate() {
+                if forward && s != r {
+                    continue;
+                }
+                let (t, v) = lane();
+                tx_s.push(t);
+                rx_r.0.push(v);
+                rx_r.1.push(s as u32);
+            }
+        }
+        EdgeLanes {
+            senders: tx.into_iter().map(Some).collect(),
+            receivers: rx.into_iter().map(Some).collect(),
         }
     }
 }
@@ -85,23 +123,33 @@ impl Executor<'_> {
         restore: Option<&RestoredCheckpoint>,
     ) -> Result<Attempt> {
         let g = self.graph;
-        // Channels for every non-chained edge.
+        let unaligned = self.cfg.checkpointing.unaligned;
+        // Channels for every non-chained edge (and, unaligned, a priority lane beside each).
         let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        let mut lanes: Vec<EdgeLanes> = Vec::new();
         for (i, e) in g.edges.iter().enumerate() {
             if self.plan.chained[i] {
                 senders.push(Vec::new());
                 receivers.push(Vec::new());
+                lanes.push(EdgeLanes::default());
                 continue;
             }
-            let (tx, rx) = e.factory.channels(
+            let (from_p, to_p) = (
                 self.plan.parallelism[e.from] as usize,
                 self.plan.parallelism[e.to] as usize,
-                self.plan.partitioning[i] == Partitioning::Forward,
-                self.cfg.channel_capacity.max(1),
             );
+            let forward = self.plan.partitioning[i] == Partitioning::Forward;
+            let (tx, rx) =
+                e.factory
+                    .channels(from_p, to_p, forward, self.cfg.channel_capacity.max(1));
             senders.push(tx.into_iter().map(Some).collect());
             receivers.push(rx.into_iter().map(Some).collect());
+            lanes.push(if unaligned {
+                EdgeLanes::new(from_p, to_p, forward)
+            } else {
+                EdgeLanes::default()
+            });
         }
         let mut controls = Vec::new();
         let mut bodies: Vec<(String, TaskBody)> = Vec::new();
@@ -116,9 +164,12 @@ impl Executor<'_> {
                     let tx = senders[e][s]
                         .take()
                         .expect("each sender is used by one task");
-                    g.edges[e]
-                        .factory
-                        .writer(tx, self.plan.partitioning[e], t.subtask)
+                    let f = &g.edges[e].factory;
+                    let w = f.writer(tx, self.plan.partitioning[e], t.subtask);
+                    match lanes[e].senders.get_mut(s).and_then(Option::take) {
+                        Some(l) => f.announcing(w, l),
+                        None => w,
+                    }
                 })
                 .collect();
             let factory = &g.nodes[tail].outputs_factory;
@@ -170,8 +221,48 @@ impl Executor<'_> {
                                 .expect("each receiver is used by one task")
                         })
                         .collect();
+                    let uid = &self.plan.uids[head];
+                    let wiring = unaligned.then(|| {
+                        let mut w = UnalignedWiring {
+                            uid: uid.clone(),
+                            lanes: Vec::new(),
+                            origins: Vec::new(),
+                            aligned_timeout: self
+                                .cfg
+                                .checkpointing
+                                .aligned_checkpoint_timeout
+                                .unwrap_or_default(),
+                        };
+                        for (edge, &e) in g.nodes[head].inputs.iter().enumerate() {
+                            let (l, senders) = lanes[e].receivers[s]
+                                .take()
+                                .expect("each lane is read by one task");
+                            w.lanes.extend(l);
+                            w.origins
+                                .extend(senders.into_iter().map(|sender| ChannelOrigin {
+                                    edge: edge as u32,
+                                    sender,
+                                }));
+                        }
+                        w
+                    });
+                    let replay = match restore {
+                        Some(r) => {
+                            let keyed = g.nodes[head]
+                                .inputs
+                                .iter()
+                                .any(|&e| self.plan.partitioning[e] == Partitioning::KeyGroups);
+                            r.channel_state_for(uid, t.subtask, t.parallelism, keyed)?
+                        }
+                        None => Vec::new(),
+                    };
+                    let setup = InputSetup {
+                        types: &g.types,
+                        replay,
+                        unaligned: wiring,
+                    };
                     let first = g.nodes[head].inputs[0];
-                    g.edges[first].factory.input_task(rx, input, ctx)
+                    g.edges[first].factory.input_task(rx, input, ctx, setup)?
                 }
             };
             bodies.push((t.name.clone(), body));

@@ -13,15 +13,15 @@
 //!   barrier; any other disconnection means the upstream task failed.
 //!
 //! Modules: [`source`] runs a source task, [`input`] an input task (and the control
-//! messages it handles between batches); this file holds what both share: the messages
+//! messages it handles between batches), [`unaligned`] an input task with unaligned
+//! checkpoints, [`replay`] replays restored channel state; this file holds what both share: the messages
 //! to and from the executor, the counters and the [`TaskContext`].
 
 mod input;
+mod replay;
 mod source;
 #[cfg(test)]
 mod tests;
-// Issue 13: not started by the graph yet (docs/architecture.md §3, what is left).
-#[allow(dead_code)]
 mod unaligned;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,8 +38,8 @@ use crate::runtime::fault::FailureInjector;
 use crate::runtime::output::TaskSnapshot;
 
 pub use input::run_input;
+pub use replay::replay_channel_state;
 pub use source::{run_source, run_source_paused_by};
-#[allow(unused_imports)]
 pub use unaligned::{run_input_unaligned, UnalignedInputs};
 
 use input::{on_control, ChannelState};

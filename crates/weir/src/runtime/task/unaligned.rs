@@ -41,6 +41,8 @@ pub struct UnalignedInputs<T> {
     pub codec: Arc<dyn RecordCodec<T>>,
     /// Alignment allowed before switching to unaligned (zero: unaligned at once).
     pub aligned_timeout: Duration,
+    /// The task's head operator: its folder holds the channel-state files.
+    pub uid: String,
 }
 
 /// What a selected operation reads (index 0 of the select is the control channel).
@@ -67,6 +69,7 @@ struct Loop<'a, T> {
     capture: ChannelCapture<T>,
     ahead: ReadAhead<T>,
     taken: Option<Taken>,
+    uid: String,
 }
 
 /// Runs an input task in unaligned mode until its end is committed and every input channel
@@ -87,6 +90,7 @@ pub fn run_input_unaligned<T: Send>(
         capture: ChannelCapture::new(inputs.codec, inputs.origins),
         ahead: ReadAhead::new(n),
         taken: None,
+        uid: inputs.uid,
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
     let mut lane_open = vec![true; n];
@@ -298,6 +302,7 @@ impl<T: Send> Loop<'_, T> {
             };
             t.snapshot.channel_state = self.capture.take(self.ctx.subtask);
             t.snapshot.unaligned = done.unaligned;
+            t.snapshot.channel_state_uid.clone_from(&self.uid);
             let id = done.barrier.id;
             self.ctx
                 .submit(id, t.snapshot, t.sync, done.alignment, t.frozen);

@@ -110,6 +110,7 @@ fn start(
             .collect(),
         codec: TypeRegistry::with_common_types().codec::<u64>().unwrap(),
         aligned_timeout: Duration::ZERO,
+        uid: "head".into(),
     };
     let chain = Box::new(Gated {
         log: log.clone(),

@@ -66,6 +66,7 @@ impl<T> ChannelCapture<T> {
     }
 
     /// Encoded bytes recorded so far (the checkpoint's persisted in-flight data).
+    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         self.batches
             .iter()
@@ -126,7 +127,7 @@ impl<T> ReadAhead<T> {
     }
 
     /// Whether channel `c` has events waiting (it must not be read for processing).
-    #[inline]
+    #[cfg(test)]
     pub fn holds(&self, c: usize) -> bool {
         !self.queues[c].is_empty()
     }
