@@ -9,9 +9,9 @@ use std::path::Path;
 
 use common::*;
 
-/// Events of the killed job: at [`SINK_RATE`] an unkilled run lasts 5 s, longer than the
+/// Events of the killed job: at [`SINK_RATE`] an unkilled run lasts 8 s, longer than the
 /// killed runs together, so the kills always hit a running job.
-const EVENTS: u64 = 200_000;
+const EVENTS: u64 = 320_000;
 /// Keys (not a divisor of [`EVENTS`]).
 const KEYS: u64 = 97;
 /// Events per second the counting stage takes; the generator emits ten times as many.

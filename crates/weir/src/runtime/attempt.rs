@@ -273,6 +273,9 @@ impl AttemptRun<'_, '_> {
                         .control
                         .update(|s| s.on_checkpoint_triggered(&barrier));
                     for s in sources {
+                        // Unaligned: a source blocked on a full channel stops waiting.
+                        let m = &self.exec.task_metrics[s];
+                        m.barrier_requested.store(true, Ordering::Relaxed);
                         let _ = self.attempt.controls[s].send(Control::Trigger(barrier));
                     }
                     Vec::new()

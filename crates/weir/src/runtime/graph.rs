@@ -149,6 +149,8 @@ pub(crate) struct UnalignedWiring {
     pub origins: Vec<ChannelOrigin>,
     /// Alignment allowed before a checkpoint switches to unaligned (zero: at once).
     pub aligned_timeout: Duration,
+    /// Most events read ahead per channel ([`UnalignedInputs::read_ahead_limit`]).
+    pub read_ahead_limit: usize,
 }
 
 /// Builds the key-group writer of a keyed edge: `(senders, max_parallelism)`.
@@ -251,6 +253,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                         codec,
                         aligned_timeout: w.aligned_timeout,
                         uid: w.uid,
+                        read_ahead_limit: w.read_ahead_limit,
                     };
                     run_input_unaligned(inputs, chain, ctx)
                 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{SendError, Sender, TrySendError};
+use crossbeam_channel::{SendError, SendTimeoutError, Sender, TrySendError};
 
 use crate::runtime::task::TaskMetrics;
 
@@ -105,15 +105,67 @@ pub(crate) fn send<E>(s: &Sender<E>, event: E, records: usize) -> Result<(), Sen
             Some(start.elapsed())
         }
     };
-    with_load(|l| {
-        if records > 0 {
-            l.records_out.fetch_add(records as u64, Relaxed);
-        }
-        if let Some(d) = blocked {
-            l.backpressured_ns.fetch_add(d.as_nanos() as u64, Relaxed);
-        }
-    });
+    with_load(|l| count_sent(l, records, blocked));
     Ok(())
+}
+
+/// How often a deferrable send into a full channel looks whether a barrier is waiting.
+const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// [`send`], except that in a source task of an unaligned job
+/// ([`TaskMetrics::deferrable`]) a send into a full channel gives `event` back instead of
+/// blocking once a barrier is waiting ([`TaskMetrics::barrier_requested`]): `Ok(Some(e))`,
+/// for the caller to keep and send before anything else on that channel. Elsewhere it
+/// blocks like [`send`] and returns `Ok(None)` once sent.
+#[inline]
+pub(crate) fn send_or_defer<E>(
+    s: &Sender<E>,
+    event: E,
+    records: usize,
+) -> Result<Option<E>, SendError<E>> {
+    let deferrable = CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|m| m.deferrable.load(Relaxed))
+            .cloned()
+    });
+    let Some(m) = deferrable else {
+        return send(s, event, records).map(|()| None);
+    };
+    let mut event = match s.try_send(event) {
+        Ok(()) => {
+            count_sent(&m.load, records, None);
+            return Ok(None);
+        }
+        Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
+        Err(TrySendError::Full(e)) => e,
+    };
+    let start = Instant::now();
+    loop {
+        if m.barrier_requested.load(Relaxed) {
+            m.load
+                .backpressured_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            return Ok(Some(event));
+        }
+        match s.send_timeout(event, DEFER_POLL) {
+            Ok(()) => {
+                count_sent(&m.load, records, Some(start.elapsed()));
+                return Ok(None);
+            }
+            Err(SendTimeoutError::Timeout(e)) => event = e,
+            Err(SendTimeoutError::Disconnected(e)) => return Err(SendError(e)),
+        }
+    }
+}
+
+fn count_sent(l: &TaskLoad, records: usize, blocked: Option<std::time::Duration>) {
+    if records > 0 {
+        l.records_out.fetch_add(records as u64, Relaxed);
+    }
+    if let Some(d) = blocked {
+        l.backpressured_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
 }
 
 /// Runs `wait` (an input task's wait for its next event), counting its time as idle.

@@ -3,6 +3,7 @@
 //! end — success, error or panic — becomes a [`TaskEvent`] for the attempt's loop.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Sender};
@@ -186,6 +187,13 @@ impl Executor<'_> {
             }
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
+            // A source of an unaligned job defers a blocked send once a barrier waits
+            // (`load::send_or_defer`); no trigger of an earlier attempt is pending.
+            let m = &self.task_metrics[ti];
+            let is_source = matches!(g.nodes[t.chain[0]].kind, NodeKind::Source(_));
+            m.deferrable
+                .store(unaligned && is_source, Ordering::Relaxed);
+            m.barrier_requested.store(false, Ordering::Relaxed);
             let ctx = TaskContext {
                 name: t.name.clone(),
                 index: ti,
@@ -232,6 +240,9 @@ impl Executor<'_> {
                                 .checkpointing
                                 .aligned_checkpoint_timeout
                                 .unwrap_or_default(),
+                            // Twice the channel's capacity and an open batch: what a
+                            // checkpoint usually finds between the queue and its marker.
+                            read_ahead_limit: 2 * self.cfg.channel_capacity.max(1) + 1,
                         };
                         for (edge, &e) in g.nodes[head].inputs.iter().enumerate() {
                             let (l, senders) = lanes[e].receivers[s]

@@ -24,7 +24,7 @@ mod source;
 mod tests;
 mod unaligned;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +114,16 @@ pub struct TaskMetrics {
     pub records_in: AtomicU64,
     /// Records out, backpressure, idle and busy time ([`crate::runtime::load`]).
     pub load: crate::runtime::load::TaskLoad,
+    /// (Unaligned checkpoints) the task is a source whose sends into a full channel may
+    /// be deferred while [`barrier_requested`](Self::barrier_requested) is set.
+    pub deferrable: AtomicBool,
+    /// (Unaligned checkpoints) the executor triggered a barrier this source has not
+    /// injected yet. A source blocked sending into a full channel would see the trigger
+    /// only once the consumer made room — under backpressure, as long as the consumer
+    /// takes to process a batch per channel — so its writers keep the batch they could
+    /// not send (sent before the barrier, so it becomes channel state) and return, and the
+    /// source injects the barrier at once ([`crate::runtime::load::send_or_defer`]).
+    pub barrier_requested: AtomicBool,
 }
 
 /// What every task loop needs besides its chain.

@@ -132,6 +132,22 @@ impl<T> ReadAhead<T> {
         !self.queues[c].is_empty()
     }
 
+    /// Events waiting from channel `c`.
+    #[inline]
+    pub fn len_of(&self, c: usize) -> usize {
+        self.queues[c].len()
+    }
+
+    /// The events waiting, channel by channel, each channel's in the order read: what a
+    /// snapshot taken now must save as channel state, since they were read from their
+    /// channels but are not processed yet.
+    pub fn waiting(&self) -> impl Iterator<Item = (usize, &Event<T>)> {
+        self.queues
+            .iter()
+            .enumerate()
+            .flat_map(|(c, q)| q.iter().map(move |e| (c, e)))
+    }
+
     /// Whether any channel has events waiting.
     #[inline]
     pub fn is_empty(&self) -> bool {
