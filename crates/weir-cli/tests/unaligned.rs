@@ -56,10 +56,12 @@ fn unaligned_summary(stdout: &str) -> Option<(u64, u64)> {
     Some((count, records))
 }
 
-fn sigkill_loop(extra: &[&str], seed: u64) {
+/// Kills the backpressured job at random moments, then resumes it to the end and checks
+/// the counts; with `inspect_newest`, first inspects the newest checkpoint the kills left.
+fn sigkill_loop(extra: &[&str], seed: u64, inspect_newest: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
-    kill_loop(
+    let newest = kill_loop(
         tmp.path(),
         &d.join("keyed-count"),
         (4, (300, 900)),
@@ -67,6 +69,29 @@ fn sigkill_loop(extra: &[&str], seed: u64) {
         |restore| args(&d, &o, extra, restore),
         |i| assert!(!o.exists(), "killed run {i} left a partial output"),
     );
+    if inspect_newest {
+        // Mid-run under backpressure the newest checkpoint is unaligned with records in
+        // flight, and `weir checkpoints inspect` shows them per subtask and channel.
+        let chk = d.join("keyed-count").join(format!("chk-{newest}"));
+        let args = ["checkpoints", "inspect", &s(&chk), "--format", "json"];
+        let run = run(&mut weir(tmp.path(), args));
+        run.assert_success();
+        let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(v["unaligned"], true, "{}", run.describe());
+        let channels = v["channel_state"].as_array().unwrap();
+        let bytes: u64 = channels
+            .iter()
+            .map(|c| c["in_flight_bytes"].as_u64().unwrap())
+            .sum();
+        assert!(bytes > 0, "{}", run.describe());
+        assert!(
+            channels.iter().all(|c| c["uid"] == "count"),
+            "{}",
+            run.describe()
+        );
+        let text = run_text(tmp.path(), &chk);
+        assert!(text.contains("IN_FLIGHT_BYTES"), "{text}");
+    }
     let run = run(&mut weir(tmp.path(), args(&d, &o, extra, true)));
     run.assert_success();
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
@@ -85,11 +110,22 @@ fn sigkill_loop(extra: &[&str], seed: u64) {
 /// exact counts, resumed from a checkpoint, channel state saved.
 #[test]
 fn sigkill_loop_unaligned_under_backpressure_counts_exactly() {
-    sigkill_loop(&[], 0x5eed_0a11);
+    sigkill_loop(&[], 0x5eed_0a11, true);
 }
 
 /// The same with `--aligned-checkpoint-timeout`: checkpoints start aligned and switch.
 #[test]
 fn sigkill_loop_with_aligned_timeout_counts_exactly() {
-    sigkill_loop(&["--aligned-checkpoint-timeout", "20ms"], 0x5eed_0a12);
+    sigkill_loop(
+        &["--aligned-checkpoint-timeout", "20ms"],
+        0x5eed_0a12,
+        false,
+    );
+}
+
+/// `weir checkpoints inspect CHK` as text.
+fn run_text(tmp: &Path, chk: &Path) -> String {
+    let run = run(&mut weir(tmp, ["checkpoints", "inspect", &s(chk)]));
+    run.assert_success();
+    run.stdout
 }
