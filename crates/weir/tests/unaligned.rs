@@ -201,18 +201,15 @@ fn newest_with_channel_state(dir: &Path, name: &str) -> Option<(u64, PathBuf)> {
     found
 }
 
-/// A run stopped mid-input leaves unaligned checkpoints with channel state; a flipped byte
-/// in the newest one's channel-state file makes `--restore latest` skip it (naming the
-/// file) for the one before, and the resumed run still counts exactly.
-#[test]
-fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let n = 120_000;
-    let mut cfg = unaligned_config("corrupt", dir.path(), 2, None);
+/// Runs the backpressured job at parallelism 2 until its sources stop mid-input (half of
+/// `n` read), leaving unaligned checkpoints; removes the ones newer than the newest with
+/// channel state, and returns that one's id and one of its channel-state files.
+fn leave_unaligned_checkpoint(dir: &Path, name: &str, n: u64) -> (u64, PathBuf) {
+    let mut cfg = unaligned_config(name, dir, 2, None);
     cfg.restart = RestartStrategy::None;
     cfg.checkpointing.retained = 20;
     let stop_at = n / 8; // per source subtask: half the input in all
-    let env_result = {
+    let result = {
         let p = cfg.parallelism;
         let env = StreamEnvironment::new(cfg);
         let rate = Some(SOURCE_RATE / 2.0);
@@ -238,11 +235,11 @@ fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
             .uid("sink");
         env.execute()
     };
-    assert_stopped_mid_run(env_result);
-    let (id, file) = newest_with_channel_state(dir.path(), "corrupt")
-        .expect("a checkpoint saved records in flight");
-    // Drop newer checkpoints without channel state, so the damaged one is the newest.
-    for e in std::fs::read_dir(dir.path().join("corrupt")).unwrap() {
+    assert_stopped_mid_run(result);
+    let (id, file) =
+        newest_with_channel_state(dir, name).expect("a checkpoint saved records in flight");
+    // Drop newer checkpoints without channel state, so this one is the newest.
+    for e in std::fs::read_dir(dir.join(name)).unwrap() {
         let p = e.unwrap().path();
         let newer = p
             .file_name()
@@ -252,6 +249,16 @@ fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
             std::fs::remove_dir_all(p).unwrap();
         }
     }
+    (id, file)
+}
+
+/// A flipped byte in the newest checkpoint's channel-state file makes `--restore latest`
+/// skip it (naming the file) for the one before, and the resumed run still counts exactly.
+#[test]
+fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 120_000;
+    let (id, file) = leave_unaligned_checkpoint(dir.path(), "corrupt", n);
     let mut bytes = std::fs::read(&file).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
@@ -273,6 +280,25 @@ fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
         notice.contains(&file.display().to_string()),
         "names the file: {notice}"
     );
+}
+
+/// An unaligned checkpoint taken at parallelism 2 with records in flight to the keyed
+/// count restores at parallelism 3 and at 1: the records are re-partitioned by key group
+/// to their new owners and the counts are exact.
+#[test]
+fn an_unaligned_checkpoint_restores_at_parallelism_3_and_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 120_000;
+    let (id, _) = leave_unaligned_checkpoint(dir.path(), "rescale", n);
+    let chk = dir.path().join("rescale").join(format!("chk-{id}"));
+    for p in [3, 1] {
+        let name = format!("rescale-{p}");
+        let mut cfg = unaligned_config(&name, dir.path(), p, None);
+        cfg.restore = RestoreFrom::Path(chk.clone());
+        let (counts, r) = run_backpressured(cfg, n, 500).unwrap();
+        assert_resumed_mid_run(&r, &chk, n);
+        assert_eq!(counts, expected(n, 500), "parallelism {p}: exact counts");
+    }
 }
 
 #[derive(Clone, Debug)]

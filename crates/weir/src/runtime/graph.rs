@@ -26,7 +26,7 @@ use crate::runtime::output::{FanOut, NoOutput, Output};
 use crate::runtime::task::{
     replay_channel_state, run_input, run_input_unaligned, TaskContext, UnalignedInputs,
 };
-use crate::runtime::unaligned::capture::ChannelOrigin;
+use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin};
 use crate::runtime::unaligned::lane::{AnnouncingWriter, LaneReceiver, LaneSender};
 use crate::state::Data;
 
@@ -117,6 +117,15 @@ pub(crate) trait EdgeFactory {
     /// Wraps the writer of a sending subtask so that it announces checkpoint barriers on
     /// `lanes` (one per channel, in the writer's channel order) before it forwards them.
     fn announcing(&self, writer: AnyBox, lanes: Vec<LaneSender>) -> AnyBox;
+    /// Re-partitions the restored channel state of this keyed edge's receiving operator
+    /// (`files`, taken at another parallelism) over `parallelism` subtasks by the key
+    /// group of each record: element `i` is what new subtask `i` replays.
+    fn reroute_keyed(
+        &self,
+        files: &[ChannelStateFile],
+        types: &TypeRegistry,
+        parallelism: u32,
+    ) -> Result<Vec<Vec<ChannelStateFile>>>;
     /// The body of an input task reading `receivers` (from all its input edges): it first
     /// replays the restored channel state, then runs the aligned or the unaligned loop.
     fn input_task(
@@ -198,6 +207,52 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
             _ => Box::new(RoutedWriter::new(senders, Rebalance::new(subtask as usize))),
         };
         Box::new(w)
+    }
+
+    fn reroute_keyed(
+        &self,
+        files: &[ChannelStateFile],
+        types: &TypeRegistry,
+        parallelism: u32,
+    ) -> Result<Vec<Vec<ChannelStateFile>>> {
+        let (Some(make), Some(codec)) = (&self.keyed, types.codec::<T>()) else {
+            return Err(Error::Restore(format!(
+                "channel state of records of type {} cannot be re-partitioned by key \
+                 (no key or no codec); restore at the checkpoint's parallelism",
+                std::any::type_name::<T>()
+            )));
+        };
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..parallelism)
+            .map(|_| crossbeam_channel::unbounded::<Event<T>>())
+            .unzip();
+        let mut writer = make(txs, self.max_parallelism);
+        for f in files {
+            let what = format!(
+                "channel state of subtask {} channel {}",
+                f.subtask, f.channel
+            );
+            for b in &f.batches {
+                let mut records = Vec::with_capacity(b.records as usize);
+                codec.decode(&b.data, b.records as usize, &what, &mut records)?;
+                if b.timestamped {
+                    writer.push_timestamped(&mut records, &mut b.timestamps.clone())?;
+                } else {
+                    writer.push(&mut records)?;
+                }
+            }
+        }
+        writer.flush()?;
+        drop(writer);
+        let mut out = Vec::with_capacity(parallelism as usize);
+        for (subtask, rx) in rxs.into_iter().enumerate() {
+            let origins = vec![ChannelOrigin { edge: 0, sender: 0 }];
+            let mut capture = ChannelCapture::new(codec.clone(), origins);
+            for e in rx.try_iter() {
+                capture.record_event(0, &e)?;
+            }
+            out.push(capture.take(subtask as u32));
+        }
+        Ok(out)
     }
 
     fn record_type(&self) -> (TypeId, &'static str) {

@@ -2,12 +2,14 @@
 //! chain (restored from a checkpoint when there is one), and one thread per task whose
 //! end — success, error or panic — becomes a [`TaskEvent`] for the attempt's loop.
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Sender};
 
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
 use crate::runtime::executor::Executor;
@@ -116,6 +118,41 @@ impl Executor<'_> {
         })
     }
 
+    /// The channel state subtask `subtask` of `parallelism` of the task headed by node
+    /// `head` replays from `r`: for a keyed operator restored at another parallelism, the
+    /// records whose key groups it now owns (re-partitioned once per operator, kept in
+    /// `rerouted`); otherwise [`RestoredCheckpoint::channel_state_for`].
+    fn replay_for(
+        &self,
+        r: &RestoredCheckpoint,
+        head: usize,
+        subtask: u32,
+        parallelism: u32,
+        rerouted: &mut HashMap<usize, Vec<Vec<ChannelStateFile>>>,
+    ) -> Result<Vec<ChannelStateFile>> {
+        let g = self.graph;
+        let uid = &self.plan.uids[head];
+        let Some((old, files)) = r.channel_state_of(uid) else {
+            return Ok(Vec::new());
+        };
+        let keyed = g.nodes[head]
+            .inputs
+            .iter()
+            .find(|&&e| self.plan.partitioning[e] == Partitioning::KeyGroups);
+        let Some(&edge) = keyed.filter(|_| old != parallelism) else {
+            return Ok(r.channel_state_for(uid, subtask, parallelism));
+        };
+        let parts = match rerouted.entry(head) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                g.edges[edge]
+                    .factory
+                    .reroute_keyed(files, &g.types, parallelism)?,
+            ),
+        };
+        Ok(std::mem::take(&mut parts[subtask as usize]))
+    }
+
     /// Builds attempt `attempt`'s tasks (restored from `restore`) and starts one thread
     /// per task.
     pub(crate) fn spawn(
@@ -154,6 +191,8 @@ impl Executor<'_> {
         }
         let mut controls = Vec::new();
         let mut bodies: Vec<(String, TaskBody)> = Vec::new();
+        // Keyed channel state re-partitioned for another parallelism, per head operator.
+        let mut rerouted: HashMap<usize, Vec<Vec<ChannelStateFile>>> = HashMap::new();
         let mut sources = Vec::new();
         for (ti, t) in self.plan.tasks.iter().enumerate() {
             let s = t.subtask as usize;
@@ -259,11 +298,7 @@ impl Executor<'_> {
                     });
                     let replay = match restore {
                         Some(r) => {
-                            let keyed = g.nodes[head]
-                                .inputs
-                                .iter()
-                                .any(|&e| self.plan.partitioning[e] == Partitioning::KeyGroups);
-                            r.channel_state_for(uid, t.subtask, t.parallelism, keyed)?
+                            self.replay_for(r, head, t.subtask, t.parallelism, &mut rerouted)?
                         }
                         None => Vec::new(),
                     };
