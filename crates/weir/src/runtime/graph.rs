@@ -11,6 +11,7 @@
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,8 +116,14 @@ pub(crate) trait EdgeFactory {
     /// The record type the edge carries: an unaligned job must be able to encode it.
     fn record_type(&self) -> (TypeId, &'static str);
     /// Wraps the writer of a sending subtask so that it announces checkpoint barriers on
-    /// `lanes` (one per channel, in the writer's channel order) before it forwards them.
-    fn announcing(&self, writer: AnyBox, lanes: Vec<LaneSender>) -> AnyBox;
+    /// `lanes` (one per channel, in the writer's channel order) before it forwards them,
+    /// and counts each consumer's read-ahead `credits` against its channel's capacity.
+    fn announcing(
+        &self,
+        writer: AnyBox,
+        lanes: Vec<LaneSender>,
+        credits: Vec<Arc<AtomicUsize>>,
+    ) -> AnyBox;
     /// Re-partitions the restored channel state of this keyed edge's receiving operator
     /// (`files`, taken at another parallelism) over `parallelism` subtasks by the key
     /// group of each record: element `i` is what new subtask `i` replays.
@@ -160,6 +167,8 @@ pub(crate) struct UnalignedWiring {
     pub aligned_timeout: Duration,
     /// Most events read ahead per channel ([`UnalignedInputs::read_ahead_limit`]).
     pub read_ahead_limit: usize,
+    /// Per input channel, the events read ahead, shared with the channel's sender.
+    pub credits: Vec<Arc<AtomicUsize>>,
 }
 
 /// Builds the key-group writer of a keyed edge: `(senders, max_parallelism)`.
@@ -259,8 +268,14 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         (TypeId::of::<T>(), std::any::type_name::<T>())
     }
 
-    fn announcing(&self, writer: AnyBox, lanes: Vec<LaneSender>) -> AnyBox {
-        let inner = unbox_output::<T>(writer);
+    fn announcing(
+        &self,
+        writer: AnyBox,
+        lanes: Vec<LaneSender>,
+        credits: Vec<Arc<AtomicUsize>>,
+    ) -> AnyBox {
+        let mut inner = unbox_output::<T>(writer);
+        inner.set_read_ahead_credits(credits);
         Box::new(Box::new(AnnouncingWriter::new(inner, lanes)) as Box<dyn Output<T>>)
     }
 
@@ -309,6 +324,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                         aligned_timeout: w.aligned_timeout,
                         uid: w.uid,
                         read_ahead_limit: w.read_ahead_limit,
+                        credits: w.credits,
                     };
                     run_input_unaligned(inputs, chain, ctx)
                 }

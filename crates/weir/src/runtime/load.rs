@@ -9,7 +9,7 @@
 //! when it starts ([`enter`]), so the channel writers need no handle of their own.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -112,16 +112,24 @@ pub(crate) fn send<E>(s: &Sender<E>, event: E, records: usize) -> Result<(), Sen
 /// How often a deferrable send into a full channel looks whether a barrier is waiting.
 const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// [`send`], except that in a source task of an unaligned job
-/// ([`TaskMetrics::deferrable`]) a send into a full channel gives `event` back instead of
-/// blocking once a barrier is waiting ([`TaskMetrics::barrier_requested`]): `Ok(Some(e))`,
-/// for the caller to keep and send before anything else on that channel. Elsewhere it
-/// blocks like [`send`] and returns `Ok(None)` once sent.
+/// [`send`] for the network writers, with two twists of unaligned checkpoints:
+///
+/// * `credit`: events the consumer read ahead and holds, which count against the
+///   channel's capacity (the channel is "full" at `len + credit >= capacity`), so that a
+///   consumer reading ahead for a checkpoint does not let this sender run further ahead.
+/// * In a source task of an unaligned job ([`TaskMetrics::deferrable`]), a send into a
+///   full channel gives `event` back instead of waiting once a barrier is waiting
+///   ([`TaskMetrics::barrier_requested`]): `Ok(Some(e))`, for the caller to keep and send
+///   before anything else on that channel.
+///
+/// Otherwise it waits until sent and returns `Ok(None)`. Waiting polls every
+/// [`DEFER_POLL`] only when one of the twists applies; else it blocks like [`send`].
 #[inline]
 pub(crate) fn send_or_defer<E>(
     s: &Sender<E>,
     event: E,
     records: usize,
+    credit: Option<&AtomicUsize>,
 ) -> Result<Option<E>, SendError<E>> {
     let deferrable = CURRENT.with(|c| {
         c.borrow()
@@ -129,28 +137,40 @@ pub(crate) fn send_or_defer<E>(
             .filter(|m| m.deferrable.load(Relaxed))
             .cloned()
     });
-    let Some(m) = deferrable else {
+    if deferrable.is_none() && credit.is_none() {
         return send(s, event, records).map(|()| None);
-    };
-    let mut event = match s.try_send(event) {
-        Ok(()) => {
-            count_sent(&m.load, records, None);
-            return Ok(None);
+    }
+    let capacity = s.capacity().unwrap_or(usize::MAX);
+    let over = || credit.is_some_and(|h| s.len() + h.load(Relaxed) >= capacity);
+    let mut event = event;
+    if !over() {
+        match s.try_send(event) {
+            Ok(()) => {
+                with_load(|l| count_sent(l, records, None));
+                return Ok(None);
+            }
+            Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
+            Err(TrySendError::Full(e)) => event = e,
         }
-        Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
-        Err(TrySendError::Full(e)) => e,
-    };
+    }
     let start = Instant::now();
     loop {
-        if m.barrier_requested.load(Relaxed) {
+        if let Some(m) = deferrable
+            .as_ref()
+            .filter(|m| m.barrier_requested.load(Relaxed))
+        {
             m.load
                 .backpressured_ns
                 .fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
             return Ok(Some(event));
         }
+        if over() {
+            std::thread::sleep(DEFER_POLL);
+            continue;
+        }
         match s.send_timeout(event, DEFER_POLL) {
             Ok(()) => {
-                count_sent(&m.load, records, Some(start.elapsed()));
+                with_load(|l| count_sent(l, records, Some(start.elapsed())));
                 return Ok(None);
             }
             Err(SendTimeoutError::Timeout(e)) => event = e,

@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 use std::hash::Hash;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
@@ -91,6 +93,12 @@ struct Channels<T> {
     /// ([`crate::runtime::load::send_or_defer`]): sent, in order, before anything else on
     /// that channel. Empty except in source tasks of unaligned jobs.
     pending: Vec<VecDeque<Event<T>>>,
+    /// Per channel, the events its consumer read ahead and holds (unaligned checkpoints),
+    /// which count against the channel's capacity; empty when there are none.
+    credits: Vec<Arc<AtomicUsize>>,
+    /// Sends of a barrier's flush ignore the credits: the marker must not wait for the
+    /// consumer to process what it read ahead (at most one batch per channel over).
+    bypass_credits: bool,
     buffers: Vec<Vec<T>>,
     /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
     timestamps: Vec<Vec<u64>>,
@@ -107,6 +115,8 @@ impl<T> Channels<T> {
         let timestamps = senders.iter().map(|_| Vec::new()).collect();
         Channels {
             pending: senders.iter().map(|_| VecDeque::new()).collect(),
+            credits: Vec::new(),
+            bypass_credits: false,
             senders,
             buffers,
             timestamps,
@@ -173,8 +183,12 @@ impl<T> Channels<T> {
                 Event::Batch(b) | Event::TimestampedBatch(b, _) => b.len(),
                 _ => 0,
             };
+            let credit = match self.credits.get(c) {
+                Some(h) if !self.bypass_credits => Some(h.as_ref()),
+                _ => None,
+            };
             // The receiver is gone only when the job is being cancelled.
-            match crate::runtime::load::send_or_defer(&self.senders[c], e, records) {
+            match crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit) {
                 Ok(None) => {}
                 Ok(Some(e)) => {
                     self.pending[c].push_front(e);
@@ -194,8 +208,12 @@ impl<T> Channels<T> {
     /// Flushes, then sends `make()` on every channel (barriers, end-of-input): nothing
     /// buffered can be overtaken.
     fn flush_then(&mut self, make: impl Fn() -> Event<T>) -> Result<()> {
-        self.flush()?;
-        (0..self.senders.len()).try_for_each(|c| self.send_on(c, make()))
+        self.bypass_credits = true;
+        let sent = self
+            .flush()
+            .and_then(|()| (0..self.senders.len()).try_for_each(|c| self.send_on(c, make())));
+        self.bypass_credits = false;
+        sent
     }
 }
 
@@ -228,6 +246,9 @@ macro_rules! writer_control {
         }
         fn notify_aborted(&mut self, _: u64) -> Result<()> {
             Ok(())
+        }
+        fn set_read_ahead_credits(&mut self, credits: Vec<Arc<AtomicUsize>>) {
+            self.channels.credits = credits;
         }
     };
 }

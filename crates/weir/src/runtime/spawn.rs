@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Sender};
@@ -54,26 +55,36 @@ impl Attempt {
 /// sender order with each one's sending subtask. Empty when the edge has none.
 #[derive(Default)]
 struct EdgeLanes {
-    senders: Vec<Option<Vec<LaneSender>>>,
-    receivers: Vec<Option<(Vec<LaneReceiver>, Vec<u32>)>>,
+    senders: Vec<Option<(Vec<LaneSender>, Credits)>>,
+    receivers: Vec<Option<ReceiverLanes>>,
 }
+
+/// A receiving subtask's lanes of one edge, in sender order, with each one's sending
+/// subtask and credit.
+type ReceiverLanes = (Vec<LaneReceiver>, Vec<u32>, Credits);
+
+/// Per channel, the events its consumer read ahead (shared by both ends).
+type Credits = Vec<Arc<AtomicUsize>>;
 
 impl EdgeLanes {
     /// A lane per channel of an edge from `senders` to `receivers` subtasks (`forward`:
     /// only `i → i`), matching the channels `EdgeFactory::channels` makes.
     fn new(senders: usize, receivers: usize, forward: bool) -> Self {
-        let mut tx: Vec<Vec<LaneSender>> = (0..senders).map(|_| Vec::new()).collect();
-        let mut rx: Vec<(Vec<LaneReceiver>, Vec<u32>)> =
-            (0..receivers).map(|_| Default::default()).collect();
+        let mut tx: Vec<(Vec<LaneSender>, Credits)> =
+            (0..senders).map(|_| Default::default()).collect();
+        let mut rx: Vec<ReceiverLanes> = (0..receivers).map(|_| Default::default()).collect();
         for (s, tx_s) in tx.iter_mut().enumerate() {
             for (r, rx_r) in rx.iter_mut().enumerate() {
                 if forward && s != r {
                     continue;
                 }
                 let (t, v) = lane();
-                tx_s.push(t);
+                let credit = Arc::new(AtomicUsize::new(0));
+                tx_s.0.push(t);
+                tx_s.1.push(credit.clone());
                 rx_r.0.push(v);
                 rx_r.1.push(s as u32);
+                rx_r.2.push(credit);
             }
         }
         EdgeLanes {
@@ -207,7 +218,7 @@ impl Executor<'_> {
                     let f = &g.edges[e].factory;
                     let w = f.writer(tx, self.plan.partitioning[e], t.subtask);
                     match lanes[e].senders.get_mut(s).and_then(Option::take) {
-                        Some(l) => f.announcing(w, l),
+                        Some((l, credits)) => f.announcing(w, l, credits),
                         None => w,
                     }
                 })
@@ -282,12 +293,14 @@ impl Executor<'_> {
                             // Twice the channel's capacity and an open batch: what a
                             // checkpoint usually finds between the queue and its marker.
                             read_ahead_limit: 2 * self.cfg.channel_capacity.max(1) + 1,
+                            credits: Vec::new(),
                         };
                         for (edge, &e) in g.nodes[head].inputs.iter().enumerate() {
-                            let (l, senders) = lanes[e].receivers[s]
+                            let (l, senders, credits) = lanes[e].receivers[s]
                                 .take()
                                 .expect("each lane is read by one task");
                             w.lanes.extend(l);
+                            w.credits.extend(credits);
                             w.origins
                                 .extend(senders.into_iter().map(|sender| ChannelOrigin {
                                     edge: edge as u32,

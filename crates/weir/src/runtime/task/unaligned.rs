@@ -13,6 +13,7 @@
 //!   checkpoint's snapshot is taken; never when a read-ahead event is processed later.
 //! * The snapshot is submitted only with its complete channel state; an abort drops both.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,32 @@ pub struct UnalignedInputs<T> {
     /// it, a channel holds its capacity in the channel plus this in the queue, and a
     /// checkpoint waits for processing only while the queue is full.
     pub read_ahead_limit: usize,
+    /// Per channel, the events read ahead and not processed yet, shared with the
+    /// channel's sender, which counts them against the channel's capacity (credit): what
+    /// is read ahead stays a part of the backpressure. Empty: not shared (tests).
+    pub credits: Vec<Arc<AtomicUsize>>,
+}
+
+/// The shared read-ahead counts; zeroed when the task ends, so a sender waiting for
+/// credit sees the channel's end instead of waiting forever.
+struct Credits(Vec<Arc<AtomicUsize>>);
+
+impl Credits {
+    fn add(&self, c: usize, n: isize) {
+        if let Some(h) = self.0.get(c) {
+            if n >= 0 {
+                h.fetch_add(n as usize, Ordering::Relaxed);
+            } else {
+                h.fetch_sub(n.unsigned_abs(), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Credits {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|h| h.store(0, Ordering::Relaxed));
+    }
 }
 
 /// What a selected operation reads (index 0 of the select is the control channel).
@@ -78,6 +105,7 @@ struct Loop<'a, T> {
     taken: Option<Taken>,
     uid: String,
     read_ahead_limit: usize,
+    credits: Credits,
 }
 
 /// Runs an input task in unaligned mode until its end is committed and every input channel
@@ -100,6 +128,7 @@ pub fn run_input_unaligned<T: Send>(
         taken: None,
         uid: inputs.uid,
         read_ahead_limit: inputs.read_ahead_limit.max(1),
+        credits: Credits(inputs.credits),
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
     let mut lane_open = vec![true; n];
@@ -127,6 +156,7 @@ pub fn run_input_unaligned<T: Send>(
             l.read_ahead(c, rx)?;
         }
         if let Some((c, event)) = l.ahead.pop() {
+            l.credits.add(c, -1);
             match l.ctx.control.try_recv() {
                 Ok(ctl) => l.control(ctl)?,
                 Err(TryRecvError::Empty) => {}
@@ -198,6 +228,7 @@ impl<T: Send> Loop<'_, T> {
                 Ok(event) => {
                     self.capture.record_event(c, &event)?;
                     self.ahead.push(c, event);
+                    self.credits.add(c, 1);
                 }
                 // Empty: more comes later. Disconnected: the close is handled when the
                 // channel is read for processing, after what was read ahead.

@@ -112,6 +112,7 @@ fn start(
         aligned_timeout: Duration::ZERO,
         uid: "head".into(),
         read_ahead_limit: 64,
+        credits: Vec::new(),
     };
     let chain = Box::new(Gated {
         log: log.clone(),
