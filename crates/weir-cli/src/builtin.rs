@@ -78,6 +78,11 @@ pub struct KeyedCountArgs {
     /// Limit the generator to about this many events per second in total.
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
+    /// Limit the counting stage (and the sink chained to it) to about this many events per
+    /// second in total: a slow sink that backs the sources up, for checkpoints under
+    /// backpressure (`--unaligned`, benchmark W3).
+    #[arg(long, value_parser = parse_rate)]
+    sink_rate: Option<f64>,
     /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
     #[arg(long, value_enum, default_value_t = Emit::Final)]
     emit: Emit,
@@ -209,6 +214,7 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
         args.emit == Emit::Updates,
         out,
         in_state,
+        args.sink_rate,
     )
     .map_err(boxed)?;
     if let Some(line) = prepared.summary_line() {

@@ -151,7 +151,59 @@ fn describe_json(d: &CheckpointDescription) -> Value {
             "alignment_micros": t.stats.alignment_micros,
             "bytes": t.stats.bytes,
         })).collect::<Vec<_>>(),
+        "unaligned": d.unaligned_tasks > 0,
+        "unaligned_tasks": d.unaligned_tasks,
+        "channel_state": d.channel_state.iter().map(|c| json!({
+            "uid": c.uid,
+            "subtask": c.subtask,
+            "channel": c.channel,
+            "edge": c.edge,
+            "sender": c.sender,
+            "records": c.records,
+            "in_flight_bytes": c.in_flight_bytes,
+            "file": c.file.path,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The records in flight an unaligned checkpoint saved, per receiving subtask and channel
+/// (`weir checkpoints inspect`, `weir state ls`): what a restore replays before new input.
+fn channel_state_text(d: &CheckpointDescription, s: &mut String) {
+    if d.unaligned_tasks == 0 && d.channel_state.is_empty() {
+        return;
+    }
+    let records: u64 = d.channel_state.iter().map(|c| c.records).sum();
+    let bytes: u64 = d.channel_state.iter().map(|c| c.in_flight_bytes).sum();
+    let _ = writeln!(
+        s,
+        "\nunaligned: {} tasks snapshotted unaligned; {records} records in flight saved \
+         ({}), replayed before new input on restore:",
+        d.unaligned_tasks,
+        human_bytes(bytes)
+    );
+    let rows: Vec<Vec<String>> = d
+        .channel_state
+        .iter()
+        .map(|c| {
+            vec![
+                cell(&c.uid),
+                c.subtask.to_string(),
+                c.channel.to_string(),
+                format!("{}/{}", c.edge, c.sender),
+                c.records.to_string(),
+                c.in_flight_bytes.to_string(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "UID",
+        "SUBTASK",
+        "CHANNEL",
+        "EDGE/SENDER",
+        "RECORDS",
+        "IN_FLIGHT_BYTES",
+    ];
+    s.push_str(&table(&headers, &rows, &[1, 2, 4, 5]));
 }
 
 fn describe_text(d: &CheckpointDescription) -> String {
@@ -242,6 +294,7 @@ fn describe_text(d: &CheckpointDescription) -> String {
         let headers = ["TASK", "SYNC_MS", "ASYNC_MS", "ALIGNMENT_MS", "BYTES"];
         s.push_str(&table(&headers, &rows, &[1, 2, 3, 4]));
     }
+    channel_state_text(d, &mut s);
     if unknown {
         s.push_str(
             "? keyed states that share files cannot be counted without their types; \

@@ -33,6 +33,10 @@ pub struct CountPerKey<K> {
     verify: Option<(u64, u64, u32, StateVerdicts)>,
     subtask: u32,
     parallelism: u32,
+    /// `--sink-rate`: records per second over all subtasks, if limited.
+    rate: Option<f64>,
+    /// When this subtask counted its first record, and how many it counted since.
+    throttle: Option<(std::time::Instant, u64)>,
     _k: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -46,7 +50,35 @@ impl<K> CountPerKey<K> {
             verify: None,
             subtask: 0,
             parallelism: 1,
+            rate: None,
+            throttle: None,
             _k: std::marker::PhantomData,
+        }
+    }
+
+    /// Limits counting to about `rate` records per second over all subtasks (`None`: no
+    /// limit): a slow stage that backs the sources up, for checkpoints under backpressure
+    /// (benchmark W3, the unaligned-checkpoint kill tests).
+    pub fn with_rate(mut self, rate: Option<f64>) -> Self {
+        self.rate = rate;
+        self
+    }
+
+    /// Sleeps while this subtask is ahead of its share of the rate (checked every 64
+    /// records, so an unlimited counter pays one branch per record).
+    #[inline]
+    fn throttle(&mut self) {
+        let Some(rate) = self.rate else { return };
+        let (started, seen) = self
+            .throttle
+            .get_or_insert_with(|| (std::time::Instant::now(), 0));
+        *seen += 1;
+        if seen.is_multiple_of(64) {
+            let per_subtask = rate / f64::from(self.parallelism.max(1));
+            let due = std::time::Duration::from_secs_f64(*seen as f64 / per_subtask);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
         }
     }
 }
@@ -72,6 +104,7 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<'_, (K, u64)>,
     ) -> weir::Result<()> {
+        self.throttle();
         let state = self.count.expect("open() declares the state");
         let c = ctx.get_mut_or_insert_with(state, || 0);
         *c += 1;
@@ -211,8 +244,9 @@ pub fn keyed_count(
     emit_updates: bool,
     output: Output,
     verify_state: Option<StateVerdicts>,
+    sink_rate: Option<f64>,
 ) -> anyhow::Result<()> {
-    let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates);
+    let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates).with_rate(sink_rate);
     let numbers = match events {
         Events::Generator {
             n,

@@ -76,6 +76,26 @@ fn parallelism_above_max_parallelism_exits_2_before_the_endpoint_opens() {
 }
 
 #[test]
+fn unaligned_flags_need_exactly_once_and_each_other() {
+    refused(
+        "keyed-count",
+        &["--unaligned", "--mode", "at-least-once"],
+        &["--unaligned", "--mode exactly-once"],
+    );
+    refused(
+        "keyed-count",
+        &["--aligned-checkpoint-timeout", "100ms"],
+        &["--aligned-checkpoint-timeout", "--unaligned"],
+    );
+    refused(
+        "keyed-count",
+        &["--unaligned", "--aligned-checkpoint-timeout", "soon"],
+        &["--aligned-checkpoint-timeout", "not a duration"],
+    );
+    refused("keyed-count", &["--sink-rate", "0"], &["--sink-rate"]);
+}
+
+#[test]
 fn checkpoint_flags_that_mean_nothing_exit_2() {
     refused(
         "keyed-count",

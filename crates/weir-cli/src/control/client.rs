@@ -250,11 +250,17 @@ fn describe_status(v: &Value) -> String {
     } else {
         out.push_str("latest checkpoints:\n");
         for c in checkpoints.iter().rev().take(5) {
+            let how = match c["unaligned"].as_bool() {
+                Some(true) => format!("unaligned ({} B in flight)", c["in_flight_bytes"]),
+                _ => "aligned".to_string(),
+            };
             out.push_str(&format!(
-                "  {:>6}  {:>6} ms  {:>10} B  {}\n",
+                "  {:>6}  {:>6} ms  {:>10} B  {}, alignment {} ms  {}\n",
                 c["id"],
                 c["duration_ms"],
                 c["bytes"],
+                how,
+                c["alignment_ms"].as_u64().unwrap_or(0),
                 c["path"].as_str().unwrap_or("?")
             ));
         }

@@ -106,6 +106,17 @@ impl StreamEnvironment {
         }
     }
 
+    /// Makes records of type `T` encodable, so that a stream of them may cross a network
+    /// channel in a job with unaligned checkpoints (Flink's `registerType`): such a job
+    /// saves the records in flight with each checkpoint. Common types (integers, `String`,
+    /// `(String, u64)`, …) are registered already; a job with an edge of an unregistered
+    /// type is refused when it starts, naming the edge and the type.
+    pub fn register_type<T: serde::Serialize + serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+    ) {
+        self.graph.borrow_mut().types.register::<T>();
+    }
+
     /// Adds a source. Each parallel subtask runs a clone of `source`.
     pub fn add_source<T: Data, S: SourceFunction<T>>(
         &self,

@@ -110,6 +110,11 @@ pub fn assemble(info: &CheckpointInfo<'_>, acks: &[TaskAck]) -> Finalized {
         sources,
         run_id: info.run_id.to_string(),
         files: acks.iter().flat_map(|a| a.files.iter().cloned()).collect(),
+        channel_state: acks
+            .iter()
+            .flat_map(|a| a.channel_state.iter().cloned())
+            .collect(),
+        unaligned_tasks: acks.iter().filter(|a| a.unaligned).count() as u32,
     };
     Finalized {
         meta,
@@ -167,6 +172,8 @@ mod tests {
                 run_id: "r".into(),
             }],
             times: Default::default(),
+            channel_state: Vec::new(),
+            unaligned: false,
         }
     }
 

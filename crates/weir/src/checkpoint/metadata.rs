@@ -102,6 +102,36 @@ pub struct CheckpointMetadata {
     /// and run it was written for (layout 4; empty before). A restore verifies them, so a
     /// file copied in from another checkpoint or run is refused like a corrupted one.
     pub files: Vec<FileOrigin>,
+    /// The channel-state files of an unaligned checkpoint: the records that were in flight,
+    /// per receiving subtask and input channel (appended in metadata layout 5; empty for
+    /// aligned checkpoints and older layouts). Each is also in [`files`](Self::files).
+    pub channel_state: Vec<ChannelStateRef>,
+    /// How many tasks took their snapshot unaligned (layout 5): zero means the checkpoint
+    /// was aligned everywhere, which is what the run summary and `weir status` report.
+    pub unaligned_tasks: u32,
+}
+
+/// One channel-state file of a checkpoint (metadata layout 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStateRef {
+    /// The receiving task's head operator, whose folder holds the file.
+    pub uid: String,
+    /// The receiving subtask.
+    pub subtask: u32,
+    /// The receiving operator's parallelism when the checkpoint was taken.
+    pub parallelism: u32,
+    /// The input channel at that subtask (over all its inputs, in edge order).
+    pub channel: u32,
+    /// The input edge of the channel (position among the task's inputs).
+    pub edge: u32,
+    /// The sending subtask on that edge.
+    pub sender: u32,
+    /// Records saved.
+    pub records: u64,
+    /// Encoded bytes of those records (what `weir checkpoints inspect` reports).
+    pub in_flight_bytes: u64,
+    /// The file.
+    pub file: FileRef,
 }
 
 /// What ties a state file to its checkpoint (metadata layout 4).
@@ -186,11 +216,29 @@ struct Layout2 {
     weir_version: String,
 }
 
-/// Layout 3 appended the source positions (layout 4 then the file origins and run id).
+/// Layout 3 appended the source positions.
 #[derive(Deserialize)]
 struct Layout3 {
     layout2: Layout2,
     sources: Vec<SourceProgress>,
+}
+
+/// Layout 4 appended the run id and the file origins (layout 5 then the channel state).
+#[derive(Deserialize)]
+struct Layout4 {
+    layout3: Layout3,
+    run_id: String,
+    files: Vec<FileOrigin>,
+}
+
+impl From<Layout4> for CheckpointMetadata {
+    fn from(v4: Layout4) -> Self {
+        CheckpointMetadata {
+            run_id: v4.run_id,
+            files: v4.files,
+            ..v4.layout3.into()
+        }
+    }
 }
 
 impl From<Layout3> for CheckpointMetadata {
@@ -219,6 +267,8 @@ impl From<Layout3> for CheckpointMetadata {
             sources,
             run_id: String::new(),
             files: Vec::new(),
+            channel_state: Vec::new(),
+            unaligned_tasks: 0,
         }
     }
 }
@@ -229,6 +279,9 @@ impl CheckpointMetadata {
     pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
+        }
+        if let Ok(v4) = postcard::from_bytes::<Layout4>(payload) {
+            return Ok(v4.into());
         }
         if let Ok(v3) = postcard::from_bytes::<Layout3>(payload) {
             return Ok(v3.into());
@@ -289,116 +342,5 @@ impl CheckpointMetadata {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
-        CheckpointMetadata {
-            checkpoint_id: 7,
-            job_name: "job".into(),
-            trigger_timestamp_ms: 1,
-            completed_timestamp_ms: 2,
-            mode: CheckpointingMode::ExactlyOnce,
-            max_parallelism: 128,
-            operators: Vec::new(),
-            stats: TaskCheckpointStats::default(),
-            tasks: Vec::new(),
-            snapshot: SnapshotKind::Savepoint,
-            weir_version: "0.1.0".into(),
-            sources,
-            run_id: String::new(),
-            files: Vec::new(),
-        }
-    }
-
-    /// Layout 3's bytes: layout 4 without its two trailing fields.
-    fn layout_3_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
-        let mut bytes = postcard::to_allocvec(meta).unwrap();
-        assert!(meta.run_id.is_empty() && meta.files.is_empty());
-        assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
-        bytes
-    }
-
-    #[test]
-    fn layout_4_round_trips_its_file_origins_and_checks_them() {
-        let mut meta = sample_meta(Vec::new());
-        meta.run_id = "run-a".into();
-        meta.files = vec![FileOrigin {
-            path: "count/kg-0-63".into(),
-            crc32c: 0xdead_beef,
-            checkpoint_id: 7,
-            run_id: "run-a".into(),
-        }];
-        let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
-        assert_eq!(back, meta);
-        assert_eq!(back.expected_crc("count/kg-0-63"), Ok(Some(0xdead_beef)));
-        assert!(back
-            .expected_crc("count/kg-64-127")
-            .unwrap_err()
-            .contains("no checksum"));
-        meta.files[0].checkpoint_id = 6;
-        let err = meta.expected_crc("count/kg-0-63").unwrap_err();
-        assert!(
-            err.contains("checkpoint 6 of run run-a, not for checkpoint 7"),
-            "{err}"
-        );
-        meta.files[0] = FileOrigin {
-            checkpoint_id: 7,
-            run_id: "run-b".into(),
-            ..meta.files[0].clone()
-        };
-        assert!(meta
-            .expected_crc("count/kg-0-63")
-            .unwrap_err()
-            .contains("of run run-b"));
-    }
-
-    #[test]
-    fn layout_3_round_trips_its_source_positions() {
-        let meta = sample_meta(vec![SourceProgress {
-            uid: "events".into(),
-            records: 12_345,
-        }]);
-        let back = CheckpointMetadata::decode(&layout_3_bytes(&meta)).unwrap();
-        assert_eq!(back, meta);
-        assert_eq!(back.source_records("events"), 12_345);
-        assert_eq!(back.source_records("other"), 0);
-        assert_eq!(
-            back.expected_crc("any/file"),
-            Ok(None),
-            "older layouts are not tied"
-        );
-    }
-
-    #[test]
-    fn layout_2_still_decodes_without_source_positions() {
-        // Layout 2 is layout 3 without the trailing `sources` (an empty one is one byte).
-        let meta = sample_meta(Vec::new());
-        let mut bytes = layout_3_bytes(&meta);
-        assert_eq!(bytes.pop(), Some(0));
-        let back = CheckpointMetadata::decode(&bytes).unwrap();
-        assert_eq!(back, meta);
-    }
-
-    #[test]
-    fn layout_1_still_decodes_as_a_checkpoint_of_an_early_version() {
-        let old = Layout1 {
-            checkpoint_id: 9,
-            job_name: "old".into(),
-            trigger_timestamp_ms: 1,
-            completed_timestamp_ms: 2,
-            mode: CheckpointingMode::AtLeastOnce,
-            max_parallelism: 64,
-            operators: Vec::new(),
-            stats: TaskCheckpointStats::default(),
-            tasks: Vec::new(),
-        };
-        let meta = CheckpointMetadata::decode(&postcard::to_allocvec(&old).unwrap()).unwrap();
-        assert_eq!(meta.checkpoint_id, 9);
-        assert_eq!(meta.max_parallelism, 64);
-        assert_eq!(meta.mode, CheckpointingMode::AtLeastOnce);
-        assert_eq!(meta.snapshot, SnapshotKind::Checkpoint);
-        assert_eq!(meta.weir_version, "0.1.0 or earlier");
-        assert!(meta.sources.is_empty() && meta.files.is_empty() && meta.run_id.is_empty());
-    }
-}
+#[path = "metadata_tests.rs"]
+mod tests;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::layout::{self, KeyedStateFileRef, OperatorStateFile};
+use super::layout::{self, ChannelStateFile, KeyedStateFileRef, OperatorStateFile};
 use super::metadata::CheckpointMetadata;
 use super::shared_bytes::SharedBytes;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
@@ -33,6 +33,9 @@ pub struct RestoredCheckpoint {
     pub meta: CheckpointMetadata,
     operator_state: HashMap<String, Vec<Option<OperatorStateFile>>>,
     keyed_state: HashMap<String, Vec<LoadedKeyedFile>>,
+    /// Channel state (unaligned checkpoints) by receiving operator: its parallelism when
+    /// the checkpoint was taken and its files, decoded and checked.
+    channel_state: HashMap<String, (u32, Vec<ChannelStateFile>)>,
 }
 
 /// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
@@ -131,12 +134,47 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         }
         operator_state.insert(op.uid.clone(), per_subtask);
     }
+    let channel_state = load_channel_state(path, &meta)?;
     Ok(RestoredCheckpoint {
         path: path.to_path_buf(),
         meta,
         operator_state,
         keyed_state,
+        channel_state,
     })
+}
+
+/// Reads, verifies and decodes every channel-state file `meta` names (metadata layout 5),
+/// so that a damaged one rejects the checkpoint before any task starts, like any other
+/// state file.
+fn load_channel_state(
+    path: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<HashMap<String, (u32, Vec<ChannelStateFile>)>> {
+    let mut out: HashMap<String, (u32, Vec<ChannelStateFile>)> = HashMap::new();
+    for r in &meta.channel_state {
+        let crc = expected_crc(path, meta, &r.file.path)?;
+        let bytes = read_state_file(path, &r.file.path, layout::CHANNEL_STATE_KIND, crc)?;
+        let shown = path.join(&r.file.path);
+        let file = ChannelStateFile::decode(&bytes, &shown.display().to_string())?;
+        if (file.subtask, file.channel) != (r.subtask, r.channel) || r.subtask >= r.parallelism {
+            return Err(Error::Restore(format!(
+                "{}: holds subtask {} channel {}, but the metadata names it for subtask {} \
+                 channel {} of {}; the checkpoint is inconsistent, restore from another one",
+                shown.display(),
+                file.subtask,
+                file.channel,
+                r.subtask,
+                r.channel,
+                r.parallelism
+            )));
+        }
+        let entry = out
+            .entry(r.uid.clone())
+            .or_insert((r.parallelism, Vec::new()));
+        entry.1.push(file);
+    }
+    Ok(out)
 }
 
 /// A checkpoint being loaded on a background thread, so that reading and verifying it
@@ -234,9 +272,53 @@ impl RestoredCheckpoint {
         )))
     }
 
-    /// The uids that have state in this checkpoint.
+    /// The uids that have state in this checkpoint (channel state included).
     pub fn uids(&self) -> impl Iterator<Item = &str> {
-        self.meta.operators.iter().map(|o| o.uid.as_str())
+        let stateless = self
+            .channel_state
+            .keys()
+            .filter(|u| !self.meta.operators.iter().any(|o| &o.uid == *u));
+        self.meta
+            .operators
+            .iter()
+            .map(|o| o.uid.as_str())
+            .chain(stateless.map(String::as_str))
+    }
+
+    /// Operator `uid`'s channel state (unaligned checkpoints): its parallelism when the
+    /// checkpoint was taken and every subtask's files, or `None` when it has none.
+    pub fn channel_state_of(&self, uid: &str) -> Option<(u32, &[ChannelStateFile])> {
+        self.channel_state
+            .get(uid)
+            .map(|(p, files)| (*p, files.as_slice()))
+    }
+
+    /// The channel state subtask `subtask` of `parallelism` of a *non-keyed* operator
+    /// `uid` replays before any new input: at the checkpoint's parallelism its own files,
+    /// at another the files of the old subtasks `j` with `j % parallelism == subtask` (any
+    /// subtask may take a non-keyed record). A keyed operator's records must reach the
+    /// owner of their key group instead, which takes their key: the graph re-partitions
+    /// them (`EdgeFactory::reroute_keyed`).
+    pub fn channel_state_for(
+        &self,
+        uid: &str,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Vec<ChannelStateFile> {
+        let Some((old, files)) = self.channel_state_of(uid) else {
+            return Vec::new();
+        };
+        files
+            .iter()
+            .filter(|f| {
+                if old == parallelism {
+                    f.subtask == subtask
+                } else {
+                    f.subtask % parallelism == subtask
+                }
+            })
+            .cloned()
+            .collect()
     }
 
     /// Subtask `subtask` of `parallelism`'s share of operator `uid`'s state: its operator
@@ -295,127 +377,5 @@ impl RestoredCheckpoint {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::checkpoint::layout::{KeyGroupSection, KeyedStateFile};
-
-    fn sample() -> KeyedStateFile {
-        KeyedStateFile {
-            range: KeyGroupRange { start: 3, end: 9 },
-            max_parallelism: 16,
-            states: vec![
-                ("a".into(), StateKind::Value),
-                ("b".into(), StateKind::List),
-            ],
-            groups: vec![
-                KeyGroupSection {
-                    group: 3,
-                    states: vec![vec![1, 2, 3], vec![]],
-                },
-                KeyGroupSection {
-                    group: 7,
-                    states: vec![vec![9; 300], vec![4]],
-                },
-            ],
-            ttl: vec![false, true],
-        }
-    }
-
-    #[test]
-    fn borrowed_layout_matches_the_file_layout() {
-        let file = sample();
-        let payload = SharedBytes::from(postcard::to_allocvec(&file).unwrap());
-        let loaded = LoadedKeyedFile::decode(Path::new("f"), &payload, 16).unwrap();
-        assert_eq!(loaded.range, file.range);
-        assert_eq!(loaded.states, file.states);
-        assert_eq!(loaded.ttl, file.ttl);
-        let groups: Vec<(u32, Vec<Vec<u8>>)> = loaded
-            .groups
-            .iter()
-            .map(|(g, s)| (*g, s.iter().map(|b| b.to_vec()).collect()))
-            .collect();
-        let want: Vec<(u32, Vec<Vec<u8>>)> = file
-            .groups
-            .iter()
-            .map(|s| (s.group, s.states.clone()))
-            .collect();
-        assert_eq!(groups, want);
-        // The sections are ranges of the payload, not copies.
-        let range = payload.as_ptr_range();
-        for (_, sections) in &loaded.groups {
-            for s in sections.iter().filter(|s| !s.is_empty()) {
-                assert!(range.contains(&s.as_ptr()));
-            }
-        }
-    }
-
-    fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
-        use crate::checkpoint::metadata::{OperatorMeta, SnapshotKind, TaskCheckpointStats};
-        RestoredCheckpoint {
-            path: PathBuf::from("/c/chk-3"),
-            meta: CheckpointMetadata {
-                checkpoint_id: 3,
-                job_name: "job".into(),
-                trigger_timestamp_ms: 0,
-                completed_timestamp_ms: 0,
-                mode: crate::checkpoint::barrier::CheckpointingMode::ExactlyOnce,
-                max_parallelism,
-                operators: uids
-                    .iter()
-                    .map(|u| OperatorMeta {
-                        uid: u.to_string(),
-                        parallelism: 1,
-                        subtasks: Vec::new(),
-                    })
-                    .collect(),
-                stats: TaskCheckpointStats::default(),
-                tasks: Vec::new(),
-                snapshot: SnapshotKind::Checkpoint,
-                weir_version: "test".into(),
-                sources: Vec::new(),
-                run_id: String::new(),
-                files: Vec::new(),
-            },
-            operator_state: HashMap::new(),
-            keyed_state: HashMap::new(),
-        }
-    }
-
-    #[test]
-    fn a_restore_needs_the_same_key_groups_and_drops_state_only_when_allowed() {
-        let job: Vec<String> = vec!["src".into(), "count".into()];
-        let r = restored(&["src", "count"], 128);
-        assert_eq!(r.check_compatible(&job, 128, false).unwrap(), None);
-        let err = r.check_compatible(&job, 64, true).unwrap_err().to_string();
-        assert!(
-            err.contains(
-                "taken with max parallelism 128, the job uses 64; run with --max-parallelism 128"
-            ),
-            "{err}"
-        );
-        let r = restored(&["src", "old", "gone"], 128);
-        let err = r
-            .check_compatible(&job, 128, false)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("(uids: old, gone)"), "{err}");
-        assert!(err.contains("--allow-non-restored-state"), "{err}");
-        let notice = r.check_compatible(&job, 128, true).unwrap();
-        assert_eq!(
-            notice.as_deref(),
-            Some("dropping state of operators no longer in the job: old, gone")
-        );
-    }
-
-    #[test]
-    fn damaged_keyed_payloads_are_decode_errors_naming_the_file() {
-        let bytes = postcard::to_allocvec(&sample()).unwrap();
-        for len in 0..bytes.len() {
-            let cut = SharedBytes::from(bytes[..len].to_vec());
-            let err = LoadedKeyedFile::decode(Path::new("/c/op/0"), &cut, 16)
-                .err()
-                .unwrap_or_else(|| panic!("accepted a payload cut to {len} bytes"));
-            assert!(err.to_string().contains("keyed state in /c/op/0"), "{err}");
-        }
-    }
-}
+#[path = "restore_tests.rs"]
+mod tests;

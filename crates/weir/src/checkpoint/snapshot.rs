@@ -38,8 +38,10 @@ pub struct TaskSnapshot {
     /// (Unaligned checkpoints) the records in flight the task saved: one file per input
     /// channel that had any, recorded between the snapshot and the channel's marker.
     pub channel_state: Vec<ChannelStateFile>,
+    /// The uid of the task's head operator, whose folder holds its channel-state files
+    /// (`<uid>/ch-<subtask>-<channel>`); set with [`channel_state`](Self::channel_state).
+    pub channel_state_uid: String,
     /// Whether the snapshot was taken unaligned (it may still have no channel state).
-    #[allow(dead_code)] // issue 13: for the run summary and `weir status`, not read yet
     pub unaligned: bool,
 }
 

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::layout;
-use super::metadata::{FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats};
+use super::metadata::{
+    ChannelStateRef, FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats,
+};
 use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
@@ -189,6 +191,10 @@ pub struct TaskAck {
     pub files: Vec<FileOrigin>,
     /// When each phase happened, for the checkpoint timeline.
     pub times: PhaseTimes,
+    /// The channel-state files written (an unaligned snapshot with records in flight).
+    pub channel_state: Vec<ChannelStateRef>,
+    /// Whether the task took its snapshot unaligned.
+    pub unaligned: bool,
 }
 
 fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
@@ -341,21 +347,13 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
     let mut times = job.times;
     times.async_start_us = crate::clock::wall_us();
     let mut ack = TaskAck::default();
-    let payload = std::mem::replace(
+    let mut payload = std::mem::replace(
         &mut job.snapshot,
         SnapshotPayload::Captured(TaskSnapshot::new()),
     );
-    if let SnapshotPayload::Captured(s) = &payload {
-        if !s.channel_state.is_empty() {
-            // Issue 13: `_metadata` does not list channel-state files yet, so a restore
-            // could not replay them. Declining keeps the checkpoint from silently losing
-            // the records in flight; nothing configures unaligned checkpoints until then.
-            return Err(Error::InvalidJob(
-                "an unaligned snapshot with channel state cannot be written yet \
-                 (issue 13); run with aligned checkpoints"
-                    .into(),
-            ));
-        }
+    if let SnapshotPayload::Captured(s) = &mut payload {
+        ack.unaligned = s.unaligned;
+        write_channel_state(storage, &job, s, &mut ack)?;
     }
     match payload {
         SnapshotPayload::Captured(snapshot) if !job.frozen => {
@@ -409,6 +407,37 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
     times.async_end_us = crate::clock::wall_us();
     ack.times = times;
     Ok(ack)
+}
+
+/// Writes the channel state of `snapshot` (taken unaligned), one file per input channel
+/// with records in flight, into its head operator's folder, recording each in `ack`.
+fn write_channel_state(
+    storage: &CheckpointStorage,
+    job: &SnapshotJob,
+    snapshot: &mut TaskSnapshot,
+    ack: &mut TaskAck,
+) -> Result<()> {
+    let id = job.checkpoint_id;
+    let uid = &snapshot.channel_state_uid;
+    for file in std::mem::take(&mut snapshot.channel_state) {
+        let name = layout::channel_state_file_name(job.subtask, file.channel);
+        let payload = file.encode()?;
+        let kind = layout::CHANNEL_STATE_KIND;
+        let stored = storage.write_state_file(id, uid, &name, kind, &payload)?;
+        let file_ref = record(storage, id, stored, ack);
+        ack.channel_state.push(ChannelStateRef {
+            uid: uid.clone(),
+            subtask: job.subtask,
+            parallelism: job.parallelism,
+            channel: file.channel,
+            edge: file.edge,
+            sender: file.sender,
+            records: file.records(),
+            in_flight_bytes: file.in_flight_bytes(),
+            file: file_ref,
+        });
+    }
+    Ok(())
 }
 
 mod keyed;

@@ -60,6 +60,15 @@ pub struct RunFlags {
     /// Checkpointing mode.
     #[arg(long, value_enum, default_value_t = Mode::ExactlyOnce)]
     pub mode: Mode,
+    /// Unaligned checkpoints (needs --mode exactly-once): barriers overtake the records
+    /// queued under backpressure, which are saved with the checkpoint and replayed on
+    /// restore, so checkpoints do not wait for slow queues to drain.
+    #[arg(long)]
+    pub unaligned: bool,
+    /// With --unaligned: start each checkpoint aligned and switch a subtask to unaligned
+    /// once its alignment has lasted this long (e.g. 100ms).
+    #[arg(long, value_parser = parse_duration)]
+    pub aligned_checkpoint_timeout: Option<Duration>,
     /// Abort a checkpoint that takes longer than this.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
     pub checkpoint_timeout: Duration,
@@ -203,6 +212,18 @@ impl RunFlags {
                  that the restart has progress to restore): drop --checkpoint-interval off",
             ));
         }
+        if self.unaligned && self.mode != Mode::ExactlyOnce {
+            return Err(UsageError::new(
+                "--unaligned needs --mode exactly-once: at-least-once barriers never wait, so \
+                 there is nothing to overtake; drop --unaligned or use --mode exactly-once",
+            ));
+        }
+        if self.aligned_checkpoint_timeout.is_some() && !self.unaligned {
+            return Err(UsageError::new(
+                "--aligned-checkpoint-timeout is when an aligned checkpoint switches to \
+                 unaligned: add --unaligned (with --mode exactly-once), or drop the timeout",
+            ));
+        }
         if self.restart_strategy != Restart::FailureRate {
             for (given, flag) in [
                 (
@@ -251,6 +272,8 @@ impl RunFlags {
             max_concurrent: self.max_concurrent_checkpoints as usize,
             tolerable_failures: self.tolerable_checkpoint_failures,
             retained: self.retained_checkpoints as usize,
+            unaligned: self.unaligned,
+            aligned_checkpoint_timeout: self.aligned_checkpoint_timeout,
         };
         c.restore = match self.restore.as_deref() {
             None => RestoreFrom::Nothing,

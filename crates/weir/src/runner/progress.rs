@@ -155,6 +155,9 @@ pub(crate) fn summary(label: &str, cfg: &JobConfig, r: &JobResult, outputs: &[Pa
             ms(align),
             last
         );
+        if cfg.checkpointing.unaligned {
+            println!("{}", unaligned_line(&r.checkpoints));
+        }
     }
     let injected = match r.injected_failures {
         Some((fired, planned)) if fired < planned => format!(
@@ -212,4 +215,25 @@ fn attempt_lines(r: &JobResult) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The summary line of an unaligned run: how many checkpoints were taken unaligned (by at
+/// least one task; the rest aligned, e.g. within `--aligned-checkpoint-timeout`) and the
+/// records and bytes in flight they saved.
+fn unaligned_line(checkpoints: &[crate::api::execution::CompletedCheckpointStats]) -> String {
+    let unaligned: Vec<_> = checkpoints
+        .iter()
+        .filter(|c| c.unaligned_tasks > 0)
+        .collect();
+    let records: u64 = unaligned.iter().map(|c| c.in_flight_records).sum();
+    let max_bytes = unaligned
+        .iter()
+        .map(|c| c.in_flight_bytes)
+        .max()
+        .unwrap_or(0);
+    format!(
+        "unaligned checkpoints: {} of {} (the rest aligned); in flight saved: {records} records, at most {max_bytes} bytes in one checkpoint",
+        unaligned.len(),
+        checkpoints.len()
+    )
 }

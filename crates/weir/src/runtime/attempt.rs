@@ -278,6 +278,9 @@ impl AttemptRun<'_, '_> {
                         .control
                         .update(|s| s.on_checkpoint_triggered(&barrier));
                     for s in sources {
+                        // Unaligned: a source blocked on a full channel stops waiting.
+                        let m = &self.exec.task_metrics[s];
+                        m.barrier_requested.store(true, Ordering::Relaxed);
                         let _ = self.attempt.controls[s].send(Control::Trigger(barrier));
                     }
                     Vec::new()
@@ -425,12 +428,21 @@ impl AttemptRun<'_, '_> {
             inj.on_checkpoint_completed();
         }
         let duration = started.elapsed();
+        let in_flight_bytes = acks
+            .iter()
+            .flat_map(|a| &a.channel_state)
+            .map(|c| c.in_flight_bytes)
+            .sum();
+        let unaligned_tasks = acks.iter().filter(|a| a.unaligned).count() as u32;
         self.exec.control.update(|s| {
             s.checkpoints.push(CheckpointStatus {
                 id,
                 path,
                 duration_ms: duration.as_millis() as u64,
                 bytes: stats.bytes,
+                unaligned: unaligned_tasks > 0,
+                alignment_ms: stats.alignment_micros / 1000,
+                in_flight_bytes,
             });
             let n = s.checkpoints.len();
             s.checkpoints.drain(..n.saturating_sub(10));
@@ -448,6 +460,13 @@ impl AttemptRun<'_, '_> {
             max_sync: max(|a| a.stats.sync_micros),
             max_alignment: max(|a| a.stats.alignment_micros),
             source_records,
+            unaligned_tasks,
+            in_flight_records: acks
+                .iter()
+                .flat_map(|a| &a.channel_state)
+                .map(|c| c.records)
+                .sum(),
+            in_flight_bytes,
         });
         self.checkpoints.on_metadata_written(id, Instant::now())
     }

@@ -143,6 +143,13 @@ pub struct CheckpointStatus {
     pub duration_ms: u64,
     /// Bytes of state.
     pub bytes: u64,
+    /// Whether any task took it unaligned (its barriers overtook queued records).
+    pub unaligned: bool,
+    /// Longest alignment of any task, in milliseconds: under backpressure the time an
+    /// aligned checkpoint waits for queues, or an unaligned one waited before switching.
+    pub alignment_ms: u64,
+    /// Encoded bytes of the records in flight it saved (unaligned checkpoints).
+    pub in_flight_bytes: u64,
 }
 
 /// The shared side of a job's control: the request queue and the status board.

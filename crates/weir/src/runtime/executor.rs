@@ -28,6 +28,7 @@ use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::{spawn_writers, SnapshotJob, SnapshotWritten, TaskAck};
 use crate::error::{Error, Result};
+use crate::runtime::codec::{check_network_edges, NetworkEdge};
 use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
@@ -85,6 +86,38 @@ pub(crate) fn execute(
     result
 }
 
+/// Refuses an unaligned job that cannot work, before anything runs: one that is not
+/// exactly-once, or whose network edges carry a record type without a codec.
+fn check_unaligned(graph: &JobGraph, plan: &Plan, cfg: &JobConfig) -> Result<()> {
+    let c = &cfg.checkpointing;
+    if !c.unaligned {
+        return Ok(());
+    }
+    if c.mode != crate::checkpoint::barrier::CheckpointingMode::ExactlyOnce {
+        return Err(Error::InvalidJob(
+            "unaligned checkpoints need exactly-once mode: at-least-once barriers never \
+             wait, so there is nothing to overtake; turn `unaligned` off or use exactly-once"
+                .into(),
+        ));
+    }
+    let edges: Vec<NetworkEdge> = graph
+        .edges
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !plan.chained[*i])
+        .map(|(_, e)| {
+            let (type_id, type_name) = e.factory.record_type();
+            NetworkEdge {
+                from: plan.uids[e.from].clone(),
+                to: plan.uids[e.to].clone(),
+                type_id,
+                type_name,
+            }
+        })
+        .collect();
+    check_network_edges(&edges, &graph.types)
+}
+
 fn run_job(
     graph: JobGraph,
     cfg: &JobConfig,
@@ -93,6 +126,7 @@ fn run_job(
 ) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
+    check_unaligned(&graph, &plan, cfg)?;
     control.update(|s| {
         s.job = cfg.name.clone();
         s.operators = plan

@@ -9,19 +9,27 @@
 //! The graph and its builders live on the thread that calls `execute`; only what they
 //! build (operator instances, task bodies) moves to task threads.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::error::Result;
+use crate::checkpoint::layout::ChannelStateFile;
+use crate::error::{Error, Result};
+use crate::runtime::codec::TypeRegistry;
 use crate::runtime::event::Event;
 use crate::runtime::network::{BroadcastWriter, Rebalance, RoutedWriter};
 use crate::runtime::operator_metrics::{LinkHandle, Metered};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::output::{FanOut, NoOutput, Output};
-use crate::runtime::task::{run_input, TaskContext};
+use crate::runtime::task::{
+    replay_channel_state, run_input, run_input_unaligned, TaskContext, UnalignedInputs,
+};
+use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin};
+use crate::runtime::unaligned::lane::{AnnouncingWriter, LaneReceiver, LaneSender};
 use crate::state::Data;
 
 /// A boxed value of a type known to the code that made it.
@@ -112,8 +120,62 @@ pub(crate) trait EdgeFactory {
     ) -> (Vec<AnyBox>, Vec<AnyBox>);
     /// The writer at the tail of a sending subtask.
     fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox;
-    /// The body of an input task reading `receivers` (from all its input edges).
-    fn input_task(&self, receivers: Vec<AnyBox>, chain: AnyBox, ctx: TaskContext) -> TaskBody;
+    /// The record type the edge carries: an unaligned job must be able to encode it.
+    fn record_type(&self) -> (TypeId, &'static str);
+    /// Wraps the writer of a sending subtask so that it announces checkpoint barriers on
+    /// `lanes` (one per channel, in the writer's channel order) before it forwards them,
+    /// and counts each consumer's read-ahead `credits` against its channel's capacity.
+    fn announcing(
+        &self,
+        writer: AnyBox,
+        lanes: Vec<LaneSender>,
+        credits: Vec<Arc<AtomicUsize>>,
+    ) -> AnyBox;
+    /// Re-partitions the restored channel state of this keyed edge's receiving operator
+    /// (`files`, taken at another parallelism) over `parallelism` subtasks by the key
+    /// group of each record: element `i` is what new subtask `i` replays.
+    fn reroute_keyed(
+        &self,
+        files: &[ChannelStateFile],
+        types: &TypeRegistry,
+        parallelism: u32,
+    ) -> Result<Vec<Vec<ChannelStateFile>>>;
+    /// The body of an input task reading `receivers` (from all its input edges): it first
+    /// replays the restored channel state, then runs the aligned or the unaligned loop.
+    fn input_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        chain: AnyBox,
+        ctx: TaskContext,
+        setup: InputSetup<'_>,
+    ) -> Result<TaskBody>;
+}
+
+/// How an input task is started besides its channels: what it replays and, for unaligned
+/// checkpoints, its priority lanes.
+pub(crate) struct InputSetup<'a> {
+    /// The record codecs of the job (`env.register_type`).
+    pub types: &'a TypeRegistry,
+    /// The restored channel state of this subtask, replayed before any new input.
+    pub replay: Vec<ChannelStateFile>,
+    /// Unaligned checkpoints: the lanes and origins of the task's channels.
+    pub unaligned: Option<UnalignedWiring>,
+}
+
+/// An input task's part of the unaligned wiring (docs/architecture.md §3).
+pub(crate) struct UnalignedWiring {
+    /// The task's head operator, whose folder holds its channel-state files.
+    pub uid: String,
+    /// The priority lane of each input channel, in channel order.
+    pub lanes: Vec<LaneReceiver>,
+    /// The input edge and sending subtask of each input channel.
+    pub origins: Vec<ChannelOrigin>,
+    /// Alignment allowed before a checkpoint switches to unaligned (zero: at once).
+    pub aligned_timeout: Duration,
+    /// Most events read ahead per channel ([`UnalignedInputs::read_ahead_limit`]).
+    pub read_ahead_limit: usize,
+    /// Per input channel, the events read ahead, shared with the channel's sender.
+    pub credits: Vec<Arc<AtomicUsize>>,
 }
 
 /// Builds the key-group writer of a keyed edge: `(senders, max_parallelism)`.
@@ -163,7 +225,74 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         Box::new(w)
     }
 
-    fn input_task(&self, receivers: Vec<AnyBox>, chain: AnyBox, ctx: TaskContext) -> TaskBody {
+    fn reroute_keyed(
+        &self,
+        files: &[ChannelStateFile],
+        types: &TypeRegistry,
+        parallelism: u32,
+    ) -> Result<Vec<Vec<ChannelStateFile>>> {
+        let (Some(make), Some(codec)) = (&self.keyed, types.codec::<T>()) else {
+            return Err(Error::Restore(format!(
+                "channel state of records of type {} cannot be re-partitioned by key \
+                 (no key or no codec); restore at the checkpoint's parallelism",
+                std::any::type_name::<T>()
+            )));
+        };
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..parallelism)
+            .map(|_| crossbeam_channel::unbounded::<Event<T>>())
+            .unzip();
+        let mut writer = make(txs, self.max_parallelism);
+        for f in files {
+            let what = format!(
+                "channel state of subtask {} channel {}",
+                f.subtask, f.channel
+            );
+            for b in &f.batches {
+                let mut records = Vec::with_capacity(b.records as usize);
+                codec.decode(&b.data, b.records as usize, &what, &mut records)?;
+                if b.timestamped {
+                    writer.push_timestamped(&mut records, &mut b.timestamps.clone())?;
+                } else {
+                    writer.push(&mut records)?;
+                }
+            }
+        }
+        writer.flush()?;
+        drop(writer);
+        let mut out = Vec::with_capacity(parallelism as usize);
+        for (subtask, rx) in rxs.into_iter().enumerate() {
+            let origins = vec![ChannelOrigin { edge: 0, sender: 0 }];
+            let mut capture = ChannelCapture::new(codec.clone(), origins);
+            for e in rx.try_iter() {
+                capture.record_event(0, &e)?;
+            }
+            out.push(capture.take(subtask as u32));
+        }
+        Ok(out)
+    }
+
+    fn record_type(&self) -> (TypeId, &'static str) {
+        (TypeId::of::<T>(), std::any::type_name::<T>())
+    }
+
+    fn announcing(
+        &self,
+        writer: AnyBox,
+        lanes: Vec<LaneSender>,
+        credits: Vec<Arc<AtomicUsize>>,
+    ) -> AnyBox {
+        let mut inner = unbox_output::<T>(writer);
+        inner.set_read_ahead_credits(credits);
+        Box::new(Box::new(AnnouncingWriter::new(inner, lanes)) as Box<dyn Output<T>>)
+    }
+
+    fn input_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        chain: AnyBox,
+        ctx: TaskContext,
+        setup: InputSetup<'_>,
+    ) -> Result<TaskBody> {
         let inputs: Vec<Receiver<Event<T>>> = receivers
             .into_iter()
             .flat_map(|r| {
@@ -171,8 +300,44 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                     .expect("graph invariant: union inputs share one record type")
             })
             .collect();
-        let chain = unbox_output::<T>(chain);
-        Box::new(move || run_input(inputs, chain, ctx))
+        let mut chain = unbox_output::<T>(chain);
+        let needs_codec = setup.unaligned.is_some() || !setup.replay.is_empty();
+        let codec = match setup.types.codec::<T>() {
+            Some(c) => Some(c),
+            None if needs_codec => {
+                return Err(Error::InvalidJob(format!(
+                    "records of type {} cross a network channel with channel state (unaligned \
+                     checkpoints) but cannot be encoded: register the type with \
+                     `env.register_type::<T>()`",
+                    std::any::type_name::<T>()
+                )))
+            }
+            None => None,
+        };
+        let replay = setup.replay;
+        let unaligned = setup.unaligned;
+        Ok(Box::new(move || {
+            if let Some(codec) = &codec {
+                replay_channel_state(&replay, codec.as_ref(), chain.as_mut(), &ctx)?;
+            }
+            drop(replay);
+            match (unaligned, codec) {
+                (Some(w), Some(codec)) => {
+                    let inputs = UnalignedInputs {
+                        data: inputs,
+                        lanes: w.lanes,
+                        origins: w.origins,
+                        codec,
+                        aligned_timeout: w.aligned_timeout,
+                        uid: w.uid,
+                        read_ahead_limit: w.read_ahead_limit,
+                        credits: w.credits,
+                    };
+                    run_input_unaligned(inputs, chain, ctx)
+                }
+                _ => run_input(inputs, chain, ctx),
+            }
+        }))
     }
 }
 
@@ -189,4 +354,6 @@ pub(crate) struct Edge {
 pub(crate) struct JobGraph {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
+    /// The record types whose records can be saved as channel state (`env.register_type`).
+    pub types: TypeRegistry,
 }

@@ -9,11 +9,11 @@
 //! when it starts ([`enter`]), so the channel writers need no handle of their own.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{SendError, Sender, TrySendError};
+use crossbeam_channel::{SendError, SendTimeoutError, Sender, TrySendError};
 
 use crate::runtime::task::TaskMetrics;
 
@@ -105,15 +105,87 @@ pub(crate) fn send<E>(s: &Sender<E>, event: E, records: usize) -> Result<(), Sen
             Some(start.elapsed())
         }
     };
-    with_load(|l| {
-        if records > 0 {
-            l.records_out.fetch_add(records as u64, Relaxed);
-        }
-        if let Some(d) = blocked {
-            l.backpressured_ns.fetch_add(d.as_nanos() as u64, Relaxed);
-        }
-    });
+    with_load(|l| count_sent(l, records, blocked));
     Ok(())
+}
+
+/// How often a deferrable send into a full channel looks whether a barrier is waiting.
+const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// [`send`] for the network writers, with two twists of unaligned checkpoints:
+///
+/// * `credit`: events the consumer read ahead and holds, which count against the
+///   channel's capacity (the channel is "full" at `len + credit >= capacity`), so that a
+///   consumer reading ahead for a checkpoint does not let this sender run further ahead.
+/// * In a source task of an unaligned job ([`TaskMetrics::deferrable`]), a send into a
+///   full channel gives `event` back instead of waiting once a barrier is waiting
+///   ([`TaskMetrics::barrier_requested`]): `Ok(Some(e))`, for the caller to keep and send
+///   before anything else on that channel.
+///
+/// Otherwise it waits until sent and returns `Ok(None)`. Waiting polls every
+/// [`DEFER_POLL`] only when one of the twists applies; else it blocks like [`send`].
+#[inline]
+pub(crate) fn send_or_defer<E>(
+    s: &Sender<E>,
+    event: E,
+    records: usize,
+    credit: Option<&AtomicUsize>,
+) -> Result<Option<E>, SendError<E>> {
+    let deferrable = CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|m| m.deferrable.load(Relaxed))
+            .cloned()
+    });
+    if deferrable.is_none() && credit.is_none() {
+        return send(s, event, records).map(|()| None);
+    }
+    let capacity = s.capacity().unwrap_or(usize::MAX);
+    let over = || credit.is_some_and(|h| s.len() + h.load(Relaxed) >= capacity);
+    let mut event = event;
+    if !over() {
+        match s.try_send(event) {
+            Ok(()) => {
+                with_load(|l| count_sent(l, records, None));
+                return Ok(None);
+            }
+            Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
+            Err(TrySendError::Full(e)) => event = e,
+        }
+    }
+    let start = Instant::now();
+    loop {
+        if let Some(m) = deferrable
+            .as_ref()
+            .filter(|m| m.barrier_requested.load(Relaxed))
+        {
+            m.load
+                .backpressured_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            return Ok(Some(event));
+        }
+        if over() {
+            std::thread::sleep(DEFER_POLL);
+            continue;
+        }
+        match s.send_timeout(event, DEFER_POLL) {
+            Ok(()) => {
+                with_load(|l| count_sent(l, records, Some(start.elapsed())));
+                return Ok(None);
+            }
+            Err(SendTimeoutError::Timeout(e)) => event = e,
+            Err(SendTimeoutError::Disconnected(e)) => return Err(SendError(e)),
+        }
+    }
+}
+
+fn count_sent(l: &TaskLoad, records: usize, blocked: Option<std::time::Duration>) {
+    if records > 0 {
+        l.records_out.fetch_add(records as u64, Relaxed);
+    }
+    if let Some(d) = blocked {
+        l.backpressured_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
 }
 
 /// Runs `wait` (an input task's wait for its next event), counting its time as idle.

@@ -36,8 +36,6 @@
 pub mod alignment;
 pub(crate) mod attempt;
 pub mod co_process;
-// Issue 13: used by the unaligned input loop, which the graph does not start yet.
-#[allow(dead_code)]
 pub mod codec;
 pub mod config;
 pub mod control;
@@ -59,8 +57,6 @@ pub mod result;
 pub(crate) mod spawn;
 pub mod status;
 pub mod task;
-// Issue 13: the graph does not build lanes or start the unaligned loop yet.
-#[allow(dead_code)]
 pub mod unaligned;
 pub mod watermark;
 pub mod window_join;

@@ -6,7 +6,10 @@
 //! end-of-input — so a barrier never overtakes a record (docs/architecture.md §2). Channels are bounded:
 //! a full channel blocks the sender, which is how backpressure travels upstream.
 
+use std::collections::VecDeque;
 use std::hash::Hash;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
@@ -86,6 +89,16 @@ impl<T, K: Hash, F: Fn(&T) -> K + Send> Router<T> for KeyGroupRouter<F> {
 /// path never touches a timestamp.
 struct Channels<T> {
     senders: Vec<Sender<Event<T>>>,
+    /// Per channel, events a source could not send while a barrier was waiting
+    /// ([`crate::runtime::load::send_or_defer`]): sent, in order, before anything else on
+    /// that channel. Empty except in source tasks of unaligned jobs.
+    pending: Vec<VecDeque<Event<T>>>,
+    /// Per channel, the events its consumer read ahead and holds (unaligned checkpoints),
+    /// which count against the channel's capacity; empty when there are none.
+    credits: Vec<Arc<AtomicUsize>>,
+    /// Sends of a barrier's flush ignore the credits: the marker must not wait for the
+    /// consumer to process what it read ahead (at most one batch per channel over).
+    bypass_credits: bool,
     buffers: Vec<Vec<T>>,
     /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
     timestamps: Vec<Vec<u64>>,
@@ -101,6 +114,9 @@ impl<T> Channels<T> {
             .collect();
         let timestamps = senders.iter().map(|_| Vec::new()).collect();
         Channels {
+            pending: senders.iter().map(|_| VecDeque::new()).collect(),
+            credits: Vec::new(),
+            bypass_credits: false,
             senders,
             buffers,
             timestamps,
@@ -126,7 +142,7 @@ impl<T> Channels<T> {
         buf.push(r);
         self.timestamps[c].push(t);
         if buf.len() >= BATCH_SIZE {
-            send_timestamped(&self.senders[c], buf, &mut self.timestamps[c])?;
+            self.send_open_batch(c)?;
         }
         Ok(())
     }
@@ -137,35 +153,67 @@ impl<T> Channels<T> {
         let buf = &mut self.buffers[c];
         buf.push(r);
         if buf.len() >= BATCH_SIZE {
-            send_batch(&self.senders[c], buf)?;
+            self.send_open_batch(c)?;
+        }
+        Ok(())
+    }
+
+    /// Sends channel `c`'s open batch (of the current kind), if it has records.
+    fn send_open_batch(&mut self, c: usize) -> Result<()> {
+        let buf = &mut self.buffers[c];
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
+        let event = if self.timestamped {
+            let stamps = std::mem::replace(&mut self.timestamps[c], Vec::with_capacity(BATCH_SIZE));
+            Event::TimestampedBatch(full, stamps)
+        } else {
+            Event::Batch(full)
+        };
+        self.send_on(c, event)
+    }
+
+    /// Sends `e` on channel `c` after what is pending there; what cannot be sent while a
+    /// barrier waits stays pending ([`crate::runtime::load::send_or_defer`]).
+    fn send_on(&mut self, c: usize, e: Event<T>) -> Result<()> {
+        self.pending[c].push_back(e);
+        while let Some(e) = self.pending[c].pop_front() {
+            let records = match &e {
+                Event::Batch(b) | Event::TimestampedBatch(b, _) => b.len(),
+                _ => 0,
+            };
+            let credit = match self.credits.get(c) {
+                Some(h) if !self.bypass_credits => Some(h.as_ref()),
+                _ => None,
+            };
+            // The receiver is gone only when the job is being cancelled.
+            match crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit) {
+                Ok(None) => {}
+                Ok(Some(e)) => {
+                    self.pending[c].push_front(e);
+                    break;
+                }
+                Err(_) => return Err(Error::Cancelled),
+            }
         }
         Ok(())
     }
 
     /// Sends every partly filled batch.
     fn flush(&mut self) -> Result<()> {
-        if self.timestamped {
-            for ((s, b), t) in self
-                .senders
-                .iter()
-                .zip(self.buffers.iter_mut())
-                .zip(self.timestamps.iter_mut())
-            {
-                send_timestamped(s, b, t)?;
-            }
-            return Ok(());
-        }
-        for (s, b) in self.senders.iter().zip(self.buffers.iter_mut()) {
-            send_batch(s, b)?;
-        }
-        Ok(())
+        (0..self.senders.len()).try_for_each(|c| self.send_open_batch(c))
     }
 
     /// Flushes, then sends `make()` on every channel (barriers, end-of-input): nothing
     /// buffered can be overtaken.
     fn flush_then(&mut self, make: impl Fn() -> Event<T>) -> Result<()> {
-        self.flush()?;
-        self.senders.iter().try_for_each(|s| send(s, make()))
+        self.bypass_credits = true;
+        let sent = self
+            .flush()
+            .and_then(|()| (0..self.senders.len()).try_for_each(|c| self.send_on(c, make())));
+        self.bypass_credits = false;
+        sent
     }
 }
 
@@ -199,6 +247,9 @@ macro_rules! writer_control {
         fn notify_aborted(&mut self, _: u64) -> Result<()> {
             Ok(())
         }
+        fn set_read_ahead_credits(&mut self, credits: Vec<Arc<AtomicUsize>>) {
+            self.channels.credits = credits;
+        }
     };
 }
 
@@ -218,32 +269,6 @@ impl<T, R> RoutedWriter<T, R> {
     }
 }
 
-fn send<T>(s: &Sender<Event<T>>, e: Event<T>) -> Result<()> {
-    let records = match &e {
-        Event::Batch(b) | Event::TimestampedBatch(b, _) => b.len(),
-        _ => 0,
-    };
-    // The receiver is gone only when the job is being cancelled.
-    crate::runtime::load::send(s, e, records).map_err(|_| Error::Cancelled)
-}
-
-fn send_batch<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>) -> Result<()> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
-    send(s, Event::Batch(full))
-}
-
-fn send_timestamped<T>(s: &Sender<Event<T>>, buf: &mut Vec<T>, ts: &mut Vec<u64>) -> Result<()> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
-    let stamps = std::mem::replace(ts, Vec::with_capacity(BATCH_SIZE));
-    send(s, Event::TimestampedBatch(full, stamps))
-}
-
 impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
         self.channels.set_mode(false)?;
@@ -253,11 +278,11 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
             if buf.is_empty() && batch.len() >= BATCH_SIZE / 2 {
                 // Large enough to ship as it is: hand the vector over, no copy.
                 let full = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
-                return send(&self.channels.senders[0], Event::Batch(full));
+                return self.channels.send_on(0, Event::Batch(full));
             }
             buf.append(batch);
             if buf.len() >= BATCH_SIZE {
-                send_batch(&self.channels.senders[0], buf)?;
+                self.channels.send_open_batch(0)?;
             }
             return Ok(());
         }
@@ -274,10 +299,9 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
             // Large enough to ship as it is: hand the vectors over, no copy.
             let full = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
             let stamps = std::mem::replace(timestamps, Vec::with_capacity(full.len()));
-            return send(
-                &self.channels.senders[0],
-                Event::TimestampedBatch(full, stamps),
-            );
+            return self
+                .channels
+                .send_on(0, Event::TimestampedBatch(full, stamps));
         }
         for (r, t) in batch.drain(..).zip(timestamps.drain(..)) {
             let c = if n == 1 { 0 } else { self.router.route(&r, n) };

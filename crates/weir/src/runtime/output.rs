@@ -7,6 +7,9 @@
 //! next one and calls it directly — chaining is a plain (per-batch) function call, never a
 //! channel. The last `Output` in a chain is either a sink or a network writer.
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::watermark::WatermarkStatus;
@@ -42,6 +45,11 @@ pub trait Output<T>: Send {
     /// keyed operators fire due processing-time timers, watermark assigners emit their
     /// periodic watermark; every operator forwards it along the chain.
     fn on_processing_time(&mut self, now_ms: u64) -> Result<()>;
+    /// (Network writers of unaligned jobs) per channel, the events its consumer has read
+    /// ahead and not processed yet. They count against the channel's capacity (credit),
+    /// so reading ahead for a checkpoint does not let this writer run further ahead of a
+    /// slow consumer. Other outputs ignore it.
+    fn set_read_ahead_credits(&mut self, _credits: Vec<Arc<AtomicUsize>>) {}
 }
 
 /// Discards everything: the output of an operator nobody consumes.

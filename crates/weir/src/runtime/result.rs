@@ -61,6 +61,12 @@ pub struct CompletedCheckpointStats {
     /// Records the sources had emitted up to its barrier, since the job first started
     /// (summed over sources): how far the input a restore from it resumes.
     pub source_records: u64,
+    /// Tasks that took their snapshot unaligned (zero: the checkpoint was aligned).
+    pub unaligned_tasks: u32,
+    /// Records in flight saved as channel state (unaligned checkpoints).
+    pub in_flight_records: u64,
+    /// Encoded bytes of those records: the checkpoint's persisted in-flight data.
+    pub in_flight_bytes: u64,
 }
 
 /// What a finished job reports.

@@ -2,17 +2,25 @@
 //! chain (restored from a checkpoint when there is one), and one thread per task whose
 //! end — success, error or panic — becomes a [`TaskEvent`] for the attempt's loop.
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Sender};
 
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
 use crate::runtime::executor::Executor;
-use crate::runtime::graph::{AnyBox, NodeKind, Partitioning, TaskBody};
+use crate::runtime::graph::{
+    AnyBox, InputSetup, NodeKind, Partitioning, TaskBody, UnalignedWiring,
+};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::task::{Control, TaskContext, TaskEvent};
+use crate::runtime::unaligned::capture::ChannelOrigin;
+use crate::runtime::unaligned::lane::{lane, LaneReceiver, LaneSender};
 
 /// A running attempt: the control channels and threads of its tasks.
 pub(crate) struct Attempt {
@@ -38,6 +46,50 @@ impl Attempt {
         drop(self.controls);
         for h in self.handles {
             let _ = h.join(); // task panics were caught inside the thread
+        }
+    }
+}
+
+/// The priority lanes of one edge (unaligned checkpoints), laid out like its channels:
+/// per sending subtask its lanes in receiver order, per receiving subtask its lanes in
+/// sender order with each one's sending subtask. Empty when the edge has none.
+#[derive(Default)]
+struct EdgeLanes {
+    senders: Vec<Option<(Vec<LaneSender>, Credits)>>,
+    receivers: Vec<Option<ReceiverLanes>>,
+}
+
+/// A receiving subtask's lanes of one edge, in sender order, with each one's sending
+/// subtask and credit.
+type ReceiverLanes = (Vec<LaneReceiver>, Vec<u32>, Credits);
+
+/// Per channel, the events its consumer read ahead (shared by both ends).
+type Credits = Vec<Arc<AtomicUsize>>;
+
+impl EdgeLanes {
+    /// A lane per channel of an edge from `senders` to `receivers` subtasks (`forward`:
+    /// only `i → i`), matching the channels `EdgeFactory::channels` makes.
+    fn new(senders: usize, receivers: usize, forward: bool) -> Self {
+        let mut tx: Vec<(Vec<LaneSender>, Credits)> =
+            (0..senders).map(|_| Default::default()).collect();
+        let mut rx: Vec<ReceiverLanes> = (0..receivers).map(|_| Default::default()).collect();
+        for (s, tx_s) in tx.iter_mut().enumerate() {
+            for (r, rx_r) in rx.iter_mut().enumerate() {
+                if forward && s != r {
+                    continue;
+                }
+                let (t, v) = lane();
+                let credit = Arc::new(AtomicUsize::new(0));
+                tx_s.0.push(t);
+                tx_s.1.push(credit.clone());
+                rx_r.0.push(v);
+                rx_r.1.push(s as u32);
+                rx_r.2.push(credit);
+            }
+        }
+        EdgeLanes {
+            senders: tx.into_iter().map(Some).collect(),
+            receivers: rx.into_iter().map(Some).collect(),
         }
     }
 }
@@ -77,6 +129,41 @@ impl Executor<'_> {
         })
     }
 
+    /// The channel state subtask `subtask` of `parallelism` of the task headed by node
+    /// `head` replays from `r`: for a keyed operator restored at another parallelism, the
+    /// records whose key groups it now owns (re-partitioned once per operator, kept in
+    /// `rerouted`); otherwise [`RestoredCheckpoint::channel_state_for`].
+    fn replay_for(
+        &self,
+        r: &RestoredCheckpoint,
+        head: usize,
+        subtask: u32,
+        parallelism: u32,
+        rerouted: &mut HashMap<usize, Vec<Vec<ChannelStateFile>>>,
+    ) -> Result<Vec<ChannelStateFile>> {
+        let g = self.graph;
+        let uid = &self.plan.uids[head];
+        let Some((old, files)) = r.channel_state_of(uid) else {
+            return Ok(Vec::new());
+        };
+        let keyed = g.nodes[head]
+            .inputs
+            .iter()
+            .find(|&&e| self.plan.partitioning[e] == Partitioning::KeyGroups);
+        let Some(&edge) = keyed.filter(|_| old != parallelism) else {
+            return Ok(r.channel_state_for(uid, subtask, parallelism));
+        };
+        let parts = match rerouted.entry(head) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(
+                g.edges[edge]
+                    .factory
+                    .reroute_keyed(files, &g.types, parallelism)?,
+            ),
+        };
+        Ok(std::mem::take(&mut parts[subtask as usize]))
+    }
+
     /// Builds attempt `attempt`'s tasks (restored from `restore`) and starts one thread
     /// per task.
     pub(crate) fn spawn(
@@ -85,26 +172,38 @@ impl Executor<'_> {
         restore: Option<&RestoredCheckpoint>,
     ) -> Result<Attempt> {
         let g = self.graph;
-        // Channels for every non-chained edge.
+        let unaligned = self.cfg.checkpointing.unaligned;
+        // Channels for every non-chained edge (and, unaligned, a priority lane beside each).
         let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
+        let mut lanes: Vec<EdgeLanes> = Vec::new();
         for (i, e) in g.edges.iter().enumerate() {
             if self.plan.chained[i] {
                 senders.push(Vec::new());
                 receivers.push(Vec::new());
+                lanes.push(EdgeLanes::default());
                 continue;
             }
-            let (tx, rx) = e.factory.channels(
+            let (from_p, to_p) = (
                 self.plan.parallelism[e.from] as usize,
                 self.plan.parallelism[e.to] as usize,
-                self.plan.partitioning[i] == Partitioning::Forward,
-                self.cfg.channel_capacity.max(1),
             );
+            let forward = self.plan.partitioning[i] == Partitioning::Forward;
+            let (tx, rx) =
+                e.factory
+                    .channels(from_p, to_p, forward, self.cfg.channel_capacity.max(1));
             senders.push(tx.into_iter().map(Some).collect());
             receivers.push(rx.into_iter().map(Some).collect());
+            lanes.push(if unaligned {
+                EdgeLanes::new(from_p, to_p, forward)
+            } else {
+                EdgeLanes::default()
+            });
         }
         let mut controls = Vec::new();
         let mut bodies: Vec<(String, TaskBody)> = Vec::new();
+        // Keyed channel state re-partitioned for another parallelism, per head operator.
+        let mut rerouted: HashMap<usize, Vec<Vec<ChannelStateFile>>> = HashMap::new();
         let mut sources = Vec::new();
         for (ti, t) in self.plan.tasks.iter().enumerate() {
             let s = t.subtask as usize;
@@ -116,9 +215,12 @@ impl Executor<'_> {
                     let tx = senders[e][s]
                         .take()
                         .expect("each sender is used by one task");
-                    g.edges[e]
-                        .factory
-                        .writer(tx, self.plan.partitioning[e], t.subtask)
+                    let f = &g.edges[e].factory;
+                    let w = f.writer(tx, self.plan.partitioning[e], t.subtask);
+                    match lanes[e].senders.get_mut(s).and_then(Option::take) {
+                        Some((l, credits)) => f.announcing(w, l, credits),
+                        None => w,
+                    }
                 })
                 .collect();
             let factory = &g.nodes[tail].outputs_factory;
@@ -143,6 +245,13 @@ impl Executor<'_> {
             }
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
+            // A source of an unaligned job defers a blocked send once a barrier waits
+            // (`load::send_or_defer`); no trigger of an earlier attempt is pending.
+            let m = &self.task_metrics[ti];
+            let is_source = matches!(g.nodes[t.chain[0]].kind, NodeKind::Source(_));
+            m.deferrable
+                .store(unaligned && is_source, Ordering::Relaxed);
+            m.barrier_requested.store(false, Ordering::Relaxed);
             let ctx = TaskContext {
                 name: t.name.clone(),
                 index: ti,
@@ -180,7 +289,48 @@ impl Executor<'_> {
                                 .expect("each receiver is used by one task")
                         })
                         .collect();
-                    g.edges[first].factory.input_task(rx, input, ctx)
+                    let uid = &self.plan.uids[head];
+                    let wiring = unaligned.then(|| {
+                        let mut w = UnalignedWiring {
+                            uid: uid.clone(),
+                            lanes: Vec::new(),
+                            origins: Vec::new(),
+                            aligned_timeout: self
+                                .cfg
+                                .checkpointing
+                                .aligned_checkpoint_timeout
+                                .unwrap_or_default(),
+                            // Twice the channel's capacity and an open batch: what a
+                            // checkpoint usually finds between the queue and its marker.
+                            read_ahead_limit: 2 * self.cfg.channel_capacity.max(1) + 1,
+                            credits: Vec::new(),
+                        };
+                        for (edge, &e) in g.nodes[head].inputs.iter().enumerate() {
+                            let (l, senders, credits) = lanes[e].receivers[s]
+                                .take()
+                                .expect("each lane is read by one task");
+                            w.lanes.extend(l);
+                            w.credits.extend(credits);
+                            w.origins
+                                .extend(senders.into_iter().map(|sender| ChannelOrigin {
+                                    edge: edge as u32,
+                                    sender,
+                                }));
+                        }
+                        w
+                    });
+                    let replay = match restore {
+                        Some(r) => {
+                            self.replay_for(r, head, t.subtask, t.parallelism, &mut rerouted)?
+                        }
+                        None => Vec::new(),
+                    };
+                    let setup = InputSetup {
+                        types: &g.types,
+                        replay,
+                        unaligned: wiring,
+                    };
+                    g.edges[first].factory.input_task(rx, input, ctx, setup)?
                 }
             };
             bodies.push((t.name.clone(), body));

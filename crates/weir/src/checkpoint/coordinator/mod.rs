@@ -59,6 +59,15 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints of this run kept on disk (older ones are deleted).
     pub retained: usize,
+    /// Unaligned checkpoints (exactly-once only; issue 13): barriers overtake the records
+    /// queued in channels, which are saved as channel state, so a checkpoint under
+    /// backpressure does not wait for the queues to drain (docs/architecture.md §3).
+    pub unaligned: bool,
+    /// With [`unaligned`](Self::unaligned): each checkpoint starts aligned and a subtask
+    /// switches to unaligned once its alignment has lasted this long (Flink's
+    /// `execution.checkpointing.aligned-checkpoint-timeout`), so channel state is written
+    /// only when the queues are actually slow. `None`: unaligned from the first barrier.
+    pub aligned_checkpoint_timeout: Option<Duration>,
 }
 
 impl Default for CheckpointConfig {
@@ -71,6 +80,8 @@ impl Default for CheckpointConfig {
             max_concurrent: 1,
             tolerable_failures: 0,
             retained: 3,
+            unaligned: false,
+            aligned_checkpoint_timeout: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::metadata::{SnapshotKind, TaskStatsMeta};
+use super::metadata::{ChannelStateRef, SnapshotKind, TaskStatsMeta};
 use crate::checkpoint::barrier::CheckpointingMode;
 use crate::state::StateKind;
 
@@ -100,6 +100,11 @@ pub struct CheckpointDescription {
     pub operators: Vec<OperatorDescription>,
     /// Per task: synchronous pause, asynchronous write time, alignment, bytes.
     pub tasks: Vec<TaskStatsMeta>,
+    /// Tasks that took their snapshot unaligned (zero: an aligned checkpoint).
+    pub unaligned_tasks: u32,
+    /// The records in flight an unaligned checkpoint saved, per receiving subtask and
+    /// input channel (`ch-<subtask>-<channel>` files; counted in `state_files` too).
+    pub channel_state: Vec<ChannelStateRef>,
 }
 
 impl CheckpointDescription {
@@ -241,6 +246,8 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
             states: keyed,
         });
     }
+    state_files += meta.channel_state.len() as u64;
+    state_file_bytes += meta.channel_state.iter().map(|c| c.file.size).sum::<u64>();
     Ok(CheckpointDescription {
         path: path.to_path_buf(),
         checkpoint_id: meta.checkpoint_id,
@@ -256,6 +263,8 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
         state_file_bytes,
         operators,
         tasks: meta.tasks,
+        unaligned_tasks: meta.unaligned_tasks,
+        channel_state: meta.channel_state,
     })
 }
 

@@ -141,6 +141,8 @@ fn write_sample(dir: &Path) -> PathBuf {
         sources: Vec::new(),
         run_id: String::new(),
         files: Vec::new(),
+        channel_state: Vec::new(),
+        unaligned_tasks: 0,
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

@@ -13,18 +13,18 @@
 //!   barrier; any other disconnection means the upstream task failed.
 //!
 //! Modules: [`source`] runs a source task, [`input`] an input task (and the control
-//! messages it handles between batches); this file holds what both share: the messages
+//! messages it handles between batches), [`unaligned`] an input task with unaligned
+//! checkpoints, [`replay`] replays restored channel state; this file holds what both share: the messages
 //! to and from the executor, the counters and the [`TaskContext`].
 
 mod input;
+mod replay;
 mod source;
 #[cfg(test)]
 mod tests;
-// Issue 13: not started by the graph yet (docs/architecture.md §3, what is left).
-#[allow(dead_code)]
 mod unaligned;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,8 +38,8 @@ use crate::runtime::fault::FailureInjector;
 use crate::runtime::output::TaskSnapshot;
 
 pub use input::run_input;
+pub use replay::replay_channel_state;
 pub use source::{run_source, run_source_paused_by};
-#[allow(unused_imports)]
 pub use unaligned::{run_input_unaligned, UnalignedInputs};
 
 use input::{on_control, ChannelState};
@@ -114,6 +114,16 @@ pub struct TaskMetrics {
     pub records_in: AtomicU64,
     /// Records out, backpressure, idle and busy time ([`crate::runtime::load`]).
     pub load: crate::runtime::load::TaskLoad,
+    /// (Unaligned checkpoints) the task is a source whose sends into a full channel may
+    /// be deferred while [`barrier_requested`](Self::barrier_requested) is set.
+    pub deferrable: AtomicBool,
+    /// (Unaligned checkpoints) the executor triggered a barrier this source has not
+    /// injected yet. A source blocked sending into a full channel would see the trigger
+    /// only once the consumer made room — under backpressure, as long as the consumer
+    /// takes to process a batch per channel — so its writers keep the batch they could
+    /// not send (sent before the barrier, so it becomes channel state) and return, and the
+    /// source injects the barrier at once ([`crate::runtime::load::send_or_defer`]).
+    pub barrier_requested: AtomicBool,
 }
 
 /// What every task loop needs besides its chain.

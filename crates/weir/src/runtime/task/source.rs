@@ -64,6 +64,11 @@ impl SourceTask<'_> {
     ) -> Result<()> {
         match c {
             Control::Trigger(barrier) => {
+                // Sends into full channels block again: the barrier goes in now.
+                self.ctx
+                    .metrics
+                    .barrier_requested
+                    .store(false, Ordering::Relaxed);
                 if let BarrierKind::Stop { drain } = barrier.kind {
                     self.fin.on_stop_barrier(barrier.id);
                     if drain && !self.fin.input_ended() {

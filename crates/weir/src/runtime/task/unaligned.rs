@@ -7,11 +7,13 @@
 //! * Lanes are read before data: every iteration first drains the priority lanes.
 //! * A channel with events read ahead ([`ReadAhead::holds`]) is not read for processing
 //!   until they are processed, so each channel's events are processed in order.
-//! * A record is recorded as channel state exactly once: when it is read while its channel
-//!   is capturing (read ahead or read for processing), never when a read-ahead event is
-//!   processed later.
+//! * A record is recorded as channel state of a checkpoint exactly once: when it is read
+//!   while its channel is capturing (read ahead or read for processing), or, if it was
+//!   read ahead for an earlier checkpoint and still waits to be processed, when the
+//!   checkpoint's snapshot is taken; never when a read-ahead event is processed later.
 //! * The snapshot is submitted only with its complete channel state; an abort drops both.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,40 @@ pub struct UnalignedInputs<T> {
     pub codec: Arc<dyn RecordCodec<T>>,
     /// Alignment allowed before switching to unaligned (zero: unaligned at once).
     pub aligned_timeout: Duration,
+    /// The task's head operator: its folder holds the channel-state files.
+    pub uid: String,
+    /// Most events read ahead and waiting per channel. Reading ahead frees room in the
+    /// channel, so without a bound a checkpoint interval shorter than the time to process
+    /// a channel's worth would move the whole input into memory, past backpressure; with
+    /// it, a channel holds its capacity in the channel plus this in the queue, and a
+    /// checkpoint waits for processing only while the queue is full.
+    pub read_ahead_limit: usize,
+    /// Per channel, the events read ahead and not processed yet, shared with the
+    /// channel's sender, which counts them against the channel's capacity (credit): what
+    /// is read ahead stays a part of the backpressure. Empty: not shared (tests).
+    pub credits: Vec<Arc<AtomicUsize>>,
+}
+
+/// The shared read-ahead counts; zeroed when the task ends, so a sender waiting for
+/// credit sees the channel's end instead of waiting forever.
+struct Credits(Vec<Arc<AtomicUsize>>);
+
+impl Credits {
+    fn add(&self, c: usize, n: isize) {
+        if let Some(h) = self.0.get(c) {
+            if n >= 0 {
+                h.fetch_add(n as usize, Ordering::Relaxed);
+            } else {
+                h.fetch_sub(n.unsigned_abs(), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Credits {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|h| h.store(0, Ordering::Relaxed));
+    }
 }
 
 /// What a selected operation reads (index 0 of the select is the control channel).
@@ -67,6 +103,9 @@ struct Loop<'a, T> {
     capture: ChannelCapture<T>,
     ahead: ReadAhead<T>,
     taken: Option<Taken>,
+    uid: String,
+    read_ahead_limit: usize,
+    credits: Credits,
 }
 
 /// Runs an input task in unaligned mode until its end is committed and every input channel
@@ -87,6 +126,9 @@ pub fn run_input_unaligned<T: Send>(
         capture: ChannelCapture::new(inputs.codec, inputs.origins),
         ahead: ReadAhead::new(n),
         taken: None,
+        uid: inputs.uid,
+        read_ahead_limit: inputs.read_ahead_limit.max(1),
+        credits: Credits(inputs.credits),
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
     let mut lane_open = vec![true; n];
@@ -114,6 +156,7 @@ pub fn run_input_unaligned<T: Send>(
             l.read_ahead(c, rx)?;
         }
         if let Some((c, event)) = l.ahead.pop() {
+            l.credits.add(c, -1);
             match l.ctx.control.try_recv() {
                 Ok(ctl) => l.control(ctl)?,
                 Err(TryRecvError::Empty) => {}
@@ -174,14 +217,18 @@ pub fn run_input_unaligned<T: Send>(
 
 impl<T: Send> Loop<'_, T> {
     /// Reads channel `c` ahead of processing while it is draining: up to its marker, or as
-    /// far as it has events now.
+    /// far as it has events now, or until its queue holds the limit.
     fn read_ahead(&mut self, c: usize, rx: &Receiver<Event<T>>) -> Result<()> {
-        while self.handler.is_draining(c) && !self.channels[c].closed {
+        while self.handler.is_draining(c)
+            && !self.channels[c].closed
+            && self.ahead.len_of(c) < self.read_ahead_limit
+        {
             match rx.try_recv() {
                 Ok(Event::Barrier(b)) => self.barrier(c, b)?,
                 Ok(event) => {
                     self.capture.record_event(c, &event)?;
                     self.ahead.push(c, event);
+                    self.credits.add(c, 1);
                 }
                 // Empty: more comes later. Disconnected: the close is handled when the
                 // channel is read for processing, after what was read ahead.
@@ -281,6 +328,12 @@ impl<T: Send> Loop<'_, T> {
             if let BarrierKind::Stop { .. } = b.kind {
                 self.fin.on_stop_barrier(b.id);
             }
+            // Events read ahead for an earlier checkpoint and not processed yet are in
+            // neither this snapshot's operator state nor (read before it) its capture:
+            // they are in flight for this checkpoint too, ahead of anything read later.
+            for (c, e) in self.ahead.waiting() {
+                self.capture.record_event(c, e)?;
+            }
             let start = Instant::now();
             let mut snapshot = TaskSnapshot::new();
             self.chain.snapshot(b, &mut snapshot)?;
@@ -297,7 +350,9 @@ impl<T: Send> Loop<'_, T> {
                 return Ok(()); // unreachable by the handler's contract: snapshot comes first
             };
             t.snapshot.channel_state = self.capture.take(self.ctx.subtask);
-            t.snapshot.unaligned = done.unaligned;
+            // An aligned completion may still carry what was read ahead for an earlier one.
+            t.snapshot.unaligned = done.unaligned || !t.snapshot.channel_state.is_empty();
+            t.snapshot.channel_state_uid.clone_from(&self.uid);
             let id = done.barrier.id;
             self.ctx
                 .submit(id, t.snapshot, t.sync, done.alignment, t.frozen);

@@ -110,6 +110,9 @@ fn start(
             .collect(),
         codec: TypeRegistry::with_common_types().codec::<u64>().unwrap(),
         aligned_timeout: Duration::ZERO,
+        uid: "head".into(),
+        read_ahead_limit: 64,
+        credits: Vec::new(),
     };
     let chain = Box::new(Gated {
         log: log.clone(),
@@ -248,4 +251,45 @@ fn a_coordinator_abort_drops_the_channel_state_and_the_next_checkpoint_completes
     );
     let log = h.finish(3);
     assert_eq!(log, ["S1", "R7", "S2", "S3"]);
+}
+
+#[test]
+fn records_read_ahead_for_one_checkpoint_and_not_yet_processed_are_channel_state_of_the_next() {
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let b1 = CheckpointBarrier::checkpoint(1, 0);
+    let h = start(2, gate, |data, lanes| {
+        for (c, batches) in [(0u64, 10u64), (1, 2)] {
+            for i in 0..batches {
+                let first = c * 10_000 + i * 100;
+                data[c as usize]
+                    .send(Event::Batch((first..first + 100).collect()))
+                    .unwrap();
+            }
+        }
+        for (lane, tx) in lanes.iter().zip(data) {
+            lane.send(b1).unwrap();
+            tx.send(Event::Barrier(b1)).unwrap();
+        }
+    });
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(channel_state(&job), [(0, 1000), (1, 200)]);
+    // One batch processed; the other 1100 records wait in the read-ahead queues when
+    // checkpoint 2 comes (no new records): they are its channel state as well.
+    gate_tx.send(()).unwrap();
+    let b2 = CheckpointBarrier::checkpoint(2, 0);
+    for (lane, tx) in h.lanes.iter().zip(&h.data) {
+        lane.send(b2).unwrap();
+        tx.send(Event::Barrier(b2)).unwrap();
+    }
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(job.checkpoint_id, 2);
+    assert_eq!(channel_state(&job), [(0, 900), (1, 200)]);
+    drop(gate_tx);
+    let log = h.finish(3);
+    assert_eq!(
+        log.len(),
+        1200 + 3,
+        "every record processed once, and S1–S3"
+    );
+    assert_eq!(log.iter().position(|l| l == "S2"), Some(101));
 }

@@ -66,6 +66,7 @@ impl<T> ChannelCapture<T> {
     }
 
     /// Encoded bytes recorded so far (the checkpoint's persisted in-flight data).
+    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         self.batches
             .iter()
@@ -126,9 +127,25 @@ impl<T> ReadAhead<T> {
     }
 
     /// Whether channel `c` has events waiting (it must not be read for processing).
-    #[inline]
+    #[cfg(test)]
     pub fn holds(&self, c: usize) -> bool {
         !self.queues[c].is_empty()
+    }
+
+    /// Events waiting from channel `c`.
+    #[inline]
+    pub fn len_of(&self, c: usize) -> usize {
+        self.queues[c].len()
+    }
+
+    /// The events waiting, channel by channel, each channel's in the order read: what a
+    /// snapshot taken now must save as channel state, since they were read from their
+    /// channels but are not processed yet.
+    pub fn waiting(&self) -> impl Iterator<Item = (usize, &Event<T>)> {
+        self.queues
+            .iter()
+            .enumerate()
+            .flat_map(|(c, q)| q.iter().map(move |e| (c, e)))
     }
 
     /// Whether any channel has events waiting.

@@ -85,6 +85,7 @@ pub struct Decision {
 
 impl Decision {
     /// Whether there is nothing to do.
+    #[cfg(test)]
     pub fn is_none(&self) -> bool {
         *self == Decision::default()
     }
@@ -121,6 +122,7 @@ pub struct UnalignedBarrierHandler {
 
 impl UnalignedBarrierHandler {
     /// A handler for `inputs` channels, always unaligned.
+    #[cfg(test)]
     pub fn unaligned(inputs: usize) -> Self {
         Self::with_aligned_timeout(inputs, Duration::ZERO)
     }
