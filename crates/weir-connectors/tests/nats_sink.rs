@@ -98,7 +98,9 @@ fn sequence_job(
     let stats = sink.stats();
     let env = StreamEnvironment::new(cfg);
     let records = env
-        .add_source("numbers", GeneratorSource::new(N).with_rate(Some(50_000.0)))
+        // Paced so that each of the six failures finds a checkpoint of its attempt even when
+        // a loaded machine slows the two-phase commits down.
+        .add_source("numbers", GeneratorSource::new(N).with_rate(Some(10_000.0)))
         .uid("numbers")
         .key_by(move |i: &u64| i % KEYS)
         .process(Sequence::default())
