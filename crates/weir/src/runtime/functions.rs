@@ -126,6 +126,20 @@ pub trait KeyedProcessFunction<K: Key, I, O>:
     ) -> Result<()> {
         Ok(())
     }
+    /// The watermark advanced to `watermark`: called before the event-time timers due at
+    /// it fire, again and again until it returns `Ok(None)`. For functions that keep their
+    /// own firing order across keys — the window operator fires a whole window at once
+    /// instead of one timer per (key, window), the timer queue's costliest use — each call
+    /// emits one group of results into `out` and returns their timestamp. The default
+    /// fires nothing.
+    fn on_watermark(
+        &mut self,
+        _watermark: u64,
+        _ctx: &mut KeyedEndContext<'_, K>,
+        _out: &mut Collector<'_, O>,
+    ) -> Result<Option<u64>> {
+        Ok(None)
+    }
     /// Every input has ended; `ctx` reaches every key of this subtask. Event-time timers
     /// have all fired by now (the end of input advances the watermark to its maximum);
     /// processing-time timers still pending do not fire.

@@ -273,6 +273,14 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
             .flat_map(|s| s.table().iter().map(|e| (&e.0, &e.1)))
     }
 
+    /// Every entry, mutably, in no particular order. Takes back every shard a snapshot
+    /// still shares (see the module docs), so use it for whole-map updates only.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.shards
+            .iter_mut()
+            .flat_map(|s| s.table_mut().iter_mut().map(|e| (&e.0, &mut e.1)))
+    }
+
     /// The entries of shard `shard` (for incremental sweeps over the map).
     pub fn shard_iter(&self, shard: usize) -> impl Iterator<Item = (&K, &V)> {
         self.shards[shard % SHARDS]

@@ -82,6 +82,9 @@ pub enum StateKind {
     Broadcast,
     /// Event-time timers of a keyed operator: timestamps per key.
     EventTimers,
+    /// Window accumulators of a keyed window operator: one entry per (key, window end),
+    /// grouped in memory by window so that a whole window fires and is removed at once.
+    Window,
 }
 
 impl StateKind {
@@ -98,6 +101,7 @@ impl StateKind {
             StateKind::ProcessingTimers => "processing-time timers",
             StateKind::Broadcast => "broadcast",
             StateKind::EventTimers => "event-time timers",
+            StateKind::Window => "window",
         }
     }
 }

@@ -90,6 +90,34 @@ where
     K: Key,
     O: Send,
 {
+    /// Sends what the function emitted with timestamps, in batches of at most
+    /// [`BATCH_SIZE`] (a whole window fired at once may hold every key of the subtask).
+    fn emit_batches(&mut self) -> Result<()> {
+        if self.out.len() <= BATCH_SIZE {
+            return if self.out.len() == BATCH_SIZE {
+                self.emit(true)
+            } else {
+                Ok(())
+            };
+        }
+        let mut records = std::mem::take(&mut self.out).into_iter();
+        let mut times = std::mem::take(&mut self.out_timestamps).into_iter();
+        loop {
+            let mut out: Vec<O> = records.by_ref().take(BATCH_SIZE).collect();
+            if out.is_empty() {
+                return Ok(());
+            }
+            let mut ts: Vec<u64> = times.by_ref().take(BATCH_SIZE).collect();
+            self.next.push_timestamped(&mut out, &mut ts)?;
+        }
+    }
+}
+
+impl<K, O, F, KS> KeyedProcessOp<K, O, F, KS>
+where
+    K: Key,
+    O: Send,
+{
     /// The one loop that calls the function's `process`, for batches with and without
     /// timestamps alike. A single call site lets the compiler inline `process` into it, as
     /// it did before event time: with a second loop for timestamped batches it stopped doing
@@ -218,6 +246,17 @@ where
         self.backend.time.watermark = watermark;
         self.backend.time.domain = Some(TimeDomain::EventTime);
         let fired = (|| {
+            loop {
+                let mut ctx = KeyedEndContext {
+                    backend: &mut self.backend,
+                };
+                let mut out = Collector { buf: &mut self.out };
+                let Some(time) = self.f.on_watermark(watermark, &mut ctx, &mut out)? else {
+                    break;
+                };
+                self.out_timestamps.resize(self.out.len(), time);
+                self.emit_batches()?;
+            }
             while let Some((time, key)) = self.backend.pop_due_event_timer(watermark) {
                 self.backend.time.timestamp = Some(time);
                 let mut ctx = KeyedContext {

@@ -1,19 +1,27 @@
-//! The window operator: a keyed function that keeps one accumulator per (key, window) in a
-//! map state (window end → accumulator) and an event-time timer at each window's last
-//! millisecond. When the watermark reaches the timer the window's result is emitted (its
-//! timestamp is the window's last millisecond).
+//! The window operator: a keyed function that keeps one accumulator per (key, window) in
+//! window state (`state::keyed` window tables: one table per window, entries by key) and
+//! fires a window for all its keys at once when the watermark passes its last millisecond.
+//! Each result is timestamped with the window's last millisecond.
 //!
 //! Lateness (Flink's `allowedLateness` and `EventTimeTrigger`): a window stays in state
 //! until the watermark passes its last millisecond plus the allowed lateness, its *cleanup
-//! time*. A record for a window the watermark already fired but not cleaned up is added and
-//! the window fires again at once with the updated result (a *late firing*, timestamped
-//! with the late record's time). With a lateness of 0 (the default) the firing timer is the
-//! cleanup timer and one timer per window is all there is; otherwise a second timer at the
-//! cleanup time removes the window without emitting.
+//! time*, and is then removed whole without emitting. A record for a window the watermark
+//! already fired but not cleaned up is added and the window fires again at once with the
+//! updated result (a *late firing*, timestamped with the late record's time).
+//!
+//! Each entry records whether its window is still to fire for that key (Flink registers an
+//! event-time timer per record instead; the effect is the same): a record of a window the
+//! watermark has not passed marks it, firing clears it. After a restore, which resets the
+//! watermark, a record for a window that fired before the checkpoint marks it again, so it
+//! fires again with the updated result.
 //!
 //! A record all of whose windows are past their cleanup time is late: dropped, or, when the
 //! job asked for it, emitted as a late-data record (`side_output_late_data`) through a
 //! function that wraps it into the operator's output type.
+//!
+//! Checkpoints of earlier versions kept the windows in a keyed map state
+//! ([`LEGACY_WINDOW_STATE`]) with an event-time timer per (key, window); `open` moves such
+//! a restored state into the window state, keeping which windows were still to fire.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -21,11 +29,19 @@ use std::sync::Arc;
 use super::{TimeWindow, WindowAssigner};
 use crate::error::Result;
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
-use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain};
+use crate::state::keyed::{
+    AggregateFunction, KeyedContext, KeyedEndContext, KeyedStateStore, MapState, WindowState,
+};
+use crate::state::StateKind;
 use crate::state::{Key, StateValue};
 
-/// The name of the map state holding the window accumulators.
-pub const WINDOW_STATE: &str = "window-contents";
+/// The name of the window state holding the window accumulators (a keyed *window* state:
+/// per key and window end, the accumulator).
+pub const WINDOW_STATE: &str = "window-accumulators";
+
+/// The name of the map state (window end → accumulator) in which checkpoints taken before
+/// the window state existed kept the accumulators; restored and moved into [`WINDOW_STATE`].
+pub const LEGACY_WINDOW_STATE: &str = "window-contents";
 
 /// Aggregates the windows of a keyed stream with `aggregate` and turns each window's result
 /// into the output with `window_fn(key, window, result)`; late records go to `late` if set.
@@ -37,7 +53,7 @@ pub struct WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     lateness: u64,
     /// Wraps a late record into the output (the late-data side output); `None` drops it.
     late: Option<fn(T) -> R>,
-    state: Option<MapState<u64, ACC>>,
+    state: Option<WindowState<ACC>>,
     windows: Vec<TimeWindow>,
     _acc: PhantomData<fn() -> (ACC, OUT)>,
 }
@@ -106,7 +122,12 @@ where
     R: 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
-        self.state = Some(states.map_state(WINDOW_STATE)?);
+        let state = states.window_state(WINDOW_STATE)?;
+        if states.restored_kind(LEGACY_WINDOW_STATE) == Some(StateKind::Map) {
+            let legacy: MapState<u64, ACC> = states.map_state(LEGACY_WINDOW_STATE)?;
+            states.migrate_window_map(&legacy, state, self.lateness)?;
+        }
+        self.state = Some(state);
         Ok(())
     }
 
@@ -117,7 +138,7 @@ where
         out: &mut Collector<'_, R>,
     ) -> Result<()> {
         let timestamp = ctx.event_timestamp("event-time window")?;
-        let state = self.state.as_ref().expect("open() declares the state");
+        let state = self.state.expect("open() declares the state");
         let watermark = ctx.current_watermark();
         let lateness = self.lateness;
         self.windows.clear();
@@ -144,66 +165,37 @@ where
             };
             let fired = watermark.is_some_and(|wm| w.max_timestamp() <= wm);
             let aggregate = &self.aggregate;
-            let mut created = false;
-            let acc = ctx.map(state).get_mut_or_insert_with(w.end, || {
-                created = true;
-                aggregate.create_accumulator()
-            });
+            // A window the watermark has not passed is (still) to fire for this key.
+            let (acc, _) =
+                ctx.window_accumulator(state, w.end, !fired, || aggregate.create_accumulator());
             aggregate.add(value, acc);
             // A late firing: the window already fired, emit its updated result.
-            let result = fired.then(|| aggregate.get_result(acc));
-            // With lateness, a window may have fired before a restore that reset the
-            // watermark: every record re-registers its firing (Flink's `EventTimeTrigger`),
-            // so a window updated after the restore fires again. Without, a fired window is
-            // gone and a record for it creates it anew.
-            if !fired && (created || lateness > 0) {
-                ctx.register_event_time_timer(w.max_timestamp());
-            }
-            if created && lateness > 0 {
-                ctx.register_event_time_timer(w.max_timestamp().saturating_add(lateness));
-            }
-            if let Some(result) = result {
+            if fired {
+                let result = aggregate.get_result(acc);
                 out.collect((self.window_fn)(ctx.key(), w, result));
             }
         }
         Ok(())
     }
 
-    fn on_timer(
+    fn on_watermark(
         &mut self,
-        time: u64,
-        ctx: &mut KeyedContext<'_, K>,
+        watermark: u64,
+        ctx: &mut KeyedEndContext<'_, K>,
         out: &mut Collector<'_, R>,
-    ) -> Result<()> {
-        if ctx.time_domain() != Some(TimeDomain::EventTime) {
-            return Ok(()); // windows only register event-time timers
-        }
-        let state = self.state.as_ref().expect("open() declares the state");
-        let lateness = self.lateness;
-        // The timer at `time` fires the window ending at `time + 1` ...
-        if let Some(end) = time.checked_add(1) {
-            let aggregate = &self.aggregate;
-            let mut windows = ctx.map(state);
-            let result = if lateness == 0 {
-                // Fired and cleaned up at once.
-                windows.remove(&end).map(|acc| aggregate.get_result(&acc))
-            } else {
-                windows.get(&end).map(|acc| aggregate.get_result(acc))
-            };
-            if let Some(result) = result {
-                let size = self.assigner.size_ms().unwrap_or(0);
+    ) -> Result<Option<u64>> {
+        let state = self.state.expect("open() declares the state");
+        let size = self.assigner.size_ms().unwrap_or(0);
+        let (aggregate, window_fn) = (&self.aggregate, &self.window_fn);
+        Ok(
+            ctx.fire_next_window(state, watermark, self.lateness, |key, end, acc| {
                 let window = TimeWindow {
                     start: end.saturating_sub(size),
                     end,
                 };
-                out.collect((self.window_fn)(ctx.key(), window, result));
-            }
-        }
-        // ... and cleans up the one whose last millisecond is `lateness` earlier.
-        if lateness > 0 && time >= lateness {
-            ctx.map(state).remove(&(time - lateness + 1));
-        }
-        Ok(())
+                out.collect(window_fn(key, window, aggregate.get_result(acc)));
+            }),
+        )
     }
 }
 

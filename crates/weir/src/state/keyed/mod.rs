@@ -20,6 +20,7 @@ mod table;
 mod timers;
 mod ttl;
 mod view;
+mod windows;
 
 use std::any::TypeId;
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ pub use handles::{
 };
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
+pub(crate) use windows::WindowState;
 
 use super::cow_map::CowMap;
 use super::key_group::KeyGroupRange;

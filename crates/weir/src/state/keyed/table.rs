@@ -175,7 +175,7 @@ const PARALLEL_RESTORE_BYTES: usize = 1 << 20;
 const MAX_RESTORE_THREADS: usize = 4;
 
 /// How many threads should decode `sections`: one for small state, else one per core.
-fn restore_threads(sections: &[SharedBytes]) -> usize {
+pub(super) fn restore_threads(sections: &[SharedBytes]) -> usize {
     let bytes: usize = sections.iter().map(|s| s.len()).sum();
     if bytes < PARALLEL_RESTORE_BYTES || sections.len() < 2 {
         return 1;
@@ -206,7 +206,7 @@ fn decode_section<T: serde::de::DeserializeOwned>(
 ///
 /// On failure returns the error of the first bad section in section order, the same error
 /// a sequential decode reports; sections after a bad one are not started.
-fn decode_sections<T: serde::de::DeserializeOwned + Send>(
+pub(super) fn decode_sections<T: serde::de::DeserializeOwned + Send>(
     sections: &[SharedBytes],
     threads: usize,
 ) -> std::result::Result<Vec<Vec<T>>, postcard::Error> {

@@ -1,0 +1,391 @@
+//! Window state: the accumulators of a keyed window operator, one entry per (key, window
+//! end), kept as one table per window ("pane") rather than a map per key.
+//!
+//! The shape is chosen for what a window operator does. Per record it needs the
+//! accumulator of (key, window): one hash lookup in the pane of that window (the panes are
+//! a short list sorted by end, searched from the newest). When the watermark passes a
+//! window it fires every key of it and drops it: the pane is removed whole, with no timer
+//! per (key, window) and no removal per entry. A checkpoint shares each pane's
+//! copy-on-write shards like any keyed table, and a key's first write after it touches one
+//! shard, not a map of its own.
+//!
+//! Each entry is stored and encoded as `key → (window end, accumulator, pending)`:
+//! `pending` says that the window must still fire for this key when the watermark passes
+//! its last millisecond (with allowed lateness a fired window stays until its cleanup time
+//! and fires again only if a record arrives after a restore reset the watermark: exactly
+//! what the per-key timers of the previous shape did). Key groups come from the key, so the
+//! table is snapshotted, restored and rescaled by key group like every keyed state, and
+//! listed by `weir state` as a keyed *window* state.
+//!
+//! Older checkpoints kept windows in a keyed map state (window end → accumulator) plus an
+//! event-time timer per (key, window); [`KeyedStateStore::migrate_window_map`] moves such a
+//! restored state into this table.
+
+use std::any::TypeId;
+use std::marker::PhantomData;
+
+use rustc_hash::FxHashSet;
+use serde::{Deserialize, Serialize};
+
+use super::handles::{MapState, StateHandle, UserMap};
+use super::table::{
+    decode_sections, restore_threads, EncodedShard, StateTable, Table, TableSnapshot,
+};
+use super::{KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore};
+use crate::error::{Error, Result};
+use crate::state::cow_map::CowMap;
+use crate::state::key_group::KeyGroupRange;
+use crate::state::{Key, StateKind, StateValue};
+use crate::storage::shared_bytes::SharedBytes;
+
+/// A window state of a keyed operator: per (key, window end) an accumulator `ACC`.
+pub(crate) struct WindowState<ACC> {
+    index: usize,
+    _acc: PhantomData<fn() -> ACC>,
+}
+
+impl<ACC> Clone for WindowState<ACC> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<ACC> Copy for WindowState<ACC> {}
+
+impl<ACC> StateHandle for WindowState<ACC> {
+    fn index(&self) -> usize {
+        self.index
+    }
+}
+
+/// One key's accumulator of one window, as stored and encoded.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct WindowSlot<ACC> {
+    /// The window's end (exclusive): which pane the entry belongs to on restore.
+    end: u64,
+    acc: ACC,
+    /// The window still has to fire for this key.
+    pending: bool,
+}
+
+/// One window's accumulators, by key.
+struct Pane<K, ACC> {
+    end: u64,
+    table: Table<K, WindowSlot<ACC>>,
+    /// Some entry may be pending (in memory only: set on restore and whenever an entry
+    /// becomes pending), so a fired pane is not scanned again for nothing.
+    pending: bool,
+}
+
+impl<K: Key, ACC: StateValue> Pane<K, ACC> {
+    fn new(end: u64) -> Self {
+        Pane {
+            end,
+            table: Table {
+                map: CowMap::default(),
+                kind: StateKind::Window,
+                ttl: None,
+            },
+            pending: false,
+        }
+    }
+}
+
+/// The table behind a [`WindowState`]: its panes in ascending window end.
+pub(crate) struct WindowTable<K, ACC> {
+    panes: Vec<Pane<K, ACC>>,
+}
+
+impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
+    /// The pane of the window ending at `end`, created if absent. Searched from the newest:
+    /// records mostly belong to the latest windows.
+    #[inline]
+    fn pane_mut(&mut self, end: u64) -> &mut Pane<K, ACC> {
+        let at = match self.panes.iter().rposition(|p| p.end <= end) {
+            Some(i) if self.panes[i].end == end => return &mut self.panes[i],
+            Some(i) => i + 1,
+            None => 0,
+        };
+        self.panes.insert(at, Pane::new(end));
+        &mut self.panes[at]
+    }
+
+    /// `key`'s accumulator of the window ending at `end`, created with `create` if absent,
+    /// and whether it was created; `pending` marks the window to fire for the key.
+    #[inline]
+    pub(crate) fn accumulator(
+        &mut self,
+        key: &K,
+        end: u64,
+        pending: bool,
+        create: impl FnOnce() -> ACC,
+    ) -> (&mut ACC, bool) {
+        let pane = self.pane_mut(end);
+        pane.pending |= pending;
+        let mut created = false;
+        let slot = pane.table.map.get_or_insert_with(key, || {
+            created = true;
+            WindowSlot {
+                end,
+                acc: create(),
+                pending,
+            }
+        });
+        slot.pending |= pending;
+        (&mut slot.acc, created)
+    }
+
+    /// Fires the earliest window due at `watermark` (its last millisecond at or below it):
+    /// calls `emit(key, end, acc)` for every key it is pending for, and returns the
+    /// window's last millisecond, the results' timestamp. A window whose cleanup time (last
+    /// millisecond plus `lateness`) has passed is removed whole. `None`: nothing is due.
+    pub(crate) fn fire_next(
+        &mut self,
+        watermark: u64,
+        lateness: u64,
+        mut emit: impl FnMut(&K, u64, &ACC),
+    ) -> Option<u64> {
+        let mut i = 0;
+        while i < self.panes.len() {
+            let end = self.panes[i].end;
+            let last = end.saturating_sub(1);
+            if last > watermark {
+                return None;
+            }
+            let fire = self.panes[i].pending;
+            if last.saturating_add(lateness) <= watermark {
+                let pane = self.panes.remove(i);
+                if !fire {
+                    continue;
+                }
+                for (k, slot) in pane.table.map.iter().filter(|(_, s)| s.pending) {
+                    emit(k, end, &slot.acc);
+                }
+                return Some(last);
+            }
+            if fire {
+                let pane = &mut self.panes[i];
+                pane.pending = false;
+                for (k, slot) in pane.table.map.iter_mut().filter(|(_, s)| s.pending) {
+                    slot.pending = false;
+                    emit(k, end, &slot.acc);
+                }
+                return Some(last);
+            }
+            i += 1;
+        }
+        None
+    }
+}
+
+impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
+    fn kind(&self) -> StateKind {
+        StateKind::Window
+    }
+    fn has_ttl(&self) -> bool {
+        false
+    }
+    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot> {
+        Box::new(PanesSnapshot(
+            self.panes
+                .iter_mut()
+                .filter(|p| p.table.map.len() > 0)
+                .map(|p| p.table.snapshot(range, max_parallelism))
+                .collect(),
+        ))
+    }
+    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
+        let decoded = decode_sections::<(K, WindowSlot<ACC>)>(sections, restore_threads(sections))
+            .map_err(|e| Error::StateDecode {
+                what: format!("keyed window state '{name}'"),
+                cause: e.to_string(),
+            })?;
+        for (k, slot) in decoded.into_iter().flatten() {
+            let pane = self.pane_mut(slot.end);
+            pane.pending |= slot.pending;
+            pane.table.map.insert(k, slot);
+        }
+        Ok(())
+    }
+    fn len(&self) -> usize {
+        self.panes.iter().map(|p| p.table.map.len()).sum()
+    }
+    fn keys(&self) -> Vec<K> {
+        let mut seen = FxHashSet::default();
+        for p in &self.panes {
+            for (k, _) in p.table.map.iter() {
+                if !seen.contains(k) {
+                    seen.insert(k.clone());
+                }
+            }
+        }
+        seen.into_iter().collect()
+    }
+}
+
+/// A window table's snapshot: the views of its panes, one after the other (the writer
+/// regroups every shard's entries by key group, so panes need no alignment).
+struct PanesSnapshot(Vec<Box<dyn TableSnapshot>>);
+
+impl TableSnapshot for PanesSnapshot {
+    fn shards(&self) -> usize {
+        self.0.iter().map(|v| v.shards()).sum()
+    }
+
+    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
+        let mut i = shard;
+        for view in &self.0 {
+            if i < view.shards() {
+                return view.take_shard(i);
+            }
+            i -= view.shards();
+        }
+        Err(Error::StateDecode {
+            what: "keyed window state (encoding)".into(),
+            cause: format!("shard {shard} of a snapshot does not exist"),
+        })
+    }
+}
+
+impl<K: Key> KeyedStateBackend<K> {
+    /// The window table behind `index`.
+    ///
+    /// # Panics
+    /// If it is another table (a handle used with a backend that did not issue it).
+    #[inline]
+    fn window_table_mut<ACC: StateValue>(&mut self, index: usize) -> &mut WindowTable<K, ACC> {
+        assert!(
+            self.table_types[index] == TypeId::of::<WindowTable<K, ACC>>(),
+            "a window state handle is only issued for a window table of its type"
+        );
+        let t: &mut dyn StateTable<K> = &mut *self.tables[index];
+        // SAFETY: the `TypeId` recorded at declaration (`declare_window`) for the box at
+        // `index` is that of a `WindowTable<K, ACC>`; `&mut self` makes the borrow unique.
+        unsafe { &mut *(t as *mut dyn StateTable<K>).cast::<WindowTable<K, ACC>>() }
+    }
+
+    fn declare_window<ACC: StateValue>(&mut self, name: &str) -> Result<usize> {
+        if self.names.iter().any(|n| n == name) {
+            return Err(Error::InvalidJob(format!(
+                "keyed state '{name}' declared twice in one operator"
+            )));
+        }
+        let mut table = WindowTable::<K, ACC> { panes: Vec::new() };
+        if let Some(restored) = self.restored.remove(name) {
+            if restored.kind != StateKind::Window || restored.ttl {
+                return Err(Error::Restore(format!(
+                    "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
+                     window state now; keep its kind or give the new state another name",
+                    restored.kind.name()
+                )));
+            }
+            table.restore(name, &restored.sections)?;
+        }
+        self.names.push(name.to_string());
+        self.table_types.push(TypeId::of::<WindowTable<K, ACC>>());
+        self.tables.push(Box::new(table));
+        Ok(self.tables.len() - 1)
+    }
+}
+
+impl<K: Key> KeyedStateStore<'_, K> {
+    /// Declares window state `name` (an engine state: the window operator's).
+    pub(crate) fn window_state<ACC: StateValue>(&mut self, name: &str) -> Result<WindowState<ACC>> {
+        Ok(WindowState {
+            index: self.backend.declare_window::<ACC>(name)?,
+            _acc: PhantomData,
+        })
+    }
+
+    /// The kind state `name` was restored as, if the checkpoint had it and nothing
+    /// declared it yet.
+    pub(crate) fn restored_kind(&self, name: &str) -> Option<StateKind> {
+        self.backend.restored.get(name).map(|r| r.kind)
+    }
+
+    /// Moves the windows of `old` — the previous shape: a map state (window end →
+    /// accumulator) with an event-time timer at each pending window's last millisecond and,
+    /// with `lateness`, one at its cleanup time — into `new`, deleting those timers. A
+    /// window is pending exactly when its firing timer was registered, so a restore from an
+    /// old checkpoint fires what it would have fired.
+    pub(crate) fn migrate_window_map<ACC: StateValue>(
+        &mut self,
+        old: &MapState<u64, ACC>,
+        new: WindowState<ACC>,
+        lateness: u64,
+    ) -> Result<()> {
+        let b = &mut *self.backend;
+        let entries: Vec<(K, UserMap<u64, ACC>)> = b
+            .map::<UserMap<u64, ACC>>(old.index())
+            .iter()
+            .map(|(k, m)| (k.clone(), m.clone()))
+            .collect();
+        let timers = b.event_timers.as_ref().map(|(i, _)| *i);
+        for (key, windows) in entries {
+            b.map_mut::<UserMap<u64, ACC>>(old.index()).remove(&key);
+            let registered: Vec<u64> = timers
+                .and_then(|i| b.map::<Vec<u64>>(i).get(&key).cloned())
+                .unwrap_or_default();
+            let mut ctx = KeyedContext {
+                key: &key,
+                backend: &mut *b,
+            };
+            for (end, acc) in windows {
+                let last = end.saturating_sub(1);
+                let pending = registered.contains(&last);
+                let mut acc = Some(acc);
+                let (slot, _) = ctx.backend.window_table_mut::<ACC>(new.index).accumulator(
+                    &key,
+                    end,
+                    pending,
+                    || acc.take().expect("created once"),
+                );
+                if let Some(acc) = acc {
+                    *slot = acc; // not expected: one entry per window end
+                }
+                ctx.delete_event_time_timer(last);
+                if lateness > 0 {
+                    ctx.delete_event_time_timer(last.saturating_add(lateness));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K: Key> KeyedContext<'_, K> {
+    /// The current key's accumulator of the window ending at `end` in `state` (created
+    /// with `create` if absent, and whether it was); `pending` marks the window to fire
+    /// for the key when the watermark passes it.
+    #[inline]
+    pub(crate) fn window_accumulator<ACC: StateValue>(
+        &mut self,
+        state: WindowState<ACC>,
+        end: u64,
+        pending: bool,
+        create: impl FnOnce() -> ACC,
+    ) -> (&mut ACC, bool) {
+        self.backend
+            .window_table_mut::<ACC>(state.index)
+            .accumulator(self.key, end, pending, create)
+    }
+}
+
+impl<K: Key> KeyedEndContext<'_, K> {
+    /// Fires the earliest window of `state` due at `watermark` (see
+    /// [`WindowTable::fire_next`]).
+    pub(crate) fn fire_next_window<ACC: StateValue>(
+        &mut self,
+        state: WindowState<ACC>,
+        watermark: u64,
+        lateness: u64,
+        emit: impl FnMut(&K, u64, &ACC),
+    ) -> Option<u64> {
+        self.backend
+            .window_table_mut::<ACC>(state.index)
+            .fire_next(watermark, lateness, emit)
+    }
+}
+
+#[cfg(test)]
+mod tests;
