@@ -1,7 +1,7 @@
 //! Windows on keyed streams (Flink's `WindowedStream`): an assigner puts every record into
-//! windows by its timestamp; each (key, window) keeps one accumulator in keyed state; an
-//! event-time timer at the window's last millisecond emits the result when the watermark
-//! passes it and clears the window.
+//! windows by its timestamp; each (key, window) keeps one accumulator in keyed state; when
+//! the watermark passes the window's last millisecond the result is emitted and the window
+//! cleared.
 //!
 //! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
 //!   event-time windows.
@@ -19,9 +19,10 @@
 //! `.trigger(..)`) runs [`operator`] or [`sessions`], whose event-time trigger is built in;
 //! every other combination runs [`triggered`], which keeps per-window trigger state.
 //!
-//! Window contents are keyed state (a map state `__window_contents`-like name chosen by the
-//! API, from window start to accumulator) plus event-time timers, so they are checkpointed,
-//! rescaled by key group and shown by `weir state`.
+//! Window contents are keyed state, so they are checkpointed, rescaled by key group and
+//! shown by `weir state`: [`operator`] keeps a window state (`window-accumulators`: per
+//! key and window end, the accumulator) and fires whole windows from `on_watermark`; the
+//! other operators keep map states plus event-time timers per (key, window).
 
 pub mod assigners;
 pub mod count;
