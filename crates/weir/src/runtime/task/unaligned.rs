@@ -12,7 +12,13 @@
 //!   read ahead for an earlier checkpoint and still waits to be processed, when the
 //!   checkpoint's snapshot is taken; never when a read-ahead event is processed later.
 //! * The snapshot is submitted only with its complete channel state; an abort drops both.
+//! * A send blocked on a full output channel returns, keeping its batch, once a barrier is
+//!   announced on a lane or an aligning checkpoint is due to switch
+//!   ([`crate::runtime::load::watch_for_barriers`]): the snapshot is taken between two
+//!   batches as always, and the batch goes out before the barrier's marker.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +101,8 @@ struct Taken {
 
 struct Loop<'a, T> {
     ctx: &'a TaskContext,
+    /// When the pending checkpoint is due to switch to unaligned, for the barrier probe.
+    switch_at: Rc<Cell<Option<Instant>>>,
     chain: Box<dyn Output<T>>,
     handler: UnalignedBarrierHandler,
     valve: StatusWatermarkValve,
@@ -116,8 +124,10 @@ pub fn run_input_unaligned<T: Send>(
     ctx: TaskContext,
 ) -> Result<()> {
     let n = inputs.data.len();
+    let switch_at = Rc::new(Cell::new(None));
     let mut l = Loop {
         ctx: &ctx,
+        switch_at: switch_at.clone(),
         chain,
         handler: UnalignedBarrierHandler::with_aligned_timeout(n, inputs.aligned_timeout),
         valve: StatusWatermarkValve::new(n),
@@ -131,6 +141,16 @@ pub fn run_input_unaligned<T: Send>(
         credits: Credits(inputs.credits),
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
+    // A send blocked on a full output channel gives way when a barrier is announced on an
+    // input's lane or an aligning checkpoint is due to switch: the loop then takes the
+    // snapshot, and the batch it could not send goes out ahead of the barrier.
+    let _watching = {
+        let lanes = lanes.clone();
+        crate::runtime::load::watch_for_barriers(Rc::new(move || {
+            lanes.iter().any(|l| !l.is_empty())
+                || switch_at.get().is_some_and(|t| Instant::now() >= t)
+        }))
+    };
     let mut lane_open = vec![true; n];
     let mut last_flush = Instant::now();
     loop {
@@ -305,6 +325,7 @@ impl<T: Send> Loop<'_, T> {
             if self.handler.abort(id) {
                 self.capture.discard();
                 self.taken = None;
+                self.switch_at.set(None);
             }
             for ch in self
                 .channels
@@ -319,6 +340,7 @@ impl<T: Send> Loop<'_, T> {
 
     /// Carries out the handler's decision: abort, snapshot, complete, in that order.
     fn decide(&mut self, d: Decision) -> Result<()> {
+        self.switch_at.set(self.handler.switch_due());
         if let Some(id) = d.aborted {
             self.capture.discard();
             self.taken = None;
