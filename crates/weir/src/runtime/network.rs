@@ -99,9 +99,10 @@ struct Channels<T> {
     /// Sends of a barrier's flush ignore the credits: the marker must not wait for the
     /// consumer to process what it read ahead (at most one batch per channel over).
     bypass_credits: bool,
-    /// Sends of a barrier's flush are never deferred: the barrier is what a deferred send
-    /// made room for (and an unaligned one's consumer, announced first, reads ahead).
-    barrier_flush: bool,
+    /// Sends of a barrier's or end-of-input's flush are never deferred: the barrier is
+    /// what a deferred send made room for (and an unaligned one's consumer, announced
+    /// first, reads ahead), and nothing may stay behind an end-of-input.
+    no_defer: bool,
     buffers: Vec<Vec<T>>,
     /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
     timestamps: Vec<Vec<u64>>,
@@ -120,7 +121,7 @@ impl<T> Channels<T> {
             pending: senders.iter().map(|_| VecDeque::new()).collect(),
             credits: Vec::new(),
             bypass_credits: false,
-            barrier_flush: false,
+            no_defer: false,
             senders,
             buffers,
             timestamps,
@@ -202,7 +203,7 @@ impl<T> Channels<T> {
                 _ => None,
             };
             // The receiver is gone only when the job is being cancelled.
-            let sent = if self.barrier_flush {
+            let sent = if self.no_defer {
                 crate::runtime::load::send(&self.senders[c], e, records).map(|()| None)
             } else {
                 crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit)
@@ -241,9 +242,9 @@ macro_rules! writer_control {
     () => {
         fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
             let start = std::time::Instant::now();
-            self.channels.barrier_flush = true;
+            self.channels.no_defer = true;
             let sent = self.channels.flush_then(|| Event::Barrier(b));
-            self.channels.barrier_flush = false;
+            self.channels.no_defer = false;
             s.downstream_wait += start.elapsed();
             sent
         }
@@ -251,7 +252,10 @@ macro_rules! writer_control {
             self.channels.flush()
         }
         fn end_of_input(&mut self) -> Result<()> {
-            self.channels.flush_then(|| Event::EndOfInput)
+            self.channels.no_defer = true;
+            let sent = self.channels.flush_then(|| Event::EndOfInput);
+            self.channels.no_defer = false;
+            sent
         }
         fn on_watermark(&mut self, watermark: u64) -> Result<()> {
             self.channels.flush_then(|| Event::Watermark(watermark))
