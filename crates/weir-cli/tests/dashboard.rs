@@ -553,3 +553,33 @@ fn the_pages_stay_readable_while_the_run_lingers_after_its_job() {
     let (code, log) = job.finish();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// Unaligned checkpoints under backpressure (issue 13) show as `unaligned` in
+/// `/api/checkpoints`'s history, which the dashboard's alignment column shows, with the
+/// bytes in flight they saved; aligned ones as `aligned` (the browser test's run).
+#[test]
+fn unaligned_checkpoints_show_as_unaligned_in_the_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // The count at a tenth of the generator's 500 000 a second: its input channels stay
+    // full, so every checkpoint overtakes records in flight.
+    let extra = ["--unaligned", "--sink-rate", "50000"];
+    let job = Running::start_events(t, 2_000_000, &extra, "unaligned");
+    let unaligned = |r: &&Value| r["status"] == "completed" && r["alignment"] == "unaligned";
+    let v = wait_for(
+        &job.url("/api/checkpoints"),
+        "an unaligned checkpoint",
+        |v| v["history"].as_array().unwrap().iter().any(|r| unaligned(&r)),
+    );
+    let history = v["history"].as_array().unwrap();
+    let row = history.iter().find(unaligned).unwrap();
+    assert!(row["in_flight_bytes"].as_u64() > Some(0), "{row:#}");
+    for r in history {
+        let done = r["status"] == "completed";
+        assert_eq!(
+            r["alignment"].is_string(),
+            done,
+            "how it was taken, for completed ones only: {r:#}"
+        );
+    }
+}

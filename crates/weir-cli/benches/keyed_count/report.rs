@@ -270,6 +270,26 @@ pub fn print_targets(rows: &[Row]) {
         v.map(|v| v >= 1.0),
     );
 
+    // Unaligned checkpoints without backpressure (issue 13): the long pair when it ran.
+    let [unal, long_unal] = ["p2-unal", "p2-unal-long"].map(|id| find(rows, id));
+    let (un, al) = match long_unal.zip(long_p2_eo) {
+        Some(pair) => (Some(pair.0), Some(pair.1)),
+        None => (unal, p2_eo),
+    };
+    let v = un.zip(al).and_then(|(a, b)| paired(a, b)).map(|r| 1.0 - r);
+    push(
+        "unaligned vs aligned EXACTLY_ONCE, p=2, no backpressure: slowdown",
+        "< 5 %",
+        format!(
+            "{} (median of paired runs, N={}; medians {} vs {} ev/s)",
+            opt(v, |x| format!("{:+.1} %", x * 100.0)),
+            un.map_or("-".into(), |r| count(r.events as f64)),
+            opt(un.and_then(median_eps), rate),
+            opt(al.and_then(median_eps), rate),
+        ),
+        v.map(|v| v < 0.05),
+    );
+
     let v = big.and_then(|r| max_of(r, |c| c.sync));
     let small = p1_eo.and_then(|r| max_of(r, |c| c.sync));
     push(

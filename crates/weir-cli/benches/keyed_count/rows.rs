@@ -179,6 +179,13 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
             k,
         ),
         row(
+            "p2-unal",
+            "W1 p=2, EXACTLY_ONCE unaligned 1 s",
+            w1(2, Mode::Unaligned, Fail::No),
+            n,
+            k,
+        ),
+        row(
             "p2-eo-fail",
             &format!("W1 p=2, EXACTLY_ONCE {}, one failure", interval(f1)),
             w1(2, Mode::ExactlyOnceEvery(f1), Fail::Once),
@@ -231,6 +238,13 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
             "p2-alo-long",
             "W1 p=2, AT_LEAST_ONCE 1 s",
             w1(2, Mode::AtLeastOnce, Fail::No),
+            s.long_events,
+            k,
+        ),
+        row(
+            "p2-unal-long",
+            "W1 p=2, EXACTLY_ONCE unaligned 1 s",
+            w1(2, Mode::Unaligned, Fail::No),
             s.long_events,
             k,
         ),

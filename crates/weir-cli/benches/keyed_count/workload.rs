@@ -305,6 +305,9 @@ pub enum Mode {
     /// EXACTLY_ONCE every this many milliseconds (to show what a shorter interval buys).
     ExactlyOnceEvery(u64),
     AtLeastOnce,
+    /// EXACTLY_ONCE every 1 s with unaligned checkpoints (issue 13): what they cost
+    /// without backpressure.
+    Unaligned,
 }
 
 /// The job configuration shared by the rows: checkpoints into `dir`, `restart` on failure.
@@ -317,8 +320,10 @@ fn config(dir: &std::path::Path, p: u32, mode: Mode, restart: RestartStrategy) -
         Mode::ExactlyOnceEvery(ms) => Some(Duration::from_millis(ms)),
         _ => Some(Duration::from_secs(1)),
     };
-    if let Mode::AtLeastOnce = mode {
-        cfg.checkpointing.mode = CheckpointingMode::AtLeastOnce;
+    match mode {
+        Mode::AtLeastOnce => cfg.checkpointing.mode = CheckpointingMode::AtLeastOnce,
+        Mode::Unaligned => cfg.checkpointing.unaligned = true,
+        _ => {}
     }
     cfg.restart = restart;
     cfg

@@ -446,6 +446,9 @@ impl AttemptRun<'_, '_> {
             });
             let n = s.checkpoints.len();
             s.checkpoints.drain(..n.saturating_sub(10));
+            if unaligned_tasks > 0 {
+                s.on_checkpoint_unaligned(id, in_flight_bytes);
+            }
         });
         let m = &self.exec.metrics;
         m.checkpoints_completed.fetch_add(1, Ordering::Relaxed);

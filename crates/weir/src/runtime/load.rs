@@ -9,6 +9,7 @@
 //! when it starts ([`enter`]), so the channel writers need no handle of their own.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,6 +55,29 @@ impl TaskLoad {
 
 thread_local! {
     static CURRENT: RefCell<Option<Arc<TaskMetrics>>> = const { RefCell::new(None) };
+    static BARRIER_PROBE: RefCell<Option<Rc<dyn Fn() -> bool>>> = const { RefCell::new(None) };
+}
+
+/// While alive, a blocked [`send_or_defer`] on this thread gives its event back as soon as
+/// `probe` says a barrier waits for the task (see [`watch_for_barriers`]).
+pub(crate) struct Watching(());
+
+/// Makes a send on the calling (input task) thread that is blocked on a full channel
+/// return once `probe()` is true, keeping its event to send before anything else on that
+/// channel — what a source does on [`TaskMetrics::barrier_requested`], for a task whose
+/// barriers arrive on its input's priority lanes (unaligned checkpoints, issue 13). Without
+/// it, a mid-graph task sending into the full channel of a slow consumer would see the
+/// announcement only once the consumer made room: an unaligned checkpoint would wait for
+/// the slow consumer after all. The probe is called every [`DEFER_POLL`] while blocked.
+pub(crate) fn watch_for_barriers(probe: Rc<dyn Fn() -> bool>) -> Watching {
+    BARRIER_PROBE.with(|p| *p.borrow_mut() = Some(probe));
+    Watching(())
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        BARRIER_PROBE.with(|p| p.borrow_mut().take());
+    }
 }
 
 /// While alive, the calling thread is the task that owns `metrics`: its sends and waits
@@ -120,7 +144,8 @@ const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 /// * In a source task of an unaligned job ([`TaskMetrics::deferrable`]), a send into a
 ///   full channel gives `event` back instead of waiting once a barrier is waiting
 ///   ([`TaskMetrics::barrier_requested`]): `Ok(Some(e))`, for the caller to keep and send
-///   before anything else on that channel.
+///   before anything else on that channel. In an input task of an unaligned job the same
+///   happens once its barrier probe fires ([`watch_for_barriers`]).
 ///
 /// Otherwise it waits until sent and returns `Ok(None)`. Waiting polls every
 /// [`DEFER_POLL`] only when one of the twists applies; else it blocks like [`send`].
@@ -137,7 +162,8 @@ pub(crate) fn send_or_defer<E>(
             .filter(|m| m.deferrable.load(Relaxed))
             .cloned()
     });
-    if deferrable.is_none() && credit.is_none() {
+    let probe = BARRIER_PROBE.with(|p| p.borrow().clone());
+    if deferrable.is_none() && probe.is_none() && credit.is_none() {
         return send(s, event, records).map(|()| None);
     }
     let capacity = s.capacity().unwrap_or(usize::MAX);
@@ -155,13 +181,14 @@ pub(crate) fn send_or_defer<E>(
     }
     let start = Instant::now();
     loop {
-        if let Some(m) = deferrable
+        let requested = deferrable
             .as_ref()
-            .filter(|m| m.barrier_requested.load(Relaxed))
-        {
-            m.load
-                .backpressured_ns
-                .fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            .is_some_and(|m| m.barrier_requested.load(Relaxed));
+        if requested || probe.as_ref().is_some_and(|p| p()) {
+            let ns = start.elapsed().as_nanos() as u64;
+            with_load(|l| {
+                l.backpressured_ns.fetch_add(ns, Relaxed);
+            });
             return Ok(Some(event));
         }
         if over() {
@@ -234,6 +261,30 @@ mod tests {
         assert!(alive >= blocked + 20_000_000, "alive {alive} ns");
         assert_eq!(l.running_since_us.load(Relaxed), 0, "ended");
         assert!(l.busy_ns() < alive);
+    }
+
+    #[test]
+    fn a_blocked_send_gives_its_event_back_once_the_barrier_probe_fires() {
+        let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
+        let (ring, rung) = crossbeam_channel::unbounded::<()>();
+        let task = std::thread::spawn(move || {
+            let _in = enter(Arc::new(TaskMetrics::default()));
+            let _watching = watch_for_barriers(Rc::new(move || !rung.is_empty()));
+            assert_eq!(send_or_defer(&tx, 1, 1, None).unwrap(), None, "room: sent");
+            // Full: waits until the probe fires, then hands the event back unsent.
+            let kept = send_or_defer(&tx, 2, 1, None).unwrap();
+            drop(_watching);
+            kept
+        });
+        ring.send(()).unwrap();
+        assert_eq!(task.join().unwrap(), Some(2));
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [1]);
+        // Without a probe (another thread), a send into a full channel waits as before.
+        let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
+        send_or_defer(&tx, 1, 1, None).unwrap();
+        let reader = std::thread::spawn(move || (rx.recv().unwrap(), rx.recv().unwrap()));
+        assert_eq!(send_or_defer(&tx, 2, 1, None).unwrap(), None);
+        assert_eq!(reader.join().unwrap(), (1, 2));
     }
 
     #[test]

@@ -99,6 +99,10 @@ struct Channels<T> {
     /// Sends of a barrier's flush ignore the credits: the marker must not wait for the
     /// consumer to process what it read ahead (at most one batch per channel over).
     bypass_credits: bool,
+    /// Sends of a barrier's or end-of-input's flush are never deferred: the barrier is
+    /// what a deferred send made room for (and an unaligned one's consumer, announced
+    /// first, reads ahead), and nothing may stay behind an end-of-input.
+    no_defer: bool,
     buffers: Vec<Vec<T>>,
     /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
     timestamps: Vec<Vec<u64>>,
@@ -117,6 +121,7 @@ impl<T> Channels<T> {
             pending: senders.iter().map(|_| VecDeque::new()).collect(),
             credits: Vec::new(),
             bypass_credits: false,
+            no_defer: false,
             senders,
             buffers,
             timestamps,
@@ -162,7 +167,11 @@ impl<T> Channels<T> {
     fn send_open_batch(&mut self, c: usize) -> Result<()> {
         let buf = &mut self.buffers[c];
         if buf.is_empty() {
-            return Ok(());
+            // What a deferred send kept goes out with the next flush at the latest.
+            return match self.pending[c].is_empty() {
+                true => Ok(()),
+                false => self.send_pending(c),
+            };
         }
         let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
         let event = if self.timestamped {
@@ -178,6 +187,12 @@ impl<T> Channels<T> {
     /// barrier waits stays pending ([`crate::runtime::load::send_or_defer`]).
     fn send_on(&mut self, c: usize, e: Event<T>) -> Result<()> {
         self.pending[c].push_back(e);
+        self.send_pending(c)
+    }
+
+    /// Sends what is pending on channel `c`, in order, until it is sent or a send is
+    /// deferred again.
+    fn send_pending(&mut self, c: usize) -> Result<()> {
         while let Some(e) = self.pending[c].pop_front() {
             let records = match &e {
                 Event::Batch(b) | Event::TimestampedBatch(b, _) => b.len(),
@@ -188,7 +203,12 @@ impl<T> Channels<T> {
                 _ => None,
             };
             // The receiver is gone only when the job is being cancelled.
-            match crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit) {
+            let sent = if self.no_defer {
+                crate::runtime::load::send(&self.senders[c], e, records).map(|()| None)
+            } else {
+                crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit)
+            };
+            match sent {
                 Ok(None) => {}
                 Ok(Some(e)) => {
                     self.pending[c].push_front(e);
@@ -222,7 +242,9 @@ macro_rules! writer_control {
     () => {
         fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
             let start = std::time::Instant::now();
+            self.channels.no_defer = true;
             let sent = self.channels.flush_then(|| Event::Barrier(b));
+            self.channels.no_defer = false;
             s.downstream_wait += start.elapsed();
             sent
         }
@@ -230,7 +252,10 @@ macro_rules! writer_control {
             self.channels.flush()
         }
         fn end_of_input(&mut self) -> Result<()> {
-            self.channels.flush_then(|| Event::EndOfInput)
+            self.channels.no_defer = true;
+            let sent = self.channels.flush_then(|| Event::EndOfInput);
+            self.channels.no_defer = false;
+            sent
         }
         fn on_watermark(&mut self, watermark: u64) -> Result<()> {
             self.channels.flush_then(|| Event::Watermark(watermark))

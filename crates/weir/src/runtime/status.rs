@@ -137,6 +137,12 @@ pub struct CheckpointRecord {
     pub path: Option<PathBuf>,
     /// Why it failed or was aborted.
     pub failure: Option<String>,
+    /// How it was taken (completed ones): `aligned`, or `unaligned` when any task's
+    /// barrier overtook queued records (issue 13) — what the dashboard's alignment column
+    /// shows, as `weir status` does.
+    pub alignment: Option<String>,
+    /// Encoded bytes of the records in flight it saved (completed ones; 0 when aligned).
+    pub in_flight_bytes: Option<u64>,
     /// Per subtask (completed ones): how long each phase took there and when, so the slow
     /// subtask shows.
     pub subtasks: Vec<SubtaskPhases>,
@@ -313,6 +319,8 @@ impl JobStatus {
             bytes: None,
             path: None,
             failure: None,
+            alignment: None,
+            in_flight_bytes: None,
             subtasks: Vec::new(),
         });
         let n = self.history.len();
@@ -362,7 +370,19 @@ impl JobStatus {
         // Absolute, as a control request's answer: whoever reads it may sit elsewhere.
         r.path = Some(crate::storage::absolute_location(path));
         r.subtasks = subtasks;
+        r.alignment = Some("aligned".into());
+        r.in_flight_bytes = Some(0);
         self.checkpoint_durations.observe(duration);
+    }
+
+    /// Completed checkpoint `id` was taken unaligned by at least one task, saving
+    /// `in_flight_bytes` of records in flight (called after
+    /// [`on_checkpoint_completed`](Self::on_checkpoint_completed)).
+    pub(crate) fn on_checkpoint_unaligned(&mut self, id: u64, in_flight_bytes: u64) {
+        if let Some(r) = self.history.iter_mut().rev().find(|r| r.id == id) {
+            r.alignment = Some("unaligned".into());
+            r.in_flight_bytes = Some(in_flight_bytes);
+        }
     }
 
     /// Checkpoint `id` was given up for `reason`, at `now_ms`.

@@ -4,7 +4,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /api/job` | name, state, attempt, restarts, records read; operators with uid, name, parallelism, chain, inputs, records in per subtask and per-subtask figures (records in and out, busy time, watermark and its lag); tasks; attempts with their failures; savepoints; state sizes |
-//! | `GET /api/checkpoints` | counts (completed, failed, in progress), the newest completed one, and the history newest first: id, kind, status, trigger time, end-to-end duration, size, folder, failure cause |
+//! | `GET /api/checkpoints` | counts (completed, failed, in progress), the newest completed one, and the history newest first: id, kind, status, how it was taken (`alignment`: aligned or unaligned, with `in_flight_bytes`), trigger time, end-to-end duration, size, folder, failure cause |
 //! | `GET /api/state` | state size per operator and state in the newest completed checkpoint |
 //!
 //! Views are pure functions of a status, so they are tested without a server.
@@ -135,6 +135,8 @@ mod tests {
             bytes: None,
             path: None,
             failure: None,
+            alignment: None,
+            in_flight_bytes: None,
             subtasks: Vec::new(),
         }
     }

@@ -422,6 +422,8 @@ mod tests {
                 bytes: Some(1),
                 path: None,
                 failure: None,
+                alignment: Some("aligned".into()),
+                in_flight_bytes: Some(0),
                 subtasks: vec![SubtaskPhases {
                     chain: "source -> map".into(),
                     subtask: 1,

@@ -40,6 +40,10 @@ fn the_history_follows_each_checkpoint_to_its_end() {
     };
     s.on_checkpoint_completed(1, Path::new("/ck/chk-1"), 4096, &[stats], &[times], 1040);
     s.on_checkpoint_aborted(3, &AbortReason::Timeout, 1900);
+    assert_eq!(s.history[0].alignment.as_deref(), Some("aligned"));
+    s.on_checkpoint_unaligned(1, 777);
+    assert_eq!(s.history[0].alignment.as_deref(), Some("unaligned"));
+    assert_eq!(s.history[0].in_flight_bytes, Some(777));
     let kinds: Vec<(&str, &str)> = s
         .history
         .iter()

@@ -12,7 +12,17 @@
 //!   read ahead for an earlier checkpoint and still waits to be processed, when the
 //!   checkpoint's snapshot is taken; never when a read-ahead event is processed later.
 //! * The snapshot is submitted only with its complete channel state; an abort drops both.
+//! * A send blocked on a full output channel returns, keeping its batch, once a barrier is
+//!   announced on a lane or an aligning checkpoint is due to switch
+//!   ([`crate::runtime::load::watch_for_barriers`]): the snapshot is taken between two
+//!   batches as always, and the batch goes out before the barrier's marker.
+//! * A plain batch larger than [`PROCESS_CHUNK`] is processed a chunk at a time; between
+//!   chunks, when a barrier waits or a draining channel has events, the rest of the batch
+//!   goes back to the front of its channel's read-ahead queue (so it counts as read, not
+//!   processed) and the loop looks at its lanes and channels first.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,8 +103,25 @@ struct Taken {
     frozen: bool,
 }
 
+/// Records of a plain batch processed between two looks for a waiting barrier: a task
+/// whose operators are slow (a rate-limited sink: ~50 ms per 256 records at 5 k/s) sees
+/// an announcement or its marker within one chunk, not one batch (up to [`BATCH_SIZE`],
+/// seconds at that rate) — as Flink's mailbox looks between records.
+///
+/// [`BATCH_SIZE`]: crate::runtime::BATCH_SIZE
+const PROCESS_CHUNK: usize = 256;
+
 struct Loop<'a, T> {
     ctx: &'a TaskContext,
+    /// Whether a barrier waits for the task (the probe a blocked send polls too).
+    probe: Rc<dyn Fn() -> bool>,
+    /// The data channels, to see whether a draining one has events (its marker may be
+    /// among them) while a large batch is processed.
+    peek: Vec<Receiver<Event<T>>>,
+    /// The chunk of a large batch being processed.
+    chunk: Vec<T>,
+    /// When the pending checkpoint is due to switch to unaligned, for the barrier probe.
+    switch_at: Rc<Cell<Option<Instant>>>,
     chain: Box<dyn Output<T>>,
     handler: UnalignedBarrierHandler,
     valve: StatusWatermarkValve,
@@ -116,8 +143,25 @@ pub fn run_input_unaligned<T: Send>(
     ctx: TaskContext,
 ) -> Result<()> {
     let n = inputs.data.len();
+    let switch_at: Rc<Cell<Option<Instant>>> = Rc::new(Cell::new(None));
+    // A barrier waits: announced on an input's lane, or an aligning checkpoint is due to
+    // switch. A send blocked on a full output channel gives way then (and a large batch
+    // stops between chunks): the loop takes the snapshot, and the batch the send kept goes
+    // out ahead of the barrier.
+    let probe: Rc<dyn Fn() -> bool> = {
+        let (lanes, switch_at) = (inputs.lanes.clone(), switch_at.clone());
+        Rc::new(move || {
+            lanes.iter().any(|l| !l.is_empty())
+                || switch_at.get().is_some_and(|t| Instant::now() >= t)
+        })
+    };
+    let _watching = crate::runtime::load::watch_for_barriers(probe.clone());
     let mut l = Loop {
         ctx: &ctx,
+        probe,
+        peek: inputs.data.clone(),
+        chunk: Vec::with_capacity(PROCESS_CHUNK),
+        switch_at,
         chain,
         handler: UnalignedBarrierHandler::with_aligned_timeout(n, inputs.aligned_timeout),
         valve: StatusWatermarkValve::new(n),
@@ -251,9 +295,44 @@ impl<T: Send> Loop<'_, T> {
         }
     }
 
+    /// Processes a batch larger than a chunk a chunk at a time, and stops between two
+    /// when a barrier waits ([`Loop::probe`]) or a draining channel has events to read
+    /// ahead: the rest goes back to the front of `c`'s read-ahead queue, which a snapshot
+    /// records as channel state (read before it, processed after), and is processed once
+    /// the loop has looked at its lanes and channels.
+    fn process_in_chunks(&mut self, c: usize, batch: Vec<T>) -> Result<()> {
+        let mut rest = batch.into_iter();
+        loop {
+            self.chunk.extend(rest.by_ref().take(PROCESS_CHUNK));
+            if self.chunk.is_empty() {
+                return Ok(());
+            }
+            self.ctx.on_records(self.chunk.len());
+            self.chain.push(&mut self.chunk)?;
+            self.chunk.clear();
+            if rest.len() > 0 && self.should_stop() {
+                self.ahead.push_front(c, Event::Batch(rest.collect()));
+                self.credits.add(c, 1);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether a barrier waits, or a draining channel with room in its read-ahead queue
+    /// has events (its marker may be among them).
+    fn should_stop(&self) -> bool {
+        (self.probe)()
+            || self.peek.iter().enumerate().any(|(c, rx)| {
+                self.handler.is_draining(c)
+                    && self.ahead.len_of(c) < self.read_ahead_limit
+                    && !rx.is_empty()
+            })
+    }
+
     /// Processes an event that is not a barrier (barriers are handled when read).
     fn process(&mut self, c: usize, event: Event<T>) -> Result<()> {
         match event {
+            Event::Batch(batch) if batch.len() > PROCESS_CHUNK => self.process_in_chunks(c, batch),
             Event::Batch(mut batch) => {
                 self.ctx.on_records(batch.len());
                 self.chain.push(&mut batch)
@@ -305,6 +384,7 @@ impl<T: Send> Loop<'_, T> {
             if self.handler.abort(id) {
                 self.capture.discard();
                 self.taken = None;
+                self.switch_at.set(None);
             }
             for ch in self
                 .channels
@@ -319,6 +399,7 @@ impl<T: Send> Loop<'_, T> {
 
     /// Carries out the handler's decision: abort, snapshot, complete, in that order.
     fn decide(&mut self, d: Decision) -> Result<()> {
+        self.switch_at.set(self.handler.switch_due());
         if let Some(id) = d.aborted {
             self.capture.discard();
             self.taken = None;

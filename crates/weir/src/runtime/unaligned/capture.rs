@@ -126,6 +126,13 @@ impl<T> ReadAhead<T> {
         self.waiting += 1;
     }
 
+    /// Puts `event` back at the front of channel `c`'s queue: the rest of a batch whose
+    /// processing stopped part-way, to be processed before anything else from `c`.
+    pub fn push_front(&mut self, c: usize, event: Event<T>) {
+        self.queues[c].push_front(event);
+        self.waiting += 1;
+    }
+
     /// Whether channel `c` has events waiting (it must not be read for processing).
     #[cfg(test)]
     pub fn holds(&self, c: usize) -> bool {

@@ -175,6 +175,16 @@ impl UnalignedBarrierHandler {
         self.pending.map(|p| p.barrier)
     }
 
+    /// When the pending checkpoint, still aligning, is due to switch to unaligned (its
+    /// start plus the aligned-checkpoint timeout); `None` when nothing will switch. A task
+    /// blocked sending into a full channel must come back to its loop then, or the switch
+    /// would wait for the consumer to make room ([`crate::runtime::load::watch_for_barriers`]).
+    pub fn switch_due(&self) -> Option<Instant> {
+        let p = self.pending?;
+        let may_switch = p.barrier.kind == BarrierKind::Checkpoint && !self.any_ended;
+        (p.snapshotted.is_none() && may_switch).then(|| p.started + self.timeout)
+    }
+
     /// Barrier `barrier` was announced on channel `c`'s priority lane: it may start the
     /// checkpoint (and, unaligned, snapshot at once) but the channel still owes its marker.
     pub fn on_announcement(

@@ -238,3 +238,26 @@ fn savepoints_stay_aligned_whatever_the_timeout() {
         assert!(!d.complete.unwrap().unaligned);
     }
 }
+
+#[test]
+fn a_switch_is_due_only_while_a_checkpoint_aligns_and_may_switch() {
+    let t0 = Instant::now();
+    let mut h = UnalignedBarrierHandler::with_aligned_timeout(2, Duration::from_millis(100));
+    assert_eq!(h.switch_due(), None, "nothing pending");
+    h.on_marker(0, b(1), t0);
+    assert_eq!(h.switch_due(), Some(ms(t0, 100)));
+    h.on_tick(ms(t0, 100));
+    assert_eq!(h.switch_due(), None, "switched");
+    // Savepoints never switch; unaligned mode switches at the first sight.
+    let mut h = UnalignedBarrierHandler::with_aligned_timeout(2, Duration::from_millis(100));
+    h.on_marker(0, savepoint(2), t0);
+    assert_eq!(h.switch_due(), None);
+    let mut h = UnalignedBarrierHandler::unaligned(2);
+    h.on_announcement(0, b(1), t0);
+    assert_eq!(h.switch_due(), None);
+    // Once an input ended, checkpoints stay aligned.
+    let mut h = UnalignedBarrierHandler::with_aligned_timeout(2, Duration::from_millis(100));
+    h.on_end_of_input(1);
+    h.on_marker(0, b(1), t0);
+    assert_eq!(h.switch_due(), None);
+}
