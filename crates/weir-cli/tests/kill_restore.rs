@@ -132,7 +132,7 @@ fn sigkill_loop_at_least_once_never_undercounts() {
             "--keys",
             &KEYS.to_string(),
             "--checkpoint-dir",
-            &s(&tmp.path().join("prev-chk")),
+            &checkpoint_arg(&tmp.path().join("prev-chk")),
             "--output",
             &s(&o),
         ],

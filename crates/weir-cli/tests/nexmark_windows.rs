@@ -73,7 +73,7 @@ impl Case {
                 "--parallelism",
                 &parallelism.to_string(),
                 "--checkpoint-dir",
-                &s(d),
+                &checkpoint_arg(d),
                 "--output",
                 &s(o),
             ]
@@ -235,7 +235,11 @@ fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert_eq!(
         restored_from(&run.stdout),
-        Some(d.join("nexmark").join(format!("chk-{newest}"))),
+        Some(
+            checkpoint_dir(&d)
+                .join("nexmark")
+                .join(format!("chk-{newest}"))
+        ),
         "{}",
         run.describe()
     );
@@ -297,7 +301,7 @@ fn q7_joins_bids_at_the_window_end_and_every_tie() {
             "--input",
             &s(&file),
             "--checkpoint-dir",
-            &s(&d),
+            &checkpoint_arg(&d),
             "--output",
             &s(&o),
             "--verify",
