@@ -33,8 +33,9 @@ export WEIR_TEST_CHECKPOINT_DIR=s3
 
 case "${1:-}" in
     "")
-        # The same features as `scripts/test.sh`, so it reuses that build.
-        exec cargo test --workspace --all-features
+        # The same features as `scripts/test.sh`, so it reuses that build; every test
+        # binary runs even after one failed, so one run shows every failure.
+        exec cargo test --workspace --all-features --no-fail-fast
         ;;
     --ci)
         args=()
