@@ -202,7 +202,14 @@ fn committed_rows(staging: &Path) -> usize {
 fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
-    let rate = case.kill_rate.to_string();
+    // On S3, where checkpoints (and so the commits of fired windows) take longer, at half
+    // the rate with later kills, so windows still fire and commit before the kills.
+    let (rate, window) = if on_s3() {
+        (case.kill_rate / 2, (1500, 2500))
+    } else {
+        (case.kill_rate, (1000, 2000))
+    };
+    let rate = rate.to_string();
     let base = ["--rate", rate.as_str(), "--checkpoint-interval", "50ms"];
     let args = |restore: bool, parallelism: u32| {
         let mut a = case.args(parallelism, &d, &o, &base);
@@ -215,7 +222,7 @@ fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
     let newest = kill_loop(
         tmp.path(),
         &d.join("nexmark"),
-        (3, (1000, 2000)),
+        (3, window),
         seed,
         |restore| args(restore, 2),
         |i| {
