@@ -43,5 +43,5 @@ fi
 cargo test --workspace --all-features
 # Then the representative recovery tests once more with every checkpoint on S3 (moto on
 # loopback; about 1.5 min on 2 cores, reusing the build above). scripts/test-s3.sh with no
-# argument runs every test whose checkpoints can live on S3.
+# argument runs the whole suite with its checkpoints on S3.
 exec scripts/test-s3.sh --ci

@@ -99,6 +99,72 @@ fn lists_complete_incomplete_and_unreadable_checkpoints() {
     assert_eq!(complete, done.len() - 1);
 }
 
+/// Retention (`--retained-checkpoints 2`) keeps the two newest complete checkpoints and
+/// deletes every older one, its objects included: on S3 (`WEIR_TEST_CHECKPOINT_DIR=s3`)
+/// no `chk-` prefix of a discarded checkpoint is left either; `weir checkpoints list`
+/// shows the two.
+#[test]
+fn retention_keeps_the_newest_and_deletes_the_older_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ck = tmp.path().join("ck");
+    let r = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "keyed-count",
+            "--events",
+            "300000",
+            "--keys",
+            "8",
+            "--parallelism",
+            "2",
+            "--rate",
+            "600000",
+            "--checkpoint-interval",
+            "30ms",
+            "--retained-checkpoints",
+            "2",
+            "--checkpoint-dir",
+            &checkpoint_arg(&ck),
+            "--discard-output",
+        ],
+    ));
+    r.assert_success();
+    let completed: u64 = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoints: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint count in the summary\n{}", r.describe()));
+    assert!(
+        completed >= 4,
+        "{completed} checkpoints: too few for retention to delete any\n{}",
+        r.describe()
+    );
+    let kept = completed_checkpoints(&ck.join("keyed-count"));
+    assert_eq!(kept.len(), 2, "kept {kept:?} of {completed}");
+    let job = checkpoint_dir(&ck).join("keyed-count");
+    let mut folders: Vec<u64> = list_folder(&job)
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
+        .collect();
+    folders.sort_unstable();
+    assert_eq!(folders, kept, "discarded checkpoints left objects behind");
+    let list = run(&mut weir(tmp.path(), ["checkpoints", "list", &s(&job)]));
+    list.assert_success();
+    for id in &kept {
+        let row = list
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&id.to_string()));
+        assert!(
+            row.is_some_and(|l| l.contains("complete")),
+            "{}",
+            list.describe()
+        );
+    }
+}
+
 /// A path that is not a folder is one clear error line, exit 1.
 #[test]
 fn missing_folder_is_a_clear_error() {

@@ -70,7 +70,7 @@ fn keyed_count_from_nats_to_nats_is_exact_under_injected_failures() {
             "--restart-delay",
             "5ms",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
         ],
     ));
     run.assert_success();
@@ -121,7 +121,7 @@ fn a_bounded_nats_source_keeps_its_bound_across_a_restore() {
             "--checkpoint-interval",
             "20ms",
             "--checkpoint-dir",
-            &s(&chk),
+            &checkpoint_arg(&chk),
         ]
         .iter()
         .map(|x| x.to_string())
@@ -154,6 +154,7 @@ fn a_bounded_nats_source_keeps_its_bound_across_a_restore() {
         &mut child,
         "the first run (paused after its first checkpoint)",
     );
+    wait_for_dead_lease();
     let resumed = run(&mut weir(tmp.path(), args(true)));
     resumed.assert_success();
     assert!(
@@ -228,7 +229,7 @@ fn wordcount_from_nats_counts_the_lines() {
             "--sink",
             &format!("files:{}", s(&out)),
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk")),
+            &checkpoint_arg(&tmp.path().join("chk")),
         ],
     ));
     run.assert_success();
@@ -262,7 +263,7 @@ fn nats_errors_name_the_cause_and_the_fix() {
             "run".to_string(),
             "keyed-count".into(),
             "--checkpoint-dir".into(),
-            s(&tmp.path().join("chk")),
+            checkpoint_arg(&tmp.path().join("chk")),
             "--restart-strategy".into(),
             "none".into(),
         ];

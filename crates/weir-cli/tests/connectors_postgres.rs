@@ -197,7 +197,7 @@ fn postgres_upsert_mode_is_idempotent_under_replay() {
             "--restart-delay",
             "5ms",
             "--checkpoint-dir",
-            &s(&tmp.path().join("chk-again")),
+            &checkpoint_arg(&tmp.path().join("chk-again")),
             "--verify",
         ],
     ));

@@ -27,9 +27,9 @@ fn job_args(tmp: &Path, parallelism: u32, rate: Option<&str>, extra: &[&str]) ->
         "--checkpoint-interval",
         "200ms",
         "--checkpoint-dir",
-        &s(&tmp.join("ck")),
+        &checkpoint_arg(&tmp.join("ck")),
         "--savepoint-dir",
-        &s(&tmp.join("sp")),
+        &checkpoint_arg(&tmp.join("sp")),
         "--output",
         &s(&tmp.join("out")),
     ]
@@ -122,7 +122,7 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     stop.assert_success();
     let sp1 = PathBuf::from(stop.stdout.trim());
     assert!(
-        sp1.starts_with(t.join("sp")) && sp1.join("_metadata").is_file(),
+        sp1.starts_with(checkpoint_dir(&t.join("sp"))) && is_object(&sp1.join("_metadata")),
         "{sp1:?}"
     );
     let (code, log) = job.finish();
@@ -140,7 +140,10 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     let sp2 = control(t, &["savepoint", "--job", &job.addr, "--dir", "nightly"]);
     sp2.assert_success();
     let sp2 = PathBuf::from(sp2.stdout.trim());
-    assert!(sp2.starts_with(t.join("sp/nightly")), "{sp2:?}");
+    assert!(
+        sp2.starts_with(checkpoint_dir(&t.join("sp")).join("nightly")),
+        "{sp2:?}"
+    );
     let stop = control(t, &["stop", "--job", &job.addr]);
     stop.assert_success();
     let (code, log) = job.finish();
@@ -154,9 +157,8 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     assert!(pos > 0 && pos < EVENTS, "{log}");
 
     // The intermediate savepoint, moved to another folder, restores at parallelism 1.
-    let moved = t.join("moved/sp");
-    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
-    std::fs::rename(&sp2, &moved).unwrap();
+    let moved = checkpoint_dir(&t.join("moved")).join("sp");
+    move_folder(&sp2, &moved);
     let r = run(&mut weir(
         t,
         job_args(t, 1, None, &["--restore", &s(&moved), "--verify"]),
@@ -190,7 +192,7 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     assert_resumed(&r, EVENTS);
     assert_keyed_count_exact(&t.join("out"), EVENTS, KEYS);
     assert!(
-        sp1.join("_metadata").is_file(),
+        is_object(&sp1.join("_metadata")),
         "restores never delete a savepoint"
     );
 }
@@ -275,12 +277,12 @@ fn a_truncated_or_foreign_savepoint_is_a_clear_error() {
     job.finish();
     let sp = PathBuf::from(stop.stdout.trim());
     let meta = sp.join("_metadata");
-    let bytes = std::fs::read(&meta).unwrap();
+    let bytes = read_object(&meta);
     for (what, content) in [
         ("truncated", bytes[..bytes.len() / 2].to_vec()),
         ("foreign", b"{\"not\": \"weir\"}".to_vec()),
     ] {
-        std::fs::write(&meta, &content).unwrap();
+        write_object(&meta, &content);
         let r = run(&mut weir(t, job_args(t, 2, None, &["--restore", &s(&sp)])));
         assert_eq!(r.code(), Some(1), "{what}\n{}", r.describe());
         assert!(r.stderr.contains("_metadata"), "{what}\n{}", r.describe());

@@ -315,7 +315,7 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         ""
     );
     assert!(
-        !t.join("sp").exists(),
+        list_folder(&checkpoint_dir(&t.join("sp"))).is_empty(),
         "a refused confirmation took a savepoint"
     );
     page.eval("window.confirm = () => true; document.getElementById('do-savepoint').click()");
@@ -325,8 +325,11 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
     );
     let shown = shown.as_str().unwrap().to_string();
     let path = PathBuf::from(shown.split(": ").nth(1).expect("the page names the folder"));
-    assert!(path.starts_with(t.join("sp")), "{shown}");
-    assert!(path.join("_metadata").is_file(), "no savepoint at {path:?}");
+    assert!(path.starts_with(checkpoint_dir(&t.join("sp"))), "{shown}");
+    assert!(
+        is_object(&path.join("_metadata")),
+        "no savepoint at {path:?}"
+    );
     drop(page);
 
     let (status, body) = post(&job.url("/stop"), &[("X-Weir-Action", "1")]);

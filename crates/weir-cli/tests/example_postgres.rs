@@ -34,9 +34,17 @@ fn job_process() {
     }
 }
 
-/// The example as a command run in `cwd` with `args`.
+/// The example as a command run in `cwd` with `args`. Without a `--checkpoint-dir` it
+/// keeps its checkpoints in the default folder of `cwd` (`weir-checkpoints`), or with
+/// `WEIR_TEST_CHECKPOINT_DIR=s3` in that folder's S3 twin ([`checkpoint_dir`]).
 fn job(cwd: &Path, args: &[&str]) -> Command {
-    child_job::command(CHILD, "postgres_pipeline", cwd, args)
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if on_s3() && !args.contains(&"--checkpoint-dir") {
+        let default = checkpoint_arg(&cwd.join("weir-checkpoints"));
+        all.extend(["--checkpoint-dir".to_string(), default]);
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    child_job::command(CHILD, "postgres_pipeline", cwd, &all)
 }
 
 /// `(customer, orders, total_cents)` rows `n` orders over `customers` customers must leave:
@@ -132,6 +140,12 @@ fn postgres_pipeline_resumes_exactly_once_after_sigkill() {
     let (n, customers) = (200_000u64, 17u64);
     let url = server.url("postgres", "totals_kill");
     let (n_arg, c_arg) = (n.to_string(), customers.to_string());
+    // Relative to the job's working folder locally; its S3 twin with checkpoints on S3.
+    let ck = if on_s3() {
+        checkpoint_arg(&t.join("ck"))
+    } else {
+        "ck".to_string()
+    };
     let flags = [
         "--url",
         &url,
@@ -142,7 +156,7 @@ fn postgres_pipeline_resumes_exactly_once_after_sigkill() {
         "--parallelism",
         "2",
         "--checkpoint-dir",
-        "ck",
+        &ck,
         "--checkpoint-interval",
         "100ms",
     ];
@@ -152,6 +166,7 @@ fn postgres_pipeline_resumes_exactly_once_after_sigkill() {
     let mut child = spawn_logged(&mut job(t, &first), &t.join("first.log"));
     wait_for_checkpoints(&mut child, &t.join("ck/postgres_pipeline"), 3, RUN_TIMEOUT);
     sigkill_running(&mut child, "the first run");
+    wait_for_dead_lease();
     // What readers saw at the kill: per customer, a prefix of its rows, none twice.
     let seen = table_rows(&server, "totals_kill");
     let want = truth(n, customers);

@@ -41,9 +41,22 @@ fn job_process() {
     });
 }
 
-/// The example `name` as a command run in `cwd` with `args`.
+/// The example `name` as a command run in `cwd` with `args`. Locally it keeps its
+/// checkpoints and savepoints in the default folders of `cwd` (`weir-checkpoints`,
+/// `weir-savepoints`), as a user's first run does; with `WEIR_TEST_CHECKPOINT_DIR=s3` in
+/// the S3 twins of those folders ([`checkpoint_dir`]).
 fn job(name: &str, cwd: &Path, args: &[&str]) -> Command {
-    child_job::command(CHILD, name, cwd, args)
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if on_s3() {
+        for (flag, folder) in [
+            ("--checkpoint-dir", "weir-checkpoints"),
+            ("--savepoint-dir", "weir-savepoints"),
+        ] {
+            all.extend([flag.to_string(), checkpoint_arg(&cwd.join(folder))]);
+        }
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    child_job::command(CHILD, name, cwd, &all)
 }
 
 /// The flags that make a run fail `failures` times, each after a checkpoint with progress,
@@ -336,11 +349,11 @@ fn click_sessions_savepoint_stop_and_rescaled_resume_are_exact() {
     };
     let sp = run(&mut weir(t, ["savepoint", "--job", &addr]));
     sp.assert_success();
-    assert!(
-        t.join(sp.stdout.trim()).join("_metadata").is_file(),
-        "{}",
-        sp.describe()
-    );
+    let sp_path = match sp.stdout.trim() {
+        remote if remote.contains("://") => std::path::PathBuf::from(remote),
+        local => t.join(local),
+    };
+    assert!(is_object(&sp_path.join("_metadata")), "{}", sp.describe());
     let stop = run(&mut weir(t, ["stop", "--job", &addr]));
     stop.assert_success();
     let stopped_at = stop.stdout.trim().to_string();

@@ -132,7 +132,7 @@ fn sigkill_loop_at_least_once_never_undercounts() {
             "--keys",
             &KEYS.to_string(),
             "--checkpoint-dir",
-            &s(&tmp.path().join("prev-chk")),
+            &checkpoint_arg(&tmp.path().join("prev-chk")),
             "--output",
             &s(&o),
         ],
@@ -221,4 +221,55 @@ fn sigkill_then_restore_at_other_parallelism_is_exact() {
     assert_restored_from(&run, &d, newest);
     assert_resumed(&run, n);
     assert_keyed_count_exact(&o, n, keys);
+}
+
+/// Issue 11's hostile user: two `weir run` processes with the same `--checkpoint-dir` and
+/// job name. The second is refused at once (exit 1) naming the first's process as the
+/// holder and the way out, and it touches nothing: the first run's checkpoints stay (its
+/// retention is its own), and it finishes with exact counts (`--verify`). Locally the
+/// holder has an exclusive lock; on S3 (`WEIR_TEST_CHECKPOINT_DIR=s3`) a lease.
+#[test]
+fn a_second_run_on_the_same_checkpoint_folder_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let job_dir = d.join("keyed-count");
+    let mut first = keyed_count_args(&d, &o, "exactly-once", false);
+    first.push("--verify".into());
+    // Another output: what is refused here is the checkpoint folder. (The same --output
+    // would not be safe either: its staging folder is prepared before the checkpoint
+    // folder is taken, so a second run clears the first's staged output.)
+    let other = tmp.path().join("out-2");
+    let log = tmp.path().join("first.log");
+    let mut child = spawn_logged(&mut weir(tmp.path(), &first), &log);
+    wait_for_checkpoints(&mut child, &job_dir, 2, RUN_TIMEOUT);
+    let before = completed_checkpoints(&job_dir);
+    let second = run(&mut weir(
+        tmp.path(),
+        keyed_count_args(&d, &other, "exactly-once", false),
+    ));
+    assert_clean_error(
+        &second,
+        1,
+        &[
+            "is in use by another run",
+            &format!("process {}", child.id()),
+            "--job-name or --checkpoint-dir",
+        ],
+    );
+    let status = wait_deadline(&mut child, RUN_TIMEOUT, "the first run");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("verify: OK"), "{text}");
+    assert!(
+        !text.contains("in use"),
+        "the refused run disturbed the first\n{text}"
+    );
+    // The first run went on checkpointing past what it had when the second was refused.
+    let after = completed_checkpoints(&job_dir);
+    assert!(
+        after.last() > before.last(),
+        "no checkpoint after {before:?}: {after:?}"
+    );
+    assert_keyed_count_exact(&o, EVENTS, KEYS);
+    assert!(!other.exists(), "the refused run published an output");
 }

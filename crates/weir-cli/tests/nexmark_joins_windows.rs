@@ -34,7 +34,7 @@ fn args(q: &str, p: u32, d: &Path, o: &Path, extra: &[&str]) -> Vec<String> {
         "--parallelism",
         &p.to_string(),
         "--checkpoint-dir",
-        &s(d),
+        &checkpoint_arg(d),
         "--output",
         &s(o),
     ]
@@ -216,7 +216,11 @@ fn sigkill_and_restore(q: &str, seed: u64, last_p: u32, rows_before_end: bool) {
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert_eq!(
         restored_from(&run.stdout),
-        Some(d.join("nexmark").join(format!("chk-{newest}"))),
+        Some(
+            checkpoint_dir(&d)
+                .join("nexmark")
+                .join(format!("chk-{newest}"))
+        ),
         "{}",
         run.describe()
     );
@@ -294,7 +298,7 @@ fn out_of_order_events_in_a_file_give_q3_and_q4_exactly() {
                 "--auto-watermark-interval",
                 "5ms",
                 "--checkpoint-dir",
-                &s(&d),
+                &checkpoint_arg(&d),
                 "--output",
                 &s(&o),
                 "--verify",

@@ -11,7 +11,7 @@ mod common;
 mod hello;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -187,7 +187,13 @@ fn weir_savepoint_and_stop_control_it_and_it_resumes_rescaled() {
     let t = tmp.path();
     let events = 2_000_000u64;
     let n = events.to_string();
-    let job_flags = ["--events", &n, "--keys", "13", "--checkpoint-dir", "ck"];
+    // Relative to the job's working folder locally; a prefix of the tests' bucket on S3.
+    let ck = if on_s3() {
+        checkpoint_arg(&t.join("ck"))
+    } else {
+        "ck".to_string()
+    };
+    let job_flags = ["--events", &n, "--keys", "13", "--checkpoint-dir", &ck];
     let mut first: Vec<&str> = job_flags.to_vec();
     first.extend(["--rate", "100000", "--parallelism", "2"]);
     first.extend(["--checkpoint-interval", "100ms"]);
@@ -199,8 +205,11 @@ fn weir_savepoint_and_stop_control_it_and_it_resumes_rescaled() {
     }
     let sp = run(&mut weir(t, ["savepoint", "--job", &running.addr]));
     sp.assert_success();
-    let sp_path = t.join(sp.stdout.trim());
-    assert!(sp_path.join("_metadata").is_file(), "{}", sp.describe());
+    let sp_path = match sp.stdout.trim() {
+        remote if remote.contains("://") => PathBuf::from(remote),
+        local => t.join(local),
+    };
+    assert!(is_object(&sp_path.join("_metadata")), "{}", sp.describe());
     let stop = run(&mut weir(t, ["stop", "--job", &running.addr]));
     stop.assert_success();
     let stopped_at = stop.stdout.trim().to_string();

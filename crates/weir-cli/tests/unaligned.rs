@@ -20,7 +20,7 @@ const SINK_RATE: &str = "40000";
 const RATE: &str = "400000";
 
 fn args(d: &Path, o: &Path, extra: &[&str], restore: bool) -> Vec<String> {
-    let (d, o) = (s(d), s(o));
+    let (d, o) = (checkpoint_arg(d), s(o));
     let mut flags: Vec<&str> = vec![
         "--checkpoint-interval",
         "100ms",
@@ -72,7 +72,9 @@ fn sigkill_loop(extra: &[&str], seed: u64, inspect_newest: bool) {
     if inspect_newest {
         // Mid-run under backpressure the newest checkpoint is unaligned with records in
         // flight, and `weir checkpoints inspect` shows them per subtask and channel.
-        let chk = d.join("keyed-count").join(format!("chk-{newest}"));
+        let chk = checkpoint_dir(&d)
+            .join("keyed-count")
+            .join(format!("chk-{newest}"));
         let args = ["checkpoints", "inspect", &s(&chk), "--format", "json"];
         let run = run(&mut weir(tmp.path(), args));
         run.assert_success();

@@ -27,7 +27,7 @@ fn sums_are_exact_after_injected_failures_resumed_from_a_checkpoint() {
             "--checkpoint-interval",
             "100ms",
             "--checkpoint-dir",
-            &s(&d),
+            &checkpoint_arg(&d),
             "--output",
             &s(&o),
             "--inject-failures",

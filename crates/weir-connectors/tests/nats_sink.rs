@@ -1,8 +1,12 @@
 //! The JetStream sinks against a real `nats-server -js`: exactly-once output under injected
 //! failures, repeated commits after crashes, at-least-once mode and clear errors.
 
+#[path = "../../weir/tests/support/moto.rs"]
+mod moto;
 #[path = "support/nats.rs"]
 mod nats_support;
+#[path = "../../weir/tests/support/test_checkpoints.rs"]
+mod test_checkpoints;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -42,7 +46,7 @@ impl KeyedProcessFunction<u64, u64, String> for Sequence {
 fn config(name: &str, dir: &std::path::Path, parallelism: u32) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
-    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpoint_dir = test_checkpoints::checkpoint_dir(dir);
     c.checkpointing.interval = Some(Duration::from_millis(25));
     c.checkpointing.tolerable_failures = 100;
     c.restart = RestartStrategy::FixedDelay {

@@ -1,8 +1,12 @@
 //! The JetStream source against a real `nats-server -js`: exact replay under injected
 //! failures, rescaling, bounded/continuous modes and clear errors.
 
+#[path = "../../weir/tests/support/moto.rs"]
+mod moto;
 #[path = "support/nats.rs"]
 mod nats_support;
+#[path = "../../weir/tests/support/test_checkpoints.rs"]
+mod test_checkpoints;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -26,7 +30,7 @@ fn execute_within(env: StreamEnvironment) -> Result<JobResult> {
 fn config(name: &str, dir: &std::path::Path, parallelism: u32) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
-    c.checkpoint_dir = dir.to_path_buf();
+    c.checkpoint_dir = test_checkpoints::checkpoint_dir(dir);
     c.checkpointing.interval = Some(Duration::from_millis(25));
     c.checkpointing.tolerable_failures = 100;
     c.restart = RestartStrategy::FixedDelay {

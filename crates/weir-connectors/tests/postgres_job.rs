@@ -2,10 +2,14 @@
 //! exactly-once under many injected task failures, checked with SQL.
 #![cfg(feature = "postgres")]
 
+#[path = "../../weir/tests/support/moto.rs"]
+mod moto;
 #[path = "support/pg.rs"]
 mod pg;
 #[path = "support/pg_job.rs"]
 mod pg_job;
+#[path = "../../weir/tests/support/test_checkpoints.rs"]
+mod test_checkpoints;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

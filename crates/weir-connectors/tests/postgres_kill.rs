@@ -10,10 +10,14 @@
 //! `WEIR_TEST_SEED` overrides it.
 #![cfg(feature = "postgres")]
 
+#[path = "../../weir/tests/support/moto.rs"]
+mod moto;
 #[path = "support/pg.rs"]
 mod pg;
 #[path = "support/pg_job.rs"]
 mod pg_job;
+#[path = "../../weir/tests/support/test_checkpoints.rs"]
+mod test_checkpoints;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,14 +53,16 @@ const RESULT_FILE: &str = "result";
 #[test]
 #[ignore = "helper of sigkill_mid_run_then_resume_is_exactly_once, run by it in a child"]
 fn child_job() {
-    let (Ok(url), Ok(dir)) = (
+    let (Ok(url), Ok(dir), Ok(checkpoints)) = (
         std::env::var("WEIR_PG_KILL_URL"),
         std::env::var("WEIR_PG_KILL_DIR"),
+        std::env::var("WEIR_PG_KILL_CHECKPOINTS"),
     ) else {
         return;
     };
     let dir = PathBuf::from(dir);
-    let mut cfg = config(JOB, &dir, 2, Duration::from_millis(30));
+    // The parent's checkpoint location (its S3 twin already, on S3: no server started here).
+    let mut cfg = config(JOB, Path::new(&checkpoints), 2, Duration::from_millis(30));
     cfg.restore = RestoreFrom::Latest;
     let result = run_seq_job(cfg, N, KEYS, Some(RATE), &url).unwrap();
     let restored = result
@@ -81,26 +87,20 @@ fn spawn(url: &str, dir: &Path) -> Child {
         ])
         .env("WEIR_PG_KILL_URL", url)
         .env("WEIR_PG_KILL_DIR", dir)
+        .env(
+            "WEIR_PG_KILL_CHECKPOINTS",
+            test_checkpoints::checkpoint_dir(dir),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("re-run the test binary")
 }
 
-/// Ids of the complete checkpoints (`chk-<n>` holding `_metadata`) in `job_dir`.
+/// Ids of the complete checkpoints of the job folder `job_dir` (a local path or an `s3://`
+/// URL), through the storage trait.
 fn completed(job_dir: &Path) -> Vec<u64> {
-    let Ok(rd) = std::fs::read_dir(job_dir) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let id = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
-            e.path().join("_metadata").is_file().then_some(id)
-        })
-        .collect();
-    ids.sort_unstable();
-    ids
+    test_checkpoints::complete_checkpoint_ids(job_dir)
 }
 
 /// Waits until `child` completed a checkpoint newer than `after`; panics if it exits first
@@ -144,7 +144,7 @@ fn sigkill_mid_run_then_resume_is_exactly_once() {
     );
     let url = s.url(DB, "out");
     let dir = tempfile::tempdir().unwrap();
-    let job_dir = dir.path().join(JOB);
+    let job_dir = test_checkpoints::checkpoint_dir(dir.path()).join(JOB);
     let seed = std::env::var("WEIR_TEST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -176,6 +176,7 @@ fn sigkill_mid_run_then_resume_is_exactly_once() {
             !dir.path().join(RESULT_FILE).exists(),
             "run {kill} wrote its result: it finished before the kill"
         );
+        test_checkpoints::wait_for_dead_lease();
         lingering += s.prepared(DB, JOB).len();
         let rows: i64 = s
             .client(DB)

@@ -17,21 +17,10 @@ pub use weir::testing::{CountPerKey, Sequence};
 
 #[path = "support/moto.rs"]
 pub mod moto;
-
-/// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
-/// test folder handed to [`checkpoint_dir`] a fresh prefix in a bucket of a moto server
-/// the test process starts on loopback (`scripts/test-s3.sh`; needs the `s3` feature and
-/// `moto_server`). Unset or `local`: the local temp folder, as always.
-pub const CHECKPOINT_DIR_VAR: &str = "WEIR_TEST_CHECKPOINT_DIR";
-
-/// Whether this test run keeps its checkpoints on S3 (see [`CHECKPOINT_DIR_VAR`]).
-pub fn on_s3() -> bool {
-    match std::env::var(CHECKPOINT_DIR_VAR).as_deref() {
-        Ok("s3") => true,
-        Ok("") | Ok("local") | Err(_) => false,
-        Ok(other) => panic!("{CHECKPOINT_DIR_VAR}={other}: use s3 or local"),
-    }
-}
+#[path = "support/test_checkpoints.rs"]
+mod test_checkpoints;
+#[allow(unused_imports)]
+pub use test_checkpoints::*;
 
 /// `rate` records per second for a paced input whose run must outlast several
 /// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
@@ -42,27 +31,6 @@ pub fn paced(rate: f64) -> f64 {
     } else {
         rate
     }
-}
-
-/// The bucket of the tests' checkpoints on S3.
-const TEST_BUCKET: &str = "weir-test-checkpoints";
-
-/// Where a test whose scratch folder is `dir` keeps its checkpoints: `dir` itself, or with
-/// `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests' bucket (the same
-/// prefix for the same `dir`, so a test's later runs and checks find its checkpoints).
-pub fn checkpoint_dir(dir: &Path) -> PathBuf {
-    if !on_s3() || dir.to_string_lossy().contains("://") {
-        // Locally, or a location that already names its storage (`mem://…`, `s3://…`).
-        return dir.to_path_buf();
-    }
-    static BUCKET: std::sync::Once = std::sync::Once::new();
-    BUCKET.call_once(|| moto::make_bucket(TEST_BUCKET));
-    let name: String = dir
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
 }
 
 /// The backend rooted at the folder holding `path` and `path`'s name in it, for

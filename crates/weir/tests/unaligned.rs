@@ -171,30 +171,28 @@ fn the_aligned_timeout_switches_to_unaligned_and_stays_exact_after_panics() {
     assert_saved_channel_state(&r);
 }
 
-/// The newest complete checkpoint with a channel-state file, and that file.
+/// The newest complete checkpoint with a channel-state file, and that file (a local path
+/// or an `s3://` URL), read through the storage trait so it works on either storage.
 fn newest_with_channel_state(dir: &Path, name: &str) -> Option<(u64, PathBuf)> {
+    let job = checkpoint_dir(dir).join(name);
+    let backend = weir::storage::open_backend(&job).ok()?;
     let mut found = None;
-    for e in std::fs::read_dir(dir.join(name)).ok()? {
-        let chk = e.ok()?.path();
-        let Some(id) = chk
-            .file_name()
-            .and_then(|f| f.to_str()?.strip_prefix("chk-")?.parse::<u64>().ok())
+    for entry in job_folder_entries(dir, name) {
+        let Some(id) = entry
+            .strip_prefix("chk-")
+            .and_then(|i| i.parse::<u64>().ok())
         else {
             continue;
         };
-        if !chk.join("_metadata").exists() {
+        if backend.size(&format!("{entry}/_metadata")).is_err() {
             continue;
         }
-        let Ok(files) = std::fs::read_dir(chk.join("count")) else {
+        let Ok(files) = backend.list(&format!("{entry}/count")) else {
             continue;
         };
-        let ch = files.filter_map(|f| Some(f.ok()?.path())).find(|f| {
-            f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("ch-"))
-        });
-        if let Some(f) = ch {
+        if let Some(f) = files.iter().find(|f| f.starts_with("ch-")) {
             if found.as_ref().is_none_or(|(best, _)| id > *best) {
-                found = Some((id, f));
+                found = Some((id, job.join(&entry).join("count").join(f)));
             }
         }
     }
@@ -239,14 +237,14 @@ fn leave_unaligned_checkpoint(dir: &Path, name: &str, n: u64) -> (u64, PathBuf) 
     let (id, file) =
         newest_with_channel_state(dir, name).expect("a checkpoint saved records in flight");
     // Drop newer checkpoints without channel state, so this one is the newest.
-    for e in std::fs::read_dir(dir.join(name)).unwrap() {
-        let p = e.unwrap().path();
-        let newer = p
-            .file_name()
-            .and_then(|f| f.to_str()?.strip_prefix("chk-")?.parse::<u64>().ok())
+    let backend = weir::storage::open_backend(&checkpoint_dir(dir).join(name)).unwrap();
+    for entry in job_folder_entries(dir, name) {
+        let newer = entry
+            .strip_prefix("chk-")
+            .and_then(|i| i.parse::<u64>().ok())
             .is_some_and(|i| i > id);
         if newer {
-            std::fs::remove_dir_all(p).unwrap();
+            backend.delete_all(&entry).unwrap();
         }
     }
     (id, file)
@@ -259,10 +257,10 @@ fn a_corrupted_channel_state_file_falls_back_to_the_previous_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let n = 120_000;
     let (id, file) = leave_unaligned_checkpoint(dir.path(), "corrupt", n);
-    let mut bytes = std::fs::read(&file).unwrap();
+    let mut bytes = read_object(&file);
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
-    std::fs::write(&file, bytes).unwrap();
+    write_object(&file, &bytes);
 
     let mut cfg = unaligned_config("corrupt", dir.path(), 2, None);
     cfg.restore = RestoreFrom::Latest;
@@ -290,7 +288,9 @@ fn an_unaligned_checkpoint_restores_at_parallelism_3_and_1() {
     let dir = tempfile::tempdir().unwrap();
     let n = 120_000;
     let (id, _) = leave_unaligned_checkpoint(dir.path(), "rescale", n);
-    let chk = dir.path().join("rescale").join(format!("chk-{id}"));
+    let chk = checkpoint_dir(dir.path())
+        .join("rescale")
+        .join(format!("chk-{id}"));
     for p in [3, 1] {
         let name = format!("rescale-{p}");
         let mut cfg = unaligned_config(&name, dir.path(), p, None);
@@ -320,7 +320,7 @@ fn an_unregistered_record_type_is_refused_at_start() {
     assert!(e.contains("Opaque"), "{e}");
     assert!(e.contains("register_type"), "{e}");
     assert!(
-        !dir.path().join("types").exists(),
+        job_folder_entries(dir.path(), "types").is_empty(),
         "refused before anything ran"
     );
 

@@ -378,7 +378,7 @@ fn open_processing_time_windows_survive_a_restore_at_another_parallelism() {
 fn a_processing_time_window_join_is_refused_naming_the_alternatives() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new("pt-window-join");
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     let a = env.add_source("a", GeneratorSource::new(10));

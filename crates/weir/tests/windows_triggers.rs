@@ -38,7 +38,7 @@ fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
 ) -> Result<Vec<O>> {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = dir.path().to_path_buf();
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let events = env

@@ -15,8 +15,11 @@
 # run's own CPU time (/usr/bin/time) and moto's: on a loaded 2-core machine moto (Python)
 # takes CPU from the job, so the run's CPU time is Weir's own cost of checkpointing to S3.
 #
-# S3 is a moto server started here on loopback (pip install 'moto[server]') unless
-# AWS_ENDPOINT_URL is set (then the bucket weir-bench must exist there). The medians per
+# S3 is a server started here on loopback unless AWS_ENDPOINT_URL is set (then the bucket
+# weir-bench must exist there): moto (pip install 'moto[server]'), or with S3_SERVER=s3s-fs
+# the Rust server s3s-fs (`cargo install s3s-fs --version 0.14.1 --features binary`; it
+# honours If-None-Match and If-Match with 412 as moto does), which takes far less CPU than
+# moto's Python from the 2 cores the job runs on. The server's CPU time is reported too. The medians per
 # side and the median of per-round S3 ÷ local ratios are printed as a table; the ratios are
 # what to trust on a shared machine (a burst of outside load hits both runs of a round).
 set -euo pipefail
@@ -37,33 +40,43 @@ shift $((OPTIND - 1))
 weir=$1
 
 work=$(mktemp -d)
-moto_pid=""
+server_pid=""
+server=${S3_SERVER:-moto}
 # The run's own CPU seconds (user + system), Weir's cost apart from moto's.
 timer=(/usr/bin/time -f "%U %S" -o "$work/time")
 [ -x /usr/bin/time ] || { echo "s3-rows.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 cleanup() {
-    [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null
+    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
 
 if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    moto_server -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
-    moto_pid=$!
+    sign=()
+    case $server in
+    moto) moto_server -H 127.0.0.1 -p "$port" >"$work/server.log" 2>&1 & ;;
+    s3s-fs)
+        mkdir "$work/s3s-root"
+        "${S3S_FS:-s3s-fs}" --host 127.0.0.1 --port "$port" --access-key bench --secret-key bench \
+            "$work/s3s-root" >"$work/server.log" 2>&1 &
+        sign=(--aws-sigv4 aws:amz:us-east-1:s3 --user bench:bench -H x-amz-content-sha256:UNSIGNED-PAYLOAD) ;;
+    *) echo "s3-rows.sh: S3_SERVER is moto or s3s-fs, not $server" >&2; exit 2 ;;
+    esac
+    server_pid=$!
     for _ in $(seq 1 100); do
         curl -s -o /dev/null "http://127.0.0.1:$port/" && break
         sleep 0.1
     done
-    curl -s -f -X PUT "http://127.0.0.1:$port/weir-bench" >/dev/null
+    curl -s -f "${sign[@]}" -X PUT "http://127.0.0.1:$port/weir-bench" >/dev/null
     export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true AWS_REGION=us-east-1 \
         AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench
 fi
 
-# moto's CPU seconds so far (utime + stime), 0 if it is not ours.
-moto_cpu() {
-    [ -n "$moto_pid" ] || { echo 0; return; }
-    awk -v t="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / t }' "/proc/$moto_pid/stat"
+# The S3 server's CPU seconds so far (utime + stime), 0 if it is not ours.
+server_cpu() {
+    [ -n "$server_pid" ] || { echo 0; return; }
+    awk -v t="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " "); print (f[12] + f[13]) / t }' "/proc/$server_pid/stat"
 }
 
 # run ROW SIDE N -> "value1 value2 moto_cpu" for the row
@@ -71,7 +84,7 @@ run() {
     local row=$1 side=$2 n=$3 dir out m0 m1
     if [ "$side" = local ]; then dir=$(mktemp -d "$work/ck.XXXX"); else dir="s3://weir-bench/$row-$n"; fi
     out="$work/out"
-    m0=$(moto_cpu)
+    m0=$(server_cpu)
     case $row in
     ckpt-10m)
         "${timer[@]}" "$weir" run keyed-count --events "$ckpt_keys" --keys "$ckpt_keys" --parallelism 2 \
@@ -83,7 +96,7 @@ run() {
             --checkpoint-dir "$dir" >"$out" 2>"$work/err" ||
             { cat "$out" "$work/err" >&2; exit 1; } ;;
     esac
-    m1=$(moto_cpu)
+    m1=$(server_cpu)
     [ "$side" = local ] && rm -rf "$dir"
     # checkpoints: N completed, F failed; duration median X ms, max Y ms; ...; last size Z bytes
     local line secs max size count cpu
@@ -99,7 +112,7 @@ run() {
     esac
 }
 
-echo "s3-rows.sh: $weir, $rounds rounds, S3 at $AWS_ENDPOINT_URL; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg) at start"
+echo "s3-rows.sh: $weir, $rounds rounds, S3 ($server) at $AWS_ENDPOINT_URL; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg) at start"
 for row in ${ROWS:-ckpt-10m w1}; do
     : >"$work/$row.local"
     : >"$work/$row.s3"
@@ -114,7 +127,7 @@ for row in ${ROWS:-ckpt-10m w1}; do
 done
 
 summary() {
-    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" '
+    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" -v server="$server" '
     function median(v, n,   i, j, t) {
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
         return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
@@ -126,17 +139,17 @@ summary() {
             printf "| checkpoint of %g M keys: duration (max) | %.0f ms | %.0f ms | ×%.2f |\n", keys / 1e6, median(a1, n), median(b1, n), median(r1, n)
             printf "| checkpoint of %g M keys: size | %.0f MB | %.0f MB | |\n", keys / 1e6, median(a2, n) / 1e6, median(b2, n) / 1e6
             printf "| %g M keys run: weir CPU time (user + sys) | %.2f s | %.2f s | ×%.3f |\n", keys / 1e6, median(ca, n), median(cb, n), median(rc, n)
-            printf "| %g M keys run: moto CPU time | - | %.2f s | |\n", keys / 1e6, median(m, n)
+            printf "| %g M keys run: %s CPU time | - | %.2f s | |\n", keys / 1e6, server, median(m, n)
         } else {
             printf "| W1, checkpoints every 200 ms: events/s | %.1f M | %.1f M | ×%.3f |\n", median(a1, n) / 1e6, median(b1, n) / 1e6, median(r1, n)
             printf "| W1: checkpoint duration (max per run) | %.0f ms | %.0f ms | ×%.2f |\n", median(a2, n), median(b2, n), median(r2, n)
             printf "| W1: weir CPU time per run (user + sys) | %.2f s | %.2f s | ×%.3f |\n", median(ca, n), median(cb, n), median(rc, n)
-            printf "| W1: checkpoints per run (S3) ; moto CPU time per run | | %d ; %.2f s | |\n", median(bn, n), median(m, n)
+            printf "| W1: checkpoints per run (S3) ; %s CPU time per run | | %d ; %.2f s | |\n", server, median(bn, n), median(m, n)
         }
     }'
 }
 echo
-echo "| row ($rounds rounds, medians) | local disk | S3 (moto, loopback) | S3 ÷ local (median of rounds) |"
+echo "| row ($rounds rounds, medians) | local disk | S3 ($server, loopback) | S3 ÷ local (median of rounds) |"
 echo "|---|---:|---:|---:|"
 for row in ${ROWS:-ckpt-10m w1}; do summary "$row"; done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at end"

@@ -7,6 +7,10 @@
 pub mod child_job;
 #[path = "../../../weir/tests/support/moto.rs"]
 pub mod moto;
+#[path = "../../../weir/tests/support/test_checkpoints.rs"]
+mod test_checkpoints;
+#[allow(unused_imports)]
+pub use test_checkpoints::*;
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -19,43 +23,6 @@ use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 use weir::storage::backend::StorageBackend;
-
-/// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
-/// checkpoint folder handed to [`checkpoint_dir`] a fresh prefix in a bucket of a moto
-/// server the test process starts on loopback, whose `AWS_*` settings the `weir` children
-/// inherit (`scripts/test-s3.sh`; needs the `s3` feature and `moto_server`). Unset or
-/// `local`: the local folder, as always.
-pub const CHECKPOINT_DIR_VAR: &str = "WEIR_TEST_CHECKPOINT_DIR";
-
-/// Whether this test run keeps its checkpoints on S3 (see [`CHECKPOINT_DIR_VAR`]).
-pub fn on_s3() -> bool {
-    match std::env::var(CHECKPOINT_DIR_VAR).as_deref() {
-        Ok("s3") => true,
-        Ok("") | Ok("local") | Err(_) => false,
-        Ok(other) => panic!("{CHECKPOINT_DIR_VAR}={other}: use s3 or local"),
-    }
-}
-
-/// The bucket of the tests' checkpoints on S3.
-const TEST_BUCKET: &str = "weir-test-checkpoints";
-
-/// Where a test keeps the checkpoints it would keep in the local folder `dir`: `dir`
-/// itself, or with `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests'
-/// bucket (the same prefix for the same `dir`).
-pub fn checkpoint_dir(dir: &Path) -> PathBuf {
-    if !on_s3() || dir.to_string_lossy().contains("://") {
-        // Locally, or a location that already names its storage (`mem://…`, `s3://…`).
-        return dir.to_path_buf();
-    }
-    static BUCKET: std::sync::Once = std::sync::Once::new();
-    BUCKET.call_once(|| moto::make_bucket(TEST_BUCKET));
-    let name: String = dir
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
-}
 
 /// The backend rooted at the folder holding `path` and `path`'s name in it, for
 /// [`read_object`] and [`write_object`].
@@ -83,6 +50,28 @@ pub fn write_object(path: &Path, bytes: &[u8]) {
     w.commit(&[]).unwrap();
 }
 
+/// Whether the checkpoint file at `path` (a local path or an `s3://` URL) exists.
+pub fn is_object(path: &Path) -> bool {
+    let (backend, name) = parent_backend(path);
+    backend.size(&name).is_ok()
+}
+
+/// Moves the checkpoint or savepoint folder `from` to `to` (local paths or `s3://` URLs on
+/// one storage), as a user moves a savepoint: a rename on a local disk, a copy of every
+/// object and a delete of the originals on S3.
+pub fn move_folder(from: &Path, to: &Path) {
+    if !from.to_string_lossy().contains("://") {
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::rename(from, to).unwrap();
+        return;
+    }
+    for (key, bytes) in stored_tree(from) {
+        write_object(&to.join(key), &bytes);
+    }
+    let (backend, name) = parent_backend(from);
+    backend.delete_all(&name).unwrap();
+}
+
 /// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
 pub fn list_folder(path: &Path) -> Vec<String> {
     let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
@@ -93,15 +82,6 @@ pub fn list_folder(path: &Path) -> Vec<String> {
 /// [`checkpoint_dir`] as a `--checkpoint-dir` argument.
 pub fn checkpoint_arg(dir: &Path) -> String {
     checkpoint_dir(dir).to_string_lossy().into_owned()
-}
-
-/// On S3, a run killed with SIGKILL keeps its lease on the job folder until it expires
-/// (`WEIR_S3_LEASE_SECONDS`, 3 s in the tests), and a run started before is refused: wait
-/// that long. Locally the lock dies with the process: nothing to wait for.
-pub fn wait_for_dead_lease() {
-    if on_s3() {
-        thread::sleep(Duration::from_millis(3_500));
-    }
 }
 
 /// The binary under test, built by cargo for this test target.
@@ -313,32 +293,9 @@ pub fn completed_checkpoints(job_dir: &Path) -> Vec<u64> {
     if on_s3() {
         // `job_dir` is `<dir>/<job>` for the local `dir` the test made: read its S3 twin.
         let (dir, job) = (job_dir.parent().unwrap(), job_dir.file_name().unwrap());
-        let Ok(store) = weir::storage::open_backend(&checkpoint_dir(dir).join(job)) else {
-            return Vec::new();
-        };
-        let mut ids: Vec<u64> = store
-            .list("")
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
-            .filter(|id| store.size(&format!("chk-{id}/_metadata")).is_ok())
-            .collect();
-        ids.sort_unstable();
-        return ids;
+        return complete_checkpoint_ids(&checkpoint_dir(dir).join(job));
     }
-    let Ok(rd) = fs::read_dir(job_dir) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let id = name.strip_prefix("chk-")?.parse().ok()?;
-            e.path().join("_metadata").is_file().then_some(id)
-        })
-        .collect();
-    ids.sort_unstable();
-    ids
+    complete_checkpoint_ids(job_dir)
 }
 
 /// Polls until `job_dir` holds at least `n` complete checkpoints; panics if `child` exits

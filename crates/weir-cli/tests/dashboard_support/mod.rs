@@ -53,9 +53,9 @@ impl Running {
             "--checkpoint-interval",
             "200ms",
             "--checkpoint-dir",
-            &s(&tmp.join("ck")),
+            &checkpoint_arg(&tmp.join("ck")),
             "--savepoint-dir",
-            &s(&tmp.join("sp")),
+            &checkpoint_arg(&tmp.join("sp")),
             "--output",
             &s(&tmp.join(format!("out-{name}"))),
         ]

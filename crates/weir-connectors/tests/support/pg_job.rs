@@ -22,7 +22,8 @@ pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
     })
 }
 
-/// Job settings: checkpoints every `interval`, quick fixed-delay restarts.
+/// Job settings: checkpoints in `dir` (see [`super::test_checkpoints::checkpoint_dir`]) every
+/// `interval`, quick fixed-delay restarts.
 pub fn config(
     name: &str,
     dir: &std::path::Path,
@@ -31,7 +32,8 @@ pub fn config(
 ) -> JobConfig {
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
-    c.checkpoint_dir = dir.to_path_buf();
+    // With `WEIR_TEST_CHECKPOINT_DIR=s3`, `dir`'s twin on the tests' S3 server.
+    c.checkpoint_dir = super::test_checkpoints::checkpoint_dir(dir);
     c.checkpointing.interval = Some(interval);
     c.checkpointing.tolerable_failures = 1000;
     c.restart = RestartStrategy::FixedDelay {
