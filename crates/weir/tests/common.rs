@@ -18,6 +18,9 @@ pub use weir::testing::{CountPerKey, Sequence};
 #[path = "support/moto.rs"]
 pub mod moto;
 
+#[path = "support/recovery.rs"]
+pub mod recovery;
+
 /// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
 /// test folder handed to [`checkpoint_dir`] a fresh prefix in a bucket of a moto server
 /// the test process starts on loopback (`scripts/test-s3.sh`; needs the `s3` feature and
