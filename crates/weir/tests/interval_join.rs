@@ -156,7 +156,6 @@ fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
 }
 
-
 /// Every pair `(l, r)` of `0..n1` and `0..n2` with equal keys and `ts(r) - ts(l)` within
 /// the bounds, summarised per key.
 fn truth(n1: u64, n2: u64) -> Vec<Summary> {

@@ -99,7 +99,6 @@ fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
 }
 
-
 /// Every pair of `0..n1` and `0..n2` with equal keys in the same window, per key.
 fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     let mut right: HashMap<(u64, u64), Vec<u64>> = HashMap::new();

@@ -209,7 +209,11 @@ fn open_windows_survive_a_restore_at_another_parallelism() {
         n,
         2_000,
         |cfg, stop| match stop {
-            Some(at) => run_counts(cfg, StopMidRun::new(GeneratorSource::new(n), at), &opened_first),
+            Some(at) => run_counts(
+                cfg,
+                StopMidRun::new(GeneratorSource::new(n), at),
+                &opened_first,
+            ),
             None => {
                 opened_after.store(0, Ordering::Relaxed);
                 run_counts(cfg, GeneratorSource::new(n), &opened_after)

@@ -121,7 +121,10 @@ fn process_windows_are_exactly_once_under_failures() {
             .key_by(|i: &u64| i % KEYS)
             .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
             .process(
-                |k: &u64, w: TimeWindow, e: &[u64], out: &mut Collector<'_, (u64, u64, (u64, u64))>| {
+                |k: &u64,
+                 w: TimeWindow,
+                 e: &[u64],
+                 out: &mut Collector<'_, (u64, u64, (u64, u64))>| {
                     out.collect((*k, w.start, (e.len() as u64, e.iter().sum())))
                 },
             )

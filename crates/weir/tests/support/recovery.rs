@@ -140,7 +140,10 @@ pub fn exactly_once<V: Debug>(rows: Vec<Gathered<V>>) -> HashMap<(u64, u64), V> 
             values.len()
         );
         let v = values.pop().unwrap();
-        assert!(got.insert((k, start), v).is_none(), "key {k} window {start} gathered twice");
+        assert!(
+            got.insert((k, start), v).is_none(),
+            "key {k} window {start} gathered twice"
+        );
     }
     got
 }
