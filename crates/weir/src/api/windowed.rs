@@ -50,7 +50,9 @@ use std::time::Duration;
 
 use crate::api::stream::{DataStream, KeyedStream};
 use crate::error::Result;
-use crate::runtime::windows::count::{check_size, CountWindowAggregate};
+use crate::runtime::windows::count::{
+    check_size, check_slide, CountWindowAggregate, SlidingCountWindowAggregate,
+};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
@@ -400,6 +402,25 @@ where
             size: check_size(size)?,
         })
     }
+
+    /// Cuts each key's records into sliding count windows (Flink's `countWindow(size,
+    /// slide)`: global windows with a count evictor and a count trigger): every `slide`
+    /// records of a key, the window of its last `size` records fires (fewer records while
+    /// the key has had fewer). A size or a slide of 0, or a slide larger than the size, is
+    /// an error. The window keeps its records, not an accumulator, so its functions need
+    /// records that can be checkpointed.
+    pub fn count_window_sliding(
+        self,
+        size: u64,
+        slide: u64,
+    ) -> Result<SlidingCountWindowedStream<K, T, F>> {
+        let size = check_size(size)?;
+        Ok(SlidingCountWindowedStream {
+            keyed: self,
+            size,
+            slide: check_slide(size, slide)?,
+        })
+    }
 }
 
 /// A keyed stream cut into count windows ([`KeyedStream::count_window`]).
@@ -433,6 +454,39 @@ where
     {
         let f = CountWindowAggregate::new(self.size, aggregate);
         self.keyed.process(f).name("count-window")
+    }
+}
+
+/// A keyed stream cut into sliding count windows ([`KeyedStream::count_window_sliding`]).
+pub struct SlidingCountWindowedStream<K, T, F> {
+    keyed: KeyedStream<K, T, F>,
+    size: u64,
+    slide: u64,
+}
+
+impl<K, T, F> SlidingCountWindowedStream<K, T, F>
+where
+    K: Key,
+    T: StateValue,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Folds each window's records with `f` and emits the result when the window fires.
+    pub fn reduce<R>(self, f: R) -> DataStream<T>
+    where
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.aggregate(ReduceAggregate(f))
+    }
+
+    /// Aggregates each window's records with `aggregate` when the window fires.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> DataStream<OUT>
+    where
+        ACC: 'static,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        let f = SlidingCountWindowAggregate::new(self.size, self.slide, aggregate);
+        self.keyed.process(f).name("sliding-count-window")
     }
 }
 
