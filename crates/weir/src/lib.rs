@@ -146,7 +146,7 @@ pub mod prelude {
     };
     pub use crate::api::windowed::{
         CountWindowedStream, DefaultTrigger, LateDataWindowedStream, ProcessWindowFunction,
-        WindowOutputs, WindowedStream, WithTrigger,
+        SlidingCountWindowedStream, WindowOutputs, WindowedStream, WithTrigger,
     };
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};

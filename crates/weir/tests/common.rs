@@ -22,6 +22,9 @@ mod test_checkpoints;
 #[allow(unused_imports)]
 pub use test_checkpoints::*;
 
+#[path = "support/recovery.rs"]
+pub mod recovery;
+
 /// `rate` records per second for a paced input whose run must outlast several
 /// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
 /// checkpoint takes several requests to a loopback server instead of a few local writes.

@@ -7,7 +7,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use common::recovery::{pair_sum, restored_at_3_and_1, under_failures, Summarise, Summary};
+use common::{Markers, StopMidRun};
 use weir::prelude::*;
 
 // ---- By hand -----------------------------------------------------------------------------
@@ -155,13 +156,6 @@ fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
 }
 
-/// `(key, pairs, checksum of the pairs)`, gathered per key of the left record.
-type Summary = (u64, u64, u64);
-
-fn pair_sum(l: u64, r: u64) -> u64 {
-    l.wrapping_mul(1_000_003).wrapping_add(r)
-}
-
 /// Every pair `(l, r)` of `0..n1` and `0..n2` with equal keys and `ts(r) - ts(l)` within
 /// the bounds, summarised per key.
 fn truth(n1: u64, n2: u64) -> Vec<Summary> {
@@ -190,45 +184,6 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
     rows.sort();
     rows
-}
-
-/// Counts pairs per key in keyed state and emits the summary at the end of input.
-#[derive(Clone, Default)]
-struct Summarise {
-    acc: Option<ValueState<(u64, u64)>>,
-}
-
-impl CheckpointedFunction for Summarise {}
-
-impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.acc = Some(s.value_state("acc")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (l, r): (u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Summary>,
-    ) -> Result<()> {
-        let acc = ctx.get_mut_or_insert_with(self.acc.unwrap(), || (0, 0));
-        acc.0 += 1;
-        acc.1 = acc.1.wrapping_add(pair_sum(l, r));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Summary>,
-    ) -> Result<()> {
-        let acc = self.acc.unwrap();
-        ctx.apply_to_all_keys(&acc, |c| {
-            let k = *c.key();
-            let (n, s) = *c.get(acc).unwrap();
-            out.collect((k, n, s));
-            Ok(())
-        })
-    }
 }
 
 fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
@@ -269,21 +224,10 @@ fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
 
 #[test]
 fn interval_join_is_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (40_000, 30_000);
-    let mut cfg = config(
-        "join-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 5, (n1 + n2) / 4));
-    let (rows, r) = run_pairs(cfg, BOUND_MS, paced(n1), paced(n2));
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n1 + n2);
+    let rows = under_failures("join-failures", n1 + n2, 4, 5, |cfg| {
+        run_pairs(cfg, BOUND_MS, paced(n1), paced(n2))
+    });
     assert_eq!(rows, truth(n1, n2));
 }
 
@@ -302,53 +246,42 @@ fn buffered(path: &std::path::Path, buffer: &str) -> Vec<u64> {
 
 #[test]
 fn join_buffers_restore_at_another_parallelism_and_are_cleaned_up() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (50_000, 50_000);
-    let mut cfg = config(
-        "join-rescale",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
     // Each subtask stops after 20 000 records (values up to ~40 000), past the bound: the
     // watermark has passed the cleanup time of the older records, not of the newer ones.
-    let (_, r) = run_pairs(
-        first,
-        RESCALE_BOUND_MS,
-        StopMidRun::new(paced(n1), 20_000),
-        StopMidRun::new(paced(n2), 20_000),
+    restored_at_3_and_1(
+        "join-rescale",
+        n1 + n2,
+        20_000,
+        |cfg, stop| match stop {
+            Some(at) => run_pairs(
+                cfg,
+                RESCALE_BOUND_MS,
+                StopMidRun::new(paced(n1), at),
+                StopMidRun::new(paced(n2), at),
+            ),
+            None => run_pairs(cfg, RESCALE_BOUND_MS, paced(n1), paced(n2)),
+        },
+        |mid| {
+            let (left, right) = (buffered(mid, "left-buffer"), buffered(mid, "right-buffer"));
+            let newest = left.iter().chain(&right).max().copied().unwrap();
+            for (name, b) in [("left", &left), ("right", &right)] {
+                assert!(
+                    !b.is_empty(),
+                    "the {name} buffer is empty: nothing to restore"
+                );
+                // The watermark lags the newest record by the bound (and by what the slower
+                // input and the join's backlog hold back): only the records older than that
+                // are gone.
+                let oldest = *b.iter().min().unwrap();
+                assert!(
+                    oldest >= 5_000 && b.len() < 36_000,
+                    "the {name} buffer holds {} records from time {oldest} (newest {newest}): \
+                     the oldest were not cleaned up",
+                    b.len()
+                );
+            }
+        },
+        |p, rows| assert_eq!(rows, truth(n1, n2), "parallelism {p}"),
     );
-    assert_stopped_mid_run(r);
-    let (mid, _) = common::newest_checkpoint(dir.path(), "join-rescale");
-    let (left, right) = (
-        buffered(&mid, "left-buffer"),
-        buffered(&mid, "right-buffer"),
-    );
-    let newest = left.iter().chain(&right).max().copied().unwrap();
-    for (name, b) in [("left", &left), ("right", &right)] {
-        assert!(
-            !b.is_empty(),
-            "the {name} buffer is empty: nothing to restore"
-        );
-        // The watermark lags the newest record by the bound (and by what the slower input
-        // and the join's backlog hold back): only the records older than that are gone.
-        let oldest = *b.iter().min().unwrap();
-        assert!(
-            oldest >= 5_000 && b.len() < 36_000,
-            "the {name} buffer holds {} records from time {oldest} (newest {newest}): the \
-             oldest were not cleaned up",
-            b.len()
-        );
-    }
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_pairs(c, RESCALE_BOUND_MS, paced(n1), paced(n2));
-        assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
-        assert_eq!(rows, truth(n1, n2), "parallelism {p}");
-    }
 }

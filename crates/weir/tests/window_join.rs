@@ -6,7 +6,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use common::recovery::{pair_sum, restored_at_3_and_1, under_failures, Summarise, Summary};
+use common::{Markers, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
@@ -98,13 +99,6 @@ fn ts(i: u64) -> u64 {
     i + (i * 7919) % 100
 }
 
-/// `(key, pairs, checksum of the pairs)`.
-type Summary = (u64, u64, u64);
-
-fn pair_sum(l: u64, r: u64) -> u64 {
-    l.wrapping_mul(1_000_003).wrapping_add(r)
-}
-
 /// Every pair of `0..n1` and `0..n2` with equal keys in the same window, per key.
 fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     let mut right: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
@@ -129,45 +123,6 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
     rows.sort();
     rows
-}
-
-/// Sums the pairs per key in keyed state; emits the summary at the end of input.
-#[derive(Clone, Default)]
-struct Summarise {
-    acc: Option<ValueState<(u64, u64)>>,
-}
-
-impl CheckpointedFunction for Summarise {}
-
-impl KeyedProcessFunction<u64, (u64, u64), Summary> for Summarise {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.acc = Some(s.value_state("acc")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (l, r): (u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Summary>,
-    ) -> Result<()> {
-        let acc = ctx.get_mut_or_insert_with(self.acc.unwrap(), || (0, 0));
-        acc.0 += 1;
-        acc.1 = acc.1.wrapping_add(pair_sum(l, r));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Summary>,
-    ) -> Result<()> {
-        let acc = self.acc.unwrap();
-        ctx.apply_to_all_keys(&acc, |c| {
-            let k = *c.key();
-            let (n, s) = *c.get(acc).unwrap();
-            out.collect((k, n, s));
-            Ok(())
-        })
-    }
 }
 
 /// Joins `left` and `right` by key and tumbling window; returns the summaries per key.
@@ -212,21 +167,10 @@ fn paced(n: u64) -> GeneratorSource {
 
 #[test]
 fn window_join_is_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (40_000, 30_000);
-    let mut cfg = config(
-        "window-join-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 3, (n1 + n2) / 4));
-    let (rows, r) = run_pairs(cfg, BOUND_MS, paced(n1), paced(n2));
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n1 + n2);
+    let rows = under_failures("window-join-failures", n1 + n2, 4, 3, |cfg| {
+        run_pairs(cfg, BOUND_MS, paced(n1), paced(n2))
+    });
     let want = truth(n1, n2);
     let pairs: u64 = want.iter().map(|r| r.1).sum();
     assert!(pairs > n1 / 2, "the truth has only {pairs} pairs");
@@ -235,39 +179,30 @@ fn window_join_is_exactly_once_under_failures() {
 
 #[test]
 fn open_join_windows_restore_at_another_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (40_000, 40_000);
-    let mut cfg = config(
+    restored_at_3_and_1(
         "window-join-rescale",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
+        n1 + n2,
+        6_000,
+        |cfg, stop| match stop {
+            Some(at) => run_pairs(
+                cfg,
+                RESCALE_BOUND_MS,
+                StopMidRun::new(paced(n1), at),
+                StopMidRun::new(paced(n2), at),
+            ),
+            None => run_pairs(cfg, RESCALE_BOUND_MS, paced(n1), paced(n2)),
+        },
+        |mid| {
+            let open = weir::inspect::raw_state(mid, "join", "window-join")
+                .unwrap()
+                .keyed_entries::<u64, Vec<(u64, (Vec<u64>, Vec<u64>))>>()
+                .unwrap();
+            assert!(
+                !open.is_empty(),
+                "no open window in the checkpoint to restore"
+            );
+        },
+        |p, rows| assert_eq!(rows, truth(n1, n2), "parallelism {p}"),
     );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
-    let (_, r) = run_pairs(
-        first,
-        RESCALE_BOUND_MS,
-        StopMidRun::new(paced(n1), 6_000),
-        StopMidRun::new(paced(n2), 6_000),
-    );
-    assert_stopped_mid_run(r);
-    let (mid, _) = common::newest_checkpoint(dir.path(), "window-join-rescale");
-    let open = weir::inspect::raw_state(&mid, "join", "window-join")
-        .unwrap()
-        .keyed_entries::<u64, Vec<(u64, (Vec<u64>, Vec<u64>))>>()
-        .unwrap();
-    assert!(
-        !open.is_empty(),
-        "no open window in the checkpoint to restore"
-    );
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_pairs(c, RESCALE_BOUND_MS, paced(n1), paced(n2));
-        assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
-        assert_eq!(rows, truth(n1, n2), "parallelism {p}");
-    }
 }

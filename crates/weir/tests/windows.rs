@@ -4,12 +4,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use common::recovery::*;
+use common::{Markers, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -148,84 +148,25 @@ fn a_stream_without_timestamps_gets_a_clear_error() {
 
 // ---- Exactly once and rescaling ----------------------------------------------------
 
-const KEYS: u64 = 10;
-const WINDOW_MS: u64 = 1_000;
-/// Larger than the jitter and than the lag between two splits a rescaled generator subtask
-/// reads alternately.
-const BOUND_MS: u64 = 10_000;
-
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
-/// `(key, window start, count, times it arrived)`.
-type Gathered = (u64, u64, u64, u64);
-
-/// `(key, window start, count)` rows gathered into keyed state, emitted once at the end of
-/// input with the number of times each row arrived: window output is exactly once in state.
-#[derive(Clone, Default)]
-struct Gather {
-    rows: Option<MapState<u64, (u64, u64)>>,
-}
-
-impl CheckpointedFunction for Gather {}
-
-impl KeyedProcessFunction<u64, (u64, u64, u64), Gathered> for Gather {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.rows = Some(s.map_state("rows")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (_, start, count): (u64, u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let mut rows = ctx.map(self.rows.as_ref().unwrap());
-        let seen = rows.get(&start).map_or(0, |r| r.1);
-        rows.put(start, (count, seen + 1));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let rows = self.rows.unwrap();
-        ctx.apply_to_all_keys(&rows, |c| {
-            let key = *c.key();
-            for (start, (count, seen)) in c.map(&rows).entries() {
-                out.collect((key, *start, *count, *seen));
-            }
-            Ok(())
-        })
-    }
-}
-
 /// Counts records per key and tumbling window: every window's count comes out once.
 fn run_counts<S: SourceFunction<u64>>(
     cfg: JobConfig,
     source: S,
     opened: &Arc<AtomicU64>,
-) -> (Vec<Gathered>, Result<JobResult>) {
+) -> (Vec<Gathered<u64>>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
-        .with_timestamp_assigner(|i: &u64, _| ts(*i));
     let opened = opened.clone();
-    env.add_source_with_watermarks("gen", source, strategy)
+    let windows = env
+        .add_source_with_watermarks("gen", source, strategy(BOUND_MS))
         .uid("gen")
         .key_by(|i: &u64| i % KEYS)
         .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
         .aggregate_with_window(Counting(opened), |k: &u64, w: TimeWindow, count: u64| {
             (*k, w.start, count)
         })
-        .uid("windows")
-        .key_by(|r: &(u64, u64, u64)| r.0)
-        .process(Gather::default())
-        .uid("gather")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+        .uid("windows");
+    gather(windows, &out);
     let r = env.execute();
     (out.take(), r)
 }
@@ -246,86 +187,49 @@ impl AggregateFunction<u64, u64, u64> for Counting {
     }
 }
 
-fn truth(n: u64) -> HashMap<(u64, u64), u64> {
-    let mut t = HashMap::new();
-    for i in 0..n {
-        *t.entry((i % KEYS, ts(i) / WINDOW_MS * WINDOW_MS))
-            .or_default() += 1;
-    }
-    t
-}
-
-fn assert_exact(rows: &[Gathered], n: u64) {
-    let want = truth(n);
-    let mut got = HashMap::new();
-    for &(k, start, count, seen) in rows {
-        assert_eq!(seen, 1, "key {k} window {start} emitted {seen} times");
-        assert!(got.insert((k, start), count).is_none());
-    }
-    assert_eq!(got.len(), want.len(), "windows");
-    for (kw, c) in &want {
-        assert_eq!(got.get(kw), Some(c), "key {} window {}", kw.0, kw.1);
-    }
-}
-
 #[test]
 fn windows_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
-    let mut cfg = config(
-        "windows-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
-    let (rows, r) = run_counts(cfg, source, &Arc::default());
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n);
-    assert_exact(&rows, n);
+    let rows = under_failures("windows-failures", n, 4, 9, |cfg| {
+        let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+        run_counts(cfg, source, &Arc::default())
+    });
+    assert_eq!(exactly_once(rows), counts(n, WINDOW_MS));
 }
 
 #[test]
 fn open_windows_survive_a_restore_at_another_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 60_000;
-    let mut cfg = config(
-        "windows-rescale",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
     // Stops once a checkpoint after 2 000 records per subtask completed: the watermark is
     // still below every window's end (4 099 - 10 001 < 0), so all windows are open in it.
     let opened_first = Arc::new(AtomicU64::new(0));
-    let (_, r) = run_counts(
-        first,
-        StopMidRun::new(GeneratorSource::new(n), 2_000),
-        &opened_first,
+    let opened_after = Arc::new(AtomicU64::new(0));
+    restored_at_3_and_1(
+        "windows-rescale",
+        n,
+        2_000,
+        |cfg, stop| match stop {
+            Some(at) => run_counts(
+                cfg,
+                StopMidRun::new(GeneratorSource::new(n), at),
+                &opened_first,
+            ),
+            None => {
+                opened_after.store(0, Ordering::Relaxed);
+                run_counts(cfg, GeneratorSource::new(n), &opened_after)
+            }
+        },
+        |_| {
+            let opened = opened_first.load(Ordering::Relaxed);
+            assert!(opened >= 4 * KEYS, "windows opened: {opened}");
+        },
+        |p, rows| {
+            assert_eq!(exactly_once(rows), counts(n, WINDOW_MS), "parallelism {p}");
+            assert_eq!(
+                opened_first.load(Ordering::Relaxed) + opened_after.load(Ordering::Relaxed),
+                counts(n, WINDOW_MS).len() as u64,
+                "parallelism {p}: the checkpoint's windows were restored, not opened again"
+            );
+        },
     );
-    assert_stopped_mid_run(r);
-    let opened_first = opened_first.load(Ordering::Relaxed);
-    assert!(opened_first >= 4 * KEYS, "windows opened: {opened_first}");
-    let (mid, _) = common::newest_checkpoint(dir.path(), "windows-rescale");
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let opened = Arc::new(AtomicU64::new(0));
-        let (rows, r) = run_counts(c, GeneratorSource::new(n), &opened);
-        assert_resumed_mid_run(&r.unwrap(), &mid, n);
-        assert_exact(&rows, n);
-        assert_eq!(
-            opened_first + opened.load(Ordering::Relaxed),
-            truth(n).len() as u64,
-            "parallelism {p}: the checkpoint's windows were restored, not opened again"
-        );
-    }
 }

@@ -42,6 +42,48 @@ fn a_count_window_of_zero_records_is_a_clear_error() {
     assert!(e.contains("count window size is 0"), "{e}");
 }
 
+/// Flink's `countWindow(size, slide)`: every `slide` records of a key, its last `size`.
+#[test]
+fn sliding_count_windows_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = JobConfig::new("sliding-count-windows");
+    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
+    let env = StreamEnvironment::new(cfg);
+    let out = CollectSink::new();
+    env.add_source("numbers", GeneratorSource::new(10))
+        .key_by(|i: &u64| i % 2)
+        .count_window_sliding(3, 2)
+        .unwrap()
+        .reduce(|a, b| a + b)
+        .add_sink("collect", out.clone());
+    env.execute().unwrap();
+    let mut sums = out.take();
+    sums.sort();
+    // Key 0 (0, 2, 4, 6, 8): after 2 records 0 + 2, after 4 the last three 2 + 4 + 6; 8
+    // alone does not fire. Key 1 (1, 3, 5, 7, 9): 1 + 3, then 3 + 5 + 7.
+    assert_eq!(sums, [2, 4, 12, 15]);
+}
+
+#[test]
+fn bad_sliding_count_windows_are_clear_errors() {
+    let env = StreamEnvironment::new(JobConfig::new("sliding-count-bad"));
+    let numbers = env.add_source("numbers", GeneratorSource::new(10));
+    let err = |size, slide| {
+        numbers
+            .clone()
+            .key_by(|i: &u64| i % 2)
+            .count_window_sliding(size, slide)
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert!(err(0, 1).contains("count window size is 0"));
+    let e = err(3, 0);
+    assert!(e.contains("slide is 0"), "{e}");
+    let e = err(3, 4);
+    assert!(e.contains("slide 4 is larger than its size 3"), "{e}");
+}
+
 const KEYS: u64 = 10;
 const SIZE: u64 = 100;
 
@@ -129,5 +171,54 @@ fn count_windows_are_exactly_once_under_failures() {
         .into_iter()
         .map(|(k, w, s)| (k, (w, s)))
         .collect();
+    assert_eq!(got, want);
+}
+
+/// Sliding count windows keep the last records of every key and the count since the last
+/// firing in keyed state: exactly once under failures only if both survive each restore.
+/// One source subtask, so that each key's records arrive in order and every window's
+/// content is known.
+#[test]
+fn sliding_count_windows_are_exactly_once_under_failures() {
+    const SLIDE: u64 = 7;
+    let n = 30_000;
+    let rows = common::recovery::under_failures("sliding-count-failures", n, 3, 9, |cfg| {
+        let env = StreamEnvironment::new(cfg);
+        let out = CollectSink::new();
+        env.add_source(
+            "gen",
+            GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0))),
+        )
+        .set_parallelism(1)
+        .uid("gen")
+        .map(|i| (i % KEYS, i))
+        .set_parallelism(1)
+        .uid("pairs")
+        .key_by(|r: &(u64, u64)| r.0)
+        .count_window_sliding(SIZE, SLIDE)
+        .unwrap()
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .uid("windows")
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(Totals::default())
+        .uid("totals")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+        let r = env.execute();
+        (out.take(), r)
+    });
+    // Key k's j-th record is k + KEYS * j; after every SLIDE-th, the last SIZE fire.
+    let mut want: HashMap<u64, (u64, u64)> = HashMap::new();
+    for k in 0..KEYS {
+        let records: Vec<u64> = (0..n / KEYS).map(|j| k + KEYS * j).collect();
+        let w = want.entry(k).or_default();
+        for fired in (SLIDE as usize..=records.len()).step_by(SLIDE as usize) {
+            w.0 += 1;
+            w.1 += records[fired.saturating_sub(SIZE as usize)..fired]
+                .iter()
+                .sum::<u64>();
+        }
+    }
+    let got: HashMap<u64, (u64, u64)> = rows.into_iter().map(|(k, w, s)| (k, (w, s))).collect();
     assert_eq!(got, want);
 }

@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{config, Markers};
+use common::recovery::*;
+use common::Markers;
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -142,125 +142,30 @@ fn sliding_windows_late_for_some_windows_only() {
 
 // ---- Exactly once ------------------------------------------------------------------
 
-const KEYS: u64 = 10;
-const WINDOW_MS: u64 = 1_000;
-/// Larger than the timestamps' jitter: no record is late, so the result is deterministic.
-const BOUND_MS: u64 = 10_000;
-
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
-/// `(key, window start, count, times it arrived)`.
-type Gathered = (u64, u64, u64, u64);
-
-/// `(key, window start, count)` rows gathered into keyed state, emitted once at the end of
-/// input with the number of times each row arrived: window output is exactly once in state.
-#[derive(Clone, Default)]
-struct Gather {
-    rows: Option<MapState<u64, (u64, u64)>>,
-}
-
-impl CheckpointedFunction for Gather {}
-
-impl KeyedProcessFunction<u64, (u64, u64, u64), Gathered> for Gather {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.rows = Some(s.map_state("rows")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (_, start, count): (u64, u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let mut rows = ctx.map(self.rows.as_ref().unwrap());
-        let seen = rows.get(&start).map_or(0, |r| r.1);
-        rows.put(start, (count, seen + 1));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let rows = self.rows.unwrap();
-        ctx.apply_to_all_keys(&rows, |c| {
-            let key = *c.key();
-            for (start, (count, seen)) in c.map(&rows).entries() {
-                out.collect((key, *start, *count, *seen));
-            }
-            Ok(())
-        })
-    }
-}
-
 #[test]
 fn windows_kept_for_their_lateness_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
-    let mut cfg = config(
-        "windows-late-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
-    let env = StreamEnvironment::new(cfg);
-    let (results, late) = (CollectSink::new(), CollectSink::new());
-    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
-        .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
-    // Windows stay three windows long after they fire: open and fired-but-kept windows
-    // are both in the checkpoints the failures restore.
-    let out = env
-        .add_source_with_watermarks("gen", source, strategy)
-        .uid("gen")
-        .key_by(|i: &u64| i % KEYS)
-        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
-        .allowed_lateness(Duration::from_millis(3 * WINDOW_MS))
-        .side_output_late_data()
-        .aggregate_with_window(Count, |k: &u64, w: TimeWindow, c: u64| (*k, w.start, c))
-        .uid("windows");
-    out.late_data.add_sink("late", late.clone()).uid("late");
-    out.results
-        .key_by(|r: &(u64, u64, u64)| r.0)
-        .process(Gather::default())
-        .uid("gather")
-        .add_sink("results", results.clone())
-        .uid("sink");
-    let r = env.execute().unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n);
-    let mut want: HashMap<(u64, u64), u64> = HashMap::new();
-    for i in 0..n {
-        *want
-            .entry((i % KEYS, ts(i) / WINDOW_MS * WINDOW_MS))
-            .or_default() += 1;
-    }
-    let mut got: HashMap<(u64, u64), u64> = HashMap::new();
-    for (k, start, count, seen) in results.take() {
-        assert_eq!(seen, 1, "key {k} window {start} emitted {seen} times");
-        got.insert((k, start), count);
-    }
-    assert_eq!(got.len(), want.len(), "windows");
-    assert_eq!(got, want);
+    let late = CollectSink::new();
+    let rows = under_failures("windows-late-failures", n, 4, 9, |cfg| {
+        let env = StreamEnvironment::new(cfg);
+        let results = CollectSink::new();
+        let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
+        // Windows stay three windows long after they fire: open and fired-but-kept windows
+        // are both in the checkpoints the failures restore.
+        let out = env
+            .add_source_with_watermarks("gen", source, strategy(BOUND_MS))
+            .uid("gen")
+            .key_by(|i: &u64| i % KEYS)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+            .allowed_lateness(Duration::from_millis(3 * WINDOW_MS))
+            .side_output_late_data()
+            .aggregate_with_window(Count, |k: &u64, w: TimeWindow, c: u64| (*k, w.start, c))
+            .uid("windows");
+        out.late_data.add_sink("late", late.clone()).uid("late");
+        gather(out.results, &results);
+        let r = env.execute();
+        (results.take(), r)
+    });
+    assert_eq!(exactly_once(rows), counts(n, WINDOW_MS));
     assert!(late.take().is_empty(), "no record is later than the bound");
-}
-
-/// Counts records.
-struct Count;
-
-impl AggregateFunction<u64, u64, u64> for Count {
-    fn create_accumulator(&self) -> u64 {
-        0
-    }
-    fn add(&self, _: u64, acc: &mut u64) {
-        *acc += 1;
-    }
-    fn get_result(&self, acc: &u64) -> u64 {
-        *acc
-    }
 }

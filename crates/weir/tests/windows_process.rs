@@ -7,7 +7,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{config, Markers};
+use common::recovery::*;
+use common::Markers;
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -107,94 +108,31 @@ fn merged_sessions_hand_all_their_records_to_the_process_function() {
 
 // ---- Exactly once ------------------------------------------------------------------
 
-const KEYS: u64 = 10;
-const WINDOW_MS: u64 = 1_000;
-/// Larger than the timestamps' jitter: no record is late.
-const BOUND_MS: u64 = 10_000;
-
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
-/// `(key, window start) → (count, sum of the records, times it arrived)`, gathered in
-/// keyed state and emitted at the end of input: window output is exactly once in state.
-#[derive(Clone, Default)]
-struct Gather {
-    rows: Option<MapState<u64, (u64, u64, u64)>>,
-}
-
-impl CheckpointedFunction for Gather {}
-
-type Gathered = (u64, u64, u64, u64, u64);
-
-impl KeyedProcessFunction<u64, (u64, u64, u64, u64), Gathered> for Gather {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.rows = Some(s.map_state("rows")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (_, start, count, sum): (u64, u64, u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let mut rows = ctx.map(self.rows.as_ref().unwrap());
-        let seen = rows.get(&start).map_or(0, |r| r.2);
-        rows.put(start, (count, sum, seen + 1));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let rows = self.rows.unwrap();
-        ctx.apply_to_all_keys(&rows, |c| {
-            let key = *c.key();
-            for (start, (count, sum, seen)) in c.map(&rows).entries() {
-                out.collect((key, *start, *count, *sum, *seen));
-            }
-            Ok(())
-        })
-    }
-}
-
 #[test]
 fn process_windows_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 60_000;
-    let mut cfg = config(
-        "windows-process-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 9, n / 4));
-    let env = StreamEnvironment::new(cfg);
-    let out = CollectSink::new();
-    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
-        .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
-    env.add_source_with_watermarks("gen", source, strategy)
-        .uid("gen")
-        .key_by(|i: &u64| i % KEYS)
-        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
-        .process(
-            |k: &u64, w: TimeWindow, e: &[u64], out: &mut Collector<'_, (u64, u64, u64, u64)>| {
-                out.collect((*k, w.start, e.len() as u64, e.iter().sum()))
-            },
-        )
-        .uid("windows")
-        .key_by(|r: &(u64, u64, u64, u64)| r.0)
-        .process(Gather::default())
-        .uid("gather")
-        .add_sink("collect", out.clone())
-        .uid("sink");
-    let r = env.execute().unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 3);
-    weir::testing::assert_resumed(&r, n);
+    let rows = under_failures("windows-process-failures", n, 3, 9, |cfg| {
+        let env = StreamEnvironment::new(cfg);
+        let out = CollectSink::new();
+        let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
+        let windows = env
+            .add_source_with_watermarks("gen", source, strategy(BOUND_MS))
+            .uid("gen")
+            .key_by(|i: &u64| i % KEYS)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+            .process(
+                |k: &u64,
+                 w: TimeWindow,
+                 e: &[u64],
+                 out: &mut Collector<'_, (u64, u64, (u64, u64))>| {
+                    out.collect((*k, w.start, (e.len() as u64, e.iter().sum())))
+                },
+            )
+            .uid("windows");
+        gather(windows, &out);
+        let r = env.execute();
+        (out.take(), r)
+    });
     let mut want: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
     for i in 0..n {
         let w = want
@@ -203,10 +141,5 @@ fn process_windows_are_exactly_once_under_failures() {
         w.0 += 1;
         w.1 += i;
     }
-    let mut got = HashMap::new();
-    for (k, start, count, sum, seen) in out.take() {
-        assert_eq!(seen, 1, "key {k} window {start} emitted {seen} times");
-        got.insert((k, start), (count, sum));
-    }
-    assert_eq!(got, want);
+    assert_eq!(exactly_once(rows), want);
 }

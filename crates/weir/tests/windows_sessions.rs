@@ -7,7 +7,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use common::recovery::{exactly_once, gather, restored_at_3_and_1, under_failures, Gathered};
+use common::{Markers, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -202,60 +203,17 @@ fn truth(n: u64) -> HashMap<(u64, u64), (u64, u64)> {
         .collect()
 }
 
-/// `(key, start, end, count, times it arrived)`.
-type Gathered = (u64, u64, u64, u64, u64);
-
-/// Session rows gathered into keyed state, emitted once at the end of input with the
-/// number of times each arrived: session output is exactly once in state.
-#[derive(Clone, Default)]
-struct Gather {
-    rows: Option<MapState<u64, (u64, u64, u64)>>,
-}
-
-impl CheckpointedFunction for Gather {}
-
-impl KeyedProcessFunction<u64, (u64, u64, u64, u64), Gathered> for Gather {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.rows = Some(s.map_state("rows")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (_, start, end, count): (u64, u64, u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let mut rows = ctx.map(self.rows.as_ref().unwrap());
-        let seen = rows.get(&start).map_or(0, |r| r.2);
-        rows.put(start, (end, count, seen + 1));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let rows = self.rows.unwrap();
-        ctx.apply_to_all_keys(&rows, |c| {
-            let key = *c.key();
-            for (start, (end, count, seen)) in c.map(&rows).entries() {
-                out.collect((key, *start, *end, *count, *seen));
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Counts records per key and session: every session comes out once.
+/// Counts records per key and session: every session `(end, count)` comes out once.
 fn run_sessions<S: SourceFunction<u64>>(
     cfg: JobConfig,
     source: S,
-) -> (Vec<Gathered>, Result<JobResult>) {
+) -> (Vec<Gathered<(u64, u64)>>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
     let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
         .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    env.add_source_with_watermarks("gen", source, strategy)
+    let sessions = env
+        .add_source_with_watermarks("gen", source, strategy)
         .uid("gen")
         .map(|i: u64| (i % KEYS, 1u64))
         .uid("pairs")
@@ -263,77 +221,41 @@ fn run_sessions<S: SourceFunction<u64>>(
         .window(EventTimeSessionWindows::with_gap(Duration::from_millis(GAP_MS)).unwrap())
         .reduce_with_window(
             |a, b| (a.0, a.1 + b.1),
-            |k, w: TimeWindow, r| (*k, w.start, w.end, r.1),
+            |k, w: TimeWindow, r| (*k, w.start, (w.end, r.1)),
         )
-        .uid("sessions")
-        .key_by(|r: &(u64, u64, u64, u64)| r.0)
-        .process(Gather::default())
-        .uid("gather")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+        .uid("sessions");
+    gather(sessions, &out);
     let r = env.execute();
     (out.take(), r)
 }
 
-fn assert_exact(rows: &[Gathered], n: u64) {
-    let want = truth(n);
-    let mut got = HashMap::new();
-    for &(k, start, end, count, seen) in rows {
-        assert_eq!(seen, 1, "key {k} session {start} emitted {seen} times");
-        assert!(got.insert((k, start), (end, count)).is_none());
-    }
-    assert_eq!(got.len(), want.len(), "sessions");
-    assert_eq!(got, want);
-}
-
 #[test]
 fn sessions_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
-    let mut cfg = config(
-        "sessions-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 9, n / 4));
-    let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
-    let (rows, r) = run_sessions(cfg, source);
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n);
-    assert_exact(&rows, n);
+    let rows = under_failures("sessions-failures", n, 4, 9, |cfg| {
+        let source = GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0)));
+        run_sessions(cfg, source)
+    });
+    assert_eq!(exactly_once(rows), truth(n));
 }
 
 #[test]
 fn open_sessions_survive_a_restore_at_another_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 60_000;
-    let mut cfg = config(
-        "sessions-rescale",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
     // Stops once a checkpoint after 2 000 records per subtask completed: the watermark is
     // still below every session's end (about 6 000 - 30 001 < 0), so every session is open
     // in it, some half filled (a block holds 1 000 records).
-    let (_, r) = run_sessions(first, StopMidRun::new(GeneratorSource::new(n), 2_000));
-    assert_stopped_mid_run(r);
-    let (mid, _) = common::newest_checkpoint(dir.path(), "sessions-rescale");
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_sessions(c, GeneratorSource::new(n));
-        // The sources resume mid-input: the counts are right only if the checkpoint's
-        // open sessions were restored and merged with what came after.
-        assert_resumed_mid_run(&r.unwrap(), &mid, n);
-        assert_exact(&rows, n);
-    }
+    restored_at_3_and_1(
+        "sessions-rescale",
+        n,
+        2_000,
+        |cfg, stop| match stop {
+            Some(at) => run_sessions(cfg, StopMidRun::new(GeneratorSource::new(n), at)),
+            None => run_sessions(cfg, GeneratorSource::new(n)),
+        },
+        |_| {},
+        // The sources resume mid-input: the counts are right only if the checkpoint's open
+        // sessions were restored and merged with what came after.
+        |p, rows| assert_eq!(exactly_once(rows), truth(n), "parallelism {p}"),
+    );
 }

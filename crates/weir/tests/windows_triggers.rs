@@ -7,7 +7,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Markers, StopMidRun};
+use common::recovery::*;
+use common::{Markers, StopMidRun};
 use weir::prelude::*;
 
 /// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
@@ -264,73 +265,22 @@ fn bad_trigger_arguments_are_clear_errors() {
     assert!(e.contains("interval is 0"), "{e}");
 }
 
-const KEYS: u64 = 10;
-const WINDOW_MS: u64 = 1_000;
-const BOUND_MS: u64 = 10_000;
 /// The count trigger's n: windows hold about 100 records per key, so most leave a rest
 /// that never fires.
 const EVERY: u64 = 7;
 
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
-/// `(key, window start, firings, records emitted over them, times a row arrived)`.
-type Gathered = (u64, u64, u64, u64);
-
-/// The window results `(key, window start, count)` gathered into keyed state: per window,
-/// the firings and the total they emitted, out once at the end of input.
-#[derive(Clone, Default)]
-struct Gather {
-    rows: Option<MapState<u64, (u64, u64)>>,
-}
-
-impl CheckpointedFunction for Gather {}
-
-impl KeyedProcessFunction<u64, (u64, u64, u64), Gathered> for Gather {
-    fn open(&mut self, s: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.rows = Some(s.map_state("rows")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        (_, start, count): (u64, u64, u64),
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let mut rows = ctx.map(self.rows.as_ref().unwrap());
-        let (firings, total) = rows.get(&start).copied().unwrap_or_default();
-        rows.put(start, (firings + 1, total + count));
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, Gathered>,
-    ) -> Result<()> {
-        let rows = self.rows.unwrap();
-        ctx.apply_to_all_keys(&rows, |c| {
-            let key = *c.key();
-            for (start, (firings, total)) in c.map(&rows).entries() {
-                out.collect((key, *start, *firings, *total));
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Counts records per key and tumbling window under `trigger`, gathered.
+/// Counts records per key and tumbling window under `trigger`, gathered: per window, the
+/// count of each firing.
 fn run_counts<S: SourceFunction<u64>, TR: Trigger<u64>>(
     cfg: JobConfig,
     source: S,
     window_ms: u64,
     trigger: TR,
-) -> (Vec<Gathered>, Result<JobResult>) {
+) -> (Vec<Gathered<u64>>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS))
-        .with_timestamp_assigner(|i: &u64, _| ts(*i));
-    env.add_source_with_watermarks("gen", source, strategy)
+    let windows = env
+        .add_source_with_watermarks("gen", source, strategy(BOUND_MS))
         .uid("gen")
         .key_by(|i: &u64| i % KEYS)
         .window(TumblingEventTimeWindows::of(Duration::from_millis(window_ms)).unwrap())
@@ -338,152 +288,101 @@ fn run_counts<S: SourceFunction<u64>, TR: Trigger<u64>>(
         .aggregate_with_window(Count, |k: &u64, w: TimeWindow, count: u64| {
             (*k, w.start, count)
         })
-        .uid("windows")
-        .key_by(|r: &(u64, u64, u64)| r.0)
-        .process(Gather::default())
-        .uid("gather")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+        .uid("windows");
+    gather(windows, &out);
     let r = env.execute();
     (out.take(), r)
 }
 
-struct Count;
-
-impl AggregateFunction<u64, u64, u64> for Count {
-    fn create_accumulator(&self) -> u64 {
-        0
-    }
-    fn add(&self, _: u64, acc: &mut u64) {
-        *acc += 1;
-    }
-    fn get_result(&self, acc: &u64) -> u64 {
-        *acc
-    }
-}
-
-/// Records per (key, window start) in windows of `window_ms`.
-fn counts(n: u64, window_ms: u64) -> HashMap<(u64, u64), u64> {
-    let mut t = HashMap::new();
-    for i in 0..n {
-        *t.entry((i % KEYS, ts(i) / window_ms * window_ms))
-            .or_default() += 1;
-    }
-    t
+/// `(key, window start) → (firings, records emitted over them)`.
+fn firings(rows: Vec<Gathered<u64>>) -> HashMap<(u64, u64), (u64, u64)> {
+    let got: HashMap<_, _> = rows
+        .iter()
+        .map(|(k, s, counts)| ((*k, *s), (counts.len() as u64, counts.iter().sum())))
+        .collect();
+    assert_eq!(got.len(), rows.len(), "a window gathered twice");
+    got
 }
 
 /// Under a purging count trigger of [`EVERY`], each window fires `count / EVERY` times with
 /// `EVERY` records each, whatever the order the records arrived in — but only if its count
 /// since the last firing survived every restore.
-fn assert_purging_counts(rows: &[Gathered], n: u64) {
+fn assert_purging_counts(rows: Vec<Gathered<u64>>, n: u64) {
     let mut want = HashMap::new();
     for ((k, start), c) in counts(n, WINDOW_MS) {
         if c >= EVERY {
             want.insert((k, start), (c / EVERY, c / EVERY * EVERY));
         }
     }
-    let got: HashMap<_, _> = rows.iter().map(|&(k, s, f, t)| ((k, s), (f, t))).collect();
-    assert_eq!(got.len(), rows.len(), "a window gathered twice");
-    assert_eq!(got, want);
+    assert_eq!(firings(rows), want);
 }
 
 #[test]
 fn count_triggers_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
-    let mut cfg = config(
-        "trigger-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 11, n / 4));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
-    let trigger = PurgingTrigger::of(CountTrigger::of(EVERY).unwrap());
-    let (rows, r) = run_counts(cfg, source, WINDOW_MS, trigger);
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n);
-    assert_purging_counts(&rows, n);
+    let rows = under_failures("trigger-failures", n, 4, 11, |cfg| {
+        let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+        let trigger = PurgingTrigger::of(CountTrigger::of(EVERY).unwrap());
+        run_counts(cfg, source, WINDOW_MS, trigger)
+    });
+    assert_purging_counts(rows, n);
 }
 
 #[test]
 fn continuous_triggers_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 100_000;
-    let mut cfg = config(
-        "continuous-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 5, n / 4));
-    let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
     // Purging: the firings of a window emit each of its records exactly once, in however
     // many firings the watermarks made. Windows longer than the out-of-orderness bound, so
     // that early firings see part of them.
     let window_ms = 30_000;
-    let every = ContinuousEventTimeTrigger::of(Duration::from_millis(2_000)).unwrap();
-    let (rows, r) = run_counts(cfg, source, window_ms, PurgingTrigger::of(every));
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 3);
-    weir::testing::assert_resumed(&r, n);
-    let got: HashMap<_, _> = rows.iter().map(|&(k, s, _, t)| ((k, s), t)).collect();
-    assert_eq!(got.len(), rows.len(), "a window gathered twice");
-    assert_eq!(got, counts(n, window_ms));
+    let rows = under_failures("continuous-failures", n, 3, 5, |cfg| {
+        let source = GeneratorSource::new(n).with_rate(Some(100_000.0));
+        let every = ContinuousEventTimeTrigger::of(Duration::from_millis(2_000)).unwrap();
+        run_counts(cfg, source, window_ms, PurgingTrigger::of(every))
+    });
+    let got = firings(rows);
     assert!(
-        rows.iter().any(|r| r.2 > 1),
+        got.values().any(|&(f, _)| f > 1),
         "no window fired early: the continuous trigger did nothing"
     );
+    let totals: HashMap<_, _> = got.into_iter().map(|(w, (_, t))| (w, t)).collect();
+    assert_eq!(totals, counts(n, window_ms));
 }
 
 #[test]
 fn trigger_state_survives_a_restore_at_another_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 60_000;
-    let mut cfg = config(
-        "trigger-rescale",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.auto_watermark_interval = Duration::from_millis(5);
     let trigger = || PurgingTrigger::of(CountTrigger::of(EVERY).unwrap());
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
     // Stops once a checkpoint after 2 000 records per subtask completed: every window is
     // open in it, most with a count short of a firing.
-    let (_, r) = run_counts(
-        first,
-        StopMidRun::new(GeneratorSource::new(n), 2_000),
-        WINDOW_MS,
-        trigger(),
+    restored_at_3_and_1(
+        "trigger-rescale",
+        n,
+        2_000,
+        |cfg, stop| match stop {
+            Some(at) => run_counts(
+                cfg,
+                StopMidRun::new(GeneratorSource::new(n), at),
+                WINDOW_MS,
+                trigger(),
+            ),
+            None => run_counts(cfg, GeneratorSource::new(n), WINDOW_MS, trigger()),
+        },
+        |mid| {
+            // `weir state ls` lists the triggers' state beside the windows' contents.
+            let described = weir::inspect::describe(mid).unwrap();
+            let windows = described.operators.iter().find(|o| o.uid == "windows");
+            let names: Vec<&str> = windows
+                .unwrap()
+                .states
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            assert!(
+                names.contains(&"window-triggers") && names.contains(&"window-trigger-contents"),
+                "states of the window operator: {names:?}"
+            );
+        },
+        |_, rows| assert_purging_counts(rows, n),
     );
-    assert_stopped_mid_run(r);
-    let (mid, _) = common::newest_checkpoint(dir.path(), "trigger-rescale");
-    // `weir state ls` lists the triggers' state beside the windows' contents.
-    let described = weir::inspect::describe(&mid).unwrap();
-    let windows = described.operators.iter().find(|o| o.uid == "windows");
-    let names: Vec<&str> = windows
-        .unwrap()
-        .states
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect();
-    assert!(
-        names.contains(&"window-triggers") && names.contains(&"window-trigger-contents"),
-        "states of the window operator: {names:?}"
-    );
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_counts(c, GeneratorSource::new(n), WINDOW_MS, trigger());
-        assert_resumed_mid_run(&r.unwrap(), &mid, n);
-        assert_purging_counts(&rows, n);
-    }
 }

@@ -44,13 +44,16 @@
 //! # Ok(()) }
 //! ```
 
+use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::stream::{DataStream, KeyedStream};
 use crate::error::Result;
-use crate::runtime::windows::count::{check_size, CountWindowAggregate};
+use crate::runtime::windows::count::{
+    check_size, check_slide, CountWindowAggregate, SlidingCountWindowAggregate,
+};
 use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
 use crate::runtime::windows::process::{run_process_window, ElementsAggregate};
 use crate::runtime::windows::sessions::SessionWindowAggregate;
@@ -189,14 +192,15 @@ where
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
         W: Fn(&K, TimeWindow, OUT) -> O + Send + Sync + 'static,
     {
-        let window = self.trigger.window_operator(
-            self.keyed,
-            self.assigner,
+        let window = self.trigger.window_operator(Parts {
+            keyed: self.keyed,
+            assigner: self.assigner,
             aggregate,
             window_fn,
-            self.lateness_ms,
-            None,
-        );
+            lateness_ms: self.lateness_ms,
+            late: None,
+            _acc: PhantomData,
+        });
         with_parallelism(window, self.parallelism)
     }
 
@@ -236,122 +240,48 @@ pub struct WithTrigger<TR>(pub TR);
 /// [`WithTrigger`]. It builds the window operator that runs the trigger; jobs do not call
 /// it.
 pub trait TriggerChoice<T>: Send + 'static {
-    /// The window operator for `assigner` under this trigger choice.
-    #[allow(clippy::too_many_arguments)]
-    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
-        self,
-        keyed: KeyedStream<K, T, F>,
-        assigner: A,
-        aggregate: AGG,
-        window_fn: W,
-        lateness_ms: u64,
-        late: Option<fn(T) -> R>,
-    ) -> DataStream<R>
-    where
-        K: Key,
-        T: Data,
-        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-        A: WindowAssigner<T>,
-        ACC: StateValue,
-        OUT: 'static,
-        R: Data,
-        AGG: AggregateFunction<T, ACC, OUT> + 'static,
-        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static;
+    /// The window operator of `parts` under this trigger choice.
+    fn window_operator<P: WindowParts<T>>(self, parts: P) -> DataStream<P::Out>;
 }
 
 impl<T> TriggerChoice<T> for DefaultTrigger {
-    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
-        self,
-        keyed: KeyedStream<K, T, F>,
-        assigner: A,
-        aggregate: AGG,
-        window_fn: W,
-        lateness_ms: u64,
-        late: Option<fn(T) -> R>,
-    ) -> DataStream<R>
-    where
-        K: Key,
-        T: Data,
-        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-        A: WindowAssigner<T>,
-        ACC: StateValue,
-        OUT: 'static,
-        R: Data,
-        AGG: AggregateFunction<T, ACC, OUT> + 'static,
-        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
-    {
-        if assigner.is_global() {
-            return TriggerChoice::<T>::window_operator(
-                WithTrigger(NeverTrigger),
-                keyed,
-                assigner,
-                aggregate,
-                window_fn,
-                lateness_ms,
-                late,
-            );
-        }
-        match assigner.time_domain() {
-            TimeDomain::ProcessingTime => TriggerChoice::<T>::window_operator(
-                WithTrigger(ProcessingTimeTrigger),
-                keyed,
-                assigner,
-                aggregate,
-                window_fn,
-                lateness_ms,
-                late,
-            ),
-            TimeDomain::EventTime => {
-                event_time_window_operator(keyed, assigner, aggregate, window_fn, lateness_ms, late)
-            }
-        }
+    fn window_operator<P: WindowParts<T>>(self, parts: P) -> DataStream<P::Out> {
+        parts.under_default_trigger()
     }
 }
 
 impl<T, TR: Trigger<T>> TriggerChoice<T> for WithTrigger<TR> {
-    fn window_operator<K, F, A, ACC, OUT, AGG, W, R>(
-        self,
-        keyed: KeyedStream<K, T, F>,
-        assigner: A,
-        aggregate: AGG,
-        window_fn: W,
-        lateness_ms: u64,
-        late: Option<fn(T) -> R>,
-    ) -> DataStream<R>
-    where
-        K: Key,
-        T: Data,
-        F: Fn(&T) -> K + Clone + Send + Sync + 'static,
-        A: WindowAssigner<T>,
-        ACC: StateValue,
-        OUT: 'static,
-        R: Data,
-        AGG: AggregateFunction<T, ACC, OUT> + 'static,
-        W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
-    {
-        let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
-        let f = TriggeredWindowAggregate::new(
-            assigner,
-            self.0,
-            aggregate,
-            window_fn,
-            lateness_ms,
-            late,
-        );
-        keyed.process(f).name("window")
+    fn window_operator<P: WindowParts<T>>(self, parts: P) -> DataStream<P::Out> {
+        parts.under_trigger(self.0)
     }
 }
 
-/// The window operator for an event-time `assigner` under its default trigger: one
-/// accumulator per window for windows of a fixed size, merged sessions otherwise.
-fn event_time_window_operator<K, T, F, A, ACC, OUT, AGG, W, R>(
+/// Everything a window operator is built from but its trigger: what a [`TriggerChoice`]
+/// completes. A trait so that the operator's many type parameters and their bounds are
+/// written once, on the one type that implements it; jobs do not implement or call it.
+pub trait WindowParts<T> {
+    /// What the window operator emits.
+    type Out: Data;
+    /// The operator under the assigner's own trigger ([`DefaultTrigger`]).
+    fn under_default_trigger(self) -> DataStream<Self::Out>;
+    /// The operator under `trigger`.
+    fn under_trigger<TR: Trigger<T>>(self, trigger: TR) -> DataStream<Self::Out>;
+}
+
+/// The parts of a window operator: the keyed input, the assigner, the aggregate, the
+/// function that makes each result, the allowed lateness and where late records go.
+struct Parts<K, T, F, A, ACC, OUT, AGG, W, R> {
     keyed: KeyedStream<K, T, F>,
     assigner: A,
     aggregate: AGG,
     window_fn: W,
     lateness_ms: u64,
     late: Option<fn(T) -> R>,
-) -> DataStream<R>
+    /// The aggregate's accumulator and result types.
+    _acc: PhantomData<fn() -> (ACC, OUT)>,
+}
+
+impl<K, T, F, A, ACC, OUT, AGG, W, R> WindowParts<T> for Parts<K, T, F, A, ACC, OUT, AGG, W, R>
 where
     K: Key,
     T: Data,
@@ -363,18 +293,54 @@ where
     AGG: AggregateFunction<T, ACC, OUT> + 'static,
     W: Fn(&K, TimeWindow, OUT) -> R + Send + Sync + 'static,
 {
-    let stream = if assigner.size_ms().is_some() {
-        let mut f = WindowAggregate::new(assigner, aggregate, window_fn).with_lateness(lateness_ms);
-        if let Some(late) = late {
-            f = f.with_late_output(late);
+    type Out = R;
+
+    /// [`NeverTrigger`] for global windows, [`ProcessingTimeTrigger`] for processing-time
+    /// ones; event-time windows run their built-in trigger: one accumulator per window for
+    /// windows of a fixed size, merged sessions otherwise.
+    fn under_default_trigger(self) -> DataStream<R> {
+        if self.assigner.is_global() {
+            return self.under_trigger(NeverTrigger);
         }
-        keyed.process(f)
-    } else {
-        let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
-        let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late);
-        keyed.process(f)
-    };
-    stream.name("window")
+        if self.assigner.time_domain() == TimeDomain::ProcessingTime {
+            return self.under_trigger(ProcessingTimeTrigger);
+        }
+        let Parts {
+            keyed,
+            assigner,
+            aggregate,
+            window_fn,
+            lateness_ms,
+            late,
+            _acc,
+        } = self;
+        let stream = if assigner.size_ms().is_some() {
+            let mut f =
+                WindowAggregate::new(assigner, aggregate, window_fn).with_lateness(lateness_ms);
+            if let Some(late) = late {
+                f = f.with_late_output(late);
+            }
+            keyed.process(f)
+        } else {
+            let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
+            let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late);
+            keyed.process(f)
+        };
+        stream.name("window")
+    }
+
+    fn under_trigger<TR: Trigger<T>>(self, trigger: TR) -> DataStream<R> {
+        let (aggregate, window_fn) = (Arc::new(self.aggregate), Arc::new(self.window_fn));
+        let f = TriggeredWindowAggregate::new(
+            self.assigner,
+            trigger,
+            aggregate,
+            window_fn,
+            self.lateness_ms,
+            self.late,
+        );
+        self.keyed.process(f).name("window")
+    }
 }
 
 fn with_parallelism<R: Data>(window: DataStream<R>, parallelism: Option<u32>) -> DataStream<R> {
@@ -398,6 +364,25 @@ where
         Ok(CountWindowedStream {
             keyed: self,
             size: check_size(size)?,
+        })
+    }
+
+    /// Cuts each key's records into sliding count windows (Flink's `countWindow(size,
+    /// slide)`: global windows with a count evictor and a count trigger): every `slide`
+    /// records of a key, the window of its last `size` records fires (fewer records while
+    /// the key has had fewer). A size or a slide of 0, or a slide larger than the size, is
+    /// an error. The window keeps its records, not an accumulator, so its functions need
+    /// records that can be checkpointed.
+    pub fn count_window_sliding(
+        self,
+        size: u64,
+        slide: u64,
+    ) -> Result<SlidingCountWindowedStream<K, T, F>> {
+        let size = check_size(size)?;
+        Ok(SlidingCountWindowedStream {
+            keyed: self,
+            size,
+            slide: check_slide(size, slide)?,
         })
     }
 }
@@ -433,6 +418,39 @@ where
     {
         let f = CountWindowAggregate::new(self.size, aggregate);
         self.keyed.process(f).name("count-window")
+    }
+}
+
+/// A keyed stream cut into sliding count windows ([`KeyedStream::count_window_sliding`]).
+pub struct SlidingCountWindowedStream<K, T, F> {
+    keyed: KeyedStream<K, T, F>,
+    size: u64,
+    slide: u64,
+}
+
+impl<K, T, F> SlidingCountWindowedStream<K, T, F>
+where
+    K: Key,
+    T: StateValue,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    /// Folds each window's records with `f` and emits the result when the window fires.
+    pub fn reduce<R>(self, f: R) -> DataStream<T>
+    where
+        R: Fn(T, T) -> T + Clone + Send + Sync + 'static,
+    {
+        self.aggregate(ReduceAggregate(f))
+    }
+
+    /// Aggregates each window's records with `aggregate` when the window fires.
+    pub fn aggregate<ACC, OUT, AGG>(self, aggregate: AGG) -> DataStream<OUT>
+    where
+        ACC: 'static,
+        OUT: Data,
+        AGG: AggregateFunction<T, ACC, OUT> + 'static,
+    {
+        let f = SlidingCountWindowAggregate::new(self.size, self.slide, aggregate);
+        self.keyed.process(f).name("sliding-count-window")
     }
 }
 
@@ -565,8 +583,15 @@ where
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
         let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
-        let window =
-            trigger.window_operator(keyed, assigner, aggregate, tagged, lateness_ms, Some(late));
+        let window = trigger.window_operator(Parts {
+            keyed,
+            assigner,
+            aggregate,
+            window_fn: tagged,
+            lateness_ms,
+            late: Some(late),
+            _acc: PhantomData,
+        });
         let window = with_parallelism(window, parallelism);
         let results = then(
             window

@@ -253,7 +253,6 @@ impl Executor<'_> {
                 .store(unaligned && is_source, Ordering::Relaxed);
             m.barrier_requested.store(false, Ordering::Relaxed);
             let ctx = TaskContext {
-                name: t.name.clone(),
                 index: ti,
                 subtask: t.subtask,
                 parallelism: t.parallelism,

@@ -176,7 +176,6 @@ pub struct CowMap<K, V> {
 /// An immutable view of a [`CowMap`] at one moment; cheap to take, safe to send.
 pub struct CowSnapshot<K, V> {
     shards: Vec<SharedShard<K, V>>,
-    len: usize,
 }
 
 /// One shard of a [`CowSnapshot`]; dropping it is what lets the map write to the shard
@@ -200,7 +199,8 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
         self.len
     }
 
-    /// Whether the map is empty.
+    /// Whether the map is empty (the engine asks [`CowMap::len`]; tests ask this).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -298,7 +298,6 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
                 .enumerate()
                 .map(|(i, s)| s.share(i))
                 .collect(),
-            len: self.len,
         }
     }
 
@@ -330,15 +329,16 @@ impl<K: Hash + Eq + Clone, V: Clone> CowMap<K, V> {
     }
 }
 
+/// Whole-view reads, for the tests: the engine reads a snapshot shard by shard
+/// ([`CowSnapshot::into_shards`]).
+#[cfg(test)]
 impl<K: Hash + Eq, V> CowSnapshot<K, V> {
     /// The value of `k` in the view.
     pub fn get(&self, k: &K) -> Option<&V> {
         let h = hash_of(k);
         self.shards[shard_of(h)].get_hashed(h, k)
     }
-}
 
-impl<K, V> CowSnapshot<K, V> {
     /// Every entry of the view.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.shards.iter().flat_map(|s| s.iter())
@@ -346,14 +346,11 @@ impl<K, V> CowSnapshot<K, V> {
 
     /// Number of entries in the view.
     pub fn len(&self) -> usize {
-        self.len
+        self.shards.iter().map(SharedShard::len).sum()
     }
+}
 
-    /// Whether the view is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
+impl<K, V> CowSnapshot<K, V> {
     /// The shards, in shard order (shard `i` of every map holds the same keys: the shard
     /// depends on the key alone), to be encoded and dropped one by one.
     pub fn into_shards(self) -> Vec<SharedShard<K, V>> {
@@ -370,11 +367,13 @@ impl<K, V> SharedShard<K, V> {
     }
 
     /// Number of entries.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.as_ref().map_or(0, |f| f.table.len())
     }
 
     /// Whether the shard is empty.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -18,7 +18,6 @@
 
 pub(crate) mod broadcast;
 // A self-contained data structure whose full API (len, get, iter…) its unit tests use.
-#[allow(dead_code)]
 pub(crate) mod cow_map;
 pub(crate) mod key_group;
 pub(crate) mod keyed;

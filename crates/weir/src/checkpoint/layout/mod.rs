@@ -30,12 +30,8 @@
 //! restore decodes borrowing its sections ([`KeyedStateFileRef`]). [`check_keyed_file`]
 //! is what every reader checks before it trusts the file's shape.
 
-// Issue 13: the writer and the restore do not read or write channel state yet.
-#[allow(dead_code)]
 pub mod channel_state;
 
-// Issue 13: the writer and the restore do not read or write channel state yet.
-#[allow(unused_imports)]
 pub use channel_state::{
     channel_state_file_name, ChannelBatch, ChannelStateFile, CHANNEL_STATE_KIND,
 };

@@ -128,9 +128,6 @@ pub struct TaskMetrics {
 
 /// What every task loop needs besides its chain.
 pub struct TaskContext {
-    /// Display name (`chain (subtask/parallelism)`).
-    #[allow(dead_code)] // set for every task, read by no message yet
-    pub name: String,
     /// Global task index.
     pub index: usize,
     /// Subtask index.

@@ -66,7 +66,6 @@ fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
     let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = TaskContext {
-        name: "test".into(),
         index: 0,
         subtask: 0,
         parallelism: 1,
@@ -124,7 +123,6 @@ fn the_task_watermark_is_the_minimum_over_active_inputs() {
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = TaskContext {
-        name: "test".into(),
         index: 0,
         subtask: 0,
         parallelism: 1,

@@ -89,7 +89,6 @@ fn start(
     let (jobs_tx, jobs) = crossbeam_channel::unbounded();
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = TaskContext {
-        name: "test".into(),
         index: 0,
         subtask: 0,
         parallelism: 1,

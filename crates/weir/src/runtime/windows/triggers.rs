@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::TimeWindow;
-use crate::state::keyed::KeyedContext;
+use crate::state::keyed::{KeyedContext, TimeDomain};
 use crate::state::Key;
 
 /// What a trigger decides for its window (Flink's `TriggerResult`).
@@ -119,23 +119,32 @@ pub trait Trigger<T>: Clone + Send + Sync + 'static {
         ctx: &mut C,
     ) -> TriggerResult;
 
-    /// Called when an event-time timer of the key fires at `time`.
+    /// Called when an event-time timer of the key fires at `time`. The default,
+    /// `Continue`, suits a trigger that registers no event-time timer (timers are per key:
+    /// another window's may still arrive here).
     fn on_event_time<C: TriggerContext>(
         &self,
         time: u64,
         window: TimeWindow,
         state: &mut Self::State,
         ctx: &mut C,
-    ) -> TriggerResult;
+    ) -> TriggerResult {
+        let _ = (time, window, state, ctx);
+        TriggerResult::Continue
+    }
 
-    /// Called when a processing-time timer of the key fires at `time`.
+    /// Called when a processing-time timer of the key fires at `time`. The default,
+    /// `Continue`, suits a trigger that registers no processing-time timer.
     fn on_processing_time<C: TriggerContext>(
         &self,
         time: u64,
         window: TimeWindow,
         state: &mut Self::State,
         ctx: &mut C,
-    ) -> TriggerResult;
+    ) -> TriggerResult {
+        let _ = (time, window, state, ctx);
+        TriggerResult::Continue
+    }
 
     /// Whether the trigger works with merging (session) windows: if not, using it with a
     /// session assigner is an error when the job is built.
@@ -168,6 +177,36 @@ pub(crate) fn fire_if(fire: bool) -> TriggerResult {
         TriggerResult::Fire
     } else {
         TriggerResult::Continue
+    }
+}
+
+/// The time of `domain` a trigger compares its timers with: the watermark (`None` before
+/// the first) or the processing time. With [`register_timer`], what lets a trigger be
+/// written once for both domains.
+pub(crate) fn current_time<C: TriggerContext>(domain: TimeDomain, ctx: &C) -> Option<u64> {
+    match domain {
+        TimeDomain::EventTime => ctx.current_watermark(),
+        TimeDomain::ProcessingTime => Some(ctx.current_processing_time()),
+    }
+}
+
+/// Registers a timer at `time` in `domain`.
+pub(crate) fn register_timer<C: TriggerContext>(domain: TimeDomain, ctx: &mut C, time: u64) {
+    match domain {
+        TimeDomain::EventTime => ctx.register_event_time_timer(time),
+        TimeDomain::ProcessingTime => ctx.register_processing_time_timer(time),
+    }
+}
+
+/// Registers the timer at `window`'s last millisecond in `domain`, unless that time has
+/// passed (a merged window that is already complete needs none).
+pub(crate) fn register_end_if_open<C: TriggerContext>(
+    domain: TimeDomain,
+    window: TimeWindow,
+    ctx: &mut C,
+) {
+    if current_time(domain, ctx).is_none_or(|now| window.max_timestamp() > now) {
+        register_timer(domain, ctx, window.max_timestamp());
     }
 }
 

@@ -1,9 +1,10 @@
 //! The one-shot triggers: the assigners' defaults (event time, processing time, never),
 //! the count trigger, and the purging wrapper.
 
-use super::{fire_if, Trigger, TriggerContext, TriggerResult};
+use super::{fire_if, register_end_if_open, Trigger, TriggerContext, TriggerResult};
 use crate::error::{Error, Result};
 use crate::runtime::windows::TimeWindow;
+use crate::state::keyed::TimeDomain;
 
 /// Fires a window once the watermark passes its last millisecond, and again at once for
 /// every record added after that within the allowed lateness (Flink's `EventTimeTrigger`,
@@ -47,25 +48,11 @@ impl<T> Trigger<T> for EventTimeTrigger {
     ) -> TriggerResult {
         fire_if(time == window.max_timestamp())
     }
-    fn on_processing_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut (),
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
-    }
     fn can_merge(&self) -> bool {
         true
     }
     fn on_merge<C: TriggerContext>(&self, window: TimeWindow, _: &mut (), _: (), ctx: &mut C) {
-        if ctx
-            .current_watermark()
-            .is_none_or(|wm| window.max_timestamp() > wm)
-        {
-            ctx.register_event_time_timer(window.max_timestamp());
-        }
+        register_end_if_open(TimeDomain::EventTime, window, ctx);
     }
 }
 
@@ -94,15 +81,6 @@ impl<T> Trigger<T> for ProcessingTimeTrigger {
         ctx.register_processing_time_timer(window.max_timestamp());
         TriggerResult::Continue
     }
-    fn on_event_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut (),
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
-    }
     fn on_processing_time<C: TriggerContext>(
         &self,
         time: u64,
@@ -116,9 +94,7 @@ impl<T> Trigger<T> for ProcessingTimeTrigger {
         true
     }
     fn on_merge<C: TriggerContext>(&self, window: TimeWindow, _: &mut (), _: (), ctx: &mut C) {
-        if window.max_timestamp() > ctx.current_processing_time() {
-            ctx.register_processing_time_timer(window.max_timestamp());
-        }
+        register_end_if_open(TimeDomain::ProcessingTime, window, ctx);
     }
 }
 
@@ -132,24 +108,6 @@ impl<T> Trigger<T> for NeverTrigger {
     fn on_element<C: TriggerContext>(
         &self,
         _: &T,
-        _: u64,
-        _: TimeWindow,
-        _: &mut (),
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
-    }
-    fn on_event_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut (),
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
-    }
-    fn on_processing_time<C: TriggerContext>(
-        &self,
         _: u64,
         _: TimeWindow,
         _: &mut (),
@@ -201,24 +159,6 @@ impl<T> Trigger<T> for CountTrigger {
         } else {
             TriggerResult::Continue
         }
-    }
-    fn on_event_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut u64,
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
-    }
-    fn on_processing_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut u64,
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
     }
     fn can_merge(&self) -> bool {
         true

@@ -1,9 +1,10 @@
 //! The continuous triggers: periodic early firings of a window, in event or processing
 //! time.
 
-use super::{Trigger, TriggerContext, TriggerResult};
+use super::{register_end_if_open, register_timer, Trigger, TriggerContext, TriggerResult};
 use crate::error::{Error, Result};
 use crate::runtime::windows::TimeWindow;
+use crate::state::keyed::TimeDomain;
 
 fn interval_ms(what: &str, interval: std::time::Duration) -> Result<u64> {
     match u64::try_from(interval.as_millis()) {
@@ -24,6 +25,61 @@ fn next_fire(time: u64, interval: u64, window: TimeWindow) -> u64 {
     (time - time % interval)
         .saturating_add(interval)
         .min(window.max_timestamp())
+}
+
+/// Schedules the first firing of a window at the multiple of `interval` after `from`
+/// (the record's event time, or the processing time), unless one is scheduled.
+fn schedule_first<C: TriggerContext>(
+    domain: TimeDomain,
+    from: u64,
+    interval: u64,
+    window: TimeWindow,
+    next: &mut Option<u64>,
+    ctx: &mut C,
+) {
+    if next.is_none() {
+        let at = next_fire(from, interval, window);
+        register_timer(domain, ctx, at);
+        *next = Some(at);
+    }
+}
+
+/// A timer at `time` fired: if it is the window's scheduled firing, fires and schedules the
+/// next one (none after the window's last millisecond).
+fn on_scheduled<C: TriggerContext>(
+    domain: TimeDomain,
+    time: u64,
+    interval: u64,
+    window: TimeWindow,
+    next: &mut Option<u64>,
+    ctx: &mut C,
+) -> TriggerResult {
+    if *next != Some(time) {
+        return TriggerResult::Continue;
+    }
+    *next = None;
+    if time < window.max_timestamp() {
+        let at = next_fire(time, interval, window);
+        register_timer(domain, ctx, at);
+        *next = Some(at);
+    }
+    TriggerResult::Fire
+}
+
+/// Sessions merged: the merged window fires at the earliest of its sessions' next times.
+fn merge_next<C: TriggerContext>(
+    domain: TimeDomain,
+    next: &mut Option<u64>,
+    other: Option<u64>,
+    ctx: &mut C,
+) {
+    *next = match (*next, other) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let Some(at) = *next {
+        register_timer(domain, ctx, at);
+    }
 }
 
 /// Fires a window every `interval` of event time while it is open, and when the watermark
@@ -60,11 +116,14 @@ impl<T> Trigger<T> for ContinuousEventTimeTrigger {
             return TriggerResult::Fire; // the window is complete: fire at once
         }
         ctx.register_event_time_timer(window.max_timestamp());
-        if next.is_none() {
-            let at = next_fire(timestamp, self.interval, window);
-            ctx.register_event_time_timer(at);
-            *next = Some(at);
-        }
+        schedule_first(
+            TimeDomain::EventTime,
+            timestamp,
+            self.interval,
+            window,
+            next,
+            ctx,
+        );
         TriggerResult::Continue
     }
     fn on_event_time<C: TriggerContext>(
@@ -77,27 +136,20 @@ impl<T> Trigger<T> for ContinuousEventTimeTrigger {
         if time == window.max_timestamp() {
             return TriggerResult::Fire;
         }
-        if *next == Some(time) {
-            let at = next_fire(time, self.interval, window);
-            ctx.register_event_time_timer(at);
-            *next = Some(at);
-            return TriggerResult::Fire;
-        }
-        TriggerResult::Continue
-    }
-    fn on_processing_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut Option<u64>,
-        _: &mut C,
-    ) -> TriggerResult {
-        TriggerResult::Continue
+        on_scheduled(
+            TimeDomain::EventTime,
+            time,
+            self.interval,
+            window,
+            next,
+            ctx,
+        )
     }
     fn can_merge(&self) -> bool {
         true
     }
-    /// The merged session fires at the earliest of its sessions' next times.
+    /// The merged session fires at the earliest of its sessions' next times, and at its
+    /// end.
     fn on_merge<C: TriggerContext>(
         &self,
         window: TimeWindow,
@@ -105,19 +157,8 @@ impl<T> Trigger<T> for ContinuousEventTimeTrigger {
         other: Option<u64>,
         ctx: &mut C,
     ) {
-        *next = match (*next, other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(at) = *next {
-            ctx.register_event_time_timer(at);
-        }
-        if ctx
-            .current_watermark()
-            .is_none_or(|wm| window.max_timestamp() > wm)
-        {
-            ctx.register_event_time_timer(window.max_timestamp());
-        }
+        merge_next(TimeDomain::EventTime, next, other, ctx);
+        register_end_if_open(TimeDomain::EventTime, window, ctx);
     }
 }
 
@@ -148,20 +189,15 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
         next: &mut Option<u64>,
         ctx: &mut C,
     ) -> TriggerResult {
-        if next.is_none() {
-            let at = next_fire(ctx.current_processing_time(), self.interval, window);
-            ctx.register_processing_time_timer(at);
-            *next = Some(at);
-        }
-        TriggerResult::Continue
-    }
-    fn on_event_time<C: TriggerContext>(
-        &self,
-        _: u64,
-        _: TimeWindow,
-        _: &mut Option<u64>,
-        _: &mut C,
-    ) -> TriggerResult {
+        let now = ctx.current_processing_time();
+        schedule_first(
+            TimeDomain::ProcessingTime,
+            now,
+            self.interval,
+            window,
+            next,
+            ctx,
+        );
         TriggerResult::Continue
     }
     fn on_processing_time<C: TriggerContext>(
@@ -171,16 +207,14 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
         next: &mut Option<u64>,
         ctx: &mut C,
     ) -> TriggerResult {
-        if *next != Some(time) {
-            return TriggerResult::Continue;
-        }
-        *next = None;
-        if time < window.max_timestamp() {
-            let at = next_fire(time, self.interval, window);
-            ctx.register_processing_time_timer(at);
-            *next = Some(at);
-        }
-        TriggerResult::Fire
+        on_scheduled(
+            TimeDomain::ProcessingTime,
+            time,
+            self.interval,
+            window,
+            next,
+            ctx,
+        )
     }
     fn can_merge(&self) -> bool {
         true
@@ -193,12 +227,6 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
         other: Option<u64>,
         ctx: &mut C,
     ) {
-        *next = match (*next, other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(at) = *next {
-            ctx.register_processing_time_timer(at);
-        }
+        merge_next(TimeDomain::ProcessingTime, next, other, ctx);
     }
 }
