@@ -5,7 +5,8 @@
 //!
 //! * [`assigners`] — [`TimeWindow`], the [`WindowAssigner`] trait, tumbling and sliding
 //!   event-time windows.
-//! * [`count`] — count windows (a purging count trigger on global windows).
+//! * [`count`] — count windows (a purging count trigger on global windows) and sliding
+//!   count windows (a count evictor and a count trigger).
 //! * [`operator`] — the keyed function that aggregates windows (`reduce`, `aggregate`).
 //! * [`process`] — process-window functions, which see all the records of a window.
 //! * [`processing`] — tumbling, sliding and session windows in processing time, and global
