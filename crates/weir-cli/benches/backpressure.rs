@@ -98,13 +98,15 @@ fn sizes(preset: &str) -> Sizes {
             fail_at: Duration::from_millis(1_200),
             runs: 1,
         },
+        // A debug build (`cargo test`): the sink at 200 k/s drains the full channels in
+        // ~0.3 s, so an aligned checkpoint completes before the failure is due.
         _ => Sizes {
             name: "smoke",
-            events: 20_000,
+            events: 200_000,
             keys: 100,
-            source_rate: 200_000.0,
+            source_rate: 2_000_000.0,
             interval: Duration::from_millis(100),
-            fail_at: Duration::from_millis(300),
+            fail_at: Duration::from_millis(600),
             runs: 1,
         },
     }
@@ -142,11 +144,14 @@ struct FailPlan {
     t_first: Mutex<Option<Instant>>,
 }
 
+/// Final `(key, count)` pairs per count subtask, for the check.
+type Finals = Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>>;
+
 /// W1's count with an optional failure; hands its final counts over for the check.
 #[derive(Clone)]
 struct Count {
     state: Option<ValueState<u64>>,
-    finals: Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>>,
+    finals: Finals,
     subtask: u32,
     plan: Option<Arc<FailPlan>>,
     /// A checkpoint completed since this instance opened: the failure may fire.
@@ -323,7 +328,7 @@ fn run(s: &Sizes, mode: Mode, fail: bool) -> Outcome {
     };
     let env = StreamEnvironment::new(cfg);
     let (n, keys) = (s.events, s.keys);
-    let finals: Arc<Mutex<BTreeMap<u32, Vec<(u64, u64)>>>> = Arc::default();
+    let finals: Finals = Arc::default();
     let started = Instant::now();
     let plan = fail.then(|| {
         Arc::new(FailPlan {
