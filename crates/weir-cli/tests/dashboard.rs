@@ -569,7 +569,13 @@ fn unaligned_checkpoints_show_as_unaligned_in_the_history() {
     let v = wait_for(
         &job.url("/api/checkpoints"),
         "an unaligned checkpoint",
-        |v| v["history"].as_array().unwrap().iter().any(|r| unaligned(&r)),
+        |v| {
+            v["history"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| unaligned(&r))
+        },
     );
     let history = v["history"].as_array().unwrap();
     let row = history.iter().find(unaligned).unwrap();

@@ -116,7 +116,11 @@ fn a_checkpoint_completes_while_the_middle_task_is_blocked_sending() {
             "timeout {timeout:?}: the middle task never snapshotted while its output was \
              blocked: {r:#?}"
         );
-        assert_eq!(sink.received.load(Ordering::SeqCst), n, "timeout {timeout:?}");
+        assert_eq!(
+            sink.received.load(Ordering::SeqCst),
+            n,
+            "timeout {timeout:?}"
+        );
         let first = r.checkpoints.first().expect("a checkpoint completed");
         assert!(
             first.unaligned_tasks > 0 && first.in_flight_records > 0,
