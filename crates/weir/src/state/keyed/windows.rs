@@ -189,7 +189,7 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         Box::new(PanesSnapshot(
             self.panes
                 .iter_mut()
-                .filter(|p| p.table.map.len() > 0)
+                .filter(|p| !p.table.map.is_empty())
                 .map(|p| p.table.snapshot(range, max_parallelism))
                 .collect(),
         ))
