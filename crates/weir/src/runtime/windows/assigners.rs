@@ -64,6 +64,14 @@ pub trait WindowAssigner<T>: Clone + Send + Sync + 'static {
         TimeDomain::EventTime
     }
 
+    /// Whether the windows depend on the timestamp alone, not on the record (true of the
+    /// built-in tumbling and sliding windows): the window operator then assigns a run of
+    /// records with one timestamp once, not once per record. The default, `false`, is
+    /// always correct.
+    fn by_timestamp_only(&self) -> bool {
+        false
+    }
+
     /// Whether this assigner makes [`TimeWindow::GLOBAL`] only ([`GlobalWindows`](super::GlobalWindows)):
     /// its windows need a trigger to fire and are never cleaned up by time.
     fn is_global(&self) -> bool {
@@ -141,6 +149,9 @@ impl TumblingEventTimeWindows {
 }
 
 impl<T> WindowAssigner<T> for TumblingEventTimeWindows {
+    fn by_timestamp_only(&self) -> bool {
+        true
+    }
     fn assign_windows(&self, _: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()> {
         out.push(window(
             window_start(timestamp, self.offset, self.size),
@@ -195,6 +206,9 @@ impl SlidingEventTimeWindows {
 }
 
 impl<T> WindowAssigner<T> for SlidingEventTimeWindows {
+    fn by_timestamp_only(&self) -> bool {
+        true
+    }
     fn assign_windows(&self, _: &T, timestamp: u64, out: &mut Vec<TimeWindow>) -> Result<()> {
         let mut start = window_start(timestamp, self.offset, self.slide);
         // `start <= timestamp` always; the window holds it while it ends after it.

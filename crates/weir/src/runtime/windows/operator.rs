@@ -55,6 +55,10 @@ pub struct WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     late: Option<fn(T) -> R>,
     state: Option<WindowState<ACC>>,
     windows: Vec<TimeWindow>,
+    /// The (timestamp, watermark) `windows` were assigned and filtered at, when the
+    /// assigner places records by timestamp alone: the next record with both the same
+    /// reuses them (a batch holds runs of records with one timestamp).
+    assigned_at: Option<(u64, Option<u64>)>,
     _acc: PhantomData<fn() -> (ACC, OUT)>,
 }
 
@@ -68,6 +72,7 @@ impl<A: Clone, AGG, WF, ACC, OUT, T, R> Clone for WindowAggregate<A, AGG, WF, AC
             late: self.late,
             state: None,
             windows: Vec::new(),
+            assigned_at: None,
             _acc: PhantomData,
         }
     }
@@ -85,6 +90,7 @@ impl<A, AGG, WF, ACC, OUT, T, R> WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
             late: None,
             state: None,
             windows: Vec::new(),
+            assigned_at: None,
             _acc: PhantomData,
         }
     }
@@ -141,12 +147,19 @@ where
         let state = self.state.expect("open() declares the state");
         let watermark = ctx.current_watermark();
         let lateness = self.lateness;
-        self.windows.clear();
-        self.assigner
-            .assign_windows(&record, timestamp, &mut self.windows)?;
-        // A window past its cleanup time is gone: the record is late for it.
-        self.windows
-            .retain(|w| watermark.is_none_or(|wm| w.max_timestamp().saturating_add(lateness) > wm));
+        if self.assigned_at != Some((timestamp, watermark)) {
+            self.windows.clear();
+            self.assigner
+                .assign_windows(&record, timestamp, &mut self.windows)?;
+            // A window past its cleanup time is gone: the record is late for it.
+            self.windows.retain(|w| {
+                watermark.is_none_or(|wm| w.max_timestamp().saturating_add(lateness) > wm)
+            });
+            self.assigned_at = self
+                .assigner
+                .by_timestamp_only()
+                .then_some((timestamp, watermark));
+        }
         if self.windows.is_empty() {
             if let Some(late) = self.late {
                 out.collect(late(record));

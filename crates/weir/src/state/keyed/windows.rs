@@ -94,6 +94,8 @@ impl<K: Key, ACC: StateValue> Pane<K, ACC> {
 /// The table behind a [`WindowState`]: its panes in ascending window end.
 pub(crate) struct WindowTable<K, ACC> {
     panes: Vec<Pane<K, ACC>>,
+    /// The index of the pane last looked up (checked first).
+    last: usize,
 }
 
 impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
@@ -101,13 +103,24 @@ impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
     /// records mostly belong to the latest windows.
     #[inline]
     fn pane_mut(&mut self, end: u64) -> &mut Pane<K, ACC> {
+        // Consecutive records mostly share their window.
+        if self.panes.get(self.last).is_some_and(|p| p.end == end) {
+            return &mut self.panes[self.last];
+        }
+        self.last = self.find_or_insert(end);
+        &mut self.panes[self.last]
+    }
+
+    /// The index of the pane ending at `end`, inserted if absent.
+    #[inline(never)]
+    fn find_or_insert(&mut self, end: u64) -> usize {
         let at = match self.panes.iter().rposition(|p| p.end <= end) {
-            Some(i) if self.panes[i].end == end => return &mut self.panes[i],
+            Some(i) if self.panes[i].end == end => return i,
             Some(i) => i + 1,
             None => 0,
         };
         self.panes.insert(at, Pane::new(end));
-        &mut self.panes[at]
+        at
     }
 
     /// `key`'s accumulator of the window ending at `end`, created with `create` if absent,
@@ -189,7 +202,7 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         Box::new(PanesSnapshot(
             self.panes
                 .iter_mut()
-                .filter(|p| p.table.map.len() > 0)
+                .filter(|p| !p.table.map.is_empty())
                 .map(|p| p.table.snapshot(range, max_parallelism))
                 .collect(),
         ))
@@ -270,7 +283,10 @@ impl<K: Key> KeyedStateBackend<K> {
                 "keyed state '{name}' declared twice in one operator"
             )));
         }
-        let mut table = WindowTable::<K, ACC> { panes: Vec::new() };
+        let mut table = WindowTable::<K, ACC> {
+            panes: Vec::new(),
+            last: 0,
+        };
         if let Some(restored) = self.restored.remove(name) {
             if restored.kind != StateKind::Window || restored.ttl {
                 return Err(Error::Restore(format!(
