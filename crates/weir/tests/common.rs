@@ -22,17 +22,6 @@ mod test_checkpoints;
 #[allow(unused_imports)]
 pub use test_checkpoints::*;
 
-/// `rate` records per second for a paced input whose run must outlast several
-/// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
-/// checkpoint takes several requests to a loopback server instead of a few local writes.
-pub fn paced(rate: f64) -> f64 {
-    if on_s3() {
-        rate / 3.0
-    } else {
-        rate
-    }
-}
-
 /// The backend rooted at the folder holding `path` and `path`'s name in it, for
 /// [`read_object`] and [`write_object`].
 fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
