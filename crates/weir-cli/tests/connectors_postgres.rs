@@ -45,13 +45,15 @@ fn postgres_sink_is_exact_under_injected_failures() {
     pg.exec("postgres", UPDATES_TABLE);
     let tmp = tempfile::tempdir().unwrap();
     let (n, keys) = (300_000u64, 97u64);
+    // Each failure follows a checkpoint: on S3, whose checkpoints take longer, slower input.
+    let rate = if on_s3() { "300000" } else { "1000000" };
     let extra = [
         "--parallelism",
         "2",
         "--checkpoint-interval",
         "20ms",
         "--rate",
-        "1000000",
+        rate,
         "--inject-failures",
         "10",
         "--seed",

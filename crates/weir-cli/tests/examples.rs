@@ -295,6 +295,7 @@ fn click_sessions_are_exact_through_sigkills_and_panics() {
         }
         std::thread::sleep(std::time::Duration::from_millis(rng.range(0, 150)));
         sigkill_running(&mut child, &format!("click_sessions run {i}"));
+        wait_for_dead_lease();
         let now = completed_checkpoints(&job_dir).last().copied().unwrap_or(0);
         assert!(now > newest, "run {i} completed no checkpoint");
         newest = now;

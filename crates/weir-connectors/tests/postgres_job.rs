@@ -77,7 +77,7 @@ fn output_is_exactly_once_under_injected_failures() {
                 (reads, rows_seen)
             })
         };
-        let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url);
+        let r = run_seq_job(cfg, n, keys, Some(test_checkpoints::paced(80_000.0)), &url);
         stop.store(true, Ordering::Relaxed);
         let (reads, rows_seen) = reader
             .join()
@@ -97,6 +97,17 @@ fn output_is_exactly_once_under_injected_failures() {
     assert!(fired >= 10, "only {fired} failures fired");
 }
 
+/// `rate` for a job of a few tens of thousands of records that must outlast several
+/// checkpoints (each failure follows one): a tenth of it on S3, where the first checkpoint
+/// waits for the lease and every one takes several requests to a loopback server.
+fn short_run_rate(rate: f64) -> f64 {
+    if test_checkpoints::on_s3() {
+        rate / 10.0
+    } else {
+        rate
+    }
+}
+
 #[test]
 fn upsert_output_has_no_duplicates_under_injected_failures() {
     let s = server(&[]);
@@ -109,7 +120,7 @@ fn upsert_output_has_no_duplicates_under_injected_failures() {
     let mut cfg = config("ups", dir.path(), 2, Duration::from_millis(25));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 7, n));
     let url = format!("{}?mode=upsert&key=k,seq", s.url(DB, "ups"));
-    let r = run_seq_job(cfg, n, keys, Some(80_000.0), &url).unwrap();
+    let r = run_seq_job(cfg, n, keys, Some(short_run_rate(80_000.0)), &url).unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 4);
     // Idempotent upserts hide a replay from the table, so the restore is checked here.
     weir::testing::assert_resumed(&r, n);
@@ -149,7 +160,7 @@ fn a_bounded_job_with_checkpoints_ends_fully_committed() {
     let mut cfg = config("final", dir.path(), 2, Duration::from_millis(25));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 5, 30_000));
     let url = s.url(DB, "out");
-    let r = run_seq_job(cfg, 30_000, 40, Some(100_000.0), &url).unwrap();
+    let r = run_seq_job(cfg, 30_000, 40, Some(short_run_rate(100_000.0)), &url).unwrap();
     assert_eq!(r.injected_failures.unwrap().0, 3);
     weir::testing::assert_resumed(&r, 30_000);
     assert_exactly_once(&s, DB, "out", "final", 30_000, 40);

@@ -25,17 +25,6 @@ pub use test_checkpoints::*;
 #[path = "support/recovery.rs"]
 pub mod recovery;
 
-/// `rate` records per second for a paced input whose run must outlast several
-/// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
-/// checkpoint takes several requests to a loopback server instead of a few local writes.
-pub fn paced(rate: f64) -> f64 {
-    if on_s3() {
-        rate / 3.0
-    } else {
-        rate
-    }
-}
-
 /// The backend rooted at the folder holding `path` and `path`'s name in it, for
 /// [`read_object`] and [`write_object`].
 fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {

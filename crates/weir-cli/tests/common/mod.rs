@@ -432,7 +432,7 @@ pub fn assert_resumed(run: &Run, total: u64) -> Vec<Attempt> {
                 );
             };
             assert!(
-                path.ends_with(format!("chk-{id}")) || path.join("_metadata").is_file(),
+                path.ends_with(format!("chk-{id}")) || is_object(&path.join("_metadata")),
                 "attempt {} names {} for checkpoint {id}\n{}",
                 a.n,
                 path.display(),

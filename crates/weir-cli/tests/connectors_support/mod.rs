@@ -113,6 +113,7 @@ pub fn kill_after_new_checkpoints(
             &mut child,
             &format!("run {i} (killed {extra} ms after a checkpoint after chk-{newest})"),
         );
+        wait_for_dead_lease();
         after_kill(i);
         newest = completed_checkpoints(job_dir)
             .last()

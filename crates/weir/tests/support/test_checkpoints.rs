@@ -28,7 +28,9 @@ pub fn on_s3() -> bool {
 }
 
 /// The bucket of the tests' checkpoints on S3.
-const TEST_BUCKET: &str = "weir-test-checkpoints";
+// (Its name must not contain the PostgreSQL tests' password, `weir-test`: they check that
+// no output shows it, and checkpoint paths are in the run summaries.)
+const TEST_BUCKET: &str = "checkpoints-under-test";
 
 /// Where a test whose scratch folder is `dir` keeps its checkpoints: `dir` itself, or with
 /// `WEIR_TEST_CHECKPOINT_DIR=s3` the prefix named after it in the tests' bucket (the same
@@ -47,6 +49,17 @@ pub fn checkpoint_dir(dir: &Path) -> PathBuf {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     PathBuf::from(format!("s3://{TEST_BUCKET}/{}", name.trim_matches('-')))
+}
+
+/// `rate` records per second for a paced input whose run must outlast several
+/// checkpoints (failures that wait for a checkpoint): a third of it on S3, where each
+/// checkpoint takes several requests to a loopback server instead of a few local writes.
+pub fn paced(rate: f64) -> f64 {
+    if on_s3() {
+        rate / 3.0
+    } else {
+        rate
+    }
 }
 
 /// Ids of the complete checkpoints (`chk-<n>` holding `_metadata`) of the job folder at
