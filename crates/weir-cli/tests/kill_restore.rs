@@ -235,9 +235,8 @@ fn a_second_run_on_the_same_checkpoint_folder_is_refused_naming_the_first() {
     let job_dir = d.join("keyed-count");
     let mut first = keyed_count_args(&d, &o, "exactly-once", false);
     first.push("--verify".into());
-    // Another output: what is refused here is the checkpoint folder. (The same --output
-    // would not be safe either: its staging folder is prepared before the checkpoint
-    // folder is taken, so a second run clears the first's staged output.)
+    // Another output: what is refused here is the checkpoint folder (the same --output is
+    // refused by its own lock: the next test).
     let other = tmp.path().join("out-2");
     let log = tmp.path().join("first.log");
     let mut child = spawn_logged(&mut weir(tmp.path(), &first), &log);
@@ -272,4 +271,37 @@ fn a_second_run_on_the_same_checkpoint_folder_is_refused_naming_the_first() {
     );
     assert_keyed_count_exact(&o, EVENTS, KEYS);
     assert!(!other.exists(), "the refused run published an output");
+}
+
+/// A second run given a running job's `--output` (with its own checkpoint folder) is
+/// refused before it touches the staging folder, so the first run's staged and committed
+/// part files survive and it finishes exact.
+#[test]
+fn a_second_run_on_the_same_output_is_refused_and_leaves_the_first_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let job_dir = d.join("keyed-count");
+    let mut first = keyed_count_args(&d, &o, "exactly-once", false);
+    first.push("--verify".into());
+    let log = tmp.path().join("first.log");
+    let mut child = spawn_logged(&mut weir(tmp.path(), &first), &log);
+    wait_for_checkpoints(&mut child, &job_dir, 2, RUN_TIMEOUT);
+    let second = run(&mut weir(
+        tmp.path(),
+        keyed_count_args(&tmp.path().join("chk-2"), &o, "exactly-once", false),
+    ));
+    assert_clean_error(
+        &second,
+        1,
+        &[
+            "is being written by another run",
+            &format!("process {}", child.id()),
+            "choose another --output",
+        ],
+    );
+    let status = wait_deadline(&mut child, RUN_TIMEOUT, "the first run");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("verify: OK"), "{text}");
+    assert_keyed_count_exact(&o, EVENTS, KEYS);
 }

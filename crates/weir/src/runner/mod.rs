@@ -122,6 +122,9 @@ struct OutputDir {
     /// Kept on failure and on a stop, so that a restored run continues it
     /// ([`Job::resumable_output`]).
     resumable: bool,
+    /// Held until the run ends, so a second run on the same folder is refused before it
+    /// clears this run's staging folder.
+    _lock: output::OutputLock,
 }
 
 /// The job being built: its [`StreamEnvironment`] (through `Deref`: `job.add_source(…)`),
@@ -157,11 +160,13 @@ impl Job {
     /// existing `dir` is replaced only if it is a previous Weir output or empty.
     pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
+        let lock = output::lock(&dir)?;
         let staging = output::prepare(&dir)?;
         self.outputs.push(OutputDir {
             staging: staging.clone(),
             dir,
             resumable: false,
+            _lock: lock,
         });
         Ok(staging)
     }
@@ -175,11 +180,13 @@ impl Job {
     pub fn resumable_output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
         let restoring = self.env.config().restore != crate::api::config::RestoreFrom::Nothing;
+        let lock = output::lock(&dir)?;
         let staging = output::prepare_resumable(&dir, restoring)?;
         self.outputs.push(OutputDir {
             staging: staging.clone(),
             dir,
             resumable: true,
+            _lock: lock,
         });
         Ok(staging)
     }

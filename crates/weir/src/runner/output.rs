@@ -6,8 +6,80 @@
 //! a partial folder under the output name. An existing output folder is replaced only if it
 //! is a previous Weir output (has `_SUCCESS`) or is empty.
 
-use std::fs;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+
+/// An exclusive lock on one output folder, held by a run from before it touches the
+/// staging folder until it ends. Without it a second run given the same `--output` would
+/// clear the first run's staging folder (its pending and committed part files) before
+/// being refused elsewhere. The lock file (`.<name>.lock` beside the output) stays behind
+/// on purpose: deleting a lock file while others may have it open lets two runs lock two
+/// different files of one name. The operating system releases the lock when the process
+/// dies, so a SIGKILLed run leaves nothing to clean up.
+#[derive(Debug)]
+pub(crate) struct OutputLock {
+    _file: File,
+}
+
+/// Takes `output`'s [`OutputLock`], or names the process holding it.
+pub(crate) fn lock(output: &Path) -> Result<OutputLock, String> {
+    let staging = staging_dir(output)?;
+    let name = staging
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .trim_end_matches(".inprogress")
+                .to_string()
+        })
+        .unwrap_or_default();
+    let path = staging.with_file_name(format!("{name}.lock"));
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| {
+            format!(
+                "cannot create the output's parent folder {}: {e}",
+                parent.display()
+            )
+        })?;
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| {
+            format!(
+                "cannot open the output lock file {}: {e} (is the output's parent folder writable?)",
+                path.display()
+            )
+        })?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "another process".to_string(),
+                h => h.to_string(),
+            };
+            return Err(format!(
+                "the output folder {} is being written by another run ({holder}); wait for \
+                 it to end, stop it, or choose another --output",
+                output.display()
+            ));
+        }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
+    }
+    let me = crate::storage::holder_description();
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(me.as_bytes()));
+    Ok(OutputLock { _file: file })
+}
 
 /// The hidden staging folder for `output`.
 pub(crate) fn staging_dir(output: &Path) -> Result<PathBuf, String> {
@@ -97,6 +169,27 @@ pub(crate) fn publish(staging: &Path, output: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_locked_output_is_refused_naming_the_holder_and_its_staging_is_left_alone() {
+        let tmp = std::env::temp_dir().join(format!("weir-output-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let out = tmp.join("out");
+        let held = lock(&out).unwrap();
+        let staging = prepare(&out).unwrap();
+        fs::write(staging.join("part-0"), "a").unwrap();
+        let err = lock(&out).unwrap_err();
+        assert!(err.contains("is being written by another run"), "{err}");
+        assert!(
+            err.contains(&format!("process {}", std::process::id())),
+            "{err}"
+        );
+        assert!(staging.join("part-0").exists());
+        drop(held);
+        // Released with its holder: the next run takes it.
+        let _again = lock(&out).unwrap();
+        fs::remove_dir_all(&tmp).unwrap();
+    }
 
     #[test]
     fn publishes_only_over_a_previous_output() {
