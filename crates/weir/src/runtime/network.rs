@@ -220,6 +220,15 @@ impl<T> Channels<T> {
         Ok(())
     }
 
+    /// Whether every channel with a read-ahead credit has room for one more event under
+    /// it ([`Output::has_room`]); true when there are no credits (not unaligned).
+    fn has_room(&self) -> bool {
+        self.credits.iter().zip(&self.senders).all(|(h, s)| {
+            let capacity = s.capacity().unwrap_or(usize::MAX);
+            s.len() + h.load(std::sync::atomic::Ordering::Relaxed) < capacity
+        })
+    }
+
     /// Sends every partly filled batch.
     fn flush(&mut self) -> Result<()> {
         (0..self.senders.len()).try_for_each(|c| self.send_open_batch(c))
@@ -274,6 +283,9 @@ macro_rules! writer_control {
         }
         fn set_read_ahead_credits(&mut self, credits: Vec<Arc<AtomicUsize>>) {
             self.channels.credits = credits;
+        }
+        fn has_room(&self) -> bool {
+            self.channels.has_room()
         }
     };
 }
@@ -468,6 +480,30 @@ mod tests {
         }
         stamped.sort();
         assert_eq!(stamped, (0..10).map(|i| (i, 100 + i)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn room_counts_what_is_queued_and_read_ahead_against_the_capacity() {
+        let (tx0, rx0) = crossbeam_channel::bounded(2);
+        let (tx1, _rx1) = crossbeam_channel::bounded(2);
+        let mut w = RoutedWriter::new(vec![tx0, tx1], Rebalance::new(0));
+        assert!(w.has_room(), "without credits (not unaligned): always");
+        let credits = vec![Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        w.set_read_ahead_credits(credits.clone());
+        assert!(w.has_room());
+        w.push(&mut vec![1u32]).unwrap();
+        w.flush().unwrap(); // one event queued on one channel: 1 + 0 < 2
+        assert!(w.has_room());
+        credits[0].store(1, std::sync::atomic::Ordering::Relaxed);
+        credits[1].store(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            !w.has_room(),
+            "a channel with 1 queued + 1 read ahead is full"
+        );
+        let _ = drain(&rx0);
+        credits[0].store(0, std::sync::atomic::Ordering::Relaxed);
+        credits[1].store(0, std::sync::atomic::Ordering::Relaxed);
+        assert!(w.has_room());
     }
 
     #[test]

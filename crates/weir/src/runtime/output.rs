@@ -50,6 +50,15 @@ pub trait Output<T>: Send {
     /// so reading ahead for a checkpoint does not let this writer run further ahead of a
     /// slow consumer. Other outputs ignore it.
     fn set_read_ahead_credits(&mut self, _credits: Vec<Arc<AtomicUsize>>) {}
+    /// (Network writers of unaligned jobs) whether every channel has room for one more
+    /// batch under its credit. A source of an unaligned job polls only then: a batch it
+    /// produced without room would block, be deferred when a barrier is requested and go
+    /// out with the barrier's flush past the credit — about one batch per channel and
+    /// checkpoint beyond flow control, which piles up in the consumer's read-ahead queue
+    /// until the marker waits behind it (BENCHMARKS.md, W3). Other outputs: always.
+    fn has_room(&self) -> bool {
+        true
+    }
 }
 
 /// Discards everything: the output of an operator nobody consumes.

@@ -149,11 +149,14 @@ pub fn run_source_paused_by<T, S: SourceFunction<T>>(
             task.wait_for_control(wait, &mut source, chain.as_mut())?;
             continue;
         }
-        let status = if pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) {
-            SourceStatus::Idle
-        } else {
-            source.poll(&mut buf, BATCH_SIZE)?
-        };
+        // No room under the consumers' credit (unaligned jobs): wait like an idle source
+        // rather than produce a batch that a barrier would push past the credit.
+        let status =
+            if pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) || !chain.has_room() {
+                SourceStatus::Idle
+            } else {
+                source.poll(&mut buf, BATCH_SIZE)?
+            };
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             task.emitted += buf.len() as u64;

@@ -191,3 +191,112 @@ fn at_least_once_processes_records_behind_a_barrier_before_the_snapshot() {
     // Records 2 and 3 overtook channel 1's barrier: they are inside checkpoint 1.
     assert_eq!(&log[..snap], &["R1", "R2", "R3", "R10"]);
 }
+
+/// A source that counts its polls and emits one record per poll.
+#[derive(Clone)]
+struct CountingSource(Arc<std::sync::atomic::AtomicU64>);
+
+impl crate::runtime::functions::CheckpointedFunction for CountingSource {}
+
+impl crate::runtime::functions::SourceFunction<u32> for CountingSource {
+    fn poll(
+        &mut self,
+        out: &mut Vec<u32>,
+        _max: usize,
+    ) -> Result<crate::runtime::functions::SourceStatus> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        out.push(1);
+        Ok(crate::runtime::functions::SourceStatus::More)
+    }
+}
+
+/// A chain whose room (under its consumers' credit) the test switches.
+struct Gate(Arc<std::sync::atomic::AtomicBool>, Recorder);
+
+impl Output<u32> for Gate {
+    fn push(&mut self, batch: &mut Vec<u32>) -> Result<()> {
+        batch.clear();
+        Ok(())
+    }
+    fn push_timestamped(&mut self, batch: &mut Vec<u32>, ts: &mut Vec<u64>) -> Result<()> {
+        self.1.push_timestamped(batch, ts)
+    }
+    fn on_watermark(&mut self, w: u64) -> Result<()> {
+        self.1.on_watermark(w)
+    }
+    fn on_watermark_status(&mut self, s: WatermarkStatus) -> Result<()> {
+        self.1.on_watermark_status(s)
+    }
+    fn on_processing_time(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
+        self.1.snapshot(b, s)
+    }
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_of_input(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn notify_complete(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn has_room(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A source polls only while its chain has room under the consumers' credit (unaligned
+/// jobs): a batch produced without room would be pushed past the credit by the next
+/// barrier's flush. Checkpoint triggers are still served while it waits.
+#[test]
+fn a_source_polls_only_while_its_chain_has_room() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
+    let ctx = TaskContext {
+        name: "test".into(),
+        index: 0,
+        subtask: 0,
+        parallelism: 1,
+        attempt: 1,
+        mode: CheckpointingMode::ExactlyOnce,
+        buffer_timeout: Duration::from_millis(5),
+        control: ctl_rx,
+        writer: writer_tx,
+        injector: None,
+        metrics: Arc::new(TaskMetrics::default()),
+        events: crossbeam_channel::unbounded().0,
+    };
+    let (polls, room) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let chain = Box::new(Gate(room.clone(), Recorder(log.clone())));
+    let source = CountingSource(polls.clone());
+    let task = std::thread::spawn(move || run_source(source, "src".into(), chain, ctx));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(polls.load(Ordering::Relaxed), 0, "no room: no poll");
+    ctl_tx
+        .send(Control::Trigger(CheckpointBarrier::checkpoint(1, 0)))
+        .unwrap();
+    let job = writer_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        job.checkpoint_id, 1,
+        "the trigger is served while waiting for room"
+    );
+    room.store(true, Ordering::Relaxed);
+    let start = std::time::Instant::now();
+    while polls.load(Ordering::Relaxed) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "room: it polls");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ctl_tx.send(Control::Cancel).unwrap();
+    assert!(matches!(task.join().unwrap(), Err(Error::Cancelled)));
+    assert_eq!(log.lock().unwrap().as_slice(), ["S1"]);
+}

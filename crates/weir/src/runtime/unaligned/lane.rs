@@ -84,6 +84,9 @@ impl<T: Send> Output<T> for AnnouncingWriter<T> {
     fn on_processing_time(&mut self, now_ms: u64) -> Result<()> {
         self.inner.on_processing_time(now_ms)
     }
+    fn has_room(&self) -> bool {
+        self.inner.has_room()
+    }
 }
 
 #[cfg(test)]
