@@ -259,7 +259,6 @@ fn a_source_polls_only_while_its_chain_has_room() {
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
     let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
     let ctx = TaskContext {
-        name: "test".into(),
         index: 0,
         subtask: 0,
         parallelism: 1,
