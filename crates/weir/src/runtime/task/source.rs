@@ -6,6 +6,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
+/// How long a source of an unaligned job waits for room under its consumers' credit
+/// before it looks again (see the loop in [`run_source`]).
+const ROOM_WAIT: Duration = Duration::from_micros(50);
+
 use super::{Control, TaskContext, TaskEvent};
 use crate::error::{Error, Result};
 use crate::runtime::event::BarrierKind;
@@ -149,14 +153,20 @@ pub fn run_source_paused_by<T, S: SourceFunction<T>>(
             task.wait_for_control(wait, &mut source, chain.as_mut())?;
             continue;
         }
-        // No room under the consumers' credit (unaligned jobs): wait like an idle source
-        // rather than produce a batch that a barrier would push past the credit.
-        let status =
-            if pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) || !chain.has_room() {
-                SourceStatus::Idle
-            } else {
-                source.poll(&mut buf, BATCH_SIZE)?
-            };
+        // No room under the consumers' credit (unaligned jobs): wait for it rather than
+        // produce a batch that a barrier would push past the credit.
+        let paused = pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed));
+        let status = if paused {
+            SourceStatus::Idle
+        } else if !chain.has_room() {
+            // A consumer frees a batch's room in tens of microseconds at full speed: a
+            // short wait (not an idle source's millisecond) keeps the no-backpressure
+            // throughput, and a checkpoint trigger still ends the wait at once.
+            task.wait_for_control(ROOM_WAIT, &mut source, chain.as_mut())?;
+            SourceStatus::More
+        } else {
+            source.poll(&mut buf, BATCH_SIZE)?
+        };
         if !buf.is_empty() {
             ctx.on_records(buf.len());
             task.emitted += buf.len() as u64;
