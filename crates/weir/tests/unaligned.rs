@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use weir::prelude::*;
@@ -18,59 +18,9 @@ const SINK_RATE: f64 = 40_000.0;
 /// Records per second the sources emit, over all their subtasks: ten times the sink's.
 const SOURCE_RATE: f64 = 10.0 * SINK_RATE;
 
-/// [`CountPerKey`] limited to `per_subtask` records per second: the slow stage that backs
-/// the job up (each subtask counts from its own start, so a restarted attempt is as slow).
-#[derive(Clone)]
-struct SlowCount {
-    inner: CountPerKey,
-    per_subtask: f64,
-    started: Option<Instant>,
-    seen: u64,
-}
-
-impl SlowCount {
-    fn new(parallelism: u32) -> Self {
-        SlowCount {
-            inner: CountPerKey::default(),
-            per_subtask: SINK_RATE / parallelism as f64,
-            started: None,
-            seen: 0,
-        }
-    }
-}
-
-impl CheckpointedFunction for SlowCount {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for SlowCount {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        KeyedProcessFunction::<u64, u64, (u64, u64)>::open(&mut self.inner, states)
-    }
-
-    fn process(
-        &mut self,
-        r: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let started = *self.started.get_or_insert_with(Instant::now);
-        self.seen += 1;
-        if self.seen.is_multiple_of(64) {
-            let due = Duration::from_secs_f64(self.seen as f64 / self.per_subtask);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-        self.inner.process(r, ctx, out)
-    }
-
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        KeyedProcessFunction::<u64, u64, (u64, u64)>::on_end_of_input(&mut self.inner, ctx, out)
-    }
-}
+#[path = "support/slow_count.rs"]
+mod slow_count;
+use slow_count::SlowCount;
 
 /// Settings of an unaligned job at parallelism `p` checkpointing every 100 ms.
 fn unaligned_config(name: &str, dir: &Path, p: u32, timeout: Option<Duration>) -> JobConfig {
@@ -98,7 +48,7 @@ fn run_backpressured(cfg: JobConfig, n: u64, keys: u64) -> Result<(HashMap<u64, 
         .map(move |i| i + half);
     a.union(b)
         .key_by(move |i: &u64| i % keys)
-        .process(SlowCount::new(p))
+        .process(SlowCount::new(SINK_RATE, p))
         .uid("count")
         .add_sink("collect", out.clone())
         .uid("sink");
@@ -227,7 +177,7 @@ fn leave_unaligned_checkpoint(dir: &Path, name: &str, n: u64) -> (u64, PathBuf) 
             .map(move |i| i + half);
         a.union(b)
             .key_by(|i: &u64| i % 500)
-            .process(SlowCount::new(p))
+            .process(SlowCount::new(SINK_RATE, p))
             .uid("count")
             .add_sink("collect", CollectSink::new())
             .uid("sink");

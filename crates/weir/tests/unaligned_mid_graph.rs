@@ -133,47 +133,9 @@ fn a_checkpoint_completes_while_the_middle_task_is_blocked_sending() {
 /// Records per second the last stage processes, over all its subtasks.
 const SINK_RATE: f64 = 40_000.0;
 
-/// The last stage of the counting job: counts per key at [`SINK_RATE`].
-#[derive(Clone)]
-struct SlowCount {
-    inner: CountPerKey,
-    per_subtask: f64,
-    started: Option<Instant>,
-    seen: u64,
-}
-
-impl CheckpointedFunction for SlowCount {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for SlowCount {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        KeyedProcessFunction::<u64, u64, (u64, u64)>::open(&mut self.inner, states)
-    }
-
-    fn process(
-        &mut self,
-        r: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        let started = *self.started.get_or_insert_with(Instant::now);
-        self.seen += 1;
-        if self.seen.is_multiple_of(64) {
-            let due = Duration::from_secs_f64(self.seen as f64 / self.per_subtask);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-        self.inner.process(r, ctx, out)
-    }
-
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        KeyedProcessFunction::<u64, u64, (u64, u64)>::on_end_of_input(&mut self.inner, ctx, out)
-    }
-}
+#[path = "support/slow_count.rs"]
+mod slow_count;
+use slow_count::SlowCount;
 
 /// Generator at ten times [`SINK_RATE`] → rebalance → a middle map → `key_by` → the slow
 /// count → collected, at parallelism 2 (three tasks per subtask). Returns the counts.
@@ -190,12 +152,7 @@ fn run_three_stages(cfg: JobConfig, n: u64, keys: u64) -> (HashMap<u64, u64>, Jo
     .map(|i: u64| i)
     .uid("middle")
     .key_by(move |i: &u64| i % keys)
-    .process(SlowCount {
-        inner: CountPerKey::default(),
-        per_subtask: SINK_RATE / f64::from(p),
-        started: None,
-        seen: 0,
-    })
+    .process(SlowCount::new(SINK_RATE, p))
     .uid("count")
     .add_sink("collect", out.clone())
     .uid("sink");
