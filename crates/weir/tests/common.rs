@@ -25,39 +25,6 @@ pub use test_checkpoints::*;
 #[path = "support/recovery.rs"]
 pub mod recovery;
 
-/// The backend rooted at the folder holding `path` and `path`'s name in it, for
-/// [`read_object`] and [`write_object`].
-fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
-    let parent = path.parent().expect("a file path has a folder");
-    let name = path.file_name().expect("a file name").to_string_lossy();
-    (
-        weir::storage::open_backend(parent).unwrap(),
-        name.into_owned(),
-    )
-}
-
-/// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).
-pub fn read_object(path: &Path) -> Vec<u8> {
-    let (backend, name) = parent_backend(path);
-    backend.get(&name, None).unwrap()
-}
-
-/// Replaces the checkpoint file at `path` (a local path or an `s3://` URL) with `bytes`,
-/// as a damaged disk or a careless hand would.
-pub fn write_object(path: &Path, bytes: &[u8]) {
-    let (backend, name) = parent_backend(path);
-    let mut w = backend.put(&name).unwrap();
-    w.write(bytes).unwrap();
-    w.commit(&[]).unwrap();
-}
-
-/// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
-pub fn list_folder(path: &Path) -> Vec<String> {
-    let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
-    names.sort();
-    names
-}
-
 /// The names directly under `<checkpoint_dir(dir)>/<job>` (checkpoint folders, the lock
 /// or lease), on whichever storage the checkpoints are.
 pub fn job_folder_entries(dir: &Path, job: &str) -> Vec<String> {

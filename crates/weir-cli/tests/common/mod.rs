@@ -24,38 +24,6 @@ use std::time::{Duration, Instant};
 #[allow(unused_imports)]
 use weir::storage::backend::StorageBackend;
 
-/// The backend rooted at the folder holding `path` and `path`'s name in it, for
-/// [`read_object`] and [`write_object`].
-fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
-    let parent = path.parent().expect("a file path has a folder");
-    let name = path.file_name().expect("a file name").to_string_lossy();
-    (
-        weir::storage::open_backend(parent).unwrap(),
-        name.into_owned(),
-    )
-}
-
-/// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).
-pub fn read_object(path: &Path) -> Vec<u8> {
-    let (backend, name) = parent_backend(path);
-    backend.get(&name, None).unwrap()
-}
-
-/// Replaces the checkpoint file at `path` (a local path or an `s3://` URL) with `bytes`,
-/// as a damaged disk or a careless hand would.
-pub fn write_object(path: &Path, bytes: &[u8]) {
-    let (backend, name) = parent_backend(path);
-    let mut w = backend.put(&name).unwrap();
-    w.write(bytes).unwrap();
-    w.commit(&[]).unwrap();
-}
-
-/// Whether the checkpoint file at `path` (a local path or an `s3://` URL) exists.
-pub fn is_object(path: &Path) -> bool {
-    let (backend, name) = parent_backend(path);
-    backend.size(&name).is_ok()
-}
-
 /// Moves the checkpoint or savepoint folder `from` to `to` (local paths or `s3://` URLs on
 /// one storage), as a user moves a savepoint: a rename on a local disk, a copy of every
 /// object and a delete of the originals on S3.
@@ -70,13 +38,6 @@ pub fn move_folder(from: &Path, to: &Path) {
     }
     let (backend, name) = parent_backend(from);
     backend.delete_all(&name).unwrap();
-}
-
-/// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
-pub fn list_folder(path: &Path) -> Vec<String> {
-    let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
-    names.sort();
-    names
 }
 
 /// [`checkpoint_dir`] as a `--checkpoint-dir` argument.

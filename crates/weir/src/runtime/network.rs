@@ -229,6 +229,25 @@ impl<T> Channels<T> {
         })
     }
 
+    /// Adds a send on each full channel to `sel` ([`Output::watch_room`]); false when a
+    /// channel is short of room only because of its credit (no send can wake for it).
+    fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
+        let mut watched = true;
+        for (h, s) in self.credits.iter().zip(&self.senders) {
+            let capacity = s.capacity().unwrap_or(usize::MAX);
+            let len = s.len();
+            if len + h.load(std::sync::atomic::Ordering::Relaxed) < capacity {
+                continue;
+            }
+            if len >= capacity {
+                sel.send(s);
+            } else {
+                watched = false;
+            }
+        }
+        watched
+    }
+
     /// Sends every partly filled batch.
     fn flush(&mut self) -> Result<()> {
         (0..self.senders.len()).try_for_each(|c| self.send_open_batch(c))
@@ -286,6 +305,9 @@ macro_rules! writer_control {
         }
         fn has_room(&self) -> bool {
             self.channels.has_room()
+        }
+        fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
+            self.channels.watch_room(sel)
         }
     };
 }
@@ -386,135 +408,5 @@ impl<T: Clone + Send> Output<T> for BroadcastWriter<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::key_group::key_group;
-
-    fn drain<T>(r: &crossbeam_channel::Receiver<Event<T>>) -> Vec<Event<T>> {
-        r.try_iter().collect()
-    }
-
-    #[test]
-    fn barrier_follows_every_record_sent_before_it() {
-        let (tx0, rx0) = crossbeam_channel::unbounded();
-        let (tx1, rx1) = crossbeam_channel::unbounded();
-        let mut w = RoutedWriter::new(vec![tx0, tx1], KeyGroupRouter::new(|x: &u64| *x, 128, 2));
-        let mut batch: Vec<u64> = (0..10).collect();
-        w.push(&mut batch).unwrap();
-        assert!(batch.is_empty());
-        let b = CheckpointBarrier::checkpoint(1, 0);
-        w.snapshot(b, &mut TaskSnapshot::new()).unwrap();
-        let mut seen = Vec::new();
-        for (i, rx) in [rx0, rx1].iter().enumerate() {
-            let events = drain(rx);
-            assert!(matches!(events.last(), Some(Event::Barrier(x)) if x.id == 1));
-            for e in &events[..events.len() - 1] {
-                let Event::Batch(v) = e else { panic!() };
-                for x in v {
-                    let g = key_group(x, 128);
-                    assert_eq!(operator_index(g, 128, 2) as usize, i);
-                    seen.push(*x);
-                }
-            }
-        }
-        seen.sort();
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn batches_are_sent_when_full() {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let mut w = RoutedWriter::new(vec![tx], Rebalance::new(0));
-        for i in 0..BATCH_SIZE as u64 + 5 {
-            w.push(&mut vec![i]).unwrap();
-        }
-        let events = drain(&rx);
-        assert_eq!(events.len(), 1);
-        w.end_of_input().unwrap();
-        let events = drain(&rx);
-        assert!(matches!(&events[..], [Event::Batch(v), Event::EndOfInput] if v.len() == 5));
-    }
-
-    #[test]
-    fn timestamps_travel_beside_their_records_and_batches_never_mix_kinds() {
-        let (tx0, rx0) = crossbeam_channel::unbounded();
-        let (tx1, rx1) = crossbeam_channel::unbounded();
-        let mut w = RoutedWriter::new(vec![tx0, tx1], KeyGroupRouter::new(|x: &u64| *x, 128, 2));
-        w.push(&mut vec![1, 2, 3]).unwrap();
-        // Switching to timestamped records sends the open untimestamped batches first.
-        w.push_timestamped(&mut (0..10).collect(), &mut (100..110).collect())
-            .unwrap();
-        w.on_watermark(42).unwrap();
-        w.push(&mut vec![4]).unwrap();
-        w.end_of_input().unwrap();
-        let mut stamped = Vec::new();
-        for rx in [rx0, rx1] {
-            let events = drain(&rx);
-            // Untimestamped, then timestamped, then the watermark (after a flush), then more.
-            let kinds: Vec<&str> = events
-                .iter()
-                .map(|e| match e {
-                    Event::Batch(_) => "B",
-                    Event::TimestampedBatch(..) => "T",
-                    Event::Watermark(42) => "W",
-                    Event::EndOfInput => "E",
-                    _ => "?",
-                })
-                .collect();
-            let w_at = kinds.iter().position(|k| *k == "W").unwrap();
-            assert!(
-                kinds[..w_at].iter().all(|k| *k == "B" || *k == "T"),
-                "{kinds:?}"
-            );
-            let first_t = kinds.iter().position(|k| *k == "T");
-            if let Some(t) = first_t {
-                assert!(!kinds[t..w_at].contains(&"B"), "{kinds:?}");
-            }
-            assert_eq!(kinds.last(), Some(&"E"));
-            for e in events {
-                if let Event::TimestampedBatch(v, ts) = e {
-                    assert_eq!(v.len(), ts.len());
-                    stamped.extend(v.into_iter().zip(ts));
-                }
-            }
-        }
-        stamped.sort();
-        assert_eq!(stamped, (0..10).map(|i| (i, 100 + i)).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn room_counts_what_is_queued_and_read_ahead_against_the_capacity() {
-        let (tx0, rx0) = crossbeam_channel::bounded(2);
-        let (tx1, _rx1) = crossbeam_channel::bounded(2);
-        let mut w = RoutedWriter::new(vec![tx0, tx1], Rebalance::new(0));
-        assert!(w.has_room(), "without credits (not unaligned): always");
-        let credits = vec![Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
-        w.set_read_ahead_credits(credits.clone());
-        assert!(w.has_room());
-        w.push(&mut vec![1u32]).unwrap();
-        w.flush().unwrap(); // one event queued on one channel: 1 + 0 < 2
-        assert!(w.has_room());
-        credits[0].store(1, std::sync::atomic::Ordering::Relaxed);
-        credits[1].store(1, std::sync::atomic::Ordering::Relaxed);
-        assert!(
-            !w.has_room(),
-            "a channel with 1 queued + 1 read ahead is full"
-        );
-        let _ = drain(&rx0);
-        credits[0].store(0, std::sync::atomic::Ordering::Relaxed);
-        credits[1].store(0, std::sync::atomic::Ordering::Relaxed);
-        assert!(w.has_room());
-    }
-
-    #[test]
-    fn broadcast_reaches_everyone() {
-        let (tx0, rx0) = crossbeam_channel::unbounded();
-        let (tx1, rx1) = crossbeam_channel::unbounded();
-        let mut w = BroadcastWriter::new(vec![tx0, tx1]);
-        w.push(&mut vec![1u8, 2]).unwrap();
-        w.flush().unwrap();
-        for rx in [rx0, rx1] {
-            assert!(matches!(&drain(&rx)[..], [Event::Batch(v)] if v == &vec![1, 2]));
-        }
-    }
-}
+#[path = "network_tests.rs"]
+mod tests;

@@ -225,9 +225,7 @@ impl<T: Send> Output<T> for Metered<T> {
     fn notify_aborted(&mut self, id: u64) -> Result<()> {
         self.next.notify_aborted(id)
     }
-    fn has_room(&self) -> bool {
-        self.next.has_room()
-    }
+    crate::runtime::output::forward_room!();
 }
 
 /// Whether chains are metered: on unless `WEIR_OPERATOR_METRICS` is `0`, `off` or

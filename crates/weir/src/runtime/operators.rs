@@ -113,6 +113,7 @@ macro_rules! forward_control {
         fn notify_aborted(&mut self, id: u64) -> Result<()> {
             self.next.notify_aborted(id)
         }
+        crate::runtime::output::forward_room!();
     };
 }
 
@@ -131,6 +132,7 @@ macro_rules! function_notifications {
             self.f.notify_checkpoint_aborted(id)?;
             self.next.notify_aborted(id)
         }
+        crate::runtime::output::forward_room!();
     };
 }
 

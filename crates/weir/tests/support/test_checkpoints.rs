@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use weir::storage::backend::StorageBackend;
+
 use super::moto;
 
 /// The environment variable that sends the tests' checkpoints to S3: `s3` makes every
@@ -86,4 +88,43 @@ pub fn wait_for_dead_lease() {
     if on_s3() {
         std::thread::sleep(Duration::from_millis(3_500));
     }
+}
+
+/// The backend rooted at the folder holding `path` and `path`'s name in it, for
+/// [`read_object`] and [`write_object`].
+pub fn parent_backend(path: &Path) -> (Box<dyn StorageBackend>, String) {
+    let parent = path.parent().expect("a file path has a folder");
+    let name = path.file_name().expect("a file name").to_string_lossy();
+    (
+        weir::storage::open_backend(parent).unwrap(),
+        name.into_owned(),
+    )
+}
+
+/// The bytes of the checkpoint file at `path` (a local path or an `s3://` URL).
+pub fn read_object(path: &Path) -> Vec<u8> {
+    let (backend, name) = parent_backend(path);
+    backend.get(&name, None).unwrap()
+}
+
+/// Replaces the checkpoint file at `path` (a local path or an `s3://` URL) with `bytes`,
+/// as a damaged disk or a careless hand would.
+pub fn write_object(path: &Path, bytes: &[u8]) {
+    let (backend, name) = parent_backend(path);
+    let mut w = backend.put(&name).unwrap();
+    w.write(bytes).unwrap();
+    w.commit(&[]).unwrap();
+}
+
+/// Whether the checkpoint file at `path` (a local path or an `s3://` URL) exists.
+pub fn is_object(path: &Path) -> bool {
+    let (backend, name) = parent_backend(path);
+    backend.size(&name).is_ok()
+}
+
+/// The names directly under the folder `path` (a local path or an `s3://` URL), sorted.
+pub fn list_folder(path: &Path) -> Vec<String> {
+    let mut names = weir::storage::open_backend(path).unwrap().list("").unwrap();
+    names.sort();
+    names
 }

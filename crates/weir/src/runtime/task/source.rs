@@ -4,11 +4,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{RecvTimeoutError, Select, TryRecvError};
 
 /// How long a source of an unaligned job waits for room under its consumers' credit
-/// before it looks again (see the loop in [`run_source`]).
-const ROOM_WAIT: Duration = Duration::from_micros(50);
+/// before it looks again, when a channel is short only of credit: no send can wake it
+/// then (see [`SourceTask::wait_for_room`]).
+const CREDIT_WAIT: Duration = Duration::from_micros(50);
+
+/// The longest a source waits for room when every channel short of it is watched: a
+/// bound for safety only, since a consumer taking an event or a control message wakes it.
+const ROOM_WAIT: Duration = Duration::from_millis(10);
 
 use super::{Control, TaskContext, TaskEvent};
 use crate::error::{Error, Result};
@@ -56,6 +61,32 @@ impl SourceTask<'_> {
             Ok(c) => self.control(c, source, chain),
             Err(RecvTimeoutError::Timeout) => Ok(()),
             Err(RecvTimeoutError::Disconnected) => Err(Error::Cancelled),
+        }
+    }
+
+    /// Waits until a channel short of room gains some ([`Output::watch_room`]) or a
+    /// control message arrives, and handles the message. A consumer taking an event wakes
+    /// the source as it would wake a blocked send, so an unaligned job's source keeps
+    /// pace with its consumers like an aligned one's, without polling on a timer.
+    fn wait_for_room<T, S: SourceFunction<T>>(
+        &mut self,
+        source: &mut S,
+        chain: &mut dyn Output<T>,
+    ) -> Result<()> {
+        let control = {
+            let mut sel = Select::new();
+            let control = sel.recv(&self.ctx.control);
+            let watched = chain.watch_room(&mut sel);
+            let wait = if watched { ROOM_WAIT } else { CREDIT_WAIT };
+            sel.ready_timeout(wait) == Ok(control)
+        };
+        if !control {
+            return Ok(());
+        }
+        match self.ctx.control.try_recv() {
+            Ok(c) => self.control(c, source, chain),
+            Err(TryRecvError::Empty) => Ok(()),
+            Err(TryRecvError::Disconnected) => Err(Error::Cancelled),
         }
     }
 
@@ -159,10 +190,7 @@ pub fn run_source_paused_by<T, S: SourceFunction<T>>(
         let status = if paused {
             SourceStatus::Idle
         } else if !chain.has_room() {
-            // A consumer frees a batch's room in tens of microseconds at full speed: a
-            // short wait (not an idle source's millisecond) keeps the no-backpressure
-            // throughput, and a checkpoint trigger still ends the wait at once.
-            task.wait_for_control(ROOM_WAIT, &mut source, chain.as_mut())?;
+            task.wait_for_room(&mut source, chain.as_mut())?;
             SourceStatus::More
         } else {
             source.poll(&mut buf, BATCH_SIZE)?

@@ -255,6 +255,17 @@ impl Output<u32> for Gate {
 /// barrier's flush. Checkpoint triggers are still served while it waits.
 #[test]
 fn a_source_polls_only_while_its_chain_has_room() {
+    source_polls_only_with_room(false);
+}
+
+/// The same through an operator chained after the source: the room is the writer's at
+/// the chain's end, which every chained operator forwards.
+#[test]
+fn a_source_polls_only_while_the_end_of_its_chain_has_room() {
+    source_polls_only_with_room(true);
+}
+
+fn source_polls_only_with_room(chained: bool) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
     let (writer_tx, writer_rx) = crossbeam_channel::unbounded();
@@ -276,7 +287,16 @@ fn a_source_polls_only_while_its_chain_has_room() {
         Arc::new(AtomicBool::new(false)),
     );
     let log = Arc::new(Mutex::new(Vec::new()));
-    let chain = Box::new(Gate(room.clone(), Recorder(log.clone())));
+    let gate = Box::new(Gate(room.clone(), Recorder(log.clone())));
+    let chain: Box<dyn Output<u32>> = if chained {
+        Box::new(crate::runtime::operators::MapOp {
+            f: |x: u32| x + 1,
+            out: Vec::new(),
+            next: gate,
+        })
+    } else {
+        gate
+    };
     let source = CountingSource(polls.clone());
     let task = std::thread::spawn(move || run_source(source, "src".into(), chain, ctx));
     std::thread::sleep(Duration::from_millis(50));

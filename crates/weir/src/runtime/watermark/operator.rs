@@ -202,6 +202,7 @@ impl<T: Send> Output<T> for TimestampsAndWatermarksOp<T> {
     fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
         self.next.snapshot(b, s)
     }
+    crate::runtime::output::forward_room!();
     fn flush(&mut self) -> Result<()> {
         self.next.flush()
     }
