@@ -192,6 +192,21 @@ pub(crate) fn send_or_defer<E>(
             return Ok(Some(event));
         }
         if over() {
+            if s.is_full() {
+                // A consumer that ended (a failure elsewhere, a cancellation) zeroes its
+                // credit but leaves its channel as full as it was, and only a send finds
+                // it gone: without this look a sender would wait here for ever, and the
+                // executor's cancel-and-join with it. (A slot freed since `over()` takes
+                // the event at most one batch past the credit.)
+                match s.try_send(event) {
+                    Ok(()) => {
+                        with_load(|l| count_sent(l, records, Some(start.elapsed())));
+                        return Ok(None);
+                    }
+                    Err(TrySendError::Disconnected(e)) => return Err(SendError(e)),
+                    Err(TrySendError::Full(e)) => event = e,
+                }
+            }
             std::thread::sleep(DEFER_POLL);
             continue;
         }
@@ -285,6 +300,31 @@ mod tests {
         let reader = std::thread::spawn(move || (rx.recv().unwrap(), rx.recv().unwrap()));
         assert_eq!(send_or_defer(&tx, 2, 1, None).unwrap(), None);
         assert_eq!(reader.join().unwrap(), (1, 2));
+    }
+
+    /// A consumer that ends (a failure elsewhere in the job) zeroes its credit and may leave
+    /// its channel full: a sender waiting for credit must see the channel's end, or the
+    /// executor's cancel-and-join waits for it for ever (seen as a hung test on S3).
+    #[test]
+    fn a_send_waiting_for_credit_ends_when_its_full_channel_loses_its_consumer() {
+        let (tx, rx) = crossbeam_channel::bounded::<u32>(1);
+        let credit = Arc::new(AtomicUsize::new(1));
+        tx.send(1).unwrap(); // full, and one more read ahead
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let c = credit.clone();
+        std::thread::spawn(move || {
+            let _in = enter(Arc::new(TaskMetrics::default()));
+            let _ = done_tx.send(send_or_defer(&tx, 2, 1, Some(&c)).map_err(|e| e.0));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        credit.store(0, Relaxed); // as the consumer's `Credits` do when it ends
+        drop(rx);
+        let sent = done.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(
+            sent,
+            Ok(Err(2)),
+            "the send ends with its event, not waits for ever"
+        );
     }
 
     #[test]

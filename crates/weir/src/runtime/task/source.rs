@@ -67,7 +67,9 @@ impl SourceTask<'_> {
     /// Waits until a channel short of room gains some ([`Output::watch_room`]) or a
     /// control message arrives, and handles the message. A consumer taking an event wakes
     /// the source as it would wake a blocked send, so an unaligned job's source keeps
-    /// pace with its consumers like an aligned one's, without polling on a timer.
+    /// pace with its consumers like an aligned one's, without polling on a timer. (A
+    /// consumer that failed leaves a full channel whose send is always "ready": the source
+    /// then loops here until the executor's cancel, which this select also waits for.)
     fn wait_for_room<T, S: SourceFunction<T>>(
         &mut self,
         source: &mut S,
