@@ -288,6 +288,8 @@ fn wordcount_big_input_with_failures_and_checkpoints_is_exact() {
 fn keyed_count_with_ten_failures(seed: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let o = tmp.path().join("out");
+    // Slower on S3, whose checkpoints take longer: ten must still fit in the input.
+    let rate = paced(2_000_000.0).to_string();
     let run = run(&mut weir(
         tmp.path(),
         [
@@ -306,7 +308,7 @@ fn keyed_count_with_ten_failures(seed: &str) {
             "--restart-strategy",
             "fixed-delay",
             "--rate",
-            "2000000",
+            &rate,
             "--events",
             "1000000",
             "--keys",
