@@ -25,6 +25,9 @@ pub use test_checkpoints::*;
 #[path = "support/recovery.rs"]
 pub mod recovery;
 
+#[path = "support/joins.rs"]
+pub mod joins;
+
 /// The names directly under `<checkpoint_dir(dir)>/<job>` (checkpoint folders, the lock
 /// or lease), on whichever storage the checkpoints are.
 pub fn job_folder_entries(dir: &Path, job: &str) -> Vec<String> {
