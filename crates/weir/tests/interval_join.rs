@@ -6,8 +6,9 @@ mod common;
 
 use std::collections::HashMap;
 
+use common::env_in;
 use common::joins::{
-    env_in, execute_sorted, input, summaries, summarise, timed, Ev, FAST_RIGHT, SLOW_LEFT,
+    execute_sorted, input, summaries, summarise, timed, Ev, FAST_RIGHT, SLOW_LEFT,
 };
 use common::recovery::{pair_sum, restored_at_3_and_1, ts, under_failures, Summary};
 use common::StopMidRun;

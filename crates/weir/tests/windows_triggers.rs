@@ -7,12 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::marked::{marked, Ev};
 use common::recovery::*;
-use common::{Markers, StopMidRun};
+use common::{env_in, StopMidRun};
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// The input, in arrival order. `(1, 5, 64)` arrives after the watermark 10: late for the
 /// event-time windows `[0, 10)`, in time for `[0, 20)`.
@@ -38,17 +36,9 @@ fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
     windows: impl FnOnce(DataStream<Ev>) -> DataStream<O>,
 ) -> Result<Vec<O>> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in(name, dir.path());
     let out = CollectSink::new();
-    let events = env
-        .add_source("events", GeneratorSource::new(EVENTS.len() as u64))
-        .map(|i| EVENTS[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
-        .filter(|e| e.0 != 99);
+    let events = marked(&env, &EVENTS).filter(|e| e.0 != 99);
     windows(events).add_sink("collect", out.clone());
     env.execute()?;
     let mut rows = out.take();

@@ -3,12 +3,11 @@
 //! inputs over the generator, and the per-key [`Summary`] of a join's pairs.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use weir::prelude::*;
 
 use super::recovery::{strategy, Summarise, Summary};
-use super::{checkpoint_dir, Markers};
+use super::Markers;
 
 /// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
 pub type Ev = (u64, u64);
@@ -18,14 +17,6 @@ pub const FAST_RIGHT: [Ev; 5] = [(1, 5), (1, 10), (2, 7), (2, 8), (1, 13)];
 /// The slow input of the hand-computed joins, out of order: `(1, 8)` and `(2, 9)` arrive
 /// after the watermark 11 (late for an interval join, and for the window `[0, 10)`).
 pub const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (2, 9)];
-
-/// An environment for a hand-computed job `name` with its checkpoints under `dir` and
-/// otherwise default settings.
-pub fn env_in(name: &str, dir: &Path) -> StreamEnvironment {
-    let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = checkpoint_dir(dir);
-    StreamEnvironment::new(cfg)
-}
 
 /// One hand-written input, in arrival order: `slow` inputs deliver 10 records a second, so
 /// that the other (fast) input has ended, and its watermark reached the maximum, before
