@@ -7,10 +7,8 @@ mod common;
 use std::collections::HashMap;
 
 use common::env_in;
-use common::joins::{
-    execute_sorted, input, summaries, summarise, timed, Ev, FAST_RIGHT, SLOW_LEFT,
-};
-use common::recovery::{pair_sum, restored_at_3_and_1, ts, under_failures, Summary};
+use common::joins::{execute_sorted, input, summarise, timed, Ev, Truth, FAST_RIGHT, SLOW_LEFT};
+use common::recovery::{restored_at_3_and_1, ts, under_failures, Summary};
 use common::StopMidRun;
 use weir::prelude::*;
 
@@ -134,7 +132,7 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     for r in 0..n2 {
         by_key.entry(r % KEYS).or_default().push(r);
     }
-    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut t = Truth::default();
     for l in 0..n1 {
         let lo = ts(l) as i64 + LOWER;
         let hi = ts(l) as i64 + UPPER;
@@ -146,13 +144,11 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
             }
             let d = ts(r) as i64;
             if lo <= d && d <= hi {
-                let e = t.entry(l % KEYS).or_default();
-                e.0 += 1;
-                e.1 = e.1.wrapping_add(pair_sum(l, r));
+                t.pair(l % KEYS, l, r);
             }
         }
     }
-    summaries(t)
+    t.rows()
 }
 
 fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(

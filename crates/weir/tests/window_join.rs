@@ -7,10 +7,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::env_in;
-use common::joins::{
-    execute_sorted, input, summaries, summarise, timed, Ev, FAST_RIGHT, SLOW_LEFT,
-};
-use common::recovery::{pair_sum, restored_at_3_and_1, ts, under_failures, Summary};
+use common::joins::{execute_sorted, input, summarise, timed, Ev, Truth, FAST_RIGHT, SLOW_LEFT};
+use common::recovery::{restored_at_3_and_1, ts, under_failures, Summary};
 use common::StopMidRun;
 use weir::prelude::*;
 
@@ -84,19 +82,17 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
             .or_default()
             .push(r);
     }
-    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut t = Truth::default();
     for l in 0..n1 {
         for &r in right
             .get(&(l % KEYS, ts(l) / WINDOW_MS))
             .into_iter()
             .flatten()
         {
-            let e = t.entry(l % KEYS).or_default();
-            e.0 += 1;
-            e.1 = e.1.wrapping_add(pair_sum(l, r));
+            t.pair(l % KEYS, l, r);
         }
     }
-    summaries(t)
+    t.rows()
 }
 
 /// Joins `left` and `right` by key and tumbling window; returns the summaries per key.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use weir::prelude::*;
 
-use super::recovery::{strategy, Summarise, Summary};
+use super::recovery::{pair_sum, strategy, Summarise, Summary};
 use super::Markers;
 
 /// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
@@ -79,9 +79,22 @@ pub fn execute_sorted<T: Clone + Ord>(
     (rows, r)
 }
 
-/// The truth's `key → (pairs, checksum)` as sorted [`Summary`] rows.
-pub fn summaries(t: HashMap<u64, (u64, u64)>) -> Vec<Summary> {
-    let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
-    rows.sort();
-    rows
+/// A join's exact truth, built pair by pair: `key → (pairs, checksum)`.
+#[derive(Default)]
+pub struct Truth(HashMap<u64, (u64, u64)>);
+
+impl Truth {
+    /// Counts the pair `(l, r)` for `key`.
+    pub fn pair(&mut self, key: u64, l: u64, r: u64) {
+        let e = self.0.entry(key).or_default();
+        e.0 += 1;
+        e.1 = e.1.wrapping_add(pair_sum(l, r));
+    }
+
+    /// The truth as sorted [`Summary`] rows, as [`Summarise`] emits them.
+    pub fn rows(self) -> Vec<Summary> {
+        let mut rows: Vec<Summary> = self.0.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
+        rows.sort();
+        rows
+    }
 }
