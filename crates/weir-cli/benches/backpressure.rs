@@ -33,6 +33,9 @@
 //! the queues to drain; the last column shows how many there were and the longest. Without
 //! `--bench` (under `cargo test --all-targets`) it runs each mode once at tiny sizes.
 
+#[path = "shared/quiet_panics.rs"]
+mod quiet_panics;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -496,17 +499,7 @@ fn main() {
             _ => {} // libtest flags under `cargo test`
         }
     }
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied());
-        if msg != Some(INJECTED) {
-            default_hook(info);
-        }
-    }));
+    quiet_panics::quiet_injected_panics(INJECTED);
     let s = sizes(preset);
     let runs = runs.unwrap_or(s.runs).max(1);
     let mut modes = vec![

@@ -51,6 +51,9 @@ mod rows;
 #[path = "keyed_count/workload.rs"]
 mod workload;
 
+#[path = "shared/quiet_panics.rs"]
+mod quiet_panics;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -158,17 +161,7 @@ fn parse_args() -> Opts {
 /// In a child: runs row `id` once and prints its [`Outcome`] line.
 fn child(o: &Opts, id: &str) {
     // The bench's own injected failures are expected: keep their panics quiet.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let msg = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied());
-        if msg != Some(INJECTED) {
-            default_hook(info);
-        }
-    }));
+    quiet_panics::quiet_injected_panics(INJECTED);
     let s = sizes(&o.preset);
     let row = rows(&s, o.events, o.keys)
         .into_iter()

@@ -5,28 +5,27 @@ mod common;
 
 use common::*;
 
+/// A keyed-count of 300 000 events over 8 keys at 600 000 a second, its output discarded,
+/// with checkpoints in `ck` under the flags `checkpointing`.
+fn paced_run(ck: &std::path::Path, checkpointing: &[&str]) -> Vec<String> {
+    let dir = checkpoint_arg(ck);
+    let mut extra = vec![
+        "--rate",
+        "600000",
+        "--checkpoint-dir",
+        &dir,
+        "--discard-output",
+    ];
+    extra.extend_from_slice(checkpointing);
+    keyed_count_args(300_000, 8, &extra, false)
+}
+
 /// Leaves several complete checkpoints of keyed-count in `<tmp>/ck/keyed-count`.
 fn leave_checkpoints(tmp: &std::path::Path) -> std::path::PathBuf {
     let ck = tmp.join("ck");
     run(&mut weir(
         tmp,
-        [
-            "run",
-            "keyed-count",
-            "--events",
-            "300000",
-            "--keys",
-            "8",
-            "--parallelism",
-            "2",
-            "--rate",
-            "600000",
-            "--checkpoint-interval",
-            "50ms",
-            "--checkpoint-dir",
-            &checkpoint_arg(&ck),
-            "--discard-output",
-        ],
+        paced_run(&ck, &["--checkpoint-interval", "50ms"]),
     ))
     .assert_success();
     ck
@@ -109,25 +108,15 @@ fn retention_keeps_the_newest_and_deletes_the_older_checkpoints() {
     let ck = tmp.path().join("ck");
     let r = run(&mut weir(
         tmp.path(),
-        [
-            "run",
-            "keyed-count",
-            "--events",
-            "300000",
-            "--keys",
-            "8",
-            "--parallelism",
-            "2",
-            "--rate",
-            "600000",
-            "--checkpoint-interval",
-            "30ms",
-            "--retained-checkpoints",
-            "2",
-            "--checkpoint-dir",
-            &checkpoint_arg(&ck),
-            "--discard-output",
-        ],
+        paced_run(
+            &ck,
+            &[
+                "--checkpoint-interval",
+                "30ms",
+                "--retained-checkpoints",
+                "2",
+            ],
+        ),
     ));
     r.assert_success();
     let completed: u64 = r

@@ -101,6 +101,54 @@ fn assert_short_clean_error(run: &Run, code: i32, needles: &[&str]) {
     assert_clean_error(run, code, needles);
 }
 
+/// Args for a wordcount at parallelism 2 of `inputs` into `tmp/counts`, checkpoints in
+/// `tmp/chk`, then `extra`.
+fn wordcount(tmp: &Path, inputs: &[&Path], extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = vec!["run".into(), "wordcount".into(), "--input".into()];
+    a.extend(inputs.iter().map(|i| s(i)));
+    a.extend(
+        [
+            "--output",
+            &s(&tmp.join("counts")),
+            "--parallelism",
+            "2",
+            "--checkpoint-dir",
+            &checkpoint_arg(&tmp.join("chk")),
+        ]
+        .map(String::from),
+    );
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+/// Three injected failures (seed 1), with checkpoints and restarts every 10 ms.
+const THREE_FAILURES: [&str; 8] = [
+    "--inject-failures",
+    "3",
+    "--seed",
+    "1",
+    "--restart-delay",
+    "10ms",
+    "--checkpoint-interval",
+    "10ms",
+];
+
+/// Args for a keyed-count of 1000 events with checkpoints in `chk` and output in `out`.
+fn thousand_events(chk: &str, out: &Path) -> Vec<String> {
+    [
+        "run",
+        "keyed-count",
+        "--events",
+        "1000",
+        "--checkpoint-dir",
+        chk,
+        "--output",
+        &s(out),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// Args for a small keyed-count run into `tmp/chk` and `tmp/out`, then `extra`.
 fn small_keyed_count(tmp: &Path, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = [
@@ -141,21 +189,7 @@ fn wordcount_of_a_licence_is_exact() {
     let tmp = tempfile::tempdir().unwrap();
     let input = licence_file();
     let o = tmp.path().join("counts");
-    let run = run(&mut weir(
-        tmp.path(),
-        [
-            "run",
-            "wordcount",
-            "--input",
-            &s(&input),
-            "--output",
-            &s(&o),
-            "--parallelism",
-            "2",
-            "--checkpoint-dir",
-            &checkpoint_arg(&tmp.path().join("chk")),
-        ],
-    ));
+    let run = run(&mut weir(tmp.path(), wordcount(tmp.path(), &[&input], &[])));
     run.assert_success();
     let text = String::from_utf8_lossy(&fs::read(&input).unwrap()).into_owned();
     let want = word_counts(&text);
@@ -178,26 +212,7 @@ fn wordcount_with_injected_failures_is_exact() {
     let o = tmp.path().join("counts");
     let run = run(&mut weir(
         tmp.path(),
-        [
-            "run",
-            "wordcount",
-            "--input",
-            &s(&input),
-            "--output",
-            &s(&o),
-            "--parallelism",
-            "2",
-            "--checkpoint-dir",
-            &checkpoint_arg(&tmp.path().join("chk")),
-            "--inject-failures",
-            "3",
-            "--seed",
-            "1",
-            "--restart-delay",
-            "10ms",
-            "--checkpoint-interval",
-            "10ms",
-        ],
+        wordcount(tmp.path(), &[&input], &THREE_FAILURES),
     ));
     run.assert_success();
     let fired = (0..=3)
@@ -245,27 +260,7 @@ fn wordcount_big_input_with_failures_and_checkpoints_is_exact() {
     let o = tmp.path().join("counts");
     let run = run(&mut weir(
         tmp.path(),
-        [
-            "run",
-            "wordcount",
-            "--input",
-            &s(&a),
-            &s(&b),
-            "--output",
-            &s(&o),
-            "--parallelism",
-            "2",
-            "--checkpoint-dir",
-            &checkpoint_arg(&tmp.path().join("chk")),
-            "--inject-failures",
-            "3",
-            "--seed",
-            "1",
-            "--restart-delay",
-            "10ms",
-            "--checkpoint-interval",
-            "10ms",
-        ],
+        wordcount(tmp.path(), &[&a, &b], &THREE_FAILURES),
     ));
     run.assert_success();
     assert!(
@@ -521,16 +516,7 @@ fn unwritable_checkpoint_dir_is_named() {
     let d = file.join("sub");
     let run = run(&mut weir(
         tmp.path(),
-        [
-            "run",
-            "keyed-count",
-            "--events",
-            "1000",
-            "--checkpoint-dir",
-            &s(&d),
-            "--output",
-            &s(&tmp.path().join("out")),
-        ],
+        thousand_events(&s(&d), &tmp.path().join("out")),
     ));
     assert_short_clean_error(&run, 1, &[&s(&d)]);
     assert!(!tmp.path().join("out").exists());
@@ -577,16 +563,7 @@ fn foreign_output_folder_is_refused_and_untouched() {
     let before = tree(&o);
     let run = run(&mut weir(
         tmp.path(),
-        [
-            "run",
-            "keyed-count",
-            "--events",
-            "1000",
-            "--checkpoint-dir",
-            &checkpoint_arg(&tmp.path().join("chk")),
-            "--output",
-            &s(&o),
-        ],
+        thousand_events(&checkpoint_arg(&tmp.path().join("chk")), &o),
     ));
     assert_short_clean_error(&run, 1, &[&s(&o)]);
     assert!(tree(&o) == before, "the foreign output folder was modified");

@@ -254,43 +254,19 @@ fn bad_connector_flags_exit_2_and_say_why() {
     }
     #[cfg(feature = "nats")]
     {
-        // --verify needs the generator's known truth.
-        let r = run(&mut weir(
-            tmp.path(),
-            [
-                "run",
-                "keyed-count",
-                "--source",
-                "nats://127.0.0.1:1/s",
-                "--verify",
-            ],
-        ));
-        assert_clean_error(&r, 2, &["--verify", "--source"]);
-        // --event-time stamps the generator's events, which a --source replaces.
-        let r = run(&mut weir(
-            tmp.path(),
-            [
-                "run",
-                "keyed-count",
-                "--source",
-                "nats://127.0.0.1:1/s",
-                "--event-time",
-            ],
-        ));
-        assert_clean_error(&r, 2, &["--event-time", "--source"]);
-        // --source and --events contradict each other.
-        let r = run(&mut weir(
-            tmp.path(),
-            [
-                "run",
-                "keyed-count",
-                "--source",
-                "nats://127.0.0.1:1/s",
-                "--events",
-                "5",
-            ],
-        ));
-        assert_clean_error(&r, 2, &["--source", "--events"]);
+        // A NATS source beside a flag it contradicts: --verify needs the generator's known
+        // truth, --event-time stamps the generator's events, which a --source replaces,
+        // and --source and --events contradict each other.
+        for (extra, needles) in [
+            (&["--verify"][..], &["--verify", "--source"]),
+            (&["--event-time"], &["--event-time", "--source"]),
+            (&["--events", "5"], &["--source", "--events"]),
+        ] {
+            let mut args = vec!["run", "keyed-count", "--source", "nats://127.0.0.1:1/s"];
+            args.extend_from_slice(extra);
+            let r = run(&mut weir(tmp.path(), args));
+            assert_clean_error(&r, 2, needles);
+        }
     }
     let r = run(&mut weir(
         tmp.path(),

@@ -5,9 +5,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::running::{wait_for_a_checkpoint, Running};
 use common::*;
 
 const EVENTS: u64 = 2_000_000;
@@ -43,60 +43,14 @@ fn job_args(tmp: &Path, parallelism: u32, rate: Option<&str>, extra: &[&str]) ->
     a
 }
 
-/// A job started in the background, with the control address it printed.
-struct Running {
-    child: Child,
-    addr: String,
-    log: PathBuf,
+/// Starts `weir` with `args` in the background, its output in `tmp/<name>.log`.
+fn start(tmp: &Path, args: Vec<String>, name: &str) -> Running {
+    Running::start(&mut weir(tmp, &args), tmp.join(format!("{name}.log")))
 }
 
-impl Drop for Running {
-    /// A failing test must not leave its job running.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    // The child is waited for by `finish` or by `Drop`.
-    #[allow(clippy::zombie_processes)]
-    fn start(tmp: &Path, args: Vec<String>, name: &str) -> Running {
-        let log = tmp.join(format!("{name}.log"));
-        let child = spawn_logged(&mut weir(tmp, &args), &log);
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(addr) = text
-                .lines()
-                .find_map(|l| l.split("control endpoint ").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-            {
-                return Running {
-                    child,
-                    addr: addr.to_string(),
-                    log,
-                };
-            }
-            assert!(Instant::now() < deadline, "no control address in\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the job to exit; returns its exit code and everything it printed.
-    fn finish(mut self) -> (Option<i32>, String) {
-        let status = wait_deadline(&mut self.child, RUN_TIMEOUT, "weir run");
-        (status.code(), std::fs::read_to_string(&self.log).unwrap())
-    }
-
-    /// Waits until the job has made progress (its first checkpoint completed).
-    fn wait_running(&self, tmp: &Path) {
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        while completed_checkpoints(&tmp.join("ck/keyed-count")).is_empty() {
-            assert!(Instant::now() < deadline, "no checkpoint completed");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// Waits until the job has made progress (its first checkpoint completed).
+fn wait_running(tmp: &Path) {
+    wait_for_a_checkpoint(&tmp.join("ck/keyed-count"));
 }
 
 fn control(tmp: &Path, args: &[&str]) -> Run {
@@ -108,8 +62,8 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     // Parallelism 2, stopped with a savepoint.
-    let job = Running::start(t, job_args(t, 2, Some("400000"), &["--verify"]), "p2");
-    job.wait_running(t);
+    let job = start(t, job_args(t, 2, Some("400000"), &["--verify"]), "p2");
+    wait_running(t);
     let status = control(t, &["status", "--job", &job.addr]);
     status.assert_success();
     assert!(status.stdout.contains("running"), "{}", status.describe());
@@ -132,7 +86,7 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
 
     // Restored at parallelism 3: a savepoint (moved elsewhere later), then a stop.
     let restore = s(&sp1);
-    let job = Running::start(
+    let job = start(
         t,
         job_args(t, 3, Some("400000"), &["--restore", &restore]),
         "p3",
@@ -201,7 +155,7 @@ fn stop_rescale_savepoint_again_and_finish_with_exact_counts() {
 fn requests_outside_the_savepoint_dir_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = Running::start(t, job_args(t, 1, Some("300000"), &[]), "job");
+    let job = start(t, job_args(t, 1, Some("300000"), &[]), "job");
     for bad in ["../escape", "/tmp", "a/../../b"] {
         let r = control(t, &["savepoint", "--job", &job.addr, "--dir", bad]);
         assert_eq!(r.code(), Some(1), "{}", r.describe());
@@ -228,7 +182,7 @@ fn beyond_loopback_the_endpoint_demands_its_token() {
         Some("300000"),
         &["--control", "0.0.0.0:0", "--control-token-file", &s(&token)],
     );
-    let job = Running::start(t, args, "job");
+    let job = start(t, args, "job");
     let port = job.addr.rsplit(':').next().unwrap().to_string();
     let addr = format!("127.0.0.1:{port}");
     let r = control(t, &["status", "--job", &addr]);
@@ -271,7 +225,7 @@ fn a_job_that_is_gone_is_a_clear_error() {
 fn a_truncated_or_foreign_savepoint_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = Running::start(t, job_args(t, 2, Some("300000"), &[]), "job");
+    let job = start(t, job_args(t, 2, Some("300000"), &[]), "job");
     let stop = control(t, &["stop", "--job", &job.addr]);
     stop.assert_success();
     job.finish();
@@ -301,8 +255,8 @@ fn half_open_connections_neither_add_threads_nor_silence_the_endpoint() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = Running::start(t, job_args(t, 1, Some("100000"), &[]), "job");
-    job.wait_running(t);
+    let job = start(t, job_args(t, 1, Some("100000"), &[]), "job");
+    wait_running(t);
     let tasks = format!("/proc/{}/task", job.child.id());
     let threads = || std::fs::read_dir(&tasks).unwrap().count();
     let before = threads();

@@ -23,16 +23,7 @@ use pg::PgServer;
 /// by ASCII unit separators.
 const CHILD: &str = "WEIR_EXAMPLE_POSTGRES_JOB";
 
-/// Not a test (ignored, so a normal run does not count it as one): the example's `main`
-/// when the binary is re-executed by [`job`].
-#[test]
-#[ignore = "the example's job process, run by the other tests"]
-fn job_process() {
-    if let Some(args) = child_job::args(CHILD) {
-        let runner = weir::runner::Runner::new("postgres_pipeline").args(args);
-        child_job::exit(runner.run(postgres_pipeline::build));
-    }
-}
+child_job::job_process!(CHILD, "postgres_pipeline", postgres_pipeline::build);
 
 /// The example as a command run in `cwd` with `args`. Without a `--checkpoint-dir` it
 /// keeps its checkpoints in the default folder of `cwd` (`weir-checkpoints`), or with

@@ -8,56 +8,29 @@ mod common;
 use std::fs;
 use std::path::Path;
 
+use common::nexmark::{
+    self, assert_four_panics_resumed, four_panics, restoring, run_args, run_last_from_newest,
+};
 use common::*;
 
 /// Generated events of the failure tests.
 const EVENTS: u64 = 300_000;
 
+/// The generator flags of the failure tests.
+fn generated() -> [String; 2] {
+    ["--events".into(), EVENTS.to_string()]
+}
+
 /// `weir run nexmark --query q` over `EVENTS` generated events at parallelism 2, into `o`
 /// with checkpoints in `d`, plus `extra`.
 fn nexmark_args(q: &str, d: &Path, o: &Path, extra: &[&str]) -> Vec<String> {
-    let events = EVENTS.to_string();
-    let mut a: Vec<String> = [
-        "run",
-        "nexmark",
-        "--query",
-        q,
-        "--events",
-        &events,
-        "--parallelism",
-        "2",
-        "--checkpoint-dir",
-        &checkpoint_arg(d),
-        "--output",
-        &s(o),
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    a.extend(extra.iter().map(|x| x.to_string()));
-    a
+    run_args(q, 2, &generated(), d, o, extra)
 }
 
-/// The CSV the reference writes for `q` over the same generated events.
-fn reference_csv(tmp: &Path, q: &str, input: &[&str]) -> String {
-    let dir = tmp.join(format!("reference-{q}"));
-    let mut args = vec!["nexmark", "reference", "--query", q, "--output"];
-    let d = s(&dir);
-    args.push(&d);
-    args.extend_from_slice(input);
-    run(&mut weir(tmp, args)).assert_success();
-    fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap()
-}
-
-/// Asserts that the published `o/<q>.csv` equals the reference's CSV as multisets.
-fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[&str]) {
-    let ours = fs::read_to_string(o.join(format!("{q}.csv"))).unwrap();
-    let want = reference_csv(tmp, q, input);
-    assert!(want.lines().count() > 1, "the reference of {q} is empty");
-    if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
-        panic!("{q} differs from the reference: {m}");
-    }
-    assert!(o.join("_SUCCESS").exists());
+/// Asserts that the published `o/<q>.csv` equals the reference's over `input`, which has
+/// rows.
+fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[impl AsRef<str>]) {
+    nexmark::assert_same_as_reference(tmp, o, q, input, 1);
 }
 
 /// Injected panics at random moments, each once a checkpoint completed in its attempt:
@@ -65,37 +38,10 @@ fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[&str]) {
 fn injected_panics(q: &str, seed: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
-    let args = nexmark_args(
-        q,
-        &d,
-        &o,
-        &[
-            "--rate",
-            "600000",
-            "--checkpoint-interval",
-            "20ms",
-            "--inject-failures",
-            "4",
-            "--seed",
-            seed,
-            "--restart-strategy",
-            "fixed-delay",
-            "--restart-delay",
-            "5ms",
-            "--verify",
-        ],
-    );
+    let args = run_args(q, 2, &generated(), &d, &o, &four_panics("600000", seed));
     let run = run(&mut weir(tmp.path(), args));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert!(
-        run.stdout.contains("injected failures: 4 of 4"),
-        "{}",
-        run.describe()
-    );
-    let attempts = assert_resumed(&run, EVENTS);
-    assert_eq!(attempts.len(), 5, "{}", run.describe());
-    assert_same_as_reference(tmp.path(), &o, q, &["--events", &EVENTS.to_string()]);
+    assert_four_panics_resumed(&run, EVENTS);
+    assert_same_as_reference(tmp.path(), &o, q, &generated());
 }
 
 #[test]
@@ -123,13 +69,7 @@ fn sigkill_and_restore(q: &str, seed: u64) {
     // where each checkpoint takes several requests, a third of that rate.
     let rate = if on_s3() { "16000" } else { "50000" };
     let base = ["--rate", rate, "--checkpoint-interval", "50ms"];
-    let args = |restore: bool| {
-        let mut a = nexmark_args(q, &d, &o, &base);
-        if restore {
-            a.extend(["--restore", "latest"].map(String::from));
-        }
-        a
-    };
+    let args = |restore: bool| restoring(nexmark_args(q, &d, &o, &base), restore);
     let newest = kill_loop(
         tmp.path(),
         &d.join("nexmark"),
@@ -141,23 +81,8 @@ fn sigkill_and_restore(q: &str, seed: u64) {
             assert!(!o.exists(), "killed run {i} published {}", o.display());
         },
     );
-    let mut last = args(true);
-    last.push("--verify".into());
-    let run = run(&mut weir(tmp.path(), last));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert_eq!(
-        restored_from(&run.stdout),
-        Some(
-            checkpoint_dir(&d)
-                .join("nexmark")
-                .join(format!("chk-{newest}"))
-        ),
-        "{}",
-        run.describe()
-    );
-    assert_resumed(&run, EVENTS);
-    assert_same_as_reference(tmp.path(), &o, q, &["--events", &EVENTS.to_string()]);
+    run_last_from_newest(tmp.path(), &d, newest, args(true), EVENTS);
+    assert_same_as_reference(tmp.path(), &o, q, &generated());
     assert!(!tmp.path().join(".out.inprogress").exists());
 }
 
@@ -190,23 +115,10 @@ fn json_lines_input_gives_the_reference_rows() {
     .assert_success();
     for q in ["q0", "q1", "q2"] {
         let (d, o) = (tmp.path().join(format!("chk-{q}")), tmp.path().join(q));
+        let input = ["--input".to_string(), s(&file)];
         let run = run(&mut weir(
             tmp.path(),
-            [
-                "run",
-                "nexmark",
-                "--query",
-                q,
-                "--input",
-                &s(&file),
-                "--parallelism",
-                "2",
-                "--checkpoint-dir",
-                &checkpoint_arg(&d),
-                "--output",
-                &s(&o),
-                "--verify",
-            ],
+            run_args(q, 2, &input, &d, &o, &["--verify"]),
         ));
         run.assert_success();
         assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
@@ -215,7 +127,7 @@ fn json_lines_input_gives_the_reference_rows() {
             "{}",
             run.describe()
         );
-        assert_same_as_reference(tmp.path(), &o, q, &["--input", &s(&file)]);
+        assert_same_as_reference(tmp.path(), &o, q, &input);
     }
 }
 
@@ -326,5 +238,5 @@ fn restoring_an_older_checkpoint_does_not_duplicate_rows() {
         "no part of a later checkpoint was dropped\n{}",
         run.describe()
     );
-    assert_same_as_reference(tmp.path(), &o, "q2", &["--events", &EVENTS.to_string()]);
+    assert_same_as_reference(tmp.path(), &o, "q2", &generated());
 }

@@ -12,6 +12,9 @@ mod common;
 use std::fs;
 use std::path::Path;
 
+use common::nexmark::{
+    self, assert_four_panics_resumed, four_panics, restoring, run_args, run_last_from_newest,
+};
 use common::*;
 
 /// Generated events per test.
@@ -19,64 +22,26 @@ const EVENTS: u64 = 200_000;
 /// Events per second of event time.
 const TPS: &str = "5000";
 
-/// `weir run nexmark --query q` over `EVENTS` generated events at `TPS`, at parallelism
-/// `p`, into `o` with checkpoints in `d`, plus `extra`.
-fn args(q: &str, p: u32, d: &Path, o: &Path, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "run",
-        "nexmark",
-        "--query",
-        q,
-        "--events",
-        &EVENTS.to_string(),
-        "--tps",
-        TPS,
-        "--parallelism",
-        &p.to_string(),
-        "--checkpoint-dir",
-        &checkpoint_arg(d),
-        "--output",
-        &s(o),
+/// The generator flags: `EVENTS` events at `TPS`.
+fn generated() -> [String; 4] {
+    [
+        "--events".into(),
+        EVENTS.to_string(),
+        "--tps".into(),
+        TPS.into(),
     ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    a.extend(extra.iter().map(|x| x.to_string()));
-    a
+}
+
+/// `weir run nexmark --query q` over the [`generated`] events at parallelism `p`, into
+/// `o` with checkpoints in `d`, plus `extra`.
+fn args(q: &str, p: u32, d: &Path, o: &Path, extra: &[impl AsRef<str>]) -> Vec<String> {
+    run_args(q, p, &generated(), d, o, extra)
 }
 
 /// Asserts that the published `o/<q>.csv` equals the CSV `weir nexmark reference` writes
 /// over the same events, as multisets of rows, and has at least `min_rows` rows.
 fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, min_rows: usize) {
-    let ours = fs::read_to_string(o.join(format!("{q}.csv"))).unwrap();
-    let dir = tmp.join(format!("reference-{q}"));
-    let events = EVENTS.to_string();
-    run(&mut weir(
-        tmp,
-        [
-            "nexmark",
-            "reference",
-            "--query",
-            q,
-            "--events",
-            &events,
-            "--tps",
-            TPS,
-            "--output",
-            &s(&dir),
-        ],
-    ))
-    .assert_success();
-    let want = fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap();
-    let rows = want.lines().count() - 1;
-    assert!(
-        rows >= min_rows,
-        "the reference of {q} has only {rows} rows"
-    );
-    if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
-        panic!("{q} differs from the reference: {m}");
-    }
-    assert!(o.join("_SUCCESS").exists());
+    nexmark::assert_same_as_reference(tmp, o, q, &generated(), min_rows);
 }
 
 /// The fewest rows each query's reference has over these events: enough that a dropped
@@ -120,31 +85,11 @@ fn q5_equals_the_reference() {
 fn injected_panics(q: &str, seed: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
-    let extra = [
-        "--rate",
-        "100000",
-        "--checkpoint-interval",
-        "20ms",
-        "--inject-failures",
-        "4",
-        "--seed",
-        seed,
-        "--restart-strategy",
-        "fixed-delay",
-        "--restart-delay",
-        "5ms",
-        "--verify",
-    ];
-    let run = run(&mut weir(tmp.path(), args(q, 2, &d, &o, &extra)));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert!(
-        run.stdout.contains("injected failures: 4 of 4"),
-        "{}",
-        run.describe()
-    );
-    let attempts = assert_resumed(&run, EVENTS);
-    assert_eq!(attempts.len(), 5, "{}", run.describe());
+    let run = run(&mut weir(
+        tmp.path(),
+        args(q, 2, &d, &o, &four_panics("100000", seed)),
+    ));
+    assert_four_panics_resumed(&run, EVENTS);
     assert_same_as_reference(tmp.path(), &o, q, min_rows(q));
 }
 
@@ -184,13 +129,7 @@ fn sigkill_and_restore(q: &str, seed: u64, last_p: u32, rows_before_end: bool) {
     // At 30 k events/s a run lasts almost 7 s (event time runs 6 s a second, so windows
     // fire from the first second on), longer than the three killed runs together.
     let base = ["--rate", "30000", "--checkpoint-interval", "50ms"];
-    let run_args = |p: u32, restore: bool| {
-        let mut a = args(q, p, &d, &o, &base);
-        if restore {
-            a.extend(["--restore", "latest"].map(String::from));
-        }
-        a
-    };
+    let run_args = |p: u32, restore: bool| restoring(args(q, p, &d, &o, &base), restore);
     let newest = kill_loop(
         tmp.path(),
         &d.join("nexmark"),
@@ -209,22 +148,7 @@ fn sigkill_and_restore(q: &str, seed: u64, last_p: u32, rows_before_end: bool) {
             staging.display()
         );
     }
-    let mut last = run_args(last_p, true);
-    last.push("--verify".into());
-    let run = run(&mut weir(tmp.path(), last));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert_eq!(
-        restored_from(&run.stdout),
-        Some(
-            checkpoint_dir(&d)
-                .join("nexmark")
-                .join(format!("chk-{newest}"))
-        ),
-        "{}",
-        run.describe()
-    );
-    assert_resumed(&run, EVENTS);
+    run_last_from_newest(tmp.path(), &d, newest, run_args(last_p, true), EVENTS);
     assert_same_as_reference(tmp.path(), &o, q, min_rows(q));
     assert!(!tmp.path().join(".out.inprogress").exists());
 }

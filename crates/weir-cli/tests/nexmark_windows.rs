@@ -11,6 +11,9 @@ mod common;
 use std::fs;
 use std::path::Path;
 
+use common::nexmark::{
+    self, assert_four_panics_resumed, four_panics, restoring, run_args, run_last_from_newest,
+};
 use common::*;
 
 /// A windowed query and the generated input of its tests: small enough for a debug
@@ -64,51 +67,14 @@ impl Case {
     /// `weir run nexmark` over the case's events at `parallelism`, into `o` with
     /// checkpoints in `d`, plus `extra`.
     fn args(&self, parallelism: u32, d: &Path, o: &Path, extra: &[&str]) -> Vec<String> {
-        let mut a: Vec<String> = ["run", "nexmark", "--query", self.query]
-            .map(String::from)
-            .to_vec();
-        a.extend(self.input());
-        a.extend(
-            [
-                "--parallelism",
-                &parallelism.to_string(),
-                "--checkpoint-dir",
-                &checkpoint_arg(d),
-                "--output",
-                &s(o),
-            ]
-            .map(String::from),
-        );
-        a.extend(extra.iter().map(|x| x.to_string()));
-        a
+        run_args(self.query, parallelism, &self.input(), d, o, extra)
     }
 }
 
-/// The CSV the reference writes for `q` over `input`.
-fn reference_csv(tmp: &Path, q: &str, input: &[String]) -> String {
-    let dir = tmp.join(format!("reference-{q}"));
-    let mut args: Vec<String> = ["nexmark", "reference", "--query", q, "--output"]
-        .map(String::from)
-        .to_vec();
-    args.push(s(&dir));
-    args.extend(input.iter().cloned());
-    run(&mut weir(tmp, args)).assert_success();
-    fs::read_to_string(dir.join(format!("{q}.csv"))).unwrap()
-}
-
-/// Asserts that the published `o/<q>.csv` equals the reference's CSV as multisets, and
-/// that the reference has rows (a test over no result could not fail).
+/// Asserts that the published `o/<q>.csv` equals the reference's over `input`, which has
+/// more than a few rows.
 fn assert_same_as_reference(tmp: &Path, o: &Path, q: &str, input: &[String]) {
-    let ours = fs::read_to_string(o.join(format!("{q}.csv"))).unwrap();
-    let want = reference_csv(tmp, q, input);
-    assert!(
-        want.lines().count() > 5,
-        "the reference of {q} has few rows"
-    );
-    if let Err(m) = weir_nexmark::reference::compare_csv(&want, &ours) {
-        panic!("{q} differs from the reference: {m}");
-    }
-    assert!(o.join("_SUCCESS").exists());
+    nexmark::assert_same_as_reference(tmp, o, q, input, 5);
 }
 
 #[test]
@@ -187,36 +153,16 @@ fn injected_panics(case: Case, seed: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
     let rate = (case.kill_rate * 4).to_string();
-    let args = case.args(
+    let args = run_args(
+        case.query,
         2,
+        &case.input(),
         &d,
         &o,
-        &[
-            "--rate",
-            &rate,
-            "--checkpoint-interval",
-            "20ms",
-            "--inject-failures",
-            "4",
-            "--seed",
-            seed,
-            "--restart-strategy",
-            "fixed-delay",
-            "--restart-delay",
-            "5ms",
-            "--verify",
-        ],
+        &four_panics(&rate, seed),
     );
     let run = run(&mut weir(tmp.path(), args));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert!(
-        run.stdout.contains("injected failures: 4 of 4"),
-        "{}",
-        run.describe()
-    );
-    let attempts = assert_resumed(&run, case.events);
-    assert_eq!(attempts.len(), 5, "{}", run.describe());
+    assert_four_panics_resumed(&run, case.events);
     assert_same_as_reference(tmp.path(), &o, case.query, &case.input());
 }
 
@@ -267,13 +213,8 @@ fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
     };
     let rate = rate.to_string();
     let base = ["--rate", rate.as_str(), "--checkpoint-interval", "50ms"];
-    let args = |restore: bool, parallelism: u32| {
-        let mut a = case.args(parallelism, &d, &o, &base);
-        if restore {
-            a.extend(["--restore", "latest"].map(String::from));
-        }
-        a
-    };
+    let args =
+        |restore: bool, parallelism: u32| restoring(case.args(parallelism, &d, &o, &base), restore);
     let mut committed = 0;
     let newest = kill_loop(
         tmp.path(),
@@ -291,22 +232,8 @@ fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
         "no window result was committed before the last kill: the kills did not hit \
          firing windows"
     );
-    let mut last = args(true, last_parallelism);
-    last.push("--verify".into());
-    let run = run(&mut weir(tmp.path(), last));
-    run.assert_success();
-    assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
-    assert_eq!(
-        restored_from(&run.stdout),
-        Some(
-            checkpoint_dir(&d)
-                .join("nexmark")
-                .join(format!("chk-{newest}"))
-        ),
-        "{}",
-        run.describe()
-    );
-    assert_resumed(&run, case.events);
+    let last = args(true, last_parallelism);
+    run_last_from_newest(tmp.path(), &d, newest, last, case.events);
     assert_same_as_reference(tmp.path(), &o, case.query, &case.input());
     assert!(!tmp.path().join(".out.inprogress").exists());
 }

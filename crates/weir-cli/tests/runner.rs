@@ -12,28 +12,16 @@ mod hello;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use common::running::{wait_for_a_checkpoint, Running};
 use common::*;
 
 /// The environment variable that makes this test binary the job: its value is the job's
 /// arguments, separated by ASCII unit separators.
 const CHILD: &str = "WEIR_RUNNER_TEST_JOB";
 
-/// Not a test (ignored, so a normal run neither runs nor counts it): the job's `main` when
-/// the binary is re-executed with [`CHILD`] set.
-#[test]
-#[ignore = "the job's process, run by the other tests in a child"]
-fn job_process() {
-    if let Some(args) = child_job::args(CHILD) {
-        child_job::exit(
-            weir::runner::Runner::new("hello")
-                .args(args)
-                .run(hello::build),
-        );
-    }
-}
+child_job::job_process!(CHILD, "hello", hello::build);
 
 /// The job as a command run in `cwd` with `args`.
 fn job(cwd: &Path, args: &[&str]) -> Command {
@@ -140,47 +128,6 @@ fn injected_failures_restore_checkpoints_and_the_output_stays_exact() {
     assert_exact(&tmp.path().join("hello-output"), events, 11);
 }
 
-/// A running job, its output going to a log file; `addr` is its control endpoint.
-struct Running {
-    child: Child,
-    addr: String,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    // The child is waited for by `finish` or by `Drop`.
-    #[allow(clippy::zombie_processes)]
-    fn start(tmp: &Path, args: &[&str]) -> Running {
-        let log = tmp.join("job.log");
-        let child = spawn_logged(&mut job(tmp, args), &log);
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(addr) = text
-                .lines()
-                .filter(|l| l.contains(" (weir status"))
-                .find_map(|l| l.split("control endpoint ").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-            {
-                return Running {
-                    child,
-                    addr: addr.to_string(),
-                    log,
-                };
-            }
-            assert!(Instant::now() < deadline, "no control address in\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
 #[test]
 fn weir_savepoint_and_stop_control_it_and_it_resumes_rescaled() {
     let tmp = tempfile::tempdir().unwrap();
@@ -197,12 +144,8 @@ fn weir_savepoint_and_stop_control_it_and_it_resumes_rescaled() {
     let mut first: Vec<&str> = job_flags.to_vec();
     first.extend(["--rate", "100000", "--parallelism", "2"]);
     first.extend(["--checkpoint-interval", "100ms"]);
-    let running = Running::start(t, &first);
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    while completed_checkpoints(&t.join("ck/hello")).is_empty() {
-        assert!(Instant::now() < deadline, "no checkpoint completed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let running = Running::start(&mut job(t, &first), t.join("job.log"));
+    wait_for_a_checkpoint(&t.join("ck/hello"));
     let sp = run(&mut weir(t, ["savepoint", "--job", &running.addr]));
     sp.assert_success();
     let sp_path = match sp.stdout.trim() {
@@ -213,10 +156,8 @@ fn weir_savepoint_and_stop_control_it_and_it_resumes_rescaled() {
     let stop = run(&mut weir(t, ["stop", "--job", &running.addr]));
     stop.assert_success();
     let stopped_at = stop.stdout.trim().to_string();
-    let mut running = running;
-    let status = wait_deadline(&mut running.child, RUN_TIMEOUT, "the job");
-    let log = std::fs::read_to_string(&running.log).unwrap();
-    assert_eq!(status.code(), Some(0), "{log}");
+    let (code, log) = running.finish();
+    assert_eq!(code, Some(0), "{log}");
     let sp_name = Path::new(&stopped_at)
         .file_name()
         .expect("a savepoint folder");

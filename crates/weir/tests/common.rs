@@ -25,6 +25,12 @@ pub use test_checkpoints::*;
 #[path = "support/recovery.rs"]
 pub mod recovery;
 
+#[path = "support/joins.rs"]
+pub mod joins;
+
+#[path = "support/marked.rs"]
+pub mod marked;
+
 /// The names directly under `<checkpoint_dir(dir)>/<job>` (checkpoint folders, the lock
 /// or lease), on whichever storage the checkpoints are.
 pub fn job_folder_entries(dir: &Path, job: &str) -> Vec<String> {
@@ -32,6 +38,14 @@ pub fn job_folder_entries(dir: &Path, job: &str) -> Vec<String> {
     let mut names = backend.list("").unwrap();
     names.sort();
     names
+}
+
+/// An environment for a hand-computed job `name` with its checkpoints under `dir` and
+/// otherwise default settings.
+pub fn env_in(name: &str, dir: &Path) -> StreamEnvironment {
+    let mut cfg = JobConfig::new(name);
+    cfg.checkpoint_dir = checkpoint_dir(dir);
+    StreamEnvironment::new(cfg)
 }
 
 /// The exact count of key `k` among `0..n` with `key = i % keys`.

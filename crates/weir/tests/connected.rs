@@ -8,7 +8,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use common::joins::{execute_sorted, timed};
+use common::recovery::{restored_at_3_and_1, ts, under_failures};
+use common::{config, StopMidRun};
 use weir::prelude::*;
 
 // ---- Orders and payments, by hand ------------------------------------------------------
@@ -237,10 +239,6 @@ const BOUND_MS: u64 = 10_000;
 /// timestamp: the timers all fire at the end of input.
 const RESCALE_BOUND_MS: u64 = 100_000;
 
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
 /// `(key, records of input 1, records of input 2, event-time timers fired)`.
 type Counts = (u64, u64, u64, u64);
 
@@ -347,79 +345,58 @@ fn run_counts<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
 ) -> (Vec<Counts>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
-            .with_timestamp_assigner(|i: &u64, _| ts(*i))
-    };
-    let a = env
-        .add_source_with_watermarks("first", first, strategy())
-        .uid("first");
-    let b = env
-        .add_source_with_watermarks("second", second, strategy())
-        .uid("second");
+    let a = timed(&env, "first", first, bound_ms);
+    let b = timed(&env, "second", second, bound_ms);
     a.connect(b)
         .key_by(|i: &u64| i % KEYS, |i: &u64| i % KEYS)
         .process(CountBoth::default())
         .uid("count-both")
         .add_sink("collect", out.clone())
         .uid("sink");
-    let r = env.execute();
-    let mut rows = out.take();
-    rows.sort();
-    (rows, r)
+    execute_sorted(env, &out)
 }
 
 #[test]
 fn keyed_co_process_is_exactly_once_under_failures_with_a_held_back_input() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (200_000, 20_000);
-    let mut cfg = config("co-failures", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(4, 11, (n1 + n2) / 4));
     // The first input runs unthrottled, the second at 40 000 records/s: every
     // barrier reaches the keyed task first on the fast input's channels, which alignment
     // must hold until the slow input's barrier arrives. A record of the fast input let
     // through early would be counted twice after the next failure.
-    let (rows, r) = run_counts(
-        cfg,
-        BOUND_MS,
-        GeneratorSource::new(n1),
-        GeneratorSource::new(n2).with_rate(Some(common::paced(40_000.0))),
-    );
-    let r = r.unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 4);
-    weir::testing::assert_resumed(&r, n1 + n2);
+    let rows = under_failures("co-failures", n1 + n2, 4, 11, |cfg| {
+        run_counts(
+            cfg,
+            BOUND_MS,
+            GeneratorSource::new(n1),
+            common::joins::paced(n2, 40_000.0),
+        )
+    });
     assert_eq!(rows, truth(n1, n2));
 }
 
 #[test]
 fn keyed_co_process_state_restores_at_another_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
     let (n1, n2) = (60_000, 30_000);
-    let mut cfg = config("co-rescale", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.auto_watermark_interval = Duration::from_millis(5);
-    let mut first = cfg.clone();
-    first.restart = RestartStrategy::None;
-    let (_, r) = run_counts(
-        first,
-        RESCALE_BOUND_MS,
-        StopMidRun::new(GeneratorSource::new(n1), 3_000),
-        StopMidRun::new(GeneratorSource::new(n2), 2_000),
+    restored_at_3_and_1(
+        "co-rescale",
+        n1 + n2,
+        3_000,
+        |cfg, stop| match stop {
+            // The second input stops earlier than the first (2 000 records per subtask).
+            Some(at) => run_counts(
+                cfg,
+                RESCALE_BOUND_MS,
+                StopMidRun::new(GeneratorSource::new(n1), at),
+                StopMidRun::new(GeneratorSource::new(n2), 2_000),
+            ),
+            None => run_counts(
+                cfg,
+                RESCALE_BOUND_MS,
+                GeneratorSource::new(n1),
+                GeneratorSource::new(n2),
+            ),
+        },
+        |_| {},
+        |p, rows| assert_eq!(rows, truth(n1, n2), "parallelism {p}"),
     );
-    assert_stopped_mid_run(r);
-    let (mid, _) = common::newest_checkpoint(dir.path(), "co-rescale");
-    for p in [3, 1] {
-        let mut c = cfg.clone();
-        c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        let (rows, r) = run_counts(
-            c,
-            RESCALE_BOUND_MS,
-            GeneratorSource::new(n1),
-            GeneratorSource::new(n2),
-        );
-        assert_resumed_mid_run(&r.unwrap(), &mid, n1 + n2);
-        assert_eq!(rows, truth(n1, n2), "parallelism {p}");
-    }
 }

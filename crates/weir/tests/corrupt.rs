@@ -38,6 +38,18 @@ fn restore_latest(dir: &Path) -> (std::collections::HashMap<u64, u64>, JobResult
     (counts, r)
 }
 
+/// The error of a restore of the job from `restore` (its config changed by `change`),
+/// which must fail.
+fn restore_error(dir: &Path, restore: RestoreFrom, change: impl FnOnce(&mut JobConfig)) -> String {
+    let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
+    cfg.restore = restore;
+    change(&mut cfg);
+    match run_keyed_count(cfg, 300_000, 100, None) {
+        Ok(_) => panic!("the restore was to fail, but the job finished"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// A keyed state file of checkpoint `chk` (on whichever storage it is).
 fn keyed_file(chk: &Path) -> PathBuf {
     let dir = chk.join("count");
@@ -89,12 +101,7 @@ fn a_state_file_copied_from_another_checkpoint_is_refused() {
         .expect("an older checkpoint with other counts");
     write_object(&f, &other);
 
-    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.restore = RestoreFrom::Path(newest.clone());
-    let err = run_keyed_count(cfg, 300_000, 100, None)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = restore_error(dir.path(), RestoreFrom::Path(newest.clone()), |_| {});
     assert!(
         err.contains(&f.display().to_string()) && err.contains("does not belong"),
         "{err}"
@@ -119,12 +126,7 @@ fn truncated_metadata_is_skipped_and_an_explicit_restore_fails_clearly() {
     assert_eq!(counts, expected(300_000, 100));
     assert_ne!(r.restored_from.as_deref(), Some(newest.as_path()));
 
-    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.restore = RestoreFrom::Path(newest.clone());
-    let err = run_keyed_count(cfg, 300_000, 100, None)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = restore_error(dir.path(), RestoreFrom::Path(newest.clone()), |_| {});
     assert!(
         err.contains("_metadata") && err.contains("truncated"),
         "{err}"
@@ -138,12 +140,7 @@ fn foreign_metadata_is_rejected() {
     let chks = leave_checkpoints(dir.path());
     let newest = &chks[chks.len() - 1];
     write_object(&newest.join("_metadata"), b"{\"json\": true}");
-    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.restore = RestoreFrom::Path(newest.clone());
-    let err = run_keyed_count(cfg, 300_000, 100, None)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = restore_error(dir.path(), RestoreFrom::Path(newest.clone()), |_| {});
     assert!(
         err.contains("not a Weir checkpoint file") || err.contains("foreign"),
         "{err}"
@@ -158,13 +155,7 @@ fn foreign_metadata_is_rejected() {
 fn other_max_parallelism_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     leave_checkpoints(dir.path());
-    let mut cfg = config("corrupt", dir.path(), 2, CheckpointingMode::ExactlyOnce);
-    cfg.restore = RestoreFrom::Latest;
-    cfg.max_parallelism = 64;
-    let err = run_keyed_count(cfg, 300_000, 100, None)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = restore_error(dir.path(), RestoreFrom::Latest, |c| c.max_parallelism = 64);
     assert!(
         err.contains("max parallelism 128") && err.contains("--max-parallelism 128"),
         "{err}"

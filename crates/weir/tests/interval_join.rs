@@ -5,31 +5,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use common::recovery::{pair_sum, restored_at_3_and_1, under_failures, Summarise, Summary};
-use common::{Markers, StopMidRun};
+use common::env_in;
+use common::joins::{execute_sorted, input, summarise, timed, Ev, Truth, FAST_RIGHT, SLOW_LEFT};
+use common::recovery::{restored_at_3_and_1, ts, under_failures, Summary};
+use common::StopMidRun;
 use weir::prelude::*;
 
 // ---- By hand -----------------------------------------------------------------------------
-
-/// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64);
-
-/// One input, in arrival order: `slow` inputs deliver 10 records a second, so that the
-/// other (fast) input has ended, and its watermark reached the maximum, before their first
-/// record: the join's watermark is then the slow input's, and lateness is deterministic.
-fn input(env: &StreamEnvironment, name: &str, events: &'static [Ev], slow: bool) -> DataStream<Ev> {
-    let rate = slow.then_some(10.0);
-    env.add_source(
-        name,
-        GeneratorSource::new(events.len() as u64).with_rate(rate),
-    )
-    .map(move |i| events[i as usize])
-    .assign_timestamps_and_watermarks(
-        WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-    )
-}
 
 /// The hand-computed joins before `process`.
 type Joined = IntervalJoined<u64, Ev, Ev, fn(&Ev) -> u64, fn(&Ev) -> u64>;
@@ -43,9 +26,7 @@ fn run_join(
     exclusive: fn(Joined) -> Joined,
 ) -> Vec<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("join-by-hand");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("join-by-hand", dir.path());
     let out = CollectSink::new();
     let key: fn(&Ev) -> u64 = |e| e.0;
     let l = input(&env, "left", left, left_slow).key_by(key);
@@ -58,10 +39,6 @@ fn run_join(
     rows.sort();
     rows
 }
-
-const FAST_RIGHT: [Ev; 5] = [(1, 5), (1, 10), (2, 7), (2, 8), (1, 13)];
-/// Out of order; `(1, 8)` and `(2, 9)` arrive after the watermark 11: late, dropped.
-const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (2, 9)];
 
 #[test]
 fn joins_within_inclusive_bounds_and_drops_late_records() {
@@ -100,9 +77,7 @@ fn buffered_left_records_meet_later_right_ones() {
 #[test]
 fn bounds_in_the_wrong_order_are_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("join-bad-bounds");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("join-bad-bounds", dir.path());
     let a = env.add_source("a", GeneratorSource::new(1)).key_by(|i| *i);
     let b = env.add_source("b", GeneratorSource::new(1)).key_by(|i| *i);
     let Err(e) = a.interval_join(b).between(5, -5) else {
@@ -118,9 +93,7 @@ fn bounds_in_the_wrong_order_are_a_clear_error() {
 #[test]
 fn inputs_without_timestamps_are_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("join-no-timestamps");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("join-no-timestamps", dir.path());
     let a = env.add_source("a", GeneratorSource::new(3)).key_by(|i| *i);
     let b = env.add_source("b", GeneratorSource::new(3)).key_by(|i| *i);
     a.interval_join(b)
@@ -149,11 +122,7 @@ const RESCALE_BOUND_MS: u64 = 30_000;
 const RATE: f64 = 40_000.0;
 
 fn paced(n: u64) -> GeneratorSource {
-    GeneratorSource::new(n).with_rate(Some(common::paced(RATE)))
-}
-
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
+    common::joins::paced(n, RATE)
 }
 
 /// Every pair `(l, r)` of `0..n1` and `0..n2` with equal keys and `ts(r) - ts(l)` within
@@ -163,7 +132,7 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     for r in 0..n2 {
         by_key.entry(r % KEYS).or_default().push(r);
     }
-    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut t = Truth::default();
     for l in 0..n1 {
         let lo = ts(l) as i64 + LOWER;
         let hi = ts(l) as i64 + UPPER;
@@ -175,15 +144,11 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
             }
             let d = ts(r) as i64;
             if lo <= d && d <= hi {
-                let e = t.entry(l % KEYS).or_default();
-                e.0 += 1;
-                e.1 = e.1.wrapping_add(pair_sum(l, r));
+                t.pair(l % KEYS, l, r);
             }
         }
     }
-    let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
-    rows.sort();
-    rows
+    t.rows()
 }
 
 fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
@@ -194,32 +159,16 @@ fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
 ) -> (Vec<Summary>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
-            .with_timestamp_assigner(|i: &u64, _| ts(*i))
-    };
-    let l = env
-        .add_source_with_watermarks("left", left, strategy())
-        .uid("left")
-        .key_by(|i: &u64| i % KEYS);
-    let r = env
-        .add_source_with_watermarks("right", right, strategy())
-        .uid("right")
-        .key_by(|i: &u64| i % KEYS);
-    l.interval_join(r)
+    let l = timed(&env, "left", left, bound_ms).key_by(|i: &u64| i % KEYS);
+    let r = timed(&env, "right", right, bound_ms).key_by(|i: &u64| i % KEYS);
+    let pairs = l
+        .interval_join(r)
         .between(LOWER, UPPER)
         .unwrap()
         .process(|l: &u64, r: &u64| (*l, *r))
-        .uid("join")
-        .key_by(|p: &(u64, u64)| p.0 % KEYS)
-        .process(Summarise::default())
-        .uid("summarise")
-        .add_sink("collect", out.clone())
-        .uid("sink");
-    let r = env.execute();
-    let mut rows = out.take();
-    rows.sort();
-    (rows, r)
+        .uid("join");
+    summarise(pairs, KEYS, &out);
+    execute_sorted(env, &out)
 }
 
 #[test]

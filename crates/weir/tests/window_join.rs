@@ -6,38 +6,16 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::recovery::{pair_sum, restored_at_3_and_1, under_failures, Summarise, Summary};
-use common::{Markers, StopMidRun};
+use common::env_in;
+use common::joins::{execute_sorted, input, summarise, timed, Ev, Truth, FAST_RIGHT, SLOW_LEFT};
+use common::recovery::{restored_at_3_and_1, ts, under_failures, Summary};
+use common::StopMidRun;
 use weir::prelude::*;
-
-/// `(key, timestamp)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64);
-
-/// One input in arrival order; a slow one (10 records a second) starts after the fast one
-/// has ended, so the join's watermark is the slow input's and lateness is deterministic.
-fn input(env: &StreamEnvironment, name: &str, events: &'static [Ev], slow: bool) -> DataStream<Ev> {
-    let rate = slow.then_some(10.0);
-    env.add_source(
-        name,
-        GeneratorSource::new(events.len() as u64).with_rate(rate),
-    )
-    .map(move |i| events[i as usize])
-    .assign_timestamps_and_watermarks(
-        WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-    )
-}
-
-const FAST_RIGHT: [Ev; 5] = [(1, 5), (1, 10), (2, 7), (2, 8), (1, 13)];
-/// Out of order; the watermark 11 fires the window `[0, 10)`, so `(1, 8)` and `(2, 9)`,
-/// arriving after it, are late for it and dropped.
-const SLOW_LEFT: [Ev; 7] = [(1, 4), (1, 9), (2, 5), (99, 11), (1, 8), (1, 12), (2, 9)];
 
 #[test]
 fn tumbling_window_join_by_hand() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("window-join-by-hand");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("window-join-by-hand", dir.path());
     let out = CollectSink::new();
     let l = input(&env, "left", &SLOW_LEFT, true);
     let r = input(&env, "right", &FAST_RIGHT, false);
@@ -95,10 +73,6 @@ const BOUND_MS: u64 = 10_000;
 /// subtasks). Above every timestamp, so all windows stay open until the end of input.
 const RESCALE_BOUND_MS: u64 = 100_000;
 
-fn ts(i: u64) -> u64 {
-    i + (i * 7919) % 100
-}
-
 /// Every pair of `0..n1` and `0..n2` with equal keys in the same window, per key.
 fn truth(n1: u64, n2: u64) -> Vec<Summary> {
     let mut right: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
@@ -108,21 +82,17 @@ fn truth(n1: u64, n2: u64) -> Vec<Summary> {
             .or_default()
             .push(r);
     }
-    let mut t: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut t = Truth::default();
     for l in 0..n1 {
         for &r in right
             .get(&(l % KEYS, ts(l) / WINDOW_MS))
             .into_iter()
             .flatten()
         {
-            let e = t.entry(l % KEYS).or_default();
-            e.0 += 1;
-            e.1 = e.1.wrapping_add(pair_sum(l, r));
+            t.pair(l % KEYS, l, r);
         }
     }
-    let mut rows: Vec<Summary> = t.into_iter().map(|(k, (c, s))| (k, c, s)).collect();
-    rows.sort();
-    rows
+    t.rows()
 }
 
 /// Joins `left` and `right` by key and tumbling window; returns the summaries per key.
@@ -134,35 +104,21 @@ fn run_pairs<S1: SourceFunction<u64>, S2: SourceFunction<u64>>(
 ) -> (Vec<Summary>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    let strategy = || {
-        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(bound_ms))
-            .with_timestamp_assigner(|i: &u64, _| ts(*i))
-    };
-    let l = env
-        .add_source_with_watermarks("left", left, strategy())
-        .uid("left");
-    let r = env
-        .add_source_with_watermarks("right", right, strategy())
-        .uid("right");
-    l.join(r)
+    let l = timed(&env, "left", left, bound_ms);
+    let r = timed(&env, "right", right, bound_ms);
+    let pairs = l
+        .join(r)
         .where_key(|i: &u64| i % KEYS)
         .equal_to(|i: &u64| i % KEYS)
         .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
         .apply(|l: &u64, r: &u64| (*l, *r))
-        .uid("join")
-        .key_by(|p: &(u64, u64)| p.0 % KEYS)
-        .process(Summarise::default())
-        .uid("summarise")
-        .add_sink("collect", out.clone())
-        .uid("sink");
-    let r = env.execute();
-    let mut rows = out.take();
-    rows.sort();
-    (rows, r)
+        .uid("join");
+    summarise(pairs, KEYS, &out);
+    execute_sorted(env, &out)
 }
 
 fn paced(n: u64) -> GeneratorSource {
-    GeneratorSource::new(n).with_rate(Some(common::paced(40_000.0)))
+    common::joins::paced(n, 40_000.0)
 }
 
 #[test]

@@ -8,12 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::marked::{marked, without_markers, Ev};
 use common::recovery::*;
-use common::{Markers, StopMidRun};
+use common::{env_in, StopMidRun};
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// The input, in arrival order. Record `(1, 7, 100)` arrives after the watermark 10: late
 /// for the window `[0, 10)`, still in time for `[5, 15)`.
@@ -39,21 +37,11 @@ fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
     windows: impl FnOnce(DataStream<Ev>) -> DataStream<(u64, O)>,
 ) -> Vec<(u64, O)> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in(name, dir.path());
     let out = CollectSink::new();
-    let events = env
-        .add_source("events", GeneratorSource::new(EVENTS.len() as u64))
-        .map(|i| EVENTS[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        );
-    windows(events).add_sink("collect", out.clone());
+    windows(marked(&env, &EVENTS)).add_sink("collect", out.clone());
     env.execute().unwrap();
-    let mut rows: Vec<(u64, O)> = out.take().into_iter().filter(|r| r.0 != 99).collect();
-    rows.sort();
-    rows
+    without_markers(&out)
 }
 
 #[test]

@@ -4,27 +4,36 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use common::config;
+use common::recovery::under_failures;
 use weir::prelude::*;
 
-#[test]
-fn count_windows_by_hand() {
+/// The numbers `0..10` keyed by parity through count windows of `size` records (sliding
+/// by `slide` if given), summed; the sums sorted.
+fn sums_by_hand(name: &str, size: u64, slide: Option<u64>) -> Vec<u64> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("count-windows");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = common::env_in(name, dir.path());
     let out = CollectSink::new();
-    env.add_source("numbers", GeneratorSource::new(10))
-        .key_by(|i: &u64| i % 2)
-        .count_window(3)
-        .unwrap()
-        .reduce(|a, b| a + b)
-        .add_sink("collect", out.clone());
+    let keyed = env
+        .add_source("numbers", GeneratorSource::new(10))
+        .key_by(|i: &u64| i % 2);
+    let sums = match slide {
+        None => keyed.count_window(size).unwrap().reduce(|a, b| a + b),
+        Some(s) => keyed
+            .count_window_sliding(size, s)
+            .unwrap()
+            .reduce(|a, b| a + b),
+    };
+    sums.add_sink("collect", out.clone());
     env.execute().unwrap();
     let mut sums = out.take();
     sums.sort();
+    sums
+}
+
+#[test]
+fn count_windows_by_hand() {
+    let sums = sums_by_hand("count-windows", 3, None);
     // Key 0: 0 + 2 + 4, then 6 and 8 never fill a window; key 1: 1 + 3 + 5, then 7, 9.
     assert_eq!(sums, [6, 9]);
 }
@@ -45,20 +54,7 @@ fn a_count_window_of_zero_records_is_a_clear_error() {
 /// Flink's `countWindow(size, slide)`: every `slide` records of a key, its last `size`.
 #[test]
 fn sliding_count_windows_by_hand() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("sliding-count-windows");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
-    let out = CollectSink::new();
-    env.add_source("numbers", GeneratorSource::new(10))
-        .key_by(|i: &u64| i % 2)
-        .count_window_sliding(3, 2)
-        .unwrap()
-        .reduce(|a, b| a + b)
-        .add_sink("collect", out.clone());
-    env.execute().unwrap();
-    let mut sums = out.take();
-    sums.sort();
+    let sums = sums_by_hand("sliding-count-windows", 3, Some(2));
     // Key 0 (0, 2, 4, 6, 8): after 2 records 0 + 2, after 4 the last three 2 + 4 + 6; 8
     // alone does not fire. Key 1 (1, 3, 5, 7, 9): 1 + 3, then 3 + 5 + 7.
     assert_eq!(sums, [2, 4, 12, 15]);
@@ -123,42 +119,65 @@ impl KeyedProcessFunction<u64, (u64, u64), (u64, u64, u64)> for Totals {
     }
 }
 
-#[test]
-fn count_windows_are_exactly_once_under_failures() {
-    let dir = tempfile::tempdir().unwrap();
-    let n = 60_000;
-    let mut cfg = config(
-        "count-windows-failures",
-        dir.path(),
-        2,
-        CheckpointingMode::ExactlyOnce,
-    );
-    cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 9, n / 4));
+/// `n` paced records `(i % KEYS, i)` through count windows of [`SIZE`] records (sliding
+/// by `slide` if given, read by one source subtask then), summed per window, and the sums
+/// per key in [`Totals`]: `key → (windows, total of their sums)`.
+fn run_totals(
+    cfg: JobConfig,
+    n: u64,
+    slide: Option<u64>,
+) -> (HashMap<u64, (u64, u64)>, Result<JobResult>) {
     let env = StreamEnvironment::new(cfg);
     let out = CollectSink::new();
-    // Which records share a window depends on how the two sources interleave; how many
-    // windows each key fills, and the total of their sums, do not.
-    env.add_source(
+    fn one_subtask<T: weir::state::Data>(s: DataStream<T>, one: bool) -> DataStream<T> {
+        if one {
+            s.set_parallelism(1)
+        } else {
+            s
+        }
+    }
+    let one = slide.is_some();
+    let gen = env.add_source(
         "gen",
         GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0))),
-    )
-    .uid("gen")
-    .map(|i| (i % KEYS, i))
-    .uid("pairs")
-    .key_by(|r: &(u64, u64)| r.0)
-    .count_window(SIZE)
-    .unwrap()
-    .reduce(|a, b| (a.0, a.1 + b.1))
-    .uid("windows")
-    .key_by(|r: &(u64, u64)| r.0)
-    .process(Totals::default())
-    .uid("totals")
-    .add_sink("collect", out.clone())
-    .uid("sink");
-    let r = env.execute().unwrap();
-    assert_eq!(r.injected_failures.unwrap().0, 3);
-    weir::testing::assert_resumed(&r, n);
+    );
+    let keyed = one_subtask(one_subtask(gen, one).uid("gen").map(|i| (i % KEYS, i)), one)
+        .uid("pairs")
+        .key_by(|r: &(u64, u64)| r.0);
+    let windows = match slide {
+        None => keyed
+            .count_window(SIZE)
+            .unwrap()
+            .reduce(|a, b| (a.0, a.1 + b.1)),
+        Some(s) => keyed
+            .count_window_sliding(SIZE, s)
+            .unwrap()
+            .reduce(|a, b| (a.0, a.1 + b.1)),
+    };
+    windows
+        .uid("windows")
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(Totals::default())
+        .uid("totals")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let r = env.execute();
+    let got = out
+        .take()
+        .into_iter()
+        .map(|(k, w, s)| (k, (w, s)))
+        .collect();
+    (got, r)
+}
+
+#[test]
+fn count_windows_are_exactly_once_under_failures() {
+    let n = 60_000;
+    // Which records share a window depends on how the two sources interleave; how many
+    // windows each key fills, and the total of their sums, do not.
+    let got = under_failures("count-windows-failures", n, 3, 9, |cfg| {
+        run_totals(cfg, n, None)
+    });
     let mut want: HashMap<u64, (u64, u64)> = HashMap::new();
     for i in 0..n {
         want.entry(i % KEYS).or_default().1 += i;
@@ -166,11 +185,6 @@ fn count_windows_are_exactly_once_under_failures() {
     for w in want.values_mut() {
         w.0 = n / KEYS / SIZE;
     }
-    let got: HashMap<u64, (u64, u64)> = out
-        .take()
-        .into_iter()
-        .map(|(k, w, s)| (k, (w, s)))
-        .collect();
     assert_eq!(got, want);
 }
 
@@ -182,30 +196,8 @@ fn count_windows_are_exactly_once_under_failures() {
 fn sliding_count_windows_are_exactly_once_under_failures() {
     const SLIDE: u64 = 7;
     let n = 30_000;
-    let rows = common::recovery::under_failures("sliding-count-failures", n, 3, 9, |cfg| {
-        let env = StreamEnvironment::new(cfg);
-        let out = CollectSink::new();
-        env.add_source(
-            "gen",
-            GeneratorSource::new(n).with_rate(Some(common::paced(100_000.0))),
-        )
-        .set_parallelism(1)
-        .uid("gen")
-        .map(|i| (i % KEYS, i))
-        .set_parallelism(1)
-        .uid("pairs")
-        .key_by(|r: &(u64, u64)| r.0)
-        .count_window_sliding(SIZE, SLIDE)
-        .unwrap()
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .uid("windows")
-        .key_by(|r: &(u64, u64)| r.0)
-        .process(Totals::default())
-        .uid("totals")
-        .add_sink("collect", out.clone())
-        .uid("sink");
-        let r = env.execute();
-        (out.take(), r)
+    let got = under_failures("sliding-count-failures", n, 3, 9, |cfg| {
+        run_totals(cfg, n, Some(SLIDE))
     });
     // Key k's j-th record is k + KEYS * j; after every SLIDE-th, the last SIZE fire.
     let mut want: HashMap<u64, (u64, u64)> = HashMap::new();
@@ -219,6 +211,5 @@ fn sliding_count_windows_are_exactly_once_under_failures() {
                 .sum::<u64>();
         }
     }
-    let got: HashMap<u64, (u64, u64)> = rows.into_iter().map(|(k, w, s)| (k, (w, s))).collect();
     assert_eq!(got, want);
 }

@@ -6,12 +6,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::env_in;
+use common::marked::{marked, without_markers, Ev};
 use common::recovery::*;
-use common::Markers;
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// Window results `(key, start, end, sum)` and late records, both without the markers'.
 type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
@@ -20,17 +18,9 @@ type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
 /// summing the values, with `lateness`, and with the late data kept if `side_output`.
 fn run(events: &'static [Ev], slide: Option<u64>, lateness: u64, side_output: bool) -> Rows {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("windows-late");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("windows-late", dir.path());
     let (results, late) = (CollectSink::new(), CollectSink::new());
-    let keyed = env
-        .add_source("events", GeneratorSource::new(events.len() as u64))
-        .map(move |i| events[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
-        .key_by(|e: &Ev| e.0);
+    let keyed = marked(&env, events).key_by(|e: &Ev| e.0);
     let sum = |a: Ev, b: Ev| (a.0, a.1, a.2 + b.2);
     let row = |k: &u64, w: TimeWindow, e: Ev| (*k, w.start, w.end, e.2);
     let lateness = Duration::from_millis(lateness);
@@ -53,11 +43,7 @@ fn run(events: &'static [Ev], slide: Option<u64>, lateness: u64, side_output: bo
     };
     rows.add_sink("results", results.clone());
     env.execute().unwrap();
-    let mut rows: Vec<_> = results.take().into_iter().filter(|r| r.0 != 99).collect();
-    rows.sort();
-    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
-    late.sort();
-    (rows, late)
+    (without_markers(&results), without_markers(&late))
 }
 
 /// Tumbling windows of 10 ms; watermarks 10, 14 and 22 from the markers.

@@ -7,12 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::env_in;
+use common::marked::{marked, without_markers, Ev};
 use common::recovery::*;
-use common::Markers;
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// `(key, start, end, values)`.
 type Row = (u64, u64, u64, Vec<u64>);
@@ -31,16 +29,9 @@ fn values(k: &u64, w: TimeWindow, elements: &[Ev], out: &mut Collector<'_, Row>)
 /// and [`values`]; returns the rows and late records without the markers'.
 fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> (Vec<Row>, Vec<Ev>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new("windows-process");
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in("windows-process", dir.path());
     let (results, late) = (CollectSink::new(), CollectSink::new());
-    let out = env
-        .add_source("events", GeneratorSource::new(events.len() as u64))
-        .map(move |i| events[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
+    let out = marked(&env, events)
         .key_by(|e: &Ev| e.0)
         .window(assigner)
         .allowed_lateness(Duration::from_millis(5))
@@ -49,11 +40,7 @@ fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A) -> (Vec<Row>, 
     out.late_data.add_sink("late", late.clone());
     out.results.add_sink("results", results.clone());
     env.execute().unwrap();
-    let mut rows: Vec<Row> = results.take().into_iter().filter(|r| r.0 != 99).collect();
-    rows.sort();
-    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
-    late.sort();
-    (rows, late)
+    (without_markers(&results), without_markers(&late))
 }
 
 /// Watermarks 10 and 15.

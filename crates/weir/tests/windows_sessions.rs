@@ -7,12 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::marked::{marked, without_markers, Ev};
 use common::recovery::{exactly_once, gather, restored_at_3_and_1, under_failures, Gathered};
-use common::{Markers, StopMidRun};
+use common::StopMidRun;
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// Session sums `(key, start, end, sum)` and late records, both without the markers'.
 type Rows = (Vec<(u64, u64, u64, u64)>, Vec<Ev>);
@@ -26,12 +24,7 @@ fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A, lateness: u64)
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
     let (results, late) = (CollectSink::new(), CollectSink::new());
-    let out = env
-        .add_source("events", GeneratorSource::new(events.len() as u64))
-        .map(move |i| events[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
+    let out = marked(&env, events)
         .key_by(|e: &Ev| e.0)
         .window(assigner)
         .allowed_lateness(Duration::from_millis(lateness))
@@ -43,11 +36,7 @@ fn run<A: WindowAssigner<Ev>>(events: &'static [Ev], assigner: A, lateness: u64)
     out.late_data.add_sink("late", late.clone());
     out.results.add_sink("results", results.clone());
     env.execute()?;
-    let mut rows: Vec<_> = results.take().into_iter().filter(|r| r.0 != 99).collect();
-    rows.sort();
-    let mut late: Vec<Ev> = late.take().into_iter().filter(|r| r.0 != 99).collect();
-    late.sort();
-    Ok((rows, late))
+    Ok((without_markers(&results), without_markers(&late)))
 }
 
 /// A gap of 5 ms; one watermark, 9.
@@ -158,11 +147,7 @@ fn merging_sessions_of_an_aggregate_without_merge_is_a_clear_error() {
     cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
     cfg.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", GeneratorSource::new(FIXED.len() as u64))
-        .map(|i| FIXED[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
+    marked(&env, &FIXED)
         .key_by(|e: &Ev| e.0)
         .window(EventTimeSessionWindows::with_gap(Duration::from_millis(5)).unwrap())
         .aggregate(SumNoMerge)

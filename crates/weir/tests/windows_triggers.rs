@@ -7,12 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::marked::{marked, Ev};
 use common::recovery::*;
-use common::{Markers, StopMidRun};
+use common::{env_in, StopMidRun};
 use weir::prelude::*;
-
-/// `(key, timestamp, value)`; key 99 marks a watermark at its timestamp.
-type Ev = (u64, u64, u64);
 
 /// The input, in arrival order. `(1, 5, 64)` arrives after the watermark 10: late for the
 /// event-time windows `[0, 10)`, in time for `[0, 20)`.
@@ -38,17 +36,9 @@ fn run_events<O: weir::state::Data + Ord + std::fmt::Debug>(
     windows: impl FnOnce(DataStream<Ev>) -> DataStream<O>,
 ) -> Result<Vec<O>> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = JobConfig::new(name);
-    cfg.checkpoint_dir = common::checkpoint_dir(dir.path());
-    let env = StreamEnvironment::new(cfg);
+    let env = env_in(name, dir.path());
     let out = CollectSink::new();
-    let events = env
-        .add_source("events", GeneratorSource::new(EVENTS.len() as u64))
-        .map(|i| EVENTS[i as usize])
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_generator(|| Markers).with_timestamp_assigner(|e: &Ev, _| e.1),
-        )
-        .filter(|e| e.0 != 99);
+    let events = marked(&env, &EVENTS).filter(|e| e.0 != 99);
     windows(events).add_sink("collect", out.clone());
     env.execute()?;
     let mut rows = out.take();
@@ -73,15 +63,19 @@ fn add(a: Ev, b: Ev) -> Ev {
     (a.0, a.1.max(b.1), a.2 + b.2)
 }
 
+/// The sums per key of the tumbling windows of `size_ms` fired by `trigger`.
+fn tumbling_sums<TR: Trigger<Ev>>(name: &str, size_ms: u64, trigger: TR) -> Vec<Row> {
+    sums(name, |s| {
+        s.key_by(|e: &Ev| e.0)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(size_ms)).unwrap())
+            .trigger(trigger)
+            .reduce_with_window(add, sum)
+    })
+}
+
 #[test]
 fn count_trigger_on_tumbling_windows_by_hand() {
-    let tumbling = || TumblingEventTimeWindows::of(Duration::from_millis(10)).unwrap();
-    let rows = sums("count-trigger", |s| {
-        s.key_by(|e: &Ev| e.0)
-            .window(tumbling())
-            .trigger(CountTrigger::of(2).unwrap())
-            .reduce_with_window(add, sum)
-    });
+    let rows = tumbling_sums("count-trigger", 10, CountTrigger::of(2).unwrap());
     // Key 1, [0, 10): 1 + 2 fires; 4 waits, and the window is cleaned up unfired at the
     // watermark 10; (1, 5, 64) is late. [10, 20): 8 + 32, then 128 + 512 fires with all
     // four (a count trigger does not purge). Key 2, [0, 10): 10 + 20; [10, 20): 256 waits.
@@ -94,12 +88,11 @@ fn count_trigger_on_tumbling_windows_by_hand() {
             (2, 0, 10, 30)
         ]
     );
-    let rows = sums("purging-count-trigger", |s| {
-        s.key_by(|e: &Ev| e.0)
-            .window(tumbling())
-            .trigger(PurgingTrigger::of(CountTrigger::of(2).unwrap()))
-            .reduce_with_window(add, sum)
-    });
+    let rows = tumbling_sums(
+        "purging-count-trigger",
+        10,
+        PurgingTrigger::of(CountTrigger::of(2).unwrap()),
+    );
     assert_eq!(
         rows,
         [
@@ -150,14 +143,8 @@ fn count_trigger_on_merging_sessions_by_hand() {
 
 #[test]
 fn continuous_event_time_trigger_by_hand() {
-    let tumbling = || TumblingEventTimeWindows::of(Duration::from_millis(20)).unwrap();
     let every_5 = || ContinuousEventTimeTrigger::of(Duration::from_millis(5)).unwrap();
-    let rows = sums("continuous", |s| {
-        s.key_by(|e: &Ev| e.0)
-            .window(tumbling())
-            .trigger(every_5())
-            .reduce_with_window(add, sum)
-    });
+    let rows = tumbling_sums("continuous", 20, every_5());
     // Key 1, [0, 20): the watermark 10 fires at 5 and at 10 (1+2+4+8+32 = 47); 64, 128
     // and 512 come; the end of input fires at 15 and at the window's end, 19.
     // Key 2: 10 + 20 at 5 and 10; 256 comes; 286 at 15 and 19.
@@ -174,12 +161,7 @@ fn continuous_event_time_trigger_by_hand() {
             (2, 0, 20, 286),
         ]
     );
-    let rows = sums("continuous-purging", |s| {
-        s.key_by(|e: &Ev| e.0)
-            .window(tumbling())
-            .trigger(PurgingTrigger::of(every_5()))
-            .reduce_with_window(add, sum)
-    });
+    let rows = tumbling_sums("continuous-purging", 20, PurgingTrigger::of(every_5()));
     // Purging: a firing emits what came since the last one, and nothing if nothing did.
     assert_eq!(
         rows,

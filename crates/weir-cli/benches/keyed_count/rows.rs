@@ -132,7 +132,6 @@ pub fn sizes(preset: &str) -> Sizes {
 pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
     let (n, k) = (events.unwrap_or(s.events), keys.unwrap_or(s.keys));
     let [f1, f2] = s.fail_intervals_ms;
-    let w1 = |p, mode, fail| Kind::W1 { p, mode, fail };
     let row = |id, label: &str, kind, events, keys| Row {
         id,
         label: label.to_string(),
@@ -141,113 +140,45 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
         keys,
         samples: Vec::new(),
     };
+    // A W1 row without failures at parallelism `p` under `mode` (`what` in its label).
+    let w1 = |id, p, mode, what: &str, events, keys| {
+        let kind = Kind::W1 {
+            p,
+            mode,
+            fail: Fail::No,
+        };
+        row(id, &format!("W1 p={p}, {what}"), kind, events, keys)
+    };
+    // A row of a time-lost pair at p=2, checkpoints every `ms`: `fail` says which half.
+    let pair = |id, ms, fail| {
+        let what = if fail == Fail::Once { "one" } else { "no" };
+        let label = format!("W1 p=2, EXACTLY_ONCE {}, {what} failure", interval(ms));
+        let mode = Mode::ExactlyOnceEvery(ms);
+        let kind = Kind::W1 { p: 2, mode, fail };
+        row(id, &label, kind, s.fail_events, k)
+    };
+    const OFF: &str = "checkpoints off";
+    const EO: &str = "EXACTLY_ONCE 1 s";
+    const ALO: &str = "AT_LEAST_ONCE 1 s";
+    const UNAL: &str = "EXACTLY_ONCE unaligned 1 s";
+    let long = s.long_events;
     vec![
         row("floor", "floor: FxHashMap loop", Kind::Floor, n, k),
-        row(
-            "p1-off",
-            "W1 p=1, checkpoints off",
-            w1(1, Mode::Off, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p1-eo",
-            "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p2-off",
-            "W1 p=2, checkpoints off",
-            w1(2, Mode::Off, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p2-eo",
-            "W1 p=2, EXACTLY_ONCE 1 s",
-            w1(2, Mode::ExactlyOnce, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p2-alo",
-            "W1 p=2, AT_LEAST_ONCE 1 s",
-            w1(2, Mode::AtLeastOnce, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p2-unal",
-            "W1 p=2, EXACTLY_ONCE unaligned 1 s",
-            w1(2, Mode::Unaligned, Fail::No),
-            n,
-            k,
-        ),
-        row(
-            "p2-eo-fail",
-            &format!("W1 p=2, EXACTLY_ONCE {}, one failure", interval(f1)),
-            w1(2, Mode::ExactlyOnceEvery(f1), Fail::Once),
-            s.fail_events,
-            k,
-        ),
-        row(
-            "p2-eo-nofail",
-            &format!("W1 p=2, EXACTLY_ONCE {}, no failure", interval(f1)),
-            w1(2, Mode::ExactlyOnceEvery(f1), Fail::Reference),
-            s.fail_events,
-            k,
-        ),
-        row(
-            "p2-eo200-fail",
-            &format!("W1 p=2, EXACTLY_ONCE {}, one failure", interval(f2)),
-            w1(2, Mode::ExactlyOnceEvery(f2), Fail::Once),
-            s.fail_events,
-            k,
-        ),
-        row(
-            "p2-eo200-nofail",
-            &format!("W1 p=2, EXACTLY_ONCE {}, no failure", interval(f2)),
-            w1(2, Mode::ExactlyOnceEvery(f2), Fail::Reference),
-            s.fail_events,
-            k,
-        ),
-        row(
-            "p1-off-long",
-            "W1 p=1, checkpoints off",
-            w1(1, Mode::Off, Fail::No),
-            s.long_events,
-            k,
-        ),
-        row(
-            "p1-eo-long",
-            "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, Fail::No),
-            s.long_events,
-            k,
-        ),
-        row(
-            "p2-eo-long",
-            "W1 p=2, EXACTLY_ONCE 1 s",
-            w1(2, Mode::ExactlyOnce, Fail::No),
-            s.long_events,
-            k,
-        ),
-        row(
-            "p2-alo-long",
-            "W1 p=2, AT_LEAST_ONCE 1 s",
-            w1(2, Mode::AtLeastOnce, Fail::No),
-            s.long_events,
-            k,
-        ),
-        row(
-            "p2-unal-long",
-            "W1 p=2, EXACTLY_ONCE unaligned 1 s",
-            w1(2, Mode::Unaligned, Fail::No),
-            s.long_events,
-            k,
-        ),
+        w1("p1-off", 1, Mode::Off, OFF, n, k),
+        w1("p1-eo", 1, Mode::ExactlyOnce, EO, n, k),
+        w1("p2-off", 2, Mode::Off, OFF, n, k),
+        w1("p2-eo", 2, Mode::ExactlyOnce, EO, n, k),
+        w1("p2-alo", 2, Mode::AtLeastOnce, ALO, n, k),
+        w1("p2-unal", 2, Mode::Unaligned, UNAL, n, k),
+        pair("p2-eo-fail", f1, Fail::Once),
+        pair("p2-eo-nofail", f1, Fail::Reference),
+        pair("p2-eo200-fail", f2, Fail::Once),
+        pair("p2-eo200-nofail", f2, Fail::Reference),
+        w1("p1-off-long", 1, Mode::Off, OFF, long, k),
+        w1("p1-eo-long", 1, Mode::ExactlyOnce, EO, long, k),
+        w1("p2-eo-long", 2, Mode::ExactlyOnce, EO, long, k),
+        w1("p2-alo-long", 2, Mode::AtLeastOnce, ALO, long, k),
+        w1("p2-unal-long", 2, Mode::Unaligned, UNAL, long, k),
         row(
             "floor-big",
             "floor: FxHashMap loop",
@@ -255,10 +186,11 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
             s.big_events,
             s.big_keys,
         ),
-        row(
+        w1(
             "p1-eo-big",
-            "W1 p=1, EXACTLY_ONCE 1 s",
-            w1(1, Mode::ExactlyOnce, Fail::No),
+            1,
+            Mode::ExactlyOnce,
+            EO,
             s.big_events,
             s.big_keys,
         ),

@@ -47,3 +47,25 @@ pub fn command(var: &str, name: &str, cwd: &Path, args: &[&str]) -> Command {
     .stdin(Stdio::null());
     c
 }
+
+/// Defines the ignored test `job_process`: when the test binary is re-executed by
+/// [`command`] with the variable `$var` set, it runs the job `$name` built by `$build` on
+/// `weir::runner` with the child's arguments, and exits with its status.
+#[allow(unused_macros)]
+macro_rules! job_process {
+    ($var:expr, $name:expr, $build:path) => {
+        /// Not a test (ignored, so a normal run neither runs nor counts it): the job's
+        /// `main` when the binary is re-executed with its variable set.
+        #[test]
+        #[ignore = "the job's process, run by the other tests in a child"]
+        fn job_process() {
+            if let Some(args) = $crate::common::child_job::args($var) {
+                $crate::common::child_job::exit(
+                    weir::runner::Runner::new($name).args(args).run($build),
+                );
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use job_process;

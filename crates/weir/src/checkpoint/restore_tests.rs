@@ -1,28 +1,11 @@
 //! Unit tests of [`super`] (restore.rs).
 
 use super::*;
-use crate::checkpoint::layout::{KeyGroupSection, KeyedStateFile};
+use crate::checkpoint::layout::tests::{sample_file, sections_of};
+use crate::checkpoint::layout::KeyedStateFile;
 
 fn sample() -> KeyedStateFile {
-    KeyedStateFile {
-        range: KeyGroupRange { start: 3, end: 9 },
-        max_parallelism: 16,
-        states: vec![
-            ("a".into(), StateKind::Value),
-            ("b".into(), StateKind::List),
-        ],
-        groups: vec![
-            KeyGroupSection {
-                group: 3,
-                states: vec![vec![1, 2, 3], vec![]],
-            },
-            KeyGroupSection {
-                group: 7,
-                states: vec![vec![9; 300], vec![4]],
-            },
-        ],
-        ttl: vec![false, true],
-    }
+    sample_file(9, 16, 7)
 }
 
 #[test]
@@ -38,12 +21,7 @@ fn borrowed_layout_matches_the_file_layout() {
         .iter()
         .map(|(g, s)| (*g, s.iter().map(|b| b.to_vec()).collect()))
         .collect();
-    let want: Vec<(u32, Vec<Vec<u8>>)> = file
-        .groups
-        .iter()
-        .map(|s| (s.group, s.states.clone()))
-        .collect();
-    assert_eq!(groups, want);
+    assert_eq!(groups, sections_of(&file));
     // The sections are ranges of the payload, not copies.
     let range = payload.as_ptr_range();
     for (_, sections) in &loaded.groups {

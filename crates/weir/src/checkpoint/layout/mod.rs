@@ -316,4 +316,4 @@ mod byte_runs {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

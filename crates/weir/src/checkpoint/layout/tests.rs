@@ -9,10 +9,13 @@ struct DerivedSection {
     states: Vec<Vec<u8>>,
 }
 
-fn sample() -> KeyedStateFile {
+/// A file of key groups `3..end` under `max_parallelism`, with two states and two
+/// sections, group 3's and `second`'s (whose second state is TTL'd); shared with the
+/// restore tests.
+pub(crate) fn sample_file(end: u32, max_parallelism: u32, second: u32) -> KeyedStateFile {
     KeyedStateFile {
-        range: KeyGroupRange { start: 3, end: 200 },
-        max_parallelism: 256,
+        range: KeyGroupRange { start: 3, end },
+        max_parallelism,
         states: vec![
             ("a".into(), StateKind::Value),
             ("b".into(), StateKind::List),
@@ -23,12 +26,25 @@ fn sample() -> KeyedStateFile {
                 states: vec![vec![1, 2, 3], vec![]],
             },
             KeyGroupSection {
-                group: 150, // a group id above 127 takes a two-byte varint
+                group: second,
                 states: vec![vec![9; 300], vec![4]],
             },
         ],
         ttl: vec![false, true],
     }
+}
+
+/// `file`'s sections as `(group, states)`: what a decoding must give back.
+pub(crate) fn sections_of(file: &KeyedStateFile) -> Vec<(u32, Vec<Vec<u8>>)> {
+    file.groups
+        .iter()
+        .map(|s| (s.group, s.states.clone()))
+        .collect()
+}
+
+fn sample() -> KeyedStateFile {
+    // A group id above 127 takes a two-byte varint.
+    sample_file(200, 256, 150)
 }
 
 #[test]
@@ -89,12 +105,7 @@ fn borrowed_decoding_reads_the_same_fields() {
         .iter()
         .map(|s| (s.group, s.states.iter().map(|b| b.to_vec()).collect()))
         .collect();
-    let want: Vec<(u32, Vec<Vec<u8>>)> = file
-        .groups
-        .iter()
-        .map(|s| (s.group, s.states.clone()))
-        .collect();
-    assert_eq!(groups, want);
+    assert_eq!(groups, sections_of(&file));
     assert_eq!(r.check(256), Ok(()));
 }
 

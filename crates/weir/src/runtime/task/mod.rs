@@ -21,6 +21,8 @@ mod input;
 mod replay;
 mod source;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 mod unaligned;
 

@@ -7,58 +7,12 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::super::test_support::{context, LogChain};
 use super::*;
 use crate::checkpoint::writer::{SnapshotJob, SnapshotPayload};
 use crate::runtime::alignment::CheckpointingMode;
 use crate::runtime::codec::TypeRegistry;
-use crate::runtime::task::TaskMetrics;
 use crate::runtime::unaligned::lane::{lane, LaneSender};
-use crate::runtime::watermark::WatermarkStatus;
-
-/// Logs `R<x>` per record and `S<id>` per snapshot; each push first waits for the gate
-/// (open once its sender is dropped).
-struct Gated {
-    log: Arc<Mutex<Vec<String>>>,
-    gate: Receiver<()>,
-}
-
-impl Output<u64> for Gated {
-    fn push(&mut self, batch: &mut Vec<u64>) -> Result<()> {
-        let _ = self.gate.recv();
-        let mut log = self.log.lock().unwrap();
-        log.extend(batch.drain(..).map(|x| format!("R{x}")));
-        Ok(())
-    }
-    fn push_timestamped(&mut self, batch: &mut Vec<u64>, ts: &mut Vec<u64>) -> Result<()> {
-        ts.clear();
-        self.push(batch)
-    }
-    fn on_watermark(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
-        Ok(())
-    }
-    fn on_processing_time(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn snapshot(&mut self, b: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
-        self.log.lock().unwrap().push(format!("S{}", b.id));
-        Ok(())
-    }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn end_of_input(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn notify_complete(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn notify_aborted(&mut self, _: u64) -> Result<()> {
-        Ok(())
-    }
-}
 
 struct Harness {
     data: Vec<Sender<Event<u64>>>,
@@ -85,22 +39,8 @@ fn start(
         lanes.push(ltx);
         lane_rxs.push(lrx);
     }
-    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
-    let (jobs_tx, jobs) = crossbeam_channel::unbounded();
+    let (ctx, ctl_tx, jobs) = context(CheckpointingMode::ExactlyOnce);
     let log = Arc::new(Mutex::new(Vec::new()));
-    let ctx = TaskContext {
-        index: 0,
-        subtask: 0,
-        parallelism: 1,
-        attempt: 1,
-        mode: CheckpointingMode::ExactlyOnce,
-        buffer_timeout: Duration::from_millis(5),
-        control: ctl_rx,
-        writer: jobs_tx,
-        injector: None,
-        metrics: Arc::new(TaskMetrics::default()),
-        events: crossbeam_channel::unbounded().0,
-    };
     let inputs = UnalignedInputs {
         data: rxs,
         lanes: lane_rxs,
@@ -113,9 +53,11 @@ fn start(
         read_ahead_limit: 64,
         credits: Vec::new(),
     };
-    let chain = Box::new(Gated {
-        log: log.clone(),
-        gate,
+    // Logs records and snapshots only, each push held by the gate.
+    let chain = Box::new(LogChain {
+        event_time: false,
+        gate: Some(gate),
+        ..LogChain::new(&log)
     });
     prefill(&data, &lanes);
     let task = std::thread::spawn(move || run_input_unaligned(inputs, chain, ctx));
@@ -148,6 +90,23 @@ impl Harness {
     }
 }
 
+/// Queues what the upstreams sent before their snapshots, 10 batches of 100 records on
+/// channel 0 and 2 on channel 1, then announces and sends the barrier `b` on both.
+fn queue_then_barrier(data: &[Sender<Event<u64>>], lanes: &[LaneSender], b: CheckpointBarrier) {
+    for (c, batches) in [(0u64, 10u64), (1, 2)] {
+        for i in 0..batches {
+            let first = c * 10_000 + i * 100;
+            data[c as usize]
+                .send(Event::Batch((first..first + 100).collect()))
+                .unwrap();
+        }
+    }
+    for (lane, tx) in lanes.iter().zip(data) {
+        lane.send(b).unwrap();
+        tx.send(Event::Barrier(b)).unwrap();
+    }
+}
+
 fn channel_state(job: &SnapshotJob) -> Vec<(u32, u64)> {
     let SnapshotPayload::Captured(s) = &job.snapshot else {
         panic!("captured")
@@ -163,21 +122,7 @@ fn channel_state(job: &SnapshotJob) -> Vec<(u32, u64)> {
 fn the_acknowledgement_does_not_wait_for_the_queued_records_to_be_processed() {
     let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
     let b = CheckpointBarrier::checkpoint(1, 0);
-    let h = start(2, gate, |data, lanes| {
-        // Queued before the upstreams' snapshots: 10 and 2 batches of 100 records.
-        for (c, batches) in [(0u64, 10u64), (1, 2)] {
-            for i in 0..batches {
-                let first = c * 10_000 + i * 100;
-                data[c as usize]
-                    .send(Event::Batch((first..first + 100).collect()))
-                    .unwrap();
-            }
-        }
-        for (lane, tx) in lanes.iter().zip(data) {
-            lane.send(b).unwrap();
-            tx.send(Event::Barrier(b)).unwrap();
-        }
-    });
+    let h = start(2, gate, |data, lanes| queue_then_barrier(data, lanes, b));
     // The processing is held at its first record; the snapshot must still be submitted,
     // with every queued record as channel state.
     let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -256,20 +201,7 @@ fn a_coordinator_abort_drops_the_channel_state_and_the_next_checkpoint_completes
 fn records_read_ahead_for_one_checkpoint_and_not_yet_processed_are_channel_state_of_the_next() {
     let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
     let b1 = CheckpointBarrier::checkpoint(1, 0);
-    let h = start(2, gate, |data, lanes| {
-        for (c, batches) in [(0u64, 10u64), (1, 2)] {
-            for i in 0..batches {
-                let first = c * 10_000 + i * 100;
-                data[c as usize]
-                    .send(Event::Batch((first..first + 100).collect()))
-                    .unwrap();
-            }
-        }
-        for (lane, tx) in lanes.iter().zip(data) {
-            lane.send(b1).unwrap();
-            tx.send(Event::Barrier(b1)).unwrap();
-        }
-    });
+    let h = start(2, gate, |data, lanes| queue_then_barrier(data, lanes, b1));
     let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(channel_state(&job), [(0, 1000), (1, 200)]);
     // One batch processed; the other 1100 records wait in the read-ahead queues when
