@@ -14,12 +14,12 @@ fn origins(senders: u32) -> Vec<ChannelOrigin> {
         .collect()
 }
 
-/// A file of `batches` (each a run of records, timestamped as `10 × record` if `ts`).
-fn file(channel: u32, sender: u32, batches: &[std::ops::Range<u64>], ts: bool) -> ChannelStateFile {
+/// A file of `batches` (each the records `from..to`, timestamped as `10 × record` if `ts`).
+fn file(channel: u32, sender: u32, batches: &[(u64, u64)], ts: bool) -> ChannelStateFile {
     let batches = batches
         .iter()
         .map(|r| {
-            let records: Vec<u64> = r.clone().collect();
+            let records: Vec<u64> = (r.0..r.1).collect();
             let mut data = Vec::new();
             codec().encode(&records, &mut data).unwrap();
             ChannelBatch {
@@ -83,8 +83,8 @@ fn recorded(capture: &mut ChannelCapture<u64>) -> Vec<Vec<(u64, Option<u64>)>> {
 
 fn files() -> Vec<ChannelStateFile> {
     vec![
-        file(0, 0, &[0..300, 300..310], false),
-        file(1, 1, &[1000..1100], true),
+        file(0, 0, &[(0, 300), (300, 310)], false),
+        file(1, 1, &[(1000, 1100)], true),
     ]
 }
 
@@ -139,7 +139,7 @@ fn a_snapshot_at_any_point_records_exactly_what_was_not_handed_out() {
 fn a_file_is_replayed_as_the_channel_of_its_sender_else_its_own_channel() {
     // Rescaled: the sender of channel 0 is now channel 1's, and a file names a channel
     // past the last one.
-    let files = vec![file(0, 1, &[0..2], false), file(5, 9, &[7..8], false)];
+    let files = vec![file(0, 1, &[(0, 2)], false), file(5, 9, &[(7, 8)], false)];
     let mut r = RestoredChannels::new(files, &origins(2), codec());
     let got = by_channel(r.drain(10));
     assert_eq!(got[1], [(0, None), (1, None), (7, None)]);
@@ -150,7 +150,7 @@ fn a_file_is_replayed_as_the_channel_of_its_sender_else_its_own_channel() {
 
 #[test]
 fn a_batch_that_does_not_decode_is_an_error_naming_its_file() {
-    let mut f = file(1, 1, &[0..4], false);
+    let mut f = file(1, 1, &[(0, 4)], false);
     f.batches[0].data.truncate(1);
     let mut r = RestoredChannels::new(vec![f], &origins(2), codec());
     let e = r.next(10).unwrap_err().to_string();
