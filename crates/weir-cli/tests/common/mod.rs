@@ -525,9 +525,23 @@ pub fn stored_tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 pub fn kill_loop(
     tmp: &Path,
     job_dir: &Path,
-    (kills, window): (usize, (u64, u64)),
+    plan: (usize, (u64, u64)),
     seed: u64,
     args: impl Fn(bool) -> Vec<String>,
+    after_kill: impl FnMut(usize),
+) -> u64 {
+    let command = |restore| weir(tmp, args(restore));
+    kill_loop_command(tmp, job_dir, plan, seed, command, after_kill)
+}
+
+/// [`kill_loop`] for any program, not only `weir`: `command(restore)` builds the run (a
+/// user's job in a child process, say: [`child_job::command`]).
+pub fn kill_loop_command(
+    tmp: &Path,
+    job_dir: &Path,
+    (kills, window): (usize, (u64, u64)),
+    seed: u64,
+    command: impl Fn(bool) -> Command,
     mut after_kill: impl FnMut(usize),
 ) -> u64 {
     let mut rng = XorShift::from_env(seed);
@@ -535,7 +549,7 @@ pub fn kill_loop(
     for i in 0..kills {
         let delay = rng.range(window.0, window.1);
         let log = tmp.join(format!("run-{i}.log"));
-        let mut child = spawn_logged(&mut weir(tmp, args(i > 0)), &log);
+        let mut child = spawn_logged(&mut command(i > 0), &log);
         if i % 2 == 1 {
             // Every other run is killed `delay` after it completed a checkpoint of its own,
             // so a loaded machine (slow to its first checkpoint) cannot leave every restore

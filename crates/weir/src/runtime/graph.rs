@@ -317,11 +317,8 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         let replay = setup.replay;
         let unaligned = setup.unaligned;
         Ok(Box::new(move || {
-            if let Some(codec) = &codec {
-                replay_channel_state(&replay, codec.as_ref(), chain.as_mut(), &ctx)?;
-            }
-            drop(replay);
             match (unaligned, codec) {
+                // Replayed from inside the loop, between barriers.
                 (Some(w), Some(codec)) => {
                     let inputs = UnalignedInputs {
                         data: inputs,
@@ -332,10 +329,17 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                         uid: w.uid,
                         read_ahead_limit: w.read_ahead_limit,
                         credits: w.credits,
+                        restored: replay,
                     };
                     run_input_unaligned(inputs, chain, ctx)
                 }
-                _ => run_input(inputs, chain, ctx),
+                (_, codec) => {
+                    if let Some(codec) = &codec {
+                        replay_channel_state(&replay, codec.as_ref(), chain.as_mut(), &ctx)?;
+                    }
+                    drop(replay);
+                    run_input(inputs, chain, ctx)
+                }
             }
         }))
     }

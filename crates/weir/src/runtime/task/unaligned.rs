@@ -20,6 +20,11 @@
 //!   chunks, when a barrier waits or a draining channel has events, the rest of the batch
 //!   goes back to the front of its channel's read-ahead queue (so it counts as read, not
 //!   processed) and the loop looks at its lanes and channels first.
+//! * Restored channel state ([`RestoredChannels`]) is replayed a chunk per iteration before
+//!   anything read ahead or read for processing (it was sent before all of it), with the
+//!   lanes and draining channels looked at between two chunks; a snapshot taken during the
+//!   replay records what is not replayed yet as channel state, ahead of what the task read
+//!   ahead.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -29,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
+use super::replay::RestoredChannels;
 use super::{on_control, ChannelState, Control, TaskContext};
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::error::{Error, Result};
 use crate::runtime::codec::RecordCodec;
 use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
@@ -65,6 +72,9 @@ pub struct UnalignedInputs<T> {
     /// channel's sender, which counts them against the channel's capacity (credit): what
     /// is read ahead stays a part of the backpressure. Empty: not shared (tests).
     pub credits: Vec<Arc<AtomicUsize>>,
+    /// The restored channel state of this subtask, replayed before any new input while
+    /// barriers are taken as usual (empty for a fresh start).
+    pub restored: Vec<ChannelStateFile>,
 }
 
 /// The shared read-ahead counts; zeroed when the task ends, so a sender waiting for
@@ -129,6 +139,7 @@ struct Loop<'a, T> {
     fin: Finishing,
     capture: ChannelCapture<T>,
     ahead: ReadAhead<T>,
+    restored: RestoredChannels<T>,
     taken: Option<Taken>,
     uid: String,
     read_ahead_limit: usize,
@@ -167,6 +178,7 @@ pub fn run_input_unaligned<T: Send>(
         valve: StatusWatermarkValve::new(n),
         channels: vec![ChannelState::default(); n],
         fin: Finishing::new(),
+        restored: RestoredChannels::new(inputs.restored, &inputs.origins, inputs.codec.clone()),
         capture: ChannelCapture::new(inputs.codec, inputs.origins),
         ahead: ReadAhead::new(n),
         taken: None,
@@ -178,7 +190,11 @@ pub fn run_input_unaligned<T: Send>(
     let mut lane_open = vec![true; n];
     let mut last_flush = Instant::now();
     loop {
-        if l.fin.is_done() && l.ahead.is_empty() && l.channels.iter().all(|c| c.closed) {
+        if l.fin.is_done()
+            && l.restored.is_empty()
+            && l.ahead.is_empty()
+            && l.channels.iter().all(|c| c.closed)
+        {
             return l.chain.flush();
         }
         for (c, lane) in lanes.iter().enumerate() {
@@ -199,13 +215,14 @@ pub fn run_input_unaligned<T: Send>(
         for (c, rx) in data.iter().enumerate() {
             l.read_ahead(c, rx)?;
         }
-        if let Some((c, event)) = l.ahead.pop() {
-            l.credits.add(c, -1);
-            match l.ctx.control.try_recv() {
-                Ok(ctl) => l.control(ctl)?,
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+        if !l.restored.is_empty() {
+            l.poll_control()?;
+            if let Some((c, event)) = l.restored.next(PROCESS_CHUNK)? {
+                l.process(c, event)?;
             }
+        } else if let Some((c, event)) = l.ahead.pop() {
+            l.credits.add(c, -1);
+            l.poll_control()?;
             l.process(c, event)?;
         } else {
             // Selectable: the control channel, the open lanes, the readable channels.
@@ -260,6 +277,15 @@ pub fn run_input_unaligned<T: Send>(
 }
 
 impl<T: Send> Loop<'_, T> {
+    /// Handles a control message if one waits (between two events, as the select would).
+    fn poll_control(&mut self) -> Result<()> {
+        match self.ctx.control.try_recv() {
+            Ok(ctl) => self.control(ctl),
+            Err(TryRecvError::Empty) => Ok(()),
+            Err(TryRecvError::Disconnected) => Err(Error::Cancelled),
+        }
+    }
+
     /// Reads channel `c` ahead of processing while it is draining: up to its marker, or as
     /// far as it has events now, or until its queue holds the limit.
     fn read_ahead(&mut self, c: usize, rx: &Receiver<Event<T>>) -> Result<()> {
@@ -409,9 +435,11 @@ impl<T: Send> Loop<'_, T> {
             if let BarrierKind::Stop { .. } = b.kind {
                 self.fin.on_stop_barrier(b.id);
             }
-            // Events read ahead for an earlier checkpoint and not processed yet are in
-            // neither this snapshot's operator state nor (read before it) its capture:
-            // they are in flight for this checkpoint too, ahead of anything read later.
+            // Restored records not replayed yet, then events read ahead for an earlier
+            // checkpoint and not processed yet, are in neither this snapshot's operator
+            // state nor (read before it) its capture: they are in flight for this
+            // checkpoint too, in that order, ahead of anything read later.
+            self.restored.record_rest(&mut self.capture)?;
             for (c, e) in self.ahead.waiting() {
                 self.capture.record_event(c, e)?;
             }

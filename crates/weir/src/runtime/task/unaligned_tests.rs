@@ -30,6 +30,16 @@ fn start(
     gate: Receiver<()>,
     prefill: impl FnOnce(&[Sender<Event<u64>>], &[LaneSender]),
 ) -> Harness {
+    start_restored(channels, gate, Vec::new(), prefill)
+}
+
+/// [`start`] for a task restored with the channel state `restored`.
+fn start_restored(
+    channels: usize,
+    gate: Receiver<()>,
+    restored: Vec<ChannelStateFile>,
+    prefill: impl FnOnce(&[Sender<Event<u64>>], &[LaneSender]),
+) -> Harness {
     let (mut data, mut rxs, mut lanes, mut lane_rxs) = (vec![], vec![], vec![], vec![]);
     for _ in 0..channels {
         let (tx, rx) = crossbeam_channel::bounded(64);
@@ -52,6 +62,7 @@ fn start(
         uid: "head".into(),
         read_ahead_limit: 64,
         credits: Vec::new(),
+        restored,
     };
     // Logs records and snapshots only, each push held by the gate.
     let chain = Box::new(LogChain {
@@ -223,4 +234,90 @@ fn records_read_ahead_for_one_checkpoint_and_not_yet_processed_are_channel_state
         "every record processed once, and S1–S3"
     );
     assert_eq!(log.iter().position(|l| l == "S2"), Some(101));
+}
+
+/// Restored channel state of channel `c` (sender `c`): `records` in one batch.
+fn restored_file(c: u32, records: std::ops::Range<u64>) -> ChannelStateFile {
+    let records: Vec<u64> = records.collect();
+    let mut data = Vec::new();
+    let codec = TypeRegistry::with_common_types().codec::<u64>().unwrap();
+    codec.encode(&records, &mut data).unwrap();
+    let batch = crate::checkpoint::layout::ChannelBatch {
+        records: records.len() as u32,
+        timestamped: false,
+        timestamps: Vec::new(),
+        data,
+    };
+    ChannelStateFile {
+        subtask: 0,
+        channel: c,
+        edge: 0,
+        sender: c,
+        batches: vec![batch],
+    }
+}
+
+#[test]
+fn a_checkpoint_during_the_replay_completes_with_the_rest_of_the_replay_as_channel_state() {
+    let (gate_tx, gate) = crossbeam_channel::bounded::<()>(0);
+    let restored = vec![restored_file(0, 0..1000), restored_file(1, 10_000..10_200)];
+    let h = start_restored(2, gate, restored, |data, _| {
+        // New input on channel 0, sent after the restored records.
+        data[0].send(Event::Batch(vec![5000])).unwrap();
+    });
+    // Three chunks of the replay are processed (256 records each, from channel 0's
+    // batch); the fourth waits at the gate when the barrier is announced.
+    for _ in 0..3 {
+        gate_tx.send(()).unwrap();
+    }
+    let b = CheckpointBarrier::checkpoint(1, 0);
+    for (lane, tx) in h.lanes.iter().zip(&h.data) {
+        lane.send(b).unwrap();
+        tx.send(Event::Barrier(b)).unwrap();
+    }
+    gate_tx.send(()).unwrap();
+    // Completed while the replay goes on: what was not replayed is channel state, with
+    // the record read ahead behind it on channel 0.
+    let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(job.checkpoint_id, 1);
+    assert_eq!(channel_state(&job), [(0, 1000 - 3 * 256 + 1), (1, 200)]);
+    let SnapshotPayload::Captured(s) = &job.snapshot else {
+        panic!("captured")
+    };
+    let mut recorded = Vec::new();
+    let codec = TypeRegistry::with_common_types().codec::<u64>().unwrap();
+    for b in &s.channel_state[0].batches {
+        codec
+            .decode(&b.data, b.records as usize, "test", &mut recorded)
+            .unwrap();
+    }
+    let want: Vec<u64> = (768..1000).chain([5000]).collect();
+    assert_eq!(
+        recorded, want,
+        "the rest of the replay, then what was read ahead"
+    );
+    drop(gate_tx);
+    let log = h.finish(2);
+    // Processed once each, in each channel's order: the replay, then the new input.
+    let s1 = log.iter().position(|l| l == "S1").unwrap();
+    assert_eq!(
+        s1,
+        3 * 256,
+        "the snapshot came after three chunks: {:?}",
+        &log[..4]
+    );
+    let records = |from: &[String], pick: &dyn Fn(u64) -> bool| -> Vec<u64> {
+        from.iter()
+            .filter_map(|l| l.strip_prefix('R')?.parse().ok())
+            .filter(|x| pick(*x))
+            .collect()
+    };
+    let all: Vec<u64> = (0..1000).chain([5000]).collect();
+    assert_eq!(records(&log, &|x| x < 10_000 || x == 5000), all);
+    assert_eq!(
+        records(&log, &|x| x >= 10_000),
+        (10_000..10_200).collect::<Vec<_>>()
+    );
+    assert_eq!(log.len(), 1 + 1200 + 1 + 1);
+    assert_eq!(log.last().map(String::as_str), Some("S2"));
 }

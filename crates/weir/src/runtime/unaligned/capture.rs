@@ -56,6 +56,14 @@ impl<T> ChannelCapture<T> {
         Ok(())
     }
 
+    /// Records `batch`, already encoded by this capture's codec (restored channel state not
+    /// replayed yet), as channel state of channel `c`. Empty batches are not recorded.
+    pub fn record_encoded(&mut self, c: usize, batch: ChannelBatch) {
+        if batch.records > 0 {
+            self.batches[c].push(batch);
+        }
+    }
+
     /// Records what `event` carries, if it carries records.
     pub fn record_event(&mut self, c: usize, event: &Event<T>) -> Result<()> {
         match event {
