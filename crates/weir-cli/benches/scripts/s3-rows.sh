@@ -6,10 +6,11 @@
 #   * ckpt-10m: one checkpoint of 10 M keys (keyed-count over 10 M events and 10 M keys:
 #     its final checkpoint holds every key): the checkpoint's duration and size, as the
 #     run summary prints them;
-#   * w1: W1 (keyed-count, 100 k keys, p=2) with checkpoints every 200 ms: events/s as the
+#   * w1: W1 (keyed-count, 100 k keys, p=2) with checkpoints every 200 ms (-i: W1's own
+#     interval is 1s, the 200 ms default puts five times its checkpoint load on S3): events/s as the
 #     run summary prints them, and checkpoint durations.
 #
-#   crates/weir-cli/benches/scripts/s3-rows.sh [-r ROUNDS] [-e W1_EVENTS] [-k CKPT_KEYS] WEIR_BIN
+#   crates/weir-cli/benches/scripts/s3-rows.sh [-r ROUNDS] [-e W1_EVENTS] [-i W1_INTERVAL] [-k CKPT_KEYS] WEIR_BIN
 #
 # ROWS="w1" (or "ckpt-10m") runs one row only. Beside the wall-clock numbers it reports each
 # run's own CPU time (/usr/bin/time) and moto's: on a loaded 2-core machine moto (Python)
@@ -27,16 +28,18 @@ set -euo pipefail
 rounds=5
 w1_events=300000000
 ckpt_keys=10000000
-while getopts "r:e:k:h" opt; do
+w1_interval=200ms
+while getopts "r:e:i:k:h" opt; do
     case $opt in
     r) rounds=$OPTARG ;;
     e) w1_events=$OPTARG ;;
+    i) w1_interval=$OPTARG ;;
     k) ckpt_keys=$OPTARG ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p' >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 1 ] || { echo "usage: $0 [-r ROUNDS] [-e W1_EVENTS] [-k CKPT_KEYS] WEIR_BIN" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [-r ROUNDS] [-e W1_EVENTS] [-i W1_INTERVAL] [-k CKPT_KEYS] WEIR_BIN" >&2; exit 2; }
 weir=$1
 
 work=$(mktemp -d)
@@ -92,7 +95,7 @@ run() {
             { cat "$out" "$work/err" >&2; exit 1; } ;;
     w1)
         "${timer[@]}" "$weir" run keyed-count --events "$w1_events" --keys 100000 --parallelism 2 \
-            --emit updates --discard-output --checkpoint-interval 200ms \
+            --emit updates --discard-output --checkpoint-interval "$w1_interval" \
             --checkpoint-dir "$dir" >"$out" 2>"$work/err" ||
             { cat "$out" "$work/err" >&2; exit 1; } ;;
     esac
@@ -127,7 +130,7 @@ for row in ${ROWS:-ckpt-10m w1}; do
 done
 
 summary() {
-    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" -v server="$server" '
+    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" -v server="$server" -v interval="$w1_interval" '
     function median(v, n,   i, j, t) {
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
         return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
@@ -141,7 +144,7 @@ summary() {
             printf "| %g M keys run: weir CPU time (user + sys) | %.2f s | %.2f s | ×%.3f |\n", keys / 1e6, median(ca, n), median(cb, n), median(rc, n)
             printf "| %g M keys run: %s CPU time | - | %.2f s | |\n", keys / 1e6, server, median(m, n)
         } else {
-            printf "| W1, checkpoints every 200 ms: events/s | %.1f M | %.1f M | ×%.3f |\n", median(a1, n) / 1e6, median(b1, n) / 1e6, median(r1, n)
+            printf "| W1, checkpoints every %s: events/s | %.1f M | %.1f M | ×%.3f |\n", interval, median(a1, n) / 1e6, median(b1, n) / 1e6, median(r1, n)
             printf "| W1: checkpoint duration (max per run) | %.0f ms | %.0f ms | ×%.2f |\n", median(a2, n), median(b2, n), median(r2, n)
             printf "| W1: weir CPU time per run (user + sys) | %.2f s | %.2f s | ×%.3f |\n", median(ca, n), median(cb, n), median(rc, n)
             printf "| W1: checkpoints per run (S3) ; %s CPU time per run | | %d ; %.2f s | |\n", server, median(bn, n), median(m, n)
