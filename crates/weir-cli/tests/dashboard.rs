@@ -96,7 +96,7 @@ fn value(samples: &[Sample], name: &str) -> f64 {
 fn the_api_and_metrics_follow_a_running_job() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = Running::start(
+    let job = start_job(
         t,
         &[
             "--inject-failures",
@@ -393,7 +393,7 @@ fn a_token_protects_the_api_and_metrics() {
     let t = tmp.path();
     let token_file = t.join("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
-    let job = Running::start(
+    let job = start_job(
         t,
         &[
             "--control",
@@ -451,7 +451,7 @@ fn a_token_protects_the_api_and_metrics() {
 fn an_event_time_job_shows_its_watermark_lag() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = Running::start(t, &["--event-time"], "event-time");
+    let job = start_job(t, &["--event-time"], "event-time");
     // The generator stamps events with the wall clock and the watermark trails the newest
     // stamp by 100 ms (keyed-count's bound), so the lag is at least that much.
     let lagging = |v: &Value, uid: &str| -> Vec<u64> {
@@ -528,7 +528,7 @@ fn the_pages_stay_readable_while_the_run_lingers_after_its_job() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     // 2 s of input, then 4 s more of serving the final status.
-    let job = Running::start_events(t, 1_000_000, &["--control-linger", "4s"], "linger");
+    let job = start_job_events(t, 1_000_000, &["--control-linger", "4s"], "linger");
     let done = wait_for(&job.url("/api/job"), "the job finished", |v| {
         v["state"] == "finished"
     });
@@ -564,7 +564,7 @@ fn unaligned_checkpoints_show_as_unaligned_in_the_history() {
     // The count at a tenth of the generator's 500 000 a second: its input channels stay
     // full, so every checkpoint overtakes records in flight.
     let extra = ["--unaligned", "--sink-rate", "50000"];
-    let job = Running::start_events(t, 2_000_000, &extra, "unaligned");
+    let job = start_job_events(t, 2_000_000, &extra, "unaligned");
     let unaligned = |r: &&Value| r["status"] == "completed" && r["alignment"] == "unaligned";
     let v = wait_for(
         &job.url("/api/checkpoints"),

@@ -137,7 +137,7 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
     let t = tmp.path();
     // Long enough for every browser run below on a busy machine; stopped at the end.
     // In event time, so that the pages show watermark lag.
-    let job = Running::start_events(t, 100_000_000, &["--event-time"], "browser");
+    let job = start_job_events(t, 100_000_000, &["--event-time"], "browser");
     wait_for(
         &job.url("/api/checkpoints"),
         "a checkpoint completed",
@@ -350,7 +350,7 @@ fn the_checkpoint_history_shows_unaligned_checkpoints_in_a_browser() {
     // full, so every checkpoint overtakes records in flight. 2 M events last 40 s, longer
     // than the test needs on a busy machine; the job is killed when it is dropped.
     let extra = ["--unaligned", "--sink-rate", "50000"];
-    let job = Running::start_events(t, 2_000_000, &extra, "unaligned");
+    let job = start_job_events(t, 2_000_000, &extra, "unaligned");
     let unaligned =
         |r: &serde_json::Value| r["status"] == "completed" && r["alignment"] == "unaligned";
     wait_for(

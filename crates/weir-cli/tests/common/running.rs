@@ -38,15 +38,19 @@ impl Running {
                 .find_map(|l| l.split("control endpoint ").nth(1))
                 .and_then(|rest| rest.split_whitespace().next())
             {
-                return Running {
-                    child,
-                    addr: addr.to_string(),
-                    log,
-                };
+                // Bound to every interface (`--control-addr 0.0.0.0:…`), it is reached on
+                // loopback.
+                let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
+                return Running { child, addr, log };
             }
             assert!(Instant::now() < deadline, "no control address in\n{text}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The URL of `path` on the job's control endpoint (REST API, dashboard).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
     }
 
     /// Waits for the job to exit; returns its exit code and everything it printed.

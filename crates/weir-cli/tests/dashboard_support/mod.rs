@@ -4,92 +4,49 @@
 
 pub mod devtools;
 
-use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::common::*;
 
-/// A job started in the background, with the control address it printed.
-pub struct Running {
-    pub child: Child,
-    pub addr: String,
-    pub log: PathBuf,
+pub use crate::common::running::Running;
+
+/// Starts keyed-count at parallelism 2 over 10 million records (20 s), checkpoints every
+/// 200 ms, and waits for its control address.
+pub fn start_job(tmp: &Path, extra: &[&str], name: &str) -> Running {
+    start_job_events(tmp, 10_000_000, extra, name)
 }
 
-impl Drop for Running {
-    /// A failing test must not leave its job running.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    /// Starts keyed-count at parallelism 2 over 10 million records (20 s), checkpoints every
-    /// 200 ms, and waits for its control address.
-    pub fn start(tmp: &Path, extra: &[&str], name: &str) -> Running {
-        Running::start_events(tmp, 10_000_000, extra, name)
-    }
-
-    /// [`Running::start`] over `events` records (at 500 000 a second).
-    // The child is waited for by `finish` or by `Drop`.
-    #[allow(clippy::zombie_processes)]
-    pub fn start_events(tmp: &Path, events: u64, extra: &[&str], name: &str) -> Running {
-        let events = events.to_string();
-        let mut args: Vec<String> = [
-            "run",
-            "keyed-count",
-            "--events",
-            &events,
-            "--keys",
-            "61",
-            "--parallelism",
-            "2",
-            "--rate",
-            "500000",
-            "--checkpoint-interval",
-            "200ms",
-            "--checkpoint-dir",
-            &checkpoint_arg(&tmp.join("ck")),
-            "--savepoint-dir",
-            &checkpoint_arg(&tmp.join("sp")),
-            "--output",
-            &s(&tmp.join(format!("out-{name}"))),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let log = tmp.join(format!("{name}.log"));
-        let child = spawn_logged(&mut weir(tmp, &args), &log);
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(addr) = text
-                .lines()
-                .find_map(|l| l.split("control endpoint ").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-            {
-                // Bound to every interface, it is reached on loopback.
-                let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
-                return Running { child, addr, log };
-            }
-            assert!(Instant::now() < deadline, "no control address in\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    pub fn finish(mut self) -> (Option<i32>, String) {
-        let status = wait_deadline(&mut self.child, RUN_TIMEOUT, "weir run");
-        (status.code(), std::fs::read_to_string(&self.log).unwrap())
-    }
+/// [`start_job`] over `events` records (at 500 000 a second).
+pub fn start_job_events(tmp: &Path, events: u64, extra: &[&str], name: &str) -> Running {
+    let events = events.to_string();
+    let mut args: Vec<String> = [
+        "run",
+        "keyed-count",
+        "--events",
+        &events,
+        "--keys",
+        "61",
+        "--parallelism",
+        "2",
+        "--rate",
+        "500000",
+        "--checkpoint-interval",
+        "200ms",
+        "--checkpoint-dir",
+        &checkpoint_arg(&tmp.join("ck")),
+        "--savepoint-dir",
+        &checkpoint_arg(&tmp.join("sp")),
+        "--output",
+        &s(&tmp.join(format!("out-{name}"))),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Running::start(&mut weir(tmp, &args), tmp.join(format!("{name}.log")))
 }
 
 pub fn agent() -> ureq::Agent {
