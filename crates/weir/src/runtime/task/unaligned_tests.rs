@@ -265,9 +265,11 @@ fn a_checkpoint_during_the_replay_completes_with_the_rest_of_the_replay_as_chann
         // New input on channel 0, sent after the restored records.
         data[0].send(Event::Batch(vec![5000])).unwrap();
     });
-    // Three chunks of the replay are processed (256 records each, from channel 0's
-    // batch); the fourth waits at the gate when the barrier is announced.
-    for _ in 0..3 {
+    // Two chunks of the replay are processed (256 records each, from channel 0's batch);
+    // the barrier is announced while the third is not handed out yet or waits at the
+    // gate (which of the two is the threads' race), and the loop looks at its lanes
+    // before each chunk: the snapshot comes after two or three chunks, never after all.
+    for _ in 0..2 {
         gate_tx.send(()).unwrap();
     }
     let b = CheckpointBarrier::checkpoint(1, 0);
@@ -280,7 +282,13 @@ fn a_checkpoint_during_the_replay_completes_with_the_rest_of_the_replay_as_chann
     // the record read ahead behind it on channel 0.
     let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(job.checkpoint_id, 1);
-    assert_eq!(channel_state(&job), [(0, 1000 - 3 * 256 + 1), (1, 200)]);
+    let state = channel_state(&job);
+    let replayed = 1000 + 1 - state[0].1;
+    assert!(
+        replayed == 2 * 256 || replayed == 3 * 256,
+        "{state:?}: the snapshot came after two or three chunks"
+    );
+    assert_eq!(state[1], (1, 200));
     let SnapshotPayload::Captured(s) = &job.snapshot else {
         panic!("captured")
     };
@@ -291,7 +299,7 @@ fn a_checkpoint_during_the_replay_completes_with_the_rest_of_the_replay_as_chann
             .decode(&b.data, b.records as usize, "test", &mut recorded)
             .unwrap();
     }
-    let want: Vec<u64> = (768..1000).chain([5000]).collect();
+    let want: Vec<u64> = (replayed..1000).chain([5000]).collect();
     assert_eq!(
         recorded, want,
         "the rest of the replay, then what was read ahead"
@@ -301,10 +309,8 @@ fn a_checkpoint_during_the_replay_completes_with_the_rest_of_the_replay_as_chann
     // Processed once each, in each channel's order: the replay, then the new input.
     let s1 = log.iter().position(|l| l == "S1").unwrap();
     assert_eq!(
-        s1,
-        3 * 256,
-        "the snapshot came after three chunks: {:?}",
-        &log[..4]
+        s1 as u64, replayed,
+        "the snapshot came after the chunks it did not record"
     );
     let records = |from: &[String], pick: &dyn Fn(u64) -> bool| -> Vec<u64> {
         from.iter()
