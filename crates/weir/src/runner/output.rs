@@ -6,8 +6,7 @@
 //! a partial folder under the output name. An existing output folder is replaced only if it
 //! is a previous Weir output (has `_SUCCESS`) or is empty.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, Write};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 /// An exclusive lock on one output folder, held by a run from before it touches the
@@ -42,42 +41,24 @@ pub(crate) fn lock(output: &Path) -> Result<OutputLock, String> {
             )
         })?;
     }
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| {
-            format!(
-                "cannot open the output lock file {}: {e} (is the output's parent folder writable?)",
-                path.display()
-            )
-        })?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = match holder.trim() {
-                "" => "another process".to_string(),
-                h => h.to_string(),
-            };
-            return Err(format!(
-                "the output folder {} is being written by another run ({holder}); wait for \
-                 it to end, stop it, or choose another --output",
-                output.display()
-            ));
-        }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(format!("cannot lock {}: {e}", path.display()));
-        }
-    }
-    let me = crate::storage::holder_description();
-    let _ = file
-        .set_len(0)
-        .and_then(|()| file.rewind())
-        .and_then(|()| file.write_all(me.as_bytes()));
+    use crate::storage::local::{lock_file, FileLockError};
+    let file = lock_file(&path).map_err(|e| match e {
+        FileLockError::Held(holder) => format!(
+            "the output folder {} is being written by another run ({}); wait for it to end, \
+             stop it, or choose another --output",
+            output.display(),
+            if holder.is_empty() {
+                "another process"
+            } else {
+                &holder
+            }
+        ),
+        FileLockError::Io("open the lock file", e) => format!(
+            "cannot open the output lock file {}: {e} (is the output's parent folder writable?)",
+            path.display()
+        ),
+        FileLockError::Io(what, e) => format!("cannot {what} {}: {e}", path.display()),
+    })?;
     Ok(OutputLock { _file: file })
 }
 

@@ -216,42 +216,58 @@ impl StorageBackend for LocalBackend {
 }
 
 /// Locks `root`'s [`LOCK_FILE_NAME`] for this process, or names the run that holds it.
-/// A lock (not the file's presence) is what counts, so a run killed with SIGKILL leaves
-/// nothing to clean up: the operating system releases its lock.
 fn take_ownership(root: &Path) -> Result<File, StorageError> {
     let path = root.join(LOCK_FILE_NAME);
     let hint = "check that the folder is writable or pass --checkpoint-dir";
+    lock_file(&path).map_err(|e| match e {
+        FileLockError::Held(holder) => StorageError::InUse {
+            root: root.to_path_buf(),
+            holder: if holder.is_empty() {
+                "it has not said who it is yet".into()
+            } else {
+                holder
+            },
+        },
+        FileLockError::Io(what, e) => io_err(what, &path, hint)(e),
+    })
+}
+
+/// Why [`lock_file`] took no lock.
+#[derive(Debug)]
+pub(crate) enum FileLockError {
+    /// Another process holds the lock; what it wrote about itself (empty: nothing yet).
+    Held(String),
+    /// Opening, locking or writing the file failed: what was being done, and why.
+    Io(&'static str, io::Error),
+}
+
+/// Opens (creating) `path`, takes an exclusive lock on it and writes this process's
+/// [`holder_description`](super::holder_description) into it, for a refused taker to
+/// name. A lock, not the file's presence, is what counts: the operating system releases
+/// it when the process dies, so a run killed with SIGKILL leaves nothing to clean up.
+/// One mechanism for the checkpoint folder's owner and the runner's output folder.
+pub(crate) fn lock_file(path: &Path) -> Result<File, FileLockError> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(io_err("open the lock file", &path, hint))?;
+        .open(path)
+        .map_err(|e| FileLockError::Io("open the lock file", e))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = io::Read::read_to_string(&mut file, &mut holder);
-            let holder = holder.trim();
-            return Err(StorageError::InUse {
-                root: root.to_path_buf(),
-                holder: if holder.is_empty() {
-                    "it has not said who it is yet".into()
-                } else {
-                    holder.to_string()
-                },
-            });
+            return Err(FileLockError::Held(holder.trim().to_string()));
         }
-        Err(fs::TryLockError::Error(e)) => {
-            return Err(io_err("lock", &path, hint)(e));
-        }
+        Err(fs::TryLockError::Error(e)) => return Err(FileLockError::Io("lock", e)),
     }
     let me = super::holder_description();
     file.set_len(0)
         .and_then(|()| io::Seek::rewind(&mut file))
         .and_then(|()| file.write_all(me.as_bytes()))
-        .map_err(io_err("write the lock file", &path, hint))?;
+        .map_err(|e| FileLockError::Io("write the lock file", e))?;
     Ok(file)
 }
 
