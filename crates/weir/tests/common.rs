@@ -122,11 +122,17 @@ fn keyed_count_with<S: SourceFunction<u64>>(
         .add_sink("collect", out.clone())
         .uid("sink");
     let result = env.execute()?;
+    Ok((final_counts(out.take()), result))
+}
+
+/// The final `(key, count)` pairs a keyed count emitted at the end of its input, as a map;
+/// a key emitted twice fails the test (its count would be doubled or stale).
+pub fn final_counts(pairs: Vec<(u64, u64)>) -> HashMap<u64, u64> {
     let mut counts = HashMap::new();
-    for (k, c) in out.take() {
+    for (k, c) in pairs {
         assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
     }
-    Ok((counts, result))
+    counts
 }
 
 /// A source that stops a job in the middle of its input, deterministically: each subtask

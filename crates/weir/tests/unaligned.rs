@@ -53,11 +53,7 @@ fn run_backpressured(cfg: JobConfig, n: u64, keys: u64) -> Result<(HashMap<u64, 
         .add_sink("collect", out.clone())
         .uid("sink");
     let result = env.execute()?;
-    let mut counts = HashMap::new();
-    for (k, c) in out.take() {
-        assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
-    }
-    Ok((counts, result))
+    Ok((final_counts(out.take()), result))
 }
 
 /// Checkpoints were taken unaligned and saved records in flight.

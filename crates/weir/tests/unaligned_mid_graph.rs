@@ -157,11 +157,7 @@ fn run_three_stages(cfg: JobConfig, n: u64, keys: u64) -> (HashMap<u64, u64>, Jo
     .add_sink("collect", out.clone())
     .uid("sink");
     let result = env.execute().unwrap();
-    let mut counts = HashMap::new();
-    for (k, c) in out.take() {
-        assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
-    }
-    (counts, result)
+    (final_counts(out.take()), result)
 }
 
 /// Injected panics in any task of the three-stage job under backpressure, unaligned and

@@ -128,11 +128,11 @@ fn run(
     .add_sink("collect", out.clone())
     .uid("sink");
     let result = env.execute().unwrap();
-    let mut counts = HashMap::new();
-    for (k, c) in out.take() {
-        assert!(counts.insert(k, c).is_none(), "key {k} emitted twice");
-    }
-    (counts, result, fired.load(Ordering::SeqCst))
+    (
+        final_counts(out.take()),
+        result,
+        fired.load(Ordering::SeqCst),
+    )
 }
 
 /// Failures during the replay, after a checkpoint completed in it, unaligned and with

@@ -21,31 +21,25 @@ pub fn start_job(tmp: &Path, extra: &[&str], name: &str) -> Running {
 
 /// [`start_job`] over `events` records (at 500 000 a second).
 pub fn start_job_events(tmp: &Path, events: u64, extra: &[&str], name: &str) -> Running {
-    let events = events.to_string();
-    let mut args: Vec<String> = [
-        "run",
-        "keyed-count",
-        "--events",
-        &events,
-        "--keys",
-        "61",
-        "--parallelism",
-        "2",
+    let (ck, sp) = (
+        checkpoint_arg(&tmp.join("ck")),
+        checkpoint_arg(&tmp.join("sp")),
+    );
+    let out = s(&tmp.join(format!("out-{name}")));
+    let mut flags = vec![
         "--rate",
         "500000",
         "--checkpoint-interval",
         "200ms",
         "--checkpoint-dir",
-        &checkpoint_arg(&tmp.join("ck")),
+        &ck,
         "--savepoint-dir",
-        &checkpoint_arg(&tmp.join("sp")),
+        &sp,
         "--output",
-        &s(&tmp.join(format!("out-{name}"))),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
+        &out,
+    ];
+    flags.extend_from_slice(extra);
+    let args = keyed_count_args(events, 61, &flags, false);
     Running::start(&mut weir(tmp, &args), tmp.join(format!("{name}.log")))
 }
 
