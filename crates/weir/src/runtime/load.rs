@@ -133,6 +133,14 @@ pub(crate) fn send<E>(s: &Sender<E>, event: E, records: usize) -> Result<(), Sen
     Ok(())
 }
 
+/// Whether channel `s` has room for one more event when the `credit` events its consumer
+/// read ahead count against its capacity: the one flow-control rule of unaligned jobs,
+/// for the senders here and the room questions of the network writers.
+#[inline]
+pub(crate) fn has_credit_room<E>(s: &Sender<E>, credit: &AtomicUsize) -> bool {
+    s.len() + credit.load(Relaxed) < s.capacity().unwrap_or(usize::MAX)
+}
+
 /// How often a deferrable send into a full channel looks whether a barrier is waiting.
 const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -166,8 +174,7 @@ pub(crate) fn send_or_defer<E>(
     if deferrable.is_none() && probe.is_none() && credit.is_none() {
         return send(s, event, records).map(|()| None);
     }
-    let capacity = s.capacity().unwrap_or(usize::MAX);
-    let over = || credit.is_some_and(|h| s.len() + h.load(Relaxed) >= capacity);
+    let over = || credit.is_some_and(|h| !has_credit_room(s, h));
     let mut event = event;
     if !over() {
         match s.try_send(event) {

@@ -223,10 +223,10 @@ impl<T> Channels<T> {
     /// Whether every channel with a read-ahead credit has room for one more event under
     /// it ([`Output::has_room`]); true when there are no credits (not unaligned).
     fn has_room(&self) -> bool {
-        self.credits.iter().zip(&self.senders).all(|(h, s)| {
-            let capacity = s.capacity().unwrap_or(usize::MAX);
-            s.len() + h.load(std::sync::atomic::Ordering::Relaxed) < capacity
-        })
+        self.credits
+            .iter()
+            .zip(&self.senders)
+            .all(|(h, s)| crate::runtime::load::has_credit_room(s, h))
     }
 
     /// Adds a send on each full channel to `sel` ([`Output::watch_room`]); false when a
@@ -234,12 +234,10 @@ impl<T> Channels<T> {
     fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
         let mut watched = true;
         for (h, s) in self.credits.iter().zip(&self.senders) {
-            let capacity = s.capacity().unwrap_or(usize::MAX);
-            let len = s.len();
-            if len + h.load(std::sync::atomic::Ordering::Relaxed) < capacity {
+            if crate::runtime::load::has_credit_room(s, h) {
                 continue;
             }
-            if len >= capacity {
+            if s.is_full() {
                 sel.send(s);
             } else {
                 watched = false;
