@@ -240,3 +240,26 @@ fn restoring_an_older_checkpoint_does_not_duplicate_rows() {
     );
     assert_same_as_reference(tmp.path(), &o, "q2", &generated());
 }
+
+/// `--restore latest` after a run that finished: it published its output (the committed
+/// parts merged into `q1.csv`), so the restore has no staging folder to continue and is
+/// refused before anything is touched, saying so; the published result stays as it was.
+/// (It used to fail at the restore's commit with "the output of transaction … is lost".)
+#[test]
+fn restoring_after_a_finished_run_is_refused_and_keeps_the_published_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let base = ["--checkpoint-interval", "50ms"];
+    run(&mut weir(tmp.path(), nexmark_args("q1", &d, &o, &base))).assert_success();
+    let published = fs::read(o.join("q1.csv")).unwrap();
+    let mut args = nexmark_args("q1", &d, &o, &base);
+    args.extend(["--restore".into(), "latest".into()]);
+    let again = run(&mut weir(tmp.path(), args));
+    assert_clean_error(
+        &again,
+        1,
+        &["a run that finished published it", "without --restore"],
+    );
+    assert_eq!(fs::read(o.join("q1.csv")).unwrap(), published);
+    assert_same_as_reference(tmp.path(), &o, "q1", &generated());
+}

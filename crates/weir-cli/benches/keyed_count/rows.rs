@@ -179,6 +179,9 @@ pub fn rows(s: &Sizes, events: Option<u64>, keys: Option<u64>) -> Vec<Row> {
         w1("p2-eo-long", 2, Mode::ExactlyOnce, EO, long, k),
         w1("p2-alo-long", 2, Mode::AtLeastOnce, ALO, long, k),
         w1("p2-unal-long", 2, Mode::Unaligned, UNAL, long, k),
+        // One source thread and one counting thread on two cores: the mechanism's cost
+        // without four threads taking turns on two cores.
+        w1("p1-unal-long", 1, Mode::Unaligned, UNAL, long, k),
         row(
             "floor-big",
             "floor: FxHashMap loop",

@@ -105,8 +105,25 @@ pub(crate) fn prepare(output: &Path) -> Result<PathBuf, String> {
 
 /// [`prepare`], except that a run that restores keeps the staging folder it finds (the
 /// output of the runs it continues); it is created when missing.
+///
+/// A restoring run whose staging folder is gone because a finished run published `output`
+/// is refused before anything is touched: the restored checkpoint's pre-committed output
+/// was committed into that staging folder and moved (or merged) into the published one,
+/// so the restore could only fail to find it, and a success would replace the published
+/// output with one that lacks it.
 pub(crate) fn prepare_resumable(output: &Path, restoring: bool) -> Result<PathBuf, String> {
     let staging = staging_dir(output)?;
+    if restoring && !staging.is_dir() && output.join("_SUCCESS").exists() {
+        return Err(format!(
+            "cannot resume into {}: a run that finished published it, and a restore continues \
+             an unfinished run's output from its staging folder {}, which publishing moved \
+             into it. The published output stays as it is; run without --restore to compute \
+             it again (it is replaced when that run succeeds), or restore a checkpoint of a run \
+             that has not finished",
+            output.display(),
+            staging.display()
+        ));
+    }
     if !(restoring && staging.is_dir()) {
         return prepare(output);
     }
@@ -207,6 +224,26 @@ mod tests {
         assert!(staging.join("part-0").exists());
         prepare_resumable(&out, false).unwrap();
         assert!(!staging.join("part-0").exists());
+        fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_restore_into_a_published_output_is_refused_and_leaves_it_alone() {
+        let tmp = std::env::temp_dir().join(format!("weir-published-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let out = tmp.join("out");
+        let staging = prepare_resumable(&out, false).unwrap();
+        fs::write(staging.join("part-0"), "a").unwrap();
+        publish(&staging, &out).unwrap();
+        let err = prepare_resumable(&out, true).unwrap_err();
+        assert!(
+            err.contains("a run that finished published it") && err.contains("without --restore"),
+            "{err}"
+        );
+        assert!(out.join("part-0").exists() && out.join("_SUCCESS").exists());
+        assert!(!staging.exists());
+        // A fresh run may still replace it.
+        prepare_resumable(&out, false).unwrap();
         fs::remove_dir_all(&tmp).unwrap();
     }
 }

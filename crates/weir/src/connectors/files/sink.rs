@@ -203,8 +203,10 @@ impl FileCommittable {
                     std::io::ErrorKind::NotFound,
                     format!(
                         "neither it nor its committed name exists, so the output of \
-                         transaction {} is lost (was the output folder changed or cleaned \
-                         while the job had uncommitted output?)",
+                         transaction {} is lost: the output folder was moved, cleaned or \
+                         merged since that checkpoint (by hand, or by a run that finished \
+                         and published it). Restore a checkpoint whose output folder is \
+                         still in place, or start without --restore",
                         self.transaction
                     ),
                 ),

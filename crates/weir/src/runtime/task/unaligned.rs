@@ -198,6 +198,8 @@ pub fn run_input_unaligned<T: Send>(
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
     let mut lane_open = vec![true; n];
+    // What each selectable operation reads, rebuilt with the select (kept to reuse its room).
+    let mut targets = Vec::with_capacity(2 * n);
     let mut last_flush = Instant::now();
     loop {
         if l.fin.is_done()
@@ -236,7 +238,7 @@ pub fn run_input_unaligned<T: Send>(
             l.process(c, event)?;
         } else {
             // Selectable: the control channel, the open lanes, the readable channels.
-            let mut targets = Vec::with_capacity(2 * n);
+            targets.clear();
             let mut sel = Select::new();
             sel.recv(&l.ctx.control);
             for (c, lane) in lanes.iter().enumerate().filter(|(c, _)| lane_open[*c]) {
