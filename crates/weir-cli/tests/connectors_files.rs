@@ -124,6 +124,51 @@ fn files_sink_refuses_a_folder_with_earlier_output() {
     assert!(tree(&out) == before, "the earlier output was changed");
 }
 
+/// A restore from a checkpoint older than the job's newest rewinds the sources past
+/// output the sink already committed, which is then written again (as in Flink): the run
+/// says so up front, and restoring `latest` does not.
+#[test]
+fn restoring_an_older_checkpoint_says_committed_output_is_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (chk, out) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let sink = format!("files:{}", s(&out));
+    let paced = [
+        "--rate",
+        "200000",
+        "--checkpoint-interval",
+        "50ms",
+        "--retained-checkpoints",
+        "100",
+    ];
+    let args = |extra: &[&str]| {
+        let mut a = paced.to_vec();
+        a.extend_from_slice(extra);
+        keyed_count_updates(&chk, &sink, 100_000, 10, &a)
+    };
+    let first = run(&mut weir(tmp.path(), args(&[])));
+    first.assert_success();
+    assert!(!first.stderr.contains("older than"), "{}", first.describe());
+    let done = completed_checkpoints(&chk.join("keyed-count"));
+    assert!(done.len() >= 3, "too few checkpoints: {done:?}");
+    let job = checkpoint_dir(&chk).join("keyed-count");
+    let oldest = s(&job.join(format!("chk-{}", done[0])));
+    let rewound = run(&mut weir(tmp.path(), args(&["--restore", &oldest])));
+    rewound.assert_success();
+    let notice = format!("restoring checkpoint {}, older than the", done[0]);
+    assert!(
+        rewound.stderr.contains(&notice) && rewound.stderr.contains("written again"),
+        "{}",
+        rewound.describe()
+    );
+    let latest = run(&mut weir(tmp.path(), args(&["--restore", "latest"])));
+    latest.assert_success();
+    assert!(
+        !latest.stderr.contains("older than"),
+        "{}",
+        latest.describe()
+    );
+}
+
 /// wordcount `--source files:GLOB --sink files:DIR --sink-format jsonl` and `--input GLOB
 /// --output DIR` both count exactly the words of the matching files, as written out by hand
 /// below (not taken from either run), and nothing of the file the glob leaves out.

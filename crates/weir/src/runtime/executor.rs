@@ -142,7 +142,13 @@ fn run_job(
     // Initial restore.
     let mut restore: Option<RestoredCheckpoint> = match &cfg.restore {
         RestoreFrom::Nothing => None,
-        RestoreFrom::Path(p) => Some(restore::load(p)?),
+        RestoreFrom::Path(p) => {
+            let r = restore::load(p)?;
+            if let Some(n) = rewind_notice(&storage, r.meta.checkpoint_id) {
+                metrics.notice(&mut result, n);
+            }
+            Some(r)
+        }
         RestoreFrom::Latest => {
             let (found, skipped) = restore::load_latest(&storage)?;
             let unusable = skipped.len();
@@ -471,4 +477,27 @@ impl Executor<'_> {
         finalize::write(&self.storage, &done.meta)?;
         Ok((done.stats, done.source_records))
     }
+}
+
+/// The notice for a restore from checkpoint or savepoint `restored` while the job's folder
+/// holds newer complete checkpoints: the restore rewinds the sources past them, so what
+/// transactional sinks committed after `restored` is produced and committed again — as in
+/// Flink, where exactly-once holds for resuming from the latest checkpoint. Saying so
+/// keeps a user who forks or re-runs from an old point from mistaking the repeat for a bug.
+fn rewind_notice(storage: &CheckpointStorage, restored: u64) -> Option<String> {
+    let newer: Vec<u64> = storage
+        .completed_checkpoints()
+        .ok()?
+        .into_iter()
+        .filter(|&id| id > restored)
+        .collect();
+    let newest = *newer.last()?;
+    Some(format!(
+        "restoring checkpoint {restored}, older than the {} newer complete checkpoint(s) up to \
+         {newest} in {}: the sources replay from checkpoint {restored}, so output that \
+         transactional sinks committed after it is written again (restore `latest` to \
+         continue without repeating output)",
+        newer.len(),
+        storage.root().display()
+    ))
 }
