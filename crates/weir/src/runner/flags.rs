@@ -81,7 +81,9 @@ pub struct RunFlags {
     /// Consecutive failed checkpoints tolerated before the job fails.
     #[arg(long, default_value_t = 0)]
     pub tolerable_checkpoint_failures: u32,
-    /// Completed checkpoints kept on disk.
+    /// Completed checkpoints of this run kept on disk: older ones are deleted as newer ones
+    /// complete. An earlier run's checkpoints, the restored one included, are never deleted
+    /// (Flink's no-claim restore): they may be somebody's restore point.
     #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     pub retained_checkpoints: u32,
     /// Start from `latest` (the newest complete checkpoint in --checkpoint-dir) or a
