@@ -141,6 +141,53 @@ fn count_trigger_on_merging_sessions_by_hand() {
     assert_eq!(rows, [(1, 1, 8, 7), (1, 12, 20, 168)]);
 }
 
+/// Where each result lands in event time: per key, the start of the 1 ms window that
+/// holds its timestamp, and how many results landed there (a result behind the watermark
+/// fires its window again, with the count so far: allowed lateness).
+fn result_times(windowed: DataStream<Row>) -> DataStream<(u64, u64, u64)> {
+    windowed
+        .map(|r: Row| (r.0, 1u64))
+        .key_by(|x: &(u64, u64)| x.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(1)).unwrap())
+        .allowed_lateness(Duration::from_millis(20))
+        .reduce_with_window(|a, b| (a.0, a.1 + b.1), |k, w, v| (*k, w.start, v.1))
+}
+
+/// Every firing of a window carries the window's last millisecond as its timestamp, as in
+/// Flink's window operator, whatever fired it: a continuous trigger's early firings at 5,
+/// 10 and 15 land downstream where the on-time one does (19 for `[0, 20)`), and so does a
+/// late firing under allowed lateness (9 for `[0, 10)`, fired again by the late record
+/// `(1, 5, 64)` at watermark 10), not at the timer's or the late record's time.
+#[test]
+fn every_firing_carries_the_windows_last_millisecond() {
+    let every_5 = ContinuousEventTimeTrigger::of(Duration::from_millis(5)).unwrap();
+    let rows = run_events("firing-times-continuous", |s| {
+        result_times(
+            s.key_by(|e: &Ev| e.0)
+                .window(TumblingEventTimeWindows::of(Duration::from_millis(20)).unwrap())
+                .trigger(every_5)
+                .reduce_with_window(add, sum),
+        )
+    })
+    .unwrap();
+    assert_eq!(rows, [(1, 19, 4), (2, 19, 4)]);
+    let rows = run_events("firing-times-late", |s| {
+        result_times(
+            s.key_by(|e: &Ev| e.0)
+                .window(TumblingEventTimeWindows::of(Duration::from_millis(10)).unwrap())
+                .allowed_lateness(Duration::from_millis(10))
+                .reduce_with_window(add, sum),
+        )
+    })
+    .unwrap();
+    // Key 1: [0, 10) on time, then late (behind the watermark downstream too, so its 1 ms
+    // window fires again with both), [10, 20) at 19; key 2: one result each.
+    assert_eq!(
+        rows,
+        [(1, 9, 1), (1, 9, 2), (1, 19, 1), (2, 9, 1), (2, 19, 1)]
+    );
+}
+
 #[test]
 fn continuous_event_time_trigger_by_hand() {
     let every_5 = || ContinuousEventTimeTrigger::of(Duration::from_millis(5)).unwrap();

@@ -46,12 +46,34 @@ pub trait CheckpointedFunction {
 /// Where a function emits its output records (Flink's `Collector`).
 pub struct Collector<'a, O> {
     pub(crate) buf: &'a mut Vec<O>,
+    /// Records emitted with a timestamp of their own ([`Collector::collect_at`]): their
+    /// index in `buf` and the timestamp. `None` where the output carries no timestamps.
+    pub(crate) stamps: Option<&'a mut Vec<(usize, u64)>>,
 }
 
-impl<O> Collector<'_, O> {
+impl<'a, O> Collector<'a, O> {
+    /// A collector into `buf` whose records take the operator's timestamp.
+    #[inline]
+    pub(crate) fn new(buf: &'a mut Vec<O>) -> Self {
+        Collector { buf, stamps: None }
+    }
+
     /// Emits one record downstream.
     #[inline]
     pub fn collect(&mut self, record: O) {
+        self.buf.push(record);
+    }
+
+    /// Emits `record` with `timestamp` instead of the one the operator would give it (the
+    /// input record's or the timer's): a window's results carry the window's last
+    /// millisecond, whatever fired it (Flink's `TimestampedCollector.setAbsoluteTimestamp`
+    /// in the window operator), so early and late firings land downstream in the same
+    /// event-time place as the on-time one.
+    #[inline]
+    pub(crate) fn collect_at(&mut self, record: O, timestamp: u64) {
+        if let Some(stamps) = self.stamps.as_deref_mut() {
+            stamps.push((self.buf.len(), timestamp));
+        }
         self.buf.push(record);
     }
 }

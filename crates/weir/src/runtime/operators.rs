@@ -283,7 +283,7 @@ impl<O: Send, F> ProcessOp<O, F> {
         let timestamped = timestamps.is_some();
         let stamps: &[u64] = timestamps.as_deref().map_or(&[], Vec::as_slice);
         for (i, r) in batch.drain(..).enumerate() {
-            self.f.process(r, &mut Collector { buf: &mut self.out })?;
+            self.f.process(r, &mut Collector::new(&mut self.out))?;
             if timestamped {
                 self.out_timestamps.resize(self.out.len(), stamps[i]);
             }
@@ -313,8 +313,7 @@ impl<I, O: Send, F: ProcessFunction<I, O>> Output<I> for ProcessOp<O, F> {
         self.next.snapshot(b, s)
     }
     fn end_of_input(&mut self) -> Result<()> {
-        self.f
-            .on_end_of_input(&mut Collector { buf: &mut self.out })?;
+        self.f.on_end_of_input(&mut Collector::new(&mut self.out))?;
         if !self.out.is_empty() {
             self.next.push(&mut self.out)?;
         }
@@ -443,7 +442,7 @@ impl<O, F> BroadcastProcessOp<O, F> {
     where
         F: BroadcastProcessFunction<I, B, O>,
     {
-        let mut out = Collector { buf: &mut self.out };
+        let mut out = Collector::new(&mut self.out);
         match r {
             Connected::Main(i) => {
                 let ctx = ReadOnlyBroadcastContext { store: &self.store };
@@ -487,7 +486,7 @@ impl<I, B, O: Send, F: BroadcastProcessFunction<I, B, O>> Output<Connected<I, B>
     fn end_of_input(&mut self) -> Result<()> {
         let ctx = ReadOnlyBroadcastContext { store: &self.store };
         self.f
-            .on_end_of_input(&ctx, &mut Collector { buf: &mut self.out })?;
+            .on_end_of_input(&ctx, &mut Collector::new(&mut self.out))?;
         if !self.out.is_empty() {
             self.next.push(&mut self.out)?;
         }

@@ -3,7 +3,8 @@
 //!
 //! Records keep their timestamps: what `process` emits gets the input record's timestamp,
 //! what an event-time timer emits gets the timer's time, and what a processing-time timer
-//! emits has none (Flink's `TimestampedCollector`). On a watermark the operator first fires
+//! emits has none (Flink's `TimestampedCollector`); a record the function emits with its
+//! own ([`Collector::collect_at`]: window results) keeps that one. On a watermark the operator first fires
 //! every event-time timer at or below it, in time order, then forwards it, so everything
 //! the timers emit precedes the watermark downstream.
 
@@ -30,6 +31,9 @@ pub struct KeyedProcessOp<K, O, F, KS> {
     backend: KeyedStateBackend<K>,
     out: Vec<O>,
     out_timestamps: Vec<u64>,
+    /// Records of `out` the function emitted with their own timestamp
+    /// ([`Collector::collect_at`]), applied when `out_timestamps` is filled.
+    stamps: Vec<(usize, u64)>,
     next: Box<dyn Output<O>>,
 }
 
@@ -67,6 +71,7 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
             backend,
             out: Vec::new(),
             out_timestamps: Vec::new(),
+            stamps: Vec::new(),
             next,
         })
     }
@@ -128,14 +133,18 @@ where
         F: KeyedProcessFunction<K, I, O>,
         KS: Fn(&I) -> K + Send,
     {
+        // One collector for the batch, not one per record.
+        let mut out = Collector {
+            buf: &mut self.out,
+            stamps: Some(&mut self.stamps),
+        };
         for r in records {
             let key = (self.key_fn)(&r);
             let mut ctx = KeyedContext {
                 key: &key,
                 backend: &mut self.backend,
             };
-            self.f
-                .process(r, &mut ctx, &mut Collector { buf: &mut self.out })?;
+            self.f.process(r, &mut ctx, &mut out)?;
         }
         Ok(())
     }
@@ -162,10 +171,27 @@ where
             timestamps.truncate(from);
             self.backend.time.timestamp = Some(t);
             self.process_records(batch.drain(from..))?;
-            self.out_timestamps.resize(self.out.len(), t);
+            stamp(
+                &mut self.out_timestamps,
+                self.out.len(),
+                t,
+                &mut self.stamps,
+            );
         }
         self.backend.time.timestamp = None;
         Ok(())
+    }
+}
+
+/// Fills `out_timestamps` up to `len` records: `default` (the input record's timestamp or
+/// the timer's) for each, except the records the function emitted with their own
+/// ([`Collector::collect_at`]), whose indices `own` holds.
+fn stamp(out_timestamps: &mut Vec<u64>, len: usize, default: u64, own: &mut Vec<(usize, u64)>) {
+    out_timestamps.resize(len, default);
+    for (i, t) in own.drain(..) {
+        if let Some(slot) = out_timestamps.get_mut(i) {
+            *slot = t;
+        }
     }
 }
 
@@ -178,6 +204,7 @@ where
 {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<()> {
         self.process_records(batch.drain(..))?;
+        self.stamps.clear(); // no timestamps downstream
         self.emit(false)
     }
     fn push_timestamped(&mut self, batch: &mut Vec<I>, timestamps: &mut Vec<u64>) -> Result<()> {
@@ -201,7 +228,7 @@ where
             backend: &mut self.backend,
         };
         self.f
-            .on_end_of_input(&mut ctx, &mut Collector { buf: &mut self.out })?;
+            .on_end_of_input(&mut ctx, &mut Collector::new(&mut self.out))?;
         // Emit in bounded batches so a large final result does not build one huge message.
         while !self.out.is_empty() {
             let tail = self.out.len().saturating_sub(BATCH_SIZE);
@@ -231,7 +258,7 @@ where
                     backend: &mut self.backend,
                 };
                 self.f
-                    .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
+                    .on_timer(time, &mut ctx, &mut Collector::new(&mut self.out))?;
                 if self.out.len() >= BATCH_SIZE {
                     self.next.push(&mut self.out)?;
                 }
@@ -250,11 +277,19 @@ where
                 let mut ctx = KeyedEndContext {
                     backend: &mut self.backend,
                 };
-                let mut out = Collector { buf: &mut self.out };
+                let mut out = Collector {
+                    buf: &mut self.out,
+                    stamps: Some(&mut self.stamps),
+                };
                 let Some(time) = self.f.on_watermark(watermark, &mut ctx, &mut out)? else {
                     break;
                 };
-                self.out_timestamps.resize(self.out.len(), time);
+                stamp(
+                    &mut self.out_timestamps,
+                    self.out.len(),
+                    time,
+                    &mut self.stamps,
+                );
                 self.emit_batches()?;
             }
             while let Some((time, key)) = self.backend.pop_due_event_timer(watermark) {
@@ -263,9 +298,20 @@ where
                     key: &key,
                     backend: &mut self.backend,
                 };
-                self.f
-                    .on_timer(time, &mut ctx, &mut Collector { buf: &mut self.out })?;
-                self.out_timestamps.resize(self.out.len(), time);
+                self.f.on_timer(
+                    time,
+                    &mut ctx,
+                    &mut Collector {
+                        buf: &mut self.out,
+                        stamps: Some(&mut self.stamps),
+                    },
+                )?;
+                stamp(
+                    &mut self.out_timestamps,
+                    self.out.len(),
+                    time,
+                    &mut self.stamps,
+                );
                 if self.out.len() >= BATCH_SIZE {
                     self.emit(true)?;
                 }

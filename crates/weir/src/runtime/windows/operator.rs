@@ -184,8 +184,9 @@ where
             aggregate.add(value, acc);
             // A late firing: the window already fired, emit its updated result.
             if fired {
+                // Stamped with the window's last millisecond, like its on-time result.
                 let result = aggregate.get_result(acc);
-                out.collect((self.window_fn)(ctx.key(), w, result));
+                out.collect_at((self.window_fn)(ctx.key(), w, result), w.max_timestamp());
             }
         }
         Ok(())

@@ -58,6 +58,6 @@ pub fn run_process_window<K, T, O, P: ProcessWindowFunction<K, T, O>>(
     elements: Vec<T>,
 ) -> Vec<O> {
     let mut out = Vec::new();
-    f.process(key, window, &elements, &mut Collector { buf: &mut out });
+    f.process(key, window, &elements, &mut Collector::new(&mut out));
     out
 }

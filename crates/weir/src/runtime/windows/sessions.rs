@@ -231,7 +231,11 @@ where
             ctx.register_event_time_timer(merged.max_timestamp().saturating_add(lateness));
         }
         if let Some(result) = result {
-            out.collect((self.window_fn)(ctx.key(), merged, result));
+            // A late firing: stamped with the session's last millisecond, like the first.
+            out.collect_at(
+                (self.window_fn)(ctx.key(), merged, result),
+                merged.max_timestamp(),
+            );
         }
         Ok(())
     }

@@ -133,7 +133,11 @@ where
         if result.is_fire() {
             if let Some(acc) = ctx.map(contents).get(&window.end) {
                 let value = self.aggregate.get_result(acc);
-                out.collect((self.window_fn)(ctx.key(), window, value));
+                // Early, on-time or late, a firing carries the window's last millisecond.
+                out.collect_at(
+                    (self.window_fn)(ctx.key(), window, value),
+                    window.max_timestamp(),
+                );
             }
         }
         if result.is_purge() {

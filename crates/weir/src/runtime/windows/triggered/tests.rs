@@ -70,7 +70,7 @@ impl<A: WindowAssigner<u64>, TR: Trigger<u64>> Harness<A, TR> {
             key: &key,
             backend: &mut self.backend,
         };
-        let mut out = Collector { buf: &mut self.out };
+        let mut out = Collector::new(&mut self.out);
         self.op.process(value, &mut ctx, &mut out).unwrap();
     }
 
@@ -84,7 +84,7 @@ impl<A: WindowAssigner<u64>, TR: Trigger<u64>> Harness<A, TR> {
                 key: &key,
                 backend: &mut self.backend,
             };
-            let mut out = Collector { buf: &mut self.out };
+            let mut out = Collector::new(&mut self.out);
             self.op.on_timer(t, &mut ctx, &mut out).unwrap();
         }
         self.backend.time.domain = None;
@@ -99,7 +99,7 @@ impl<A: WindowAssigner<u64>, TR: Trigger<u64>> Harness<A, TR> {
                 key: &key,
                 backend: &mut self.backend,
             };
-            let mut out = Collector { buf: &mut self.out };
+            let mut out = Collector::new(&mut self.out);
             self.op.on_timer(t, &mut ctx, &mut out).unwrap();
         }
         self.backend.time.domain = None;
