@@ -174,8 +174,9 @@ pub enum StorageError {
         /// The way out.
         hint: &'static str,
     },
-    /// Remote storage refused or failed a request in a way retrying will not fix (wrong
-    /// credentials, a missing bucket, a server that cannot be reached).
+    /// Remote storage refused or failed a request after the client's own retries: wrong
+    /// credentials or a missing bucket (which no retry fixes), or a server that could not
+    /// be reached or answered with an error of its own (which a later try may get past).
     #[error("cannot {op} {location}: {cause}; {hint}")]
     Remote {
         /// What was being done.
@@ -186,6 +187,9 @@ pub enum StorageError {
         cause: String,
         /// The way out.
         hint: String,
+        /// Whether trying again later may succeed: the server was unreachable, timed out
+        /// or failed on its side, as in an outage ([`StorageError::is_transient`]).
+        transient: bool,
     },
     /// This run owned the job folder, and another run took it over (its S3 lease expired
     /// while this run stalled, or the conditional renewal found a new holder). Retrying or
@@ -211,6 +215,28 @@ impl StorageError {
     /// ([`StorageError::OwnershipLost`]): the job then ends at once instead of restarting.
     pub fn is_ownership_lost(&self) -> bool {
         matches!(self, StorageError::OwnershipLost { .. })
+    }
+
+    /// Whether trying the same operation again later may succeed: the store could not be
+    /// reached, timed out or failed on its side (an outage), as opposed to data that is
+    /// wrong, a name that is invalid or settings that are refused. A restart reloading its
+    /// checkpoint treats the first kind as a failure for the restart strategy to wait out.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StorageError::Remote { transient, .. } => *transient,
+            StorageError::Io { cause, .. } => matches!(
+                cause.kind(),
+                io::ErrorKind::TimedOut
+                    | io::ErrorKind::Interrupted
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::NotConnected
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
     }
 
     /// Whether the object or file was not there (so a caller can treat absence as a

@@ -238,6 +238,12 @@ impl S3Backend {
 /// A remote failure with the way out its message points at.
 fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     let has = |s: &str| cause.contains(s);
+    let refused = has("NoSuchBucket")
+        || has("bucket does not exist")
+        || has("169.254.169.254")
+        || has("InvalidAccessKeyId")
+        || has("SignatureDoesNotMatch")
+        || has("403");
     let hint = if has("NoSuchBucket") || has("bucket does not exist") {
         "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
     } else if has("169.254.169.254") {
@@ -261,6 +267,9 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
         location: location.to_string(),
         cause,
         hint,
+        // What is not a refusal of the settings is the server failing or out of reach:
+        // an outage that a later try may get past.
+        transient: !refused,
     }
 }
 
