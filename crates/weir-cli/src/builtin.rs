@@ -112,6 +112,11 @@ pub struct WordcountArgs {
     /// line's offset.
     #[arg(long, default_value_t = 64 << 20, value_parser = positive_u64)]
     max_line_length: u64,
+    /// Limit the counting stage to about this many words per second in total: a slow
+    /// count that backs the reading up (a long run over a small input, to stop, savepoint
+    /// or kill mid-input).
+    #[arg(long, value_parser = parse_rate)]
+    sink_rate: Option<f64>,
     #[command(flatten)]
     out: OutputArgs,
     #[command(flatten)]
@@ -133,7 +138,8 @@ fn positive_u64(s: &str) -> Result<u64, String> {
     }
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
+/// A positive, finite number of events per second (`--rate`, `--sink-rate`).
+pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
         _ => Err(format!(
@@ -264,7 +270,7 @@ fn wordcount(job: &mut Job, args: &WordcountArgs) -> Result<(), BoxError> {
         .map_err(boxed)?;
     job.expect_records(records);
     let out = output(job, &prepared, &args.out)?;
-    jobs::wordcount(job, lines, out).map_err(boxed)?;
+    jobs::wordcount(job, lines, out, args.sink_rate).map_err(boxed)?;
     if let Some(line) = prepared.summary_line() {
         job.summary_line(line);
     }
