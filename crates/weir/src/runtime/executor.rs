@@ -532,12 +532,6 @@ fn reload_checkpoint(
             Ok(r) => return Ok(r),
             Err(failed) => failed,
         };
-        let failed = |e: &Error| {
-            Error::Restore(format!(
-                "cannot reload checkpoint {} after a failure: {e}",
-                path.display()
-            ))
-        };
         if !e.is_transient() {
             // The checkpoint we wrote no longer reads: refuse to guess; the user decides
             // where to resume from.
@@ -565,7 +559,14 @@ fn reload_checkpoint(
                 std::thread::sleep(delay);
                 loading = restore::Prefetch::start(path);
             }
-            RestartDecision::GiveUp(why) => return Err(Reload::GaveUp(failed(&e), why)),
+            RestartDecision::GiveUp(why) => {
+                let last = Error::Restore(format!(
+                    "cannot reload checkpoint {} after a failure: {e}; once the checkpoint \
+                     storage is back, resume with --restore latest",
+                    path.display()
+                ));
+                return Err(Reload::GaveUp(last, why));
+            }
         }
     }
 }
