@@ -335,6 +335,7 @@ pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageE
         return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
     };
     let Some((scheme, rest)) = text.split_once("://") else {
+        scheme_typo(text)?;
         return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
     };
     match scheme {
@@ -354,6 +355,56 @@ pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageE
             hint: "use a local folder or an s3://bucket/prefix URL",
         }),
     }
+}
+
+/// The URL schemes [`open_backend`] knows.
+const SCHEMES: &[&str] = &["s3", "mem", "file"];
+
+/// Checks a location as a user typed it (`--checkpoint-dir`, `--savepoint-dir`), before
+/// anything is appended to it: `s3://` or `mem://` with no bucket would otherwise take
+/// the first folder appended (the job's name) for the bucket, and a scheme typo (`s3:b/x`,
+/// `s3:/b/x`) would silently become a local folder named `s3:b`.
+pub fn check_location(location: &Path) -> Result<(), StorageError> {
+    let Some(text) = location.to_str() else {
+        return Ok(());
+    };
+    match text.split_once("://") {
+        Some((scheme @ ("s3" | "mem"), rest)) if rest.split('/').next() == Some("") => {
+            let what = if scheme == "s3" { "bucket" } else { "store" };
+            Err(StorageError::Location {
+                location: text.to_string(),
+                reason: format!("no {what} named after {scheme}://"),
+                hint: "write s3://bucket/prefix (the job's folder goes under the prefix)",
+            })
+        }
+        Some(_) => Ok(()),
+        None => scheme_typo(text),
+    }
+}
+
+/// Refuses `scheme:rest` without `//` for a scheme [`open_backend`] knows, naming the URL
+/// the user most likely meant; `./s3:x` still names a local folder of that name.
+fn scheme_typo(text: &str) -> Result<(), StorageError> {
+    let Some((scheme, rest)) = text.split_once(':') else {
+        return Ok(());
+    };
+    if !SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        return Ok(());
+    }
+    let intended = format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        rest.trim_start_matches('/')
+    );
+    Err(StorageError::Location {
+        location: text.to_string(),
+        reason: format!(
+            "`{scheme}:` without `//` is not a URL (it would be a local folder named \
+             {:?}); did you mean {intended}?",
+            text.split('/').next().unwrap_or(text)
+        ),
+        hint: "write scheme://bucket/prefix, or ./ before the name for a local folder",
+    })
 }
 
 /// Whether `location` names remote or in-memory storage (`scheme://…`) rather than a
@@ -425,6 +476,7 @@ impl CheckpointStorage {
     /// of it for this run.
     pub fn open(checkpoint_dir: &Path, job_id: &str) -> Result<Self, StorageError> {
         validate_name("job id", job_id)?;
+        check_location(checkpoint_dir)?;
         let root = checkpoint_dir.join(job_id);
         let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&root)?);
         let hint = "check that the folder is writable or pass --checkpoint-dir";
