@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub mod backend;
+mod confined;
 pub(crate) mod format;
 pub mod local;
 pub mod memory;
@@ -426,6 +427,21 @@ pub(crate) fn absolute_location(location: &Path) -> PathBuf {
     }
 }
 
+/// `path` relative to `base`, as spelt, absolutely or canonically (the spellings
+/// `runtime::control::confine` accepts); `None` when it is not below `base`.
+fn relative_to(base: &Path, path: &Path) -> Option<PathBuf> {
+    let spellings = [
+        Some(base.to_path_buf()),
+        std::path::absolute(base).ok(),
+        base.canonicalize().ok(),
+    ];
+    spellings
+        .into_iter()
+        .flatten()
+        .find_map(|b| path.strip_prefix(&b).ok().map(Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
+}
+
 /// Where checkpoint `id`'s files go: a backend and the key prefix in it.
 struct Target {
     backend: Arc<dyn StorageBackend>,
@@ -553,27 +569,35 @@ impl CheckpointStorage {
     }
 
     /// Writes checkpoint `id` into `folder` (a savepoint's) instead of `root/chk-<id>`.
-    /// The folder must not exist yet (no savepoint is ever overwritten); its parent is
-    /// created.
-    pub fn redirect(&self, id: u64, folder: PathBuf) -> Result<(), StorageError> {
+    /// The folder must not exist yet (no savepoint is ever overwritten). `folder` lies in
+    /// the savepoint directory `base` (the caller confined it there); on a local disk it is
+    /// created from `base` opened first, one component at a time, refusing any symbolic
+    /// link on the way, and every file is then written relative to the folder held open
+    /// ([`confined`]), so a link swapped in later cannot lead a file out of `base`.
+    pub fn redirect(&self, id: u64, base: &Path, folder: PathBuf) -> Result<(), StorageError> {
         let hint = "check that the savepoint directory is writable";
-        let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&folder)?);
-        let exists = if is_remote(&folder) {
-            backend.folder_problem()?.is_none()
+        let backend: Arc<dyn StorageBackend> = if is_remote(&folder) {
+            let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&folder)?);
+            if backend.folder_problem()?.is_none() {
+                let exists = io::ErrorKind::AlreadyExists.into();
+                return Err(io_err("create savepoint folder", &folder, hint)(exists));
+            }
+            backend
         } else {
-            folder.exists()
+            let relative = relative_to(base, &folder).ok_or_else(|| StorageError::Io {
+                op: "create savepoint folder",
+                path: folder.clone(),
+                cause: io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "it is not inside the savepoint directory {}",
+                        base.display()
+                    ),
+                ),
+                hint: "name a folder inside the savepoint directory",
+            })?;
+            Arc::new(confined::create_confined(base, &relative)?)
         };
-        if exists {
-            let exists = io::ErrorKind::AlreadyExists.into();
-            return Err(io_err("create savepoint folder", &folder, hint)(exists));
-        }
-        if let Some(parent) = folder.parent().filter(|_| !is_remote(&folder)) {
-            std::fs::create_dir_all(parent).map_err(io_err(
-                "create savepoint directory",
-                parent,
-                hint,
-            ))?;
-        }
         self.redirects
             .lock()
             .unwrap_or_else(|p| p.into_inner())
