@@ -258,6 +258,46 @@ fn no_credentials_at_all_fail_the_run_naming_the_variables() {
     assert_clean_error(&r, 1, &["s3://nocreds/chk", "set AWS_ACCESS_KEY_ID"]);
 }
 
+/// With no credentials and `AWS_EC2_METADATA_DISABLED=true`, the client never goes to the
+/// instance-metadata address: the run is refused at once, naming the variable.
+#[test]
+fn metadata_disabled_without_credentials_never_asks_the_instance_metadata_service() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = keyed_count_args(1000, 10, &["--checkpoint-dir", "s3://nocreds/chk"], false);
+    let mut cmd = weir(tmp.path(), args);
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SKIP_SIGNATURE",
+    ] {
+        cmd.env_remove(k);
+    }
+    let r = run(cmd
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1"));
+    assert_clean_error(
+        &r,
+        1,
+        &[
+            "s3://nocreds/chk",
+            "AWS_EC2_METADATA_DISABLED",
+            "set AWS_ACCESS_KEY_ID",
+        ],
+    );
+    assert!(
+        !r.stderr.contains("error sending request"),
+        "{}",
+        r.describe()
+    );
+}
+
 /// The S3 server is killed while the job checkpoints to it, and started again (empty:
 /// moto keeps everything in memory) 1.5 s later. Checkpoints fail meanwhile and the job
 /// goes on under `--tolerable-checkpoint-failures`; once the server is back, checkpoints

@@ -99,6 +99,16 @@ fn make_client(
     bucket: &str,
     endpoint: Option<&str>,
 ) -> Result<Arc<Client>, StorageError> {
+    if let Some(reason) = metadata_disabled_without_credentials(|k| std::env::var(k).ok()) {
+        return Err(StorageError::Location {
+            location: location.to_string(),
+            reason,
+            hint:
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_WEB_IDENTITY_TOKEN_FILE \
+                   with AWS_ROLE_ARN), or unset AWS_EC2_METADATA_DISABLED to use the instance's \
+                   role",
+        });
+    }
     let allow_http = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true" || v == "1");
     let mut builder = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
@@ -136,6 +146,28 @@ fn make_client(
         store,
         bucket: bucket.to_string(),
     }))
+}
+
+/// Why the client must not be built, when `AWS_EC2_METADATA_DISABLED` is `true` and no other
+/// credential source is configured: object_store would then ask the instance metadata
+/// service (169.254.169.254), which the AWS SDKs never do under that variable. `var` reads
+/// the environment (a parameter, so the rule is tested without touching the process's).
+fn metadata_disabled_without_credentials(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
+    let disabled = var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let unsigned = var("AWS_SKIP_SIGNATURE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    // object_store's order: static keys, web identity, container (ECS, EKS), instance.
+    let other_source = set("AWS_ACCESS_KEY_ID")
+        || set("AWS_SECRET_ACCESS_KEY")
+        || (set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"))
+        || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || (set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            && set("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+    (disabled && !unsigned && !other_source).then(|| {
+        "no AWS credentials are set, and AWS_EC2_METADATA_DISABLED=true rules out the instance \
+         metadata service (169.254.169.254), the only source left"
+            .to_string()
+    })
 }
 
 /// A prefix in an S3 bucket.
@@ -472,4 +504,51 @@ async fn fetch_range(
     }
     chunk.copy_from_slice(&bytes);
     Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn metadata_disabled_without_credentials_is_refused_not_tried() {
+        let off = ("AWS_EC2_METADATA_DISABLED", "true");
+        let reason = metadata_disabled_without_credentials(env(&[off])).unwrap();
+        assert!(reason.contains("AWS_EC2_METADATA_DISABLED"), "{reason}");
+        assert!(metadata_disabled_without_credentials(env(&[(
+            "AWS_EC2_METADATA_DISABLED",
+            "TRUE"
+        )]))
+        .is_some());
+        // Any other source of credentials, or metadata not disabled, builds the client.
+        for other in [
+            &[
+                off,
+                ("AWS_ACCESS_KEY_ID", "k"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+            ][..],
+            &[
+                off,
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"),
+                ("AWS_ROLE_ARN", "r"),
+            ],
+            &[off, ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2")],
+            &[off, ("AWS_SKIP_SIGNATURE", "true")],
+            &[("AWS_EC2_METADATA_DISABLED", "false")],
+            &[],
+        ] {
+            assert!(
+                metadata_disabled_without_credentials(env(other)).is_none(),
+                "{other:?}"
+            );
+        }
+    }
 }
