@@ -128,8 +128,8 @@ impl Node {
 /// token was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
-    for i in 0..b.len() {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b[i];
+    for (i, y) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ y;
     }
     diff == 0
 }
