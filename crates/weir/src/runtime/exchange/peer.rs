@@ -247,3 +247,50 @@ pub fn status_cause(status: &tonic::Status) -> String {
         cause
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::event::Event;
+
+    struct Nowhere;
+    impl InboundChannel for Nowhere {
+        fn deliver(&self, _: Kind) -> Result<(), String> {
+            Ok(())
+        }
+        fn close(&self) {}
+    }
+
+    #[test]
+    fn a_frame_for_a_channel_without_an_input_is_a_protocol_error_naming_peer_and_channel() {
+        let peer = Peer::new(3);
+        assert!(peer.attach("worker 3 at 10.0.0.3:6124".into()));
+        let codec = crate::runtime::codec::TypeRegistry::with_common_types()
+            .codec::<u64>()
+            .unwrap();
+        let frame = wire::to_frame(9, Event::Batch(vec![1u64]), codec.as_ref()).unwrap();
+        let e = peer.on_frame(frame).unwrap_err().to_string();
+        assert!(e.contains("worker 3 at 10.0.0.3:6124"), "{e}");
+        assert!(e.contains("channel 9"), "{e}");
+        assert!(e.contains("same binary and plan"), "{e}");
+        // Permits for a channel whose sender is not registered yet are kept for it.
+        let grant = wire::permits(
+            4,
+            Cost {
+                batches: 2,
+                records: 8,
+            },
+        );
+        peer.on_frame(grant).unwrap();
+        assert_eq!(peer.window(4).available(), (2, 8));
+        // One input per channel; a second stream for the pair is refused.
+        let bound = ChannelBound::local(1);
+        peer.add_input(5, Arc::new(Nowhere), bound).unwrap();
+        let e = peer.add_input(5, Arc::new(Nowhere), bound).unwrap_err();
+        assert!(e.to_string().contains("channel 5"), "{e}");
+        assert!(!peer.attach("again".into()));
+        // A failed peer fails windows made afterwards too.
+        peer.fail(ExchangeError::Shutdown);
+        assert_eq!(peer.window(6).failure(), Some(ExchangeError::Shutdown));
+    }
+}
