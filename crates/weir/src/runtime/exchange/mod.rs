@@ -156,6 +156,9 @@ pub enum ExchangeError {
         /// The system's message.
         cause: String,
     },
+    /// The exchange's configuration cannot work (an empty token).
+    #[error("invalid exchange configuration: {0}")]
+    Config(String),
     /// This worker's exchange was shut down.
     #[error("the exchange of this worker was shut down")]
     Shutdown,

@@ -201,6 +201,13 @@ pub struct Exchange {
 impl Exchange {
     /// Starts listening on `config.listen`.
     pub fn start(config: ExchangeConfig) -> Result<Exchange, ExchangeError> {
+        if config.token.is_empty() {
+            return Err(ExchangeError::Config(
+                "the cluster token is empty, which would let anyone who reaches the port in: \
+                 give every process of the cluster the same non-empty token"
+                    .into(),
+            ));
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name(format!("weir-exchange-{}", config.worker))

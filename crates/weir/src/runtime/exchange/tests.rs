@@ -353,6 +353,12 @@ fn a_peer_without_the_cluster_token_is_refused() {
     // The channels waiting for that stream fail with the reason.
     let e = tx.send(Event::EndOfInput).unwrap_err();
     assert!(e.to_string().contains("cluster token"), "{e}");
+    // An empty token is refused before anything listens.
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let e = Exchange::start(ExchangeConfig::new(4, listen, ""))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("token is empty"), "{e}");
     // And a peer that is not there at all is named, with the way out.
     let e = a.connect(3, "127.0.0.1:1").unwrap_err().to_string();
     assert!(e.contains("cannot reach worker 3 at 127.0.0.1:1"), "{e}");
