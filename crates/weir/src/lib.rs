@@ -95,6 +95,8 @@
 pub mod api;
 pub(crate) mod checkpoint;
 mod clock;
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub mod connectors;
 pub mod error;
 pub mod inspect;

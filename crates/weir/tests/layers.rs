@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("connectors", 6),
     ("testing", 6),
     ("inspect", 6),
+    ("cluster", 6),
     ("prelude", 6),
     ("runtime", 5),
     ("checkpoint", 4),

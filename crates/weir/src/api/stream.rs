@@ -85,6 +85,12 @@ impl StreamEnvironment {
         &self.config
     }
 
+    /// The graph built so far, for the cluster's plan fingerprint.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn graph(&self) -> std::cell::Ref<'_, JobGraph> {
+        self.graph.borrow()
+    }
+
     /// The configuration, changed after the graph was built: the runner plans failure
     /// injection once the job has said how many records it processes.
     #[cfg(feature = "runner")]

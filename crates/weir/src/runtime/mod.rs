@@ -14,6 +14,8 @@
 //! * [`operators`] — the built-in operators of a chain.
 //! * [`operator_metrics`] — records, busy time and watermark of each chained operator.
 //! * [`network`] — writers that partition and batch records onto channels.
+//! * `exchange` (feature `cluster`) — channels to subtasks on other workers: one gRPC stream
+//!   per pair of workers, flow control by permits.
 //! * [`alignment`] — barrier alignment decisions for multi-input tasks (pure).
 //! * [`codec`] — record codecs for channel state (unaligned checkpoints), by type.
 //! * [`unaligned`] — unaligned-checkpoint decisions: barriers that overtake queued records,
@@ -40,6 +42,8 @@ pub mod codec;
 pub mod config;
 pub mod control;
 pub mod event;
+#[cfg(feature = "cluster")]
+pub mod exchange;
 pub mod executor;
 pub mod fault;
 pub mod finishing;

@@ -1,0 +1,27 @@
+//! One job across many worker processes (issue 24, docs/cluster.md): the control plane
+//! between the coordinator and its workers.
+//!
+//! **What is here.** The control plane's protocol ([`proto`], from
+//! `proto/weir/cluster/v1/control.proto`: Register, Deploy, Trigger, Ack with state
+//! handles, Complete/Abort, Cancel, Heartbeat, over one stream per worker) and the plan
+//! fingerprint ([`fingerprint`]) by which a worker built from another binary, version or
+//! set of arguments is refused before it runs anything. The data plane between workers is
+//! the runtime's exchange (`runtime::exchange`): it stands where a local channel stands,
+//! so it lives beside the channels, below this layer.
+//!
+//! **What is next** (docs/cluster.md §Next): the coordinator and the worker roles, in
+//! `cluster/coordinator/` and `cluster/worker/`, driving the checkpoint coordinator and the
+//! runtime through this protocol, with `run` as a cluster of one in memory. This module sits
+//! beside `api` in the layers (docs/architecture.md §1a): it drives the runtime and never
+//! reaches above into the runner.
+
+#![cfg_attr(not(test), allow(dead_code))] // Used by the coordinator and worker roles next.
+
+pub mod fingerprint;
+
+/// The code generated from `proto/weir/cluster/v1/control.proto` (committed; regenerate
+/// with `cargo run -p weir-protogen`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    include!("generated/weir.cluster.v1.rs");
+}

@@ -1,0 +1,444 @@
+//! A worker's exchange endpoint: the gRPC server its peers dial, the dialling of peers, the
+//! token check, and the registry of peers and channels.
+//!
+//! **One stream per pair.** Each pair of workers shares one `Connect` call: one of them dials
+//! ([`Exchange::connect`]; the scheduler will have the lower worker id dial the higher), the
+//! other accepts. A second stream for a pair is refused, so channels cannot split across
+//! streams and lose their order.
+//!
+//! **Identity and token.** The dialler sends the cluster's token (`authorization: Bearer`)
+//! and its worker id (`x-weir-worker`); the acceptor refuses a wrong or missing token
+//! (UNAUTHENTICATED) before it reads a frame, and answers with its own id, which the
+//! dialler checks against the worker it meant to reach. The comparison of tokens takes the
+//! same time whatever the token.
+//!
+//! **Liveness.** HTTP/2 keep-alive pings on both sides turn a peer that hangs or is cut off
+//! into a broken stream within `keepalive_interval + keepalive_timeout`, which fails its
+//! channels like a peer that died ([`super::peer`]).
+//!
+//! The endpoint runs on its own small tokio runtime (two threads): task threads stay plain
+//! threads and only hand frames over.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Endpoint, Server};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::runtime::codec::RecordCodec;
+
+use super::channel::{RemoteInput, RemoteSender};
+use super::outbox::{RequestFrames, ResponseFrames};
+use super::peer::{status_cause, Peer};
+use super::proto::exchange_client::ExchangeClient;
+use super::proto::exchange_server::{self, ExchangeServer};
+use super::proto::Frame;
+use super::{ChannelBound, ChannelId, ExchangeError, WorkerId};
+
+/// The metadata key naming the dialling (and answering) worker.
+const WORKER_KEY: &str = "x-weir-worker";
+
+/// The largest message either side accepts: a batch of `BATCH_SIZE` records of up to 16 KiB
+/// each. (gRPC's default, 4 MiB, would fail a batch of 4096 records of 1 KiB.)
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// How a worker's exchange listens and whom it lets in.
+#[derive(Debug, Clone)]
+pub struct ExchangeConfig {
+    /// This worker's id, as the coordinator gave it.
+    pub worker: WorkerId,
+    /// Where to listen (`127.0.0.1:0` picks a free port; see [`Exchange::local_addr`]).
+    pub listen: SocketAddr,
+    /// The cluster's token: peers must present it, and this worker presents it.
+    pub token: String,
+    /// How often an idle stream is pinged (HTTP/2 keep-alive).
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the stream counts as broken.
+    pub keepalive_timeout: Duration,
+    /// How long dialling a peer may take.
+    pub connect_timeout: Duration,
+}
+
+impl ExchangeConfig {
+    /// Worker `worker` listening on `listen` with the cluster's `token`; keep-alive every
+    /// second, a peer lost after 2 s without an answer (issue 24's target: a lost worker
+    /// detected and the job restarted in under 3 s).
+    pub fn new(worker: WorkerId, listen: SocketAddr, token: impl Into<String>) -> Self {
+        ExchangeConfig {
+            worker,
+            listen,
+            token: token.into(),
+            keepalive_interval: Duration::from_secs(1),
+            keepalive_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Bytes and frames on the stream with one peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Frames sent.
+    pub frames_out: u64,
+    /// Their encoded bytes.
+    pub bytes_out: u64,
+    /// Frames received.
+    pub frames_in: u64,
+    /// Their encoded bytes.
+    pub bytes_in: u64,
+}
+
+/// What the server and the handle share.
+struct Node {
+    config: ExchangeConfig,
+    peers: Mutex<HashMap<WorkerId, Arc<Peer>>>,
+    /// Streams this worker accepted and dialled, ever: one per peer.
+    streams: AtomicU64,
+    /// Streams refused (a wrong token, a second stream for a pair), ever.
+    refused: AtomicU64,
+}
+
+impl Node {
+    fn peer(&self, id: WorkerId) -> Arc<Peer> {
+        self.peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_insert_with(|| Peer::new(id))
+            .clone()
+    }
+
+    fn token_ok<T>(&self, req: &Request<T>) -> bool {
+        let expected = format!("Bearer {}", self.config.token);
+        let given = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        constant_time_eq(given, expected.as_bytes())
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guessed
+/// token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for (i, y) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ y;
+    }
+    diff == 0
+}
+
+struct Service(Arc<Node>);
+
+#[tonic::async_trait]
+impl exchange_server::Exchange for Service {
+    type ConnectStream = ResponseFrames;
+
+    async fn connect(
+        &self,
+        req: Request<Streaming<Frame>>,
+    ) -> Result<Response<ResponseFrames>, Status> {
+        let node = &self.0;
+        let me = node.config.worker;
+        let from = req
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "an unknown address".into());
+        if !node.token_ok(&req) {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(Status::unauthenticated(format!(
+                "worker {me} refused the exchange stream from {from}: wrong or missing cluster \
+                 token (give every worker the coordinator's token)"
+            )));
+        }
+        let id = req
+            .metadata()
+            .get(WORKER_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<WorkerId>().ok());
+        let Some(id) = id else {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(Status::invalid_argument(format!(
+                "the exchange stream from {from} does not name its worker ({WORKER_KEY})"
+            )));
+        };
+        if id == me {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(Status::invalid_argument(format!(
+                "worker {me} at {from} dialled itself"
+            )));
+        }
+        let peer = node.peer(id);
+        if !peer.attach(format!("worker {id} at {from}")) {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(Status::already_exists(format!(
+                "worker {id} already has an exchange stream with worker {me} (one per pair)"
+            )));
+        }
+        node.streams.fetch_add(1, Relaxed);
+        tokio::spawn(peer.clone().read(req.into_inner()));
+        let mut resp = Response::new(ResponseFrames(peer.outbox.clone()));
+        resp.metadata_mut()
+            .insert(WORKER_KEY, MetadataValue::from(me));
+        Ok(resp)
+    }
+}
+
+/// A worker's exchange: serves its peers' streams and dials its own.
+pub struct Exchange {
+    node: Arc<Node>,
+    local_addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Exchange {
+    /// Starts listening on `config.listen`.
+    pub fn start(config: ExchangeConfig) -> Result<Exchange, ExchangeError> {
+        if config.token.is_empty() {
+            return Err(ExchangeError::Config(
+                "the cluster token is empty, which would let anyone who reaches the port in: \
+                 give every process of the cluster the same non-empty token"
+                    .into(),
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(format!("weir-exchange-{}", config.worker))
+            .enable_all()
+            .build()
+            .map_err(|e| ExchangeError::Listen {
+                addr: config.listen.to_string(),
+                cause: format!("cannot start the exchange's runtime: {e}"),
+            })?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(config.listen))
+            .map_err(|e| ExchangeError::Listen {
+                addr: config.listen.to_string(),
+                cause: e.to_string(),
+            })?;
+        let local_addr = listener.local_addr().map_err(|e| ExchangeError::Listen {
+            addr: config.listen.to_string(),
+            cause: e.to_string(),
+        })?;
+        let node = Arc::new(Node {
+            config,
+            peers: Mutex::new(HashMap::new()),
+            streams: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = Server::builder()
+            .http2_keepalive_interval(Some(node.config.keepalive_interval))
+            .http2_keepalive_timeout(Some(node.config.keepalive_timeout))
+            .serve_with_incoming_shutdown(
+                ExchangeServer::new(Service(node.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    let _ = stopped.await;
+                },
+            );
+        runtime.spawn(server);
+        Ok(Exchange {
+            node,
+            local_addr,
+            runtime: Some(runtime),
+            stop: Some(stop),
+        })
+    }
+
+    /// Where this exchange listens (the port chosen, when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This worker's id.
+    pub fn worker(&self) -> WorkerId {
+        self.node.config.worker
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("the runtime lives until drop")
+    }
+
+    /// Dials worker `peer` at `addr` (`host:port`) and opens the one stream between them.
+    /// Channels may be registered before or after.
+    pub fn connect(&self, peer: WorkerId, addr: &str) -> Result<(), ExchangeError> {
+        let node = self.node.clone();
+        let addr = addr.to_string();
+        self.runtime().block_on(dial(node, peer, addr))
+    }
+
+    /// The sending end of `channel` to worker `peer`, encoding records with `codec`.
+    pub fn output<T: 'static>(
+        &self,
+        peer: WorkerId,
+        channel: ChannelId,
+        codec: Arc<dyn RecordCodec<T>>,
+    ) -> RemoteSender<T> {
+        RemoteSender::new(channel, self.node.peer(peer), codec)
+    }
+
+    /// The receiving end of `channel` from worker `peer`, holding at most `bound`, decoding
+    /// records with `codec`. Its sender gets `bound` in permits when the stream is up.
+    pub fn input<T: Send + 'static>(
+        &self,
+        peer: WorkerId,
+        channel: ChannelId,
+        bound: ChannelBound,
+        codec: Arc<dyn RecordCodec<T>>,
+    ) -> Result<RemoteInput<T>, ExchangeError> {
+        let p = self.node.peer(peer);
+        let (input, delivery) = RemoteInput::new(channel, p.clone(), codec);
+        p.add_input(channel, delivery, bound)?;
+        Ok(input)
+    }
+
+    /// Streams this worker accepted or dialled, ever (one per peer).
+    pub fn streams(&self) -> u64 {
+        self.node.streams.load(Relaxed)
+    }
+
+    /// Streams this worker refused, ever.
+    pub fn refused(&self) -> u64 {
+        self.node.refused.load(Relaxed)
+    }
+
+    /// Why the stream with `peer` failed, if it did.
+    pub fn peer_failure(&self, peer: WorkerId) -> Option<ExchangeError> {
+        self.node.peer(peer).failure()
+    }
+
+    /// Whether a stream with `peer` is up (attached and not failed).
+    pub fn is_connected(&self, peer: WorkerId) -> bool {
+        let p = self.node.peer(peer);
+        p.is_attached() && p.failure().is_none()
+    }
+
+    /// Frames and bytes on the stream with `peer`.
+    pub fn stats(&self, peer: WorkerId) -> PeerStats {
+        let p = self.node.peer(peer);
+        PeerStats {
+            frames_out: p.outbox.frames_out.load(Relaxed),
+            bytes_out: p.outbox.bytes_out.load(Relaxed),
+            frames_in: p.frames_in.load(Relaxed),
+            bytes_in: p.bytes_in.load(Relaxed),
+        }
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let peers: Vec<_> = self
+            .node
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for p in peers {
+            p.fail(ExchangeError::Shutdown);
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), ExchangeError> {
+    let me = node.config.worker;
+    let name = format!("worker {id} at {addr}");
+    let unreachable = |cause: String| ExchangeError::Unreachable {
+        peer: name.clone(),
+        cause,
+    };
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| unreachable(format!("not an address ({e})")))?
+        .connect_timeout(node.config.connect_timeout)
+        .http2_keep_alive_interval(node.config.keepalive_interval)
+        .keep_alive_timeout(node.config.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| unreachable(error_chain(&e)))?;
+    let peer = node.peer(id);
+    if !peer.attach(name.clone()) {
+        return Err(peer.failure().unwrap_or(ExchangeError::Refused {
+            peer: name,
+            cause: format!("worker {me} has a stream with it already (one per pair)"),
+        }));
+    }
+    let mut client = ExchangeClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let mut req = Request::new(RequestFrames(peer.outbox.clone()));
+    let bearer = format!("Bearer {}", node.config.token);
+    let bearer = bearer.parse().map_err(|_| ExchangeError::Refused {
+        peer: name.clone(),
+        cause: "the cluster token has characters a header cannot carry".into(),
+    })?;
+    req.metadata_mut().insert("authorization", bearer);
+    req.metadata_mut()
+        .insert(WORKER_KEY, MetadataValue::from(me));
+    let failed = |e: ExchangeError| {
+        peer.fail(e.clone());
+        e
+    };
+    let resp = match client.connect(req).await {
+        Ok(resp) => resp,
+        Err(status) => {
+            let cause = status_cause(&status);
+            let e = match status.code() {
+                tonic::Code::Unauthenticated
+                | tonic::Code::InvalidArgument
+                | tonic::Code::AlreadyExists => ExchangeError::Refused { peer: name, cause },
+                _ => ExchangeError::Unreachable { peer: name, cause },
+            };
+            return Err(failed(e));
+        }
+    };
+    let answered = resp
+        .metadata()
+        .get(WORKER_KEY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<WorkerId>().ok());
+    if answered != Some(id) {
+        let who = answered.map_or("a peer without a worker id".into(), |w| {
+            format!("worker {w}")
+        });
+        return Err(failed(ExchangeError::Refused {
+            peer: name,
+            cause: format!("{who} answered there (a stale address?)"),
+        }));
+    }
+    node.streams.fetch_add(1, Relaxed);
+    // The client must live as long as the stream.
+    peer.attach_keep(Box::new(client));
+    tokio::spawn(peer.clone().read(resp.into_inner()));
+    Ok(())
+}
+
+/// An error and its sources, `: `-joined (tonic's transport errors say little on top).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        s = format!("{s}: {c}");
+        source = c.source();
+    }
+    s
+}

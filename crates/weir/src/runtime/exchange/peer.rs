@@ -1,0 +1,296 @@
+//! One peer worker: its stream, the channels on it, and what happens when it is lost.
+//!
+//! A `Peer` exists from the first channel registered with that worker, before any stream:
+//! frames queue in its [`Outbox`] (a receiver's opening grants, for one) until the stream is
+//! attached, by dialling or by accepting. The stream's reader dispatches each arriving frame
+//! by channel: permits to the sending channel's [`SendWindow`], events to the input's queue.
+//! It never waits for a task, so one slow channel cannot stall the stream.
+//!
+//! When the stream breaks or ends, or the peer breaks the protocol, the peer *fails*, once:
+//! its outbox closes (ending this side's half of the stream, so the peer learns it too),
+//! every sending channel fails with the error, waking its waiting senders, and every input
+//! ends after what it already received, its task then reading the error from
+//! [`Peer::failure`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use prost::Message;
+
+use super::outbox::Outbox;
+use super::permits::SendWindow;
+use super::proto::{frame::Kind, Frame};
+use super::wire::{self, Cost};
+use super::{ChannelBound, ChannelId, ExchangeError, WorkerId};
+
+/// The receiving end of one channel, as the reader sees it (its record type erased).
+pub trait InboundChannel: Send + Sync {
+    /// Decodes `kind` (an event or an announcement of this channel) and queues it for the
+    /// task. An error says what did not decode.
+    fn deliver(&self, kind: Kind) -> Result<(), String>;
+    /// The peer is lost: end the input after what it holds.
+    fn close(&self);
+}
+
+/// One peer worker.
+pub struct Peer {
+    /// Frames to send to it.
+    pub outbox: Arc<Outbox>,
+    state: Mutex<PeerState>,
+    /// Frames received, ever.
+    pub frames_in: AtomicU64,
+    /// Their encoded bytes.
+    pub bytes_in: AtomicU64,
+}
+
+#[derive(Default)]
+struct PeerState {
+    /// `worker N at HOST:PORT` once a stream is attached, `worker N` before.
+    name: String,
+    attached: bool,
+    failed: Option<ExchangeError>,
+    inputs: HashMap<ChannelId, Arc<dyn InboundChannel>>,
+    outputs: HashMap<ChannelId, Arc<SendWindow>>,
+    /// What must live as long as the stream (the dialled side's client).
+    keep: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Peer {
+    /// A peer with no stream yet.
+    pub fn new(id: WorkerId) -> Arc<Self> {
+        Arc::new(Peer {
+            outbox: Arc::new(Outbox::new()),
+            state: Mutex::new(PeerState {
+                name: format!("worker {id}"),
+                ..PeerState::default()
+            }),
+            frames_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PeerState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How errors name the peer: `worker N at HOST:PORT`.
+    pub fn name(&self) -> String {
+        self.lock().name.clone()
+    }
+
+    /// Makes `name` the stream's peer; false when a stream is attached already (or the peer
+    /// failed): there is one stream per pair of workers.
+    pub fn attach(&self, name: String) -> bool {
+        let mut s = self.lock();
+        if s.attached || s.failed.is_some() {
+            return false;
+        }
+        s.attached = true;
+        s.name = name;
+        true
+    }
+
+    /// Keeps `keep` (the dialled side's client) as long as the stream lives.
+    pub fn attach_keep(&self, keep: Box<dyn std::any::Any + Send>) {
+        let mut s = self.lock();
+        if s.failed.is_none() {
+            s.keep = Some(keep);
+        }
+    }
+
+    /// Whether a stream is attached.
+    pub fn is_attached(&self) -> bool {
+        self.lock().attached
+    }
+
+    /// The failure, once the peer is lost.
+    pub fn failure(&self) -> Option<ExchangeError> {
+        self.lock().failed.clone()
+    }
+
+    /// The permits of sending channel `channel`, made on first use (by its sender or by the
+    /// receiver's grant, whichever comes first). A window made after the peer failed is
+    /// failed.
+    pub fn window(&self, channel: ChannelId) -> Arc<SendWindow> {
+        let mut s = self.lock();
+        let failed = s.failed.clone();
+        s.outputs
+            .entry(channel)
+            .or_insert_with(|| {
+                let w = SendWindow::new();
+                if let Some(e) = failed {
+                    w.fail(e);
+                }
+                Arc::new(w)
+            })
+            .clone()
+    }
+
+    /// Registers the receiving end of `channel` and grants its sender `bound` (queued until
+    /// the stream is attached). Refused when the channel has an input already.
+    pub fn add_input(
+        &self,
+        channel: ChannelId,
+        input: Arc<dyn InboundChannel>,
+        bound: ChannelBound,
+    ) -> Result<(), ExchangeError> {
+        let mut s = self.lock();
+        if let Some(e) = &s.failed {
+            input.close();
+            return Err(e.clone());
+        }
+        if s.inputs.contains_key(&channel) {
+            return Err(ExchangeError::Protocol {
+                peer: s.name.clone(),
+                cause: format!("channel {channel} from it has an input already"),
+            });
+        }
+        s.inputs.insert(channel, input);
+        drop(s);
+        let grant = Cost {
+            batches: bound.batches,
+            records: bound.records,
+        };
+        self.outbox.push(wire::permits(channel, grant), true);
+        Ok(())
+    }
+
+    /// Handles one frame from the peer.
+    pub fn on_frame(&self, frame: Frame) -> Result<(), ExchangeError> {
+        self.frames_in.fetch_add(1, Relaxed);
+        self.bytes_in.fetch_add(frame.encoded_len() as u64, Relaxed);
+        let Some(kind) = frame.kind else {
+            return Err(self.protocol("an empty frame".into()));
+        };
+        let channel = wire::channel_of(&kind);
+        if let Kind::Permits(p) = kind {
+            self.window(channel).grant(Cost {
+                batches: p.batches,
+                records: p.records,
+            });
+            return Ok(());
+        }
+        let input = self.lock().inputs.get(&channel).cloned();
+        let Some(input) = input else {
+            return Err(self.protocol(format!(
+                "a frame for channel {channel}, which has no input on this worker"
+            )));
+        };
+        input.deliver(kind).map_err(|cause| self.protocol(cause))
+    }
+
+    fn protocol(&self, cause: String) -> ExchangeError {
+        ExchangeError::Protocol {
+            peer: self.name(),
+            cause,
+        }
+    }
+
+    /// The peer is lost (or the exchange shuts down): fails every channel with `e`, once.
+    pub fn fail(&self, e: ExchangeError) {
+        let mut s = self.lock();
+        if s.failed.is_some() {
+            return;
+        }
+        s.failed = Some(e.clone());
+        let outputs: Vec<_> = s.outputs.values().cloned().collect();
+        let inputs: Vec<_> = s.inputs.values().cloned().collect();
+        let keep = s.keep.take();
+        drop(s);
+        self.outbox.close();
+        for w in outputs {
+            w.fail(e.clone());
+        }
+        for i in inputs {
+            i.close();
+        }
+        drop(keep);
+    }
+
+    /// Reads the peer's half of the stream until it ends, dispatching every frame; then
+    /// fails the peer, naming it and the cause.
+    pub async fn read(self: Arc<Self>, mut inbound: tonic::Streaming<Frame>) {
+        let cause = loop {
+            match inbound.message().await {
+                Ok(Some(frame)) => {
+                    if let Err(e) = self.on_frame(frame) {
+                        self.fail(e);
+                        return;
+                    }
+                }
+                Ok(None) => break "the stream ended".to_string(),
+                Err(status) => break status_cause(&status),
+            }
+        };
+        self.fail(ExchangeError::PeerLost {
+            peer: self.name(),
+            cause,
+        });
+    }
+}
+
+/// A status as a cause: its message and, for transport errors, the chain below it.
+pub fn status_cause(status: &tonic::Status) -> String {
+    let mut cause = status.message().to_string();
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !cause.contains(&text) {
+            cause = format!("{cause}: {text}");
+        }
+        source = s.source();
+    }
+    if cause.is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        cause
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::event::Event;
+
+    struct Nowhere;
+    impl InboundChannel for Nowhere {
+        fn deliver(&self, _: Kind) -> Result<(), String> {
+            Ok(())
+        }
+        fn close(&self) {}
+    }
+
+    #[test]
+    fn a_frame_for_a_channel_without_an_input_is_a_protocol_error_naming_peer_and_channel() {
+        let peer = Peer::new(3);
+        assert!(peer.attach("worker 3 at 10.0.0.3:6124".into()));
+        let codec = crate::runtime::codec::TypeRegistry::with_common_types()
+            .codec::<u64>()
+            .unwrap();
+        let frame = wire::to_frame(9, Event::Batch(vec![1u64]), codec.as_ref()).unwrap();
+        let e = peer.on_frame(frame).unwrap_err().to_string();
+        assert!(e.contains("worker 3 at 10.0.0.3:6124"), "{e}");
+        assert!(e.contains("channel 9"), "{e}");
+        assert!(e.contains("same binary and plan"), "{e}");
+        // Permits for a channel whose sender is not registered yet are kept for it.
+        let grant = wire::permits(
+            4,
+            Cost {
+                batches: 2,
+                records: 8,
+            },
+        );
+        peer.on_frame(grant).unwrap();
+        assert_eq!(peer.window(4).available(), (2, 8));
+        // One input per channel; a second stream for the pair is refused.
+        let bound = ChannelBound::local(1);
+        peer.add_input(5, Arc::new(Nowhere), bound).unwrap();
+        let e = peer.add_input(5, Arc::new(Nowhere), bound).unwrap_err();
+        assert!(e.to_string().contains("channel 5"), "{e}");
+        assert!(!peer.attach("again".into()));
+        // A failed peer fails windows made afterwards too.
+        peer.fail(ExchangeError::Shutdown);
+        assert_eq!(peer.window(6).failure(), Some(ExchangeError::Shutdown));
+    }
+}

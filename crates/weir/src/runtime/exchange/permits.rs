@@ -1,0 +1,255 @@
+//! The permits of one sending channel: how many batches and records it may still send
+//! before its receiver returns some.
+//!
+//! The receiver's first grant *opens* the channel and sets its capacity; until then nothing
+//! is sent on it, not even a control event (the receiver has not registered the channel
+//! yet and would not know where to put it). After that a batch takes one batch permit and
+//! one record permit per record; control events take none. A batch larger than the whole
+//! record capacity goes once every record permit is back, alone, so it cannot deadlock the
+//! channel (the record count then dips below zero until it returns).
+//!
+//! Senders are task threads (blocking); grants come from the peer's reader task. A mutex
+//! and a condition variable join them: a send waits only when its channel is out of
+//! permits, and a failure of the peer wakes every waiting sender with the error.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::wire::Cost;
+use super::ExchangeError;
+
+/// One sending channel's permits.
+#[derive(Debug, Default)]
+pub struct SendWindow {
+    state: Mutex<WindowState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct WindowState {
+    /// The receiver's first grant arrived.
+    open: bool,
+    batches: u64,
+    /// May dip below zero after a batch larger than the capacity.
+    records: i64,
+    /// The record capacity (the first grant's records).
+    capacity_records: i64,
+    failed: Option<ExchangeError>,
+    /// Sends that had to wait for permits (or for the channel to open), ever.
+    waits: u64,
+    /// Senders waiting right now.
+    waiting: u32,
+}
+
+impl WindowState {
+    fn fits(&self, cost: Cost) -> bool {
+        if !self.open {
+            return false;
+        }
+        if cost.is_free() {
+            return true;
+        }
+        self.batches >= cost.batches as u64
+            && (self.records >= cost.records as i64 || self.records >= self.capacity_records)
+    }
+
+    fn take(&mut self, cost: Cost) {
+        self.batches -= cost.batches as u64;
+        self.records -= cost.records as i64;
+    }
+}
+
+/// The outcome of taking permits.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// The permits are taken: send now.
+    Yes,
+    /// Not enough permits (or not open yet) and no more waiting.
+    No,
+}
+
+impl SendWindow {
+    /// A closed window with no permits.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WindowState> {
+        // A panic while holding this lock leaves only counters behind: go on with them.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The receiver granted (or returned) `cost`; the first grant opens the channel.
+    pub fn grant(&self, cost: Cost) {
+        let mut s = self.lock();
+        if !s.open {
+            s.open = true;
+            s.capacity_records = cost.records as i64;
+        }
+        s.batches += cost.batches as u64;
+        s.records += cost.records as i64;
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// The peer is lost: every send from now on, and every waiting one, fails with `e`.
+    pub fn fail(&self, e: ExchangeError) {
+        let mut s = self.lock();
+        if s.failed.is_none() {
+            s.failed = Some(e);
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Takes `cost` if it fits now, without waiting.
+    pub fn try_take(&self, cost: Cost) -> Result<Taken, ExchangeError> {
+        self.take(cost, Some(Instant::now()))
+    }
+
+    /// Takes `cost`, waiting until it fits or until `deadline` (for ever without one).
+    pub fn take(&self, cost: Cost, deadline: Option<Instant>) -> Result<Taken, ExchangeError> {
+        let mut s = self.lock();
+        let mut counted = false;
+        loop {
+            if let Some(e) = &s.failed {
+                return Err(e.clone());
+            }
+            if s.fits(cost) {
+                s.take(cost);
+                return Ok(Taken::Yes);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(Taken::No);
+            }
+            if !counted {
+                counted = true;
+                s.waits += 1;
+            }
+            s.waiting += 1;
+            s = match deadline {
+                None => self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    self.changed
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+            s.waiting -= 1;
+        }
+    }
+
+    /// Whether a batch of one record could not be sent now (closed, or out of permits):
+    /// the remote counterpart of a full channel.
+    pub fn is_full(&self) -> bool {
+        !self.lock().fits(Cost {
+            batches: 1,
+            records: 1,
+        })
+    }
+
+    /// The permits held now: batches and records (records may be negative, see the module
+    /// docs).
+    pub fn available(&self) -> (u64, i64) {
+        let s = self.lock();
+        (s.batches, s.records)
+    }
+
+    /// Sends that had to wait for permits, ever (a metric: permit waits).
+    pub fn waits(&self) -> u64 {
+        self.lock().waits
+    }
+
+    /// Senders waiting for permits right now.
+    pub fn waiting(&self) -> u32 {
+        self.lock().waiting
+    }
+
+    /// Whether the receiver's first grant arrived.
+    pub fn is_open(&self) -> bool {
+        self.lock().open
+    }
+
+    /// The failure, once the peer is lost.
+    pub fn failure(&self) -> Option<ExchangeError> {
+        self.lock().failed.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn batch(records: u64) -> Cost {
+        Cost {
+            batches: 1,
+            records,
+        }
+    }
+
+    #[test]
+    fn nothing_goes_before_the_first_grant_then_batches_take_permits_and_control_none() {
+        let w = SendWindow::new();
+        assert!(w.is_full());
+        assert_eq!(w.try_take(Cost::default()), Ok(Taken::No), "not open");
+        w.grant(Cost {
+            batches: 2,
+            records: 10,
+        });
+        assert_eq!(w.try_take(batch(6)), Ok(Taken::Yes));
+        assert_eq!(w.try_take(batch(6)), Ok(Taken::No), "4 records left");
+        assert_eq!(w.try_take(batch(4)), Ok(Taken::Yes));
+        assert!(w.is_full());
+        assert_eq!(
+            w.try_take(Cost::default()),
+            Ok(Taken::Yes),
+            "control is free"
+        );
+        w.grant(batch(6));
+        assert_eq!(w.available(), (1, 6));
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_capacity_goes_alone_once_every_permit_is_back() {
+        let w = SendWindow::new();
+        w.grant(Cost {
+            batches: 4,
+            records: 10,
+        });
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
+        assert_eq!(w.try_take(batch(50)), Ok(Taken::No), "permits are out");
+        w.grant(batch(1));
+        assert_eq!(w.try_take(batch(50)), Ok(Taken::Yes), "all back: it goes");
+        assert_eq!(w.available(), (3, -40));
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::No));
+        w.grant(batch(50));
+        assert_eq!(w.available(), (4, 10));
+    }
+
+    #[test]
+    fn a_waiting_sender_wakes_on_a_grant_and_on_a_failure() {
+        let w = Arc::new(SendWindow::new());
+        w.grant(batch(1));
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
+        let w2 = w.clone();
+        let sender = std::thread::spawn(move || w2.take(batch(1), None));
+        while w.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(w.waits(), 1);
+        w.grant(batch(1));
+        assert_eq!(sender.join().unwrap(), Ok(Taken::Yes));
+
+        let w2 = w.clone();
+        let sender = std::thread::spawn(move || w2.take(batch(1), None));
+        while w.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        w.fail(ExchangeError::Shutdown);
+        assert_eq!(sender.join().unwrap(), Err(ExchangeError::Shutdown));
+        assert_eq!(w.try_take(Cost::default()), Err(ExchangeError::Shutdown));
+    }
+}

@@ -1,0 +1,396 @@
+//! The exchange over real loopback sockets: in-process tonic servers on 127.0.0.1, port 0.
+//! Every wait here is for a state (a sender waiting, events arrived), never for a time.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::runtime::codec::{RecordCodec, TypeRegistry};
+use crate::runtime::event::{CheckpointBarrier, Event, WatermarkStatus};
+
+use super::*;
+
+fn codec() -> Arc<dyn RecordCodec<u64>> {
+    TypeRegistry::with_common_types().codec::<u64>().unwrap()
+}
+
+/// Keep-alive pings go on, but a machine starved of CPU for seconds (a loaded CI host) must
+/// not count as a lost peer here: these tests break their streams on purpose.
+fn start(worker: WorkerId, token: &str) -> Exchange {
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut config = ExchangeConfig::new(worker, listen, token);
+    config.keepalive_timeout = Duration::from_secs(600);
+    Exchange::start(config).unwrap()
+}
+
+/// Worker 1 dials worker 2.
+fn pair() -> (Exchange, Exchange) {
+    let a = start(1, "secret");
+    let b = start(2, "secret");
+    a.connect(2, &b.local_addr().to_string()).unwrap();
+    (a, b)
+}
+
+/// Waits until `cond` holds; fails naming `what` after a minute (a hang, not a slow machine).
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn records(e: Event<u64>) -> Vec<u64> {
+    match e {
+        Event::Batch(b) => b,
+        other => panic!("expected a batch, got {other:?}"),
+    }
+}
+
+#[test]
+fn order_holds_per_channel_and_every_channel_both_ways_shares_one_stream() {
+    let (a, b) = pair();
+    const CHANNELS: u32 = 8;
+    const BATCHES: u64 = 50;
+    let bound = ChannelBound::local(2);
+    let mut threads = Vec::new();
+    // Channels 0..8 from worker 1 to worker 2, 100..108 from 2 to 1.
+    for (from, to, base) in [(&a, &b, 0), (&b, &a, 100)] {
+        for c in base..base + CHANNELS {
+            let tx = from.output(to.worker(), c, codec());
+            let rx = to.input(from.worker(), c, bound, codec()).unwrap();
+            threads.push(std::thread::spawn(move || {
+                for i in 0..BATCHES {
+                    tx.send(Event::Batch(vec![u64::from(c), i * 2, i * 2 + 1]))
+                        .unwrap();
+                    tx.send(Event::Watermark(i)).unwrap();
+                }
+                tx.send(Event::EndOfInput).unwrap();
+            }));
+            threads.push(std::thread::spawn(move || {
+                for i in 0..BATCHES {
+                    assert_eq!(
+                        records(rx.recv().unwrap()),
+                        [u64::from(c), i * 2, i * 2 + 1]
+                    );
+                    assert!(matches!(rx.recv().unwrap(), Event::Watermark(w) if w == i));
+                }
+                assert!(matches!(rx.recv().unwrap(), Event::EndOfInput));
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(a.streams(), 1, "worker 1 dialled one stream");
+    assert_eq!(b.streams(), 1, "worker 2 accepted one stream");
+    let stats = a.stats(2);
+    assert!(
+        stats.frames_out >= u64::from(CHANNELS) * BATCHES * 2,
+        "{stats:?}"
+    );
+    assert!(
+        stats.frames_in >= u64::from(CHANNELS) * BATCHES * 2,
+        "{stats:?}"
+    );
+    // A second stream for the pair is refused: channels never split across streams.
+    let e = b.connect(1, &a.local_addr().to_string()).unwrap_err();
+    assert!(e.to_string().contains("one per pair"), "{e}");
+    assert!(
+        a.is_connected(2) && b.is_connected(1),
+        "the first stream is still up"
+    );
+}
+
+#[test]
+fn a_sender_out_of_permits_waits_until_its_receiver_consumes() {
+    let (a, b) = pair();
+    let bound = ChannelBound {
+        batches: 2,
+        records: 1000,
+    };
+    let tx = Arc::new(a.output(2, 7, codec()));
+    let rx = b.input(1, 7, bound, codec()).unwrap();
+    wait_until("the channel opens", || !tx.is_full());
+    tx.try_send(Event::Batch(vec![1])).unwrap();
+    tx.try_send(Event::Batch(vec![2])).unwrap();
+    assert!(tx.is_full());
+    let kept = tx.try_send(Event::Batch(vec![3]));
+    assert!(matches!(kept, Err(TrySend::Full(Event::Batch(ref b))) if b == &[3]));
+    let kept = tx.send_timeout(Event::Batch(vec![3]), Duration::from_millis(1));
+    assert!(matches!(kept, Err(TrySend::Full(_))));
+    // A blocking send waits for a permit...
+    let t = tx.clone();
+    let sender = std::thread::spawn(move || t.send(Event::Batch(vec![3])));
+    wait_until("the sender waits", || tx.waiting() == 1);
+    wait_until("both batches arrived", || rx.len() == 2);
+    assert_eq!(tx.permit_waits(), 2, "the timed send and the blocking one");
+    assert_eq!(rx.len(), 2, "no third batch while no permit is back");
+    // ...and goes on once the receiver consumed one: the permit came back on the stream.
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+    sender.join().unwrap().unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [2]);
+    assert_eq!(records(rx.recv().unwrap()), [3]);
+    wait_until("every permit is back", || tx.available() == (2, 1000));
+
+    // Records count too: 5 record permits hold 1 + 3 records, not one more.
+    let tx = a.output(2, 8, codec());
+    let rx = b
+        .input(
+            1,
+            8,
+            ChannelBound {
+                batches: 10,
+                records: 5,
+            },
+            codec(),
+        )
+        .unwrap();
+    wait_until("the channel opens", || !tx.is_full());
+    tx.try_send(Event::Batch(vec![1])).unwrap();
+    tx.try_send(Event::Batch(vec![2, 3, 4])).unwrap();
+    assert!(matches!(
+        tx.try_send(Event::Batch(vec![5, 6])),
+        Err(TrySend::Full(_))
+    ));
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+    wait_until("a record permit is back", || tx.available() == (9, 2));
+    tx.try_send(Event::Batch(vec![5, 6])).unwrap();
+}
+
+#[test]
+fn watermarks_barriers_and_end_of_input_need_no_permits() {
+    let (a, b) = pair();
+    let tx = a.output(2, 1, codec());
+    let rx = b
+        .input(
+            1,
+            1,
+            ChannelBound {
+                batches: 1,
+                records: 10,
+            },
+            codec(),
+        )
+        .unwrap();
+    wait_until("the channel opens", || !tx.is_full());
+    tx.try_send(Event::Batch(vec![1, 2])).unwrap();
+    assert!(tx.is_full(), "the one batch permit is spent");
+    let barrier = CheckpointBarrier::checkpoint(4, 99);
+    for e in [
+        Event::Watermark(10),
+        Event::WatermarkStatus(WatermarkStatus::Idle),
+        Event::Barrier(barrier),
+        Event::EndOfInput,
+    ] {
+        assert!(
+            tx.try_send(e).is_ok(),
+            "a control event goes without permits"
+        );
+    }
+    assert_eq!(records(rx.recv().unwrap()), [1, 2]);
+    assert!(matches!(rx.recv().unwrap(), Event::Watermark(10)));
+    assert!(matches!(
+        rx.recv().unwrap(),
+        Event::WatermarkStatus(WatermarkStatus::Idle)
+    ));
+    assert!(matches!(rx.recv().unwrap(), Event::Barrier(x) if x == barrier));
+    assert!(matches!(rx.recv().unwrap(), Event::EndOfInput));
+    assert_eq!(tx.permit_waits(), 0);
+}
+
+#[test]
+fn an_announcement_overtakes_the_data_queued_before_it() {
+    let (a, b) = pair();
+    let tx = a.output(2, 3, codec());
+    let rx = b.input(1, 3, ChannelBound::local(2), codec()).unwrap();
+    wait_until("the channel opens", || !tx.is_full());
+    tx.send(Event::Batch(vec![1])).unwrap();
+    tx.send(Event::Batch(vec![2])).unwrap();
+    let barrier = CheckpointBarrier::checkpoint(7, 0);
+    tx.send(Event::Barrier(barrier)).unwrap();
+    wait_until("the batches and the marker arrived", || rx.len() == 3);
+    tx.announce(barrier).unwrap();
+    // The task finds the announcement on its lane while the records before the in-band
+    // marker still wait, unread: what an unaligned checkpoint stores as channel state.
+    assert_eq!(
+        rx.lane().recv_timeout(Duration::from_secs(60)).unwrap(),
+        barrier
+    );
+    assert_eq!(rx.len(), 3);
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+}
+
+/// A TCP proxy on loopback that can cut every connection through it: both ends see their
+/// connection close, as when a network link goes down.
+struct Proxy {
+    addr: SocketAddr,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn to(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let streams = Arc::new(Mutex::new(Vec::<TcpStream>::new()));
+        let kept = streams.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(target) else {
+                    return;
+                };
+                let mut kept = kept.lock().unwrap();
+                kept.push(client.try_clone().unwrap());
+                kept.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { addr, streams }
+    }
+
+    fn cut(&self) {
+        for s in self.streams.lock().unwrap().iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn a_cut_link_fails_both_sides_naming_the_other_worker() {
+    let a = start(1, "secret");
+    let b = start(2, "secret");
+    let proxy = Proxy::to(b.local_addr());
+    a.connect(2, &proxy.addr.to_string()).unwrap();
+    let a_tx = a.output(2, 1, codec());
+    let b_rx = b.input(1, 1, ChannelBound::local(1), codec()).unwrap();
+    let b_tx = b.output(1, 2, codec());
+    let a_rx = a.input(2, 2, ChannelBound::local(1), codec()).unwrap();
+    a_tx.send(Event::Batch(vec![1])).unwrap();
+    b_tx.send(Event::Batch(vec![2])).unwrap();
+    assert_eq!(records(b_rx.recv().unwrap()), [1]);
+    assert_eq!(records(a_rx.recv().unwrap()), [2]);
+
+    proxy.cut();
+    wait_until("worker 1 sees the stream break", || {
+        a.peer_failure(2).is_some()
+    });
+    wait_until("worker 2 sees the stream break", || {
+        b.peer_failure(1).is_some()
+    });
+    let at_a = a_rx.recv().unwrap_err().to_string();
+    assert!(
+        at_a.contains("lost the exchange stream with worker 2 at"),
+        "{at_a}"
+    );
+    assert!(at_a.contains(&proxy.addr.to_string()), "{at_a}");
+    let at_b = b_rx.recv().unwrap_err().to_string();
+    assert!(
+        at_b.contains("lost the exchange stream with worker 1 at 127.0.0.1:"),
+        "{at_b}"
+    );
+    // Senders fail too, with the same error, whether out of permits or not.
+    let e = a_tx.send(Event::Batch(vec![3])).unwrap_err().to_string();
+    assert!(e.contains("worker 2"), "{e}");
+    let e = b_tx.send(Event::Watermark(1)).unwrap_err().to_string();
+    assert!(e.contains("worker 1"), "{e}");
+}
+
+#[test]
+fn a_peer_that_vanishes_wakes_a_waiting_sender_with_an_error_naming_it() {
+    let (a, b) = pair();
+    let tx = Arc::new(a.output(2, 1, codec()));
+    let _rx = b
+        .input(
+            1,
+            1,
+            ChannelBound {
+                batches: 1,
+                records: 10,
+            },
+            codec(),
+        )
+        .unwrap();
+    tx.send(Event::Batch(vec![1])).unwrap();
+    let t = tx.clone();
+    let sender = std::thread::spawn(move || t.send(Event::Batch(vec![2])));
+    wait_until("the sender waits for a permit", || tx.waiting() == 1);
+    drop(b); // worker 2's process is gone
+    let e = sender.join().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("lost the exchange stream with worker 2 at 127.0.0.1:"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_peer_without_the_cluster_token_is_refused() {
+    let a = start(1, "wrong");
+    let b = start(2, "secret");
+    let tx = a.output(2, 1, codec());
+    let e = a.connect(2, &b.local_addr().to_string()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ExchangeError::Refused { .. }), "{msg}");
+    assert!(msg.contains("worker 2 at 127.0.0.1:"), "{msg}");
+    assert!(msg.contains("cluster token"), "{msg}");
+    assert_eq!(b.refused(), 1);
+    assert_eq!(b.streams(), 0);
+    assert!(!b.is_connected(1));
+    // The channels waiting for that stream fail with the reason.
+    let e = tx.send(Event::EndOfInput).unwrap_err();
+    assert!(e.to_string().contains("cluster token"), "{e}");
+    // An empty token is refused before anything listens.
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let e = Exchange::start(ExchangeConfig::new(4, listen, ""))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("token is empty"), "{e}");
+    // And a peer that is not there at all is named, with the way out.
+    let e = a.connect(3, "127.0.0.1:1").unwrap_err().to_string();
+    assert!(e.contains("cannot reach worker 3 at 127.0.0.1:1"), "{e}");
+}
+
+#[test]
+fn a_task_selects_on_a_remote_input_as_on_a_local_channel_and_returns_permits_by_consuming() {
+    let (a, b) = pair();
+    let tx = a.output(2, 5, codec());
+    let rx = b.input(1, 5, ChannelBound::local(1), codec()).unwrap();
+    assert!(rx.is_empty());
+    assert!(rx.try_recv().unwrap().is_none());
+    tx.send(Event::Batch(vec![1])).unwrap();
+    assert!(tx.is_full());
+    // A task's loop: select over the data and the lane, take the event, report it consumed.
+    let mut sel = crossbeam_channel::Select::new();
+    let data = sel.recv(rx.receiver());
+    let lane = sel.recv(rx.lane());
+    let op = sel.select_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(op.index(), data);
+    assert_ne!(op.index(), lane);
+    let e = op.recv(rx.receiver()).unwrap();
+    // Taken but not reported: no permit goes back. (A frame from worker 2 arriving at
+    // worker 1 after the take proves it: permits would have overtaken it.)
+    let back = b.output(1, 6, codec());
+    let back_rx = a.input(2, 6, ChannelBound::local(1), codec()).unwrap();
+    back.send(Event::EndOfInput).unwrap();
+    assert!(matches!(back_rx.recv().unwrap(), Event::EndOfInput));
+    assert!(tx.is_full(), "a permit came back before the task reported");
+    rx.consumed(&e);
+    wait_until("the permit is back", || !tx.is_full());
+    tx.send(Event::Batch(vec![2])).unwrap();
+    let e = rx.recv_timeout(Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!(records(e), [2]);
+}
