@@ -32,6 +32,7 @@ use crate::runtime::codec::{check_network_edges, NetworkEdge};
 use crate::runtime::config::{JobConfig, RestoreFrom};
 use crate::runtime::control::ControlHub;
 use crate::runtime::fault::FailureInjector;
+use crate::runtime::footprint::{available_memory, check_fits, Footprint};
 use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::operator_metrics::{self, ChainMetrics};
 use crate::runtime::plan::{plan, Plan};
@@ -127,6 +128,9 @@ fn run_job(
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
     check_unaligned(&graph, &plan, cfg)?;
+    // Before any channel or thread exists: a plan whose channels alone cannot fit.
+    let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
+    check_fits(footprint, available_memory(), cfg.parallelism)?;
     control.update(|s| {
         s.job = cfg.name.clone();
         s.operators = plan

@@ -25,6 +25,7 @@
 //! * [`finishing`] — when a task may end: the final checkpoint and stop-with-savepoint (pure).
 //! * [`restart`] — restart strategies.
 //! * [`plan`] — chains operators into tasks.
+//! * `footprint` — a plan's memory before any record flows; refuses one that cannot fit.
 //! * `spawn` — starts an attempt's tasks, one thread each.
 //! * `attempt` — the event loop of one job attempt: the I/O edge of the checkpoint protocol.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
@@ -47,6 +48,7 @@ pub mod exchange;
 pub mod executor;
 pub mod fault;
 pub mod finishing;
+pub(crate) mod footprint;
 pub mod functions;
 pub(crate) mod graph;
 pub mod interval_join;

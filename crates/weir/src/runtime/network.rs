@@ -112,10 +112,10 @@ struct Channels<T> {
 
 impl<T> Channels<T> {
     fn new(senders: Vec<Sender<Event<T>>>) -> Self {
-        let buffers = senders
-            .iter()
-            .map(|_| Vec::with_capacity(BATCH_SIZE))
-            .collect();
+        // No room is taken before a channel carries a record: a writer has one channel per
+        // downstream subtask, so a whole batch for each up front would cost memory in
+        // proportion to p × p (8.6 GB of u64 batches at p = 512) whatever the data.
+        let buffers = senders.iter().map(|_| Vec::new()).collect();
         let timestamps = senders.iter().map(|_| Vec::new()).collect();
         Channels {
             pending: senders.iter().map(|_| VecDeque::new()).collect(),
@@ -173,9 +173,13 @@ impl<T> Channels<T> {
                 false => self.send_pending(c),
             };
         }
-        let full = std::mem::replace(buf, Vec::with_capacity(BATCH_SIZE));
+        // The next batch starts with the room this one needed: a channel that fills its
+        // batches keeps a whole batch's room (W1's path: the same allocation as ever), one
+        // flushed with a few records keeps that few, so memory follows the data in flight.
+        let room = buf.len();
+        let full = std::mem::replace(buf, Vec::with_capacity(room));
         let event = if self.timestamped {
-            let stamps = std::mem::replace(&mut self.timestamps[c], Vec::with_capacity(BATCH_SIZE));
+            let stamps = std::mem::replace(&mut self.timestamps[c], Vec::with_capacity(room));
             Event::TimestampedBatch(full, stamps)
         } else {
             Event::Batch(full)

@@ -63,6 +63,8 @@ pub fn run_input<T: Send>(
     // Selectable channels: rebuilt only when the blocked/closed set changes.
     let mut readable: Vec<usize> = (0..inputs.len()).collect();
     let mut dirty = false;
+    // Where the next non-blocking pass over many inputs starts ([`scan`]).
+    let mut cursor = 0;
     loop {
         if fin.is_done() && channels.iter().all(|c| c.closed) {
             return chain.flush();
@@ -73,39 +75,51 @@ pub fn run_input<T: Send>(
                 .collect();
             dirty = false;
         }
-        let mut sel = Select::new();
-        sel.recv(&ctx.control);
-        for &c in &readable {
-            sel.recv(&inputs[c]);
-        }
-        let deadline = last_flush + ctx.buffer_timeout;
-        let op = match crate::runtime::load::idle(|| sel.select_deadline(deadline)) {
-            Ok(op) => op,
-            Err(_) => {
-                if !fin.is_frozen() {
-                    chain.on_processing_time(crate::clock::wall_ms())?;
+        let got = match scan(&ctx, &inputs, &readable, &mut cursor) {
+            Some(got) => got,
+            None => {
+                let mut sel = Select::new();
+                sel.recv(&ctx.control);
+                for &c in &readable {
+                    sel.recv(&inputs[c]);
                 }
-                chain.flush()?;
-                last_flush = Instant::now();
+                let deadline = last_flush + ctx.buffer_timeout;
+                let op = match crate::runtime::load::idle(|| sel.select_deadline(deadline)) {
+                    Ok(op) => op,
+                    Err(_) => {
+                        if !fin.is_frozen() {
+                            chain.on_processing_time(crate::clock::wall_ms())?;
+                        }
+                        chain.flush()?;
+                        last_flush = Instant::now();
+                        continue;
+                    }
+                };
+                match op.index() {
+                    0 => Got::Control(op.recv(&ctx.control).map_err(|_| Error::Cancelled)?),
+                    i => {
+                        let c = readable[i - 1];
+                        Got::Input(c, op.recv(&inputs[c]).ok())
+                    }
+                }
+            }
+        };
+        let (c, event) = match got {
+            Got::Input(c, event) => (c, event),
+            Got::Control(c) => {
+                if let Control::Aborted(id) = c {
+                    if handler.abort(id) {
+                        dirty = true;
+                    }
+                    for ch in channels.iter_mut().filter(|ch| ch.stopped_at == Some(id)) {
+                        ch.stopped_at = None;
+                    }
+                }
+                on_control(c, chain.as_mut(), &mut fin)?;
                 continue;
             }
         };
-        let i = op.index();
-        if i == 0 {
-            let c = op.recv(&ctx.control).map_err(|_| Error::Cancelled)?;
-            if let Control::Aborted(id) = c {
-                if handler.abort(id) {
-                    dirty = true;
-                }
-                for ch in channels.iter_mut().filter(|ch| ch.stopped_at == Some(id)) {
-                    ch.stopped_at = None;
-                }
-            }
-            on_control(c, chain.as_mut(), &mut fin)?;
-            continue;
-        }
-        let c = readable[i - 1];
-        let Ok(event) = op.recv(&inputs[c]) else {
+        let Some(event) = event else {
             // The sender is gone: orderly only after end-of-input or a stopping barrier.
             if !channels[c].ended && channels[c].stopped_at.is_none() {
                 return Err(Error::Cancelled);
@@ -151,6 +165,52 @@ pub fn run_input<T: Send>(
             last_flush = Instant::now();
         }
     }
+}
+
+/// What the loop read: a control message, or channel `c`'s next event (`None`: its sender
+/// is gone).
+enum Got<T> {
+    Control(Control),
+    Input(usize, Option<Event<T>>),
+}
+
+/// Inputs from which a task first looks for a ready channel without blocking.
+const SCAN_FROM: usize = 16;
+
+/// With many inputs (a keyed edge at parallelism p gives each task p of them), registering
+/// every channel with a `Select` for each event costs O(p) per event, O(p³) over a job; a
+/// non-blocking pass from where the last one stopped finds a ready channel in O(1)
+/// amortized. Control messages come first. `None` when nothing is ready (then the task
+/// blocks on a `Select`) and always below [`SCAN_FROM`] inputs, so a task with a few
+/// inputs (W1's) runs exactly as before.
+fn scan<T>(
+    ctx: &TaskContext,
+    inputs: &[Receiver<Event<T>>],
+    readable: &[usize],
+    cursor: &mut usize,
+) -> Option<Got<T>> {
+    if readable.len() < SCAN_FROM {
+        return None;
+    }
+    if let Ok(c) = ctx.control.try_recv() {
+        return Some(Got::Control(c));
+    }
+    for k in 0..readable.len() {
+        let i = (*cursor + k) % readable.len();
+        let c = readable[i];
+        match inputs[c].try_recv() {
+            Ok(event) => {
+                *cursor = i + 1;
+                return Some(Got::Input(c, Some(event)));
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                *cursor = i + 1;
+                return Some(Got::Input(c, None));
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => {}
+        }
+    }
+    None
 }
 
 /// Forwards what the watermark valve decided: becoming active, then the new watermark, then
