@@ -228,6 +228,84 @@ impl<T, S: SourceFunction<T>> SourceFunction<T> for StopMidRun<S> {
     }
 }
 
+/// A source that pauses mid-input for checkpoints, so a test that needs checkpoints to
+/// complete while the job runs (commits along the way, state with progress) gets them by
+/// construction, not because the input happened to outlast them: after every `every`
+/// records (per subtask, in this attempt), it holds (emits nothing, still answering
+/// barriers) until a checkpoint snapshotted during the hold has completed — and until
+/// `also()` holds, for a test that needs something more to happen meanwhile.
+#[derive(Clone)]
+pub struct PauseForCheckpoints<S> {
+    inner: S,
+    every: u64,
+    emitted: u64,
+    /// Holding at the boundary `emitted`; `Some(id)` once checkpoint `id` snapshotted it.
+    holding: Option<Option<u64>>,
+    released: bool,
+    also: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl<S> PauseForCheckpoints<S> {
+    pub fn new(inner: S, every: u64) -> Self {
+        Self::until(inner, every, || true)
+    }
+
+    /// [`PauseForCheckpoints::new`] whose holds also last until `also()` holds.
+    pub fn until(inner: S, every: u64, also: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        assert!(every > 0);
+        PauseForCheckpoints {
+            inner,
+            every,
+            emitted: 0,
+            holding: None,
+            released: false,
+            also: Arc::new(also),
+        }
+    }
+}
+
+impl<S: CheckpointedFunction> CheckpointedFunction for PauseForCheckpoints<S> {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        (self.emitted, self.holding, self.released) = (0, None, false);
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        if let Some(None) = self.holding {
+            self.holding = Some(Some(ctx.checkpoint_id()));
+        }
+        self.inner.snapshot_state(ctx)
+    }
+    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        if self.holding.flatten().is_some_and(|h| id >= h) {
+            self.released = true;
+        }
+        self.inner.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_aborted(id)
+    }
+}
+
+impl<T, S: SourceFunction<T>> SourceFunction<T> for PauseForCheckpoints<S> {
+    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
+        if self.holding.is_some() {
+            if !(self.released && (self.also)()) {
+                return Ok(SourceStatus::Idle);
+            }
+            (self.holding, self.released) = (None, false);
+        }
+        let left = self.every - self.emitted % self.every;
+        let before = out.len();
+        let status = self.inner.poll(out, max.min(left as usize))?;
+        self.emitted += (out.len() - before) as u64;
+        if status != SourceStatus::Finished && self.emitted % self.every == 0 && out.len() > before
+        {
+            self.holding = Some(None);
+        }
+        Ok(status)
+    }
+}
+
 /// Asserts that a run built with [`StopMidRun`] sources failed because of them.
 pub fn assert_stopped_mid_run<T>(result: Result<T>) {
     match result {
