@@ -216,12 +216,16 @@ fn sigkill_and_restore(case: Case, seed: u64, last_parallelism: u32) {
     let args =
         |restore: bool, parallelism: u32| restoring(case.args(parallelism, &d, &o, &base), restore);
     let mut committed = 0;
-    let newest = kill_loop(
+    let staging = tmp.path().join(".out.inprogress");
+    // The killed run that waits for a checkpoint of its own also waits for a committed
+    // window result, so a kill certainly hits a job whose windows fire and commit.
+    let newest = kill_loop_until(
         tmp.path(),
         &d.join("nexmark"),
         (3, window),
         seed,
         |restore| args(restore, 2),
+        || committed_rows(&staging) > 0,
         |i| {
             assert!(!o.exists(), "killed run {i} published {}", o.display());
             committed = committed_rows(&tmp.path().join(".out.inprogress"));
