@@ -308,8 +308,18 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         "(e => !!e && e.textContent === 'running')(document.getElementById('state'))",
         wait,
     );
-    page.eval("window.confirm = () => false; document.getElementById('do-savepoint').click()");
-    std::thread::sleep(Duration::from_millis(500));
+    // The click handler runs synchronously up to its request (`fetch`), so once `click()`
+    // returned, a refused confirmation has been asked and nothing was sent: checked as
+    // facts, not after a sleep a loaded machine may outlast.
+    page.eval(
+        "window.asked = 0; window.fetched = 0; \
+         const realFetch = window.fetch; \
+         window.fetch = (...a) => { window.fetched += 1; return realFetch(...a); }; \
+         window.confirm = () => { window.asked += 1; return false; }; \
+         document.getElementById('do-savepoint').click()",
+    );
+    assert_eq!(page.eval("window.asked"), serde_json::json!(1));
+    assert_eq!(page.eval("window.fetched"), serde_json::json!(0));
     assert_eq!(
         page.eval("document.getElementById('action-result').textContent"),
         ""
