@@ -86,6 +86,20 @@ pub fn run_keyed_count(
     })
 }
 
+/// [`run_keyed_count`] whose sources pause for a checkpoint after every `every` records
+/// per subtask ([`PauseForCheckpoints`]): mid-run checkpoints certain on any machine.
+pub fn run_keyed_count_pausing(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    rate: Option<f64>,
+    every: u64,
+) -> Result<(HashMap<u64, u64>, JobResult)> {
+    keyed_count_with(config, n, keys, |len| {
+        PauseForCheckpoints::new(GeneratorSource::new(len).with_rate(rate), every)
+    })
+}
+
 /// [`run_keyed_count`] whose sources each stop mid-input ([`StopMidRun`]) after `stop_at`
 /// records per subtask: the job fails (with [`RestartStrategy::None`]) leaving a mid-run
 /// checkpoint behind.
@@ -298,7 +312,9 @@ impl<T, S: SourceFunction<T>> SourceFunction<T> for PauseForCheckpoints<S> {
         let before = out.len();
         let status = self.inner.poll(out, max.min(left as usize))?;
         self.emitted += (out.len() - before) as u64;
-        if status != SourceStatus::Finished && self.emitted % self.every == 0 && out.len() > before
+        if status != SourceStatus::Finished
+            && self.emitted.is_multiple_of(self.every)
+            && out.len() > before
         {
             self.holding = Some(None);
         }

@@ -66,7 +66,10 @@ fn a_corrupted_object_is_skipped_for_the_previous_checkpoint() {
     let dir = "s3://corrupt/ckpts";
     let mut cfg = config("counted", Path::new(dir), 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(50));
-    let (counts, r) = run_keyed_count(cfg.clone(), 300_000, 100, Some(300_000.0)).unwrap();
+    // Each source subtask pauses for a checkpoint every 25 000 of its 75 000 records: a
+    // mid-run checkpoint before the newest however slow the store.
+    let (counts, r) =
+        run_keyed_count_pausing(cfg.clone(), 300_000, 100, Some(300_000.0), 25_000).unwrap();
     assert_eq!(counts, expected(300_000, 100));
     assert!(r.checkpoints.len() >= 2, "need two checkpoints");
     let (newest_path, _) = newest(dir, "counted");
