@@ -6,7 +6,9 @@ mod common;
 use common::*;
 
 /// A keyed-count of 300 000 events over 8 keys at 600 000 a second, its output discarded,
-/// with checkpoints in `ck` under the flags `checkpointing`.
+/// with checkpoints in `ck` under the flags `checkpointing`. Four injected failures, each
+/// held back until a checkpoint of its attempt completed, make at least four checkpoints
+/// complete mid-run (five with the final one) however fast or slow the machine is.
 fn paced_run(ck: &std::path::Path, checkpointing: &[&str]) -> Vec<String> {
     let dir = checkpoint_arg(ck);
     let mut extra = vec![
@@ -15,6 +17,10 @@ fn paced_run(ck: &std::path::Path, checkpointing: &[&str]) -> Vec<String> {
         "--checkpoint-dir",
         &dir,
         "--discard-output",
+        "--inject-failures",
+        "4",
+        "--restart-delay",
+        "10ms",
     ];
     extra.extend_from_slice(checkpointing);
     keyed_count_args(300_000, 8, &extra, false)

@@ -8,7 +8,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use common::*;
 
@@ -356,11 +355,13 @@ fn kill_damage_restore(
     let (n, keys) = (150_000u64, 1000u64);
     let (chk, out) = (checkpoint_arg(&d), s(&o));
     let args = |restore: bool| {
+        // The killed run lasts 15 s at its rate, far longer than its three checkpoints
+        // take on a loaded machine (the rate bounds it from below); the restore is fast.
         let extra = [
             "--checkpoint-interval",
             "50ms",
             "--rate",
-            "100000",
+            if restore { "1000000" } else { "10000" },
             "--checkpoint-dir",
             &chk,
             "--output",
@@ -370,7 +371,7 @@ fn kill_damage_restore(
     };
     let job = d.join("keyed-count");
     let mut child = spawn_logged(&mut weir(tmp, args(false)), &tmp.join("first.log"));
-    wait_for_checkpoints(&mut child, &job, 3, Duration::from_secs(20));
+    wait_for_checkpoints(&mut child, &job, 3, RUN_TIMEOUT);
     sigkill_running(&mut child, "first run");
     wait_for_dead_lease();
     let ids = completed_checkpoints(&job);
@@ -652,8 +653,9 @@ fn verify_reads_what_a_files_sink_committed() {
         let extra = [
             "--emit",
             "updates",
+            // The killed run lasts 10 s at its rate: far longer than its two checkpoints.
             "--rate",
-            if restore { "1000000" } else { "50000" },
+            if restore { "1000000" } else { "20000" },
             "--checkpoint-interval",
             "50ms",
             "--checkpoint-dir",
@@ -668,7 +670,7 @@ fn verify_reads_what_a_files_sink_committed() {
         &mut weir(tmp.path(), args(false)),
         &tmp.path().join("a.log"),
     );
-    wait_for_checkpoints(&mut child, &job, 2, Duration::from_secs(30));
+    wait_for_checkpoints(&mut child, &job, 2, RUN_TIMEOUT);
     sigkill_running(&mut child, "the first run");
     wait_for_dead_lease();
     // A committed-looking file with a count key 0 already has.

@@ -145,7 +145,10 @@ fn restoring_an_older_checkpoint_says_committed_output_is_written_again() {
         a.extend_from_slice(extra);
         keyed_count_updates(&chk, &sink, 100_000, 10, &a)
     };
-    let first = run(&mut weir(tmp.path(), args(&[])));
+    // Two injected failures, each held back until a checkpoint of its attempt completed:
+    // with the final one, three checkpoints or more however fast the run was.
+    let failures = ["--inject-failures", "2"];
+    let first = run(&mut weir(tmp.path(), args(&failures)));
     first.assert_success();
     assert!(!first.stderr.contains("older than"), "{}", first.describe());
     let done = completed_checkpoints(&chk.join("keyed-count"));

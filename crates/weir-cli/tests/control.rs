@@ -255,7 +255,9 @@ fn half_open_connections_neither_add_threads_nor_silence_the_endpoint() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let job = start(t, job_args(t, 1, Some("100000"), &[]), "job");
+    // 40 s of input at the rate: the job outlives the flood, its 5 s request deadline and
+    // the stop below however slow the machine (the rate bounds the run from below).
+    let job = start(t, job_args(t, 1, Some("50000"), &[]), "job");
     wait_running(t);
     let tasks = format!("/proc/{}/task", job.child.id());
     let threads = || std::fs::read_dir(&tasks).unwrap().count();
@@ -263,7 +265,20 @@ fn half_open_connections_neither_add_threads_nor_silence_the_endpoint() {
     let flood: Vec<std::net::TcpStream> = (0..300)
         .map(|_| std::net::TcpStream::connect(&job.addr).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // Threads are counted once the endpoint has taken the whole flood: the last connection
+    // has its answer (a 503 past the queue, or its close at the request deadline), so
+    // every earlier one was accepted — not after a sleep a loaded machine may outlast.
+    let mut last = &flood[flood.len() - 1];
+    last.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    if let Err(e) = std::io::Read::read(&mut last, &mut byte) {
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        assert!(
+            !matches!(e.kind(), TimedOut | WouldBlock),
+            "the endpoint never took the flood's last connection: {e}"
+        );
+    }
     let during = threads();
     eprintln!("job threads: {before} before, {during} with 300 idle connections");
     assert!(

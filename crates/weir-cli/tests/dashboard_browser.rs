@@ -308,8 +308,22 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         "(e => !!e && e.textContent === 'running')(document.getElementById('state'))",
         wait,
     );
-    page.eval("window.confirm = () => false; document.getElementById('do-savepoint').click()");
-    std::thread::sleep(Duration::from_millis(500));
+    // The click handler runs synchronously up to its request (a `fetch` POST), so once
+    // `click()` returned, a refused confirmation has been asked and no action was sent:
+    // checked as facts, not after a sleep a loaded machine may outlast. (The page's own
+    // polling GETs are not counted.)
+    page.eval(
+        "window.asked = 0; window.posted = 0; \
+         const realFetch = window.fetch; \
+         window.fetch = (url, opts) => { \
+           if (opts && opts.method === 'POST') window.posted += 1; \
+           return realFetch(url, opts); \
+         }; \
+         window.confirm = () => { window.asked += 1; return false; }; \
+         document.getElementById('do-savepoint').click()",
+    );
+    assert_eq!(page.eval("window.asked"), serde_json::json!(1));
+    assert_eq!(page.eval("window.posted"), serde_json::json!(0));
     assert_eq!(
         page.eval("document.getElementById('action-result').textContent"),
         ""
@@ -323,6 +337,8 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
         "(t => t.startsWith('savepoint ') && t)(document.getElementById('action-result').textContent)",
         wait,
     );
+    // The same counter saw the confirmed action's request: the 0 above was no blind spot.
+    assert_eq!(page.eval("window.posted"), serde_json::json!(1));
     let shown = shown.as_str().unwrap().to_string();
     let path = PathBuf::from(shown.split(": ").nth(1).expect("the page names the folder"));
     assert!(path.starts_with(checkpoint_dir(&t.join("sp"))), "{shown}");

@@ -74,7 +74,7 @@ fn sigkill_and_restore(q: &str, seed: u64) {
         tmp.path(),
         &d.join("nexmark"),
         // Later on S3, whose restores and first checkpoints take longer (lease, requests).
-        (3, if on_s3() { (1500, 3000) } else { (700, 1500) }),
+        (3, if on_s3() { (1500, 3000) } else { (400, 1000) }),
         seed,
         args,
         |i| {

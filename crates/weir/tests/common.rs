@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +29,10 @@ pub mod joins;
 
 #[path = "support/marked.rs"]
 pub mod marked;
+
+#[path = "support/stop_mid_run.rs"]
+mod stop_mid_run;
+pub use stop_mid_run::*;
 
 /// The names directly under `<checkpoint_dir(dir)>/<job>` (checkpoint folders, the lock
 /// or lease), on whichever storage the checkpoints are.
@@ -86,6 +89,20 @@ pub fn run_keyed_count(
     })
 }
 
+/// [`run_keyed_count`] whose sources pause for a checkpoint after every `every` records
+/// per subtask ([`PauseForCheckpoints`]): mid-run checkpoints certain on any machine.
+pub fn run_keyed_count_pausing(
+    config: JobConfig,
+    n: u64,
+    keys: u64,
+    rate: Option<f64>,
+    every: u64,
+) -> Result<(HashMap<u64, u64>, JobResult)> {
+    keyed_count_with(config, n, keys, |len| {
+        PauseForCheckpoints::new(GeneratorSource::new(len).with_rate(rate), every)
+    })
+}
+
 /// [`run_keyed_count`] whose sources each stop mid-input ([`StopMidRun`]) after `stop_at`
 /// records per subtask: the job fails (with [`RestartStrategy::None`]) leaving a mid-run
 /// checkpoint behind.
@@ -135,71 +152,56 @@ pub fn final_counts(pairs: Vec<(u64, u64)>) -> HashMap<u64, u64> {
     counts
 }
 
-/// A source that stops a job in the middle of its input, deterministically: each subtask
-/// emits what `inner` emits up to `stop_at` records (in this attempt), then holds (emits
-/// nothing, never finishes) until every subtask of the source holds (or has finished) and a
-/// checkpoint taken after that has completed; then it fails for good. With
-/// [`RestartStrategy::None`] the job fails, and its newest checkpoint holds every subtask's
-/// progress up to the hold: a mid-run checkpoint with progress > 0 and (if `stop_at` is
-/// below each subtask's share) input left to read — what a restore test needs, where the
-/// final checkpoint of a finished run would replay nothing. (Waiting for every subtask
-/// matters: one subtask slow to start would otherwise have read nothing by the checkpoint.)
+/// A source that pauses mid-input for checkpoints, so a test that needs checkpoints to
+/// complete while the job runs (commits along the way, state with progress) gets them by
+/// construction, not because the input happened to outlast them: after every `every`
+/// records (per subtask, in this attempt), it holds (emits nothing, still answering
+/// barriers) until a checkpoint snapshotted during the hold has completed — and until
+/// `also()` holds, for a test that needs something more to happen meanwhile.
 #[derive(Clone)]
-pub struct StopMidRun<S> {
+pub struct PauseForCheckpoints<S> {
     inner: S,
-    stop_at: u64,
+    every: u64,
     emitted: u64,
-    /// The first checkpoint snapshotted while every subtask held.
-    held_at_checkpoint: Option<u64>,
-    /// A checkpoint covering the hold completed: fail at the next poll.
-    fail: bool,
-    /// Subtasks of this source that hold or finished; shared by every clone.
-    holding: Arc<AtomicU32>,
-    /// This subtask is counted in `holding`.
-    counted: bool,
-    parallelism: u32,
+    /// Holding at the boundary `emitted`; `Some(id)` once checkpoint `id` snapshotted it.
+    holding: Option<Option<u64>>,
+    released: bool,
+    also: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-impl<S> StopMidRun<S> {
-    pub fn new(inner: S, stop_at: u64) -> Self {
-        StopMidRun {
+impl<S> PauseForCheckpoints<S> {
+    pub fn new(inner: S, every: u64) -> Self {
+        Self::until(inner, every, || true)
+    }
+
+    /// [`PauseForCheckpoints::new`] whose holds also last until `also()` holds.
+    pub fn until(inner: S, every: u64, also: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        assert!(every > 0);
+        PauseForCheckpoints {
             inner,
-            stop_at,
+            every,
             emitted: 0,
-            held_at_checkpoint: None,
-            fail: false,
-            holding: Arc::default(),
-            counted: false,
-            parallelism: 1,
-        }
-    }
-
-    fn hold(&mut self) {
-        if !self.counted {
-            self.counted = true;
-            self.holding.fetch_add(1, Ordering::SeqCst);
+            holding: None,
+            released: false,
+            also: Arc::new(also),
         }
     }
 }
 
-/// The message [`StopMidRun`] fails with.
-pub const STOPPED_MID_RUN: &str = "test source stopped mid-input";
-
-impl<S: CheckpointedFunction> CheckpointedFunction for StopMidRun<S> {
+impl<S: CheckpointedFunction> CheckpointedFunction for PauseForCheckpoints<S> {
     fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.parallelism = ctx.parallelism();
+        (self.emitted, self.holding, self.released) = (0, None, false);
         self.inner.initialize_state(ctx)
     }
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        let all_hold = self.holding.load(Ordering::SeqCst) >= self.parallelism;
-        if self.counted && all_hold && self.held_at_checkpoint.is_none() {
-            self.held_at_checkpoint = Some(ctx.checkpoint_id());
+        if let Some(None) = self.holding {
+            self.holding = Some(Some(ctx.checkpoint_id()));
         }
         self.inner.snapshot_state(ctx)
     }
     fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        if self.held_at_checkpoint.is_some_and(|h| id >= h) {
-            self.fail = true;
+        if self.holding.flatten().is_some_and(|h| id >= h) {
+            self.released = true;
         }
         self.inner.notify_checkpoint_complete(id)
     }
@@ -208,31 +210,25 @@ impl<S: CheckpointedFunction> CheckpointedFunction for StopMidRun<S> {
     }
 }
 
-impl<T, S: SourceFunction<T>> SourceFunction<T> for StopMidRun<S> {
+impl<T, S: SourceFunction<T>> SourceFunction<T> for PauseForCheckpoints<S> {
     fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
-        if self.fail {
-            return Err(Error::user(STOPPED_MID_RUN));
+        if self.holding.is_some() {
+            if !(self.released && (self.also)()) {
+                return Ok(SourceStatus::Idle);
+            }
+            (self.holding, self.released) = (None, false);
         }
-        let left = self.stop_at - self.emitted.min(self.stop_at);
-        if left == 0 {
-            self.hold();
-            return Ok(SourceStatus::Idle);
-        }
+        let left = self.every - self.emitted % self.every;
         let before = out.len();
         let status = self.inner.poll(out, max.min(left as usize))?;
         self.emitted += (out.len() - before) as u64;
-        if status == SourceStatus::Finished {
-            self.hold();
+        if status != SourceStatus::Finished
+            && self.emitted.is_multiple_of(self.every)
+            && out.len() > before
+        {
+            self.holding = Some(None);
         }
         Ok(status)
-    }
-}
-
-/// Asserts that a run built with [`StopMidRun`] sources failed because of them.
-pub fn assert_stopped_mid_run<T>(result: Result<T>) {
-    match result {
-        Ok(_) => panic!("the run was to stop mid-input, but it finished"),
-        Err(e) => assert!(e.to_string().contains(STOPPED_MID_RUN), "{e}"),
     }
 }
 

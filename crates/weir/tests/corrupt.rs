@@ -13,9 +13,12 @@ use weir::prelude::*;
 fn leave_checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut cfg = config("corrupt", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r) = run_keyed_count(cfg, 300_000, 100, Some(paced(600_000.0))).unwrap();
+    // Each source subtask (75 000 records) pauses for a checkpoint every 25 000: two
+    // mid-run checkpoints and the final one at least, however fast the run.
+    let (counts, r) =
+        run_keyed_count_pausing(cfg, 300_000, 100, Some(paced(600_000.0)), 25_000).unwrap();
     assert_eq!(counts, expected(300_000, 100));
-    assert!(r.checkpoints.len() >= 2, "need two checkpoints");
+    assert!(r.checkpoints.len() >= 3, "need three checkpoints");
     let (newest, _) = newest_checkpoint(dir, "corrupt");
     let job = newest.parent().unwrap().to_path_buf();
     let mut ids: Vec<u64> = job_folder_entries(dir, "corrupt")

@@ -246,13 +246,14 @@ fn source_records_count_every_attempt_once() {
     assert_eq!(counts, (0..10).map(|k| (k, 20_000)).collect::<Vec<_>>());
 }
 
-/// A generator that emits nothing for its first `idle` (checkpoints meanwhile cover no
-/// progress at all).
+/// A generator that emits nothing until `idle_checkpoints` checkpoints have completed
+/// (they cover no progress at all): released by their completion, not by a time that a
+/// loaded machine may spend before its first checkpoint.
 #[derive(Clone)]
 struct SlowStart {
     inner: GeneratorSource,
-    idle: std::time::Duration,
-    first_poll: Option<std::time::Instant>,
+    idle_checkpoints: u64,
+    completed: u64,
 }
 
 impl CheckpointedFunction for SlowStart {
@@ -262,12 +263,15 @@ impl CheckpointedFunction for SlowStart {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
         self.inner.snapshot_state(ctx)
     }
+    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        self.completed += 1;
+        self.inner.notify_checkpoint_complete(id)
+    }
 }
 
 impl SourceFunction<u64> for SlowStart {
     fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        let first = *self.first_poll.get_or_insert_with(std::time::Instant::now);
-        if first.elapsed() < self.idle {
+        if self.completed < self.idle_checkpoints {
             return Ok(SourceStatus::Idle);
         }
         self.inner.poll(out, max)
@@ -290,8 +294,8 @@ fn a_failure_after_checkpoints_waits_for_one_past_the_beginning() {
         "events",
         SlowStart {
             inner: GeneratorSource::new(n).with_rate(Some(100_000.0)),
-            idle: std::time::Duration::from_millis(200),
-            first_poll: None,
+            idle_checkpoints: 3,
+            completed: 0,
         },
     )
     .uid("events")

@@ -63,7 +63,10 @@ fn a_damaged_object_in_memory_is_skipped_like_a_damaged_file() {
     let dir = Path::new("mem://mem-damaged/ckpts");
     let mut cfg = config("counted", dir, 2, CheckpointingMode::ExactlyOnce);
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
-    let (counts, r) = run_keyed_count(cfg.clone(), 300_000, 100, Some(600_000.0)).unwrap();
+    // Each source subtask pauses for a checkpoint every 25 000 of its 75 000 records: a
+    // mid-run checkpoint before the newest however fast the run.
+    let (counts, r) =
+        run_keyed_count_pausing(cfg.clone(), 300_000, 100, Some(600_000.0), 25_000).unwrap();
     assert_eq!(counts, expected(300_000, 100));
     assert!(r.checkpoints.len() >= 2, "need two checkpoints");
     let newest = store

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -31,16 +31,89 @@ fn cfg(dir: &Path, parallelism: u32, restore: RestoreFrom) -> JobConfig {
 
 /// The keyed count over a rate-limited generator; optionally without the sink's operator
 /// (to show a removed operator's state blocking the restore).
-fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> StreamEnvironment {
+fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> Gated {
+    let gate = Arc::new(Gate::default());
+    let source = GatedSource {
+        inner: GeneratorSource::new(N).with_rate(rate),
+        gate: gate.clone(),
+    };
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", GeneratorSource::new(N).with_rate(rate))
+    env.add_source("events", source)
         .uid("events")
         .key_by(|i: &u64| i % KEYS)
         .process(CountPerKey::default())
         .uid("count")
         .add_sink("collect", out.clone())
         .uid("sink");
-    env
+    Gated { env, gate }
+}
+
+/// A job and the gate of its source.
+struct Gated {
+    env: StreamEnvironment,
+    gate: Arc<Gate>,
+}
+
+/// Where a [`GatedSource`] holds: once its subtasks emitted `after` records together, they
+/// emit nothing more (still answering barriers) until `released`. So a savepoint or stop
+/// asked for "mid-run" lands mid-run by construction, not because the control call beat
+/// the end of the input.
+struct Gate {
+    emitted: AtomicU64,
+    after: AtomicU64,
+    released: AtomicBool,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            emitted: AtomicU64::new(0),
+            after: AtomicU64::new(u64::MAX),
+            released: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Gate {
+    fn holds(&self) -> bool {
+        self.emitted.load(Ordering::SeqCst) >= self.after.load(Ordering::SeqCst)
+            && !self.released.load(Ordering::SeqCst)
+    }
+}
+
+/// The generator behind a [`Gate`].
+#[derive(Clone)]
+struct GatedSource {
+    inner: GeneratorSource,
+    gate: Arc<Gate>,
+}
+
+impl CheckpointedFunction for GatedSource {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        self.inner.snapshot_state(ctx)
+    }
+    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_aborted(id)
+    }
+}
+
+impl SourceFunction<u64> for GatedSource {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
+        if self.gate.holds() {
+            return Ok(SourceStatus::Idle);
+        }
+        let before = out.len();
+        let status = self.inner.poll(out, max)?;
+        let n = (out.len() - before) as u64;
+        self.gate.emitted.fetch_add(n, Ordering::SeqCst);
+        Ok(status)
+    }
 }
 
 /// Longest any wait of these tests may take (the job itself, its sources reaching a
@@ -48,17 +121,19 @@ fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> Stre
 /// instead of a hang.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// Runs `env` on a thread; once its sources emitted `after` records, calls `act` with the
-/// job's control; returns what `act` returned and the job's result. Every wait has a
-/// deadline: a job that ends (or stalls) before `after` records, an `act` that does not
-/// return, or a job that does not finish fails the test with the cause.
+/// Runs `job` on a thread; its sources hold once they emitted `after` records (see
+/// [`Gate`]); then calls `act` with the job's control, and releases them once it returned;
+/// returns what `act` returned and the job's result. Every wait has a deadline: a job that
+/// ends (or stalls) before `after` records, an `act` that does not return, or a job that
+/// does not finish fails the test with the cause.
 fn while_running<R: Send + 'static>(
-    env: StreamEnvironment,
+    job: Gated,
     after: u64,
     act: impl FnOnce(&JobControl) -> R + Send + 'static,
 ) -> (R, Result<JobResult>) {
+    let Gated { env, gate } = job;
+    gate.after.store(after, Ordering::SeqCst);
     let control = env.control();
-    let metrics = env.metrics();
     let ended = Arc::new(AtomicBool::new(false));
     let (acted_tx, acted) = mpsc::channel();
     {
@@ -66,9 +141,11 @@ fn while_running<R: Send + 'static>(
         std::thread::spawn(move || {
             let deadline = Instant::now() + DEADLINE;
             let outcome = loop {
-                let seen = metrics.source_records.load(Ordering::Relaxed);
+                let seen = gate.emitted.load(Ordering::SeqCst);
                 if seen >= after {
-                    break Ok(act(&control));
+                    let r = act(&control);
+                    gate.released.store(true, Ordering::SeqCst);
+                    break Ok(r);
                 }
                 if ended.load(Ordering::Acquire) {
                     break Err(format!(
@@ -83,6 +160,7 @@ fn while_running<R: Send + 'static>(
                 }
                 std::thread::sleep(Duration::from_millis(2));
             };
+            gate.released.store(true, Ordering::SeqCst);
             let _ = acted_tx.send(outcome);
         });
     }
@@ -213,7 +291,8 @@ fn stop_restore_rescale_savepoint_again_and_finish_exactly() {
             cfg(tmp.path(), 1, RestoreFrom::Path(moved.clone())),
             None,
             &out,
-        ),
+        )
+        .env,
         None,
     )
     .unwrap();
@@ -251,13 +330,13 @@ fn a_draining_stop_flushes_operators_before_the_savepoint() {
 fn requested_folders_are_confined_and_a_finished_job_refuses() {
     let tmp = tempfile::tempdir().unwrap();
     let out = CollectSink::new();
-    let env = job(
+    let job = job(
         cfg(tmp.path(), 1, RestoreFrom::Nothing),
         Some(200_000.0),
         &out,
     );
-    let control = env.control();
-    let ((outside, dotdot), result) = while_running(env, 10_000, |c| {
+    let control = job.env.control();
+    let ((outside, dotdot), result) = while_running(job, 10_000, |c| {
         (
             c.trigger_savepoint(Some(PathBuf::from("/etc"))),
             c.trigger_savepoint(Some(PathBuf::from("../../escape"))),
@@ -318,14 +397,14 @@ fn a_removed_operator_blocks_the_restore_unless_allowed() {
 fn concurrent_requests_are_all_answered_with_completed_snapshots() {
     let tmp = tempfile::tempdir().unwrap();
     let out = CollectSink::new();
-    let env = job(
+    let job = job(
         cfg(tmp.path(), 2, RestoreFrom::Nothing),
         Some(200_000.0),
         &out,
     );
     let sp_dir = std::path::absolute(tmp.path().join("savepoints")).unwrap();
     let ck_dir = common::checkpoint_dir(&std::path::absolute(tmp.path().join("ck")).unwrap());
-    let (answers, result) = while_running(env, 50_000, move |control| {
+    let (answers, result) = while_running(job, 50_000, move |control| {
         let asks: Vec<_> = (0..24)
             .map(|i| {
                 let control = control.clone();

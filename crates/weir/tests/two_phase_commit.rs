@@ -168,8 +168,18 @@ fn sequence_job(
     rate: Option<f64>,
     sink: StoreSink,
 ) -> StreamEnvironment {
+    sequence_job_over(cfg, GeneratorSource::new(n).with_rate(rate), keys, sink)
+}
+
+/// [`sequence_job`] over any source of `0..n`.
+fn sequence_job_over(
+    cfg: JobConfig,
+    source: impl SourceFunction<u64>,
+    keys: u64,
+    sink: StoreSink,
+) -> StreamEnvironment {
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", GeneratorSource::new(n).with_rate(rate))
+    env.add_source("events", source)
         .uid("events")
         .key_by(move |i: &u64| i % keys)
         .process(Sequence::default())
@@ -253,10 +263,10 @@ fn pre_committed_output_is_invisible_until_its_checkpoint_completes() {
     // A reader that watches while the job runs: committed rows only ever grow by whole
     // transactions, and each key's committed values are a prefix 1..m (never a hole).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looks = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let reader = {
-        let (store, stop) = (store.clone(), stop.clone());
+        let (store, stop, looks) = (store.clone(), stop.clone(), looks.clone());
         std::thread::spawn(move || {
-            let mut looks = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let s = store.lock().unwrap();
                 let mut max: HashMap<u64, (u64, u64)> = HashMap::new();
@@ -269,17 +279,31 @@ fn pre_committed_output_is_invisible_until_its_checkpoint_completes() {
                     assert_eq!(m, c, "key {k}: committed values are not a prefix");
                 }
                 drop(s);
-                looks += 1;
+                looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(2));
             }
-            looks
         })
     };
-    sequence_job(cfg, 100_000, 5, Some(200_000.0), sink)
-        .execute()
-        .unwrap();
+    // The source pauses every 25 000 records until a checkpoint covering them completed
+    // (committing them) and the reader looked since: commits along the way and looks at
+    // them are certain, however fast the machine.
+    let last_look = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let looked = {
+        let looks = looks.clone();
+        move || {
+            let now = looks.load(std::sync::atomic::Ordering::SeqCst);
+            now > last_look.swap(now, std::sync::atomic::Ordering::SeqCst)
+        }
+    };
+    let source = common::PauseForCheckpoints::until(
+        GeneratorSource::new(100_000).with_rate(Some(200_000.0)),
+        25_000,
+        looked,
+    );
+    sequence_job_over(cfg, source, 5, sink).execute().unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reader.join().unwrap() > 10);
+    reader.join().unwrap();
+    assert!(looks.load(std::sync::atomic::Ordering::SeqCst) >= 4);
     let s = store.lock().unwrap();
     assert!(s.commits > 2, "several checkpoints committed along the way");
     check_sequences(&s.committed, 100_000, 5);

@@ -519,10 +519,12 @@ pub fn stored_tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 /// Starts `args(restore)` `kills` times (the first fresh, the rest with `--restore latest`)
-/// and SIGKILLs each run a random number of milliseconds in `window` after its start;
-/// `after_kill(i)` checks the committed output. Asserts that at least half the runs completed a new
-/// checkpoint (the restores progressed; half of them, since a loaded machine can slow a
-/// run's first checkpoint past its kill), and returns the newest complete checkpoint.
+/// and SIGKILLs each run a random number of milliseconds in `window` later, asserting it
+/// was still running; `after_kill(i)` checks the committed output. Every other run (the
+/// odd ones, all restores) is killed only `delay` after it completed a checkpoint of its
+/// own, so those restores made progress by construction, however slow the machine; the
+/// others die `delay` after their start, restore included. Returns the newest complete
+/// checkpoint.
 pub fn kill_loop(
     tmp: &Path,
     job_dir: &Path,
@@ -531,8 +533,23 @@ pub fn kill_loop(
     args: impl Fn(bool) -> Vec<String>,
     after_kill: impl FnMut(usize),
 ) -> u64 {
+    kill_loop_until(tmp, job_dir, plan, seed, args, || true, after_kill)
+}
+
+/// [`kill_loop`] whose waited runs (the odd ones) also wait until `ready()` holds before
+/// their random delay: for a test that needs something to have happened before a kill
+/// (a window result committed, say) and must not count on it happening "in time".
+pub fn kill_loop_until(
+    tmp: &Path,
+    job_dir: &Path,
+    plan: (usize, (u64, u64)),
+    seed: u64,
+    args: impl Fn(bool) -> Vec<String>,
+    ready: impl Fn() -> bool,
+    after_kill: impl FnMut(usize),
+) -> u64 {
     let command = |restore| weir(tmp, args(restore));
-    kill_loop_command(tmp, job_dir, plan, seed, command, after_kill)
+    kill_loop_command_until(tmp, job_dir, plan, seed, command, ready, after_kill)
 }
 
 /// [`kill_loop`] for any program, not only `weir`: `command(restore)` builds the run (a
@@ -540,51 +557,78 @@ pub fn kill_loop(
 pub fn kill_loop_command(
     tmp: &Path,
     job_dir: &Path,
+    plan: (usize, (u64, u64)),
+    seed: u64,
+    command: impl Fn(bool) -> Command,
+    after_kill: impl FnMut(usize),
+) -> u64 {
+    kill_loop_command_until(tmp, job_dir, plan, seed, command, || true, after_kill)
+}
+
+/// [`kill_loop_until`] for any program.
+fn kill_loop_command_until(
+    tmp: &Path,
+    job_dir: &Path,
     (kills, window): (usize, (u64, u64)),
     seed: u64,
     command: impl Fn(bool) -> Command,
+    ready: impl Fn() -> bool,
     mut after_kill: impl FnMut(usize),
 ) -> u64 {
+    assert!(
+        kills >= 2,
+        "a kill loop needs a run that waits for a checkpoint"
+    );
     let mut rng = XorShift::from_env(seed);
-    let (mut newest, mut progressed) = (0u64, 0usize);
+    let (mut newest, mut progressed, mut waited) = (0u64, 0usize, 0usize);
     for i in 0..kills {
         let delay = rng.range(window.0, window.1);
         let log = tmp.join(format!("run-{i}.log"));
         let mut child = spawn_logged(&mut command(i > 0), &log);
-        if i % 2 == 1 {
-            // Every other run is killed `delay` after it completed a checkpoint of its own,
-            // so a loaded machine (slow to its first checkpoint) cannot leave every restore
-            // without progress; the others die `delay` after their start, restore included.
-            wait_for_checkpoint_after(job_dir, newest, &mut child, i);
+        let waits = i % 2 == 1;
+        if waits {
+            // Killed `delay` after it completed a checkpoint of its own (and `ready()`
+            // held): its restore progressed by construction, not because it was fast
+            // enough. The others die `delay` after their start, restore included.
+            wait_for_checkpoint_after(job_dir, newest, &mut child, i, &ready);
+            waited += 1;
         }
         thread::sleep(Duration::from_millis(delay));
         sigkill_running(&mut child, &format!("run {i} (killed after {delay} ms)"));
         wait_for_dead_lease();
         after_kill(i);
         let now = completed_checkpoints(job_dir).last().copied().unwrap_or(0);
-        progressed += usize::from(now > newest);
-        newest = now;
+        if waits {
+            progressed += usize::from(now > newest);
+        }
+        newest = newest.max(now);
     }
     assert!(
-        newest > 0 && progressed * 2 >= kills,
-        "only {progressed} of {kills} killed runs completed a new checkpoint in {}; restores \
-         cannot have made progress",
+        newest > 0 && progressed == waited,
+        "only {progressed} of the {waited} runs killed after a checkpoint of their own left \
+         a new checkpoint in {}",
         job_dir.display()
     );
     newest
 }
 
-/// Waits (up to 120 s) until `job_dir` holds a complete checkpoint newer than `newest`,
-/// failing the test if run `i` exits or never gets there.
-fn wait_for_checkpoint_after(job_dir: &Path, newest: u64, child: &mut Child, i: usize) {
+/// Waits (up to 120 s) until `job_dir` holds a complete checkpoint newer than `newest` and
+/// `ready()` holds, failing the test if run `i` exits or never gets there.
+fn wait_for_checkpoint_after(
+    job_dir: &Path,
+    newest: u64,
+    child: &mut Child,
+    i: usize,
+    ready: impl Fn() -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while completed_checkpoints(job_dir).last().copied().unwrap_or(0) <= newest {
+    while completed_checkpoints(job_dir).last().copied().unwrap_or(0) <= newest || !ready() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("run {i} ended ({status}) before completing a checkpoint");
         }
         assert!(
             Instant::now() < deadline,
-            "run {i} completed no checkpoint in 120 s in {}",
+            "run {i} completed no checkpoint (or was not ready) in 120 s in {}",
             job_dir.display()
         );
         thread::sleep(Duration::from_millis(20));

@@ -25,9 +25,16 @@ fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
     tx0.send(Event::EndOfInput).unwrap();
     drop(tx0);
     let chain = Box::new(LogChain::new(&log));
+    let probe0 = rx0.clone();
     let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
-    // Give the task ample time to read channel 0 as far as it is allowed to.
-    std::thread::sleep(Duration::from_millis(100));
+    // Channel 1 speaks once the task has read channel 0 as far as it is allowed to: up to
+    // its barrier when aligned, to its end otherwise. The task handles what it took before
+    // it looks at channel 1 again, so the order below does not depend on timing.
+    let allowed_left = match mode {
+        CheckpointingMode::ExactlyOnce => 2,
+        CheckpointingMode::AtLeastOnce => 0,
+    };
+    wait_until_taken(&probe0, allowed_left);
     tx1.send(Event::Batch(vec![10])).unwrap();
     tx1.send(Event::Barrier(b)).unwrap();
     tx1.send(Event::EndOfInput).unwrap();
@@ -53,6 +60,20 @@ fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
     log
 }
 
+/// Waits (at most 10 s) until the task took all but `left` events of the channel `probe`
+/// reads: what it took is handled before anything sent after this returns.
+fn wait_until_taken<T>(probe: &crossbeam_channel::Receiver<T>, left: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while probe.len() > left {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task never took its input: {} events left",
+            probe.len()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Watermarks and idleness on two channels: the chain sees the minimum over the active
 /// channels, rising only, after the records sent before it.
 #[test]
@@ -64,10 +85,14 @@ fn the_task_watermark_is_the_minimum_over_active_inputs() {
     let (ctx, ctl_tx, _) = context(CheckpointingMode::ExactlyOnce);
     let log = Arc::new(Mutex::new(Vec::new()));
     let chain = Box::new(LogChain::new(&log));
+    let (probe0, probe1) = (rx0.clone(), rx1.clone());
     let task = std::thread::spawn(move || run_input(vec![rx0, rx1], chain, ctx));
+    // Each event is sent once the task took the one before (whichever channel): the
+    // sequence the task sees is this one however slow it is.
     let step = |tx: &Sender<Event<u32>>, e: Event<u32>| {
         tx.send(e).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        wait_until_taken(&probe0, 0);
+        wait_until_taken(&probe1, 0);
     };
     step(&tx0, Event::TimestampedBatch(vec![1], vec![10]));
     step(&tx0, Event::Watermark(10));
@@ -176,8 +201,6 @@ fn source_polls_only_with_room(chained: bool) {
     };
     let source = CountingSource(polls.clone());
     let task = std::thread::spawn(move || run_source(source, "src".into(), chain, ctx));
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(polls.load(Ordering::Relaxed), 0, "no room: no poll");
     ctl_tx
         .send(Control::Trigger(CheckpointBarrier::checkpoint(1, 0)))
         .unwrap();
@@ -186,6 +209,8 @@ fn source_polls_only_with_room(chained: bool) {
         job.checkpoint_id, 1,
         "the trigger is served while waiting for room"
     );
+    // The task has been running its loop (it served the trigger), without room all along.
+    assert_eq!(polls.load(Ordering::Relaxed), 0, "no room: no poll");
     room.store(true, Ordering::Relaxed);
     let start = std::time::Instant::now();
     while polls.load(Ordering::Relaxed) == 0 {

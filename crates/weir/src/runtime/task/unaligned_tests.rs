@@ -84,6 +84,32 @@ fn start_restored(
 
 impl Harness {
     /// Ends both inputs with the final checkpoint `id` and waits for the task to exit.
+    /// Waits (at most 10 s) until the chain logged `n` entries.
+    fn wait_for_log(&self, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.log.lock().unwrap().len() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the task logged {:?}, not {n} entries",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits (at most 10 s) until the task took everything sent on `tx`: it handles what
+    /// it took before anything sent after this returns.
+    fn wait_until_taken<T>(&self, tx: &Sender<T>) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !tx.is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the task never took it"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn finish(self, id: u64) -> Vec<String> {
         let b = CheckpointBarrier::checkpoint(id, 0);
         for tx in &self.data {
@@ -164,7 +190,7 @@ fn records_read_before_an_unannounced_marker_are_processed_and_recorded() {
     // Channel 1's marker arrives in-band, unannounced: the snapshot is taken at once.
     h.data[1].send(Event::Batch(vec![100])).unwrap();
     h.data[1].send(Event::Barrier(b)).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    h.wait_for_log(2);
     assert_eq!(*h.log.lock().unwrap(), ["R100", "S1"]);
     assert!(
         h.jobs.try_recv().is_err(),
@@ -187,12 +213,13 @@ fn a_coordinator_abort_drops_the_channel_state_and_the_next_checkpoint_completes
     drop(gate_tx);
     let h = start(2, gate, |_, _| {});
     let b1 = CheckpointBarrier::checkpoint(1, 0);
+    // Each step once the task handled the one before, not after a sleep it may outlast.
     h.lanes[0].send(b1).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    h.wait_for_log(1);
     h.data[1].send(Event::Batch(vec![7])).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    h.wait_for_log(2);
     h.control.send(Control::Aborted(1)).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    h.wait_until_taken(&h.control);
     // Late markers of the aborted checkpoint are stale.
     h.data[0].send(Event::Barrier(b1)).unwrap();
     h.data[1].send(Event::Barrier(b1)).unwrap();
