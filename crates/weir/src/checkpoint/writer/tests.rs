@@ -103,8 +103,8 @@ fn mem_spill() -> Result<Vec<u8>> {
 fn streamed_payload_is_the_derived_encoding() {
     let (mut b, _, _) = backend();
     let mut streamed = Vec::new();
-    let out = stream_keyed(&b.snapshot(), &mut streamed, usize::MAX, no_spill).unwrap();
-    let want = derived(&b.snapshot());
+    let out = stream_keyed(&b.snapshot().unwrap(), &mut streamed, usize::MAX, no_spill).unwrap();
+    let want = derived(&b.snapshot().unwrap());
     assert!(
         streamed == want,
         "streamed payload differs from the derived one"
@@ -126,7 +126,7 @@ fn streamed_payload_is_the_derived_encoding() {
 #[test]
 fn writes_after_the_barrier_are_not_in_the_snapshot() {
     let (mut b, plain, aged) = backend();
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     // Write to half of the keys (so their shards are encoded by this thread, before the
     // writer gets to them), delete some, add new ones.
     for k in keys().filter(|k| k % 2 == 0) {
@@ -168,7 +168,7 @@ fn a_key_outside_the_range_fails_the_snapshot() {
         backend: &mut b,
     }
     .set(plain, 1);
-    let err = stream_keyed(&b.snapshot(), &mut Vec::new(), 0, mem_spill)
+    let err = stream_keyed(&b.snapshot().unwrap(), &mut Vec::new(), 0, mem_spill)
         .unwrap_err()
         .to_string();
     let g = key_group(&k, MAXP);
@@ -183,7 +183,7 @@ fn job(b: &mut KeyedStateBackend<u64>, id: u64, frozen: bool) -> SnapshotJob {
         .push(crate::checkpoint::snapshot::OperatorSnapshotPart {
             uid: "count".into(),
             operator_state: Default::default(),
-            keyed: Some(b.snapshot()),
+            keyed: Some(b.snapshot().unwrap()),
         });
     SnapshotJob {
         attempt: 0,
@@ -221,7 +221,7 @@ fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
     let mut again = job(&mut b, 3, false);
     again.snapshot = SnapshotPayload::Encoded(encoded);
     let later = write_snapshot(&storage, again).unwrap();
-    let want = derived(&b.snapshot());
+    let want = derived(&b.snapshot().unwrap());
     assert!(read(1, &live) == want, "live file differs");
     assert!(read(2, &frozen) == want, "frozen file differs");
     assert!(read(3, &later) == want, "re-written frozen file differs");
