@@ -32,6 +32,7 @@ pub(crate) trait StateTable<K>: Send {
     /// decode error the table is left unchanged.
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()>;
     /// Number of keys with state (on disk: a scan, for tests and tools).
+    #[cfg_attr(not(test), allow(dead_code))]
     fn len(&mut self) -> Result<usize>;
     /// Every key that has state in this table (for `apply_to_all_keys`).
     fn keys(&mut self) -> Result<Vec<K>>;
@@ -110,7 +111,7 @@ impl<K: Key, S: StateValue> Table<K, S> {
     }
 
     /// A table whose entries live in `disk`, the map caching them.
-    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    #[cfg_attr(any(not(feature = "disk-state"), not(test)), allow(dead_code))]
     pub fn on_disk(kind: StateKind, ttl: Option<Ttl<K>>, disk: DiskTier<K, S>) -> Self {
         Table {
             map: CowMap::default(),
