@@ -14,7 +14,12 @@ const RANGE: KeyGroupRange = KeyGroupRange { start: 3, end: 11 };
 
 /// Keys of [`RANGE`], with two states: `plain` on every key, `aged` (TTL) on every third.
 fn backend() -> (KeyedStateBackend<u64>, ValueState<u64>, ValueState<u64>) {
-    let mut b = KeyedStateBackend::new(RANGE, MAXP, BTreeMap::new());
+    filled(KeyedStateBackend::new(RANGE, MAXP, BTreeMap::new()))
+}
+
+fn filled(
+    mut b: KeyedStateBackend<u64>,
+) -> (KeyedStateBackend<u64>, ValueState<u64>, ValueState<u64>) {
     let mut store = KeyedStateStore::new(&mut b);
     let plain = store.value_state::<u64>("plain").unwrap();
     let ttl = StateTtlConfig::new(Duration::from_secs(3600));
@@ -97,6 +102,33 @@ fn no_spill() -> Result<Vec<u8>> {
 
 fn mem_spill() -> Result<Vec<u8>> {
     Ok(Vec::new())
+}
+
+/// The disk backend's snapshot streams into the same file format, with the same entries,
+/// as the memory backend's: a savepoint does not depend on the backend.
+#[cfg(feature = "disk-state")]
+#[test]
+fn a_disk_snapshot_streams_the_same_file_as_memory() {
+    use crate::state::keyed::{DiskOptions, StateBackendKind};
+    let dir = std::env::temp_dir().join(format!("weir-writer-disk-test-{}", std::process::id()));
+    let kind = StateBackendKind::Disk(DiskOptions {
+        cache_entries: 50,
+        ..DiskOptions::new(dir)
+    });
+    let (mut disk, _, _) = filled(KeyedStateBackend::with_kind(&kind, RANGE, MAXP, BTreeMap::new()).unwrap());
+    let (mut memory, _, _) = backend();
+    let mut on_disk = Vec::new();
+    let out = stream_keyed(&disk.snapshot().unwrap(), &mut on_disk, 1 << 10, mem_spill).unwrap();
+    assert!(
+        on_disk == derived(&disk.snapshot().unwrap()),
+        "the disk backend's payload is the derived encoding of a keyed-state file"
+    );
+    let mut in_memory = Vec::new();
+    let want = stream_keyed(&memory.snapshot().unwrap(), &mut in_memory, usize::MAX, no_spill).unwrap();
+    assert_eq!(out.entries, want.entries);
+    for state in 0..2 {
+        assert_eq!(entries(&on_disk, state), entries(&in_memory, state), "state {state}");
+    }
 }
 
 #[test]

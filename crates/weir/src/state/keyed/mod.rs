@@ -122,6 +122,7 @@ impl<K: Key> KeyedStateBackend<K> {
         max_parallelism: u32,
         restored: RestoredKeyedState,
     ) -> Result<Self> {
+        #[cfg_attr(not(feature = "disk-state"), allow(unused_mut))]
         let mut backend = Self::memory(range, max_parallelism, restored);
         match kind {
             StateBackendKind::Memory => {}
