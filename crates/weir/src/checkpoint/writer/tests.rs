@@ -110,10 +110,9 @@ fn mem_spill() -> Result<Vec<u8>> {
 #[test]
 fn a_disk_snapshot_streams_the_same_file_as_memory() {
     use crate::state::keyed::{DiskOptions, StateBackendKind};
-    let dir = std::env::temp_dir().join(format!("weir-writer-disk-test-{}", std::process::id()));
     let kind = StateBackendKind::Disk(DiskOptions {
         cache_entries: 50,
-        ..DiskOptions::new(dir)
+        ..DiskOptions::new(std::env::temp_dir())
     });
     let (mut disk, _, _) = filled(KeyedStateBackend::with_kind(&kind, RANGE, MAXP, BTreeMap::new()).unwrap());
     let (mut memory, _, _) = backend();

@@ -36,7 +36,8 @@ use crate::storage::shared_bytes::SharedBytes;
 /// How the disk backend of one operator subtask is set up.
 #[derive(Debug, Clone)]
 pub struct DiskOptions {
-    /// The folder the subtask's LSM lives in (created; removed when the backend is dropped).
+    /// The folder under which the subtask's LSM gets a folder of its own (created, and
+    /// removed when the backend is dropped; nothing else in `dir` is touched).
     pub dir: PathBuf,
     /// Most keys each state keeps decoded in memory (its write-back cache).
     pub cache_entries: usize,
@@ -78,20 +79,29 @@ fn lsm_error(dir: &Path, e: impl std::fmt::Display) -> Error {
 }
 
 impl DiskStore {
-    /// Opens a fresh LSM in `options.dir` (anything there from an earlier run is state of a
-    /// run that ended: a restore starts from a checkpoint, never from a working folder).
+    /// Opens a fresh LSM in a new folder under `options.dir` (a restore starts from a
+    /// checkpoint, never from a working folder, so nothing is reused).
     pub(crate) fn open(options: DiskOptions) -> Result<Arc<Self>> {
-        let dir = options.dir.clone();
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| Error::io("cannot clear the keyed-state folder", &dir, e))?;
-        }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io("cannot create the keyed-state folder", &dir, e))?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        std::fs::create_dir_all(&options.dir)
+            .map_err(|e| Error::io("cannot create the keyed-state folder", &options.dir, e))?;
+        let dir = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = options
+                .dir
+                .join(format!("weir-keyed-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                // Left by an earlier process with the same id: take the next name.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io("cannot create the keyed-state folder", &dir, e)),
+            }
+        };
         let db = fjall::Database::builder(&dir)
             .cache_size(options.block_cache_bytes)
             // Durability comes from checkpoints: the LSM's own journal is never synced.
             .manual_journal_persist(true)
+            // The folder is removed when the database is dropped.
             .temporary(true)
             .open()
             .map_err(|e| lsm_error(&dir, e))?;

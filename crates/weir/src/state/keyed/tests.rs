@@ -22,16 +22,10 @@ fn backend_for(on: On, range: KeyGroupRange, restored: RestoredKeyedState) -> Ke
         On::Memory => StateBackendKind::Memory,
         #[cfg(feature = "disk-state")]
         On::Disk { cache } => {
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "weir-keyed-disk-test-{}-{n}",
-                std::process::id()
-            ));
             StateBackendKind::Disk(DiskOptions {
                 cache_entries: cache,
                 block_cache_bytes: 1 << 20,
-                ..DiskOptions::new(dir)
+                ..DiskOptions::new(std::env::temp_dir())
             })
         }
     };
@@ -566,3 +560,35 @@ backend_tests!(
     snapshots_move_between_backends_and_rescale,
     state_larger_than_the_cache_keeps_every_value,
 );
+
+/// The disk backend works in a folder of its own under the one it is given, leaves the
+/// rest alone, and removes its folder when it is dropped.
+#[cfg(feature = "disk-state")]
+#[test]
+fn the_disk_backend_keeps_to_its_own_folder() {
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::write(parent.path().join("mine"), b"x").unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let kind = StateBackendKind::Disk(DiskOptions::new(parent.path()));
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let mut b = KeyedStateBackend::<u64>::with_kind(&kind, range, 16, BTreeMap::new()).unwrap();
+    let mut b2 = KeyedStateBackend::<u64>::with_kind(&kind, range, 16, BTreeMap::new()).unwrap();
+    for b in [&mut b, &mut b2] {
+        let s = KeyedStateStore::new(b).value_state::<u64>("s").unwrap();
+        KeyedContext { key: &1, backend: b }.set(s, 1);
+        b.snapshot().unwrap();
+    }
+    let names = listing();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names[1..].iter().all(|n| n.starts_with("weir-keyed-")), "{names:?}");
+    drop(b);
+    drop(b2);
+    assert_eq!(listing(), ["mine"]);
+}
