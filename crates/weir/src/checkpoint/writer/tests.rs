@@ -114,7 +114,8 @@ fn a_disk_snapshot_streams_the_same_file_as_memory() {
         cache_entries: 50,
         ..DiskOptions::new(std::env::temp_dir())
     });
-    let (mut disk, _, _) = filled(KeyedStateBackend::with_kind(&kind, RANGE, MAXP, BTreeMap::new()).unwrap());
+    let (mut disk, _, _) =
+        filled(KeyedStateBackend::with_kind(&kind, RANGE, MAXP, BTreeMap::new()).unwrap());
     let (mut memory, _, _) = backend();
     let mut on_disk = Vec::new();
     let out = stream_keyed(&disk.snapshot().unwrap(), &mut on_disk, 1 << 10, mem_spill).unwrap();
@@ -123,10 +124,20 @@ fn a_disk_snapshot_streams_the_same_file_as_memory() {
         "the disk backend's payload is the derived encoding of a keyed-state file"
     );
     let mut in_memory = Vec::new();
-    let want = stream_keyed(&memory.snapshot().unwrap(), &mut in_memory, usize::MAX, no_spill).unwrap();
+    let want = stream_keyed(
+        &memory.snapshot().unwrap(),
+        &mut in_memory,
+        usize::MAX,
+        no_spill,
+    )
+    .unwrap();
     assert_eq!(out.entries, want.entries);
     for state in 0..2 {
-        assert_eq!(entries(&on_disk, state), entries(&in_memory, state), "state {state}");
+        assert_eq!(
+            entries(&on_disk, state),
+            entries(&in_memory, state),
+            "state {state}"
+        );
     }
 }
 

@@ -246,7 +246,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                     let value = match ttl {
                         None => postcard::to_allocvec(v),
                         // A value without a stamp is not live (as in memory): stamp 0.
-                        Some(t) => postcard::to_allocvec(&(v, t.stamps.get(&k).copied().unwrap_or(0))),
+                        Some(t) => {
+                            postcard::to_allocvec(&(v, t.stamps.get(&k).copied().unwrap_or(0)))
+                        }
                     }
                     .map_err(encode_err)?;
                     batch.insert(&self.ks, key.as_slice(), value);
@@ -303,7 +305,12 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Loads encoded sections (one per key group, each entry `postcard((k, v))` or with
     /// TTL `postcard((k, (v, stamp)))`) into the LSM, checking that every entry decodes;
     /// on an error the state is left empty.
-    pub(crate) fn restore(&mut self, what: &str, sections: &[SharedBytes], ttl: bool) -> Result<()> {
+    pub(crate) fn restore(
+        &mut self,
+        what: &str,
+        sections: &[SharedBytes],
+        ttl: bool,
+    ) -> Result<()> {
         let result = self.restore_inner(what, sections, ttl);
         if result.is_err() {
             self.ks.clear().map_err(|e| self.err(e))?;
@@ -325,7 +332,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             while !rest.is_empty() {
                 let (k, after_key) = postcard::take_from_bytes::<K>(rest).map_err(err)?;
                 let after_value = if ttl {
-                    postcard::take_from_bytes::<(S, u64)>(after_key).map_err(err)?.1
+                    postcard::take_from_bytes::<(S, u64)>(after_key)
+                        .map_err(err)?
+                        .1
                 } else {
                     postcard::take_from_bytes::<S>(after_key).map_err(err)?.1
                 };
@@ -337,7 +346,8 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 key.extend_from_slice(&rest[..key_len]);
                 batch.insert(&self.ks, key.as_slice(), &after_key[..value_len]);
                 if batch.len() >= BATCH {
-                    let full = std::mem::replace(&mut batch, self.store.db.batch().durability(None));
+                    let full =
+                        std::mem::replace(&mut batch, self.store.db.batch().durability(None));
                     full.commit().map_err(|e| self.err(e))?;
                 }
                 rest = after_value;

@@ -20,7 +20,11 @@ pub(crate) enum DiskTier<K, S> {
 }
 
 impl DiskStore {
-    pub(crate) fn tier<K, S>(&self, _index: usize, _max_parallelism: u32) -> Result<DiskTier<K, S>> {
+    pub(crate) fn tier<K, S>(
+        &self,
+        _index: usize,
+        _max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
         match *self {}
     }
 }
@@ -62,7 +66,12 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
         self.never()
     }
-    pub(crate) fn restore(&mut self, _what: &str, _sections: &[SharedBytes], _ttl: bool) -> Result<()> {
+    pub(crate) fn restore(
+        &mut self,
+        _what: &str,
+        _sections: &[SharedBytes],
+        _ttl: bool,
+    ) -> Result<()> {
         self.never()
     }
 }

@@ -9,7 +9,9 @@ enum On {
     /// The disk backend with a cache of `cache` keys per state: tiny, so that tests evict
     /// (write back and reload) all the time.
     #[cfg(feature = "disk-state")]
-    Disk { cache: usize },
+    Disk {
+        cache: usize,
+    },
 }
 
 /// A backend for key groups 0..16 of 16.
@@ -17,17 +19,19 @@ fn backend(on: On, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
     backend_for(on, KeyGroupRange { start: 0, end: 16 }, restored)
 }
 
-fn backend_for(on: On, range: KeyGroupRange, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
+fn backend_for(
+    on: On,
+    range: KeyGroupRange,
+    restored: RestoredKeyedState,
+) -> KeyedStateBackend<u64> {
     let kind = match on {
         On::Memory => StateBackendKind::Memory,
         #[cfg(feature = "disk-state")]
-        On::Disk { cache } => {
-            StateBackendKind::Disk(DiskOptions {
-                cache_entries: cache,
-                block_cache_bytes: 1 << 20,
-                ..DiskOptions::new(std::env::temp_dir())
-            })
-        }
+        On::Disk { cache } => StateBackendKind::Disk(DiskOptions {
+            cache_entries: cache,
+            block_cache_bytes: 1 << 20,
+            ..DiskOptions::new(std::env::temp_dir())
+        }),
     };
     KeyedStateBackend::with_kind(&kind, range, 16, restored).unwrap()
 }
@@ -582,12 +586,19 @@ fn the_disk_backend_keeps_to_its_own_folder() {
     let mut b2 = KeyedStateBackend::<u64>::with_kind(&kind, range, 16, BTreeMap::new()).unwrap();
     for b in [&mut b, &mut b2] {
         let s = KeyedStateStore::new(b).value_state::<u64>("s").unwrap();
-        KeyedContext { key: &1, backend: b }.set(s, 1);
+        KeyedContext {
+            key: &1,
+            backend: b,
+        }
+        .set(s, 1);
         b.snapshot().unwrap();
     }
     let names = listing();
     assert_eq!(names.len(), 3, "{names:?}");
-    assert!(names[1..].iter().all(|n| n.starts_with("weir-keyed-")), "{names:?}");
+    assert!(
+        names[1..].iter().all(|n| n.starts_with("weir-keyed-")),
+        "{names:?}"
+    );
     drop(b);
     drop(b2);
     assert_eq!(listing(), ["mine"]);
