@@ -603,3 +603,41 @@ fn the_disk_backend_keeps_to_its_own_folder() {
     drop(b2);
     assert_eq!(listing(), ["mine"]);
 }
+
+/// A restore that fails part-way (after whole batches were written to the LSM) leaves
+/// nothing behind: the next state declared in the same slot starts empty.
+#[cfg(feature = "disk-state")]
+#[test]
+fn a_failed_disk_restore_leaves_no_entry_behind() {
+    // 70 000 good entries (more than one write batch), then a cut-off one.
+    let mut section = Vec::new();
+    for k in 0..70_000u64 {
+        section = postcard::to_extend(&(k, k), section).unwrap();
+    }
+    section.push(0xFF);
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "s".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: vec![section.into()],
+        },
+    );
+    let mut b = backend(On::Disk { cache: 4 }, restored);
+    let err = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("s")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("keyed value state 's'"), "{err}");
+    let t = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("t")
+        .unwrap();
+    let mut ctx = KeyedContext {
+        key: &1u64,
+        backend: &mut b,
+    };
+    assert_eq!(ctx.get(t), None);
+    assert_eq!(b.sizes(), vec![("t".to_string(), 0)]);
+}
