@@ -24,13 +24,14 @@ if [ $# -eq 0 ]; then
         --test postgres_kill \
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
         --test connectors_files --test connectors_postgres --test connectors_nats \
-        --test runner --test examples --test example_postgres --test s3
+        --test runner --test examples --test example_postgres --test s3 --test kill_every_job
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
 exe=crates/weir/src/runtime/executor.rs
+spawn=crates/weir/src/runtime/spawn.rs
 stream=crates/weir/src/api/stream.rs
-declare -A file=([a]=$exe [b]=$exe [c]=$stream)
+declare -A file=([a]=$exe [b]=$spawn [c]=$stream)
 declare -A from=(
     [a]='let attempt = match exec.spawn(attempt_no, restore.as_ref()) {'
     [b]='            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,'

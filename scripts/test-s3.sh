@@ -42,7 +42,7 @@ case "${1:-}" in
         for t in exactly_once corrupt two_phase_commit windows_sessions kill_restore checkpoints_list; do
             args+=(--test "$t")
         done
-        exec cargo test --workspace --all-features "${args[@]}"
+        exec cargo test --workspace --all-features --no-fail-fast "${args[@]}"
         ;;
     *)
         exec cargo test --workspace --all-features "$@"

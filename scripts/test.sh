@@ -40,8 +40,21 @@ fi
 if [ $# -gt 0 ]; then
     exec cargo test "$@"
 fi
-cargo test --workspace --all-features
+# Every test binary runs even when one fails (--no-fail-fast), so one run shows every
+# failure; the run ends with the list of the tests that failed.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-features --no-fail-fast 2>&1 | tee "$log" || status=$?
 # Then the representative recovery tests once more with every checkpoint on S3 (moto on
 # loopback; about 1.5 min on 2 cores, reusing the build above). scripts/test-s3.sh with no
 # argument runs the whole suite with its checkpoints on S3.
-exec scripts/test-s3.sh --ci
+scripts/test-s3.sh --ci 2>&1 | sed -u 's/^test \(.*\) FAILED$/test \1 FAILED (checkpoints on S3)/' \
+    | tee -a "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+    echo
+    echo "scripts/test.sh: failed tests:"
+    grep -E '^test .* FAILED' "$log" | sed 's/^test /  /; s/ \.\.\. FAILED//' | sort -u || true
+    grep -E '^error: (test failed|[0-9]+ targets? failed)' "$log" | sort -u || true
+    exit "$status"
+fi

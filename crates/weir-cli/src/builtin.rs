@@ -81,7 +81,7 @@ pub struct KeyedCountArgs {
     /// Limit the counting stage (and the sink chained to it) to about this many events per
     /// second in total: a slow sink that backs the sources up, for checkpoints under
     /// backpressure (`--unaligned`, benchmark W3).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = parse_sink_rate)]
     sink_rate: Option<f64>,
     /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
     #[arg(long, value_enum, default_value_t = Emit::Final)]
@@ -112,6 +112,11 @@ pub struct WordcountArgs {
     /// line's offset.
     #[arg(long, default_value_t = 64 << 20, value_parser = positive_u64)]
     max_line_length: u64,
+    /// Limit the counting stage to about this many words per second in total: a slow
+    /// count that backs the reading up (a long run over a small input, to stop, savepoint
+    /// or kill mid-input).
+    #[arg(long, value_parser = parse_sink_rate)]
+    sink_rate: Option<f64>,
     #[command(flatten)]
     out: OutputArgs,
     #[command(flatten)]
@@ -133,11 +138,21 @@ fn positive_u64(s: &str) -> Result<u64, String> {
     }
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
+/// `--rate`: a positive number of events per second.
+pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
+    positive_rate(s, "--rate")
+}
+
+/// `--sink-rate`: the same, its error naming its own flag.
+pub(crate) fn parse_sink_rate(s: &str) -> Result<f64, String> {
+    positive_rate(s, "--sink-rate")
+}
+
+fn positive_rate(s: &str, flag: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
         _ => Err(format!(
-            "'{s}' is not a positive number of events per second (leave --rate out for no \
+            "'{s}' is not a positive number of events per second (leave {flag} out for no \
              limit)"
         )),
     }
@@ -264,7 +279,7 @@ fn wordcount(job: &mut Job, args: &WordcountArgs) -> Result<(), BoxError> {
         .map_err(boxed)?;
     job.expect_records(records);
     let out = output(job, &prepared, &args.out)?;
-    jobs::wordcount(job, lines, out).map_err(boxed)?;
+    jobs::wordcount(job, lines, out, args.sink_rate).map_err(boxed)?;
     if let Some(line) = prepared.summary_line() {
         job.summary_line(line);
     }

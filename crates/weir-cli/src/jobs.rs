@@ -306,9 +306,14 @@ pub fn tokenize(line: &str) -> impl Iterator<Item = String> + '_ {
         .into_iter()
 }
 
-/// Builds `wordcount` into `env`: files (or `--source`) → words → key_by(word) → count →
-/// sink.
-pub fn wordcount(env: &StreamEnvironment, lines: Lines<'_>, output: Output) -> anyhow::Result<()> {
+/// Builds `wordcount` into `env`: files (or `--source`) → words → key_by(word) → count (at
+/// most `rate` words per second over all subtasks, if given) → sink.
+pub fn wordcount(
+    env: &StreamEnvironment,
+    lines: Lines<'_>,
+    output: Output,
+    rate: Option<f64>,
+) -> anyhow::Result<()> {
     let lines = match lines {
         Lines::Files(source) => env.add_source("files", *source).uid("files"),
         Lines::Connector(p) => p.lines(env)?,
@@ -317,7 +322,7 @@ pub fn wordcount(env: &StreamEnvironment, lines: Lines<'_>, output: Output) -> a
         .flat_map(|line: String| tokenize(&line).collect::<Vec<_>>())
         .name("tokenize")
         .key_by(|w: &String| w.clone())
-        .process(CountPerKey::<String>::new(false, true))
+        .process(CountPerKey::<String>::new(false, true).with_rate(rate))
         .name("count")
         .uid("count");
     add_output(counts, output);

@@ -38,6 +38,10 @@ pub struct WindowSumArgs {
     /// Events per second of event time: event i happens at ⌊i × 1000 / tps⌋ ms.
     #[arg(long, default_value_t = 10_000_000, value_parser = positive_u64)]
     tps: u64,
+    /// Limit the generator to about this many events per second in total (wall clock;
+    /// event time still follows --tps).
+    #[arg(long, value_parser = crate::builtin::parse_rate)]
+    rate: Option<f64>,
     /// The tumbling window's size in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = positive_u64)]
     window_ms: u64,
@@ -81,7 +85,10 @@ pub fn build(job: &mut Job, args: &WindowSumArgs) -> Result<(), BoxError> {
     // The source and the window count every record.
     job.expect_records(args.events.saturating_mul(2));
     let sums = job
-        .add_source("generator", GeneratorSource::new(args.events))
+        .add_source(
+            "generator",
+            GeneratorSource::new(args.events).with_rate(args.rate),
+        )
         .uid("generator")
         .assign_timestamps_and_watermarks(
             WatermarkStrategy::for_monotonous_timestamps()

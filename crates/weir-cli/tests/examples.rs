@@ -13,6 +13,10 @@ mod fraud_detection;
 #[path = "../../weir/examples/click_sessions.rs"]
 mod click_sessions;
 
+#[allow(dead_code)]
+#[path = "../../weir/examples/hello.rs"]
+mod hello;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
@@ -37,6 +41,7 @@ fn job_process() {
     child_job::exit(match name.as_str() {
         "fraud_detection" => runner.run(fraud_detection::build),
         "click_sessions" => runner.run(click_sessions::build),
+        "hello" => runner.run(hello::build),
         other => panic!("no example {other}"),
     });
 }
@@ -161,6 +166,107 @@ fn fraud_detection_alerts_exactly_once_through_injected_failures() {
     let got = committed_lines(&tmp.path().join("alerts"));
     assert_eq!(got.len(), want.len(), "alert count\n{}", run.describe());
     assert!(got == want, "the alerts differ from the truth");
+}
+
+/// Runs the example `name` with `args` at parallelism 2 and 50 ms checkpoints, SIGKILLs it
+/// 0–300 ms (seeded) after its second or third checkpoint, and resumes it with
+/// `--restore latest`; the killed run adds `rates.0` (flags that make it last seconds), the
+/// resumed one `rates.1`. Returns the resumed run, which must have succeeded and restored
+/// the killed run's newest checkpoint.
+fn kill_and_resume(name: &str, cwd: &Path, args: &[&str], rates: [&str; 2], seed: u64) -> Run {
+    let job_dir = cwd.join("weir-checkpoints").join(name);
+    let mut rng = XorShift::from_env(seed);
+    let flags = ["--parallelism", "2", "--checkpoint-interval", "50ms"];
+    let killed: Vec<&str> = args
+        .iter()
+        .chain(&flags)
+        .chain(&["--rate", rates[0]])
+        .copied()
+        .collect();
+    let mut child = spawn_logged(&mut job(name, cwd, &killed), &cwd.join("killed.log"));
+    let after = rng.range(2, 3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while completed_checkpoints(&job_dir).last().copied().unwrap_or(0) < after {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{name} ended ({status}) before its checkpoint {after}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: no checkpoint {after}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(rng.range(0, 300)));
+    sigkill_running(&mut child, &format!("{name} (after checkpoint {after})"));
+    wait_for_dead_lease();
+    let newest = completed_checkpoints(&job_dir).last().copied().unwrap_or(0);
+    let resumed: Vec<&str> = args
+        .iter()
+        .chain(&flags)
+        .chain(&["--rate", rates[1], "--restore", "latest"])
+        .copied()
+        .collect();
+    let run = run(&mut job(name, cwd, &resumed));
+    run.assert_success();
+    let from = restored_from(&run.stdout).expect("the resumed run restored a checkpoint");
+    assert!(
+        from.ends_with(format!("chk-{newest}")),
+        "{name} restored {} instead of the newest checkpoint chk-{newest}\n{}",
+        from.display(),
+        run.describe()
+    );
+    run
+}
+
+/// Every example that runs without a server (the PostgreSQL one has its own SIGKILL test in
+/// `example_postgres.rs`, click_sessions a loop of its own below) is SIGKILLed mid-run
+/// after a checkpoint and resumed with `--restore latest`: its committed output is exact
+/// (each line once), and the resumed run read only what the checkpoint had not covered.
+#[test]
+fn every_example_is_exact_after_a_sigkill_and_a_restore() {
+    // hello: `key,count` for every event, so key k's lines are k,1 … k,n_k.
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, keys) = (200_000u64, 7u64);
+    let args = ["--events", "200000", "--keys", "7", "--output", "counts"];
+    let run = kill_and_resume("hello", tmp.path(), &args, ["40000", "4000000"], 31);
+    assert_resumed(&run, n);
+    let mut want: Vec<String> = (0..keys)
+        .flat_map(|k| (1..=expected_count(n, keys, k)).map(move |c| format!("{k},{c}")))
+        .collect();
+    want.sort();
+    let got = committed_lines(&tmp.path().join("counts"));
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "hello's line count\n{}",
+        run.describe()
+    );
+    assert!(got == want, "hello's counts differ from the truth");
+
+    // fraud_detection: the alerts, each once.
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, accounts) = (200_000u64, 37u64);
+    let args = [
+        "--transactions",
+        "200000",
+        "--accounts",
+        "37",
+        "--output",
+        "alerts",
+    ];
+    let run = kill_and_resume(
+        "fraud_detection",
+        tmp.path(),
+        &args,
+        ["40000", "4000000"],
+        32,
+    );
+    assert_resumed(&run, n);
+    let got = committed_lines(&tmp.path().join("alerts"));
+    assert!(
+        got == fraud_truth(n, accounts),
+        "the alerts differ from the truth after a SIGKILL"
+    );
 }
 
 /// The input of the click-session tests: clicks, users, pages, spacing and maximum delay

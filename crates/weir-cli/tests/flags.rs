@@ -239,3 +239,39 @@ fn failure_rate_and_max_line_length_take_effect() {
     assert_clean_error(&run2, 1, &["long.txt"]);
     assert!(!tmp.path().join("o").exists());
 }
+
+#[test]
+fn sink_rate_zero_names_sink_rate() {
+    refused(
+        "keyed-count",
+        &["--sink-rate", "0"],
+        &["--sink-rate", "leave --sink-rate out"],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let r = run(&mut weir(
+        tmp.path(),
+        ["run", "keyed-count", "--events", "10", "--sink-rate", "0"],
+    ));
+    assert!(!r.stderr.contains("leave --rate out"), "{}", r.describe());
+}
+
+#[test]
+fn storage_locations_without_a_bucket_or_with_a_scheme_typo_exit_2() {
+    // `s3://` alone once took the job's name for the bucket.
+    refused(
+        "keyed-count",
+        &["--checkpoint-dir", "s3://"],
+        &["--checkpoint-dir", "no bucket", "s3://bucket/prefix"],
+    );
+    // `s3:bkt/x` once wrote a local folder named `s3:bkt` (`refused` checks none is made).
+    refused(
+        "keyed-count",
+        &["--checkpoint-dir", "s3:bkt/x"],
+        &["--checkpoint-dir", "did you mean s3://bkt/x?"],
+    );
+    refused(
+        "keyed-count",
+        &["--savepoint-dir", "s3:bkt/sp"],
+        &["--savepoint-dir", "did you mean s3://bkt/sp?"],
+    );
+}

@@ -15,6 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::moto;
+use common::outage;
 use common::*;
 use weir::storage::backend::StorageBackend;
 use weir::storage::open_backend;
@@ -255,6 +256,46 @@ fn no_credentials_at_all_fail_the_run_naming_the_variables() {
         .env_remove("AWS_SECRET_ACCESS_KEY")
         .env_remove("AWS_PROFILE"));
     assert_clean_error(&r, 1, &["s3://nocreds/chk", "set AWS_ACCESS_KEY_ID"]);
+}
+
+/// With no credentials and `AWS_EC2_METADATA_DISABLED=true`, the client never goes to the
+/// instance-metadata address: the run is refused at once, naming the variable.
+#[test]
+fn metadata_disabled_without_credentials_never_asks_the_instance_metadata_service() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = keyed_count_args(1000, 10, &["--checkpoint-dir", "s3://nocreds/chk"], false);
+    let mut cmd = weir(tmp.path(), args);
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SKIP_SIGNATURE",
+    ] {
+        cmd.env_remove(k);
+    }
+    let r = run(cmd
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_REGION", "us-east-1"));
+    assert_clean_error(
+        &r,
+        1,
+        &[
+            "s3://nocreds/chk",
+            "AWS_EC2_METADATA_DISABLED",
+            "set AWS_ACCESS_KEY_ID",
+        ],
+    );
+    assert!(
+        !r.stderr.contains("error sending request"),
+        "{}",
+        r.describe()
+    );
 }
 
 /// The S3 server is killed while the job checkpoints to it, and started again (empty:
@@ -507,4 +548,130 @@ fn savepoints_go_to_s3_and_restore_from_s3_or_a_local_copy() {
     let inspect_local = tool(&["checkpoints", "inspect", &local, "--format", "json"]);
     assert!(inspect_s3.contains("records"), "{inspect_s3}");
     assert_eq!(inspect_s3, inspect_local.replace(&local, &sp1));
+}
+
+/// Starts keyed-count (`n` events at 100 000 per second, checkpoints every 100 ms into
+/// `s3://<bucket>/chk`) through a relay to a fresh moto server, waits for two complete
+/// checkpoints, and cuts the relay: the checkpoint store is out of reach from then on, the
+/// server keeping its data. Returns the server, the relay, the running child and its log.
+fn run_into_an_outage(
+    tmp: &std::path::Path,
+    bucket: &str,
+    n: u64,
+    extra: &[&str],
+) -> (
+    moto::Moto,
+    outage::Relay,
+    std::process::Child,
+    std::path::PathBuf,
+) {
+    moto::server(); // this process's AWS_* keys, for reading the bucket
+    let m = moto::Moto::start();
+    m.make_bucket(bucket);
+    let relay = outage::Relay::start(m.port);
+    let dir = format!("s3://{bucket}/chk");
+    let out = s(&tmp.join("out"));
+    let mut flags = vec![
+        "--rate",
+        "100000",
+        "--checkpoint-interval",
+        "100ms",
+        "--checkpoint-dir",
+        &dir,
+        "--output",
+        &out,
+    ];
+    flags.extend(extra);
+    let args = keyed_count_args(n, 50, &flags, false);
+    let log = tmp.join("run.log");
+    let mut child = spawn_logged(weir(tmp, args).envs(moto::env_for(relay.port)), &log);
+    let store =
+        weir::storage::open_with_endpoint(&format!("{dir}/keyed-count"), &m.endpoint()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while complete_in(&store).len() < 2 {
+        assert!(child.try_wait().unwrap().is_none(), "weir exited early");
+        assert!(
+            Instant::now() < deadline,
+            "no two checkpoints on S3 in 60 s"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    relay.cut();
+    (m, relay, child, log)
+}
+
+/// Waits for `child` to end (at most [`RUN_TIMEOUT`] plus `more`) and returns its status
+/// and log.
+fn finish(
+    mut child: std::process::Child,
+    log: &std::path::Path,
+    more: Duration,
+) -> (std::process::ExitStatus, String) {
+    let status = wait_deadline(&mut child, RUN_TIMEOUT + more, "the run through the outage");
+    (status, std::fs::read_to_string(log).unwrap())
+}
+
+/// The checkpoint store out of reach for 7 s mid-run, with every setting at its default
+/// (no tolerated checkpoint failures, the exponential-delay restart strategy): the
+/// failed checkpoint fails the attempt, the restart cannot read its checkpoint back while
+/// the store is away and tries again with the strategy's backoff instead of ending the
+/// job, and once the store is back the run resumes from that checkpoint and ends exact.
+#[test]
+fn a_seven_second_outage_of_the_store_is_waited_out_and_the_run_ends_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 700_000u64;
+    let (_m, relay, mut child, log) = run_into_an_outage(tmp.path(), "blip", n, &["--verify"]);
+    thread::sleep(Duration::from_secs(7));
+    if let Some(status) = child.try_wait().unwrap() {
+        let text = std::fs::read_to_string(&log).unwrap();
+        panic!("the job ended ({status}) during a 7 s outage of its store\n{text}");
+    }
+    relay.restore();
+    let (status, text) = finish(child, &log, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("verify: OK"), "{text}");
+    assert!(
+        text.contains("(the checkpoint storage is out of reach")
+            && text.contains("trying again in"),
+        "the restart never found its store away\n{text}"
+    );
+    let from = text
+        .lines()
+        .find_map(|l| l.split(" from checkpoint ").nth(1))
+        .unwrap_or_else(|| panic!("no attempt resumed from a checkpoint\n{text}"));
+    assert!(
+        text.contains("s3://blip/chk/keyed-count/chk-"),
+        "resumed from {from}\n{text}"
+    );
+    assert_keyed_count_exact(&tmp.path().join("out"), n, 50);
+}
+
+/// An outage longer than the restart strategy waits ends the job with an error that names
+/// the store, the checkpoint it could not read back, and the way out.
+#[test]
+fn an_outage_longer_than_the_restart_strategy_waits_ends_with_the_store_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let strategy = [
+        "--restart-strategy",
+        "fixed-delay",
+        "--restart-attempts",
+        "3",
+        "--restart-delay",
+        "100ms",
+    ];
+    let (_m, _relay, child, log) = run_into_an_outage(tmp.path(), "gone", 700_000, &strategy);
+    let (status, text) = finish(child, &log, Duration::ZERO);
+    assert_eq!(status.code(), Some(1), "{text}");
+    for needle in [
+        "error: ",
+        "cannot reload checkpoint s3://gone/chk/keyed-count/chk-",
+        "the server cannot be reached",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+    assert!(!text.contains("panicked"), "{text}");
+    assert!(
+        !tmp.path().join("out").exists(),
+        "a failed run published its output"
+    );
 }

@@ -6,6 +6,53 @@ mod common;
 
 use common::*;
 
+/// Injected failures never depend on the machine's speed: 20 000 events end in
+/// milliseconds, long before the first checkpoint at 300 ms, yet both failures fire, each
+/// after a checkpoint with progress, because the sources hold while a failure waits for one.
+#[test]
+fn injected_failures_fire_even_when_the_input_would_end_before_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, o) = (tmp.path().join("chk"), tmp.path().join("out"));
+    let r = run(&mut weir(
+        tmp.path(),
+        [
+            "run",
+            "window-sum",
+            "--events",
+            "20000",
+            "--keys",
+            "10",
+            "--parallelism",
+            "2",
+            "--checkpoint-interval",
+            "300ms",
+            "--checkpoint-dir",
+            &checkpoint_arg(&d),
+            "--output",
+            &s(&o),
+            "--inject-failures",
+            "2",
+            "--seed",
+            "7",
+            "--verify",
+        ],
+    ));
+    r.assert_success();
+    assert!(
+        r.stdout.contains("injected failures: 2 of 2"),
+        "{}",
+        r.describe()
+    );
+    assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    let resumed = attempts(&r.stdout);
+    assert_eq!(resumed.len(), 3, "{}", r.describe());
+    assert!(
+        resumed[1..].iter().all(|a| a.restored.is_some()),
+        "every restart resumes from a checkpoint\n{}",
+        r.describe()
+    );
+}
+
 #[test]
 fn sums_are_exact_after_injected_failures_resumed_from_a_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();

@@ -5,7 +5,8 @@
 //! `dateTime` and `expires` are epoch milliseconds; on input they may also be strings
 //! `YYYY-MM-DD HH:MM:SS[.fff]` (a `T` separator and a trailing `Z` are accepted), read as
 //! UTC, which is how Flink's JSON format writes a `TIMESTAMP(3)`. Unknown fields and a
-//! `null` object of another kind are ignored; blank lines are skipped.
+//! `null` object of another kind are ignored; blank lines are skipped, and so is a UTF-8
+//! byte-order mark at the start of the file.
 //!
 //! Parsing goes through serde's typed path; only when a line fails is it looked at again
 //! field by field, to say which field is wrong and why.
@@ -70,8 +71,28 @@ struct RawLine {
     bid: Option<Bid>,
 }
 
-/// Parses one JSON line; `line_no` (1-based) goes into the error.
+/// The UTF-8 byte-order mark some editors (Windows Notepad, Excel's "UTF-8" export) put at
+/// the start of a file.
+const BOM: char = '\u{feff}';
+
+/// Parses one JSON line; `line_no` (1-based) goes into the error. A UTF-8 byte-order mark
+/// opening line 1 (the file's first bytes) is skipped, as JSON readers do; anywhere else it
+/// is refused by name, since it cannot be told from a damaged line.
 pub fn parse_line(line: &str, line_no: u64) -> Result<Event, ParseError> {
+    let line = match line.strip_prefix(BOM) {
+        Some(rest) if line_no == 1 => rest,
+        Some(_) => {
+            return Err(ParseError {
+                line: line_no,
+                field: None,
+                message: "the line starts with a UTF-8 byte-order mark (U+FEFF), which \
+                          belongs only at the start of a file: remove it (files joined \
+                          together each keep their own)"
+                    .into(),
+            })
+        }
+        None => line,
+    };
     let raw: RawLine = match serde_json::from_str(line) {
         Ok(raw) => raw,
         Err(e) => return Err(diagnose(line, line_no, &e)),
@@ -410,6 +431,22 @@ pub fn write_events<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_order_mark_opens_a_file_but_no_other_line() {
+        let line = r#"{"event_type":2,"bid":{"auction":1,"bidder":2,"price":3,"channel":"c","url":"u","dateTime":0,"extra":""}}"#;
+        let with_bom = format!("\u{feff}{line}");
+        assert_eq!(parse_line(&with_bom, 1), parse_line(line, 1));
+        assert!(parse_line(line, 1).is_ok());
+        let e = parse_line(&with_bom, 7).unwrap_err();
+        assert_eq!(e.line, 7);
+        assert!(e.message.contains("byte-order mark"), "{e}");
+        // Through the reader, as a file from Windows Notepad arrives.
+        let file = format!("{with_bom}\n{line}\n");
+        let events: Vec<_> = EventReader::new(file.as_bytes()).collect();
+        assert_eq!(events.len(), 2);
+        assert!(events.iter().all(Result::is_ok), "{events:?}");
+    }
 
     #[test]
     fn timestamps_parse_as_utc() {

@@ -78,6 +78,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether trying again later may succeed where this failed: checkpoint storage out of
+    /// reach (see [`StorageError::is_transient`]). The restart strategy waits such a
+    /// failure out without counting it as a failure that repeats identically.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Storage(e) if e.is_transient())
+    }
     /// Wraps a user-facing message, for functions that want to fail their task.
     pub fn user(msg: impl Into<String>) -> Self {
         Error::User(msg.into())

@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub mod backend;
+mod confined;
 pub(crate) mod format;
 pub mod local;
 pub mod memory;
@@ -174,8 +175,9 @@ pub enum StorageError {
         /// The way out.
         hint: &'static str,
     },
-    /// Remote storage refused or failed a request in a way retrying will not fix (wrong
-    /// credentials, a missing bucket, a server that cannot be reached).
+    /// Remote storage refused or failed a request after the client's own retries: wrong
+    /// credentials or a missing bucket (which no retry fixes), or a server that could not
+    /// be reached or answered with an error of its own (which a later try may get past).
     #[error("cannot {op} {location}: {cause}; {hint}")]
     Remote {
         /// What was being done.
@@ -186,6 +188,9 @@ pub enum StorageError {
         cause: String,
         /// The way out.
         hint: String,
+        /// Whether trying again later may succeed: the server was unreachable, timed out
+        /// or failed on its side, as in an outage ([`StorageError::is_transient`]).
+        transient: bool,
     },
     /// This run owned the job folder, and another run took it over (its S3 lease expired
     /// while this run stalled, or the conditional renewal found a new holder). Retrying or
@@ -211,6 +216,28 @@ impl StorageError {
     /// ([`StorageError::OwnershipLost`]): the job then ends at once instead of restarting.
     pub fn is_ownership_lost(&self) -> bool {
         matches!(self, StorageError::OwnershipLost { .. })
+    }
+
+    /// Whether trying the same operation again later may succeed: the store could not be
+    /// reached, timed out or failed on its side (an outage), as opposed to data that is
+    /// wrong, a name that is invalid or settings that are refused. A restart reloading its
+    /// checkpoint treats the first kind as a failure for the restart strategy to wait out.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StorageError::Remote { transient, .. } => *transient,
+            StorageError::Io { cause, .. } => matches!(
+                cause.kind(),
+                io::ErrorKind::TimedOut
+                    | io::ErrorKind::Interrupted
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::NotConnected
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
     }
 
     /// Whether the object or file was not there (so a caller can treat absence as a
@@ -335,6 +362,7 @@ pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageE
         return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
     };
     let Some((scheme, rest)) = text.split_once("://") else {
+        scheme_typo(text)?;
         return Ok(Box::new(local::LocalBackend::new(location.to_path_buf())));
     };
     match scheme {
@@ -356,6 +384,56 @@ pub fn open_backend(location: &Path) -> Result<Box<dyn StorageBackend>, StorageE
     }
 }
 
+/// The URL schemes [`open_backend`] knows.
+const SCHEMES: &[&str] = &["s3", "mem", "file"];
+
+/// Checks a location as a user typed it (`--checkpoint-dir`, `--savepoint-dir`), before
+/// anything is appended to it: `s3://` or `mem://` with no bucket would otherwise take
+/// the first folder appended (the job's name) for the bucket, and a scheme typo (`s3:b/x`,
+/// `s3:/b/x`) would silently become a local folder named `s3:b`.
+pub fn check_location(location: &Path) -> Result<(), StorageError> {
+    let Some(text) = location.to_str() else {
+        return Ok(());
+    };
+    match text.split_once("://") {
+        Some((scheme @ ("s3" | "mem"), rest)) if rest.split('/').next() == Some("") => {
+            let what = if scheme == "s3" { "bucket" } else { "store" };
+            Err(StorageError::Location {
+                location: text.to_string(),
+                reason: format!("no {what} named after {scheme}://"),
+                hint: "write s3://bucket/prefix (the job's folder goes under the prefix)",
+            })
+        }
+        Some(_) => Ok(()),
+        None => scheme_typo(text),
+    }
+}
+
+/// Refuses `scheme:rest` without `//` for a scheme [`open_backend`] knows, naming the URL
+/// the user most likely meant; `./s3:x` still names a local folder of that name.
+fn scheme_typo(text: &str) -> Result<(), StorageError> {
+    let Some((scheme, rest)) = text.split_once(':') else {
+        return Ok(());
+    };
+    if !SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        return Ok(());
+    }
+    let intended = format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        rest.trim_start_matches('/')
+    );
+    Err(StorageError::Location {
+        location: text.to_string(),
+        reason: format!(
+            "`{scheme}:` without `//` is not a URL (it would be a local folder named \
+             {:?}); did you mean {intended}?",
+            text.split('/').next().unwrap_or(text)
+        ),
+        hint: "write scheme://bucket/prefix, or ./ before the name for a local folder",
+    })
+}
+
 /// Whether `location` names remote or in-memory storage (`scheme://…`) rather than a
 /// local folder, so callers know not to use file-system calls on it.
 pub fn is_remote(location: &Path) -> bool {
@@ -373,6 +451,21 @@ pub(crate) fn absolute_location(location: &Path) -> PathBuf {
     } else {
         std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf())
     }
+}
+
+/// `path` relative to `base`, as spelt, absolutely or canonically (the spellings
+/// `runtime::control::confine` accepts); `None` when it is not below `base`.
+fn relative_to(base: &Path, path: &Path) -> Option<PathBuf> {
+    let spellings = [
+        Some(base.to_path_buf()),
+        std::path::absolute(base).ok(),
+        base.canonicalize().ok(),
+    ];
+    spellings
+        .into_iter()
+        .flatten()
+        .find_map(|b| path.strip_prefix(&b).ok().map(Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
 }
 
 /// Where checkpoint `id`'s files go: a backend and the key prefix in it.
@@ -425,6 +518,7 @@ impl CheckpointStorage {
     /// of it for this run.
     pub fn open(checkpoint_dir: &Path, job_id: &str) -> Result<Self, StorageError> {
         validate_name("job id", job_id)?;
+        check_location(checkpoint_dir)?;
         let root = checkpoint_dir.join(job_id);
         let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&root)?);
         let hint = "check that the folder is writable or pass --checkpoint-dir";
@@ -501,27 +595,35 @@ impl CheckpointStorage {
     }
 
     /// Writes checkpoint `id` into `folder` (a savepoint's) instead of `root/chk-<id>`.
-    /// The folder must not exist yet (no savepoint is ever overwritten); its parent is
-    /// created.
-    pub fn redirect(&self, id: u64, folder: PathBuf) -> Result<(), StorageError> {
+    /// The folder must not exist yet (no savepoint is ever overwritten). `folder` lies in
+    /// the savepoint directory `base` (the caller confined it there); on a local disk it is
+    /// created from `base` opened first, one component at a time, refusing any symbolic
+    /// link on the way, and every file is then written relative to the folder held open
+    /// ([`confined`]), so a link swapped in later cannot lead a file out of `base`.
+    pub fn redirect(&self, id: u64, base: &Path, folder: PathBuf) -> Result<(), StorageError> {
         let hint = "check that the savepoint directory is writable";
-        let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&folder)?);
-        let exists = if is_remote(&folder) {
-            backend.folder_problem()?.is_none()
+        let backend: Arc<dyn StorageBackend> = if is_remote(&folder) {
+            let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&folder)?);
+            if backend.folder_problem()?.is_none() {
+                let exists = io::ErrorKind::AlreadyExists.into();
+                return Err(io_err("create savepoint folder", &folder, hint)(exists));
+            }
+            backend
         } else {
-            folder.exists()
+            let relative = relative_to(base, &folder).ok_or_else(|| StorageError::Io {
+                op: "create savepoint folder",
+                path: folder.clone(),
+                cause: io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "it is not inside the savepoint directory {}",
+                        base.display()
+                    ),
+                ),
+                hint: "name a folder inside the savepoint directory",
+            })?;
+            Arc::new(confined::create_confined(base, &relative)?)
         };
-        if exists {
-            let exists = io::ErrorKind::AlreadyExists.into();
-            return Err(io_err("create savepoint folder", &folder, hint)(exists));
-        }
-        if let Some(parent) = folder.parent().filter(|_| !is_remote(&folder)) {
-            std::fs::create_dir_all(parent).map_err(io_err(
-                "create savepoint directory",
-                parent,
-                hint,
-            ))?;
-        }
         self.redirects
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -353,3 +353,74 @@ fn concurrent_requests_are_all_answered_with_completed_snapshots() {
         }
     }
 }
+
+/// Runs the swap it is given once, at the first snapshot after it was armed: inside a
+/// savepoint, after its folder was created and before any state file is written.
+#[derive(Clone, Default)]
+struct SwapAtSnapshot {
+    swap: Arc<std::sync::Mutex<Option<Swap>>>,
+}
+
+/// What [`SwapAtSnapshot`] does to the file system.
+type Swap = Box<dyn FnOnce() + Send>;
+
+impl CheckpointedFunction for SwapAtSnapshot {
+    fn snapshot_state(&mut self, _ctx: &mut SnapshotContext) -> Result<()> {
+        let swap = self.swap.lock().unwrap().take();
+        if let Some(swap) = swap {
+            swap();
+        }
+        Ok(())
+    }
+}
+
+impl ProcessFunction<u64, u64> for SwapAtSnapshot {
+    fn process(&mut self, r: u64, out: &mut Collector<'_, u64>) -> Result<()> {
+        out.collect(r);
+        Ok(())
+    }
+}
+
+/// Confinement holds at the moment of writing (issue 23): the requested folder `sub` is a
+/// real folder when the request is checked; mid-savepoint (held at the operator's
+/// snapshot, deterministically) it is renamed and a symbolic link to a folder outside the
+/// savepoint directory takes its name. Nothing is written outside, and the savepoint is
+/// refused rather than reported at a path that now leads elsewhere.
+#[cfg(unix)]
+#[test]
+fn a_link_swapped_in_mid_savepoint_leads_nothing_outside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = cfg(tmp.path(), 1, RestoreFrom::Nothing);
+    c.checkpointing.interval = None;
+    let base = c.savepoint_dir.clone();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(base.join("sub")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let out = CollectSink::new();
+    let f = SwapAtSnapshot::default();
+    let swap = f.swap.clone();
+    let env = StreamEnvironment::new(c);
+    env.add_source("events", GeneratorSource::new(N).with_rate(Some(200_000.0)))
+        .uid("events")
+        .process(f)
+        .uid("swap")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    let (b, o) = (base.clone(), outside.clone());
+    let (answer, result) = while_running(env, 10_000, move |c| {
+        *swap.lock().unwrap() = Some(Box::new(move || {
+            std::fs::rename(b.join("sub"), b.join("moved")).unwrap();
+            std::os::unix::fs::symlink(&o, b.join("sub")).unwrap();
+        }));
+        c.trigger_savepoint(Some(PathBuf::from("sub")))
+    });
+    result.unwrap();
+    let e = answer.unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+    let leaked: Vec<_> = std::fs::read_dir(&outside).unwrap().collect();
+    assert!(leaked.is_empty(), "written outside: {leaked:?}");
+    // What the savepoint wrote stayed in its folder, inside the savepoint directory.
+    let kept: Vec<_> = std::fs::read_dir(base.join("moved")).unwrap().collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(out.take().len() as u64, N);
+}

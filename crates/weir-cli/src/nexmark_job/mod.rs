@@ -156,7 +156,7 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
     let out = if args.discard_output {
         None
     } else {
-        Some(job.resumable_output(&args.output)?)
+        Some(job.output(&args.output)?)
     };
     match query {
         Query::Q0 => add_output(queries::q0(events), out.as_deref()),

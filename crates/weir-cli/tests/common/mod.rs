@@ -8,6 +8,7 @@ pub mod child_job;
 #[path = "../../../weir/tests/support/moto.rs"]
 pub mod moto;
 pub mod nexmark;
+pub mod outage;
 pub mod running;
 #[path = "../../../weir/tests/support/test_checkpoints.rs"]
 mod test_checkpoints;

@@ -52,7 +52,7 @@ pub struct RunFlags {
     #[arg(long, default_value_t = 128, value_parser = parse_parallelism)]
     pub max_parallelism: u32,
     /// Folder for checkpoints (the job's checkpoints go in DIR/JOB/chk-N).
-    #[arg(long, default_value = "weir-checkpoints")]
+    #[arg(long, default_value = "weir-checkpoints", value_parser = parse_location)]
     pub checkpoint_dir: PathBuf,
     /// Time between checkpoints (e.g. 200ms, 1s, 2m), or `off`.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
@@ -148,6 +148,14 @@ fn at_least_one(s: &str) -> Result<u32, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("'{s}' is not a count (1, 2, …)")),
     }
+}
+
+/// A checkpoint or savepoint location: a local folder or a URL with its bucket
+/// ([`crate::storage::check_location`]: no bare `s3://`, no `s3:bucket` typo).
+pub(super) fn parse_location(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    crate::storage::check_location(&path).map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 fn parse_parallelism(s: &str) -> Result<u32, String> {

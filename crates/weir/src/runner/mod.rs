@@ -119,9 +119,6 @@ struct OutputDir {
     staging: PathBuf,
     /// The folder it becomes on success.
     dir: PathBuf,
-    /// Kept on failure and on a stop, so that a restored run continues it
-    /// ([`Job::resumable_output`]).
-    resumable: bool,
     /// Held until the run ends, so a second run on the same folder is refused before it
     /// clears this run's staging folder.
     _lock: output::OutputLock,
@@ -155,29 +152,17 @@ impl Job {
 
     /// Declares an output folder that appears only if the job succeeds, and returns the
     /// hidden staging folder the job's sinks must write into instead. On success the
-    /// staging folder is renamed to `dir` (with a `_SUCCESS` marker); on a failure or a
-    /// stop with a savepoint it is deleted, so a partial result never looks complete. An
-    /// existing `dir` is replaced only if it is a previous Weir output or empty.
+    /// staging folder is renamed to `dir` (with a `_SUCCESS` marker). An existing `dir` is
+    /// replaced only if it is a previous Weir output or empty.
+    ///
+    /// The staging folder survives every way a run can end short of success (a failure,
+    /// a SIGKILL, a stop with a savepoint), and a run that restores (`--restore`) continues
+    /// the one it finds: whatever a sink committed there with a checkpoint (the part files
+    /// of a [`FileSink`](crate::connectors::files::FileSink), say) is exactly what the
+    /// restored run builds on, so nothing committed is ever thrown away. Only a fresh start
+    /// (no `--restore`) clears it, since that run computes everything again. There is no
+    /// variant that clears on restore: that one would lose committed output.
     pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
-        let dir = dir.into();
-        let lock = output::lock(&dir)?;
-        let staging = output::prepare(&dir)?;
-        self.outputs.push(OutputDir {
-            staging: staging.clone(),
-            dir,
-            resumable: false,
-            _lock: lock,
-        });
-        Ok(staging)
-    }
-
-    /// Like [`Job::output`], for streaming output written exactly once by a
-    /// two-phase-commit sink ([`FileSink`](crate::connectors::files::FileSink)): the staging
-    /// folder is kept when the run fails, is killed or is stopped with a savepoint, and a
-    /// run that restores (`--restore`) continues the one it finds, so the published folder
-    /// holds the output of every run that led to the result. The sink's recovery settles
-    /// what the restored checkpoint left pending. A fresh start clears it as `output` does.
-    pub fn resumable_output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
         let restoring = self.env.config().restore != crate::api::config::RestoreFrom::Nothing;
         let lock = output::lock(&dir)?;
@@ -185,7 +170,6 @@ impl Job {
         self.outputs.push(OutputDir {
             staging: staging.clone(),
             dir,
-            resumable: true,
             _lock: lock,
         });
         Ok(staging)
@@ -222,11 +206,6 @@ impl Job {
     /// Default [`DEFAULT_EXPECTED_RECORDS`].
     pub fn expect_records(&mut self, records: u64) {
         self.expected_records = Some(records);
-    }
-
-    /// Deletes the staging folders: the run ends without publishing.
-    fn discard_outputs(&self) {
-        discard(&self.outputs);
     }
 }
 
@@ -345,10 +324,9 @@ impl Runner {
             notes: Vec::new(),
             expected_records: None,
         };
-        if let Err(e) = build(&mut job, args) {
-            job.discard_outputs();
-            return Err(e);
-        }
+        // Whatever ends the run short of success leaves the outputs' staging folders as
+        // they are (`Job::output`): they hold what checkpoints committed.
+        build(&mut job, args)?;
         let records = job.expected_records.unwrap_or(DEFAULT_EXPECTED_RECORDS);
         job.env.config_mut().failure_injection = flags.failure_injection(records);
         announce(job.env.config());
@@ -377,10 +355,7 @@ impl Runner {
                         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                         Some(server)
                     }
-                    Err(e) => {
-                        job.discard_outputs();
-                        return Err(e.into());
-                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
         };
@@ -398,16 +373,10 @@ impl Runner {
         let _serving = control::Serving::new(server, flags.control.control_linger);
         let result = env.execute();
         progress.stop();
-        let result = match result {
-            Ok(r) => r,
-            Err(e) => {
-                discard(&outputs);
-                return Err(e.into());
-            }
-        };
+        let result = result?;
         if let Some(sp) = &result.stopped_with_savepoint {
-            // A stopped job's output is not the job's result: resume from the savepoint.
-            discard(&outputs);
+            // A stopped job's output is not the job's result: it stays in staging, and
+            // the run resumed from the savepoint continues it.
             progress::summary(&self.name, &cfg, &result, &[]);
             println!("stopped with savepoint {}", sp.display());
             println!("resume with: --restore {}", sp.display());
@@ -443,13 +412,6 @@ impl Runner {
                 ExitCode::from(3)
             }
         })
-    }
-}
-
-/// Deletes the staging folders of the outputs that are not resumable.
-fn discard(outputs: &[OutputDir]) {
-    for o in outputs.iter().filter(|o| !o.resumable) {
-        let _ = std::fs::remove_dir_all(&o.staging);
     }
 }
 

@@ -246,7 +246,11 @@ impl AttemptRun<'_, '_> {
         };
         if let Some(folder) = folder {
             let target = folder.join(savepoint_folder_name(&cfg.name, barrier.id));
-            if let Err(e) = self.exec.storage.redirect(barrier.id, target) {
+            let redirected = self
+                .exec
+                .storage
+                .redirect(barrier.id, &cfg.savepoint_dir, target);
+            if let Err(e) = redirected {
                 let _ = reply.send(Err(failed(e.to_string())));
                 let attempt = self.checkpoints.attempt();
                 return self

@@ -288,6 +288,17 @@ pub fn confine(base: &Path, requested: Option<&Path>) -> Result<PathBuf, Control
     let Some(req) = requested else {
         return Ok(base.to_path_buf());
     };
+    // No file system takes a NUL in a name: refused as the caller's mistake here, not
+    // failed later as a checkpoint that could not be written.
+    if req.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(ControlError::new(
+            ControlErrorKind::BadRequest,
+            format!(
+                "{req:?} contains a NUL byte, which no folder name may hold; name another \
+                 folder"
+            ),
+        ));
+    }
     let outside = || {
         let message = format!(
             "{} is outside the job's savepoint directory {}; name a folder inside it \
@@ -378,6 +389,12 @@ mod tests {
         }
         let sneaky = base.join("../other");
         assert!(confine(&base, Some(&sneaky)).is_err());
+        // A NUL byte is the caller's mistake (a 400), not a checkpoint that failed later.
+        for nul in ["a\0b", "\0"] {
+            let e = confine(&base, Some(Path::new(nul))).unwrap_err();
+            assert_eq!(e.kind, ControlErrorKind::BadRequest, "{nul:?}");
+            assert!(e.to_string().contains("NUL byte"), "{e}");
+        }
     }
 
     #[cfg(unix)]

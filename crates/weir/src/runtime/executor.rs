@@ -296,6 +296,7 @@ fn run_job(
                 at: Instant::now(),
                 message: &e.to_string(),
                 injected: injector.as_ref().is_some_and(|i| i.fired() > fired_before),
+                transient: e.is_transient(),
                 progress: result.checkpoints.last().map(|c| c.source_records),
                 ran_for: attempt_started.elapsed(),
             })),
@@ -344,18 +345,22 @@ fn run_job(
                         std::thread::sleep(delay);
                         restore = match reload {
                             None => None,
-                            Some(loading) => match loading.wait() {
-                                Ok(r) => Some(r),
-                                Err((p, e)) => {
-                                    // The checkpoint we wrote no longer reads: refuse to
-                                    // guess; the user decides where to resume from.
-                                    break Err(Error::Restore(format!(
-                                        "cannot reload checkpoint {} after a failure: {e}; \
-                                         restart with --restore latest (it skips unreadable checkpoints)",
-                                        p.display()
-                                    )));
+                            Some(loading) => {
+                                let progress = result.checkpoints.last().map(|c| c.source_records);
+                                match reload_checkpoint(loading, &mut restarts, progress, |n| {
+                                    metrics.notice(&mut result, n)
+                                }) {
+                                    Ok(r) => Some(r),
+                                    Err(Reload::GaveUp(last, why)) => {
+                                        break Err(Error::JobFailed {
+                                            attempts: attempt_no,
+                                            last: Box::new(last),
+                                            why,
+                                        })
+                                    }
+                                    Err(Reload::Unreadable(e)) => break Err(e),
                                 }
-                            },
+                            }
                         };
                     }
                 }
@@ -500,4 +505,68 @@ fn rewind_notice(storage: &CheckpointStorage, restored: u64) -> Option<String> {
         newer.len(),
         storage.root().display()
     ))
+}
+
+/// Why a restart could not read back the checkpoint it resumes from.
+enum Reload {
+    /// The checkpoint store stayed out of reach longer than the restart strategy waits:
+    /// the last error, and why the strategy gave up (empty when it ran out of restarts).
+    GaveUp(Error, String),
+    /// The checkpoint reads, but not cleanly (damaged, foreign): reading it again cannot
+    /// help, and the job refuses to guess another one.
+    Unreadable(Error),
+}
+
+/// Reads back the checkpoint a restart resumes from. A store out of reach (an outage:
+/// [`Error::is_transient`]) is a failure like any other: the restart strategy decides
+/// whether and when to try again, with its backoff, so a short outage costs time, not the
+/// job. `notice` tells the user about every try that failed.
+fn reload_checkpoint(
+    mut loading: restore::Prefetch,
+    restarts: &mut RestartTracker,
+    progress: Option<u64>,
+    mut notice: impl FnMut(String),
+) -> std::result::Result<RestoredCheckpoint, Reload> {
+    loop {
+        let (path, e) = match loading.wait() {
+            Ok(r) => return Ok(r),
+            Err(failed) => failed,
+        };
+        if !e.is_transient() {
+            // The checkpoint we wrote no longer reads: refuse to guess; the user decides
+            // where to resume from.
+            return Err(Reload::Unreadable(Error::Restore(format!(
+                "cannot reload checkpoint {} after a failure: {e}; restart with --restore \
+                 latest (it skips unreadable checkpoints)",
+                path.display()
+            ))));
+        }
+        let decision = restarts.on_failure(Failure {
+            at: Instant::now(),
+            message: &e.to_string(),
+            injected: false,
+            transient: true,
+            progress,
+            ran_for: Duration::ZERO,
+        });
+        match decision {
+            RestartDecision::Restart(delay) => {
+                notice(format!(
+                    "cannot reload checkpoint {} (the checkpoint storage is out of reach: {e}); \
+                     trying again in {delay:?}",
+                    path.display()
+                ));
+                std::thread::sleep(delay);
+                loading = restore::Prefetch::start(path);
+            }
+            RestartDecision::GiveUp(why) => {
+                let last = Error::Restore(format!(
+                    "cannot reload checkpoint {} after a failure: {e}; once the checkpoint \
+                     storage is back, resume with --restore latest",
+                    path.display()
+                ));
+                return Err(Reload::GaveUp(last, why));
+            }
+        }
+    }
 }

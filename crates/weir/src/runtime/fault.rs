@@ -11,6 +11,11 @@
 //! in the running attempt, and at most one fires per attempt: every restart then has a
 //! checkpoint with progress to restore, which is what a test needs to tell a real recovery
 //! from a start from scratch.
+//!
+//! Such a failure never depends on the machine's speed: while one is due and waits for its
+//! checkpoint, the sources that have emitted in this attempt hold
+//! ([`FailureInjector::holds_sources`]), so the input cannot run out before the checkpoint
+//! completes and the failure fires, however slow or fast the machine is.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -27,7 +32,8 @@ pub struct FailureInjection {
     /// Hold each failure back until a checkpoint has completed in the current attempt with
     /// the sources further than where the attempt started (and fire at most one per
     /// attempt), so every failure restores a checkpoint with progress, never the beginning.
-    /// A failure still pending when the input ends does not fire.
+    /// While such a failure waits, the sources hold after their first batch of the attempt,
+    /// so every planned failure whose point the job's records reach fires.
     pub after_checkpoint: bool,
 }
 
@@ -127,6 +133,20 @@ impl FailureInjector {
         );
     }
 
+    /// Whether a source that emitted `emitted` records in this attempt must hold (emit
+    /// nothing more, while still answering barriers): a gated failure is due and waits
+    /// for a checkpoint with progress. Holding after the attempt's first records makes
+    /// that checkpoint certain to come, and to have progress, before the input can end,
+    /// so the failure fires however fast the machine is. One relaxed load when nothing is
+    /// due.
+    pub(crate) fn holds_sources(&self, emitted: u64) -> bool {
+        self.gated
+            && emitted > 0
+            && self.count.load(Ordering::Relaxed) >= self.next.load(Ordering::Relaxed)
+            && !self.armed.load(Ordering::SeqCst)
+            && !self.spent.load(Ordering::SeqCst)
+    }
+
     /// Failures fired so far.
     pub fn fired(&self) -> usize {
         self.fired.load(Ordering::SeqCst)
@@ -186,5 +206,39 @@ mod tests {
         inj.on_checkpoint_completed();
         assert!(!fire(1), "only 3 were planned");
         assert_eq!(inj.fired(), 3);
+    }
+
+    #[test]
+    fn sources_hold_while_a_gated_failure_waits_for_its_checkpoint() {
+        let inj = FailureInjector::new(FailureInjection::after_checkpoints(2, 7, 100));
+        let fire = |n| std::panic::catch_unwind(|| inj.on_records(0, n)).is_err();
+        inj.on_attempt_started();
+        assert!(!inj.holds_sources(1), "nothing is due yet");
+        assert!(!fire(1000));
+        // Due and waiting: a source that emitted in this attempt holds, one that has not
+        // emitted yet goes on (its first records are the progress the checkpoint needs).
+        assert!(inj.holds_sources(1));
+        assert!(!inj.holds_sources(0));
+        inj.on_checkpoint_completed();
+        assert!(
+            !inj.holds_sources(1),
+            "armed: the sources go on until it fires"
+        );
+        assert!(fire(1));
+        assert!(!inj.holds_sources(1), "the dying attempt does not hold");
+        inj.on_attempt_started();
+        assert!(
+            inj.holds_sources(1),
+            "the second is due at once in the next attempt"
+        );
+        inj.on_checkpoint_completed();
+        assert!(fire(1));
+        inj.on_attempt_started();
+        assert!(!inj.holds_sources(1), "none is left");
+        let ungated = FailureInjector::new(FailureInjection {
+            after_checkpoint: false,
+            ..FailureInjection::after_checkpoints(1, 7, 100)
+        });
+        assert!(!ungated.holds_sources(1), "only a gated failure waits");
     }
 }

@@ -121,6 +121,12 @@ pub struct Failure<'a> {
     /// It was planted by failure injection: planned, each one distinct, never a reason to
     /// give up early.
     pub injected: bool,
+    /// Checkpoint storage was out of reach ([`Error::is_transient`]): an outage, which a
+    /// later try may get past however often it repeated, so it never counts toward the
+    /// identical-failure limit; the strategy's own limits still apply.
+    ///
+    /// [`Error::is_transient`]: crate::error::Error::is_transient
+    pub transient: bool,
     /// The progress the job had made when it failed: the records its sources had read at
     /// the newest completed checkpoint (`None` before the first). Compared by position,
     /// not by checkpoint id, since a checkpoint taken between a restore and the same
@@ -211,7 +217,7 @@ impl RestartTracker {
 
     /// Counts identical failures in a row; `Some(reason)` once the limit is reached.
     fn repeated(&mut self, failure: &Failure<'_>) -> Option<String> {
-        if failure.injected {
+        if failure.injected || failure.transient {
             self.last = None;
             self.identical = 0;
             return None;
@@ -280,6 +286,7 @@ mod tests {
             at,
             message,
             injected: false,
+            transient: false,
             progress: latest,
             ran_for: Duration::from_millis(10),
         }
@@ -314,6 +321,37 @@ mod tests {
             panic!("a third identical failure must give up");
         };
         assert!(why.contains("3 times in a row"), "{why}");
+    }
+
+    #[test]
+    fn an_outage_of_the_store_is_waited_out_within_the_strategy_limits() {
+        let now = Instant::now();
+        let down = "cannot read s3://b/chk/j/chk-9/_metadata: error sending request";
+        let outage = |t: &mut RestartTracker| {
+            t.on_failure(Failure {
+                transient: true,
+                ran_for: Duration::ZERO,
+                ..failure(now, down, Some(4))
+            })
+        };
+        let mut t = RestartTracker::new(RestartStrategy::default(), Some(3));
+        let delays: Vec<_> = (0..8)
+            .map(|_| match outage(&mut t) {
+                RestartDecision::Restart(d) => d.as_millis(),
+                RestartDecision::GiveUp(why) => panic!("an outage is not a repeating bug: {why}"),
+            })
+            .collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 3200, 6400, 10_000]);
+        let mut t = RestartTracker::new(
+            RestartStrategy::FixedDelay {
+                attempts: 2,
+                delay: Duration::from_millis(5),
+            },
+            Some(3),
+        );
+        assert!(matches!(outage(&mut t), RestartDecision::Restart(_)));
+        assert!(matches!(outage(&mut t), RestartDecision::Restart(_)));
+        assert!(matches!(outage(&mut t), RestartDecision::GiveUp(_)));
     }
 
     #[test]

@@ -99,6 +99,16 @@ fn make_client(
     bucket: &str,
     endpoint: Option<&str>,
 ) -> Result<Arc<Client>, StorageError> {
+    if let Some(reason) = metadata_disabled_without_credentials(|k| std::env::var(k).ok()) {
+        return Err(StorageError::Location {
+            location: location.to_string(),
+            reason,
+            hint:
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_WEB_IDENTITY_TOKEN_FILE \
+                   with AWS_ROLE_ARN), or unset AWS_EC2_METADATA_DISABLED to use the instance's \
+                   role",
+        });
+    }
     let allow_http = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true" || v == "1");
     let mut builder = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
@@ -136,6 +146,28 @@ fn make_client(
         store,
         bucket: bucket.to_string(),
     }))
+}
+
+/// Why the client must not be built, when `AWS_EC2_METADATA_DISABLED` is `true` and no other
+/// credential source is configured: object_store would then ask the instance metadata
+/// service (169.254.169.254), which the AWS SDKs never do under that variable. `var` reads
+/// the environment (a parameter, so the rule is tested without touching the process's).
+fn metadata_disabled_without_credentials(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |k: &str| var(k).is_some_and(|v| !v.is_empty());
+    let disabled = var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let unsigned = var("AWS_SKIP_SIGNATURE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    // object_store's order: static keys, web identity, container (ECS, EKS), instance.
+    let other_source = set("AWS_ACCESS_KEY_ID")
+        || set("AWS_SECRET_ACCESS_KEY")
+        || (set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"))
+        || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || (set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            && set("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+    (disabled && !unsigned && !other_source).then(|| {
+        "no AWS credentials are set, and AWS_EC2_METADATA_DISABLED=true rules out the instance \
+         metadata service (169.254.169.254), the only source left"
+            .to_string()
+    })
 }
 
 /// A prefix in an S3 bucket.
@@ -238,6 +270,12 @@ impl S3Backend {
 /// A remote failure with the way out its message points at.
 fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     let has = |s: &str| cause.contains(s);
+    let refused = has("NoSuchBucket")
+        || has("bucket does not exist")
+        || has("169.254.169.254")
+        || has("InvalidAccessKeyId")
+        || has("SignatureDoesNotMatch")
+        || has("403");
     let hint = if has("NoSuchBucket") || has("bucket does not exist") {
         "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
     } else if has("169.254.169.254") {
@@ -261,6 +299,9 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
         location: location.to_string(),
         cause,
         hint,
+        // What is not a refusal of the settings is the server failing or out of reach:
+        // an outage that a later try may get past.
+        transient: !refused,
     }
 }
 
@@ -463,4 +504,51 @@ async fn fetch_range(
     }
     chunk.copy_from_slice(&bytes);
     Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn metadata_disabled_without_credentials_is_refused_not_tried() {
+        let off = ("AWS_EC2_METADATA_DISABLED", "true");
+        let reason = metadata_disabled_without_credentials(env(&[off])).unwrap();
+        assert!(reason.contains("AWS_EC2_METADATA_DISABLED"), "{reason}");
+        assert!(metadata_disabled_without_credentials(env(&[(
+            "AWS_EC2_METADATA_DISABLED",
+            "TRUE"
+        )]))
+        .is_some());
+        // Any other source of credentials, or metadata not disabled, builds the client.
+        for other in [
+            &[
+                off,
+                ("AWS_ACCESS_KEY_ID", "k"),
+                ("AWS_SECRET_ACCESS_KEY", "s"),
+            ][..],
+            &[
+                off,
+                ("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"),
+                ("AWS_ROLE_ARN", "r"),
+            ],
+            &[off, ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2")],
+            &[off, ("AWS_SKIP_SIGNATURE", "true")],
+            &[("AWS_EC2_METADATA_DISABLED", "false")],
+            &[],
+        ] {
+            assert!(
+                metadata_disabled_without_credentials(env(other)).is_none(),
+                "{other:?}"
+            );
+        }
+    }
 }

@@ -353,3 +353,30 @@ fn one_run_owns_a_job_folder_at_a_time() {
     // The lock file is not a checkpoint.
     assert_eq!(again.max_checkpoint_id().unwrap(), 0);
 }
+
+#[test]
+fn locations_without_a_bucket_or_with_a_scheme_typo_are_refused() {
+    // `s3://` alone would take the job's name (joined after it) for the bucket.
+    for bare in ["s3://", "s3:///x", "mem://"] {
+        fails(check_location(Path::new(bare)), "no |named after");
+        fails(
+            CheckpointStorage::open(Path::new(bare), "job"),
+            "no |named after",
+        );
+    }
+    // `s3:bkt/x` would be a local folder named `s3:bkt`: refused, naming the URL meant.
+    for (typo, meant) in [("s3:bkt/x", "s3://bkt/x"), ("s3:/bkt/x", "s3://bkt/x")] {
+        fails(
+            check_location(Path::new(typo)),
+            &format!("did you mean {meant}?"),
+        );
+        fails(open_backend(Path::new(typo)).map(|_| ()), meant);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("s3:bkt");
+    // A path that merely contains `s3:` further on, or starts with `./`, is a folder.
+    check_location(&typo).unwrap();
+    check_location(Path::new("./s3:bkt/x")).unwrap();
+    check_location(Path::new("s3://bkt/x")).unwrap();
+    check_location(Path::new("weir-checkpoints")).unwrap();
+}

@@ -212,6 +212,7 @@ pub(crate) fn read_head(
                         .collect(),
                     body: Vec::new(),
                 };
+                one_host(&request).map_err(ReadError::Answer)?;
                 let content_length = framing(&request, limits).map_err(ReadError::Answer)?;
                 return Ok(Head {
                     request,
@@ -250,6 +251,18 @@ fn too_large_head(limits: &Limits) -> ReadError {
             limits.max_head
         ),
     ))
+}
+
+/// Refuses a request with more than one `Host` header (RFC 9112 §3.2 asks for a 400): the
+/// loopback check reads one of them, and a proxy in front may route by another.
+fn one_host(request: &Request) -> Result<(), Response> {
+    if request.headers.iter().filter(|(n, _)| n == "host").count() > 1 {
+        return Err(Response::error(
+            400,
+            "more than one Host header; send exactly one",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks how the body is framed and returns its length: only `Content-Length` (one value,
@@ -376,4 +389,32 @@ pub(crate) fn send(conn: &mut TcpStream, response: &Response, timeout: Duration)
     let _ = conn.flush();
     let _ = conn.shutdown(std::net::Shutdown::Write);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: "GET".into(),
+            path: "/status".into(),
+            query: String::new(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_repeated_host_is_refused() {
+        assert!(one_host(&request(&[])).is_ok());
+        assert!(one_host(&request(&[("host", "127.0.0.1:1")])).is_ok());
+        let two = request(&[("host", "127.0.0.1:1"), ("host", "evil.example")]);
+        let e = one_host(&two).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(String::from_utf8_lossy(&e.body).contains("more than one Host"));
+    }
 }

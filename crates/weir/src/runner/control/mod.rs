@@ -58,7 +58,7 @@ pub struct ControlArgs {
     #[arg(long)]
     pub control_token_file: Option<PathBuf>,
     /// Where savepoints go; a savepoint request may only name folders inside it.
-    #[arg(long, default_value = "weir-savepoints")]
+    #[arg(long, default_value = "weir-savepoints", value_parser = crate::runner::flags::parse_location)]
     pub savepoint_dir: PathBuf,
     /// Keep this run's checkpoints when the job is stopped with a savepoint (`true`), or
     /// delete them, leaving the savepoint as the way to resume (`false`).

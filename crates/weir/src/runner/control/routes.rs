@@ -42,7 +42,10 @@ pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
         )
         .post_slow(
             "/checkpoint",
-            Box::new(move |_| answer(c2.trigger_checkpoint())),
+            Box::new(move |r| match checkpoint_body(r) {
+                Ok(()) => answer(c2.trigger_checkpoint()),
+                Err(e) => e,
+            }),
         )
         .post_slow(
             "/savepoint",
@@ -74,6 +77,33 @@ fn snapshot_body(request: &Request) -> Result<SnapshotBody, Response> {
             format!("the body is not {{\"dir\": \"…\", \"drain\": false}}: {e}"),
         )
     })
+}
+
+/// Checks the body of `POST /checkpoint`: a checkpoint takes no options, so the body is
+/// empty or `{}`; anything else (a `dir`, which only savepoints take, or a broken body) is
+/// refused rather than ignored, so a caller who meant something else hears of it.
+fn checkpoint_body(request: &Request) -> Result<(), Response> {
+    let raw = std::str::from_utf8(&request.body)
+        .map_err(|_| Response::error(400, "the body is not UTF-8"))?;
+    if raw.trim().is_empty() {
+        return Ok(());
+    }
+    let found = match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(fields)) if fields.is_empty() => return Ok(()),
+        Ok(serde_json::Value::Object(fields)) => {
+            let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+            format!("fields {names:?}")
+        }
+        Ok(other) => format!("`{other}`"),
+        Err(e) => format!("no JSON ({e})"),
+    };
+    Err(Response::error(
+        400,
+        format!(
+            "a checkpoint takes no options: send no body or {{}}, not {found}; a folder is \
+             for POST /savepoint"
+        ),
+    ))
 }
 
 /// Maps the engine's answer to a status: bad request 400, job not running 409, else 500.
@@ -133,6 +163,20 @@ mod tests {
             ..post("", &[])
         };
         assert_eq!(snapshot_body(&bad_utf8).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn checkpoint_bodies_are_empty_or_an_empty_object() {
+        for ok in ["", "  \n", "{}", " { } "] {
+            assert!(checkpoint_body(&post(ok, &[])).is_ok(), "{ok:?}");
+        }
+        for bad in ["{", "\"x\"", "{\"dir\":\"../x\"}", "[]", "null", "{} {}"] {
+            let e = checkpoint_body(&post(bad, &[])).unwrap_err();
+            assert_eq!(e.status, 400, "{bad:?}");
+            assert!(json_of(&e)["error"]
+                .as_str()
+                .is_some_and(|m| m.contains("no options")));
+        }
     }
 
     #[test]

@@ -188,7 +188,11 @@ pub fn run_source_paused_by<T, S: SourceFunction<T>>(
         }
         // No room under the consumers' credit (unaligned jobs): wait for it rather than
         // produce a batch that a barrier would push past the credit.
-        let paused = pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed));
+        let paused = pause.as_ref().is_some_and(|p| p.load(Ordering::Relaxed))
+            || ctx
+                .injector
+                .as_ref()
+                .is_some_and(|i| i.holds_sources(task.emitted));
         let status = if paused {
             SourceStatus::Idle
         } else if !chain.has_room() {

@@ -202,6 +202,7 @@ impl Lease {
                 hint: "use an S3 server with conditional writes (AWS S3, MinIO, moto), or a \
                        local --checkpoint-dir"
                     .into(),
+                transient: false,
             });
         }
         *fence.etag.lock().unwrap_or_else(|p| p.into_inner()) = taken.e_tag;
