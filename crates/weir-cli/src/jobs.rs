@@ -140,7 +140,7 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
 
 /// Compares one subtask's final counts with the truth; `Ok(keys checked)` or a description.
 fn verify_state<K: Key>(
-    ctx: &KeyedEndContext<'_, K>,
+    ctx: &mut KeyedEndContext<'_, K>,
     state: ValueState<u64>,
     n: u64,
     keys: u64,

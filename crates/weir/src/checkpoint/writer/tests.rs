@@ -14,7 +14,12 @@ const RANGE: KeyGroupRange = KeyGroupRange { start: 3, end: 11 };
 
 /// Keys of [`RANGE`], with two states: `plain` on every key, `aged` (TTL) on every third.
 fn backend() -> (KeyedStateBackend<u64>, ValueState<u64>, ValueState<u64>) {
-    let mut b = KeyedStateBackend::new(RANGE, MAXP, BTreeMap::new());
+    filled(KeyedStateBackend::new(RANGE, MAXP, BTreeMap::new()))
+}
+
+fn filled(
+    mut b: KeyedStateBackend<u64>,
+) -> (KeyedStateBackend<u64>, ValueState<u64>, ValueState<u64>) {
     let mut store = KeyedStateStore::new(&mut b);
     let plain = store.value_state::<u64>("plain").unwrap();
     let ttl = StateTtlConfig::new(Duration::from_secs(3600));
@@ -99,12 +104,49 @@ fn mem_spill() -> Result<Vec<u8>> {
     Ok(Vec::new())
 }
 
+/// The disk backend's snapshot streams into the same file format, with the same entries,
+/// as the memory backend's: a savepoint does not depend on the backend.
+#[cfg(feature = "disk-state")]
+#[test]
+fn a_disk_snapshot_streams_the_same_file_as_memory() {
+    use crate::state::keyed::{DiskOptions, StateBackendKind};
+    let kind = StateBackendKind::Disk(DiskOptions {
+        cache_entries: 50,
+        ..DiskOptions::new(std::env::temp_dir())
+    });
+    let (mut disk, _, _) =
+        filled(KeyedStateBackend::with_kind(&kind, RANGE, MAXP, BTreeMap::new()).unwrap());
+    let (mut memory, _, _) = backend();
+    let mut on_disk = Vec::new();
+    let out = stream_keyed(&disk.snapshot().unwrap(), &mut on_disk, 1 << 10, mem_spill).unwrap();
+    assert!(
+        on_disk == derived(&disk.snapshot().unwrap()),
+        "the disk backend's payload is the derived encoding of a keyed-state file"
+    );
+    let mut in_memory = Vec::new();
+    let want = stream_keyed(
+        &memory.snapshot().unwrap(),
+        &mut in_memory,
+        usize::MAX,
+        no_spill,
+    )
+    .unwrap();
+    assert_eq!(out.entries, want.entries);
+    for state in 0..2 {
+        assert_eq!(
+            entries(&on_disk, state),
+            entries(&in_memory, state),
+            "state {state}"
+        );
+    }
+}
+
 #[test]
 fn streamed_payload_is_the_derived_encoding() {
     let (mut b, _, _) = backend();
     let mut streamed = Vec::new();
-    let out = stream_keyed(&b.snapshot(), &mut streamed, usize::MAX, no_spill).unwrap();
-    let want = derived(&b.snapshot());
+    let out = stream_keyed(&b.snapshot().unwrap(), &mut streamed, usize::MAX, no_spill).unwrap();
+    let want = derived(&b.snapshot().unwrap());
     assert!(
         streamed == want,
         "streamed payload differs from the derived one"
@@ -126,7 +168,7 @@ fn streamed_payload_is_the_derived_encoding() {
 #[test]
 fn writes_after_the_barrier_are_not_in_the_snapshot() {
     let (mut b, plain, aged) = backend();
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     // Write to half of the keys (so their shards are encoded by this thread, before the
     // writer gets to them), delete some, add new ones.
     for k in keys().filter(|k| k % 2 == 0) {
@@ -168,7 +210,7 @@ fn a_key_outside_the_range_fails_the_snapshot() {
         backend: &mut b,
     }
     .set(plain, 1);
-    let err = stream_keyed(&b.snapshot(), &mut Vec::new(), 0, mem_spill)
+    let err = stream_keyed(&b.snapshot().unwrap(), &mut Vec::new(), 0, mem_spill)
         .unwrap_err()
         .to_string();
     let g = key_group(&k, MAXP);
@@ -183,7 +225,7 @@ fn job(b: &mut KeyedStateBackend<u64>, id: u64, frozen: bool) -> SnapshotJob {
         .push(crate::checkpoint::snapshot::OperatorSnapshotPart {
             uid: "count".into(),
             operator_state: Default::default(),
-            keyed: Some(b.snapshot()),
+            keyed: Some(b.snapshot().unwrap()),
         });
     SnapshotJob {
         attempt: 0,
@@ -221,7 +263,7 @@ fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
     let mut again = job(&mut b, 3, false);
     again.snapshot = SnapshotPayload::Encoded(encoded);
     let later = write_snapshot(&storage, again).unwrap();
-    let want = derived(&b.snapshot());
+    let want = derived(&b.snapshot().unwrap());
     assert!(read(1, &live) == want, "live file differs");
     assert!(read(2, &frozen) == want, "frozen file differs");
     assert!(read(3, &later) == want, "re-written frozen file differs");

@@ -219,7 +219,7 @@ where
         s.parts.push(OperatorSnapshotPart {
             uid: self.uid.clone(),
             operator_state: ctx.lists,
-            keyed: Some(self.backend.snapshot()),
+            keyed: Some(self.backend.snapshot()?),
         });
         self.next.snapshot(b, s)
     }

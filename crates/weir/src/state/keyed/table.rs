@@ -9,6 +9,7 @@ use std::sync::{Arc, Weak};
 use super::super::cow_map::CowMap;
 use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
+use super::disk::DiskTier;
 use super::ttl::Ttl;
 use super::view::View;
 use crate::error::{Error, Result};
@@ -20,14 +21,21 @@ pub(crate) trait StateTable<K>: Send {
     /// Whether entries carry TTL stamps (recorded in the file: it changes the encoding).
     fn has_ttl(&self) -> bool;
     /// Synchronous phase: an immutable view that the asynchronous phase may encode; its
-    /// keys belong to key groups `range` of `max_parallelism`.
-    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot>;
+    /// keys belong to key groups `range` of `max_parallelism`. `None` if the table is empty
+    /// (an empty table restores as empty without being written).
+    fn snapshot(
+        &mut self,
+        range: KeyGroupRange,
+        max_parallelism: u32,
+    ) -> Result<Option<Box<dyn TableSnapshot>>>;
     /// Loads the encoded entries of `sections` (one per key group) into the table; on a
     /// decode error the table is left unchanged.
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()>;
-    fn len(&self) -> usize;
+    /// Number of keys with state (on disk: a scan, for tests and tools).
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn len(&mut self) -> Result<usize>;
     /// Every key that has state in this table (for `apply_to_all_keys`).
-    fn keys(&self) -> Vec<K>;
+    fn keys(&mut self) -> Result<Vec<K>>;
 }
 
 /// The encoded entries of one shard of a table's view, grouped by key group: the writer
@@ -77,26 +85,88 @@ pub trait TableSnapshot: Send {
     }
 }
 
-/// The stored value `S` of every key, for a state of kind `kind`, with optional TTL.
+/// The stored value `S` of every key, for a state of kind `kind`, with optional TTL and,
+/// on the disk backend, the LSM behind the map (which is then a write-back cache).
 pub(crate) struct Table<K, S> {
     pub map: CowMap<K, S>,
     pub kind: StateKind,
     pub ttl: Option<Ttl<K>>,
+    /// The disk tier (`None` on the memory backend).
+    disk: Option<Box<DiskTier<K, S>>>,
+    /// `ttl` or `disk` is set: the one branch the memory backend's per-record path pays.
+    hooks: bool,
 }
 
 impl<K: Key, S: StateValue> Table<K, S> {
-    /// The map, after TTL bookkeeping for an access to `key` (a `write` refreshes it).
+    /// A table in memory.
+    pub fn new(kind: StateKind, ttl: Option<Ttl<K>>) -> Self {
+        let hooks = ttl.is_some();
+        Table {
+            map: CowMap::default(),
+            kind,
+            ttl,
+            disk: None,
+            hooks,
+        }
+    }
+
+    /// A table whose entries live in `disk`, the map caching them.
+    #[cfg_attr(any(not(feature = "disk-state"), not(test)), allow(dead_code))]
+    pub fn on_disk(kind: StateKind, ttl: Option<Ttl<K>>, disk: DiskTier<K, S>) -> Self {
+        Table {
+            map: CowMap::default(),
+            kind,
+            ttl,
+            disk: Some(Box::new(disk)),
+            hooks: true,
+        }
+    }
+
+    /// The map, after TTL bookkeeping for an access to `key` (a `write` refreshes it) and,
+    /// on disk, after `key`'s entry is loaded into it.
+    ///
+    /// # Panics
+    /// If the disk tier fails to read (an I/O error or a corrupt entry of the LSM, which the
+    /// engine wrote itself): state accesses return references, not results, so the task
+    /// fails and restarts from its last checkpoint.
     #[inline]
     pub fn access(&mut self, key: &K, write: bool) -> &mut CowMap<K, S> {
+        if self.hooks {
+            self.access_hooked(key, write);
+        }
+        &mut self.map
+    }
+
+    #[inline(never)]
+    fn access_hooked(&mut self, key: &K, write: bool) {
+        if let Some(disk) = &mut self.disk {
+            if let Err(e) = disk.fault_in(&mut self.map, self.ttl.as_mut(), key, write) {
+                panic!("keyed state on disk: {e}");
+            }
+        }
         if let Some(ttl) = &mut self.ttl {
             ttl.on_access(&mut self.map, key, write, crate::clock::wall_ms());
         }
-        &mut self.map
     }
 
     /// Whether `key`'s entry is live (not expired) — always, without TTL.
     pub fn live(&self, key: &K, now: u64) -> bool {
         self.ttl.as_ref().is_none_or(|t| t.live(key, now))
+    }
+
+    /// On disk: loads `key`'s entry into the map whatever the cache's size (for reading a
+    /// whole state at end of input). Nothing in memory.
+    pub fn load_all(&mut self, key: &K) {
+        if let Some(disk) = &mut self.disk {
+            if let Err(e) = disk.load(&mut self.map, self.ttl.as_mut(), key) {
+                panic!("keyed state on disk: {e}");
+            }
+        }
+    }
+
+    /// Whether the entries live on disk (the map is only a cache of them).
+    pub fn on_disk_tier(&self) -> bool {
+        self.disk.is_some()
     }
 }
 
@@ -107,7 +177,17 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     fn has_ttl(&self) -> bool {
         self.ttl.is_some()
     }
-    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot> {
+    fn snapshot(
+        &mut self,
+        range: KeyGroupRange,
+        max_parallelism: u32,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        if let Some(disk) = &mut self.disk {
+            return disk.snapshot(&self.map, self.ttl.as_ref(), range);
+        }
+        if self.map.is_empty() {
+            return Ok(None);
+        }
         let now = crate::clock::wall_ms();
         let map = self.map.snapshot();
         let ttl = self.ttl.as_mut().map(|t| (t.stamps.snapshot(), t.cfg, now));
@@ -117,11 +197,15 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         if let Some(t) = &mut self.ttl {
             t.stamps.watch(weak);
         }
-        Box::new(TableView(view))
+        Ok(Some(Box::new(TableView(view))))
     }
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
+        let what = format!("keyed {} state '{name}'", self.kind.name());
+        if let Some(disk) = &mut self.disk {
+            return disk.restore(&what, sections, self.ttl.is_some());
+        }
         let err = |e: postcard::Error| Error::StateDecode {
-            what: format!("keyed {} state '{name}'", self.kind.name()),
+            what: what.clone(),
             cause: e.to_string(),
         };
         let threads = restore_threads(sections);
@@ -146,11 +230,17 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         }
         Ok(())
     }
-    fn len(&self) -> usize {
-        self.map.len()
+    fn len(&mut self) -> Result<usize> {
+        match &mut self.disk {
+            Some(disk) => disk.len(&self.map, self.ttl.as_ref()),
+            None => Ok(self.map.len()),
+        }
     }
-    fn keys(&self) -> Vec<K> {
-        self.map.iter().map(|(k, _)| k.clone()).collect()
+    fn keys(&mut self) -> Result<Vec<K>> {
+        match &mut self.disk {
+            Some(disk) => disk.keys(&self.map, self.ttl.as_ref()),
+            None => Ok(self.map.iter().map(|(k, _)| k.clone()).collect()),
+        }
     }
 }
 
@@ -276,11 +366,7 @@ mod tests {
     }
 
     fn table() -> Table<u64, String> {
-        Table {
-            map: CowMap::default(),
-            kind: StateKind::Value,
-            ttl: None,
-        }
+        Table::new(StateKind::Value, None)
     }
 
     fn sorted(t: &Table<u64, String>) -> Vec<(u64, String)> {
@@ -299,7 +385,7 @@ mod tests {
         }
         let mut t = table();
         t.restore("s", &secs).unwrap();
-        assert_eq!(t.len(), 5000);
+        assert_eq!(t.len().unwrap(), 5000);
         let want: Vec<_> = (0..5000).map(|k| (k, format!("v{k}"))).collect();
         assert_eq!(sorted(&t), want);
     }
@@ -325,7 +411,7 @@ mod tests {
         let mut t = table();
         let err = t.restore("s", &secs).unwrap_err().to_string();
         assert!(err.contains("keyed value state 's'"), "{err}");
-        assert_eq!(t.len(), 0, "nothing half-restored");
+        assert_eq!(t.len().unwrap(), 0, "nothing half-restored");
     }
 
     #[test]

@@ -1,13 +1,43 @@
-//! Unit tests of keyed state: every kind, snapshots, restore, TTL, timers index.
+//! Unit tests of keyed state: every kind, snapshots, restore, TTL, timers index — each run
+//! on both backends (the `backend_tests!` list at the end), and across them.
 use super::*;
 
-fn backend(restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
-    KeyedStateBackend::new(KeyGroupRange { start: 0, end: 16 }, 16, restored)
+/// Which backend a test runs on.
+#[derive(Debug, Clone, Copy)]
+enum On {
+    Memory,
+    /// The disk backend with a cache of `cache` keys per state: tiny, so that tests evict
+    /// (write back and reload) all the time.
+    #[cfg(feature = "disk-state")]
+    Disk {
+        cache: usize,
+    },
 }
 
-#[test]
-fn value_state_round_trips_through_a_snapshot() {
-    let mut b = backend(BTreeMap::new());
+/// A backend for key groups 0..16 of 16.
+fn backend(on: On, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
+    backend_for(on, KeyGroupRange { start: 0, end: 16 }, restored)
+}
+
+fn backend_for(
+    on: On,
+    range: KeyGroupRange,
+    restored: RestoredKeyedState,
+) -> KeyedStateBackend<u64> {
+    let kind = match on {
+        On::Memory => StateBackendKind::Memory,
+        #[cfg(feature = "disk-state")]
+        On::Disk { cache } => StateBackendKind::Disk(DiskOptions {
+            cache_entries: cache,
+            block_cache_bytes: 1 << 20,
+            ..DiskOptions::new(std::env::temp_dir())
+        }),
+    };
+    KeyedStateBackend::with_kind(&kind, range, 16, restored).unwrap()
+}
+
+fn value_state_round_trips_through_a_snapshot(on: On) {
+    let mut b = backend(on, BTreeMap::new());
     let count = KeyedStateStore::new(&mut b)
         .value_state::<u64>("count")
         .unwrap();
@@ -21,7 +51,7 @@ fn value_state_round_trips_through_a_snapshot() {
             ctx.clear(count);
         }
     }
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     let mut groups = vec![Vec::new(); 16];
     let n = snap.tables[0]
         .view
@@ -37,7 +67,7 @@ fn value_state_round_trips_through_a_snapshot() {
             sections: groups.into_iter().map(Into::into).collect(),
         },
     );
-    let mut b2 = backend(restored);
+    let mut b2 = backend(on, restored);
     let count2 = KeyedStateStore::new(&mut b2)
         .value_state::<u64>("count")
         .unwrap();
@@ -52,9 +82,8 @@ fn value_state_round_trips_through_a_snapshot() {
     assert!(b2.unclaimed().is_empty());
 }
 
-#[test]
-fn snapshot_is_isolated_from_later_writes() {
-    let mut b = backend(BTreeMap::new());
+fn snapshot_is_isolated_from_later_writes(on: On) {
+    let mut b = backend(on, BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
         .value_state::<u64>("s")
         .unwrap();
@@ -64,7 +93,7 @@ fn snapshot_is_isolated_from_later_writes() {
         backend: &mut b,
     }
     .set(s, 1);
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     KeyedContext {
         key: &key,
         backend: &mut b,
@@ -80,8 +109,7 @@ fn snapshot_is_isolated_from_later_writes() {
     assert_eq!((k, v), (1, 1));
 }
 
-#[test]
-fn wrong_type_on_restore_is_a_clear_error() {
+fn wrong_type_on_restore_is_a_clear_error(on: On) {
     let mut restored = BTreeMap::new();
     restored.insert(
         "s".to_string(),
@@ -91,7 +119,7 @@ fn wrong_type_on_restore_is_a_clear_error() {
             sections: vec![vec![1u8].into()],
         },
     );
-    let mut b = backend(restored);
+    let mut b = backend(on, restored);
     let err = KeyedStateStore::new(&mut b)
         .value_state::<(u64, String)>("s")
         .err()
@@ -106,7 +134,7 @@ fn wrong_type_on_restore_is_a_clear_error() {
 
 /// Snapshots `b` and turns the result into what a restore of the same range hands over.
 fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     let mut restored = BTreeMap::new();
     for t in &snap.tables {
         let mut groups = vec![Vec::new(); 16];
@@ -157,9 +185,8 @@ fn declare(b: &mut KeyedStateBackend<u64>) -> Handles {
     }
 }
 
-#[test]
-fn every_kind_keeps_its_semantics_through_snapshot_and_restore() {
-    let mut b = backend(BTreeMap::new());
+fn every_kind_keeps_its_semantics_through_snapshot_and_restore(on: On) {
+    let mut b = backend(on, BTreeMap::new());
     let h = declare(&mut b);
     for k in 0..20u64 {
         let mut ctx = KeyedContext {
@@ -182,7 +209,7 @@ fn every_kind_keeps_its_semantics_through_snapshot_and_restore() {
         }
     }
     let restored = round_trip(&mut b);
-    let mut b2 = backend(restored);
+    let mut b2 = backend(on, restored);
     let h2 = declare(&mut b2);
     assert!(b2.unclaimed().is_empty());
     for k in 0..20u64 {
@@ -212,9 +239,8 @@ fn every_kind_keeps_its_semantics_through_snapshot_and_restore() {
     assert_eq!(sizes["max"], 20);
 }
 
-#[test]
-fn redeclaring_a_restored_state_with_another_kind_is_refused() {
-    let mut b = backend(BTreeMap::new());
+fn redeclaring_a_restored_state_with_another_kind_is_refused(on: On) {
+    let mut b = backend(on, BTreeMap::new());
     let h = KeyedStateStore::new(&mut b).list_state::<u64>("s").unwrap();
     KeyedContext {
         key: &1u64,
@@ -223,7 +249,7 @@ fn redeclaring_a_restored_state_with_another_kind_is_refused() {
     .list(&h)
     .add(1);
     let restored = round_trip(&mut b);
-    let mut b2 = backend(restored);
+    let mut b2 = backend(on, restored);
     let err = KeyedStateStore::new(&mut b2)
         .value_state::<u64>("s")
         .err()
@@ -235,9 +261,8 @@ fn redeclaring_a_restored_state_with_another_kind_is_refused() {
     );
 }
 
-#[test]
-fn apply_to_all_keys_reaches_every_key_with_state() {
-    let mut b = backend(BTreeMap::new());
+fn apply_to_all_keys_reaches_every_key_with_state(on: On) {
+    let mut b = backend(on, BTreeMap::new());
     let h = declare(&mut b);
     for k in [3u64, 7, 11] {
         KeyedContext {
@@ -262,12 +287,11 @@ fn apply_to_all_keys_reaches_every_key_with_state() {
 
 /// Time stands still under a manual clock ([`crate::clock::manual`]): expiry is decided by
 /// the test's `advance`, never by how long the machine took between two lines.
-#[test]
-fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
+fn ttl_hides_expired_values_and_drops_them_from_snapshots(on: On) {
     use crate::clock::manual::ManualClock;
     use std::time::Duration;
     let clock = ManualClock::start_at(1_700_000_000_000);
-    let mut b = backend(BTreeMap::new());
+    let mut b = backend(on, BTreeMap::new());
     let ttl = StateTtlConfig::new(Duration::from_millis(50));
     let mut store = KeyedStateStore::new(&mut b);
     let v = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
@@ -281,7 +305,7 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
         ctx.set(plain, k);
     }
     let count = |b: &mut KeyedStateBackend<u64>, name: &str| {
-        let snap = b.snapshot();
+        let snap = b.snapshot().unwrap();
         snap.tables
             .iter()
             .filter(|t| t.name == name)
@@ -299,7 +323,7 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
     // and in a backend restored from a snapshot taken just now.
     clock.advance(Duration::from_millis(49));
     assert_eq!(count(&mut b, "v"), 100, "nothing expires before its TTL");
-    let mut early = backend(round_trip(&mut b));
+    let mut early = backend(on, round_trip(&mut b));
     let early_v = KeyedStateStore::new(&mut early)
         .with_ttl(ttl)
         .value_state::<u64>("v")
@@ -341,7 +365,7 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
         backend: &mut early,
     };
     assert_eq!(ctx.get(early_v), None, "restored stamps keep their age");
-    let mut b2 = backend(restored);
+    let mut b2 = backend(on, restored);
     let mut store = KeyedStateStore::new(&mut b2);
     let v2 = store.with_ttl(ttl).value_state::<u64>("v").unwrap();
     let err = store.value_state::<u64>("plain2");
@@ -352,9 +376,9 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
     };
     assert_eq!(ctx.get(v2), None, "restored stamps keep their age");
     // Declaring a TTL'd state without TTL after restore is refused.
-    let mut b3 = backend(round_trip(&mut b));
-    let mut b4 = backend({
-        let mut bb = backend(BTreeMap::new());
+    let mut b3 = backend(on, round_trip(&mut b));
+    let mut b4 = backend(on, {
+        let mut bb = backend(on, BTreeMap::new());
         let mut s = KeyedStateStore::new(&mut bb);
         let h = s
             .with_ttl(StateTtlConfig::new(std::time::Duration::from_secs(60)))
@@ -378,8 +402,7 @@ fn ttl_hides_expired_values_and_drops_them_from_snapshots() {
     assert!(err.contains("time-to-live"), "{err}");
 }
 
-#[test]
-fn unclaimed_states_are_reported_once_and_let_go() {
+fn unclaimed_states_are_reported_once_and_let_go(on: On) {
     let mut restored = BTreeMap::new();
     restored.insert(
         "gone".to_string(),
@@ -389,7 +412,232 @@ fn unclaimed_states_are_reported_once_and_let_go() {
             sections: vec![vec![1u8, 2].into()],
         },
     );
-    let mut b = backend(restored);
+    let mut b = backend(on, restored);
     assert_eq!(b.unclaimed(), ["gone"]);
     assert!(b.unclaimed().is_empty(), "its entries are forgotten");
+}
+
+/// Fills value state "count" with `k → k * 10` for `keys` keys (key 0 cleared again), then
+/// snapshots it as a restore hands it over: one section per key group.
+fn filled(on: On, keys: u64) -> RestoredKeyedState {
+    let mut b = backend(on, BTreeMap::new());
+    let count = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("count")
+        .unwrap();
+    for k in 0..keys {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        *ctx.get_mut_or_insert_with(count, || 0) += k * 10;
+    }
+    KeyedContext {
+        key: &0u64,
+        backend: &mut b,
+    }
+    .clear(count);
+    round_trip(&mut b)
+}
+
+/// Restores `restored` for key groups `range` on `on` and checks every key of `keys` it
+/// owns has its value, and no other key has any.
+fn check_filled(on: On, range: KeyGroupRange, restored: RestoredKeyedState, keys: u64) {
+    let mut restored = restored;
+    for state in restored.values_mut() {
+        // A restore hands over the sections of the key groups the subtask owns.
+        state.sections = state.sections[range.start as usize..range.end as usize].to_vec();
+    }
+    let mut b = backend_for(on, range, restored);
+    let count = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("count")
+        .unwrap();
+    let mut owned = 0;
+    for k in 0..keys {
+        if !range.contains(crate::state::key_group(&k, 16)) {
+            continue;
+        }
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        let want = (k != 0).then_some(k * 10);
+        assert_eq!(ctx.get(count).copied(), want, "key {k} on {on:?}");
+        owned += u64::from(k != 0);
+    }
+    let mut end = KeyedEndContext { backend: &mut b };
+    assert_eq!(end.entries(count).count() as u64, owned, "{on:?}");
+}
+
+/// A snapshot of one backend is a snapshot of the other: the same per-key-group format,
+/// restored whole or by key-group ranges (a rescale).
+fn snapshots_move_between_backends_and_rescale(on: On) {
+    let all = KeyGroupRange { start: 0, end: 16 };
+    let halves = [
+        KeyGroupRange { start: 0, end: 8 },
+        KeyGroupRange { start: 8, end: 16 },
+    ];
+    let written = filled(on, 500);
+    for to in both(on) {
+        check_filled(to, all, written.clone(), 500);
+        for half in halves {
+            check_filled(to, half, written.clone(), 500);
+        }
+    }
+}
+
+/// `on` and the other backend.
+fn both(on: On) -> Vec<On> {
+    #[cfg(feature = "disk-state")]
+    return vec![on, On::Memory, On::Disk { cache: 3 }];
+    #[cfg(not(feature = "disk-state"))]
+    return vec![on];
+}
+
+/// Many more keys than the disk cache holds, read and written again and again: every
+/// value survives eviction (write-back) and reload, and deletes are not undone.
+fn state_larger_than_the_cache_keeps_every_value(on: On) {
+    let mut b = backend(on, BTreeMap::new());
+    let mut store = KeyedStateStore::new(&mut b);
+    let count = store.value_state::<u64>("count").unwrap();
+    let list = store.list_state::<u64>("list").unwrap();
+    for round in 0..3u64 {
+        for k in 0..300u64 {
+            let mut ctx = KeyedContext {
+                key: &k,
+                backend: &mut b,
+            };
+            *ctx.get_mut_or_insert_with(count, || 0) += 1;
+            ctx.list(&list).add(round);
+            if k % 7 == 0 && round == 1 {
+                ctx.clear(count);
+                ctx.list(&list).clear();
+            }
+        }
+    }
+    for k in 0..300u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        let (want, want_list) = if k % 7 == 0 {
+            (1, vec![2])
+        } else {
+            (3, vec![0, 1, 2])
+        };
+        assert_eq!(ctx.get(count).copied(), Some(want), "key {k}");
+        assert_eq!(ctx.list(&list).get(), want_list.as_slice(), "key {k}");
+    }
+    assert_eq!(
+        b.sizes(),
+        vec![("count".to_string(), 300), ("list".to_string(), 300)]
+    );
+}
+
+/// Generates one `#[test]` per backend for each test function above that takes an [`On`].
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                super::$name(super::On::Memory)
+            })*
+        }
+        #[cfg(feature = "disk-state")]
+        mod disk {
+            $(#[test]
+            fn $name() {
+                super::$name(super::On::Disk { cache: 4 })
+            })*
+        }
+    };
+}
+
+backend_tests!(
+    value_state_round_trips_through_a_snapshot,
+    snapshot_is_isolated_from_later_writes,
+    wrong_type_on_restore_is_a_clear_error,
+    every_kind_keeps_its_semantics_through_snapshot_and_restore,
+    redeclaring_a_restored_state_with_another_kind_is_refused,
+    apply_to_all_keys_reaches_every_key_with_state,
+    ttl_hides_expired_values_and_drops_them_from_snapshots,
+    unclaimed_states_are_reported_once_and_let_go,
+    snapshots_move_between_backends_and_rescale,
+    state_larger_than_the_cache_keeps_every_value,
+);
+
+/// The disk backend works in a folder of its own under the one it is given, leaves the
+/// rest alone, and removes its folder when it is dropped.
+#[cfg(feature = "disk-state")]
+#[test]
+fn the_disk_backend_keeps_to_its_own_folder() {
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::write(parent.path().join("mine"), b"x").unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let kind = StateBackendKind::Disk(DiskOptions::new(parent.path()));
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let mut b = KeyedStateBackend::<u64>::with_kind(&kind, range, 16, BTreeMap::new()).unwrap();
+    let mut b2 = KeyedStateBackend::<u64>::with_kind(&kind, range, 16, BTreeMap::new()).unwrap();
+    for b in [&mut b, &mut b2] {
+        let s = KeyedStateStore::new(b).value_state::<u64>("s").unwrap();
+        KeyedContext {
+            key: &1,
+            backend: b,
+        }
+        .set(s, 1);
+        b.snapshot().unwrap();
+    }
+    let names = listing();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(
+        names[1..].iter().all(|n| n.starts_with("weir-keyed-")),
+        "{names:?}"
+    );
+    drop(b);
+    drop(b2);
+    assert_eq!(listing(), ["mine"]);
+}
+
+/// A restore that fails part-way (after whole batches were written to the LSM) leaves
+/// nothing behind: the next state declared in the same slot starts empty.
+#[cfg(feature = "disk-state")]
+#[test]
+fn a_failed_disk_restore_leaves_no_entry_behind() {
+    // 70 000 good entries (more than one write batch), then a cut-off one.
+    let mut section = Vec::new();
+    for k in 0..70_000u64 {
+        section = postcard::to_extend(&(k, k), section).unwrap();
+    }
+    section.push(0xFF);
+    let mut restored = BTreeMap::new();
+    restored.insert(
+        "s".to_string(),
+        RestoredState {
+            kind: StateKind::Value,
+            ttl: false,
+            sections: vec![section.into()],
+        },
+    );
+    let mut b = backend(On::Disk { cache: 4 }, restored);
+    let err = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("s")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("keyed value state 's'"), "{err}");
+    let t = KeyedStateStore::new(&mut b)
+        .value_state::<u64>("t")
+        .unwrap();
+    let mut ctx = KeyedContext {
+        key: &1u64,
+        backend: &mut b,
+    };
+    assert_eq!(ctx.get(t), None);
+    assert_eq!(b.sizes(), vec![("t".to_string(), 0)]);
 }

@@ -33,7 +33,6 @@ use super::table::{
 };
 use super::{KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore};
 use crate::error::{Error, Result};
-use crate::state::cow_map::CowMap;
 use crate::state::key_group::KeyGroupRange;
 use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
@@ -81,11 +80,7 @@ impl<K: Key, ACC: StateValue> Pane<K, ACC> {
     fn new(end: u64) -> Self {
         Pane {
             end,
-            table: Table {
-                map: CowMap::default(),
-                kind: StateKind::Window,
-                ttl: None,
-            },
+            table: Table::new(StateKind::Window, None),
             pending: false,
         }
     }
@@ -198,14 +193,18 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
     fn has_ttl(&self) -> bool {
         false
     }
-    fn snapshot(&mut self, range: KeyGroupRange, max_parallelism: u32) -> Box<dyn TableSnapshot> {
-        Box::new(PanesSnapshot(
-            self.panes
-                .iter_mut()
-                .filter(|p| !p.table.map.is_empty())
-                .map(|p| p.table.snapshot(range, max_parallelism))
-                .collect(),
-        ))
+    fn snapshot(
+        &mut self,
+        range: KeyGroupRange,
+        max_parallelism: u32,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        let mut panes = Vec::new();
+        for p in &mut self.panes {
+            if let Some(view) = p.table.snapshot(range, max_parallelism)? {
+                panes.push(view);
+            }
+        }
+        Ok((!panes.is_empty()).then(|| Box::new(PanesSnapshot(panes)) as Box<dyn TableSnapshot>))
     }
     fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
         let decoded = decode_sections::<(K, WindowSlot<ACC>)>(sections, restore_threads(sections))
@@ -220,10 +219,10 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         }
         Ok(())
     }
-    fn len(&self) -> usize {
-        self.panes.iter().map(|p| p.table.map.len()).sum()
+    fn len(&mut self) -> Result<usize> {
+        Ok(self.panes.iter().map(|p| p.table.map.len()).sum())
     }
-    fn keys(&self) -> Vec<K> {
+    fn keys(&mut self) -> Result<Vec<K>> {
         let mut seen = FxHashSet::default();
         for p in &self.panes {
             for (k, _) in p.table.map.iter() {
@@ -232,7 +231,7 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
                 }
             }
         }
-        seen.into_iter().collect()
+        Ok(seen.into_iter().collect())
     }
 }
 

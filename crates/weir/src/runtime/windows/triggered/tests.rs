@@ -112,7 +112,7 @@ impl<A: WindowAssigner<u64>, TR: Trigger<u64>> Harness<A, TR> {
     }
 
     /// The entries of both window states, over all keys.
-    fn state_sizes(&self) -> Vec<(String, usize)> {
+    fn state_sizes(&mut self) -> Vec<(String, usize)> {
         let mut sizes = self.backend.sizes();
         sizes.retain(|(name, _)| !name.starts_with("__"));
         sizes.sort();

@@ -61,7 +61,7 @@ fn fire(
 
 /// Snapshots `b` into what a restore of key groups `range` hands over.
 fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredKeyedState {
-    let snap = b.snapshot();
+    let snap = b.snapshot().unwrap();
     let mut restored = BTreeMap::new();
     for t in &snap.tables {
         let mut groups = vec![Vec::new(); GROUPS as usize];

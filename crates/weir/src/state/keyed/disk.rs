@@ -1,0 +1,413 @@
+//! The disk tier of keyed state: one embedded LSM (`fjall`) per operator subtask, one
+//! keyspace per state, in front of it the state's ordinary copy-on-write table used as a
+//! bounded write-back cache (docs/design-notes.md, "Keyed state on disk").
+//!
+//! Guarantees:
+//! * Every access sees the state as if it were all in memory: a key missing from the cache
+//!   is read from the LSM before the access ([`DiskTier::fault_in`]); a key written through
+//!   the cache is recorded as dirty and written back (put, or delete if the access removed
+//!   it) before the cache is emptied and before any snapshot.
+//! * LSM keys are `key_group (2 bytes, big-endian) ‖ postcard(key)` and values
+//!   `postcard(value)` — with TTL `postcard((value, stamp))` — so a key-group range is a
+//!   key range (rescale and snapshots scan ranges) and an entry's bytes *are* its canonical
+//!   snapshot encoding: `postcard((k, v)) = postcard(k) ‖ postcard(v)`. A full snapshot
+//!   copies bytes; it decodes nothing (but TTL stamps).
+//! * A snapshot reads a point-in-time LSM snapshot taken at the barrier after the write-back,
+//!   so writes after the barrier never reach it, and it is written off the processing
+//!   thread in the canonical per-key-group format: a savepoint restores on either backend.
+//! * A restore that fails to decode leaves the state empty, as the memory backend does.
+//!
+//! What stays in memory on this backend (this session): timers and window panes, which are
+//! snapshotted canonically as before.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
+use super::super::cow_map::CowMap;
+use super::super::key_group::{key_group, KeyGroupRange};
+use super::super::{Key, StateValue};
+use super::table::{EncodedShard, TableSnapshot};
+use super::ttl::{StateTtlConfig, Ttl};
+use crate::error::{Error, Result};
+use crate::storage::shared_bytes::SharedBytes;
+
+/// How the disk backend of one operator subtask is set up.
+#[derive(Debug, Clone)]
+pub struct DiskOptions {
+    /// The folder under which the subtask's LSM gets a folder of its own (created, and
+    /// removed when the backend is dropped; nothing else in `dir` is touched).
+    pub dir: PathBuf,
+    /// Most keys each state keeps decoded in memory (its write-back cache).
+    pub cache_entries: usize,
+    /// Bytes of the LSM's block cache (shared by the subtask's states).
+    pub block_cache_bytes: u64,
+}
+
+impl DiskOptions {
+    /// Defaults for a folder: 1 M cached keys per state, a 64 MB block cache.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DiskOptions {
+            dir: dir.into(),
+            cache_entries: 1 << 20,
+            block_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The LSM of one operator subtask, shared by its states' tiers.
+pub(crate) struct DiskStore {
+    db: fjall::Database,
+    dir: PathBuf,
+    options: DiskOptions,
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore").field("dir", &self.dir).finish()
+    }
+}
+
+/// An LSM error as the engine reports it: an I/O error naming the folder.
+fn lsm_error(dir: &Path, e: impl std::fmt::Display) -> Error {
+    Error::io(
+        "keyed state on disk",
+        dir,
+        std::io::Error::other(e.to_string()),
+    )
+}
+
+impl DiskStore {
+    /// Opens a fresh LSM in a new folder under `options.dir` (a restore starts from a
+    /// checkpoint, never from a working folder, so nothing is reused).
+    pub(crate) fn open(options: DiskOptions) -> Result<Arc<Self>> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        std::fs::create_dir_all(&options.dir)
+            .map_err(|e| Error::io("cannot create the keyed-state folder", &options.dir, e))?;
+        let dir = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = options
+                .dir
+                .join(format!("weir-keyed-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                // Left by an earlier process with the same id: take the next name.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io("cannot create the keyed-state folder", &dir, e)),
+            }
+        };
+        let db = fjall::Database::builder(&dir)
+            .cache_size(options.block_cache_bytes)
+            // Durability comes from checkpoints: the LSM's own journal is never synced.
+            .manual_journal_persist(true)
+            // The folder is removed when the database is dropped.
+            .temporary(true)
+            .open()
+            .map_err(|e| lsm_error(&dir, e))?;
+        Ok(Arc::new(DiskStore { db, dir, options }))
+    }
+
+    /// The tier of the state at `index` (one keyspace per state).
+    pub(crate) fn tier<K: Key, S: StateValue>(
+        self: &Arc<Self>,
+        index: usize,
+        max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
+        let ks = self
+            .db
+            .keyspace(&format!("s{index}"), fjall::KeyspaceCreateOptions::default)
+            .map_err(|e| lsm_error(&self.dir, e))?;
+        Ok(DiskTier {
+            store: self.clone(),
+            ks,
+            dirty: FxHashSet::default(),
+            capacity: self.options.cache_entries.max(1),
+            max_parallelism,
+            key_buf: Vec::new(),
+            _s: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The disk side of one state's table: its keyspace and the cache's dirty keys.
+pub(crate) struct DiskTier<K, S> {
+    store: Arc<DiskStore>,
+    ks: fjall::Keyspace,
+    /// Keys written through the cache since the last write-back (present in the cache: a
+    /// put; absent: a delete).
+    dirty: FxHashSet<K>,
+    capacity: usize,
+    max_parallelism: u32,
+    key_buf: Vec<u8>,
+    _s: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<K: Key, S: StateValue> DiskTier<K, S> {
+    fn err(&self, e: impl std::fmt::Display) -> Error {
+        lsm_error(&self.store.dir, e)
+    }
+
+    /// Encodes `k`'s LSM key into `buf`: its key group, then its postcard bytes.
+    fn encode_key(&self, k: &K, buf: &mut Vec<u8>) -> Result<()> {
+        buf.clear();
+        let g = key_group(k, self.max_parallelism) as u16;
+        buf.extend_from_slice(&g.to_be_bytes());
+        let out = postcard::to_extend(k, std::mem::take(buf)).map_err(|e| Error::StateDecode {
+            what: "a key of keyed state (encoding)".into(),
+            cause: e.to_string(),
+        })?;
+        *buf = out;
+        Ok(())
+    }
+
+    /// Before an access to `key`: makes room if the cache is full, then loads `key`'s entry
+    /// (and TTL stamp) from the LSM unless the cache has it; a `write` marks it dirty.
+    pub(crate) fn fault_in(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        mut ttl: Option<&mut Ttl<K>>,
+        key: &K,
+        write: bool,
+    ) -> Result<()> {
+        if map.len() >= self.capacity && map.get(key).is_none() && !self.dirty.contains(key) {
+            self.write_back(map, ttl.as_deref())?;
+            *map = CowMap::default();
+            if let Some(t) = ttl.as_deref_mut() {
+                t.stamps = CowMap::default();
+            }
+        }
+        self.load(map, ttl, key)?;
+        if write && !self.dirty.contains(key) {
+            self.dirty.insert(key.clone());
+        }
+        Ok(())
+    }
+
+    /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache unless the cache has
+    /// it or it was deleted through the cache (whatever the cache's size).
+    pub(crate) fn load(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
+        key: &K,
+    ) -> Result<()> {
+        if map.get(key).is_some() || self.dirty.contains(key) {
+            return Ok(());
+        }
+        let mut buf = std::mem::take(&mut self.key_buf);
+        self.encode_key(key, &mut buf)?;
+        let found = self.ks.get(&buf).map_err(|e| self.err(e));
+        self.key_buf = buf;
+        let Some(bytes) = found? else {
+            return Ok(());
+        };
+        let decode_err = |e: postcard::Error| Error::StateDecode {
+            what: "keyed state read from disk".into(),
+            cause: e.to_string(),
+        };
+        match ttl {
+            None => {
+                let v: S = postcard::from_bytes(&bytes).map_err(decode_err)?;
+                map.insert(key.clone(), v);
+            }
+            Some(t) => {
+                let (v, stamp): (S, u64) = postcard::from_bytes(&bytes).map_err(decode_err)?;
+                t.stamps.insert(key.clone(), stamp);
+                map.insert(key.clone(), v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty key back to the LSM in one batch: its cached value (with its TTL
+    /// stamp), or a delete if the cache no longer has it.
+    pub(crate) fn write_back(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<()> {
+        if self.dirty.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.store.db.batch().durability(None);
+        let mut key = Vec::new();
+        for k in self.dirty.drain() {
+            key.clear();
+            let g = key_group(&k, self.max_parallelism) as u16;
+            key.extend_from_slice(&g.to_be_bytes());
+            key = postcard::to_extend(&k, key).map_err(|e| Error::StateDecode {
+                what: "a key of keyed state (encoding)".into(),
+                cause: e.to_string(),
+            })?;
+            let encode_err = |e: postcard::Error| Error::StateDecode {
+                what: "keyed state written to disk (encoding)".into(),
+                cause: e.to_string(),
+            };
+            match map.get(&k) {
+                None => batch.remove(&self.ks, key.as_slice()),
+                Some(v) => {
+                    let value = match ttl {
+                        None => postcard::to_allocvec(v),
+                        // A value without a stamp is not live (as in memory): stamp 0.
+                        Some(t) => {
+                            postcard::to_allocvec(&(v, t.stamps.get(&k).copied().unwrap_or(0)))
+                        }
+                    }
+                    .map_err(encode_err)?;
+                    batch.insert(&self.ks, key.as_slice(), value);
+                }
+            }
+        }
+        batch.commit().map_err(|e| self.err(e))
+    }
+
+    /// Whether the state has no entry (after a write-back: exact).
+    pub(crate) fn is_empty(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<bool> {
+        self.write_back(map, ttl)?;
+        self.ks.is_empty().map_err(|e| self.err(e))
+    }
+
+    /// Number of entries (after a write-back; a full scan: tests and tools only).
+    pub(crate) fn len(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<usize> {
+        self.write_back(map, ttl)?;
+        self.ks.len().map_err(|e| self.err(e))
+    }
+
+    /// Every key with state (after a write-back).
+    pub(crate) fn keys(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
+        self.write_back(map, ttl)?;
+        let mut keys = Vec::new();
+        for guard in self.ks.iter() {
+            let k = guard.key().map_err(|e| self.err(e))?;
+            keys.push(decode_key::<K>(&k)?);
+        }
+        Ok(keys)
+    }
+
+    /// Synchronous phase of a snapshot: writes the cache back and pins the LSM at this
+    /// point (an MVCC snapshot: later writes are invisible to it). `None` if empty.
+    pub(crate) fn snapshot(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        if self.is_empty(map, ttl)? {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(DiskView::<S> {
+            snapshot: self.store.db.snapshot(),
+            ks: self.ks.clone(),
+            dir: self.store.dir.clone(),
+            range,
+            ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
+            _s: std::marker::PhantomData,
+        })))
+    }
+
+    /// Loads encoded sections (one per key group, each entry `postcard((k, v))` or with
+    /// TTL `postcard((k, (v, stamp)))`) into the LSM, checking that every entry decodes;
+    /// on an error the state is left empty.
+    pub(crate) fn restore(
+        &mut self,
+        what: &str,
+        sections: &[SharedBytes],
+        ttl: bool,
+    ) -> Result<()> {
+        let result = self.restore_inner(what, sections, ttl);
+        if result.is_err() {
+            self.ks.clear().map_err(|e| self.err(e))?;
+        }
+        result
+    }
+
+    fn restore_inner(&mut self, what: &str, sections: &[SharedBytes], ttl: bool) -> Result<()> {
+        /// Entries per write batch: bounds the memory a restore holds.
+        const BATCH: usize = 1 << 16;
+        let err = |e: postcard::Error| Error::StateDecode {
+            what: what.to_string(),
+            cause: e.to_string(),
+        };
+        let mut batch = self.store.db.batch().durability(None);
+        let mut key = Vec::new();
+        for section in sections {
+            let mut rest: &[u8] = section;
+            while !rest.is_empty() {
+                let (k, after_key) = postcard::take_from_bytes::<K>(rest).map_err(err)?;
+                let after_value = if ttl {
+                    postcard::take_from_bytes::<(S, u64)>(after_key)
+                        .map_err(err)?
+                        .1
+                } else {
+                    postcard::take_from_bytes::<S>(after_key).map_err(err)?.1
+                };
+                let key_len = rest.len() - after_key.len();
+                let value_len = after_key.len() - after_value.len();
+                key.clear();
+                let g = key_group(&k, self.max_parallelism) as u16;
+                key.extend_from_slice(&g.to_be_bytes());
+                key.extend_from_slice(&rest[..key_len]);
+                batch.insert(&self.ks, key.as_slice(), &after_key[..value_len]);
+                if batch.len() >= BATCH {
+                    let full =
+                        std::mem::replace(&mut batch, self.store.db.batch().durability(None));
+                    full.commit().map_err(|e| self.err(e))?;
+                }
+                rest = after_value;
+            }
+        }
+        batch.commit().map_err(|e| self.err(e))
+    }
+}
+
+/// Decodes the user key of an LSM key (after its two key-group bytes).
+fn decode_key<K: Key>(lsm_key: &[u8]) -> Result<K> {
+    let bytes = lsm_key.get(2..).unwrap_or_default();
+    postcard::from_bytes(bytes).map_err(|e| Error::StateDecode {
+        what: "a key of keyed state read from disk".into(),
+        cause: e.to_string(),
+    })
+}
+
+/// A disk table's snapshot: a pinned LSM snapshot, read key group by key group (one
+/// "shard" per key group of the range) by the writer thread.
+struct DiskView<S> {
+    snapshot: fjall::Snapshot,
+    ks: fjall::Keyspace,
+    dir: PathBuf,
+    range: KeyGroupRange,
+    /// With TTL: the config and the time of the snapshot (expired entries are left out).
+    ttl: Option<(StateTtlConfig, u64)>,
+    _s: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: StateValue> TableSnapshot for DiskView<S> {
+    fn shards(&self) -> usize {
+        self.range.len() as usize
+    }
+
+    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
+        use fjall::Readable;
+        let g = self.range.start + shard as u32;
+        let prefix = (g as u16).to_be_bytes();
+        let mut out = EncodedShard::default();
+        for guard in self.snapshot.prefix(&self.ks, prefix) {
+            let (k, v) = guard.into_inner().map_err(|e| lsm_error(&self.dir, e))?;
+            if let Some((cfg, now)) = &self.ttl {
+                let (_, stamp): (S, u64) =
+                    postcard::from_bytes(&v).map_err(|e| Error::StateDecode {
+                        what: "keyed state read from disk".into(),
+                        cause: e.to_string(),
+                    })?;
+                if *now >= stamp.saturating_add(cfg.ttl_ms()) {
+                    continue;
+                }
+            }
+            // postcard((k, v)) is postcard(k) ‖ postcard(v): the stored bytes, unchanged.
+            out.bytes.extend_from_slice(&k[2..]);
+            out.bytes.extend_from_slice(&v);
+            out.entries += 1;
+        }
+        if !out.bytes.is_empty() {
+            out.runs.push((g, out.bytes.len()));
+        }
+        Ok(out)
+    }
+}
