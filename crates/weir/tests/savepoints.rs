@@ -478,15 +478,20 @@ fn a_link_swapped_in_mid_savepoint_leads_nothing_outside() {
     let out = CollectSink::new();
     let f = SwapAtSnapshot::default();
     let swap = f.swap.clone();
+    let gate = Arc::new(Gate::default());
+    let source = GatedSource {
+        inner: GeneratorSource::new(N).with_rate(Some(200_000.0)),
+        gate: gate.clone(),
+    };
     let env = StreamEnvironment::new(c);
-    env.add_source("events", GeneratorSource::new(N).with_rate(Some(200_000.0)))
+    env.add_source("events", source)
         .uid("events")
         .process(f)
         .uid("swap")
         .add_sink("collect", out.clone())
         .uid("sink");
     let (b, o) = (base.clone(), outside.clone());
-    let (answer, result) = while_running(env, 10_000, move |c| {
+    let (answer, result) = while_running(Gated { env, gate }, 10_000, move |c| {
         *swap.lock().unwrap() = Some(Box::new(move || {
             std::fs::rename(b.join("sub"), b.join("moved")).unwrap();
             std::os::unix::fs::symlink(&o, b.join("sub")).unwrap();
