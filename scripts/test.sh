@@ -54,7 +54,7 @@ scripts/test-s3.sh --ci 2>&1 | sed -u 's/^test \(.*\) FAILED$/test \1 FAILED (ch
 if [ "$status" -ne 0 ]; then
     echo
     echo "scripts/test.sh: failed tests:"
-    grep -E '^test .* FAILED' "$log" | sed 's/^test /  /; s/ \.\.\. FAILED//' | sort -u || true
+    grep -E '^test .* FAILED' "$log" | grep -v '^test result:' | sed 's/^test /  /; s/ \.\.\. FAILED//' | sort -u || true
     grep -E '^error: (test failed|[0-9]+ targets? failed)' "$log" | sort -u || true
     exit "$status"
 fi
