@@ -240,11 +240,10 @@ fn parallel_reads_checksum_what_they_read() {
         let (read, crc) =
             read_checksummed(&local::LocalBackend::new(tmp.path().into()), "f", 0).unwrap();
         assert_eq!(read, bytes, "{len}");
-        assert_eq!(
-            crc,
-            Some(crc32c::crc32c(&bytes[..len - TRAILER_LEN])),
-            "{len}"
-        );
+        // On one core (e.g. `taskset -c 0`) a local file is read whole, unchecksummed.
+        let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+        let want = two_cores.then(|| crc32c::crc32c(&bytes[..len - TRAILER_LEN]));
+        assert_eq!(crc, want, "{len}");
         let (read, crc) = read_checksummed(
             &local::LocalBackend::new(tmp.path().into()),
             "f",
