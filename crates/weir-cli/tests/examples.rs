@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
+use common::kill_resume::{kill_after_checkpoint, resume_from, Kill};
 use common::*;
 
 /// The environment variable that makes this test binary a job: the example's name, then
@@ -183,39 +184,21 @@ fn kill_and_resume(name: &str, cwd: &Path, args: &[&str], rates: [&str; 2], seed
         .chain(&["--rate", rates[0]])
         .copied()
         .collect();
-    let mut child = spawn_logged(&mut job(name, cwd, &killed), &cwd.join("killed.log"));
-    let after = rng.range(2, 3);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while completed_checkpoints(&job_dir).last().copied().unwrap_or(0) < after {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{name} ended ({status}) before its checkpoint {after}");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name}: no checkpoint {after}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(rng.range(0, 300)));
-    sigkill_running(&mut child, &format!("{name} (after checkpoint {after})"));
-    wait_for_dead_lease();
-    let newest = completed_checkpoints(&job_dir).last().copied().unwrap_or(0);
     let resumed: Vec<&str> = args
         .iter()
         .chain(&flags)
         .chain(&["--rate", rates[1], "--restore", "latest"])
         .copied()
         .collect();
-    let run = run(&mut job(name, cwd, &resumed));
-    run.assert_success();
-    let from = restored_from(&run.stdout).expect("the resumed run restored a checkpoint");
-    assert!(
-        from.ends_with(format!("chk-{newest}")),
-        "{name} restored {} instead of the newest checkpoint chk-{newest}\n{}",
-        from.display(),
-        run.describe()
-    );
-    run
+    let kill = Kill {
+        job_dir: &job_dir,
+        log: &cwd.join("killed.log"),
+        after_checkpoint: rng.range(2, 3),
+        delay_ms: rng.range(0, 300),
+        what: name,
+    };
+    let newest = kill_after_checkpoint(&mut job(name, cwd, &killed), &kill);
+    resume_from(&mut job(name, cwd, &resumed), newest, name)
 }
 
 /// Every example that runs without a server (the PostgreSQL one has its own SIGKILL test in

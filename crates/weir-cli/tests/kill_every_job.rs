@@ -16,9 +16,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::thread;
-use std::time::Duration;
 
+use common::kill_resume::{kill_after_checkpoint, resume_from, Kill};
 use common::*;
 
 /// One built-in job of the loop: `weir run <job> <args>`.
@@ -80,44 +79,29 @@ fn kill_and_resume(spec: &Spec, seed: u64) -> (tempfile::TempDir, Run) {
     let tmp = tempfile::tempdir().unwrap();
     let job_dir = tmp.path().join("chk").join(spec.job);
     let mut rng = XorShift::from_env(seed);
-    let log = tmp.path().join("killed.log");
-    let mut child = spawn_logged(&mut weir(tmp.path(), spec.command(tmp.path(), false)), &log);
     // After a few checkpoints, so that the sinks committed output before the kill.
-    let checkpoints = rng.range(spec.kill_after.0, spec.kill_after.1);
-    wait_for_checkpoint_id(&mut child, &job_dir, checkpoints);
-    let delay = rng.range(0, 300);
-    thread::sleep(Duration::from_millis(delay));
-    sigkill_running(
-        &mut child,
-        &format!(
-            "{} {:?} (killed {delay} ms after its checkpoint {checkpoints})",
-            spec.job, spec.args
-        ),
+    let after_checkpoint = rng.range(spec.kill_after.0, spec.kill_after.1);
+    let what = format!("{} {:?}", spec.job, spec.args);
+    let kill = Kill {
+        job_dir: &job_dir,
+        log: &tmp.path().join("killed.log"),
+        after_checkpoint,
+        delay_ms: rng.range(0, 300),
+        what: &what,
+    };
+    let newest = kill_after_checkpoint(
+        &mut weir(tmp.path(), spec.command(tmp.path(), false)),
+        &kill,
     );
-    wait_for_dead_lease();
-    let newest = *completed_checkpoints(&job_dir)
-        .last()
-        .expect("the killed run completed a checkpoint");
     assert!(
         !tmp.path().join("out").exists(),
         "{}: the killed run published a partial output",
         spec.job
     );
-    let run = run(&mut weir(tmp.path(), spec.command(tmp.path(), true)));
-    run.assert_success();
-    let from = restored_from(&run.stdout).unwrap_or_else(|| {
-        panic!(
-            "{}: the resumed run did not restore\n{}",
-            spec.job,
-            run.describe()
-        )
-    });
-    assert!(
-        from.ends_with(format!("chk-{newest}")),
-        "{}: restored {} instead of the newest checkpoint chk-{newest}\n{}",
-        spec.job,
-        from.display(),
-        run.describe()
+    let run = resume_from(
+        &mut weir(tmp.path(), spec.command(tmp.path(), true)),
+        newest,
+        &what,
     );
     assert_resumed(&run, spec.total);
     if spec.verifies {
@@ -130,26 +114,6 @@ fn kill_and_resume(spec: &Spec, seed: u64) -> (tempfile::TempDir, Run) {
         );
     }
     (tmp, run)
-}
-
-/// Polls until `job_dir` holds a complete checkpoint with an id of at least `id` (older
-/// ones may be gone: only the newest are retained); panics if `child` exits first.
-fn wait_for_checkpoint_id(child: &mut std::process::Child, job_dir: &Path, id: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while completed_checkpoints(job_dir).last().copied().unwrap_or(0) < id {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            panic!(
-                "the run exited ({st}) before checkpoint {id} completed in {}",
-                job_dir.display()
-            );
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "checkpoint {id} did not complete in {} within 120 s",
-            job_dir.display()
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -18,7 +18,7 @@
 //! folder; a dropped writer leaves nothing.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read};
 use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -29,6 +29,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::backend::{ObjectWriter, Ownership, StorageBackend};
+use super::local::StagedFile;
 use super::{io_err, StorageError, READ_HINT, WRITE_HINT};
 
 /// The way out when a link or a moved folder stops a savepoint.
@@ -212,43 +213,31 @@ impl ConfinedBackend {
 
 /// A file being written under a temp name in an open folder.
 struct ConfinedWriter {
-    out: Option<BufWriter<File>>,
+    staged: StagedFile,
     dir: Arc<OwnedFd>,
     tmp: String,
     name: String,
-    shown: PathBuf,
 }
 
 impl ObjectWriter for ConfinedWriter {
     fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        match &mut self.out {
-            Some(out) => out
-                .write_all(bytes)
-                .map_err(io_err("write", &self.shown, WRITE_HINT)),
-            None => Ok(()),
-        }
+        self.staged.write(bytes)
     }
 
     fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
-        let write_err = |e| io_err("write", &self.shown, WRITE_HINT)(e);
-        let Some(out) = self.out.take() else {
+        if !self.staged.finish(head)? {
             return Ok(());
-        };
-        let mut file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
-        file.seek(SeekFrom::Start(0))
-            .and_then(|_| file.write_all(head))
-            .map_err(write_err)?;
-        file.sync_all()
-            .map_err(io_err("fsync", &self.shown, WRITE_HINT))?;
+        }
+        let shown = self.staged.shown().to_path_buf();
         rustix::fs::renameat(
             &*self.dir,
             self.tmp.as_str(),
             &*self.dir,
             self.name.as_str(),
         )
-        .map_err(|e| io_err("rename temporary file to", &self.shown, WRITE_HINT)(e.into()))?;
+        .map_err(|e| io_err("rename temporary file to", &shown, WRITE_HINT)(e.into()))?;
         self.tmp.clear();
-        let folder = self.shown.parent().unwrap_or(&self.shown).to_path_buf();
+        let folder = shown.parent().unwrap_or(&shown).to_path_buf();
         sync(&self.dir, &folder)
     }
 }
@@ -295,11 +284,10 @@ impl StorageBackend for ConfinedBackend {
             io_err("create temporary file", &self.describe(key), WRITE_HINT)(e.into())
         })?;
         Ok(Box::new(ConfinedWriter {
-            out: Some(BufWriter::with_capacity(1 << 20, File::from(file))),
+            staged: StagedFile::new(File::from(file), self.describe(key)),
             dir,
             tmp,
             name,
-            shown: self.describe(key),
         }))
     }
 

@@ -34,9 +34,61 @@ impl LocalBackend {
 /// Size of the write buffer of a streamed file.
 const STREAM_BUFFER: usize = 1 << 20;
 
+/// The part of writing a file that the local and the confined writer share: the bytes stream
+/// into a buffered temporary file, then the head is written over its start and the whole file
+/// is made durable. Only the rename that publishes it differs (a path rename here, `renameat`
+/// against an open folder in `confined.rs`), so that is all each writer keeps for itself.
+pub(super) struct StagedFile {
+    /// `None` once finished, so a second finish (or the writer's drop) does nothing.
+    out: Option<BufWriter<File>>,
+    /// The path the errors name.
+    shown: PathBuf,
+}
+
+impl StagedFile {
+    /// Stages into `file`; errors name `shown`.
+    pub(super) fn new(file: File, shown: PathBuf) -> Self {
+        Self {
+            out: Some(BufWriter::with_capacity(STREAM_BUFFER, file)),
+            shown,
+        }
+    }
+
+    /// The path the errors name.
+    pub(super) fn shown(&self) -> &Path {
+        &self.shown
+    }
+
+    /// Appends `bytes` (nothing once finished).
+    pub(super) fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
+        match &mut self.out {
+            Some(out) => out
+                .write_all(bytes)
+                .map_err(io_err("write", &self.shown, WRITE_HINT)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `head` at offset 0 and fsyncs the file. `false` when it was finished before,
+    /// so the caller must not publish it again.
+    pub(super) fn finish(&mut self, head: &[u8]) -> Result<bool, StorageError> {
+        let write_err = |e| io_err("write", &self.shown, WRITE_HINT)(e);
+        let Some(out) = self.out.take() else {
+            return Ok(false);
+        };
+        let mut file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(head))
+            .map_err(write_err)?;
+        file.sync_all()
+            .map_err(io_err("fsync", &self.shown, WRITE_HINT))?;
+        Ok(true)
+    }
+}
+
 /// A file being written under a temp name beside its target.
 struct LocalWriter {
-    out: Option<BufWriter<File>>,
+    staged: StagedFile,
     tmp: PathBuf,
     target: PathBuf,
     dir: PathBuf,
@@ -44,25 +96,13 @@ struct LocalWriter {
 
 impl ObjectWriter for LocalWriter {
     fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        match &mut self.out {
-            Some(out) => out
-                .write_all(bytes)
-                .map_err(io_err("write", &self.tmp, WRITE_HINT)),
-            None => Ok(()),
-        }
+        self.staged.write(bytes)
     }
 
     fn commit(mut self: Box<Self>, head: &[u8]) -> Result<(), StorageError> {
-        let write_err = |e| io_err("write", &self.tmp, WRITE_HINT)(e);
-        let Some(out) = self.out.take() else {
+        if !self.staged.finish(head)? {
             return Ok(());
-        };
-        let mut file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
-        file.seek(SeekFrom::Start(0))
-            .and_then(|_| file.write_all(head))
-            .map_err(write_err)?;
-        file.sync_all()
-            .map_err(io_err("fsync", &self.tmp, WRITE_HINT))?;
+        }
         let op = "rename temporary file to";
         fs::rename(&self.tmp, &self.target).map_err(io_err(op, &self.target, WRITE_HINT))?;
         self.tmp = PathBuf::new();
@@ -101,7 +141,7 @@ impl StorageBackend for LocalBackend {
             .open(&tmp)
             .map_err(io_err("create temporary file", &tmp, WRITE_HINT))?;
         Ok(Box::new(LocalWriter {
-            out: Some(BufWriter::with_capacity(STREAM_BUFFER, file)),
+            staged: StagedFile::new(file, tmp.clone()),
             tmp,
             target,
             dir,

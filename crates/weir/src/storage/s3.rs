@@ -267,6 +267,12 @@ impl S3Backend {
     }
 }
 
+/// How object_store shows an HTTP 403 answer (the status code with its reason phrase).
+/// The bare number would also match the message's URL: a port such as `:44033` or a
+/// checkpoint `chk-403` made an outage look like refused credentials, ending the job
+/// instead of waiting it out.
+const FORBIDDEN: &str = "403 Forbidden";
+
 /// A remote failure with the way out its message points at.
 fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
     let has = |s: &str| cause.contains(s);
@@ -275,14 +281,14 @@ fn remote(op: &'static str, location: &str, cause: &str) -> StorageError {
         || has("169.254.169.254")
         || has("InvalidAccessKeyId")
         || has("SignatureDoesNotMatch")
-        || has("403");
+        || has(FORBIDDEN);
     let hint = if has("NoSuchBucket") || has("bucket does not exist") {
         "the bucket does not exist: create it, or fix the bucket in the s3:// URL".into()
     } else if has("169.254.169.254") {
         "no credentials were found (nor an instance role): set AWS_ACCESS_KEY_ID and \
          AWS_SECRET_ACCESS_KEY"
             .into()
-    } else if has("InvalidAccessKeyId") || has("SignatureDoesNotMatch") || has("403") {
+    } else if has("InvalidAccessKeyId") || has("SignatureDoesNotMatch") || has(FORBIDDEN) {
         "the server refused the credentials: check AWS_ACCESS_KEY_ID and \
          AWS_SECRET_ACCESS_KEY (and AWS_REGION)"
             .into()
@@ -516,6 +522,33 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    /// A server out of reach is transient whatever digits its URL holds; a 403 answer is a
+    /// refusal of the settings. (Found by a CI run whose moto port was 44033.)
+    #[test]
+    fn an_unreachable_server_is_transient_even_when_its_url_holds_403() {
+        let at = "s3://gone/chk/job/chk-403/_metadata";
+        for cause in [
+            "Error performing GET http://127.0.0.1:44033/gone/chk/job/chk-2/_metadata in \
+             279.298343ms, after 2 retries - HTTP error: error sending request",
+            "Error performing PUT http://127.0.0.1:9000/gone/chk/job/chk-403/_lease in \
+             4030ms - HTTP error: error sending request",
+        ] {
+            let e = remote("read", at, cause);
+            assert!(e.is_transient(), "{e}");
+            assert!(e.to_string().contains("cannot be reached"), "{e}");
+        }
+        let refused = remote(
+            "read",
+            at,
+            "Client error with status 403 Forbidden: <Error><Code>AccessDenied</Code></Error>",
+        );
+        assert!(!refused.is_transient(), "{refused}");
+        assert!(
+            refused.to_string().contains("refused the credentials"),
+            "{refused}"
+        );
     }
 
     #[test]
