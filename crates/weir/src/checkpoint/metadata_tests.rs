@@ -20,6 +20,7 @@ fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         files: Vec::new(),
         channel_state: Vec::new(),
         unaligned_tasks: 0,
+        schemas: Vec::new(),
     }
 }
 

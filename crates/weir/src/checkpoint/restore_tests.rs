@@ -59,6 +59,7 @@ fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
             files: Vec::new(),
             channel_state: Vec::new(),
             unaligned_tasks: 0,
+            schemas: Vec::new(),
         },
         operator_state: HashMap::new(),
         keyed_state: HashMap::new(),
