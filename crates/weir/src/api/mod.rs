@@ -69,6 +69,7 @@ pub mod config {
 /// Re-exported from the runtime, which fills them in; the runner builds its summary and
 /// the control endpoint from nothing else, so a job run by hand can do the same.
 pub mod execution {
+    pub use crate::runtime::schema_check::{SchemaReport, SchemaRow};
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
         DurationHistogram, InputStatus, JobControl, JobStatus, OperatorFigures, OperatorStateSize,

@@ -59,6 +59,7 @@ pub mod operators;
 pub mod output;
 pub mod plan;
 pub mod restart;
+pub mod schema_check;
 pub mod result;
 pub(crate) mod spawn;
 pub mod status;
