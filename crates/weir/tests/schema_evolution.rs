@@ -414,7 +414,7 @@ fn a_changed_key_type_is_refused() {
 }
 
 #[test]
-fn checkpoints_record_the_schemas_and_old_ones_restore_unversioned() {
+fn checkpoints_record_key_and_state_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let mid = v1_checkpoint(dir.path());
     let out = CollectSink::new();

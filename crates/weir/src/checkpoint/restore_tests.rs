@@ -64,6 +64,7 @@ fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
         operator_state: HashMap::new(),
         keyed_state: HashMap::new(),
         channel_state: HashMap::new(),
+        dropped: Default::default(),
     }
 }
 
