@@ -153,9 +153,12 @@ pub(crate) fn check(
         }
         for s in &declared.states {
             let old = r.meta.state_schema(uid, &s.name).cloned();
-            report
-                .rows
-                .push(row(uid, &s.name, &s.decision, old, Some(s.schema.clone()), true));
+            let mut row = row(uid, &s.name, &s.decision, old, Some(s.schema.clone()), true);
+            if s.decision == Decision::New && row.old.is_some() {
+                // Recorded, but no subtask had entries: nothing to read, whatever the type.
+                row.verdict = "restorable (no entries)".into();
+            }
+            report.rows.push(row);
         }
         for name in recorded_names {
             if !declared.states.iter().any(|s| s.name == name) {
