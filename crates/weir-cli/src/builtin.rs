@@ -39,7 +39,11 @@ pub const JOBS: [(&str, &str); 4] = [
 /// Runs the built-in job `name` with `flags` (what followed `weir run NAME`).
 pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
     let bin = format!("weir run {name}");
-    dispatch(name, bin.clone(), std::iter::once(OsString::from(bin)).chain(flags).collect())
+    dispatch(
+        name,
+        bin.clone(),
+        std::iter::once(OsString::from(bin)).chain(flags).collect(),
+    )
 }
 
 /// `weir savepoint check PATH JOB [job flags]`: holds the savepoint or checkpoint at PATH

@@ -50,7 +50,10 @@ struct Args {
 
 fn build(job: &mut Job, args: &Args) -> Result<(), BoxError> {
     let events = job
-        .add_source("events", GeneratorSource::new(args.events).with_rate(args.rate))
+        .add_source(
+            "events",
+            GeneratorSource::new(args.events).with_rate(args.rate),
+        )
         .uid("events");
     let line = |r: &(u64, u64), l: &mut String| l.push_str(&format!("{},{}", r.0, r.1));
     let sink = TwoPhaseCommit::new(FileSink::new(&args.output, LinesWith::new(line)));
@@ -137,7 +140,10 @@ fn checked(ok: bool, count: u64) -> u64 {
 
 impl Acc for AccV1 {
     fn fresh(key: u64) -> Self {
-        AccV1 { count: 0, label: label(key) }
+        AccV1 {
+            count: 0,
+            label: label(key),
+        }
     }
     fn bump(&mut self, key: u64) -> u64 {
         self.count += 1;
@@ -147,12 +153,19 @@ impl Acc for AccV1 {
 
 impl Acc for AccAdded {
     fn fresh(key: u64) -> Self {
-        AccAdded { count: 0, label: label(key), added: 0 }
+        AccAdded {
+            count: 0,
+            label: label(key),
+            added: 0,
+        }
     }
     fn bump(&mut self, key: u64) -> u64 {
         self.count += 1;
         self.added += 1;
-        checked(self.label == label(key) && self.added <= self.count, self.count)
+        checked(
+            self.label == label(key) && self.added <= self.count,
+            self.count,
+        )
     }
 }
 
@@ -168,7 +181,10 @@ impl Acc for AccRemoved {
 
 impl Acc for AccRenamed {
     fn fresh(key: u64) -> Self {
-        AccRenamed { seen: 0, label: label(key) }
+        AccRenamed {
+            seen: 0,
+            label: label(key),
+        }
     }
     fn bump(&mut self, key: u64) -> u64 {
         self.seen += 1;
@@ -178,7 +194,10 @@ impl Acc for AccRenamed {
 
 impl Acc for AccMigrated {
     fn fresh(key: u64) -> Self {
-        AccMigrated { count: 0, label_len: label(key).len() as u64 }
+        AccMigrated {
+            count: 0,
+            label_len: label(key).len() as u64,
+        }
     }
     fn bump(&mut self, key: u64) -> u64 {
         self.count += 1;
@@ -215,7 +234,10 @@ struct Counter<A> {
 
 impl<A> Default for Counter<A> {
     fn default() -> Self {
-        Counter { state: None, _a: PhantomData }
+        Counter {
+            state: None,
+            _a: PhantomData,
+        }
     }
 }
 
@@ -235,7 +257,9 @@ impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
     ) -> Result<()> {
         let state = self.state.expect("declared in open");
         let key = *ctx.key();
-        let n = ctx.get_mut_or_insert_with(state, || A::fresh(key)).bump(key);
+        let n = ctx
+            .get_mut_or_insert_with(state, || A::fresh(key))
+            .bump(key);
         out.collect((key, n));
         Ok(())
     }
@@ -280,7 +304,10 @@ fn committed(dir: &Path) -> BTreeMap<u64, Vec<u64>> {
         }
         for line in std::fs::read_to_string(e.path()).unwrap().lines() {
             let (k, c) = line.split_once(',').expect("key,count");
-            by_key.entry(k.parse().unwrap()).or_default().push(c.parse().unwrap());
+            by_key
+                .entry(k.parse().unwrap())
+                .or_default()
+                .push(c.parse().unwrap());
         }
     }
     by_key
@@ -295,7 +322,12 @@ fn assert_exact(dir: &Path) {
         counts.sort_unstable();
         let n = expected_count(EVENTS, KEYS, k);
         let want: Vec<u64> = (1..=n).collect();
-        assert!(counts == want, "key {k}: {} counts, want 1..={n} (first {:?})", counts.len(), &counts[..counts.len().min(5)]);
+        assert!(
+            counts == want,
+            "key {k}: {} counts, want 1..={n} (first {:?})",
+            counts.len(),
+            &counts[..counts.len().min(5)]
+        );
     }
 }
 
@@ -314,8 +346,18 @@ fn copy_dir(from: &Path, to: &Path) {
 /// Runs v1 until a checkpoint completed, stops it with a savepoint; returns the savepoint.
 fn v1_savepoint(t: &Path) -> String {
     let args = [
-        "--state", "v1", "--rate", "20000", "--parallelism", "2", "--checkpoint-dir", "ck-v1",
-        "--checkpoint-interval", "100ms", "--output", "out-v1",
+        "--state",
+        "v1",
+        "--rate",
+        "20000",
+        "--parallelism",
+        "2",
+        "--checkpoint-dir",
+        "ck-v1",
+        "--checkpoint-interval",
+        "100ms",
+        "--output",
+        "out-v1",
     ];
     let running = Running::start(&mut job(t, &args), t.join("v1.log"));
     wait_for_a_checkpoint(&t.join("ck-v1/upgrade"));
@@ -328,7 +370,18 @@ fn v1_savepoint(t: &Path) -> String {
 
 /// `savepoint check` of build `state` against `sp`: its run.
 fn check(t: &Path, sp: &str, state: &str) -> Run {
-    run(&mut job(t, &["savepoint", "check", sp, "--state", state, "--output", "out-check"]))
+    run(&mut job(
+        t,
+        &[
+            "savepoint",
+            "check",
+            sp,
+            "--state",
+            state,
+            "--output",
+            "out-check",
+        ],
+    ))
 }
 
 #[test]
@@ -345,7 +398,9 @@ fn each_migrating_build_checks_restores_rescaled_survives_a_sigkill_and_is_exact
         let c = check(t, &sp, state);
         c.assert_success();
         assert!(
-            c.stdout.lines().any(|l| l.contains(" acc ") && l.contains(verdict)),
+            c.stdout
+                .lines()
+                .any(|l| l.contains(" acc ") && l.contains(verdict)),
             "{state}: {}",
             c.describe()
         );
@@ -353,8 +408,16 @@ fn each_migrating_build_checks_restores_rescaled_survives_a_sigkill_and_is_exact
         let ck = format!("ck-{state}");
         copy_dir(&t.join("out-v1"), &t.join(&out));
         let flags = [
-            "--state", state, "--output", &out, "--checkpoint-dir", &ck, "--checkpoint-interval",
-            "100ms", "--parallelism", "3",
+            "--state",
+            state,
+            "--output",
+            &out,
+            "--checkpoint-dir",
+            &ck,
+            "--checkpoint-interval",
+            "100ms",
+            "--parallelism",
+            "3",
         ];
         // Restore the savepoint, throttled; SIGKILL once a checkpoint of v2 completed.
         let mut first: Vec<&str> = flags.to_vec();
@@ -378,8 +441,24 @@ fn an_unmigratable_change_and_a_key_type_change_are_refused_and_check_says_so_fi
     let t = tmp.path();
     let sp = v1_savepoint(t);
     let wanted = [
-        ("retyped", vec!["operator 'count', state 'acc'", "AccV1", "AccRetyped", "--allow-non-restored-state", "with_migration"]),
-        ("string-key", vec!["operator 'count'", "key type changed", "alloc::string::String"]),
+        (
+            "retyped",
+            vec![
+                "operator 'count', state 'acc'",
+                "AccV1",
+                "AccRetyped",
+                "--allow-non-restored-state",
+                "with_migration",
+            ],
+        ),
+        (
+            "string-key",
+            vec![
+                "operator 'count'",
+                "key type changed",
+                "alloc::string::String",
+            ],
+        ),
     ];
     for (state, needles) in wanted {
         let c = check(t, &sp, state);
@@ -391,7 +470,16 @@ fn an_unmigratable_change_and_a_key_type_change_are_refused_and_check_says_so_fi
         let out = format!("out-{state}");
         let r = run(&mut job(
             t,
-            &["--state", state, "--restore", &sp, "--output", &out, "--checkpoint-dir", "ck-x"],
+            &[
+                "--state",
+                state,
+                "--restore",
+                &sp,
+                "--output",
+                &out,
+                "--checkpoint-dir",
+                "ck-x",
+            ],
         ));
         assert_clean_error(&r, 1, &needles);
         assert!(!t.join(&out).exists(), "the refused run published output");
@@ -416,20 +504,53 @@ fn weir_savepoint_check_holds_a_checkpoint_against_a_built_in_job() {
     let t = tmp.path();
     let ck = checkpoint_arg(&t.join("ck"));
     let first = [
-        "run", "keyed-count", "--events", "20000", "--keys", "7", "--checkpoint-dir", &ck,
-        "--checkpoint-interval", "10ms", "--output", "out",
+        "run",
+        "keyed-count",
+        "--events",
+        "20000",
+        "--keys",
+        "7",
+        "--checkpoint-dir",
+        &ck,
+        "--checkpoint-interval",
+        "10ms",
+        "--output",
+        "out",
     ];
     run(&mut weir(t, first)).assert_success();
     let job_dir = checkpoint_dir(&t.join("ck")).join("keyed-count");
-    let id = *completed_checkpoints(&t.join("ck/keyed-count")).last().expect("a checkpoint");
+    let id = *completed_checkpoints(&t.join("ck/keyed-count"))
+        .last()
+        .expect("a checkpoint");
     let chk = job_dir.join(format!("chk-{id}"));
     let chk = chk.to_string_lossy();
-    let same = run(&mut weir(t, ["savepoint", "check", &chk, "keyed-count", "--keys", "7"]));
+    let same = run(&mut weir(
+        t,
+        ["savepoint", "check", &chk, "keyed-count", "--keys", "7"],
+    ));
     same.assert_success();
-    assert!(same.stdout.contains("restorable as is"), "{}", same.describe());
+    assert!(
+        same.stdout.contains("restorable as is"),
+        "{}",
+        same.describe()
+    );
     // Another job: the checkpoint's operators have none to go to.
     std::fs::write(t.join("words.txt"), "a b a\n").unwrap();
-    let other = run(&mut weir(t, ["savepoint", "check", &chk, "wordcount", "--input", "words.txt"]));
+    let other = run(&mut weir(
+        t,
+        [
+            "savepoint",
+            "check",
+            &chk,
+            "wordcount",
+            "--input",
+            "words.txt",
+        ],
+    ));
     assert_eq!(other.code(), Some(1), "{}", other.describe());
-    assert!(other.stdout.contains("state without an operator"), "{}", other.describe());
+    assert!(
+        other.stdout.contains("state without an operator"),
+        "{}",
+        other.describe()
+    );
 }

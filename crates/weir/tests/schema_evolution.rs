@@ -89,7 +89,11 @@ fn label(key: u64) -> String {
 
 impl Acc for AccV1 {
     fn fresh(key: u64) -> Self {
-        AccV1 { count: 0, label: label(key), sum: 0 }
+        AccV1 {
+            count: 0,
+            label: label(key),
+            sum: 0,
+        }
     }
     fn bump(&mut self, record: u64) {
         self.count += 1;
@@ -105,7 +109,12 @@ impl Acc for AccV1 {
 
 impl Acc for AccAdded {
     fn fresh(key: u64) -> Self {
-        AccAdded { count: 0, label: label(key), sum: 0, added: 0 }
+        AccAdded {
+            count: 0,
+            label: label(key),
+            sum: 0,
+            added: 0,
+        }
     }
     fn bump(&mut self, record: u64) {
         self.count += 1;
@@ -123,7 +132,10 @@ impl Acc for AccAdded {
 
 impl Acc for AccRemoved {
     fn fresh(key: u64) -> Self {
-        AccRemoved { count: 0, label: label(key) }
+        AccRemoved {
+            count: 0,
+            label: label(key),
+        }
     }
     fn bump(&mut self, _: u64) {
         self.count += 1;
@@ -138,7 +150,11 @@ impl Acc for AccRemoved {
 
 impl Acc for AccRenamed {
     fn fresh(key: u64) -> Self {
-        AccRenamed { total: 0, label: label(key), sum: 0 }
+        AccRenamed {
+            total: 0,
+            label: label(key),
+            sum: 0,
+        }
     }
     fn bump(&mut self, record: u64) {
         self.total += 1;
@@ -154,7 +170,10 @@ impl Acc for AccRenamed {
 
 impl Acc for AccMigrated {
     fn fresh(key: u64) -> Self {
-        AccMigrated { count: 0, label_len: label(key).len() as u64 }
+        AccMigrated {
+            count: 0,
+            label_len: label(key).len() as u64,
+        }
     }
     fn bump(&mut self, _: u64) {
         self.count += 1;
@@ -201,7 +220,10 @@ struct Counter<A> {
 
 impl<A> Default for Counter<A> {
     fn default() -> Self {
-        Counter { state: None, _a: PhantomData }
+        Counter {
+            state: None,
+            _a: PhantomData,
+        }
     }
 }
 
@@ -221,7 +243,8 @@ impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
     ) -> Result<()> {
         let state = self.state.expect("declared in open");
         let key = *ctx.key();
-        ctx.get_mut_or_insert_with(state, || A::fresh(key)).bump(record);
+        ctx.get_mut_or_insert_with(state, || A::fresh(key))
+            .bump(record);
         Ok(())
     }
 
@@ -232,7 +255,14 @@ impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
     ) -> Result<()> {
         let state = self.state.expect("declared in open");
         for (k, v) in ctx.entries(state) {
-            out.collect((*k, if v.consistent(*k) { v.count() } else { u64::MAX }));
+            out.collect((
+                *k,
+                if v.consistent(*k) {
+                    v.count()
+                } else {
+                    u64::MAX
+                },
+            ));
         }
         Ok(())
     }
@@ -310,7 +340,11 @@ fn v2_restores_exactly<A: Acc>(dir: &Path, from: &Path, parallelism: u32, verdic
     let r = env.execute().unwrap();
     assert_resumed_mid_run(&r, from, N);
     let got: HashMap<u64, u64> = out.take().into_iter().collect();
-    assert_eq!(got, common::expected(N, KEYS), "at parallelism {parallelism}");
+    assert_eq!(
+        got,
+        common::expected(N, KEYS),
+        "at parallelism {parallelism}"
+    );
 }
 
 fn evolves<A: Acc>(verdict: &str) {
@@ -368,7 +402,11 @@ fn an_unmigratable_change_is_refused_before_anything_runs_and_check_says_so() {
         "fresh",
     ] {
         assert!(e.contains(part), "'{part}' missing from: {e}");
-        assert!(refusals[0].contains(part), "'{part}' missing from: {}", refusals[0]);
+        assert!(
+            refusals[0].contains(part),
+            "'{part}' missing from: {}",
+            refusals[0]
+        );
     }
     assert!(out.take().is_empty(), "nothing may run");
     // The way out: drop the state. The run restores the rest and counts afresh.
@@ -376,12 +414,17 @@ fn an_unmigratable_change_is_refused_before_anything_runs_and_check_says_so() {
     let env = job::<AccRetyped, _>(c, GeneratorSource::new(N), &out);
     let r = env.execute().unwrap();
     assert!(
-        r.notices.iter().any(|n| n.contains("dropping keyed state 'acc'")),
+        r.notices
+            .iter()
+            .any(|n| n.contains("dropping keyed state 'acc'")),
         "{:?}",
         r.notices
     );
     let counted: u64 = out.take().into_iter().map(|(_, c)| c).sum();
-    assert!(counted < N, "the dropped counts started from zero: {counted}");
+    assert!(
+        counted < N,
+        "the dropped counts started from zero: {counted}"
+    );
 }
 
 #[test]
@@ -403,7 +446,10 @@ fn a_changed_key_type_is_refused() {
             .uid("sink");
         let report = env.check_savepoint(&mid).unwrap();
         assert!(
-            report.rows.iter().any(|r| r.state == "(key)" && r.verdict == "incompatible"),
+            report
+                .rows
+                .iter()
+                .any(|r| r.state == "(key)" && r.verdict == "incompatible"),
             "{}",
             report.table()
         );

@@ -69,7 +69,6 @@ pub mod config {
 /// Re-exported from the runtime, which fills them in; the runner builds its summary and
 /// the control endpoint from nothing else, so a job run by hand can do the same.
 pub mod execution {
-    pub use crate::runtime::schema_check::{SchemaReport, SchemaRow};
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
         DurationHistogram, InputStatus, JobControl, JobStatus, OperatorFigures, OperatorStateSize,
@@ -79,6 +78,7 @@ pub mod execution {
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
     };
+    pub use crate::runtime::schema_check::{SchemaReport, SchemaRow};
 }
 
 /// Event time: how records get timestamps and watermarks ([`WatermarkStrategy`](time::WatermarkStrategy)),

@@ -32,7 +32,9 @@ impl Runner {
         if !selected {
             return Ok((self, None));
         }
-        let Some(path) = args.get(CHECK.len() + 1).filter(|p| !p.to_string_lossy().starts_with('-'))
+        let Some(path) = args
+            .get(CHECK.len() + 1)
+            .filter(|p| !p.to_string_lossy().starts_with('-'))
         else {
             return Err(UsageError::new(
                 "savepoint check needs the savepoint's folder: savepoint check PATH [job flags]",

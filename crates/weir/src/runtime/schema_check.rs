@@ -101,9 +101,27 @@ impl SchemaReport {
     /// The table `savepoint check` prints.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let w_uid = self.rows.iter().map(|r| r.uid.len()).max().unwrap_or(0).max(8);
-        let w_state = self.rows.iter().map(|r| r.state.len()).max().unwrap_or(0).max(5);
-        let w_verdict = self.rows.iter().map(|r| r.verdict.len()).max().unwrap_or(0).max(7);
+        let w_uid = self
+            .rows
+            .iter()
+            .map(|r| r.uid.len())
+            .max()
+            .unwrap_or(0)
+            .max(8);
+        let w_state = self
+            .rows
+            .iter()
+            .map(|r| r.state.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        let w_verdict = self
+            .rows
+            .iter()
+            .map(|r| r.verdict.len())
+            .max()
+            .unwrap_or(0)
+            .max(7);
         out.push_str(&format!(
             "{:w_uid$}  {:w_state$}  {:w_verdict$}  schema (checkpoint -> job)\n",
             "operator", "state", "verdict"
@@ -143,13 +161,22 @@ pub(crate) fn check(
         report.schemas.push(declared.recorded(uid));
         let Some(r) = restored else { continue };
         if !had_state {
-            report.rows.push(operator_row(uid, "operator without state (starts empty)"));
+            report
+                .rows
+                .push(operator_row(uid, "operator without state (starts empty)"));
             continue;
         }
         let old_key = r.meta.schemas_of(uid).and_then(|s| s.key.clone());
         if let (Some(old), Some(new)) = (&old_key, &declared.key) {
             let decision = decide_key(old, new);
-            report.rows.push(row(uid, "(key)", &decision, old_key.clone(), declared.key.clone(), false));
+            report.rows.push(row(
+                uid,
+                "(key)",
+                &decision,
+                old_key.clone(),
+                declared.key.clone(),
+                false,
+            ));
         }
         for s in &declared.states {
             let old = r.meta.state_schema(uid, &s.name).cloned();

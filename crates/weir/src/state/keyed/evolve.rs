@@ -193,16 +193,12 @@ impl<K: Key> KeyedStateBackend<K> {
             ))
         };
         let decoder = match decision {
-            Decision::AsIs | Decision::Unversioned | Decision::New => {
-                return Ok(restored.sections)
-            }
+            Decision::AsIs | Decision::Unversioned | Decision::New => return Ok(restored.sections),
             Decision::Incompatible(why) => return Err(refuse(&why)),
             Decision::MigratesBySerde => {
                 serde_decoder::<S>(old.expect("decided from a schema")).map_err(|e| refuse(&e))?
             }
-            Decision::MigratesByFunction => {
-                migration.expect("decided from a migration").decode
-            }
+            Decision::MigratesByFunction => migration.expect("decided from a migration").decode,
         };
         transcode::<K, S>(&restored.sections, ttl, &decoder).map_err(|e| refuse(&e))
     }

@@ -287,7 +287,10 @@ impl<K: Key> KeyedStateBackend<K> {
             last: 0,
         };
         let restored = self.restored.remove(name);
-        if let Some(r) = restored.as_ref().filter(|r| r.kind != StateKind::Window || r.ttl) {
+        if let Some(r) = restored
+            .as_ref()
+            .filter(|r| r.kind != StateKind::Window || r.ttl)
+        {
             let why = format!(
                 "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
                  window state now; keep its kind or give the new state another name",
@@ -295,14 +298,8 @@ impl<K: Key> KeyedStateBackend<K> {
             );
             self.refuse::<WindowSlot<ACC>>(name, StateKind::Window, 0, why)?;
         } else {
-            let sections = self.evolve::<WindowSlot<ACC>>(
-                name,
-                StateKind::Window,
-                0,
-                false,
-                restored,
-                None,
-            )?;
+            let sections =
+                self.evolve::<WindowSlot<ACC>>(name, StateKind::Window, 0, false, restored, None)?;
             if !sections.is_empty() {
                 table.restore(name, &sections)?;
             }

@@ -81,7 +81,9 @@ pub(crate) fn transcode<K: Key, S: StateValue>(
 pub(crate) fn check_reads<S: StateValue>(old: &StateSchema) -> Result<(), String> {
     let (format, registry) = old.shape()?;
     let sample = sample(&format, &registry, 0);
-    S::deserialize(sample).map(|_| ()).map_err(|e| e.to_string())
+    S::deserialize(sample)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Deeper than this, a (recursive) shape's sample stops with `null`.

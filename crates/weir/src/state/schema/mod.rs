@@ -63,8 +63,12 @@ impl StateSchema {
 
     /// The recorded shape, decoded.
     pub(crate) fn shape(&self) -> Result<(Format, Registry), String> {
-        serde_json::from_str(&self.format)
-            .map_err(|e| format!("the recorded schema of {} is unreadable: {e}", self.type_name))
+        serde_json::from_str(&self.format).map_err(|e| {
+            format!(
+                "the recorded schema of {} is unreadable: {e}",
+                self.type_name
+            )
+        })
     }
 }
 
@@ -189,10 +193,8 @@ pub(crate) fn decide<S: StateValue>(
     if old.traced() && new.traced() && old.fingerprint == new.fingerprint {
         return Decision::AsIs;
     }
-    if !old.traced() || !new.traced() {
-        if old.type_name == new.type_name {
-            return Decision::AsIs;
-        }
+    if (!old.traced() || !new.traced()) && old.type_name == new.type_name {
+        return Decision::AsIs;
     }
     if let Some(from) = migration_from {
         if from.traced() && old.traced() && from.fingerprint == old.fingerprint {

@@ -46,7 +46,14 @@ fn serde_reads_added_removed_and_renamed_fields() {
         decide::<V2>(&old, &schema_of::<V2>(2), None),
         Decision::MigratesBySerde
     );
-    let entries = [(7u64, V1 { count: 3, label: "x".into(), old: 9 })];
+    let entries = [(
+        7u64,
+        V1 {
+            count: 3,
+            label: "x".into(),
+            old: 9,
+        },
+    )];
     let mut bytes = Vec::new();
     for e in &entries {
         bytes = postcard::to_extend(e, bytes).unwrap();
@@ -54,7 +61,17 @@ fn serde_reads_added_removed_and_renamed_fields() {
     let decoder = serde_decoder::<V2>(&old).unwrap();
     let out = transcode::<u64, V2>(&[SharedBytes::from(bytes)], false, &decoder).unwrap();
     let back: (u64, V2) = postcard::from_bytes(&out[0]).unwrap();
-    assert_eq!(back, (7, V2 { count: 3, name: "x".into(), added: 0 }));
+    assert_eq!(
+        back,
+        (
+            7,
+            V2 {
+                count: 3,
+                name: "x".into(),
+                added: 0
+            }
+        )
+    );
 }
 
 #[test]
@@ -77,7 +94,10 @@ fn a_required_field_or_a_changed_field_type_is_incompatible() {
 
 #[test]
 fn a_changed_key_type_is_incompatible() {
-    assert_eq!(decide_key(&schema_of::<u64>(0), &schema_of::<u64>(0)), Decision::AsIs);
+    assert_eq!(
+        decide_key(&schema_of::<u64>(0), &schema_of::<u64>(0)),
+        Decision::AsIs
+    );
     assert!(matches!(
         decide_key(&schema_of::<u64>(0), &schema_of::<String>(0)),
         Decision::Incompatible(_)
@@ -93,7 +113,15 @@ fn the_refusal_names_operator_state_schemas_and_ways_out() {
         Some(&schema_of::<Required>(2)),
         "missing field `needed`",
     );
-    for part in ["'counts'", "'total'", "V1 v1", "Required v2", "with_migration", "--allow-non-restored-state", "fresh"] {
+    for part in [
+        "'counts'",
+        "'total'",
+        "V1 v1",
+        "Required v2",
+        "with_migration",
+        "--allow-non-restored-state",
+        "fresh",
+    ] {
         assert!(m.contains(part), "{part} in {m}");
     }
 }
