@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::restore::RestoredCheckpoint;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::functions::KeyedProcessFunction;
 use crate::runtime::graph::JobGraph;
 use crate::state::key_group::KeyGroupRange;
@@ -43,7 +43,19 @@ where
         let range = KeyGroupRange::for_subtask(0, 1, max_parallelism);
         let mut backend = KeyedStateBackend::<K>::new(range, max_parallelism, restored).probe();
         backend.init_timers()?;
-        f.open(&mut KeyedStateStore::new(&mut backend))?;
+        // An `open` that relies on more than declaring state (on `initialize_state` having
+        // run, say) may panic here: the probe then says so instead of ending the process.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f.open(&mut KeyedStateStore::new(&mut backend))
+        }));
+        match opened {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(Error::InvalidJob(
+                    "the function's open panicked when called only to declare its state".into(),
+                ))
+            }
+        }
         Ok(DeclaredOperator {
             key: Some(schema_of::<K>(0)),
             states: backend.declared().to_vec(),
@@ -157,7 +169,17 @@ pub(crate) fn check(
         let recorded = restored.map_or_else(Default::default, |r| r.recorded_keyed_states(uid));
         let had_state = !recorded.is_empty();
         let recorded_names: Vec<String> = recorded.keys().cloned().collect();
-        let declared = probe(max_parallelism, recorded)?;
+        let declared = match probe(max_parallelism, recorded) {
+            Ok(declared) => declared,
+            Err(e) => {
+                // Decided at declaration instead, in the task (still before its records);
+                // its checkpoints record no schemas (they restore unversioned).
+                report
+                    .rows
+                    .push(operator_row(uid, &format!("not checked: {e}")));
+                continue;
+            }
+        };
         report.schemas.push(declared.recorded(uid));
         let Some(r) = restored else { continue };
         if !had_state {

@@ -29,7 +29,7 @@ mod tests;
 
 use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_reflection::{Format, Registry, Tracer, TracerConfig};
@@ -168,17 +168,18 @@ pub fn schema_of<T: StateValue>(version: u32) -> StateSchema {
 /// trace it (a type whose `Deserialize` validates its input, for one): such a state is then
 /// compared by type name only and cannot migrate without a migration function.
 fn trace<T: StateValue>() -> (u32, String) {
-    let mut tracer = Tracer::new(TracerConfig::default());
-    let Ok((format, _)) = tracer.trace_simple_type::<T>() else {
-        return (0, String::new());
-    };
-    let Ok(registry) = tracer.registry() else {
-        return (0, String::new());
-    };
-    match serde_json::to_string(&(format, registry)) {
-        Ok(json) => (crc32c::crc32c(json.as_bytes()), json),
-        Err(_) => (0, String::new()),
-    }
+    // A hand-written `Deserialize` may panic on the tracer's made-up input: untraced then.
+    std::panic::catch_unwind(|| {
+        let mut tracer = Tracer::new(TracerConfig::default());
+        let (format, _) = tracer.trace_simple_type::<T>().ok()?;
+        let registry = tracer.registry().ok()?;
+        serde_json::to_string(&(format, registry)).ok()
+    })
+    .ok()
+    .flatten()
+    .map_or((0, String::new()), |json| {
+        (crc32c::crc32c(json.as_bytes()), json)
+    })
 }
 
 /// Decides how state recorded with schema `old` restores into type `S` (schema `new`),
@@ -294,6 +295,3 @@ impl DeclaredOperator {
         }
     }
 }
-
-/// The job's schemas handed to the probe: shared, immutable.
-pub type SharedSchemas = Arc<Vec<OperatorSchemas>>;
