@@ -17,6 +17,9 @@
 //!   and restored, checkpoints, restarts, and per attempt the checkpoint it resumed from);
 //! * outputs published only on success ([`Job::output`]) and an optional check of the
 //!   result ([`Job::verify`]);
+//! * `PROGRAM savepoint check PATH [flags]`: holds a savepoint or checkpoint against the
+//!   job these flags build, without running it — one row per operator and state (as is,
+//!   migrates, incompatible, …), exit 1 when a run restoring it would refuse to start;
 //! * exit codes: 0 success (or stopped with a savepoint), 1 an error (one line naming the
 //!   cause), 2 bad flags (naming the flag), 3 a verification that found a wrong result.
 //!
