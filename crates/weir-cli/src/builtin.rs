@@ -38,15 +38,48 @@ pub const JOBS: [(&str, &str); 4] = [
 
 /// Runs the built-in job `name` with `flags` (what followed `weir run NAME`).
 pub fn run(name: &str, flags: Vec<OsString>) -> ExitCode {
+    let bin = format!("weir run {name}");
+    dispatch(
+        name,
+        bin.clone(),
+        std::iter::once(OsString::from(bin)).chain(flags).collect(),
+    )
+}
+
+/// `weir savepoint check PATH JOB [job flags]`: holds the savepoint or checkpoint at PATH
+/// against the built-in job JOB built with these flags (the runner's `savepoint check`,
+/// issue 26); `rest` is what followed `weir savepoint check`.
+pub fn check_savepoint(rest: &[OsString]) -> ExitCode {
+    let names: Vec<&str> = JOBS.iter().map(|(n, _)| *n).collect();
+    let job = rest.get(1).and_then(|j| j.to_str());
+    let (Some(path), Some(name)) = (rest.first(), job.filter(|j| names.contains(j))) else {
+        eprintln!(
+            "error: usage: weir savepoint check PATH JOB [job flags], where JOB is one of {} \
+             and the flags are those the job would run with (`weir run JOB --help`)",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    };
+    let bin = format!("weir run {name}");
+    let args = [
+        OsString::from(bin.clone()),
+        "savepoint".into(),
+        "check".into(),
+        path.clone(),
+    ]
+    .into_iter()
+    .chain(rest[2..].iter().cloned())
+    .collect();
+    dispatch(name, bin, args)
+}
+
+/// Runs built-in job `name` through the runner with the whole command line `args`.
+fn dispatch(name: &str, bin: String, args: Vec<OsString>) -> ExitCode {
     let about = JOBS
         .iter()
         .find(|(n, _)| *n == name)
         .map_or("", |(_, a)| *a);
-    let bin = format!("weir run {name}");
-    let runner = Runner::new(name)
-        .bin_name(bin.clone())
-        .about(about)
-        .args(std::iter::once(OsString::from(bin)).chain(flags));
+    let runner = Runner::new(name).bin_name(bin).about(about).args(args);
     match name {
         "keyed-count" => runner.run(keyed_count),
         "nexmark" => runner.run(crate::nexmark_job::build),

@@ -8,6 +8,7 @@
 //! weir state dump weir-checkpoints/keyed-count/chk-3 --uid count --state count --format json
 //! weir status --job 127.0.0.1:PORT            # while a job runs (it prints its address)
 //! weir savepoint --job 127.0.0.1:PORT
+//! weir savepoint check SAVEPOINT keyed-count --keys 1000   # before a deploy: exit 1 if a run would refuse
 //! weir stop --job 127.0.0.1:PORT [--drain]    # then: weir run … --restore <savepoint>
 //! weir nexmark generate --events 1000000 --output events.jsonl
 //! weir nexmark reference --query q5 --input events.jsonl --output results
@@ -56,7 +57,8 @@ enum Command {
     /// List checkpoints: complete, incomplete or unreadable.
     #[command(subcommand)]
     Checkpoints(checkpoints::CheckpointsCommand),
-    /// Take a savepoint of a running job; prints its folder.
+    /// Take a savepoint of a running job; prints its folder. (`weir savepoint check PATH JOB
+    /// [job flags]` holds a savepoint against a job instead, without running it.)
     Savepoint(control::client::SavepointArgs),
     /// Stop a running job with a savepoint; prints its folder.
     Stop(control::client::StopArgs),
@@ -97,6 +99,12 @@ struct JobFlags {
 }
 
 fn main() -> ExitCode {
+    // `weir savepoint check PATH JOB [job flags]`: the job's flags are the runner's to
+    // parse, like `weir run JOB`'s (beside `weir savepoint --job ADDR`, which clap parses).
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.len() > 2 && argv[1] == "savepoint" && argv[2] == "check" {
+        return builtin::check_savepoint(&argv[3..]);
+    }
     let cli = Cli::parse();
     let r: Result<ExitCode> = match cli.command {
         Command::Run(Job::KeyedCount(a)) => return builtin::run("keyed-count", a.flags),

@@ -78,6 +78,7 @@ pub mod execution {
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
     };
+    pub use crate::runtime::schema_check::{SchemaReport, SchemaRow};
 }
 
 /// Event time: how records get timestamps and watermarks ([`WatermarkStrategy`](time::WatermarkStrategy)),

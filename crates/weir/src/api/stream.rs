@@ -184,6 +184,40 @@ impl StreamEnvironment {
         }
     }
 
+    /// Holds the checkpoint or savepoint in folder `path` against this job without running
+    /// it (issue 26, `savepoint check`): loads and verifies it, then decides every keyed
+    /// state as a restore would (as is, migrates, incompatible) and lists operators and
+    /// states that do not match. [`SchemaReport::refusals`] is empty exactly when a run
+    /// restoring from `path` with this configuration would start.
+    ///
+    /// [`SchemaReport::refusals`]: crate::api::execution::SchemaReport::refusals
+    pub fn check_savepoint(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<crate::runtime::schema_check::SchemaReport> {
+        let graph = self.graph.borrow();
+        let plan = crate::runtime::plan::plan(&graph, &self.config)?;
+        let restored = crate::checkpoint::restore::load(path)?;
+        let mut report = crate::runtime::schema_check::check(
+            &graph,
+            &plan.uids,
+            self.config.max_parallelism,
+            Some(&restored),
+        )?;
+        if let Err(e) = restored.check_compatible(&plan.uids, self.config.max_parallelism, true) {
+            report.rows.push(crate::runtime::schema_check::SchemaRow {
+                uid: "(job)".into(),
+                state: String::new(),
+                verdict: "incompatible".into(),
+                old: None,
+                new: None,
+                refusal: Some(e.to_string()),
+                droppable: false,
+            });
+        }
+        Ok(report)
+    }
+
     /// Runs the job to completion (bounded sources) with recovery from failures.
     pub fn execute(self) -> Result<JobResult> {
         let graph = Rc::try_unwrap(self.graph)
@@ -553,16 +587,21 @@ impl<K: Key, T: Data, F: Fn(&T) -> K + Clone + Send + Sync + 'static> KeyedStrea
             Box::new(RoutedWriter::new(senders, router)) as Box<dyn Output<T>>
         });
         let key_fn = self.key_fn;
+        let probe = crate::runtime::schema_check::keyed_probe::<K, T, O, P>(&f);
         let build = Arc::new(move |ctx: OperatorContext, next: AnyBox| {
             let op = KeyedProcessOp::new::<T>(f.clone(), key_fn.clone(), ctx, unbox::<O>(next))?;
             Ok(rebox::<T>(Box::new(op)))
         });
-        self.stream.then_with(
+        let out = self.stream.then_with(
             "keyed_process",
             build,
             Some(Partitioning::KeyGroups),
             Some(writer),
-        )
+        );
+        if let Some(&(node, _)) = out.nodes.first() {
+            out.graph.borrow_mut().schema_probes.push((node, probe));
+        }
+        out
     }
 
     /// Joins this stream with `other`, keyed alike, by time (Flink's `intervalJoin`): set

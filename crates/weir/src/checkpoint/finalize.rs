@@ -115,6 +115,7 @@ pub fn assemble(info: &CheckpointInfo<'_>, acks: &[TaskAck]) -> Finalized {
             .flat_map(|a| a.channel_state.iter().cloned())
             .collect(),
         unaligned_tasks: acks.iter().filter(|a| a.unaligned).count() as u32,
+        schemas: Vec::new(),
     };
     Finalized {
         meta,

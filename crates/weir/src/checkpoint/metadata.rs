@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::barrier::{BarrierKind, CheckpointingMode};
 use crate::state::key_group::KeyGroupRange;
+use crate::state::schema::{OperatorSchemas, StateSchema};
 
 /// A state file, relative to its checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +110,10 @@ pub struct CheckpointMetadata {
     /// How many tasks took their snapshot unaligned (layout 5): zero means the checkpoint
     /// was aligned everywhere, which is what the run summary and `weir status` report.
     pub unaligned_tasks: u32,
+    /// The schema of every keyed state and key type of the job that wrote it (appended in
+    /// metadata layout 6; empty for older checkpoints, whose states restore as
+    /// unversioned): what a restore decides each state's fate from (issue 26).
+    pub schemas: Vec<OperatorSchemas>,
 }
 
 /// One channel-state file of a checkpoint (metadata layout 5).
@@ -231,6 +236,24 @@ struct Layout4 {
     files: Vec<FileOrigin>,
 }
 
+/// Layout 5 appended the channel state; layout 6 then the state schemas.
+#[derive(Deserialize)]
+struct Layout5 {
+    layout4: Layout4,
+    channel_state: Vec<ChannelStateRef>,
+    unaligned_tasks: u32,
+}
+
+impl From<Layout5> for CheckpointMetadata {
+    fn from(v5: Layout5) -> Self {
+        CheckpointMetadata {
+            channel_state: v5.channel_state,
+            unaligned_tasks: v5.unaligned_tasks,
+            ..v5.layout4.into()
+        }
+    }
+}
+
 impl From<Layout4> for CheckpointMetadata {
     fn from(v4: Layout4) -> Self {
         CheckpointMetadata {
@@ -269,6 +292,7 @@ impl From<Layout3> for CheckpointMetadata {
             files: Vec::new(),
             channel_state: Vec::new(),
             unaligned_tasks: 0,
+            schemas: Vec::new(),
         }
     }
 }
@@ -279,6 +303,9 @@ impl CheckpointMetadata {
     pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
+        }
+        if let Ok(v5) = postcard::from_bytes::<Layout5>(payload) {
+            return Ok(v5.into());
         }
         if let Ok(v4) = postcard::from_bytes::<Layout4>(payload) {
             return Ok(v4.into());
@@ -330,6 +357,20 @@ impl CheckpointMetadata {
             ));
         }
         Ok(Some(origin.crc32c))
+    }
+
+    /// The recorded schemas of operator `uid`'s state, if the checkpoint has them.
+    pub fn schemas_of(&self, uid: &str) -> Option<&OperatorSchemas> {
+        self.schemas.iter().find(|s| s.uid == uid)
+    }
+
+    /// The recorded schema of keyed state `name` of operator `uid`, if any.
+    pub fn state_schema(&self, uid: &str, name: &str) -> Option<&StateSchema> {
+        self.schemas_of(uid)?
+            .states
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &s.schema)
     }
 
     /// Records source `uid` had emitted up to this checkpoint (0 if it recorded none).

@@ -20,12 +20,21 @@ fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         files: Vec::new(),
         channel_state: Vec::new(),
         unaligned_tasks: 0,
+        schemas: Vec::new(),
     }
+}
+
+/// Layout 5's bytes: layout 6 without its trailing schemas.
+fn layout_5_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
+    let mut bytes = postcard::to_allocvec(meta).unwrap();
+    assert!(meta.schemas.is_empty());
+    assert_eq!(bytes.split_off(bytes.len() - 1), [0]);
+    bytes
 }
 
 /// Layout 4's bytes: layout 5 without its two trailing fields.
 fn layout_4_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
-    let mut bytes = postcard::to_allocvec(meta).unwrap();
+    let mut bytes = layout_5_bytes(meta);
     assert!(meta.channel_state.is_empty() && meta.unaligned_tasks == 0);
     assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
     bytes
@@ -37,6 +46,34 @@ fn layout_3_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
     assert!(meta.run_id.is_empty() && meta.files.is_empty());
     assert_eq!(bytes.split_off(bytes.len() - 2), [0, 0]);
     bytes
+}
+
+#[test]
+fn layout_6_round_trips_its_schemas() {
+    let mut meta = sample_meta(Vec::new());
+    meta.run_id = "run-a".into();
+    meta.schemas = vec![OperatorSchemas {
+        uid: "count".into(),
+        key: Some(crate::state::schema::schema_of::<u64>(0)),
+        states: vec![crate::state::schema::RecordedState {
+            name: "acc".into(),
+            kind: crate::state::StateKind::Value,
+            schema: crate::state::schema::schema_of::<(u64, String)>(3),
+        }],
+    }];
+    let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+    assert_eq!(back, meta);
+    assert_eq!(back.state_schema("count", "acc").unwrap().version, 3);
+}
+
+#[test]
+fn layout_5_still_decodes_without_schemas_its_states_unversioned() {
+    let mut meta = sample_meta(Vec::new());
+    meta.run_id = "run-a".into();
+    meta.unaligned_tasks = 1;
+    let back = CheckpointMetadata::decode(&layout_5_bytes(&meta)).unwrap();
+    assert_eq!(back, meta);
+    assert!(back.schemas_of("count").is_none());
 }
 
 #[test]

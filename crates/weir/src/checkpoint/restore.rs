@@ -36,6 +36,9 @@ pub struct RestoredCheckpoint {
     /// Channel state (unaligned checkpoints) by receiving operator: its parallelism when
     /// the checkpoint was taken and its files, decoded and checked.
     channel_state: HashMap<String, (u32, Vec<ChannelStateFile>)>,
+    /// Keyed states (uid, name) a run drops rather than restores: incompatible with the
+    /// job's new types, dropped because `--allow-non-restored-state` said so.
+    dropped: std::collections::HashSet<(String, String)>,
 }
 
 /// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
@@ -141,6 +144,7 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         operator_state,
         keyed_state,
         channel_state,
+        dropped: Default::default(),
     })
 }
 
@@ -358,13 +362,14 @@ impl RestoredCheckpoint {
                     continue;
                 }
                 for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
-                    if !bytes.is_empty() {
+                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
                         keyed
                             .entry(name.clone())
                             .or_insert_with(|| RestoredState {
                                 kind: *kind,
                                 ttl: file.ttl.get(i).copied().unwrap_or(false),
                                 sections: Vec::new(),
+                                schema: self.meta.state_schema(uid, name).cloned(),
                             })
                             .sections
                             .push(bytes.clone());
@@ -373,6 +378,36 @@ impl RestoredCheckpoint {
             }
         }
         Ok((lists, keyed))
+    }
+}
+
+impl RestoredCheckpoint {
+    /// Every keyed state the checkpoint holds for operator `uid`, with its kind, TTL and
+    /// recorded schema but no entries: what a probe backend declares against to decide
+    /// each state before any task starts.
+    pub fn recorded_keyed_states(&self, uid: &str) -> RestoredKeyedState {
+        let mut out: RestoredKeyedState = BTreeMap::new();
+        for file in self.keyed_state.get(uid).into_iter().flatten() {
+            for (i, (name, kind)) in file.states.iter().enumerate() {
+                out.entry(name.clone()).or_insert_with(|| RestoredState {
+                    kind: *kind,
+                    ttl: file.ttl.get(i).copied().unwrap_or(false),
+                    sections: Vec::new(),
+                    schema: self.meta.state_schema(uid, name).cloned(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Drops keyed state `name` of operator `uid` from what subtasks are handed: it starts
+    /// empty (an incompatible state under `--allow-non-restored-state`).
+    pub fn drop_state(&mut self, uid: &str, name: &str) {
+        self.dropped.insert((uid.to_string(), name.to_string()));
+    }
+
+    fn is_dropped(&self, uid: &str, name: &str) -> bool {
+        !self.dropped.is_empty() && self.dropped.contains(&(uid.to_string(), name.to_string()))
     }
 }
 

@@ -59,10 +59,12 @@ fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
             files: Vec::new(),
             channel_state: Vec::new(),
             unaligned_tasks: 0,
+            schemas: Vec::new(),
         },
         operator_state: HashMap::new(),
         keyed_state: HashMap::new(),
         channel_state: HashMap::new(),
+        dropped: Default::default(),
     }
 }
 

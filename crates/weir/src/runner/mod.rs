@@ -17,6 +17,9 @@
 //!   and restored, checkpoints, restarts, and per attempt the checkpoint it resumed from);
 //! * outputs published only on success ([`Job::output`]) and an optional check of the
 //!   result ([`Job::verify`]);
+//! * `PROGRAM savepoint check PATH [flags]`: holds a savepoint or checkpoint against the
+//!   job these flags build, without running it — one row per operator and state (as is,
+//!   migrates, incompatible, …), exit 1 when a run restoring it would refuse to start;
 //! * exit codes: 0 success (or stopped with a savepoint), 1 an error (one line naming the
 //!   cause), 2 bad flags (naming the flag), 3 a verification that found a wrong result.
 //!
@@ -48,6 +51,7 @@
 //!
 //! The job's flag names must differ from the runner's (clap refuses two flags of one name).
 
+mod check;
 pub mod control;
 pub mod flags;
 mod output;
@@ -134,6 +138,8 @@ pub struct Job {
     before_publish: Vec<PublishHook>,
     notes: Vec<String>,
     expected_records: Option<u64>,
+    /// Built for `savepoint check` only: outputs are neither locked nor prepared.
+    checking: bool,
 }
 
 impl Deref for Job {
@@ -164,6 +170,10 @@ impl Job {
     /// variant that clears on restore: that one would lose committed output.
     pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
+        if self.checking {
+            // Nothing runs: leave the folder (maybe a running job's) alone.
+            return output::staging_dir(&dir).map_err(Into::into);
+        }
         let restoring = self.env.config().restore != crate::api::config::RestoreFrom::Nothing;
         let lock = output::lock(&dir)?;
         let staging = output::prepare_resumable(&dir, restoring)?;
@@ -260,11 +270,22 @@ impl Runner {
         F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
     {
         quiet_panics();
-        let (flags, args) = match self.parse::<A>() {
+        let (runner, check) = match self.split_savepoint_check() {
+            Ok(split) => split,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let (flags, args) = match runner.parse::<A>() {
             Ok(parsed) => parsed,
             Err(code) => return code,
         };
-        match self.execute(&flags, &args, build) {
+        let outcome = match &check {
+            Some(path) => check::check_savepoint(&runner, &flags, &args, build, path),
+            None => runner.execute(&flags, &args, build),
+        };
+        match outcome {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {}", describe(&*e));
@@ -323,6 +344,7 @@ impl Runner {
             before_publish: Vec::new(),
             notes: Vec::new(),
             expected_records: None,
+            checking: false,
         };
         // Whatever ends the run short of success leaves the outputs' staging folders as
         // they are (`Job::output`): they hold what checkpoints committed.

@@ -37,6 +37,7 @@ use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::operator_metrics::{self, ChainMetrics};
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
+use crate::runtime::schema_check;
 use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 pub use crate::runtime::result::{
@@ -64,6 +65,8 @@ pub(crate) struct Executor<'a> {
     /// The counters of the source tasks (the plan does not change between attempts).
     pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
+    /// The job's keyed state schemas, recorded in every checkpoint's `_metadata`.
+    pub(crate) schemas: Vec<crate::state::schema::OperatorSchemas>,
 }
 
 /// Outcome of one attempt.
@@ -188,6 +191,28 @@ fn run_job(
         }
         result.restored_from = Some(r.path.clone());
     }
+    // Every keyed state decided against the checkpoint, also before any thread starts
+    // (issue 26); the job's schemas go into every checkpoint it writes.
+    let schema_report =
+        schema_check::check(&graph, &plan.uids, cfg.max_parallelism, restore.as_ref())?;
+    let refusals = schema_report.refusals(cfg.allow_non_restored_state);
+    if !refusals.is_empty() {
+        return Err(Error::Restore(refusals.join("; and ")));
+    }
+    let dropped = schema_report.dropped_states();
+    if let Some(r) = &mut restore {
+        for (uid, state) in &dropped {
+            r.drop_state(uid, state);
+            metrics.notice(
+                &mut result,
+                format!(
+                    "dropping keyed state '{state}' of operator '{uid}': its old type cannot \
+                     be read by the new one (--allow-non-restored-state); it starts empty"
+                ),
+            );
+        }
+    }
+    let restored_with_drops = restore.as_ref().map(|r| (r.path.clone(), dropped));
     let first_id = storage
         .max_checkpoint_id()?
         .max(restore.as_ref().map_or(0, |r| r.meta.checkpoint_id))
@@ -232,6 +257,7 @@ fn run_job(
         chain_metrics,
         source_metrics,
         control: control.clone(),
+        schemas: schema_report.schemas.clone(),
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
@@ -354,7 +380,18 @@ fn run_job(
                                 match reload_checkpoint(loading, &mut restarts, progress, |n| {
                                     metrics.notice(&mut result, n)
                                 }) {
-                                    Ok(r) => Some(r),
+                                    Ok(mut r) => {
+                                        // A reload of the checkpoint the run started from
+                                        // drops what the start dropped.
+                                        if let Some((path, dropped)) = &restored_with_drops {
+                                            if &r.path == path {
+                                                for (uid, state) in dropped {
+                                                    r.drop_state(uid, state);
+                                                }
+                                            }
+                                        }
+                                        Some(r)
+                                    }
                                     Err(Reload::GaveUp(last, why)) => {
                                         break Err(Error::JobFailed {
                                             attempts: attempt_no,
@@ -482,7 +519,8 @@ impl Executor<'_> {
             task_names: &task_names,
             baseline,
         };
-        let done = finalize::assemble(&info, acks);
+        let mut done = finalize::assemble(&info, acks);
+        done.meta.schemas = self.schemas.clone();
         finalize::write(&self.storage, &done.meta)?;
         Ok((done.stats, done.source_records))
     }

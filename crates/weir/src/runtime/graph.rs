@@ -360,4 +360,7 @@ pub(crate) struct JobGraph {
     pub edges: Vec<Edge>,
     /// The record types whose records can be saved as channel state (`env.register_type`).
     pub types: TypeRegistry,
+    /// Per keyed operator (by node), the probe that finds its declared states and their
+    /// schemas before any task starts (issue 26, [`super::schema_check`]).
+    pub schema_probes: Vec<(usize, super::schema_check::SchemaProbe)>,
 }

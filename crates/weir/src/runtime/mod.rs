@@ -60,6 +60,7 @@ pub mod output;
 pub mod plan;
 pub mod restart;
 pub mod result;
+pub mod schema_check;
 pub(crate) mod spawn;
 pub mod status;
 pub mod task;

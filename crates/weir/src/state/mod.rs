@@ -22,6 +22,7 @@ pub(crate) mod cow_map;
 pub(crate) mod key_group;
 pub(crate) mod keyed;
 pub(crate) mod operator;
+pub mod schema;
 
 pub use broadcast::{
     BroadcastContext, BroadcastMap, BroadcastState, BroadcastStateStore, ReadOnlyBroadcastContext,

@@ -143,6 +143,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         files: Vec::new(),
         channel_state: Vec::new(),
         unaligned_tasks: 0,
+        schemas: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

@@ -55,6 +55,7 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
             ctx.max_parallelism,
             std::mem::take(&mut ctx.keyed_state),
         );
+        backend.set_owner(&ctx.uid);
         backend.init_timers()?;
         f.open(&mut KeyedStateStore::new(&mut backend))?;
         for name in backend.unclaimed() {

@@ -23,6 +23,7 @@ mod disk;
 #[cfg(not(feature = "disk-state"))]
 #[path = "disk_off.rs"]
 mod disk;
+mod evolve;
 mod handles;
 mod table;
 mod timers;
@@ -63,6 +64,9 @@ pub struct RestoredState {
     pub ttl: bool,
     /// One encoded section per key group that had entries (ranges of the loaded file).
     pub sections: Vec<SharedBytes>,
+    /// The schema it was written with (`None`: a checkpoint from before schemas were
+    /// recorded, restored as unversioned).
+    pub schema: Option<crate::state::schema::StateSchema>,
 }
 
 /// Encoded keyed state restored for this subtask, by state name.
@@ -102,6 +106,12 @@ pub struct KeyedStateBackend<K> {
     pub(crate) time: TimeContext,
     /// The LSM of the disk backend (`None`: memory backend).
     disk: Option<std::sync::Arc<disk::DiskStore>>,
+    /// Every declared state with its restore decision (schema evolution, issue 26).
+    declared: Vec<crate::state::schema::DeclaredState>,
+    /// A probe backend decides and records declarations but loads nothing.
+    probing: bool,
+    /// The operator's uid, for messages.
+    owner: String,
 }
 
 impl<K: Key> KeyedStateBackend<K> {
@@ -146,6 +156,9 @@ impl<K: Key> KeyedStateBackend<K> {
             event_timers: None,
             time: TimeContext::default(),
             disk: None,
+            declared: Vec::new(),
+            probing: false,
+            owner: String::new(),
         }
     }
 
@@ -244,7 +257,7 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// Declares table `name` storing `S` per key, loading its restored entries.
     fn declare<S: StateValue>(&mut self, name: &str, kind: StateKind) -> Result<usize> {
-        self.declare_with::<S>(name, kind, None)
+        self.declare_with::<S>(name, kind, None, 0, None)
     }
 
     /// Declares table `name`, with TTL if `ttl` is set.
@@ -253,6 +266,8 @@ impl<K: Key> KeyedStateBackend<K> {
         name: &str,
         kind: StateKind,
         ttl: Option<StateTtlConfig>,
+        version: u32,
+        migration: Option<evolve::Migration<S>>,
     ) -> Result<usize> {
         if self.names.iter().any(|n| n == name) {
             return Err(Error::InvalidJob(format!(
@@ -269,24 +284,38 @@ impl<K: Key> KeyedStateBackend<K> {
             ),
             _ => Table::new(kind, ttl),
         };
-        if let Some(restored) = self.restored.remove(name) {
-            if restored.kind != kind {
-                return Err(Error::Restore(format!(
+        let restored = self.restored.remove(name);
+        if let Some(r) = &restored {
+            let mismatch = if r.kind != kind {
+                Some(format!(
                     "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
                      {} state now; keep its kind or give the new state another name",
-                    restored.kind.name(),
+                    r.kind.name(),
                     kind.name()
-                )));
-            }
-            if restored.ttl != table.has_ttl() {
-                return Err(Error::Restore(format!(
+                ))
+            } else if r.ttl != table.has_ttl() {
+                Some(format!(
                     "keyed state '{name}' was written {} a time-to-live and is declared {} one \
                      now; adding or removing TTL needs a new state name",
-                    if restored.ttl { "with" } else { "without" },
+                    if r.ttl { "with" } else { "without" },
                     if table.has_ttl() { "with" } else { "without" },
-                )));
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = mismatch {
+                self.refuse::<S>(name, kind, version, why)?;
+                // (a probe records the refusal and goes on declaring)
+                self.names.push(name.to_string());
+                self.table_types.push(TypeId::of::<Table<K, S>>());
+                self.tables.push(Box::new(table));
+                return Ok(self.tables.len() - 1);
             }
-            table.restore(name, &restored.sections)?;
+        }
+        let ttl = table.has_ttl();
+        let sections = self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
+        if !sections.is_empty() {
+            table.restore(name, &sections)?;
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<Table<K, S>>());
@@ -325,11 +354,21 @@ pub struct SnapshotTable {
 pub struct KeyedStateStore<'a, K> {
     backend: &'a mut KeyedStateBackend<K>,
     ttl: Option<StateTtlConfig>,
+    /// The next state's declared version ([`KeyedStateStore::with_version`]).
+    version: u32,
+    /// The next state's migration function ([`KeyedStateStore::with_migration`]), typed
+    /// when the state is declared.
+    migration: Option<Box<dyn std::any::Any>>,
 }
 
 impl<'a, K: Key> KeyedStateStore<'a, K> {
     pub(crate) fn new(backend: &'a mut KeyedStateBackend<K>) -> Self {
-        KeyedStateStore { backend, ttl: None }
+        KeyedStateStore {
+            backend,
+            ttl: None,
+            version: 0,
+            migration: None,
+        }
     }
 
     /// Gives the *next* declared state a time-to-live (Flink's `enableTimeToLive`):
@@ -339,10 +378,17 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         self
     }
 
-    fn declare<S: StateValue>(&mut self, name: &str, kind: StateKind) -> Result<usize> {
+    fn declare<S: StateValue>(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        migration: Option<evolve::Migration<S>>,
+    ) -> Result<usize> {
         Self::check_name(name)?;
         let ttl = self.ttl.take();
-        self.backend.declare_with::<S>(name, kind, ttl)
+        let version = std::mem::take(&mut self.version);
+        self.backend
+            .declare_with::<S>(name, kind, ttl, version, migration)
     }
 
     fn check_name(name: &str) -> Result<()> {
@@ -356,19 +402,28 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
 
     /// A value per key (Flink's `ValueState`).
     pub fn value_state<V: StateValue>(&mut self, name: &str) -> Result<ValueState<V>> {
-        let index = self.declare::<V>(name, StateKind::Value)?;
+        let migration = self.take_migration::<V>(name)?.map(|m| m.for_value());
+        let index = self.declare::<V>(name, StateKind::Value, migration)?;
         Ok(ValueState::new(index))
     }
 
     /// A list per key (Flink's `ListState`).
     pub fn list_state<V: StateValue>(&mut self, name: &str) -> Result<ListState<V>> {
-        let index = self.declare::<Vec<V>>(name, StateKind::List)?;
+        let migration = self.take_migration::<V>(name)?.map(|m| m.for_list());
+        let index = self.declare::<Vec<V>>(name, StateKind::List, migration)?;
         Ok(ListState::new(index))
     }
 
     /// A map per key (Flink's `MapState`).
     pub fn map_state<UK: Key, UV: StateValue>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
-        let index = self.declare::<handles::UserMap<UK, UV>>(name, StateKind::Map)?;
+        if self.migration.take().is_some() {
+            return Err(Error::InvalidJob(format!(
+                "keyed map state '{name}': map states take no migration function yet; values \
+                 that serde can read (fields added with a default, removed, or renamed with an \
+                 alias) migrate without one"
+            )));
+        }
+        let index = self.declare::<handles::UserMap<UK, UV>>(name, StateKind::Map, None)?;
         Ok(MapState::new(index))
     }
 
@@ -378,7 +433,8 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         reduce: impl Fn(V, V) -> V + Send + Sync + 'static,
     ) -> Result<ReducingState<V>> {
-        let index = self.declare::<V>(name, StateKind::Reducing)?;
+        let migration = self.take_migration::<V>(name)?.map(|m| m.for_value());
+        let index = self.declare::<V>(name, StateKind::Reducing, migration)?;
         Ok(ReducingState::new(index, reduce))
     }
 
@@ -389,7 +445,8 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         name: &str,
         aggregate: impl AggregateFunction<IN, ACC, OUT> + 'static,
     ) -> Result<AggregatingState<IN, ACC, OUT>> {
-        let index = self.declare::<ACC>(name, StateKind::Aggregating)?;
+        let migration = self.take_migration::<ACC>(name)?.map(|m| m.for_value());
+        let index = self.declare::<ACC>(name, StateKind::Aggregating, migration)?;
         Ok(AggregatingState::new(index, aggregate))
     }
 }

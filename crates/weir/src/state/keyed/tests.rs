@@ -65,6 +65,7 @@ fn value_state_round_trips_through_a_snapshot(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: groups.into_iter().map(Into::into).collect(),
+            schema: None,
         },
     );
     let mut b2 = backend(on, restored);
@@ -117,6 +118,7 @@ fn wrong_type_on_restore_is_a_clear_error(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![vec![1u8].into()],
+            schema: None,
         },
     );
     let mut b = backend(on, restored);
@@ -145,6 +147,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
                 kind: t.kind,
                 ttl: t.ttl,
                 sections: groups.into_iter().map(Into::into).collect(),
+                schema: None,
             },
         );
     }
@@ -410,6 +413,7 @@ fn unclaimed_states_are_reported_once_and_let_go(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![vec![1u8, 2].into()],
+            schema: None,
         },
     );
     let mut b = backend(on, restored);
@@ -622,6 +626,7 @@ fn a_failed_disk_restore_leaves_no_entry_behind() {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![section.into()],
+            schema: None,
         },
     );
     let mut b = backend(On::Disk { cache: 4 }, restored);

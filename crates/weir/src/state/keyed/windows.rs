@@ -286,15 +286,23 @@ impl<K: Key> KeyedStateBackend<K> {
             panes: Vec::new(),
             last: 0,
         };
-        if let Some(restored) = self.restored.remove(name) {
-            if restored.kind != StateKind::Window || restored.ttl {
-                return Err(Error::Restore(format!(
-                    "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
-                     window state now; keep its kind or give the new state another name",
-                    restored.kind.name()
-                )));
+        let restored = self.restored.remove(name);
+        if let Some(r) = restored
+            .as_ref()
+            .filter(|r| r.kind != StateKind::Window || r.ttl)
+        {
+            let why = format!(
+                "keyed state '{name}' was a {} state in the checkpoint and is declared as a \
+                 window state now; keep its kind or give the new state another name",
+                r.kind.name()
+            );
+            self.refuse::<WindowSlot<ACC>>(name, StateKind::Window, 0, why)?;
+        } else {
+            let sections =
+                self.evolve::<WindowSlot<ACC>>(name, StateKind::Window, 0, false, restored, None)?;
+            if !sections.is_empty() {
+                table.restore(name, &sections)?;
             }
-            table.restore(name, &restored.sections)?;
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<WindowTable<K, ACC>>());

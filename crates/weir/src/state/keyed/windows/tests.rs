@@ -78,6 +78,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredK
                 kind: t.kind,
                 ttl: t.ttl,
                 sections,
+                schema: None,
             },
         );
     }

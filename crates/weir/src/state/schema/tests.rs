@@ -1,0 +1,127 @@
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::storage::shared_bytes::SharedBytes;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct V1 {
+    count: u64,
+    label: String,
+    old: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct V2 {
+    count: u64,
+    #[serde(alias = "label")]
+    name: String,
+    #[serde(default)]
+    added: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Required {
+    count: u64,
+    needed: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Retyped {
+    count: String,
+}
+
+#[test]
+fn the_same_type_has_the_same_fingerprint_and_another_shape_another() {
+    let a = schema_of::<V1>(1);
+    assert!(a.traced());
+    assert_eq!(a, schema_of::<V1>(1));
+    assert_ne!(a.fingerprint, schema_of::<V2>(1).fingerprint);
+    assert_eq!(decide::<V1>(&a, &schema_of::<V1>(2), None), Decision::AsIs);
+}
+
+#[test]
+fn serde_reads_added_removed_and_renamed_fields() {
+    let old = schema_of::<V1>(1);
+    assert_eq!(
+        decide::<V2>(&old, &schema_of::<V2>(2), None),
+        Decision::MigratesBySerde
+    );
+    let entries = [(
+        7u64,
+        V1 {
+            count: 3,
+            label: "x".into(),
+            old: 9,
+        },
+    )];
+    let mut bytes = Vec::new();
+    for e in &entries {
+        bytes = postcard::to_extend(e, bytes).unwrap();
+    }
+    let decoder = serde_decoder::<V2>(&old).unwrap();
+    let out = transcode::<u64, V2>(&[SharedBytes::from(bytes)], false, &decoder).unwrap();
+    let back: (u64, V2) = postcard::from_bytes(&out[0]).unwrap();
+    assert_eq!(
+        back,
+        (
+            7,
+            V2 {
+                count: 3,
+                name: "x".into(),
+                added: 0
+            }
+        )
+    );
+}
+
+#[test]
+fn a_required_field_or_a_changed_field_type_is_incompatible() {
+    let old = schema_of::<V1>(1);
+    match decide::<Required>(&old, &schema_of::<Required>(2), None) {
+        Decision::Incompatible(why) => assert!(why.contains("needed"), "{why}"),
+        d => panic!("{d:?}"),
+    }
+    assert!(matches!(
+        decide::<Retyped>(&old, &schema_of::<Retyped>(2), None),
+        Decision::Incompatible(_)
+    ));
+    // ...unless a migration function reads the old type.
+    assert_eq!(
+        decide::<Retyped>(&old, &schema_of::<Retyped>(2), Some(&old)),
+        Decision::MigratesByFunction
+    );
+}
+
+#[test]
+fn a_changed_key_type_is_incompatible() {
+    assert_eq!(
+        decide_key(&schema_of::<u64>(0), &schema_of::<u64>(0)),
+        Decision::AsIs
+    );
+    assert!(matches!(
+        decide_key(&schema_of::<u64>(0), &schema_of::<String>(0)),
+        Decision::Incompatible(_)
+    ));
+}
+
+#[test]
+fn the_refusal_names_operator_state_schemas_and_ways_out() {
+    let m = incompatible_message(
+        "counts",
+        "total",
+        Some(&schema_of::<V1>(1)),
+        Some(&schema_of::<Required>(2)),
+        "missing field `needed`",
+    );
+    for part in [
+        "'counts'",
+        "'total'",
+        "V1 v1",
+        "Required v2",
+        "with_migration",
+        "--allow-non-restored-state",
+        "fresh",
+    ] {
+        assert!(m.contains(part), "{part} in {m}");
+    }
+}

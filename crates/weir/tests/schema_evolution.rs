@@ -1,0 +1,487 @@
+//! Upgrading a job (issue 26): "v1" and "v2" of one job are two job-building functions with
+//! the same uids and different state types. v1 stops mid-input, leaving a mid-run
+//! checkpoint; v2 restores it — at the same and at another parallelism — and must end with
+//! the exact count of every key (proof that the restored values were read, migrated and
+//! kept), for a field added with a default, a field removed, a field renamed with an
+//! alias, and a hand-written migration. A change serde cannot bridge, and a changed key
+//! type, are refused before anything runs, and `check_savepoint` says so beforehand.
+
+mod common;
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use weir::prelude::*;
+use weir::state::StateValue;
+
+const N: u64 = 20_000;
+const KEYS: u64 = 20;
+/// Each of v1's two source subtasks stops after this many of its records.
+const STOP: u64 = 3_000;
+
+/// v1's state: a count with a label and a sum.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccV1 {
+    count: u64,
+    label: String,
+    sum: u64,
+}
+
+/// v2, a field added with a default.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccAdded {
+    count: u64,
+    label: String,
+    sum: u64,
+    #[serde(default)]
+    added: u64,
+}
+
+/// v2, a field removed (`sum`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccRemoved {
+    count: u64,
+    label: String,
+}
+
+/// v2, a field renamed with an alias (`count` → `total`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccRenamed {
+    #[serde(alias = "count")]
+    total: u64,
+    label: String,
+    sum: u64,
+}
+
+/// v2 with a new required field: serde cannot read v1's values, a migration function can.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccMigrated {
+    count: u64,
+    label_len: u64,
+}
+
+/// v2 with a field whose type changed and no migration: incompatible.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccRetyped {
+    count: String,
+}
+
+/// What the counting function needs of its state type.
+trait Acc: StateValue {
+    fn fresh(key: u64) -> Self;
+    fn bump(&mut self, record: u64);
+    fn count(&self) -> u64;
+    /// Whether the value is what the job's history says it must be for `key` (the
+    /// fields a migration carries over).
+    fn consistent(&self, key: u64) -> bool;
+    fn declare(states: &mut KeyedStateStore<'_, u64>) -> Result<ValueState<Self>> {
+        states.value_state("acc")
+    }
+}
+
+fn label(key: u64) -> String {
+    format!("key-{key}")
+}
+
+impl Acc for AccV1 {
+    fn fresh(key: u64) -> Self {
+        AccV1 {
+            count: 0,
+            label: label(key),
+            sum: 0,
+        }
+    }
+    fn bump(&mut self, record: u64) {
+        self.count += 1;
+        self.sum += record;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        self.label == label(key)
+    }
+}
+
+impl Acc for AccAdded {
+    fn fresh(key: u64) -> Self {
+        AccAdded {
+            count: 0,
+            label: label(key),
+            sum: 0,
+            added: 0,
+        }
+    }
+    fn bump(&mut self, record: u64) {
+        self.count += 1;
+        self.sum += record;
+        self.added += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        // The default (0) for restored values, then one per record since: fewer than all.
+        self.label == label(key) && self.added < self.count
+    }
+}
+
+impl Acc for AccRemoved {
+    fn fresh(key: u64) -> Self {
+        AccRemoved {
+            count: 0,
+            label: label(key),
+        }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        self.label == label(key)
+    }
+}
+
+impl Acc for AccRenamed {
+    fn fresh(key: u64) -> Self {
+        AccRenamed {
+            total: 0,
+            label: label(key),
+            sum: 0,
+        }
+    }
+    fn bump(&mut self, record: u64) {
+        self.total += 1;
+        self.sum += record;
+    }
+    fn count(&self) -> u64 {
+        self.total
+    }
+    fn consistent(&self, key: u64) -> bool {
+        self.label == label(key) && self.sum > 0
+    }
+}
+
+impl Acc for AccMigrated {
+    fn fresh(key: u64) -> Self {
+        AccMigrated {
+            count: 0,
+            label_len: label(key).len() as u64,
+        }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        self.label_len == label(key).len() as u64
+    }
+    fn declare(states: &mut KeyedStateStore<'_, u64>) -> Result<ValueState<Self>> {
+        states
+            .with_version(2)
+            .with_migration(|old: AccV1| AccMigrated {
+                count: old.count,
+                label_len: old.label.len() as u64,
+            })
+            .value_state("acc")
+    }
+}
+
+impl Acc for AccRetyped {
+    fn fresh(_: u64) -> Self {
+        AccRetyped { count: "0".into() }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count = (self.count() + 1).to_string();
+    }
+    fn count(&self) -> u64 {
+        self.count.parse().unwrap_or(u64::MAX)
+    }
+    fn consistent(&self, _: u64) -> bool {
+        true
+    }
+}
+
+/// Counts records per key in state of type `A`; at the end emits `(key, count)`, or
+/// `(key, u64::MAX)` for a value that is not consistent.
+#[derive(Clone)]
+struct Counter<A> {
+    state: Option<ValueState<A>>,
+    _a: PhantomData<fn() -> A>,
+}
+
+impl<A> Default for Counter<A> {
+    fn default() -> Self {
+        Counter {
+            state: None,
+            _a: PhantomData,
+        }
+    }
+}
+
+impl<A> CheckpointedFunction for Counter<A> {}
+
+impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+        self.state = Some(A::declare(states)?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        record: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _: &mut Collector<'_, (u64, u64)>,
+    ) -> Result<()> {
+        let state = self.state.expect("declared in open");
+        let key = *ctx.key();
+        ctx.get_mut_or_insert_with(state, || A::fresh(key))
+            .bump(record);
+        Ok(())
+    }
+
+    fn on_end_of_input(
+        &mut self,
+        ctx: &mut KeyedEndContext<'_, u64>,
+        out: &mut Collector<'_, (u64, u64)>,
+    ) -> Result<()> {
+        let state = self.state.expect("declared in open");
+        for (k, v) in ctx.entries(state) {
+            out.collect((
+                *k,
+                if v.consistent(*k) {
+                    v.count()
+                } else {
+                    u64::MAX
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A v1-shaped state under a `String` key: the key type changed.
+#[derive(Clone, Default)]
+struct StringKeyed {
+    state: Option<ValueState<AccV1>>,
+}
+
+impl CheckpointedFunction for StringKeyed {}
+
+impl KeyedProcessFunction<String, u64, (u64, u64)> for StringKeyed {
+    fn open(&mut self, states: &mut KeyedStateStore<'_, String>) -> Result<()> {
+        self.state = Some(states.value_state("acc")?);
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        _: u64,
+        _: &mut KeyedContext<'_, String>,
+        _: &mut Collector<'_, (u64, u64)>,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn cfg(dir: &Path, parallelism: u32) -> JobConfig {
+    config("upgrade", dir, parallelism, CheckpointingMode::ExactlyOnce)
+}
+
+/// The job with state type `A`, reading `source`.
+fn job<A: Acc, S: SourceFunction<u64>>(
+    cfg: JobConfig,
+    source: S,
+    out: &CollectSink<(u64, u64)>,
+) -> StreamEnvironment {
+    let env = StreamEnvironment::new(cfg);
+    env.add_source("events", source)
+        .uid("events")
+        .key_by(|i: &u64| i % KEYS)
+        .process(Counter::<A>::default())
+        .uid("count")
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    env
+}
+
+/// Runs v1 until it stops mid-input; returns its newest (mid-run) checkpoint.
+fn v1_checkpoint(dir: &Path) -> PathBuf {
+    let mut c = cfg(dir, 2);
+    c.restart = RestartStrategy::None;
+    let out = CollectSink::new();
+    let r = job::<AccV1, _>(c, StopMidRun::new(GeneratorSource::new(N), STOP), &out).execute();
+    assert_stopped_mid_run(r);
+    common::newest_checkpoint(dir, "upgrade").0
+}
+
+/// Restores v2 (state type `A`) from `from` at `parallelism` and checks the exact counts.
+fn v2_restores_exactly<A: Acc>(dir: &Path, from: &Path, parallelism: u32, verdict: &str) {
+    let mut c = cfg(dir, parallelism);
+    c.restore = RestoreFrom::Path(from.to_path_buf());
+    let out = CollectSink::new();
+    let env = job::<A, _>(c, GeneratorSource::new(N), &out);
+    let report = env.check_savepoint(from).unwrap();
+    assert!(report.refusals(false).is_empty(), "{}", report.table());
+    let acc = report
+        .rows
+        .iter()
+        .find(|r| r.uid == "count" && r.state == "acc")
+        .unwrap_or_else(|| panic!("no row for the state:\n{}", report.table()));
+    assert_eq!(acc.verdict, verdict, "{}", report.table());
+    let r = env.execute().unwrap();
+    assert_resumed_mid_run(&r, from, N);
+    let got: HashMap<u64, u64> = out.take().into_iter().collect();
+    assert_eq!(
+        got,
+        common::expected(N, KEYS),
+        "at parallelism {parallelism}"
+    );
+}
+
+fn evolves<A: Acc>(verdict: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    for p in [2, 3] {
+        v2_restores_exactly::<A>(dir.path(), &mid, p, verdict);
+    }
+}
+
+#[test]
+fn the_same_type_restores_as_is() {
+    evolves::<AccV1>("restorable as is");
+}
+
+#[test]
+fn a_field_added_with_a_default_migrates() {
+    evolves::<AccAdded>("migrates (serde)");
+}
+
+#[test]
+fn a_removed_field_migrates() {
+    evolves::<AccRemoved>("migrates (serde)");
+}
+
+#[test]
+fn a_field_renamed_with_an_alias_migrates() {
+    evolves::<AccRenamed>("migrates (serde)");
+}
+
+#[test]
+fn a_migration_function_reads_what_serde_cannot() {
+    evolves::<AccMigrated>("migrates (migration function)");
+}
+
+#[test]
+fn an_unmigratable_change_is_refused_before_anything_runs_and_check_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let mut c = cfg(dir.path(), 2);
+    c.restore = RestoreFrom::Path(mid.clone());
+    let out = CollectSink::new();
+    let env = job::<AccRetyped, _>(c.clone(), GeneratorSource::new(N), &out);
+    let report = env.check_savepoint(&mid).unwrap();
+    let refusals = report.refusals(false);
+    assert_eq!(refusals.len(), 1, "{}", report.table());
+    let e = env.execute().unwrap_err().to_string();
+    for part in [
+        "operator 'count'",
+        "state 'acc'",
+        "AccV1",
+        "AccRetyped",
+        "with_migration",
+        "--allow-non-restored-state",
+        "fresh",
+    ] {
+        assert!(e.contains(part), "'{part}' missing from: {e}");
+        assert!(
+            refusals[0].contains(part),
+            "'{part}' missing from: {}",
+            refusals[0]
+        );
+    }
+    assert!(out.take().is_empty(), "nothing may run");
+    // The way out: drop the state. The run restores the rest and counts afresh.
+    c.allow_non_restored_state = true;
+    let env = job::<AccRetyped, _>(c, GeneratorSource::new(N), &out);
+    let r = env.execute().unwrap();
+    assert!(
+        r.notices
+            .iter()
+            .any(|n| n.contains("dropping keyed state 'acc'")),
+        "{:?}",
+        r.notices
+    );
+    let counted: u64 = out.take().into_iter().map(|(_, c)| c).sum();
+    assert!(
+        counted < N,
+        "the dropped counts started from zero: {counted}"
+    );
+}
+
+#[test]
+fn a_changed_key_type_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    for allow in [false, true] {
+        let mut c = cfg(dir.path(), 2);
+        c.restore = RestoreFrom::Path(mid.clone());
+        c.allow_non_restored_state = allow;
+        let out = CollectSink::new();
+        let env = StreamEnvironment::new(c);
+        env.add_source("events", GeneratorSource::new(N))
+            .uid("events")
+            .key_by(|i: &u64| (i % KEYS).to_string())
+            .process(StringKeyed::default())
+            .uid("count")
+            .add_sink("collect", out.clone())
+            .uid("sink");
+        let report = env.check_savepoint(&mid).unwrap();
+        assert!(
+            report
+                .rows
+                .iter()
+                .any(|r| r.state == "(key)" && r.verdict == "incompatible"),
+            "{}",
+            report.table()
+        );
+        let e = env.execute().unwrap_err().to_string();
+        assert!(e.contains("key type changed"), "{e}");
+        assert!(e.contains("operator 'count'"), "{e}");
+    }
+}
+
+#[test]
+fn checkpoints_record_key_and_state_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let out = CollectSink::new();
+    let env = job::<AccV1, _>(cfg(dir.path(), 2), GeneratorSource::new(N), &out);
+    let report = env.check_savepoint(&mid).unwrap();
+    let key = report
+        .rows
+        .iter()
+        .find(|r| r.uid == "count" && r.state == "(key)")
+        .unwrap_or_else(|| panic!("{}", report.table()));
+    assert_eq!(key.old.as_ref().unwrap().type_name, "u64");
+    let acc = report.rows.iter().find(|r| r.state == "acc").unwrap();
+    assert!(acc.old.as_ref().unwrap().type_name.ends_with("AccV1"));
+    assert!(acc.old.as_ref().unwrap().traced());
+}
+
+#[test]
+fn a_folder_that_is_no_checkpoint_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = CollectSink::new();
+    let env = job::<AccV1, _>(cfg(dir.path(), 2), GeneratorSource::new(N), &out);
+    let e = env.check_savepoint(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("_metadata"), "{e}");
+}
