@@ -61,6 +61,7 @@ pub mod plan;
 pub mod restart;
 pub mod result;
 pub(crate) mod spawn;
+pub mod state_backend;
 pub mod status;
 pub mod task;
 pub mod unaligned;

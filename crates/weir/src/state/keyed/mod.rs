@@ -15,10 +15,8 @@
 //! Each kind stores one value per key (Flink's semantics): a list state whose list becomes
 //! empty, or a map state whose map becomes empty, has no entry for that key any more.
 
-// Selected through `StateBackendKind`, which only tests choose until every state kind works
-// on disk (issue 25): no user-reachable half backend.
+// Selected through `StateBackendKind` (the job's `--state-backend`, issue 25).
 #[cfg(feature = "disk-state")]
-#[cfg_attr(not(test), allow(dead_code))]
 mod disk;
 #[cfg(not(feature = "disk-state"))]
 #[path = "disk_off.rs"]
@@ -70,7 +68,6 @@ pub type RestoredKeyedState = BTreeMap<String, RestoredState>;
 
 /// Where a keyed operator keeps its keyed state (DESIGN.md §13).
 #[derive(Debug, Clone, Default)]
-#[cfg_attr(not(test), allow(dead_code))]
 pub enum StateBackendKind {
     /// Copy-on-write hash tables in memory (the default): the fastest, bounded by memory.
     #[default]
@@ -105,7 +102,8 @@ pub struct KeyedStateBackend<K> {
 }
 
 impl<K: Key> KeyedStateBackend<K> {
-    /// A backend for key groups `range`, optionally loaded from a restore.
+    /// A backend in memory for key groups `range`, optionally loaded from a restore.
+    #[cfg(test)]
     pub(crate) fn new(
         range: KeyGroupRange,
         max_parallelism: u32,
@@ -115,7 +113,6 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// A backend of kind `kind` for key groups `range`, optionally loaded from a restore.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn with_kind(
         kind: &StateBackendKind,
         range: KeyGroupRange,
