@@ -131,7 +131,7 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
         }
         if self.emit_final {
             for (k, v) in ctx.entries(state) {
-                out.collect((k.clone(), *v));
+                out.collect((k, v));
             }
         }
         Ok(())

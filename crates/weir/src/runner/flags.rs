@@ -138,10 +138,11 @@ pub struct RunFlags {
     /// state larger than memory). Default: $WEIR_STATE_BACKEND if set, else memory.
     #[arg(long, value_enum)]
     pub state_backend: Option<Backend>,
-    /// Local folder of the disk backend's working files (DIR/JOB, emptied at every start
-    /// and restart: the durable copy is the checkpoint).
-    #[arg(long, default_value = "weir-state")]
-    pub state_dir: PathBuf,
+    /// Local folder of the disk backend's working files (DIR/JOB/run-PID-N, emptied at
+    /// every restart and removed at the end: the durable copy is the checkpoint); put it
+    /// on a fast local disk with room for the state [default: $TMPDIR/weir-state].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// The job's name (default: the program's): its checkpoint folder and the prefix of its
     /// sinks' transactions. Give concurrent runs of one job different names.
     #[arg(long)]
@@ -340,7 +341,9 @@ impl RunFlags {
             Backend::Memory => StateBackend::Memory,
             Backend::Disk => StateBackend::Disk,
         });
-        c.state_dir = self.state_dir.clone();
+        if let Some(dir) = &self.state_dir {
+            c.state_dir = dir.clone();
+        }
         c
     }
 

@@ -69,8 +69,10 @@ pub struct JobConfig {
     /// [`STATE_BACKEND_ENV`](crate::runtime::state_backend::STATE_BACKEND_ENV) if set, else
     /// memory. The disk backend holds state larger than memory (feature `disk-state`).
     pub state_backend: Option<StateBackend>,
-    /// The local folder under which the disk backend works (`<dir>/<name>`, emptied at
-    /// every attempt: the durable copy is the checkpoint). Default `weir-state`.
+    /// The local folder under which the disk backend works (`<dir>/<name>/run-<pid>-<n>`,
+    /// emptied at every attempt and removed at the end: the durable copy is the
+    /// checkpoint). Default `weir-state` in the system's temporary folder (Flink's
+    /// `io.tmp.dirs`); put it on a fast local disk with room for the state.
     pub state_dir: PathBuf,
 }
 
@@ -95,7 +97,7 @@ impl JobConfig {
             savepoint_dir: PathBuf::from("weir-savepoints"),
             retain_on_cancel: true,
             state_backend: None,
-            state_dir: PathBuf::from("weir-state"),
+            state_dir: std::env::temp_dir().join("weir-state"),
         }
     }
 }

@@ -384,7 +384,8 @@ fn run_job(
     metrics
         .source_records
         .store(exec.source_records(), Ordering::Relaxed);
-    let Executor { state_backend, .. } = exec;
+    let state_backend = exec.state_backend.clone();
+    drop(exec); // closes the writers' queue
     for w in writers {
         let _ = w.join();
     }

@@ -74,7 +74,7 @@ impl StateBackend {
 }
 
 /// The job's resolved backend and, on disk, its working folder.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct JobStateBackend {
     backend: StateBackend,
     /// `<state_dir>/<job>`, holding one folder per run.

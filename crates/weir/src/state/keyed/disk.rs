@@ -130,6 +130,82 @@ impl DiskStore {
     }
 }
 
+impl DiskStore {
+    /// The firing order of the timers of table `name` (a keyspace of its own, empty: it is
+    /// rebuilt from the timers table, never snapshotted).
+    pub(crate) fn timer_order<K: Key>(self: &Arc<Self>, name: &str) -> Result<DiskTimerOrder<K>> {
+        let ks = self
+            .db
+            .keyspace(
+                &format!("order{name}"),
+                fjall::KeyspaceCreateOptions::default,
+            )
+            .map_err(|e| lsm_error(&self.dir, e))?;
+        Ok(DiskTimerOrder {
+            store: self.clone(),
+            ks,
+            buf: Vec::new(),
+            _k: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The firing order of one timer domain on disk (Flink keeps its timers in RocksDB too):
+/// keys `time (8 bytes, big-endian) ‖ postcard(key)` with no value, so the earliest timer
+/// is the keyspace's first key and the order costs no memory per timer.
+pub(crate) struct DiskTimerOrder<K> {
+    store: Arc<DiskStore>,
+    ks: fjall::Keyspace,
+    buf: Vec<u8>,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K: Key> DiskTimerOrder<K> {
+    fn encode(&mut self, time: u64, key: &K) -> Result<Vec<u8>> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.extend_from_slice(&time.to_be_bytes());
+        postcard::to_extend(key, buf).map_err(|e| Error::StateDecode {
+            what: "a timer's key (encoding)".into(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Adds the timer (time, key).
+    pub(crate) fn insert(&mut self, time: u64, key: &K) -> Result<()> {
+        let k = self.encode(time, key)?;
+        let r = self.ks.insert(k.as_slice(), []);
+        self.buf = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
+    /// Removes the timer (time, key).
+    pub(crate) fn remove(&mut self, time: u64, key: &K) -> Result<()> {
+        let k = self.encode(time, key)?;
+        let r = self.ks.remove(k.as_slice());
+        self.buf = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
+    /// The earliest timer, if any.
+    pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
+        let Some(guard) = self.ks.first_key_value() else {
+            return Ok(None);
+        };
+        let k = guard.key().map_err(|e| lsm_error(&self.store.dir, e))?;
+        let bad = |cause: String| Error::StateDecode {
+            what: "a timer read from disk".into(),
+            cause,
+        };
+        let (time, key) = k
+            .split_at_checked(8)
+            .ok_or_else(|| bad("too short".into()))?;
+        let time = u64::from_be_bytes(time.try_into().map_err(|_| bad("too short".into()))?);
+        let key = postcard::from_bytes(key).map_err(|e| bad(e.to_string()))?;
+        Ok(Some((time, key)))
+    }
+}
+
 /// The disk side of one state's table: its keyspace and the cache's dirty keys.
 pub(crate) struct DiskTier<K, S> {
     store: Arc<DiskStore>,
@@ -281,6 +357,56 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(keys)
     }
 
+    /// Calls `f` with every entry and its TTL stamp (after a write-back), streaming from
+    /// the LSM: memory holds one entry at a time, not the state.
+    pub(crate) fn for_each(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        mut f: impl FnMut(&K, &S, Option<u64>),
+    ) -> Result<()> {
+        self.write_back(map, ttl)?;
+        for guard in self.ks.iter() {
+            let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
+            let (key, value, stamp) = decode_entry::<K, S>(&k, &v, ttl.is_some())?;
+            f(&key, &value, stamp);
+        }
+        Ok(())
+    }
+
+    /// Every entry live at `now` (after a write-back), decoded one at a time as the
+    /// iterator is advanced: memory holds one entry, not the state.
+    ///
+    /// # Panics
+    /// If the LSM fails to read or holds an entry that does not decode (it wrote them
+    /// itself): the task fails and restarts from its last checkpoint.
+    pub(crate) fn stream(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        now: u64,
+    ) -> Result<impl Iterator<Item = (K, S)> + use<K, S>> {
+        self.write_back(map, ttl)?;
+        let ttl_ms = ttl.map(|t| t.cfg.ttl_ms());
+        let dir = self.store.dir.clone();
+        Ok(self.ks.iter().filter_map(move |guard| {
+            let entry = guard
+                .into_inner()
+                .map_err(|e| lsm_error(&dir, e))
+                .and_then(|(k, v)| decode_entry::<K, S>(&k, &v, ttl_ms.is_some()));
+            match entry {
+                Ok((key, value, stamp)) => {
+                    let live = match (ttl_ms, stamp) {
+                        (Some(ttl), Some(stamp)) => now < stamp.saturating_add(ttl),
+                        _ => true,
+                    };
+                    live.then_some((key, value))
+                }
+                Err(e) => panic!("keyed state on disk: {e}"),
+            }
+        }))
+    }
+
     /// Synchronous phase of a snapshot: writes the cache back and pins the LSM at this
     /// point (an MVCC snapshot: later writes are invisible to it). `None` if empty.
     pub(crate) fn snapshot(
@@ -355,6 +481,25 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         }
         batch.commit().map_err(|e| self.err(e))
     }
+}
+
+/// Decodes one LSM entry: its key, its value and (`ttl`) its TTL stamp.
+fn decode_entry<K: Key, S: StateValue>(
+    lsm_key: &[u8],
+    value: &[u8],
+    ttl: bool,
+) -> Result<(K, S, Option<u64>)> {
+    let key = decode_key::<K>(lsm_key)?;
+    let err = |e: postcard::Error| Error::StateDecode {
+        what: "keyed state read from disk".into(),
+        cause: e.to_string(),
+    };
+    Ok(if ttl {
+        let (v, stamp) = postcard::from_bytes::<(S, u64)>(value).map_err(err)?;
+        (key, v, Some(stamp))
+    } else {
+        (key, postcard::from_bytes(value).map_err(err)?, None)
+    })
 }
 
 /// Decodes the user key of an LSM key (after its two key-group bytes).

@@ -257,9 +257,9 @@ impl<K: Key> KeyedStateBackend<K> {
             )));
         }
         let ttl = ttl.map(ttl::Ttl::new);
-        // Timers (`__` names) stay in memory: their firing index is in memory anyway.
+        // Every table of a disk backend is on disk, the timers' registrations included.
         let mut table = match &self.disk {
-            Some(store) if !name.starts_with("__") => Table::on_disk(
+            Some(store) => Table::on_disk(
                 kind,
                 ttl,
                 store.tier::<K, S>(self.tables.len(), self.max_parallelism)?,
@@ -486,26 +486,15 @@ pub struct KeyedEndContext<'a, K> {
 }
 
 impl<K: Key> KeyedEndContext<'_, K> {
-    /// Every `(key, value)` of `state` on this subtask, in no particular order.
-    ///
-    /// On the disk backend this reads every entry of the state into memory first (it is
-    /// meant for end-of-input results, which are held in memory to be emitted anyway).
+    /// Every `(key, value)` of `state` on this subtask, in no particular order, as owned
+    /// pairs: on the disk backend they are decoded from the LSM as the iterator advances,
+    /// so a state larger than memory can be emitted whole at end of input.
     pub fn entries<V: StateValue>(
         &mut self,
         state: ValueState<V>,
-    ) -> impl Iterator<Item = (&K, &V)> {
+    ) -> impl Iterator<Item = (K, V)> + '_ {
         let now = crate::clock::wall_ms();
-        if self.backend.table::<V>(state.index()).on_disk_tier() {
-            let keys = self.backend.tables[state.index()]
-                .keys()
-                .unwrap_or_else(|e| panic!("keyed state on disk: {e}"));
-            let table = self.backend.table_mut::<V>(state.index());
-            for k in &keys {
-                table.load_all(k);
-            }
-        }
-        let table = self.backend.table::<V>(state.index());
-        table.map.iter().filter(move |(k, _)| table.live(k, now))
+        self.backend.table_mut::<V>(state.index()).entries(now)
     }
 
     /// Runs `f` once for every key that has `state` on this subtask, with a context scoped

@@ -533,6 +533,58 @@ fn state_larger_than_the_cache_keeps_every_value(on: On) {
     );
 }
 
+/// Timers of both domains, many more keys than the disk cache holds: they fire in time
+/// order, once each, deleted ones never; the pending ones survive a snapshot and restore on
+/// either backend (the firing order rebuilt from the registrations).
+fn timers_fire_in_order_and_survive_a_restore(on: On) {
+    let mut b = backend(on, BTreeMap::new());
+    b.init_timers().unwrap();
+    for k in 0..200u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        ctx.register_event_time_timer(1000 - k);
+        ctx.register_event_time_timer(1000 - k); // one timer per (key, time)
+        ctx.register_processing_time_timer(5000 + k);
+        if k % 10 == 0 {
+            ctx.delete_event_time_timer(1000 - k);
+        }
+    }
+    // Event time: the watermark 900 fires the times 801..=900 (keys 100..=199), in order.
+    let mut fired = Vec::new();
+    while let Some(t) = b.pop_due_event_timer(900) {
+        fired.push(t);
+    }
+    let want: Vec<(u64, u64)> = (100..200u64)
+        .rev()
+        .filter(|k| k % 10 != 0)
+        .map(|k| (1000 - k, k))
+        .collect();
+    assert_eq!(fired, want, "{on:?}");
+    assert_eq!(b.pop_due_timer(4999), None);
+    assert_eq!(b.pop_due_timer(5000), Some((5000, 0)));
+    let restored = round_trip(&mut b);
+    for to in both(on) {
+        let mut r = backend(to, restored.clone());
+        r.init_timers().unwrap();
+        let mut event = Vec::new();
+        while let Some(t) = r.pop_due_event_timer(u64::MAX) {
+            event.push(t);
+        }
+        let want: Vec<(u64, u64)> = (0..100u64)
+            .rev()
+            .filter(|k| k % 10 != 0)
+            .map(|k| (1000 - k, k))
+            .collect();
+        assert_eq!(event, want, "{on:?} → {to:?}");
+        let processing: Vec<_> = std::iter::from_fn(|| r.pop_due_timer(u64::MAX)).collect();
+        let want: Vec<(u64, u64)> = (1..200u64).map(|k| (5000 + k, k)).collect();
+        assert_eq!(processing, want, "{on:?} → {to:?}");
+        assert_eq!(r.pop_due_timer(u64::MAX), None);
+    }
+}
+
 /// Generates one `#[test]` per backend for each test function above that takes an [`On`].
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -563,6 +615,7 @@ backend_tests!(
     unclaimed_states_are_reported_once_and_let_go,
     snapshots_move_between_backends_and_rescale,
     state_larger_than_the_cache_keeps_every_value,
+    timers_fire_in_order_and_survive_a_restore,
 );
 
 /// The disk backend works in a folder of its own under the one it is given, leaves the
