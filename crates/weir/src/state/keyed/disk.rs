@@ -114,6 +114,18 @@ impl DiskStore {
         index: usize,
         max_parallelism: u32,
     ) -> Result<DiskTier<K, S>> {
+        self.tier_in(index, None, max_parallelism)
+    }
+
+    /// The tier of namespace `ns` of the state at `index`: its entries are keyed
+    /// `ns (8 bytes, big-endian) ‖ key_group ‖ postcard(key)` in the state's keyspace, so
+    /// one namespace (a window's pane) is one key range — fired, and dropped, by one scan.
+    pub(crate) fn tier_in<K: Key, S: StateValue>(
+        self: &Arc<Self>,
+        index: usize,
+        ns: Option<u64>,
+        max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
         let ks = self
             .db
             .keyspace(&format!("s{index}"), fjall::KeyspaceCreateOptions::default)
@@ -121,6 +133,7 @@ impl DiskStore {
         Ok(DiskTier {
             store: self.clone(),
             ks,
+            prefix: ns.map(|n| n.to_be_bytes().to_vec()).unwrap_or_default(),
             dirty: FxHashSet::default(),
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
@@ -210,6 +223,8 @@ impl<K: Key> DiskTimerOrder<K> {
 pub(crate) struct DiskTier<K, S> {
     store: Arc<DiskStore>,
     ks: fjall::Keyspace,
+    /// What every LSM key of this tier starts with (its namespace; empty without one).
+    prefix: Vec<u8>,
     /// Keys written through the cache since the last write-back (present in the cache: a
     /// put; absent: a delete).
     dirty: FxHashSet<K>,
@@ -227,6 +242,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Encodes `k`'s LSM key into `buf`: its key group, then its postcard bytes.
     fn encode_key(&self, k: &K, buf: &mut Vec<u8>) -> Result<()> {
         buf.clear();
+        buf.extend_from_slice(&self.prefix);
         let g = key_group(k, self.max_parallelism) as u16;
         buf.extend_from_slice(&g.to_be_bytes());
         let out = postcard::to_extend(k, std::mem::take(buf)).map_err(|e| Error::StateDecode {
@@ -262,12 +278,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache unless the cache has
     /// it or it was deleted through the cache (whatever the cache's size).
-    pub(crate) fn load(
-        &mut self,
-        map: &mut CowMap<K, S>,
-        ttl: Option<&mut Ttl<K>>,
-        key: &K,
-    ) -> Result<()> {
+    fn load(&mut self, map: &mut CowMap<K, S>, ttl: Option<&mut Ttl<K>>, key: &K) -> Result<()> {
         if map.get(key).is_some() || self.dirty.contains(key) {
             return Ok(());
         }
@@ -306,6 +317,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let mut key = Vec::new();
         for k in self.dirty.drain() {
             key.clear();
+            key.extend_from_slice(&self.prefix);
             let g = key_group(&k, self.max_parallelism) as u16;
             key.extend_from_slice(&g.to_be_bytes());
             key = postcard::to_extend(&k, key).map_err(|e| Error::StateDecode {
@@ -337,22 +349,30 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Whether the state has no entry (after a write-back: exact).
     pub(crate) fn is_empty(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<bool> {
         self.write_back(map, ttl)?;
-        self.ks.is_empty().map_err(|e| self.err(e))
+        match self.ks.prefix(&self.prefix).next() {
+            None => Ok(true),
+            Some(guard) => guard.key().map(|_| false).map_err(|e| self.err(e)),
+        }
     }
 
     /// Number of entries (after a write-back; a full scan: tests and tools only).
     pub(crate) fn len(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<usize> {
         self.write_back(map, ttl)?;
-        self.ks.len().map_err(|e| self.err(e))
+        let mut n = 0;
+        for guard in self.ks.prefix(&self.prefix) {
+            guard.key().map_err(|e| self.err(e))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Every key with state (after a write-back).
     pub(crate) fn keys(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
         self.write_back(map, ttl)?;
         let mut keys = Vec::new();
-        for guard in self.ks.iter() {
+        for guard in self.ks.prefix(&self.prefix) {
             let k = guard.key().map_err(|e| self.err(e))?;
-            keys.push(decode_key::<K>(&k)?);
+            keys.push(decode_key::<K>(&k, self.prefix.len())?);
         }
         Ok(keys)
     }
@@ -366,12 +386,25 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         mut f: impl FnMut(&K, &S, Option<u64>),
     ) -> Result<()> {
         self.write_back(map, ttl)?;
-        for guard in self.ks.iter() {
+        for guard in self.ks.prefix(&self.prefix) {
             let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
-            let (key, value, stamp) = decode_entry::<K, S>(&k, &v, ttl.is_some())?;
+            let (key, value, stamp) =
+                decode_entry::<K, S>(&k, self.prefix.len(), &v, ttl.is_some())?;
             f(&key, &value, stamp);
         }
         Ok(())
+    }
+
+    /// Removes every entry of the tier from the LSM (a window's pane dropped whole); the
+    /// caller drops the cache.
+    pub(crate) fn clear(&mut self) -> Result<()> {
+        self.dirty.clear();
+        let mut batch = self.store.db.batch().durability(None);
+        for guard in self.ks.prefix(&self.prefix) {
+            let k = guard.key().map_err(|e| self.err(e))?;
+            batch.remove(&self.ks, k);
+        }
+        batch.commit().map_err(|e| self.err(e))
     }
 
     /// Every entry live at `now` (after a write-back), decoded one at a time as the
@@ -389,11 +422,12 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         self.write_back(map, ttl)?;
         let ttl_ms = ttl.map(|t| t.cfg.ttl_ms());
         let dir = self.store.dir.clone();
-        Ok(self.ks.iter().filter_map(move |guard| {
+        let skip = self.prefix.len();
+        Ok(self.ks.prefix(&self.prefix).filter_map(move |guard| {
             let entry = guard
                 .into_inner()
                 .map_err(|e| lsm_error(&dir, e))
-                .and_then(|(k, v)| decode_entry::<K, S>(&k, &v, ttl_ms.is_some()));
+                .and_then(|(k, v)| decode_entry::<K, S>(&k, skip, &v, ttl_ms.is_some()));
             match entry {
                 Ok((key, value, stamp)) => {
                     let live = match (ttl_ms, stamp) {
@@ -421,6 +455,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(Some(Box::new(DiskView::<S> {
             snapshot: self.store.db.snapshot(),
             ks: self.ks.clone(),
+            prefix: self.prefix.clone(),
             dir: self.store.dir.clone(),
             range,
             ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
@@ -439,7 +474,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     ) -> Result<()> {
         let result = self.restore_inner(what, sections, ttl);
         if result.is_err() {
-            self.ks.clear().map_err(|e| self.err(e))?;
+            self.clear()?;
         }
         result
     }
@@ -467,6 +502,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 let key_len = rest.len() - after_key.len();
                 let value_len = after_key.len() - after_value.len();
                 key.clear();
+                key.extend_from_slice(&self.prefix);
                 let g = key_group(&k, self.max_parallelism) as u16;
                 key.extend_from_slice(&g.to_be_bytes());
                 key.extend_from_slice(&rest[..key_len]);
@@ -486,10 +522,11 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 /// Decodes one LSM entry: its key, its value and (`ttl`) its TTL stamp.
 fn decode_entry<K: Key, S: StateValue>(
     lsm_key: &[u8],
+    prefix: usize,
     value: &[u8],
     ttl: bool,
 ) -> Result<(K, S, Option<u64>)> {
-    let key = decode_key::<K>(lsm_key)?;
+    let key = decode_key::<K>(lsm_key, prefix)?;
     let err = |e: postcard::Error| Error::StateDecode {
         what: "keyed state read from disk".into(),
         cause: e.to_string(),
@@ -502,9 +539,9 @@ fn decode_entry<K: Key, S: StateValue>(
     })
 }
 
-/// Decodes the user key of an LSM key (after its two key-group bytes).
-fn decode_key<K: Key>(lsm_key: &[u8]) -> Result<K> {
-    let bytes = lsm_key.get(2..).unwrap_or_default();
+/// Decodes the user key of an LSM key (after its `prefix` bytes and two key-group bytes).
+fn decode_key<K: Key>(lsm_key: &[u8], prefix: usize) -> Result<K> {
+    let bytes = lsm_key.get(prefix + 2..).unwrap_or_default();
     postcard::from_bytes(bytes).map_err(|e| Error::StateDecode {
         what: "a key of keyed state read from disk".into(),
         cause: e.to_string(),
@@ -516,6 +553,8 @@ fn decode_key<K: Key>(lsm_key: &[u8]) -> Result<K> {
 struct DiskView<S> {
     snapshot: fjall::Snapshot,
     ks: fjall::Keyspace,
+    /// The tier's namespace prefix (before the key group).
+    prefix: Vec<u8>,
     dir: PathBuf,
     range: KeyGroupRange,
     /// With TTL: the config and the time of the snapshot (expired entries are left out).
@@ -531,9 +570,11 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
     fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
         use fjall::Readable;
         let g = self.range.start + shard as u32;
-        let prefix = (g as u16).to_be_bytes();
+        let mut prefix = self.prefix.clone();
+        prefix.extend_from_slice(&(g as u16).to_be_bytes());
+        let skip = prefix.len();
         let mut out = EncodedShard::default();
-        for guard in self.snapshot.prefix(&self.ks, prefix) {
+        for guard in self.snapshot.prefix(&self.ks, &prefix) {
             let (k, v) = guard.into_inner().map_err(|e| lsm_error(&self.dir, e))?;
             if let Some((cfg, now)) = &self.ttl {
                 let (_, stamp): (S, u64) =
@@ -546,7 +587,7 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
                 }
             }
             // postcard((k, v)) is postcard(k) ‖ postcard(v): the stored bytes, unchanged.
-            out.bytes.extend_from_slice(&k[2..]);
+            out.bytes.extend_from_slice(&k[skip..]);
             out.bytes.extend_from_slice(&v);
             out.entries += 1;
         }

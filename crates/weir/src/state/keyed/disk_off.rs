@@ -46,6 +46,14 @@ impl DiskStore {
     pub(crate) fn timer_order<K>(&self, _name: &str) -> Result<DiskTimerOrder<K>> {
         match *self {}
     }
+    pub(crate) fn tier_in<K, S>(
+        &self,
+        _index: usize,
+        _ns: Option<u64>,
+        _max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
+        match *self {}
+    }
     pub(crate) fn tier<K, S>(
         &self,
         _index: usize,
@@ -70,18 +78,13 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<()> {
         self.never()
     }
-    pub(crate) fn load(
-        &mut self,
-        _map: &mut CowMap<K, S>,
-        _ttl: Option<&mut Ttl<K>>,
-        _key: &K,
-    ) -> Result<()> {
-        self.never()
-    }
     pub(crate) fn len(&mut self, _map: &CowMap<K, S>, _ttl: Option<&Ttl<K>>) -> Result<usize> {
         self.never()
     }
     pub(crate) fn keys(&mut self, _map: &CowMap<K, S>, _ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
+        self.never()
+    }
+    pub(crate) fn clear(&mut self) -> Result<()> {
         self.never()
     }
     pub(crate) fn stream(

@@ -185,26 +185,18 @@ impl<K: Key> KeyedStateBackend<K> {
             .collect()
     }
 
-    /// The table behind `index`, which stores `S` per key.
+    /// The table behind `index`, which stores `S` per key. (There is no direct access to
+    /// a table's map: on disk it is only a cache, reached through [`Table::access`].)
     ///
     /// # Panics
     /// If it stores another type (a handle used with a backend that did not issue it).
     #[inline]
-    fn table<S: StateValue>(&self, index: usize) -> &Table<K, S> {
-        self.check_type::<S>(index);
-        let t: &dyn StateTable<K> = &*self.tables[index];
-        // SAFETY: `check_type` verified that the box at `index` holds a `Table<K, S>` (its
-        // `TypeId` was recorded from the boxed value in `declare_with`), so the trait
-        // object's data pointer points to one.
-        unsafe { &*(t as *const dyn StateTable<K>).cast::<Table<K, S>>() }
-    }
-
-    /// The table behind `index`, mutably (see [`KeyedStateBackend::table`]).
-    #[inline]
     fn table_mut<S: StateValue>(&mut self, index: usize) -> &mut Table<K, S> {
         self.check_type::<S>(index);
         let t: &mut dyn StateTable<K> = &mut *self.tables[index];
-        // SAFETY: as in `table`; the `&mut self` borrow makes the reference unique.
+        // SAFETY: `check_type` verified that the box at `index` holds a `Table<K, S>` (its
+        // `TypeId` was recorded from the boxed value in `declare_with`), so the trait
+        // object's data pointer points to one; the `&mut self` borrow makes it unique.
         unsafe { &mut *(t as *mut dyn StateTable<K>).cast::<Table<K, S>>() }
     }
 
@@ -214,18 +206,6 @@ impl<K: Key> KeyedStateBackend<K> {
             self.table_types[index] == TypeId::of::<Table<K, S>>(),
             "a state handle is only issued for a table of its stored type"
         );
-    }
-
-    /// The map behind table `index`, which stores `S` per key.
-    #[inline]
-    pub(crate) fn map<S: StateValue>(&self, index: usize) -> &CowMap<K, S> {
-        &self.table::<S>(index).map
-    }
-
-    /// The map behind table `index`, mutably.
-    #[inline]
-    pub(crate) fn map_mut<S: StateValue>(&mut self, index: usize) -> &mut CowMap<K, S> {
-        &mut self.table_mut::<S>(index).map
     }
 
     /// The map behind `index`, after TTL bookkeeping for an access to `key`.

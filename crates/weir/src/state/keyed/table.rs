@@ -154,6 +154,14 @@ impl<K: Key, S: StateValue> Table<K, S> {
         self.ttl.as_ref().is_none_or(|t| t.live(key, now))
     }
 
+    /// On disk: removes every entry from the LSM (the table is being dropped whole).
+    pub fn clear_disk(&mut self) -> Result<()> {
+        match &mut self.disk {
+            Some(disk) => disk.clear(),
+            None => Ok(()),
+        }
+    }
+
     /// Every `(key, value)` live at `now`, cloned from the map in memory; on disk decoded
     /// from the LSM as the iterator advances (one entry in memory at a time).
     ///

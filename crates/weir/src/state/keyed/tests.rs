@@ -4,7 +4,7 @@ use super::*;
 
 /// Which backend a test runs on.
 #[derive(Debug, Clone, Copy)]
-enum On {
+pub(super) enum On {
     Memory,
     /// The disk backend with a cache of `cache` keys per state: tiny, so that tests evict
     /// (write back and reload) all the time.
@@ -19,7 +19,7 @@ fn backend(on: On, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
     backend_for(on, KeyGroupRange { start: 0, end: 16 }, restored)
 }
 
-fn backend_for(
+pub(super) fn backend_for(
     on: On,
     range: KeyGroupRange,
     restored: RestoredKeyedState,
