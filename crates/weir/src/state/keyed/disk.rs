@@ -29,7 +29,11 @@ use super::super::cow_map::CowMap;
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateValue};
 use super::table::{EncodedShard, TableSnapshot};
-use super::ttl::{StateTtlConfig, Ttl};
+use super::ttl::{StateTtlConfig, Ttl, SWEEP_EVERY};
+
+/// Entries one step of the disk TTL sweep looks at ([`DiskTier::maybe_sweep`]): with one
+/// step every [`SWEEP_EVERY`] accesses, a quarter of an entry per access.
+const SWEEP_ENTRIES: usize = 256;
 use crate::error::{Error, Result};
 use crate::storage::shared_bytes::SharedBytes;
 
@@ -134,6 +138,8 @@ impl DiskStore {
             store: self.clone(),
             ks,
             prefix: ns.map(|n| n.to_be_bytes().to_vec()).unwrap_or_default(),
+            sweep_from: Vec::new(),
+            accesses: 0,
             dirty: FxHashSet::default(),
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
@@ -157,6 +163,7 @@ impl DiskStore {
         Ok(DiskTimerOrder {
             store: self.clone(),
             ks,
+            from: Vec::new(),
             buf: Vec::new(),
             _k: std::marker::PhantomData,
         })
@@ -166,9 +173,16 @@ impl DiskStore {
 /// The firing order of one timer domain on disk (Flink keeps its timers in RocksDB too):
 /// keys `time (8 bytes, big-endian) ‖ postcard(key)` with no value, so the earliest timer
 /// is the keyspace's first key and the order costs no memory per timer.
+///
+/// Fired timers leave tombstones at the front of the keyspace until a compaction drops
+/// them, and an LSM seek from the start steps over every one (firing n timers would cost
+/// n²): the search starts after the last timer removed instead, moved back by any timer
+/// registered before it.
 pub(crate) struct DiskTimerOrder<K> {
     store: Arc<DiskStore>,
     ks: fjall::Keyspace,
+    /// No timer's key is below this (the successor of the last one fired, or lower).
+    from: Vec<u8>,
     buf: Vec<u8>,
     _k: std::marker::PhantomData<fn() -> K>,
 }
@@ -187,6 +201,9 @@ impl<K: Key> DiskTimerOrder<K> {
     /// Adds the timer (time, key).
     pub(crate) fn insert(&mut self, time: u64, key: &K) -> Result<()> {
         let k = self.encode(time, key)?;
+        if k < self.from {
+            self.from.clone_from(&k);
+        }
         let r = self.ks.insert(k.as_slice(), []);
         self.buf = k;
         r.map_err(|e| lsm_error(&self.store.dir, e))
@@ -200,9 +217,19 @@ impl<K: Key> DiskTimerOrder<K> {
         r.map_err(|e| lsm_error(&self.store.dir, e))
     }
 
+    /// Removes the earliest timer, which [`DiskTimerOrder::first`] returned as `(time,
+    /// key)`: no timer is below it any more.
+    pub(crate) fn remove_first(&mut self, time: u64, key: &K) -> Result<()> {
+        let mut k = self.encode(time, key)?;
+        let r = self.ks.remove(k.as_slice());
+        k.push(0); // the least key above it
+        self.from = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
     /// The earliest timer, if any.
     pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
-        let Some(guard) = self.ks.first_key_value() else {
+        let Some(guard) = self.ks.range(self.from.as_slice()..).next() else {
             return Ok(None);
         };
         let k = guard.key().map_err(|e| lsm_error(&self.store.dir, e))?;
@@ -225,6 +252,10 @@ pub(crate) struct DiskTier<K, S> {
     ks: fjall::Keyspace,
     /// What every LSM key of this tier starts with (its namespace; empty without one).
     prefix: Vec<u8>,
+    /// With TTL: where the next sweep step starts (empty: from the beginning).
+    sweep_from: Vec<u8>,
+    /// With TTL: accesses since the last sweep step.
+    accesses: u32,
     /// Keys written through the cache since the last write-back (present in the cache: a
     /// put; absent: a delete).
     dirty: FxHashSet<K>,
@@ -393,6 +424,44 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             f(&key, &value, stamp);
         }
         Ok(())
+    }
+
+    /// With TTL, once every [`SWEEP_EVERY`] accesses: one step of the sweep that removes
+    /// expired entries nobody reads again — the next [`SWEEP_ENTRIES`] entries of the LSM,
+    /// resuming where the last step stopped and wrapping around (Flink's incremental
+    /// cleanup). Entries the cache holds are the in-memory TTL's to expire. Deletes are
+    /// ordinary writes, so a snapshot pinned earlier still sees what it saw.
+    pub(crate) fn maybe_sweep(&mut self, map: &CowMap<K, S>, ttl: &Ttl<K>, now: u64) -> Result<()> {
+        self.accesses += 1;
+        if self.accesses < SWEEP_EVERY {
+            return Ok(());
+        }
+        self.accesses = 0;
+        let mut batch = self.store.db.batch().durability(None);
+        let mut next = Vec::new();
+        let mut seen = 0;
+        let mut range = self.prefix.clone();
+        if self.sweep_from > range {
+            range.clone_from(&self.sweep_from);
+        }
+        for guard in self.ks.range(range..) {
+            let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
+            if !k.starts_with(&self.prefix) {
+                break;
+            }
+            if seen == SWEEP_ENTRIES {
+                next = k.to_vec();
+                break;
+            }
+            seen += 1;
+            let (key, _, stamp) = decode_entry::<K, S>(&k, self.prefix.len(), &v, true)?;
+            let expired = stamp.is_some_and(|s| ttl.expired(s, now));
+            if expired && map.get(&key).is_none() && !self.dirty.contains(&key) {
+                batch.remove(&self.ks, k);
+            }
+        }
+        self.sweep_from = next;
+        batch.commit().map_err(|e| self.err(e))
     }
 
     /// Removes every entry of the tier from the LSM (a window's pane dropped whole); the

@@ -37,6 +37,9 @@ impl<K> DiskTimerOrder<K> {
     pub(crate) fn remove(&mut self, _time: u64, _key: &K) -> Result<()> {
         self.never()
     }
+    pub(crate) fn remove_first(&mut self, _time: u64, _key: &K) -> Result<()> {
+        self.never()
+    }
     pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
         self.never()
     }
@@ -82,6 +85,14 @@ impl<K, S> DiskTier<K, S> {
         self.never()
     }
     pub(crate) fn keys(&mut self, _map: &CowMap<K, S>, _ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
+        self.never()
+    }
+    pub(crate) fn maybe_sweep(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: &Ttl<K>,
+        _now: u64,
+    ) -> Result<()> {
         self.never()
     }
     pub(crate) fn clear(&mut self) -> Result<()> {

@@ -139,13 +139,19 @@ impl<K: Key, S: StateValue> Table<K, S> {
 
     #[inline(never)]
     fn access_hooked(&mut self, key: &K, write: bool) {
+        let now = crate::clock::wall_ms();
         if let Some(disk) = &mut self.disk {
             if let Err(e) = disk.fault_in(&mut self.map, self.ttl.as_mut(), key, write) {
                 panic!("keyed state on disk: {e}");
             }
+            if let Some(ttl) = &self.ttl {
+                if let Err(e) = disk.maybe_sweep(&self.map, ttl, now) {
+                    panic!("keyed state on disk: {e}");
+                }
+            }
         }
         if let Some(ttl) = &mut self.ttl {
-            ttl.on_access(&mut self.map, key, write, crate::clock::wall_ms());
+            ttl.on_access(&mut self.map, key, write, now);
         }
     }
 

@@ -300,7 +300,7 @@ impl<K: Key> TimerIndex<K> {
         if time > now {
             return None;
         }
-        on_disk(disk.remove(time, &key));
+        on_disk(disk.remove_first(time, &key));
         remove_time(table, &key, time);
         Some((time, key))
     }
