@@ -17,8 +17,9 @@
 //!   thread in the canonical per-key-group format: a savepoint restores on either backend.
 //! * A restore that fails to decode leaves the state empty, as the memory backend does.
 //!
-//! What stays in memory on this backend (this session): timers and window panes, which are
-//! snapshotted canonically as before.
+//! * Timers (their registrations, and their firing order in a keyspace of their own:
+//!   [`DiskTimerOrder`]) and window panes (a namespace per pane: [`DiskStore::tier_in`]) live
+//!   here too; expired TTL entries nobody reads again are swept ([`DiskTier::maybe_sweep`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
