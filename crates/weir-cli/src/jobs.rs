@@ -155,9 +155,9 @@ fn verify_state<K: Key>(
     let have: std::collections::HashMap<u64, u64> = ctx
         .entries(state)
         .filter_map(|(k, v)| {
-            (k as &dyn std::any::Any)
+            (&k as &dyn std::any::Any)
                 .downcast_ref::<u64>()
-                .map(|k| (*k, *v))
+                .map(|k| (*k, v))
         })
         .collect();
     for k in 0..keys.min(n) {
