@@ -26,7 +26,11 @@ fn runs(state: &Path) -> Vec<String> {
 #[test]
 fn keyed_count_on_disk_survives_a_sigkill_exactly() {
     let tmp = tempfile::tempdir().unwrap();
-    let (d, o, state) = (tmp.path().join("chk"), tmp.path().join("out"), tmp.path().join("state"));
+    let (d, o, state) = (
+        tmp.path().join("chk"),
+        tmp.path().join("out"),
+        tmp.path().join("state"),
+    );
     let (n, keys) = (150_000u64, 5000u64);
     let (chk, out, st) = (checkpoint_arg(&d), s(&o), s(&state));
     let args = |restore: bool| {
@@ -47,10 +51,17 @@ fn keyed_count_on_disk_survives_a_sigkill_exactly() {
         keyed_count_args(n, keys, &extra, restore)
     };
     let job = d.join("keyed-count");
-    let mut child = spawn_logged(&mut weir(tmp.path(), args(false)), &tmp.path().join("first.log"));
+    let mut child = spawn_logged(
+        &mut weir(tmp.path(), args(false)),
+        &tmp.path().join("first.log"),
+    );
     wait_for_checkpoints(&mut child, &job, 3, RUN_TIMEOUT);
     let killed = runs(&state);
-    assert_eq!(killed.len(), 1, "the running job works in one run folder: {killed:?}");
+    assert_eq!(
+        killed.len(),
+        1,
+        "the running job works in one run folder: {killed:?}"
+    );
     sigkill_running(&mut child, "first run");
     let run = run(&mut weir(tmp.path(), args(true)));
     run.assert_success();
