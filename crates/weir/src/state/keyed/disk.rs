@@ -440,12 +440,11 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         self.accesses = 0;
         let mut batch = self.store.db.batch().durability(None);
         let mut next = Vec::new();
-        let mut seen = 0;
         let mut range = self.prefix.clone();
         if self.sweep_from > range {
             range.clone_from(&self.sweep_from);
         }
-        for guard in self.ks.range(range..) {
+        for (seen, guard) in self.ks.range(range..).enumerate() {
             let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
             if !k.starts_with(&self.prefix) {
                 break;
@@ -454,7 +453,6 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 next = k.to_vec();
                 break;
             }
-            seen += 1;
             let (key, _, stamp) = decode_entry::<K, S>(&k, self.prefix.len(), &v, true)?;
             let expired = stamp.is_some_and(|s| ttl.expired(s, now));
             if expired && map.get(&key).is_none() && !self.dirty.contains(&key) {
