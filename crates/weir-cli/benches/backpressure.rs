@@ -223,7 +223,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
         _out: &mut Collector<'_, (u64, u64)>,
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
-        let counts = ctx.entries(state).map(|(k, v)| (*k, *v)).collect();
+        let counts = ctx.entries(state).collect();
         self.finals
             .lock()
             .unwrap_or_else(|p| p.into_inner())

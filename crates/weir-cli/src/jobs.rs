@@ -131,7 +131,7 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
         }
         if self.emit_final {
             for (k, v) in ctx.entries(state) {
-                out.collect((k.clone(), *v));
+                out.collect((k, v));
             }
         }
         Ok(())
@@ -155,9 +155,9 @@ fn verify_state<K: Key>(
     let have: std::collections::HashMap<u64, u64> = ctx
         .entries(state)
         .filter_map(|(k, v)| {
-            (k as &dyn std::any::Any)
+            (&k as &dyn std::any::Any)
                 .downcast_ref::<u64>()
-                .map(|k| (*k, *v))
+                .map(|k| (*k, v))
         })
         .collect();
     for k in 0..keys.min(n) {

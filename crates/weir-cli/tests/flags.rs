@@ -62,6 +62,15 @@ fn zero_keys_parallelism_rate_and_max_parallelism_exit_2() {
 }
 
 #[test]
+fn an_unknown_state_backend_exits_2_naming_both() {
+    refused(
+        "keyed-count",
+        &["--state-backend", "rocksdb"],
+        &["--state-backend", "memory", "disk"],
+    );
+}
+
+#[test]
 fn parallelism_above_max_parallelism_exits_2_before_the_endpoint_opens() {
     refused(
         "keyed-count",

@@ -116,7 +116,7 @@ pub use error::{Error, Result};
 pub mod prelude {
     pub use crate::api::config::{
         CheckpointConfig, CheckpointingMode, FailureInjection, JobConfig, RestartStrategy,
-        RestoreFrom,
+        RestoreFrom, StateBackend,
     };
     pub use crate::api::connected::{ConnectedStreams, KeyedConnectedStreams};
     pub use crate::api::execution::{

@@ -52,7 +52,7 @@ impl<T> KeyedProcessFunction<u64, T, (u64, u64)> for CountPerKey {
     ) -> Result<()> {
         let count = self.count.expect("open() declares the state");
         for (k, v) in ctx.entries(count) {
-            out.collect((*k, *v));
+            out.collect((k, v));
         }
         Ok(())
     }

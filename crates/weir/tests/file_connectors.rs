@@ -47,7 +47,7 @@ impl KeyedProcessFunction<String, String, (String, u64)> for CountWords {
         out: &mut Collector<'_, (String, u64)>,
     ) -> Result<()> {
         for (k, v) in ctx.entries(self.count.unwrap()) {
-            out.collect((k.clone(), *v));
+            out.collect((k, v));
         }
         Ok(())
     }

@@ -508,3 +508,92 @@ fn a_link_swapped_in_mid_savepoint_leads_nothing_outside() {
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(out.take().len() as u64, N);
 }
+
+/// Savepoints are canonical whatever the backend (DESIGN §13): one taken on the disk
+/// backend at parallelism 2 restores on the memory backend at 3, whose savepoint restores
+/// on disk at 1, and the counts come out exact — each run resuming the previous one.
+#[cfg(feature = "disk-state")]
+#[test]
+fn a_savepoint_moves_between_the_disk_and_memory_backends_at_any_parallelism() {
+    let tmp = tempfile::tempdir().unwrap();
+    let on = |p: u32, backend: StateBackend, restore: RestoreFrom| {
+        let mut c = cfg(tmp.path(), p, restore);
+        c.state_backend = Some(backend);
+        c.state_dir = tmp.path().join("state");
+        c
+    };
+    let out = CollectSink::new();
+    let state = tmp.path().join("state/sp-job");
+    let (sp1, result) = while_running(
+        job(
+            on(2, StateBackend::Disk, RestoreFrom::Nothing),
+            Some(400_000.0),
+            &out,
+        ),
+        60_000,
+        move |c| (lsm_folders(&state), c.stop_with_savepoint(None, false)),
+    );
+    let (lsms, sp1) = sp1;
+    assert_eq!(lsms, 2, "one LSM per keyed subtask while running on disk");
+    let sp1 = sp1.expect("savepoint on disk").path;
+    result.unwrap();
+
+    let out = CollectSink::new();
+    let (sp2, result) = while_running(
+        job(
+            on(3, StateBackend::Memory, RestoreFrom::Path(sp1.clone())),
+            Some(400_000.0),
+            &out,
+        ),
+        120_000,
+        |c| c.stop_with_savepoint(None, false),
+    );
+    let sp2 = sp2.expect("savepoint in memory").path;
+    let result = result.unwrap();
+    let at_sp1 = result.records_restored();
+    assert!((60_000..N).contains(&at_sp1), "sp1 restored at {at_sp1}");
+
+    let out = CollectSink::new();
+    let result = execute_within(
+        job(
+            on(1, StateBackend::Disk, RestoreFrom::Path(sp2.clone())),
+            None,
+            &out,
+        )
+        .env,
+        None,
+    )
+    .unwrap();
+    assert_eq!(counts(&out), expected(N, KEYS));
+    weir::testing::assert_resumed(&result, N);
+    assert_eq!(result.last_restore().map(|r| &r.path), Some(&sp2));
+    assert!(result.records_restored() > at_sp1, "sp2 is past sp1");
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("state/sp-job"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name() != ".weir-state")
+        .collect();
+    assert!(
+        left.is_empty(),
+        "every run removed its working folder: {left:?}"
+    );
+}
+
+/// The LSM folders (`run-*/<uid>-<subtask>/weir-keyed-*`) under a job's state folder.
+#[cfg(feature = "disk-state")]
+fn lsm_folders(job: &Path) -> usize {
+    let dirs = |p: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(p)
+            .map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    dirs(job)
+        .iter()
+        .flat_map(|run| dirs(run))
+        .flat_map(|op| dirs(&op))
+        .filter(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("weir-keyed-"))
+        })
+        .count()
+}

@@ -256,8 +256,8 @@ impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
         let state = self.state.expect("declared in open");
         for (k, v) in ctx.entries(state) {
             out.collect((
-                *k,
-                if v.consistent(*k) {
+                k,
+                if v.consistent(k) {
                     v.count()
                 } else {
                     u64::MAX

@@ -113,7 +113,7 @@ impl KeyedProcessFunction<u64, (u64, u64), (u64, u64, u64)> for Totals {
         out: &mut Collector<'_, (u64, u64, u64)>,
     ) -> Result<()> {
         for (k, t) in ctx.entries(self.state.unwrap()) {
-            out.collect((*k, t.0, t.1));
+            out.collect((k, t.0, t.1));
         }
         Ok(())
     }

@@ -287,7 +287,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
     ) -> weir::Result<()> {
         let state = self.state.expect("open() declares the state");
         let (n, keying) = self.truth;
-        let summary = CountSummary::of(n, keying, ctx.entries(state).map(|(k, v)| (*k, *v)));
+        let summary = CountSummary::of(n, keying, ctx.entries(state));
         self.finals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -612,7 +612,7 @@ impl KeyedProcessFunction<u64, u64, u64> for Blob {
         for (k, v) in ctx.entries(state) {
             keys += 1;
             intact +=
-                u64::from(v.len() == self.value_bytes && v[..len - 1] == blob(*k, len)[..len - 1]);
+                u64::from(v.len() == self.value_bytes && v[..len - 1] == blob(k, len)[..len - 1]);
         }
         self.finals
             .lock()

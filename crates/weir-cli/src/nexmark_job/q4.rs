@@ -239,7 +239,7 @@ impl KeyedProcessFunction<i64, PriceChange, Q4Row> for AveragePrice {
         out: &mut Collector<'_, Q4Row>,
     ) -> weir::Result<()> {
         let state = self.state.expect("open() runs first");
-        for (&category, &(sum, count)) in ctx.entries(state) {
+        for (category, (sum, count)) in ctx.entries(state) {
             if count > 0 {
                 // Integer division truncates toward zero, as Flink's AVG over BIGINT.
                 out.collect(Q4Row(category, (sum / i128::from(count)) as i64));

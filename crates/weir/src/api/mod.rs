@@ -60,6 +60,7 @@ pub mod config {
     pub use crate::runtime::config::{JobConfig, RestoreFrom};
     pub use crate::runtime::fault::FailureInjection;
     pub use crate::runtime::restart::RestartStrategy;
+    pub use crate::runtime::state_backend::StateBackend;
 }
 
 /// Running a job: what [`StreamEnvironment::execute`](crate::api::stream::StreamEnvironment::execute)

@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 
 use super::control::ControlArgs;
 use super::UsageError;
-use crate::api::config::{JobConfig, RestoreFrom};
+use crate::api::config::{JobConfig, RestoreFrom, StateBackend};
 use crate::prelude::{CheckpointConfig, CheckpointingMode, FailureInjection, RestartStrategy};
 use crate::state::key_group::MAX_MAX_PARALLELISM;
 
@@ -38,6 +38,15 @@ pub enum Restart {
     /// Restarts --restart-delay apart, unless more than --max-failures-per-interval failures
     /// happened within --failure-rate-interval.
     FailureRate,
+}
+
+/// State backend, as a flag.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+pub enum Backend {
+    /// Keyed state in memory.
+    Memory,
+    /// Keyed state in an embedded LSM on the local disk.
+    Disk,
 }
 
 /// The operational flags of a run; see the module docs.
@@ -124,6 +133,16 @@ pub struct RunFlags {
     /// turns periodic watermarks off.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     pub auto_watermark_interval: Duration,
+    /// Where keyed state lives: `memory` (the fastest; bounded by memory) or `disk` (an
+    /// embedded LSM per keyed subtask under --state-dir, with a bounded cache in memory:
+    /// state larger than memory). Default: $WEIR_STATE_BACKEND if set, else memory.
+    #[arg(long, value_enum)]
+    pub state_backend: Option<Backend>,
+    /// Local folder of the disk backend's working files (DIR/JOB/run-PID-N, emptied at
+    /// every restart and removed at the end: the durable copy is the checkpoint); put it
+    /// on a fast local disk with room for the state [default: $TMPDIR/weir-state].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// The job's name (default: the program's): its checkpoint folder and the prefix of its
     /// sinks' transactions. Give concurrent runs of one job different names.
     #[arg(long)]
@@ -252,6 +271,11 @@ impl RunFlags {
                 }
             }
         }
+        if self.state_backend == Some(Backend::Disk) && !cfg!(feature = "disk-state") {
+            return Err(UsageError::new(
+                "--state-backend disk: this binary was built without the disk backend (cargo                  feature `disk-state` of weir, on by default in the weir CLI); rebuild with it                  or use --state-backend memory",
+            ));
+        }
         let name = self.job_name.as_deref().unwrap_or(default_name);
         if let Err(e) = crate::storage::validate_name("job name", name) {
             let flag = if self.job_name.is_some() {
@@ -313,6 +337,13 @@ impl RunFlags {
             },
         };
         c.identical_failure_limit = self.identical_failure_limit.0;
+        c.state_backend = self.state_backend.map(|b| match b {
+            Backend::Memory => StateBackend::Memory,
+            Backend::Disk => StateBackend::Disk,
+        });
+        if let Some(dir) = &self.state_dir {
+            c.state_dir = dir.clone();
+        }
         c
     }
 

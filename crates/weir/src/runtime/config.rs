@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::checkpoint::coordinator::CheckpointConfig;
 use crate::runtime::fault::FailureInjection;
 use crate::runtime::restart::RestartStrategy;
+use crate::runtime::state_backend::StateBackend;
 use crate::state::key_group::DEFAULT_MAX_PARALLELISM;
 
 /// Where a job's state starts from.
@@ -64,6 +65,15 @@ pub struct JobConfig {
     /// `--restore latest` can resume it (Flink's `RETAIN_ON_CANCELLATION`). When off, a
     /// job that stops with a savepoint deletes the checkpoints it took.
     pub retain_on_cancel: bool,
+    /// Where keyed state lives (`--state-backend`); `None` takes
+    /// [`STATE_BACKEND_ENV`](crate::runtime::state_backend::STATE_BACKEND_ENV) if set, else
+    /// memory. The disk backend holds state larger than memory (feature `disk-state`).
+    pub state_backend: Option<StateBackend>,
+    /// The local folder under which the disk backend works (`<dir>/<name>/run-<pid>-<n>`,
+    /// emptied at every attempt and removed at the end: the durable copy is the
+    /// checkpoint). Default `weir-state` in the system's temporary folder (Flink's
+    /// `io.tmp.dirs`); put it on a fast local disk with room for the state.
+    pub state_dir: PathBuf,
 }
 
 impl JobConfig {
@@ -86,6 +96,8 @@ impl JobConfig {
             allow_non_restored_state: false,
             savepoint_dir: PathBuf::from("weir-savepoints"),
             retain_on_cancel: true,
+            state_backend: None,
+            state_dir: std::env::temp_dir().join("weir-state"),
         }
     }
 }

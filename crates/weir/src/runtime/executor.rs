@@ -38,6 +38,7 @@ use crate::runtime::operator_metrics::{self, ChainMetrics};
 use crate::runtime::plan::{plan, Plan};
 use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
 use crate::runtime::schema_check;
+use crate::runtime::state_backend::JobStateBackend;
 use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 pub use crate::runtime::result::{
@@ -67,6 +68,8 @@ pub(crate) struct Executor<'a> {
     pub(crate) control: Arc<ControlHub>,
     /// The job's keyed state schemas, recorded in every checkpoint's `_metadata`.
     pub(crate) schemas: Vec<crate::state::schema::OperatorSchemas>,
+    /// Where keyed operators keep their state (resolved once, before anything runs).
+    pub(crate) state_backend: JobStateBackend,
 }
 
 /// Outcome of one attempt.
@@ -131,6 +134,7 @@ fn run_job(
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
     check_unaligned(&graph, &plan, cfg)?;
+    let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;
@@ -258,6 +262,7 @@ fn run_job(
         source_metrics,
         control: control.clone(),
         schemas: schema_report.schemas.clone(),
+        state_backend,
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
@@ -289,7 +294,11 @@ fn run_job(
         if let Some(inj) = &injector {
             inj.on_attempt_started();
         }
-        let attempt = match exec.spawn(attempt_no, restore.as_ref()) {
+        let attempt = match exec
+            .state_backend
+            .prepare_attempt()
+            .and_then(|()| exec.spawn(attempt_no, restore.as_ref()))
+        {
             Ok(a) => a,
             Err(e) => break Err(e),
         };
@@ -412,10 +421,13 @@ fn run_job(
     metrics
         .source_records
         .store(exec.source_records(), Ordering::Relaxed);
-    drop(exec);
+    let state_backend = exec.state_backend.clone();
+    drop(exec); // closes the writers' queue
     for w in writers {
         let _ = w.join();
     }
+    // No task and no writer reads the LSMs any more.
+    state_backend.finish();
     control.update(|s| {
         s.source_records = metrics.source_records.load(Ordering::Relaxed);
         s.state = match (&outcome, &result.stopped_with_savepoint) {

@@ -62,6 +62,7 @@ pub mod restart;
 pub mod result;
 pub mod schema_check;
 pub(crate) mod spawn;
+pub mod state_backend;
 pub mod status;
 pub mod task;
 pub mod unaligned;

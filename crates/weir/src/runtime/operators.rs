@@ -16,7 +16,7 @@ use crate::runtime::watermark::WatermarkStatus;
 use crate::state::broadcast::{
     BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,
 };
-use crate::state::keyed::RestoredKeyedState;
+use crate::state::keyed::{RestoredKeyedState, StateBackendKind};
 use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
 
 mod keyed;
@@ -40,6 +40,8 @@ pub struct OperatorContext {
     pub keyed_state: RestoredKeyedState,
     /// The job's name.
     pub job_name: String,
+    /// Where a keyed operator keeps this subtask's keyed state.
+    pub(crate) state_backend: StateBackendKind,
 }
 
 impl OperatorContext {

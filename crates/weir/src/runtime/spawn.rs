@@ -126,6 +126,9 @@ impl Executor<'_> {
             operator_state,
             keyed_state,
             job_name: self.cfg.name.clone(),
+            state_backend: self
+                .state_backend
+                .for_subtask(&self.plan.uids[node], subtask),
         })
     }
 

@@ -50,11 +50,12 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
     {
         ctx.init_function(&mut f)?;
         let range = KeyGroupRange::for_subtask(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
-        let mut backend = KeyedStateBackend::new(
+        let mut backend = KeyedStateBackend::with_kind(
+            &ctx.state_backend,
             range,
             ctx.max_parallelism,
             std::mem::take(&mut ctx.keyed_state),
-        );
+        )?;
         backend.set_owner(&ctx.uid);
         backend.init_timers()?;
         f.open(&mut KeyedStateStore::new(&mut backend))?;

@@ -17,8 +17,9 @@
 //!   thread in the canonical per-key-group format: a savepoint restores on either backend.
 //! * A restore that fails to decode leaves the state empty, as the memory backend does.
 //!
-//! What stays in memory on this backend (this session): timers and window panes, which are
-//! snapshotted canonically as before.
+//! * Timers (their registrations, and their firing order in a keyspace of their own:
+//!   [`DiskTimerOrder`]) and window panes (a namespace per pane: [`DiskStore::tier_in`]) live
+//!   here too; expired TTL entries nobody reads again are swept ([`DiskTier::maybe_sweep`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +30,11 @@ use super::super::cow_map::CowMap;
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateValue};
 use super::table::{EncodedShard, TableSnapshot};
-use super::ttl::{StateTtlConfig, Ttl};
+use super::ttl::{StateTtlConfig, Ttl, SWEEP_EVERY};
+
+/// Entries one step of the disk TTL sweep looks at ([`DiskTier::maybe_sweep`]): with one
+/// step every [`SWEEP_EVERY`] accesses, a quarter of an entry per access.
+const SWEEP_ENTRIES: usize = 256;
 use crate::error::{Error, Result};
 use crate::storage::shared_bytes::SharedBytes;
 
@@ -114,6 +119,18 @@ impl DiskStore {
         index: usize,
         max_parallelism: u32,
     ) -> Result<DiskTier<K, S>> {
+        self.tier_in(index, None, max_parallelism)
+    }
+
+    /// The tier of namespace `ns` of the state at `index`: its entries are keyed
+    /// `ns (8 bytes, big-endian) ‖ key_group ‖ postcard(key)` in the state's keyspace, so
+    /// one namespace (a window's pane) is one key range — fired, and dropped, by one scan.
+    pub(crate) fn tier_in<K: Key, S: StateValue>(
+        self: &Arc<Self>,
+        index: usize,
+        ns: Option<u64>,
+        max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
         let ks = self
             .db
             .keyspace(&format!("s{index}"), fjall::KeyspaceCreateOptions::default)
@@ -121,6 +138,9 @@ impl DiskStore {
         Ok(DiskTier {
             store: self.clone(),
             ks,
+            prefix: ns.map(|n| n.to_be_bytes().to_vec()).unwrap_or_default(),
+            sweep_from: Vec::new(),
+            accesses: 0,
             dirty: FxHashSet::default(),
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
@@ -130,10 +150,113 @@ impl DiskStore {
     }
 }
 
+impl DiskStore {
+    /// The firing order of the timers of table `name` (a keyspace of its own, empty: it is
+    /// rebuilt from the timers table, never snapshotted).
+    pub(crate) fn timer_order<K: Key>(self: &Arc<Self>, name: &str) -> Result<DiskTimerOrder<K>> {
+        let ks = self
+            .db
+            .keyspace(
+                &format!("order{name}"),
+                fjall::KeyspaceCreateOptions::default,
+            )
+            .map_err(|e| lsm_error(&self.dir, e))?;
+        Ok(DiskTimerOrder {
+            store: self.clone(),
+            ks,
+            from: Vec::new(),
+            buf: Vec::new(),
+            _k: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The firing order of one timer domain on disk (Flink keeps its timers in RocksDB too):
+/// keys `time (8 bytes, big-endian) ‖ postcard(key)` with no value, so the earliest timer
+/// is the keyspace's first key and the order costs no memory per timer.
+///
+/// Fired timers leave tombstones at the front of the keyspace until a compaction drops
+/// them, and an LSM seek from the start steps over every one (firing n timers would cost
+/// n²): the search starts after the last timer removed instead, moved back by any timer
+/// registered before it.
+pub(crate) struct DiskTimerOrder<K> {
+    store: Arc<DiskStore>,
+    ks: fjall::Keyspace,
+    /// No timer's key is below this (the successor of the last one fired, or lower).
+    from: Vec<u8>,
+    buf: Vec<u8>,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K: Key> DiskTimerOrder<K> {
+    fn encode(&mut self, time: u64, key: &K) -> Result<Vec<u8>> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.extend_from_slice(&time.to_be_bytes());
+        postcard::to_extend(key, buf).map_err(|e| Error::StateDecode {
+            what: "a timer's key (encoding)".into(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Adds the timer (time, key).
+    pub(crate) fn insert(&mut self, time: u64, key: &K) -> Result<()> {
+        let k = self.encode(time, key)?;
+        if k < self.from {
+            self.from.clone_from(&k);
+        }
+        let r = self.ks.insert(k.as_slice(), []);
+        self.buf = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
+    /// Removes the timer (time, key).
+    pub(crate) fn remove(&mut self, time: u64, key: &K) -> Result<()> {
+        let k = self.encode(time, key)?;
+        let r = self.ks.remove(k.as_slice());
+        self.buf = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
+    /// Removes the earliest timer, which [`DiskTimerOrder::first`] returned as `(time,
+    /// key)`: no timer is below it any more.
+    pub(crate) fn remove_first(&mut self, time: u64, key: &K) -> Result<()> {
+        let mut k = self.encode(time, key)?;
+        let r = self.ks.remove(k.as_slice());
+        k.push(0); // the least key above it
+        self.from = k;
+        r.map_err(|e| lsm_error(&self.store.dir, e))
+    }
+
+    /// The earliest timer, if any.
+    pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
+        let Some(guard) = self.ks.range(self.from.as_slice()..).next() else {
+            return Ok(None);
+        };
+        let k = guard.key().map_err(|e| lsm_error(&self.store.dir, e))?;
+        let bad = |cause: String| Error::StateDecode {
+            what: "a timer read from disk".into(),
+            cause,
+        };
+        let (time, key) = k
+            .split_at_checked(8)
+            .ok_or_else(|| bad("too short".into()))?;
+        let time = u64::from_be_bytes(time.try_into().map_err(|_| bad("too short".into()))?);
+        let key = postcard::from_bytes(key).map_err(|e| bad(e.to_string()))?;
+        Ok(Some((time, key)))
+    }
+}
+
 /// The disk side of one state's table: its keyspace and the cache's dirty keys.
 pub(crate) struct DiskTier<K, S> {
     store: Arc<DiskStore>,
     ks: fjall::Keyspace,
+    /// What every LSM key of this tier starts with (its namespace; empty without one).
+    prefix: Vec<u8>,
+    /// With TTL: where the next sweep step starts (empty: from the beginning).
+    sweep_from: Vec<u8>,
+    /// With TTL: accesses since the last sweep step.
+    accesses: u32,
     /// Keys written through the cache since the last write-back (present in the cache: a
     /// put; absent: a delete).
     dirty: FxHashSet<K>,
@@ -151,6 +274,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Encodes `k`'s LSM key into `buf`: its key group, then its postcard bytes.
     fn encode_key(&self, k: &K, buf: &mut Vec<u8>) -> Result<()> {
         buf.clear();
+        buf.extend_from_slice(&self.prefix);
         let g = key_group(k, self.max_parallelism) as u16;
         buf.extend_from_slice(&g.to_be_bytes());
         let out = postcard::to_extend(k, std::mem::take(buf)).map_err(|e| Error::StateDecode {
@@ -186,12 +310,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache unless the cache has
     /// it or it was deleted through the cache (whatever the cache's size).
-    pub(crate) fn load(
-        &mut self,
-        map: &mut CowMap<K, S>,
-        ttl: Option<&mut Ttl<K>>,
-        key: &K,
-    ) -> Result<()> {
+    fn load(&mut self, map: &mut CowMap<K, S>, ttl: Option<&mut Ttl<K>>, key: &K) -> Result<()> {
         if map.get(key).is_some() || self.dirty.contains(key) {
             return Ok(());
         }
@@ -230,6 +349,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let mut key = Vec::new();
         for k in self.dirty.drain() {
             key.clear();
+            key.extend_from_slice(&self.prefix);
             let g = key_group(&k, self.max_parallelism) as u16;
             key.extend_from_slice(&g.to_be_bytes());
             key = postcard::to_extend(&k, key).map_err(|e| Error::StateDecode {
@@ -261,24 +381,132 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Whether the state has no entry (after a write-back: exact).
     pub(crate) fn is_empty(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<bool> {
         self.write_back(map, ttl)?;
-        self.ks.is_empty().map_err(|e| self.err(e))
+        match self.ks.prefix(&self.prefix).next() {
+            None => Ok(true),
+            Some(guard) => guard.key().map(|_| false).map_err(|e| self.err(e)),
+        }
     }
 
     /// Number of entries (after a write-back; a full scan: tests and tools only).
     pub(crate) fn len(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<usize> {
         self.write_back(map, ttl)?;
-        self.ks.len().map_err(|e| self.err(e))
+        let mut n = 0;
+        for guard in self.ks.prefix(&self.prefix) {
+            guard.key().map_err(|e| self.err(e))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Every key with state (after a write-back).
     pub(crate) fn keys(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
         self.write_back(map, ttl)?;
         let mut keys = Vec::new();
-        for guard in self.ks.iter() {
+        for guard in self.ks.prefix(&self.prefix) {
             let k = guard.key().map_err(|e| self.err(e))?;
-            keys.push(decode_key::<K>(&k)?);
+            keys.push(decode_key::<K>(&k, self.prefix.len())?);
         }
         Ok(keys)
+    }
+
+    /// Calls `f` with every entry and its TTL stamp (after a write-back), streaming from
+    /// the LSM: memory holds one entry at a time, not the state.
+    pub(crate) fn for_each(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        mut f: impl FnMut(&K, &S, Option<u64>),
+    ) -> Result<()> {
+        self.write_back(map, ttl)?;
+        for guard in self.ks.prefix(&self.prefix) {
+            let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
+            let (key, value, stamp) =
+                decode_entry::<K, S>(&k, self.prefix.len(), &v, ttl.is_some())?;
+            f(&key, &value, stamp);
+        }
+        Ok(())
+    }
+
+    /// With TTL, once every [`SWEEP_EVERY`] accesses: one step of the sweep that removes
+    /// expired entries nobody reads again — the next [`SWEEP_ENTRIES`] entries of the LSM,
+    /// resuming where the last step stopped and wrapping around (Flink's incremental
+    /// cleanup). Entries the cache holds are the in-memory TTL's to expire. Deletes are
+    /// ordinary writes, so a snapshot pinned earlier still sees what it saw.
+    pub(crate) fn maybe_sweep(&mut self, map: &CowMap<K, S>, ttl: &Ttl<K>, now: u64) -> Result<()> {
+        self.accesses += 1;
+        if self.accesses < SWEEP_EVERY {
+            return Ok(());
+        }
+        self.accesses = 0;
+        let mut batch = self.store.db.batch().durability(None);
+        let mut next = Vec::new();
+        let mut range = self.prefix.clone();
+        if self.sweep_from > range {
+            range.clone_from(&self.sweep_from);
+        }
+        for (seen, guard) in self.ks.range(range..).enumerate() {
+            let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
+            if !k.starts_with(&self.prefix) {
+                break;
+            }
+            if seen == SWEEP_ENTRIES {
+                next = k.to_vec();
+                break;
+            }
+            let (key, _, stamp) = decode_entry::<K, S>(&k, self.prefix.len(), &v, true)?;
+            let expired = stamp.is_some_and(|s| ttl.expired(s, now));
+            if expired && map.get(&key).is_none() && !self.dirty.contains(&key) {
+                batch.remove(&self.ks, k);
+            }
+        }
+        self.sweep_from = next;
+        batch.commit().map_err(|e| self.err(e))
+    }
+
+    /// Removes every entry of the tier from the LSM (a window's pane dropped whole); the
+    /// caller drops the cache.
+    pub(crate) fn clear(&mut self) -> Result<()> {
+        self.dirty.clear();
+        let mut batch = self.store.db.batch().durability(None);
+        for guard in self.ks.prefix(&self.prefix) {
+            let k = guard.key().map_err(|e| self.err(e))?;
+            batch.remove(&self.ks, k);
+        }
+        batch.commit().map_err(|e| self.err(e))
+    }
+
+    /// Every entry live at `now` (after a write-back), decoded one at a time as the
+    /// iterator is advanced: memory holds one entry, not the state.
+    ///
+    /// # Panics
+    /// If the LSM fails to read or holds an entry that does not decode (it wrote them
+    /// itself): the task fails and restarts from its last checkpoint.
+    pub(crate) fn stream(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        now: u64,
+    ) -> Result<impl Iterator<Item = (K, S)> + use<K, S>> {
+        self.write_back(map, ttl)?;
+        let ttl_ms = ttl.map(|t| t.cfg.ttl_ms());
+        let dir = self.store.dir.clone();
+        let skip = self.prefix.len();
+        Ok(self.ks.prefix(&self.prefix).filter_map(move |guard| {
+            let entry = guard
+                .into_inner()
+                .map_err(|e| lsm_error(&dir, e))
+                .and_then(|(k, v)| decode_entry::<K, S>(&k, skip, &v, ttl_ms.is_some()));
+            match entry {
+                Ok((key, value, stamp)) => {
+                    let live = match (ttl_ms, stamp) {
+                        (Some(ttl), Some(stamp)) => now < stamp.saturating_add(ttl),
+                        _ => true,
+                    };
+                    live.then_some((key, value))
+                }
+                Err(e) => panic!("keyed state on disk: {e}"),
+            }
+        }))
     }
 
     /// Synchronous phase of a snapshot: writes the cache back and pins the LSM at this
@@ -295,6 +523,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(Some(Box::new(DiskView::<S> {
             snapshot: self.store.db.snapshot(),
             ks: self.ks.clone(),
+            prefix: self.prefix.clone(),
             dir: self.store.dir.clone(),
             range,
             ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
@@ -313,7 +542,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     ) -> Result<()> {
         let result = self.restore_inner(what, sections, ttl);
         if result.is_err() {
-            self.ks.clear().map_err(|e| self.err(e))?;
+            self.clear()?;
         }
         result
     }
@@ -341,6 +570,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 let key_len = rest.len() - after_key.len();
                 let value_len = after_key.len() - after_value.len();
                 key.clear();
+                key.extend_from_slice(&self.prefix);
                 let g = key_group(&k, self.max_parallelism) as u16;
                 key.extend_from_slice(&g.to_be_bytes());
                 key.extend_from_slice(&rest[..key_len]);
@@ -357,9 +587,29 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     }
 }
 
-/// Decodes the user key of an LSM key (after its two key-group bytes).
-fn decode_key<K: Key>(lsm_key: &[u8]) -> Result<K> {
-    let bytes = lsm_key.get(2..).unwrap_or_default();
+/// Decodes one LSM entry: its key, its value and (`ttl`) its TTL stamp.
+fn decode_entry<K: Key, S: StateValue>(
+    lsm_key: &[u8],
+    prefix: usize,
+    value: &[u8],
+    ttl: bool,
+) -> Result<(K, S, Option<u64>)> {
+    let key = decode_key::<K>(lsm_key, prefix)?;
+    let err = |e: postcard::Error| Error::StateDecode {
+        what: "keyed state read from disk".into(),
+        cause: e.to_string(),
+    };
+    Ok(if ttl {
+        let (v, stamp) = postcard::from_bytes::<(S, u64)>(value).map_err(err)?;
+        (key, v, Some(stamp))
+    } else {
+        (key, postcard::from_bytes(value).map_err(err)?, None)
+    })
+}
+
+/// Decodes the user key of an LSM key (after its `prefix` bytes and two key-group bytes).
+fn decode_key<K: Key>(lsm_key: &[u8], prefix: usize) -> Result<K> {
+    let bytes = lsm_key.get(prefix + 2..).unwrap_or_default();
     postcard::from_bytes(bytes).map_err(|e| Error::StateDecode {
         what: "a key of keyed state read from disk".into(),
         cause: e.to_string(),
@@ -371,6 +621,8 @@ fn decode_key<K: Key>(lsm_key: &[u8]) -> Result<K> {
 struct DiskView<S> {
     snapshot: fjall::Snapshot,
     ks: fjall::Keyspace,
+    /// The tier's namespace prefix (before the key group).
+    prefix: Vec<u8>,
     dir: PathBuf,
     range: KeyGroupRange,
     /// With TTL: the config and the time of the snapshot (expired entries are left out).
@@ -386,9 +638,11 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
     fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
         use fjall::Readable;
         let g = self.range.start + shard as u32;
-        let prefix = (g as u16).to_be_bytes();
+        let mut prefix = self.prefix.clone();
+        prefix.extend_from_slice(&(g as u16).to_be_bytes());
+        let skip = prefix.len();
         let mut out = EncodedShard::default();
-        for guard in self.snapshot.prefix(&self.ks, prefix) {
+        for guard in self.snapshot.prefix(&self.ks, &prefix) {
             let (k, v) = guard.into_inner().map_err(|e| lsm_error(&self.dir, e))?;
             if let Some((cfg, now)) = &self.ttl {
                 let (_, stamp): (S, u64) =
@@ -401,7 +655,7 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
                 }
             }
             // postcard((k, v)) is postcard(k) ‖ postcard(v): the stored bytes, unchanged.
-            out.bytes.extend_from_slice(&k[2..]);
+            out.bytes.extend_from_slice(&k[skip..]);
             out.bytes.extend_from_slice(&v);
             out.entries += 1;
         }

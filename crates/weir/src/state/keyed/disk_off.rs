@@ -19,7 +19,44 @@ pub(crate) enum DiskTier<K, S> {
     Never(std::convert::Infallible, PhantomData<fn() -> (K, S)>),
 }
 
+/// No timers on disk without the `disk-state` feature.
+pub(crate) enum DiskTimerOrder<K> {
+    #[allow(dead_code)]
+    Never(std::convert::Infallible, PhantomData<fn() -> K>),
+}
+
+impl<K> DiskTimerOrder<K> {
+    fn never(&self) -> ! {
+        match self {
+            DiskTimerOrder::Never(n, _) => match *n {},
+        }
+    }
+    pub(crate) fn insert(&mut self, _time: u64, _key: &K) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn remove(&mut self, _time: u64, _key: &K) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn remove_first(&mut self, _time: u64, _key: &K) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
+        self.never()
+    }
+}
+
 impl DiskStore {
+    pub(crate) fn timer_order<K>(&self, _name: &str) -> Result<DiskTimerOrder<K>> {
+        match *self {}
+    }
+    pub(crate) fn tier_in<K, S>(
+        &self,
+        _index: usize,
+        _ns: Option<u64>,
+        _max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
+        match *self {}
+    }
     pub(crate) fn tier<K, S>(
         &self,
         _index: usize,
@@ -44,18 +81,37 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<()> {
         self.never()
     }
-    pub(crate) fn load(
-        &mut self,
-        _map: &mut CowMap<K, S>,
-        _ttl: Option<&mut Ttl<K>>,
-        _key: &K,
-    ) -> Result<()> {
-        self.never()
-    }
     pub(crate) fn len(&mut self, _map: &CowMap<K, S>, _ttl: Option<&Ttl<K>>) -> Result<usize> {
         self.never()
     }
     pub(crate) fn keys(&mut self, _map: &CowMap<K, S>, _ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
+        self.never()
+    }
+    pub(crate) fn maybe_sweep(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: &Ttl<K>,
+        _now: u64,
+    ) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn clear(&mut self) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn stream(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: Option<&Ttl<K>>,
+        _now: u64,
+    ) -> Result<std::iter::Empty<(K, S)>> {
+        self.never()
+    }
+    pub(crate) fn for_each(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: Option<&Ttl<K>>,
+        _f: impl FnMut(&K, &S, Option<u64>),
+    ) -> Result<()> {
         self.never()
     }
     pub(crate) fn snapshot(

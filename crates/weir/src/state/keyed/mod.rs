@@ -15,10 +15,8 @@
 //! Each kind stores one value per key (Flink's semantics): a list state whose list becomes
 //! empty, or a map state whose map becomes empty, has no entry for that key any more.
 
-// Selected through `StateBackendKind`, which only tests choose until every state kind works
-// on disk (issue 25): no user-reachable half backend.
+// Selected through `StateBackendKind` (the job's `--state-backend`, issue 25).
 #[cfg(feature = "disk-state")]
-#[cfg_attr(not(test), allow(dead_code))]
 mod disk;
 #[cfg(not(feature = "disk-state"))]
 #[path = "disk_off.rs"]
@@ -74,7 +72,6 @@ pub type RestoredKeyedState = BTreeMap<String, RestoredState>;
 
 /// Where a keyed operator keeps its keyed state (DESIGN.md §13).
 #[derive(Debug, Clone, Default)]
-#[cfg_attr(not(test), allow(dead_code))]
 pub enum StateBackendKind {
     /// Copy-on-write hash tables in memory (the default): the fastest, bounded by memory.
     #[default]
@@ -115,7 +112,9 @@ pub struct KeyedStateBackend<K> {
 }
 
 impl<K: Key> KeyedStateBackend<K> {
-    /// A backend for key groups `range`, optionally loaded from a restore.
+    /// A backend in memory for key groups `range`, optionally loaded from a restore: the
+    /// tests' backend, and the schema probe's (`runtime/schema_check.rs`), which loads no
+    /// entries and so needs no disk whatever the job's backend.
     pub(crate) fn new(
         range: KeyGroupRange,
         max_parallelism: u32,
@@ -125,7 +124,6 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// A backend of kind `kind` for key groups `range`, optionally loaded from a restore.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn with_kind(
         kind: &StateBackendKind,
         range: KeyGroupRange,
@@ -201,26 +199,18 @@ impl<K: Key> KeyedStateBackend<K> {
             .collect()
     }
 
-    /// The table behind `index`, which stores `S` per key.
+    /// The table behind `index`, which stores `S` per key. (There is no direct access to
+    /// a table's map: on disk it is only a cache, reached through [`Table::access`].)
     ///
     /// # Panics
     /// If it stores another type (a handle used with a backend that did not issue it).
     #[inline]
-    fn table<S: StateValue>(&self, index: usize) -> &Table<K, S> {
-        self.check_type::<S>(index);
-        let t: &dyn StateTable<K> = &*self.tables[index];
-        // SAFETY: `check_type` verified that the box at `index` holds a `Table<K, S>` (its
-        // `TypeId` was recorded from the boxed value in `declare_with`), so the trait
-        // object's data pointer points to one.
-        unsafe { &*(t as *const dyn StateTable<K>).cast::<Table<K, S>>() }
-    }
-
-    /// The table behind `index`, mutably (see [`KeyedStateBackend::table`]).
-    #[inline]
     fn table_mut<S: StateValue>(&mut self, index: usize) -> &mut Table<K, S> {
         self.check_type::<S>(index);
         let t: &mut dyn StateTable<K> = &mut *self.tables[index];
-        // SAFETY: as in `table`; the `&mut self` borrow makes the reference unique.
+        // SAFETY: `check_type` verified that the box at `index` holds a `Table<K, S>` (its
+        // `TypeId` was recorded from the boxed value in `declare_with`), so the trait
+        // object's data pointer points to one; the `&mut self` borrow makes it unique.
         unsafe { &mut *(t as *mut dyn StateTable<K>).cast::<Table<K, S>>() }
     }
 
@@ -230,18 +220,6 @@ impl<K: Key> KeyedStateBackend<K> {
             self.table_types[index] == TypeId::of::<Table<K, S>>(),
             "a state handle is only issued for a table of its stored type"
         );
-    }
-
-    /// The map behind table `index`, which stores `S` per key.
-    #[inline]
-    pub(crate) fn map<S: StateValue>(&self, index: usize) -> &CowMap<K, S> {
-        &self.table::<S>(index).map
-    }
-
-    /// The map behind table `index`, mutably.
-    #[inline]
-    pub(crate) fn map_mut<S: StateValue>(&mut self, index: usize) -> &mut CowMap<K, S> {
-        &mut self.table_mut::<S>(index).map
     }
 
     /// The map behind `index`, after TTL bookkeeping for an access to `key`.
@@ -275,9 +253,9 @@ impl<K: Key> KeyedStateBackend<K> {
             )));
         }
         let ttl = ttl.map(ttl::Ttl::new);
-        // Timers (`__` names) stay in memory: their firing index is in memory anyway.
+        // Every table of a disk backend is on disk, the timers' registrations included.
         let mut table = match &self.disk {
-            Some(store) if !name.starts_with("__") => Table::on_disk(
+            Some(store) => Table::on_disk(
                 kind,
                 ttl,
                 store.tier::<K, S>(self.tables.len(), self.max_parallelism)?,
@@ -546,26 +524,15 @@ pub struct KeyedEndContext<'a, K> {
 }
 
 impl<K: Key> KeyedEndContext<'_, K> {
-    /// Every `(key, value)` of `state` on this subtask, in no particular order.
-    ///
-    /// On the disk backend this reads every entry of the state into memory first (it is
-    /// meant for end-of-input results, which are held in memory to be emitted anyway).
+    /// Every `(key, value)` of `state` on this subtask, in no particular order, as owned
+    /// pairs: on the disk backend they are decoded from the LSM as the iterator advances,
+    /// so a state larger than memory can be emitted whole at end of input.
     pub fn entries<V: StateValue>(
         &mut self,
         state: ValueState<V>,
-    ) -> impl Iterator<Item = (&K, &V)> {
+    ) -> impl Iterator<Item = (K, V)> + '_ {
         let now = crate::clock::wall_ms();
-        if self.backend.table::<V>(state.index()).on_disk_tier() {
-            let keys = self.backend.tables[state.index()]
-                .keys()
-                .unwrap_or_else(|e| panic!("keyed state on disk: {e}"));
-            let table = self.backend.table_mut::<V>(state.index());
-            for k in &keys {
-                table.load_all(k);
-            }
-        }
-        let table = self.backend.table::<V>(state.index());
-        table.map.iter().filter(move |(k, _)| table.live(k, now))
+        self.backend.table_mut::<V>(state.index()).entries(now)
     }
 
     /// Runs `f` once for every key that has `state` on this subtask, with a context scoped

@@ -139,13 +139,19 @@ impl<K: Key, S: StateValue> Table<K, S> {
 
     #[inline(never)]
     fn access_hooked(&mut self, key: &K, write: bool) {
+        let now = crate::clock::wall_ms();
         if let Some(disk) = &mut self.disk {
             if let Err(e) = disk.fault_in(&mut self.map, self.ttl.as_mut(), key, write) {
                 panic!("keyed state on disk: {e}");
             }
+            if let Some(ttl) = &self.ttl {
+                if let Err(e) = disk.maybe_sweep(&self.map, ttl, now) {
+                    panic!("keyed state on disk: {e}");
+                }
+            }
         }
         if let Some(ttl) = &mut self.ttl {
-            ttl.on_access(&mut self.map, key, write, crate::clock::wall_ms());
+            ttl.on_access(&mut self.map, key, write, now);
         }
     }
 
@@ -154,19 +160,61 @@ impl<K: Key, S: StateValue> Table<K, S> {
         self.ttl.as_ref().is_none_or(|t| t.live(key, now))
     }
 
-    /// On disk: loads `key`'s entry into the map whatever the cache's size (for reading a
-    /// whole state at end of input). Nothing in memory.
-    pub fn load_all(&mut self, key: &K) {
-        if let Some(disk) = &mut self.disk {
-            if let Err(e) = disk.load(&mut self.map, self.ttl.as_mut(), key) {
-                panic!("keyed state on disk: {e}");
+    /// On disk: removes every entry from the LSM (the table is being dropped whole).
+    pub fn clear_disk(&mut self) -> Result<()> {
+        match &mut self.disk {
+            Some(disk) => disk.clear(),
+            None => Ok(()),
+        }
+    }
+
+    /// Every `(key, value)` live at `now`, cloned from the map in memory; on disk decoded
+    /// from the LSM as the iterator advances (one entry in memory at a time).
+    ///
+    /// # Panics
+    /// On disk, if the LSM fails to read (see [`Table::access`]).
+    pub fn entries(&mut self, now: u64) -> impl Iterator<Item = (K, S)> + '_ {
+        match &mut self.disk {
+            Some(disk) => match disk.stream(&self.map, self.ttl.as_ref(), now) {
+                Ok(stream) => Either::Disk(stream),
+                Err(e) => panic!("keyed state on disk: {e}"),
+            },
+            None => {
+                let (map, ttl) = (&self.map, self.ttl.as_ref());
+                Either::Memory(
+                    map.iter()
+                        .filter(move |(k, _)| ttl.is_none_or(|t| t.live(k, now)))
+                        .map(|(k, v)| (k.clone(), v.clone())),
+                )
             }
         }
     }
 
-    /// Whether the entries live on disk (the map is only a cache of them).
-    pub fn on_disk_tier(&self) -> bool {
-        self.disk.is_some()
+    /// Calls `f` with every entry live at `now` (all of them, without TTL): from the map
+    /// in memory; on disk streamed from the LSM, one entry in memory at a time.
+    pub fn for_each_entry(&mut self, now: u64, mut f: impl FnMut(&K, &S)) -> Result<()> {
+        match &mut self.disk {
+            Some(disk) => {
+                let ttl_ms = self.ttl.as_ref().map(|t| t.cfg.ttl_ms());
+                disk.for_each(&self.map, self.ttl.as_ref(), |k, v, stamp| {
+                    let live = match (ttl_ms, stamp) {
+                        (Some(ttl), Some(stamp)) => now < stamp.saturating_add(ttl),
+                        _ => true,
+                    };
+                    if live {
+                        f(k, v);
+                    }
+                })
+            }
+            None => {
+                for (k, v) in self.map.iter() {
+                    if self.live(k, now) {
+                        f(k, v);
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -240,6 +288,25 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         match &mut self.disk {
             Some(disk) => disk.keys(&self.map, self.ttl.as_ref()),
             None => Ok(self.map.iter().map(|(k, _)| k.clone()).collect()),
+        }
+    }
+}
+
+/// One of two iterators over the same items (memory or disk), without a dynamic call per
+/// item: the memory backend's end-of-input loops stay as fast as a plain map iteration.
+enum Either<M, D> {
+    Memory(M),
+    Disk(D),
+}
+
+impl<T, M: Iterator<Item = T>, D: Iterator<Item = T>> Iterator for Either<M, D> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Either::Memory(m) => m.next(),
+            Either::Disk(d) => d.next(),
         }
     }
 }

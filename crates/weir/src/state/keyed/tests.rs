@@ -4,7 +4,7 @@ use super::*;
 
 /// Which backend a test runs on.
 #[derive(Debug, Clone, Copy)]
-enum On {
+pub(super) enum On {
     Memory,
     /// The disk backend with a cache of `cache` keys per state: tiny, so that tests evict
     /// (write back and reload) all the time.
@@ -19,7 +19,7 @@ fn backend(on: On, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
     backend_for(on, KeyGroupRange { start: 0, end: 16 }, restored)
 }
 
-fn backend_for(
+pub(super) fn backend_for(
     on: On,
     range: KeyGroupRange,
     restored: RestoredKeyedState,
@@ -537,6 +537,58 @@ fn state_larger_than_the_cache_keeps_every_value(on: On) {
     );
 }
 
+/// Timers of both domains, many more keys than the disk cache holds: they fire in time
+/// order, once each, deleted ones never; the pending ones survive a snapshot and restore on
+/// either backend (the firing order rebuilt from the registrations).
+fn timers_fire_in_order_and_survive_a_restore(on: On) {
+    let mut b = backend(on, BTreeMap::new());
+    b.init_timers().unwrap();
+    for k in 0..200u64 {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut b,
+        };
+        ctx.register_event_time_timer(1000 - k);
+        ctx.register_event_time_timer(1000 - k); // one timer per (key, time)
+        ctx.register_processing_time_timer(5000 + k);
+        if k % 10 == 0 {
+            ctx.delete_event_time_timer(1000 - k);
+        }
+    }
+    // Event time: the watermark 900 fires the times 801..=900 (keys 100..=199), in order.
+    let mut fired = Vec::new();
+    while let Some(t) = b.pop_due_event_timer(900) {
+        fired.push(t);
+    }
+    let want: Vec<(u64, u64)> = (100..200u64)
+        .rev()
+        .filter(|k| k % 10 != 0)
+        .map(|k| (1000 - k, k))
+        .collect();
+    assert_eq!(fired, want, "{on:?}");
+    assert_eq!(b.pop_due_timer(4999), None);
+    assert_eq!(b.pop_due_timer(5000), Some((5000, 0)));
+    let restored = round_trip(&mut b);
+    for to in both(on) {
+        let mut r = backend(to, restored.clone());
+        r.init_timers().unwrap();
+        let mut event = Vec::new();
+        while let Some(t) = r.pop_due_event_timer(u64::MAX) {
+            event.push(t);
+        }
+        let want: Vec<(u64, u64)> = (0..100u64)
+            .rev()
+            .filter(|k| k % 10 != 0)
+            .map(|k| (1000 - k, k))
+            .collect();
+        assert_eq!(event, want, "{on:?} → {to:?}");
+        let processing: Vec<_> = std::iter::from_fn(|| r.pop_due_timer(u64::MAX)).collect();
+        let want: Vec<(u64, u64)> = (1..200u64).map(|k| (5000 + k, k)).collect();
+        assert_eq!(processing, want, "{on:?} → {to:?}");
+        assert_eq!(r.pop_due_timer(u64::MAX), None);
+    }
+}
+
 /// Generates one `#[test]` per backend for each test function above that takes an [`On`].
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -567,6 +619,7 @@ backend_tests!(
     unclaimed_states_are_reported_once_and_let_go,
     snapshots_move_between_backends_and_rescale,
     state_larger_than_the_cache_keeps_every_value,
+    timers_fire_in_order_and_survive_a_restore,
 );
 
 /// The disk backend works in a folder of its own under the one it is given, leaves the
@@ -645,4 +698,50 @@ fn a_failed_disk_restore_leaves_no_entry_behind() {
     };
     assert_eq!(ctx.get(t), None);
     assert_eq!(b.sizes(), vec![("t".to_string(), 0)]);
+}
+
+/// On disk, expired entries that are never read again leave the LSM (the incremental
+/// sweep), while live ones — and the snapshot taken before — keep theirs.
+#[cfg(feature = "disk-state")]
+#[test]
+fn the_disk_sweep_removes_expired_entries_nobody_reads() {
+    use crate::clock::manual::ManualClock;
+    use std::time::Duration;
+    let clock = ManualClock::start_at(1_700_000_000_000);
+    let mut b = backend(On::Disk { cache: 4 }, BTreeMap::new());
+    let ttl = StateTtlConfig::new(Duration::from_millis(50));
+    let v = KeyedStateStore::new(&mut b)
+        .with_ttl(ttl)
+        .value_state::<u64>("v")
+        .unwrap();
+    for k in 0..300u64 {
+        KeyedContext {
+            key: &k,
+            backend: &mut b,
+        }
+        .set(v, k);
+    }
+    let before = b.snapshot().unwrap();
+    clock.advance(Duration::from_millis(60));
+    // Only key 1000 is written from now on: two sweep steps cover the 300 expired entries.
+    for i in 0..3 * crate::state::keyed::ttl::SWEEP_EVERY as u64 {
+        KeyedContext {
+            key: &1000,
+            backend: &mut b,
+        }
+        .set(v, i);
+    }
+    assert_eq!(
+        b.sizes(),
+        vec![("v".to_string(), 1)],
+        "only the live key is left"
+    );
+    // The snapshot pinned before the sweep still holds every entry it held (it filters
+    // by its own time, at which all were live).
+    let mut groups = vec![Vec::new(); 16];
+    let n = before.tables[0]
+        .view
+        .encode_groups(16, before.range, &mut groups)
+        .unwrap();
+    assert_eq!(n, 300);
 }

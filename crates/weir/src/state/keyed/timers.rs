@@ -12,8 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use super::super::cow_map::CowMap;
 use super::super::{Key, StateKind};
+use super::disk::DiskTimerOrder;
+use super::table::Table;
 use super::{KeyedContext, KeyedStateBackend};
 use crate::error::Result;
 
@@ -51,12 +52,19 @@ impl<K: Key> KeyedStateBackend<K> {
     /// before the function's `open`.
     pub(crate) fn init_timers(&mut self) -> Result<()> {
         let index = self.declare::<Vec<u64>>(TIMERS_STATE, StateKind::ProcessingTimers)?;
-        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
-        self.timers = Some((index, order));
+        self.timers = Some((index, self.timer_index(index, TIMERS_STATE)?));
         let index = self.declare::<Vec<u64>>(EVENT_TIMERS_STATE, StateKind::EventTimers)?;
-        let order = TimerIndex::rebuild(self.map::<Vec<u64>>(index));
-        self.event_timers = Some((index, order));
+        self.event_timers = Some((index, self.timer_index(index, EVENT_TIMERS_STATE)?));
         Ok(())
+    }
+
+    /// The firing order of the timers table at `index` (on disk if the backend is).
+    fn timer_index(&mut self, index: usize, name: &str) -> Result<TimerIndex<K>> {
+        let order = match &self.disk {
+            Some(store) => Some(store.timer_order::<K>(name)?),
+            None => None,
+        };
+        TimerIndex::rebuild(self.table_mut::<Vec<u64>>(index), order)
     }
 
     /// Removes and returns the earliest processing-time timer due at `now_ms`.
@@ -85,10 +93,10 @@ impl<K: Key> KeyedStateBackend<K> {
     fn with_timers(
         &mut self,
         domain: TimeDomain,
-        f: impl FnOnce(&mut TimerIndex<K>, &mut CowMap<K, Vec<u64>>),
+        f: impl FnOnce(&mut TimerIndex<K>, &mut Table<K, Vec<u64>>),
     ) {
         if let Some((index, mut order)) = self.timers_of(domain).take() {
-            f(&mut order, self.map_mut::<Vec<u64>>(index));
+            f(&mut order, self.table_mut::<Vec<u64>>(index));
             *self.timers_of(domain) = Some((index, order));
         }
     }
@@ -175,40 +183,83 @@ impl<K: Key> KeyedContext<'_, K> {
     }
 }
 
-/// The firing order of the registered timers.
+/// The firing order of the registered timers: in memory a `timestamp → keys` map; on the
+/// disk backend a keyspace of its own ([`DiskTimerOrder`]), so timers cost no memory each.
 pub(crate) struct TimerIndex<K> {
     by_time: BTreeMap<u64, Vec<K>>,
+    disk: Option<DiskTimerOrder<K>>,
+    /// On disk: no timer is earlier than this (`u64::MAX`: none), so asking for due timers
+    /// reads the LSM only when one may be due.
+    earliest: u64,
+}
+
+/// A failed read or write of the timer order on disk fails the task (timer calls return
+/// nothing to report it through), which restarts from its last checkpoint.
+fn on_disk<T>(r: Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("timers on disk: {e}"))
 }
 
 impl<K: Key> TimerIndex<K> {
-    /// An index of every registration in `table`.
-    pub(crate) fn rebuild(table: &CowMap<K, Vec<u64>>) -> Self {
+    /// An index of every registration in `table`, kept in `disk` if given.
+    pub(crate) fn rebuild(
+        table: &mut Table<K, Vec<u64>>,
+        mut disk: Option<DiskTimerOrder<K>>,
+    ) -> Result<Self> {
         let mut by_time: BTreeMap<u64, Vec<K>> = BTreeMap::new();
-        for (k, times) in table.iter() {
-            for t in times {
-                by_time.entry(*t).or_default().push(k.clone());
+        let mut earliest = u64::MAX;
+        let mut failed = Ok(());
+        table.for_each_entry(0, |k, times| {
+            for &t in times {
+                match &mut disk {
+                    Some(d) => {
+                        earliest = earliest.min(t);
+                        if failed.is_ok() {
+                            failed = d.insert(t, k);
+                        }
+                    }
+                    None => by_time.entry(t).or_default().push(k.clone()),
+                }
             }
-        }
-        TimerIndex { by_time }
+        })?;
+        failed?;
+        Ok(TimerIndex {
+            by_time,
+            disk,
+            earliest,
+        })
     }
 
     /// Registers (key, time) unless it already is; returns whether it was new.
-    pub(crate) fn register(&mut self, table: &mut CowMap<K, Vec<u64>>, key: &K, time: u64) -> bool {
-        let times = table.get_or_insert_with(key, Vec::new);
+    pub(crate) fn register(&mut self, table: &mut Table<K, Vec<u64>>, key: &K, time: u64) -> bool {
+        let times = table.access(key, true).get_or_insert_with(key, Vec::new);
         if times.contains(&time) {
             return false;
         }
         times.push(time);
-        self.by_time.entry(time).or_default().push(key.clone());
+        match &mut self.disk {
+            Some(d) => {
+                on_disk(d.insert(time, key));
+                self.earliest = self.earliest.min(time);
+            }
+            None => self.by_time.entry(time).or_default().push(key.clone()),
+        }
         true
     }
 
     /// Deletes the registration (key, time), if any.
-    pub(crate) fn delete(&mut self, table: &mut CowMap<K, Vec<u64>>, key: &K, time: u64) {
-        if !table.get(key).is_some_and(|t| t.contains(&time)) {
+    pub(crate) fn delete(&mut self, table: &mut Table<K, Vec<u64>>, key: &K, time: u64) {
+        if !table
+            .access(key, false)
+            .get(key)
+            .is_some_and(|t| t.contains(&time))
+        {
             return;
         }
         remove_time(table, key, time);
+        if let Some(d) = &mut self.disk {
+            on_disk(d.remove(time, key));
+            return;
+        }
         if let Some(keys) = self.by_time.get_mut(&time) {
             keys.retain(|k| k != key);
             if keys.is_empty() {
@@ -218,11 +269,10 @@ impl<K: Key> TimerIndex<K> {
     }
 
     /// Removes and returns the earliest timer due at `now`, in timestamp order.
-    pub(crate) fn pop_due(
-        &mut self,
-        table: &mut CowMap<K, Vec<u64>>,
-        now: u64,
-    ) -> Option<(u64, K)> {
+    pub(crate) fn pop_due(&mut self, table: &mut Table<K, Vec<u64>>, now: u64) -> Option<(u64, K)> {
+        if self.disk.is_some() {
+            return self.pop_due_on_disk(table, now);
+        }
         let mut first = self.by_time.first_entry()?;
         let time = *first.key();
         if time > now {
@@ -236,18 +286,38 @@ impl<K: Key> TimerIndex<K> {
         Some((time, key))
     }
 
-    /// Number of registered timers.
+    #[inline(never)]
+    fn pop_due_on_disk(&mut self, table: &mut Table<K, Vec<u64>>, now: u64) -> Option<(u64, K)> {
+        let disk = self.disk.as_mut()?;
+        if self.earliest > now {
+            return None;
+        }
+        let Some((time, key)) = on_disk(disk.first()) else {
+            self.earliest = u64::MAX;
+            return None;
+        };
+        self.earliest = time;
+        if time > now {
+            return None;
+        }
+        on_disk(disk.remove_first(time, &key));
+        remove_time(table, &key, time);
+        Some((time, key))
+    }
+
+    /// Number of registered timers (in memory).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_time.values().map(Vec::len).sum()
     }
 }
 
-fn remove_time<K: Key>(table: &mut CowMap<K, Vec<u64>>, key: &K, time: u64) {
-    let times = table.get_or_insert_with(key, Vec::new);
+fn remove_time<K: Key>(table: &mut Table<K, Vec<u64>>, key: &K, time: u64) {
+    let map = table.access(key, true);
+    let times = map.get_or_insert_with(key, Vec::new);
     times.retain(|t| *t != time);
     if times.is_empty() {
-        table.remove(key);
+        map.remove(key);
     }
 }
 
@@ -257,8 +327,8 @@ mod tests {
 
     #[test]
     fn fires_in_order_once_per_key_and_time() {
-        let mut table = CowMap::<u64, Vec<u64>>::default();
-        let mut idx = TimerIndex::rebuild(&table);
+        let mut table = Table::<u64, Vec<u64>>::new(StateKind::EventTimers, None);
+        let mut idx = TimerIndex::rebuild(&mut table, None).unwrap();
         assert!(idx.register(&mut table, &1, 30));
         assert!(!idx.register(&mut table, &1, 30), "deduplicated");
         idx.register(&mut table, &2, 10);
@@ -273,10 +343,10 @@ mod tests {
         }
         assert_eq!(fired, vec![(10, 2), (30, 1)]);
         // The table keeps exactly the pending registrations (what a snapshot stores).
-        assert_eq!(table.len(), 1);
-        assert_eq!(table.get(&3), Some(&vec![40]));
-        let mut rebuilt = TimerIndex::rebuild(&table);
+        assert_eq!(table.map.len(), 1);
+        assert_eq!(table.map.get(&3), Some(&vec![40]));
+        let mut rebuilt = TimerIndex::rebuild(&mut table, None).unwrap();
         assert_eq!(rebuilt.pop_due(&mut table, u64::MAX), Some((40, 3)));
-        assert!(table.is_empty());
+        assert!(table.map.is_empty());
     }
 }

@@ -77,13 +77,29 @@ struct Pane<K, ACC> {
 }
 
 impl<K: Key, ACC: StateValue> Pane<K, ACC> {
-    fn new(end: u64) -> Self {
-        Pane {
+    fn new(end: u64, disk: Option<&PanesOnDisk>) -> Result<Self> {
+        let table = match disk {
+            None => Table::new(StateKind::Window, None),
+            Some(d) => Table::on_disk(
+                StateKind::Window,
+                None,
+                d.store.tier_in(d.index, Some(end), d.max_parallelism)?,
+            ),
+        };
+        Ok(Pane {
             end,
-            table: Table::new(StateKind::Window, None),
+            table,
             pending: false,
-        }
+        })
     }
+}
+
+/// Where a window table's panes live on the disk backend: one keyspace for the state,
+/// each pane a namespace of it (its window end first, so a pane is one key range).
+pub(crate) struct PanesOnDisk {
+    store: std::sync::Arc<super::disk::DiskStore>,
+    index: usize,
+    max_parallelism: u32,
 }
 
 /// The table behind a [`WindowState`]: its panes in ascending window end.
@@ -91,6 +107,14 @@ pub(crate) struct WindowTable<K, ACC> {
     panes: Vec<Pane<K, ACC>>,
     /// The index of the pane last looked up (checked first).
     last: usize,
+    /// On the disk backend: where new panes are made.
+    disk: Option<PanesOnDisk>,
+}
+
+/// A failed read or write of a pane on disk fails the task (window accessors return
+/// references), which restarts from its last checkpoint.
+fn on_disk<T>(r: Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("window state on disk: {e}"))
 }
 
 impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
@@ -114,7 +138,8 @@ impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
             Some(i) => i + 1,
             None => 0,
         };
-        self.panes.insert(at, Pane::new(end));
+        self.panes
+            .insert(at, on_disk(Pane::new(end, self.disk.as_ref())));
         at
     }
 
@@ -131,7 +156,7 @@ impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
         let pane = self.pane_mut(end);
         pane.pending |= pending;
         let mut created = false;
-        let slot = pane.table.map.get_or_insert_with(key, || {
+        let slot = pane.table.access(key, true).get_or_insert_with(key, || {
             created = true;
             WindowSlot {
                 end,
@@ -161,6 +186,18 @@ impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
                 return None;
             }
             let fire = self.panes[i].pending;
+            if self.disk.is_some() {
+                let removed = last.saturating_add(lateness) <= watermark;
+                if !removed && !fire {
+                    i += 1;
+                    continue;
+                }
+                on_disk(self.fire_on_disk(i, removed, &mut emit));
+                if !fire {
+                    continue;
+                }
+                return Some(last);
+            }
             if last.saturating_add(lateness) <= watermark {
                 let pane = self.panes.remove(i);
                 if !fire {
@@ -183,6 +220,39 @@ impl<K: Key, ACC: StateValue> WindowTable<K, ACC> {
             i += 1;
         }
         None
+    }
+
+    /// [`WindowTable::fire_next`] of pane `i` on disk: streams its pending entries from
+    /// the LSM to `emit`; then drops the pane (`remove`) or clears their pending marks.
+    #[inline(never)]
+    fn fire_on_disk(
+        &mut self,
+        i: usize,
+        remove: bool,
+        emit: &mut impl FnMut(&K, u64, &ACC),
+    ) -> Result<()> {
+        let pane = &mut self.panes[i];
+        let end = pane.end;
+        let mut fired = Vec::new();
+        if pane.pending {
+            for (k, slot) in pane.table.entries(0).filter(|(_, s)| s.pending) {
+                emit(&k, end, &slot.acc);
+                if !remove {
+                    fired.push((k, slot));
+                }
+            }
+        }
+        if remove {
+            let mut pane = self.panes.remove(i);
+            self.last = 0;
+            return pane.table.clear_disk();
+        }
+        pane.pending = false;
+        for (k, mut slot) in fired {
+            slot.pending = false;
+            pane.table.access(&k, true).insert(k, slot);
+        }
+        Ok(())
     }
 }
 
@@ -215,21 +285,26 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         for (k, slot) in decoded.into_iter().flatten() {
             let pane = self.pane_mut(slot.end);
             pane.pending |= slot.pending;
-            pane.table.map.insert(k, slot);
+            // On disk through the cache, which writes back in batches as it fills.
+            pane.table.access(&k, true).insert(k, slot);
         }
         Ok(())
     }
     fn len(&mut self) -> Result<usize> {
-        Ok(self.panes.iter().map(|p| p.table.map.len()).sum())
+        let mut n = 0;
+        for p in &mut self.panes {
+            n += StateTable::len(&mut p.table)?;
+        }
+        Ok(n)
     }
     fn keys(&mut self) -> Result<Vec<K>> {
         let mut seen = FxHashSet::default();
-        for p in &self.panes {
-            for (k, _) in p.table.map.iter() {
+        for p in &mut self.panes {
+            p.table.for_each_entry(0, |k, _| {
                 if !seen.contains(k) {
                     seen.insert(k.clone());
                 }
-            }
+            })?;
         }
         Ok(seen.into_iter().collect())
     }
@@ -285,6 +360,11 @@ impl<K: Key> KeyedStateBackend<K> {
         let mut table = WindowTable::<K, ACC> {
             panes: Vec::new(),
             last: 0,
+            disk: self.disk.as_ref().map(|store| PanesOnDisk {
+                store: store.clone(),
+                index: self.tables.len(),
+                max_parallelism: self.max_parallelism,
+            }),
         };
         let restored = self.restored.remove(name);
         if let Some(r) = restored
@@ -338,16 +418,16 @@ impl<K: Key> KeyedStateStore<'_, K> {
         lateness: u64,
     ) -> Result<()> {
         let b = &mut *self.backend;
-        let entries: Vec<(K, UserMap<u64, ACC>)> = b
-            .map::<UserMap<u64, ACC>>(old.index())
-            .iter()
-            .map(|(k, m)| (k.clone(), m.clone()))
-            .collect();
+        // Every entry, from the LSM too on disk (a one-time move of an old checkpoint).
+        let mut entries: Vec<(K, UserMap<u64, ACC>)> = Vec::new();
+        b.table_mut::<UserMap<u64, ACC>>(old.index())
+            .for_each_entry(0, |k, m| entries.push((k.clone(), m.clone())))?;
         let timers = b.event_timers.as_ref().map(|(i, _)| *i);
         for (key, windows) in entries {
-            b.map_mut::<UserMap<u64, ACC>>(old.index()).remove(&key);
+            b.slot::<UserMap<u64, ACC>>(old.index(), &key, true)
+                .remove(&key);
             let registered: Vec<u64> = timers
-                .and_then(|i| b.map::<Vec<u64>>(i).get(&key).cloned())
+                .and_then(|i| b.slot::<Vec<u64>>(i, &key, false).get(&key).cloned())
                 .unwrap_or_default();
             let mut ctx = KeyedContext {
                 key: &key,

@@ -3,13 +3,15 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::state::keyed::tests::{backend_for, On};
 use crate::state::keyed::RestoredKeyedState;
 use crate::state::keyed::RestoredState;
 
 const GROUPS: u32 = 16;
 
-fn backend(range: KeyGroupRange, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
-    let mut b = KeyedStateBackend::new(range, GROUPS, restored);
+/// A backend on `on` (the parent's, with 16 key groups) with its timers declared.
+fn backend(on: On, range: KeyGroupRange, restored: RestoredKeyedState) -> KeyedStateBackend<u64> {
+    let mut b = backend_for(on, range, restored);
     b.init_timers().unwrap();
     b
 }
@@ -85,9 +87,8 @@ fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredK
     restored
 }
 
-#[test]
-fn whole_windows_fire_in_order_and_are_removed() {
-    let mut b = backend(all(), BTreeMap::new());
+fn whole_windows_fire_in_order_and_are_removed(on: On) {
+    let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
         .window_state::<u64>("w")
         .unwrap();
@@ -125,9 +126,8 @@ fn whole_windows_fire_in_order_and_are_removed() {
     assert_eq!(b.sizes()[2].1, 0);
 }
 
-#[test]
-fn lateness_keeps_fired_windows_until_cleanup() {
-    let mut b = backend(all(), BTreeMap::new());
+fn lateness_keeps_fired_windows_until_cleanup(on: On) {
+    let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
         .window_state::<u64>("w")
         .unwrap();
@@ -150,9 +150,8 @@ fn lateness_keeps_fired_windows_until_cleanup() {
     assert_eq!(b.sizes()[2].1, 0, "removed at its cleanup time");
 }
 
-#[test]
-fn windows_restore_by_key_group_with_their_pending_marks() {
-    let mut b = backend(all(), BTreeMap::new());
+fn windows_restore_by_key_group_with_their_pending_marks(on: On) {
+    let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
         .window_state::<u64>("w")
         .unwrap();
@@ -171,7 +170,7 @@ fn windows_restore_by_key_group_with_their_pending_marks() {
     ];
     let mut fired = Vec::new();
     for range in halves {
-        let mut r = backend(range, round_trip(&mut b, range));
+        let mut r = backend(on, range, round_trip(&mut b, range));
         let s = KeyedStateStore::new(&mut r)
             .window_state::<u64>("w")
             .unwrap();
@@ -186,9 +185,8 @@ fn windows_restore_by_key_group_with_their_pending_marks() {
     );
 }
 
-#[test]
-fn a_restored_state_of_another_kind_is_refused_by_name() {
-    let mut b = backend(all(), BTreeMap::new());
+fn a_restored_state_of_another_kind_is_refused_by_name(on: On) {
+    let mut b = backend(on, all(), BTreeMap::new());
     let v = KeyedStateStore::new(&mut b)
         .value_state::<u64>("w")
         .unwrap();
@@ -198,7 +196,7 @@ fn a_restored_state_of_another_kind_is_refused_by_name() {
     }
     .set(v, 1);
     let restored = round_trip(&mut b, all());
-    let mut r = backend(all(), restored);
+    let mut r = backend(on, all(), restored);
     let e = KeyedStateStore::new(&mut r)
         .window_state::<u64>("w")
         .err()
@@ -210,11 +208,10 @@ fn a_restored_state_of_another_kind_is_refused_by_name() {
     );
 }
 
-#[test]
-fn a_legacy_map_state_moves_in_with_its_timers() {
+fn a_legacy_map_state_moves_in_with_its_timers(on: On) {
     // The previous shape, with lateness 100: key 1's window 1000 fired (only its cleanup
     // timer 1099 is left); key 2's windows 1000 and 2000 are pending.
-    let mut b = backend(all(), BTreeMap::new());
+    let mut b = backend(on, all(), BTreeMap::new());
     let m = KeyedStateStore::new(&mut b)
         .map_state::<u64, u64>("legacy")
         .unwrap();
@@ -233,7 +230,7 @@ fn a_legacy_map_state_moves_in_with_its_timers() {
         }
     }
     let restored = round_trip(&mut b, all());
-    let mut r = backend(all(), restored);
+    let mut r = backend(on, all(), restored);
     let mut store = KeyedStateStore::new(&mut r);
     let s = store.window_state::<u64>("w").unwrap();
     assert_eq!(store.restored_kind("legacy"), Some(StateKind::Map));
@@ -253,3 +250,30 @@ fn a_legacy_map_state_moves_in_with_its_timers() {
         "what was pending fires, what had fired does not"
     );
 }
+
+/// One `#[test]` per backend for each test above (the parent's backend matrix).
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                super::$name(super::On::Memory)
+            })*
+        }
+        #[cfg(feature = "disk-state")]
+        mod disk {
+            $(#[test]
+            fn $name() {
+                super::$name(super::On::Disk { cache: 4 })
+            })*
+        }
+    };
+}
+
+backend_tests!(
+    whole_windows_fire_in_order_and_are_removed,
+    lateness_keeps_fired_windows_until_cleanup,
+    windows_restore_by_key_group_with_their_pending_marks,
+    a_restored_state_of_another_kind_is_refused_by_name,
+    a_legacy_map_state_moves_in_with_its_timers,
+);
