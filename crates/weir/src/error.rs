@@ -75,6 +75,10 @@ pub enum Error {
     /// The task was cancelled because another task failed; not a root cause.
     #[error("cancelled")]
     Cancelled,
+    /// A channel to a subtask on another worker failed: the worker is lost (the message
+    /// names it, its address and the way out). A root cause, unlike [`Error::Cancelled`].
+    #[error("{0}")]
+    PeerLost(String),
 }
 
 impl Error {
