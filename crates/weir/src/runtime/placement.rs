@@ -93,7 +93,9 @@ pub(crate) struct ChannelWiring<'a> {
     /// Per receiving subtask, its worker.
     pub(crate) receivers: &'a [WorkerId],
     /// The number of the edge's first channel; channel `s → r` is
-    /// `first_channel + s × receivers + r`, the same on every worker (the plan is).
+    /// `first_channel + s × receivers + r`, the same on every worker (the plan is). Each
+    /// attempt numbers its channels afresh, so a frame or permit of an attempt that was
+    /// cancelled never reaches the next one's channels.
     pub(crate) first_channel: ChannelId,
 }
 
@@ -105,7 +107,8 @@ impl ChannelWiring<'_> {
 
     /// The number of channel `s → r`.
     pub(crate) fn channel(&self, s: usize, r: usize) -> ChannelId {
-        self.first_channel + (s * self.receivers.len() + r) as ChannelId
+        self.first_channel
+            .wrapping_add((s * self.receivers.len() + r) as ChannelId)
     }
 }
 

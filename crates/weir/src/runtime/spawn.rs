@@ -182,8 +182,19 @@ impl Executor<'_> {
             .placement
             .as_ref()
             .map(|p| (p, p.node_workers(&self.plan)));
+        // Each attempt numbers its remote channels afresh (`ChannelWiring::first_channel`):
+        // attempts take consecutive ranges of the plan's channel count.
         #[cfg(feature = "cluster")]
-        let mut first_channel: crate::runtime::exchange::ChannelId = 0;
+        let mut first_channel = {
+            let per_attempt = g
+                .edges
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.plan.chained[*i])
+                .map(|(_, e)| self.plan.parallelism[e.from] * self.plan.parallelism[e.to])
+                .fold(0u32, u32::wrapping_add);
+            attempt.wrapping_mul(per_attempt)
+        };
         for (i, e) in g.edges.iter().enumerate() {
             if self.plan.chained[i] {
                 senders.push(Vec::new());
@@ -206,7 +217,7 @@ impl Executor<'_> {
                         receivers: &workers[&e.to],
                         first_channel,
                     };
-                    first_channel += (from_p * to_p) as crate::runtime::exchange::ChannelId;
+                    first_channel = first_channel.wrapping_add((from_p * to_p) as u32);
                     e.factory
                         .placed_channels(&wiring, &g.types, forward, capacity)?
                 }

@@ -198,6 +198,12 @@ impl<T: Send + 'static> RemoteInput<T> {
     }
 }
 
+impl<T> Drop for RemoteInput<T> {
+    fn drop(&mut self) {
+        self.peer.close_input(self.channel);
+    }
+}
+
 impl<T> RemoteInput<T> {
     /// The channel's events in order, for a task's `Select`; report what is taken from it
     /// with [`consumed`](Self::consumed). It disconnects when the peer is lost, after the
