@@ -88,6 +88,8 @@ fn config(name: &str, dir: &std::path::Path) -> JobConfig {
     c.checkpoint_dir = dir.to_path_buf();
     c.checkpointing.interval = Some(Duration::from_millis(20));
     c.restart = RestartStrategy::None;
+    // A safety net: a checkpoint that hangs fails the test within minutes, not ten.
+    c.checkpointing.timeout = Duration::from_secs(90);
     c
 }
 
@@ -232,11 +234,61 @@ fn failures_across_two_workers_restart_from_a_checkpoint_and_stay_exact() {
     assert_eq!(result.attempts, 3);
     // Every restart resumed from a checkpoint, not from the beginning.
     for a in &result.history[1..] {
-        let r = a.restored.as_ref().expect("a restart restores a checkpoint");
+        let r = a
+            .restored
+            .as_ref()
+            .expect("a restart restores a checkpoint");
         assert!(r.source_records > 0, "{a:?}");
     }
     // The sink emits a running count per record, replayed after a restore: the last value
     // per key must be the exact count.
     assert_eq!(final_counts(out.take()), want);
-    assert_eq!(xs[0].streams(), 1, "one stream for the pair, across attempts");
+    assert_eq!(
+        xs[0].streams(),
+        1,
+        "one stream for the pair, across attempts"
+    );
+}
+
+/// The link between the two workers goes down mid-run (a TCP proxy cut once records
+/// crossed both ways, while the sources hold): the job fails with the lost peer named, not
+/// as a cancellation, and nothing hangs.
+#[test]
+fn a_link_cut_mid_run_fails_the_job_naming_the_lost_worker() {
+    use crate::runtime::exchange::tests::Proxy;
+    let dir = tempfile::tempdir().unwrap();
+    let (x1, x2) = (exchange(1, "secret"), exchange(2, "secret"));
+    let proxy = Proxy::to(x2.local_addr());
+    x1.connect(2, &proxy.addr.to_string()).unwrap();
+    let mut cfg = config("cut", dir.path());
+    // No checkpoint: the sources hold at a quarter of their input for good.
+    cfg.checkpointing.interval = None;
+    let env = StreamEnvironment::new(cfg);
+    keyed_count(&env, CollectSink::new());
+    let hosting = Hosting {
+        workers: vec![1, 2],
+        hosted: [(1, x1.clone()), (2, x2.clone())].into_iter().collect(),
+    };
+    let cutter = {
+        let x1 = x1.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while x1.stats(2).frames_in == 0 || x1.stats(2).frames_out == 0 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(120),
+                    "nothing crossed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            proxy.cut();
+            proxy
+        })
+    };
+    let err = env.execute_placed(hosting).unwrap_err().to_string();
+    let _proxy = cutter.join().unwrap();
+    assert!(
+        err.contains("lost the exchange stream with worker"),
+        "{err}"
+    );
+    assert!(!err.contains("last failure: cancelled"), "{err}");
 }

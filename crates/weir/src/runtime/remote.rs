@@ -161,13 +161,6 @@ impl<T> Remotes<T> {
         self.0.is_empty()
     }
 
-    /// Whether channel `c` comes from another worker. Such a channel never closes while
-    /// its peer lives (the sender's end is a number on a shared stream), so its end-of-input
-    /// or stopping barrier is its close.
-    pub(crate) fn is_remote(&self, c: usize) -> bool {
-        matches!(self.0.get(c), Some(Some(_)))
-    }
-
     /// The task took `event` from channel `c`: a remote channel's permits go back.
     #[inline]
     pub(crate) fn consumed(&self, c: usize, event: &Event<T>) {
@@ -176,22 +169,23 @@ impl<T> Remotes<T> {
         }
     }
 
-    /// Channel `c` closed before its end: for a remote channel, the lost peer named as
-    /// the task's failure; for a local one, cancellation (a neighbour task ended).
+    /// Channel `c` closed before its end: for a remote channel whose peer is lost, the
+    /// peer named as the task's failure; otherwise cancellation (a neighbour task ended,
+    /// here or on another worker).
     pub(crate) fn closed_early(&self, c: usize) -> Error {
         match self.0.get(c) {
-            Some(Some(r)) => Error::PeerLost(remote_failure(r)),
+            Some(Some(r)) => lost(r).map_or(Error::Cancelled, Error::PeerLost),
             _ => Error::Cancelled,
         }
     }
 }
 
 #[cfg(feature = "cluster")]
-fn remote_failure<T>(r: &RemoteIn<T>) -> String {
-    r.failure().to_string()
+fn lost<T>(r: &RemoteIn<T>) -> Option<String> {
+    r.lost().map(|e| e.to_string())
 }
 
 #[cfg(not(feature = "cluster"))]
-fn remote_failure<T>(r: &RemoteIn<T>) -> String {
-    r.failure()
+fn lost<T>(r: &RemoteIn<T>) -> Option<String> {
+    Some(r.failure())
 }

@@ -56,7 +56,7 @@ pub mod permits;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use channel::TrySend;
 pub use node::{Exchange, ExchangeConfig};

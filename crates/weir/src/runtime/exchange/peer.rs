@@ -192,6 +192,15 @@ impl Peer {
             });
             return Ok(());
         }
+        if let Kind::Close(_) = kind {
+            // In order after the channel's frames; unknown (never registered here) or
+            // closed already: nothing to do.
+            let input = self.lock().inputs.get(&channel).cloned();
+            if let Some(input) = input {
+                input.close();
+            }
+            return Ok(());
+        }
         let input = self.lock().inputs.get(&channel).cloned();
         let Some(input) = input else {
             return Err(self.protocol(format!(

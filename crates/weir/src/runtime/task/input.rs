@@ -78,10 +78,7 @@ pub(crate) fn run_input_with<T: Send>(
     // Where the next non-blocking pass over many inputs starts ([`scan`]).
     let mut cursor = 0;
     loop {
-        let closed = |(c, ch): (usize, &ChannelState)| {
-            ch.closed || (remotes.is_remote(c) && (ch.ended || ch.stopped_at.is_some()))
-        };
-        if fin.is_done() && channels.iter().enumerate().all(closed) {
+        if fin.is_done() && channels.iter().all(|c| c.closed) {
             return chain.flush();
         }
         if dirty {
