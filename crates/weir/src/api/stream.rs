@@ -187,6 +187,7 @@ impl StreamEnvironment {
     /// Runs the job with its subtasks spread over the workers of `hosting`: the channels
     /// between workers cross their exchanges (issue 24). Every worker must be hosted here.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(not(test), allow(dead_code))] // The worker role (issue 24, next) calls it.
     pub(crate) fn execute_placed(
         self,
         hosting: crate::runtime::placement::Hosting,

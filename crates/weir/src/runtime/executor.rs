@@ -135,6 +135,7 @@ fn check_unaligned(graph: &JobGraph, plan: &Plan, cfg: &JobConfig) -> Result<()>
 /// streams), and this executor's checkpoint coordinator hears every task. A process that
 /// hosts only some of the workers needs the coordinator and worker roles (next).
 #[cfg(feature = "cluster")]
+#[cfg_attr(not(test), allow(dead_code))] // The worker role (issue 24, next) calls it.
 pub(crate) fn execute_placed(
     graph: JobGraph,
     cfg: &JobConfig,

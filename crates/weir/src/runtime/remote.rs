@@ -152,6 +152,7 @@ impl<T> Remotes<T> {
     }
 
     /// No remote input.
+    #[cfg(test)]
     pub(crate) fn none() -> Self {
         Remotes(Vec::new())
     }

@@ -50,7 +50,9 @@ pub(super) struct ChannelState {
 }
 
 /// Runs an input task over local channels until its end is committed and every input
-/// channel closed, or the task is cancelled.
+/// channel closed, or the task is cancelled (the tests' entry; tasks use
+/// [`run_input_with`]).
+#[cfg(test)]
 pub fn run_input<T: Send>(
     inputs: Vec<Receiver<Event<T>>>,
     chain: Box<dyn Output<T>>,

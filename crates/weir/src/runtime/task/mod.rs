@@ -39,6 +39,7 @@ use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::output::TaskSnapshot;
 
+#[cfg(test)]
 pub use input::run_input;
 pub(crate) use input::run_input_with;
 pub use replay::replay_channel_state;
