@@ -79,6 +79,11 @@ pub enum Error {
     /// names it, its address and the way out). A root cause, unlike [`Error::Cancelled`].
     #[error("{0}")]
     PeerLost(String),
+    /// The cluster's control plane failed: a coordinator out of reach, a refused worker
+    /// (wrong token, another binary or plan), a worker lost (the message says which and
+    /// the way out).
+    #[error("{0}")]
+    Cluster(String),
 }
 
 impl Error {

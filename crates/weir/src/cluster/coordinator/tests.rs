@@ -1,0 +1,205 @@
+//! The registration and deploy handshake over real loopback sockets: a coordinator
+//! endpoint on 127.0.0.1 port 0, workers attaching from threads.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::*;
+use crate::cluster::fingerprint::binary_version;
+use crate::cluster::worker::{attach, DeployedWorker, WorkerConfig};
+use crate::prelude::*;
+
+/// A safety net for a hang, never a pace: every wait below ends on an answer.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The job every process builds from its arguments: `--parallelism P`.
+fn build(args: &[String]) -> Result<StreamEnvironment> {
+    let p = match args {
+        [flag, p] if flag == "--parallelism" => p
+            .parse()
+            .map_err(|_| Error::InvalidJob(format!("not a parallelism: {p}")))?,
+        _ => return Err(Error::InvalidJob(format!("unexpected arguments {args:?}"))),
+    };
+    let mut cfg = JobConfig::new("handshake");
+    cfg.parallelism = p;
+    let env = StreamEnvironment::new(cfg);
+    env.add_source("numbers", GeneratorSource::new(10))
+        .uid("numbers")
+        .key_by(|i: &u64| *i)
+        .reduce(|a, b| a + b)
+        .uid("sum")
+        .add_sink("out", DiscardSink)
+        .uid("sink");
+    Ok(env)
+}
+
+fn args(p: u32) -> Vec<String> {
+    vec!["--parallelism".into(), p.to_string()]
+}
+
+fn coordinator(token: &str) -> CoordinatorEndpoint {
+    CoordinatorEndpoint::start(CoordinatorConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: token.into(),
+        binary_version: binary_version().into(),
+    })
+    .unwrap()
+}
+
+fn worker_config(at: SocketAddr, token: &str, name: &str) -> WorkerConfig {
+    WorkerConfig {
+        coordinator: at.to_string(),
+        token: token.into(),
+        exchange_address: format!("127.0.0.1:70{}", name.len()),
+        slots: 2,
+        name: name.into(),
+        binary_version: binary_version().into(),
+        timeout: TIMEOUT,
+    }
+}
+
+/// Attaches a worker that builds its job from `build_args` instead of what it is sent
+/// (`None`: what it is sent), on a thread; its outcome comes back as `(id, attempt)`. A
+/// deployed worker keeps its stream open until `hold` disconnects (a worker that exits
+/// closes its stream, which the coordinator reports as lost).
+fn spawn_worker_holding(
+    config: WorkerConfig,
+    build_args: Option<Vec<String>>,
+    hold: crossbeam_channel::Receiver<()>,
+) -> std::thread::JoinHandle<Result<(WorkerId, u64)>> {
+    std::thread::spawn(move || {
+        let builder = |sent: &[String]| build(build_args.as_deref().unwrap_or(sent));
+        let deployed: DeployedWorker = attach(&config, &builder)?;
+        let _ = hold.recv();
+        Ok((deployed.id, deployed.attempt))
+    })
+}
+
+fn spawn_worker(
+    config: WorkerConfig,
+    build_args: Option<Vec<String>>,
+) -> std::thread::JoinHandle<Result<(WorkerId, u64)>> {
+    spawn_worker_holding(config, build_args, crossbeam_channel::never())
+}
+
+fn spec(p: u32) -> DeploySpec {
+    DeploySpec {
+        attempt: 1,
+        job_args: args(p),
+        fingerprint: PlanFingerprint::of(&build(&args(p)).unwrap(), binary_version()).unwrap(),
+    }
+}
+
+#[test]
+fn workers_register_and_take_a_deploy_whose_plan_they_build_alike() {
+    let c = coordinator("secret");
+    let (release, hold) = crossbeam_channel::bounded::<()>(0);
+    let handles: Vec<_> = ["w-a", "w-bb"]
+        .into_iter()
+        .map(|n| {
+            let config = worker_config(c.local_addr(), "secret", n);
+            spawn_worker_holding(config, None, hold.clone())
+        })
+        .collect();
+    let workers = c.wait_for_workers(2, TIMEOUT).unwrap();
+    let mut ids: Vec<WorkerId> = workers.iter().map(|w| w.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2]);
+    for w in &workers {
+        assert_eq!(w.slots, 2);
+        c.deploy(w, &spec(2), TIMEOUT).unwrap();
+    }
+    drop(release);
+    let mut deployed: Vec<(WorkerId, u64)> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    deployed.sort_unstable();
+    assert_eq!(deployed, [(1, 1), (2, 1)]);
+}
+
+#[test]
+fn a_worker_that_builds_another_plan_refuses_the_deploy_naming_the_difference() {
+    let c = coordinator("secret");
+    // The worker reads its arguments differently: it builds parallelism 3, not 2.
+    let h = spawn_worker(
+        worker_config(c.local_addr(), "secret", "odd"),
+        Some(args(3)),
+    );
+    let workers = c.wait_for_workers(1, TIMEOUT).unwrap();
+    let at_coordinator = c
+        .deploy(&workers[0], &spec(2), TIMEOUT)
+        .unwrap_err()
+        .to_string();
+    let at_worker = h.join().unwrap().unwrap_err().to_string();
+    for e in [&at_coordinator, &at_worker] {
+        assert!(e.contains("built another plan than the coordinator"), "{e}");
+        assert!(e.contains("parallelism"), "{e}");
+        assert!(e.contains(binary_version()), "{e}");
+    }
+    assert!(
+        at_coordinator.contains("worker 1 (odd)"),
+        "{at_coordinator}"
+    );
+}
+
+#[test]
+fn a_worker_of_another_binary_is_refused_naming_both_versions() {
+    let c = coordinator("secret");
+    let mut config = worker_config(c.local_addr(), "secret", "old");
+    config.binary_version = "weir 0.0.9 (weir, crc32c 00000000)".into();
+    let e = spawn_worker(config, None)
+        .join()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("refused this worker"), "{e}");
+    assert!(e.contains("weir 0.0.9 (weir, crc32c 00000000)"), "{e}");
+    assert!(e.contains(binary_version()), "{e}");
+    // Refused before registering: no worker for the coordinator.
+    assert!(c.wait_for_workers(1, Duration::from_millis(1)).is_err());
+}
+
+#[test]
+fn a_worker_with_a_wrong_token_is_refused_naming_the_token() {
+    let c = coordinator("secret");
+    let e = spawn_worker(worker_config(c.local_addr(), "guess", "w"), None)
+        .join()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("refused this worker"), "{e}");
+    assert!(e.contains("cluster token"), "{e}");
+}
+
+#[test]
+fn an_unreachable_coordinator_is_named_with_the_way_out() {
+    // A port nobody listens on: bind one, note it, close it.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let e = spawn_worker(worker_config(addr, "secret", "w"), None)
+        .join()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("cannot reach the coordinator at {addr}")),
+        "{e}"
+    );
+    assert!(e.contains("--coordinator"), "{e}");
+}
+
+#[test]
+fn an_empty_token_is_refused_at_start() {
+    let e = CoordinatorEndpoint::start(CoordinatorConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: String::new(),
+        binary_version: binary_version().into(),
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("--cluster-token"), "{e}");
+}
