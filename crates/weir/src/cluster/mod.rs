@@ -21,6 +21,19 @@
 
 #![cfg_attr(not(test), allow(dead_code))] // Called by `weir worker` and `--workers N`, next.
 
+/// Which worker runs a subtask: the task (an operator chain) by the uid of its head
+/// operator, its subtask index, and the worker's id. What Deploy carries, both sides
+/// derive the channels' placement from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The uid of the task's head operator.
+    pub task_uid: String,
+    /// The subtask.
+    pub subtask: u32,
+    /// The worker that runs it.
+    pub worker: crate::runtime::exchange::WorkerId,
+}
+
 pub mod coordinator;
 pub mod fingerprint;
 mod messages;

@@ -25,6 +25,8 @@ use super::proto::coordinator_message::Kind as ToWorker;
 use super::proto::coordinator_server::{self, CoordinatorServer};
 use super::proto::worker_message::Kind as FromWorker;
 use super::proto::{self, CoordinatorMessage, WorkerMessage};
+use super::Assignment;
+use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
 
@@ -97,9 +99,13 @@ impl RegisteredWorker {
     }
 }
 
-/// What a deploy carries besides the assignment (which the attempt protocol adds next).
+/// What a deploy carries.
 #[derive(Debug, Clone)]
 pub struct DeploySpec {
+    /// Which worker runs which subtask ([`schedule`]).
+    pub assignments: Vec<Assignment>,
+    /// Every worker of the attempt and its exchange address.
+    pub workers: Vec<(WorkerId, String)>,
     /// The attempt being deployed.
     pub attempt: u64,
     /// The job's arguments, from which the worker builds the same graph.
@@ -296,8 +302,23 @@ impl CoordinatorEndpoint {
             attempt: spec.attempt,
             job_args: spec.job_args.clone(),
             fingerprint: Some(spec.fingerprint.to_proto()),
-            assignments: Vec::new(),
-            workers: Vec::new(),
+            assignments: spec
+                .assignments
+                .iter()
+                .map(|a| proto::SubtaskAssignment {
+                    task_uid: a.task_uid.clone(),
+                    subtask: a.subtask,
+                    worker_id: a.worker,
+                })
+                .collect(),
+            workers: spec
+                .workers
+                .iter()
+                .map(|(id, addr)| proto::WorkerAddress {
+                    worker_id: *id,
+                    exchange_address: addr.clone(),
+                })
+                .collect(),
             restore_from: String::new(),
         }))?;
         match worker.next(timeout)? {
@@ -321,6 +342,47 @@ impl CoordinatorEndpoint {
             ))),
         }
     }
+}
+
+/// Schedules the job of `env` onto `workers` (in id order): subtask `i` of every operator
+/// on the `i mod N`-th worker, so each worker runs whole pipeline slices and a forward edge
+/// stays on its worker (`runtime::placement`). A worker holds one slice per slot: a job
+/// whose largest parallelism needs more slices on a worker than it offers is refused,
+/// naming the numbers and the way out.
+pub fn schedule(env: &StreamEnvironment, workers: &[RegisteredWorker]) -> Result<Vec<Assignment>> {
+    if workers.is_empty() {
+        return Err(Error::Cluster("no worker to schedule the job onto".into()));
+    }
+    let mut ordered: Vec<&RegisteredWorker> = workers.iter().collect();
+    ordered.sort_by_key(|w| w.id);
+    let plan = crate::runtime::plan::plan(&env.graph(), env.config())?;
+    let n = ordered.len();
+    for (k, w) in ordered.iter().enumerate() {
+        let slices = plan
+            .parallelism
+            .iter()
+            .map(|&p| (p as usize + n - 1 - k) / n)
+            .max()
+            .unwrap_or(0);
+        if slices > w.slots as usize {
+            return Err(Error::Cluster(format!(
+                "the job needs {slices} slots on {} (parallelism up to {} over {n} workers), \
+                 which offers {} (start more workers, or give them more --slots)",
+                w.describe(),
+                plan.parallelism.iter().max().copied().unwrap_or(0),
+                w.slots
+            )));
+        }
+    }
+    Ok(plan
+        .tasks
+        .iter()
+        .map(|t| Assignment {
+            task_uid: plan.uids[t.chain[0]].clone(),
+            subtask: t.subtask,
+            worker: ordered[t.subtask as usize % n].id,
+        })
+        .collect())
 }
 
 impl Drop for CoordinatorEndpoint {

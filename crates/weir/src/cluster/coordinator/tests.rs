@@ -66,24 +66,33 @@ fn spawn_worker_holding(
     config: WorkerConfig,
     build_args: Option<Vec<String>>,
     hold: crossbeam_channel::Receiver<()>,
-) -> std::thread::JoinHandle<Result<(WorkerId, u64)>> {
+) -> std::thread::JoinHandle<Result<(WorkerId, u64, usize, usize)>> {
     std::thread::spawn(move || {
         let builder = |sent: &[String]| build(build_args.as_deref().unwrap_or(sent));
         let deployed: DeployedWorker = attach(&config, &builder)?;
         let _ = hold.recv();
-        Ok((deployed.id, deployed.attempt))
+        // What the deploy carried: every subtask's worker and every worker's address.
+        let mine = deployed
+            .assignments
+            .iter()
+            .filter(|a| a.worker == deployed.id)
+            .count();
+        Ok((deployed.id, deployed.attempt, mine, deployed.workers.len()))
     })
 }
 
+#[allow(clippy::type_complexity)]
 fn spawn_worker(
     config: WorkerConfig,
     build_args: Option<Vec<String>>,
-) -> std::thread::JoinHandle<Result<(WorkerId, u64)>> {
+) -> std::thread::JoinHandle<Result<(WorkerId, u64, usize, usize)>> {
     spawn_worker_holding(config, build_args, crossbeam_channel::never())
 }
 
 fn spec(p: u32) -> DeploySpec {
     DeploySpec {
+        assignments: Vec::new(),
+        workers: Vec::new(),
         attempt: 1,
         job_args: args(p),
         fingerprint: PlanFingerprint::of(&build(&args(p)).unwrap(), binary_version()).unwrap(),
@@ -105,17 +114,31 @@ fn workers_register_and_take_a_deploy_whose_plan_they_build_alike() {
     let mut ids: Vec<WorkerId> = workers.iter().map(|w| w.id).collect();
     ids.sort_unstable();
     assert_eq!(ids, [1, 2]);
+    let mut spec = spec(2);
+    let env = build(&args(2)).unwrap();
+    spec.assignments = schedule(&env, &workers).unwrap();
+    spec.workers = workers
+        .iter()
+        .map(|w| (w.id, w.exchange_address.clone()))
+        .collect();
     for w in &workers {
         assert_eq!(w.slots, 2);
-        c.deploy(w, &spec(2), TIMEOUT).unwrap();
+        c.deploy(w, &spec, TIMEOUT).unwrap();
     }
     drop(release);
-    let mut deployed: Vec<(WorkerId, u64)> = handles
+    let mut deployed: Vec<(WorkerId, u64, usize, usize)> = handles
         .into_iter()
         .map(|h| h.join().unwrap().unwrap())
         .collect();
     deployed.sort_unstable();
-    assert_eq!(deployed, [(1, 1), (2, 1)]);
+    // Two tasks (source; sum → sink) at parallelism 2: one subtask of each per worker.
+    assert_eq!(deployed, [(1, 1, 2, 2), (2, 1, 2, 2)]);
+    // Parallelism 5 over two workers of 2 slots needs 3 on the first: refused.
+    let e = schedule(&build(&args(5)).unwrap(), &workers)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs 3 slots on worker 1"), "{e}");
+    assert!(e.contains("--slots"), "{e}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use super::proto::coordinator_client::CoordinatorClient;
 use super::proto::coordinator_message::Kind as FromCoordinator;
 use super::proto::worker_message::Kind as ToCoordinator;
 use super::proto::{self, CoordinatorMessage, WorkerMessage};
+use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
@@ -55,6 +56,10 @@ pub struct DeployedWorker {
     pub attempt: u64,
     /// The job, built from the coordinator's arguments, whose plan matched.
     pub env: StreamEnvironment,
+    /// Which worker runs which subtask.
+    pub assignments: Vec<Assignment>,
+    /// Every worker of the attempt and its exchange address.
+    pub workers: Vec<(WorkerId, String)>,
     runtime: tokio::runtime::Runtime,
     _to_coordinator: UnboundedSender<WorkerMessage>,
     _from_coordinator: Streaming<CoordinatorMessage>,
@@ -198,13 +203,27 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
         &tx,
         ToCoordinator::Deployed(proto::Deployed {
             attempt: deploy.attempt,
-            fingerprint: deploy.fingerprint,
+            fingerprint: deploy.fingerprint.clone(),
         }),
     );
     Ok(DeployedWorker {
         id,
         attempt: deploy.attempt,
         env,
+        assignments: deploy
+            .assignments
+            .into_iter()
+            .map(|a| Assignment {
+                task_uid: a.task_uid,
+                subtask: a.subtask,
+                worker: a.worker_id,
+            })
+            .collect(),
+        workers: deploy
+            .workers
+            .into_iter()
+            .map(|w| (w.worker_id, w.exchange_address))
+            .collect(),
         runtime,
         _to_coordinator: tx,
         _from_coordinator: inbound,
