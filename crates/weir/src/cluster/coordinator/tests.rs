@@ -141,6 +141,63 @@ fn workers_register_and_take_a_deploy_whose_plan_they_build_alike() {
     assert!(e.contains("--slots"), "{e}");
 }
 
+/// The whole start of a worker: bind its exchange's port, register that address, learn its
+/// id, start the exchange on the bound port with that id, take the deploy, dial the
+/// workers above it. Every pair then shares exactly one stream.
+#[test]
+fn deployed_workers_open_one_exchange_stream_per_pair() {
+    use crate::runtime::exchange::{Exchange, ExchangeConfig};
+    let c = coordinator("secret");
+    let (release, hold) = crossbeam_channel::bounded::<()>(0);
+    let (streams_tx, streams) = crossbeam_channel::unbounded();
+    let handles: Vec<_> = ["a", "bb", "ccc"]
+        .into_iter()
+        .map(|name| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut config = worker_config(c.local_addr(), "secret", name);
+            config.exchange_address = listener.local_addr().unwrap().to_string();
+            let (hold, streams_tx) = (hold.clone(), streams_tx.clone());
+            std::thread::spawn(move || {
+                let builder = |sent: &[String]| build(sent);
+                let deployed = attach(&config, &builder).unwrap();
+                let mut xc = ExchangeConfig::new(
+                    deployed.id,
+                    config.exchange_address.parse().unwrap(),
+                    "secret",
+                );
+                xc.keepalive_timeout = Duration::from_secs(600);
+                let exchange = Exchange::start_on(xc, Some(listener)).unwrap();
+                deployed.connect_peers(&exchange).unwrap();
+                // Wait until the peers below dialled in too, then report.
+                let start = std::time::Instant::now();
+                while exchange.streams() < 2 {
+                    assert!(start.elapsed() < TIMEOUT, "never connected");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                streams_tx.send((deployed.id, exchange.streams())).unwrap();
+                let _ = hold.recv();
+            })
+        })
+        .collect();
+    let workers = c.wait_for_workers(3, TIMEOUT).unwrap();
+    let mut spec = spec(3);
+    spec.assignments = schedule(&build(&args(3)).unwrap(), &workers).unwrap();
+    spec.workers = workers
+        .iter()
+        .map(|w| (w.id, w.exchange_address.clone()))
+        .collect();
+    for w in &workers {
+        c.deploy(w, &spec, TIMEOUT).unwrap();
+    }
+    let mut got: Vec<(WorkerId, u64)> = (0..3).map(|_| streams.recv().unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, [(1, 2), (2, 2), (3, 2)]);
+    drop(release);
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
 #[test]
 fn a_worker_that_builds_another_plan_refuses_the_deploy_naming_the_difference() {
     let c = coordinator("secret");

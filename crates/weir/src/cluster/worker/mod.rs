@@ -67,6 +67,17 @@ pub struct DeployedWorker {
 
 #[allow(dead_code)] // Serves the attempt, next (issue 24).
 impl DeployedWorker {
+    /// Opens this worker's exchange streams: it dials every worker of the attempt with a
+    /// higher id (the others dial it), so each pair shares exactly one stream.
+    pub fn connect_peers(&self, exchange: &crate::runtime::exchange::Exchange) -> Result<()> {
+        for (id, addr) in self.workers.iter().filter(|(id, _)| *id > self.id) {
+            exchange
+                .connect(*id, addr)
+                .map_err(|e| Error::PeerLost(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// The runtime holding the control stream (dropping the worker closes the stream).
     pub fn runtime(&self) -> &tokio::runtime::Runtime {
         &self.runtime
