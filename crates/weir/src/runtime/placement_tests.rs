@@ -292,3 +292,24 @@ fn a_link_cut_mid_run_fails_the_job_naming_the_lost_worker() {
     );
     assert!(!err.contains("last failure: cancelled"), "{err}");
 }
+
+#[test]
+fn unaligned_checkpoints_across_workers_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let xs = workers(2);
+    let mut cfg = config("unaligned", dir.path());
+    cfg.checkpointing.unaligned = true;
+    let env = StreamEnvironment::new(cfg);
+    keyed_count(&env, CollectSink::new());
+    let hosting = Hosting {
+        workers: xs.iter().map(|x| x.worker()).collect(),
+        hosted: xs.iter().map(|x| (x.worker(), x.clone())).collect(),
+    };
+    let err = env.execute_placed(hosting).unwrap_err().to_string();
+    assert!(
+        err.contains("unaligned checkpoints across workers"),
+        "{err}"
+    );
+    assert!(err.contains("aligned checkpoints"), "{err}");
+    assert_eq!(xs[0].stats(2).frames_out, 0, "nothing ran");
+}
