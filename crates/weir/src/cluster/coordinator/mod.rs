@@ -39,6 +39,9 @@ pub struct CoordinatorConfig {
     pub token: String,
     /// This binary (`fingerprint::binary_version`): a worker of another is refused.
     pub binary_version: String,
+    /// A worker silent this long (no message, no heartbeat) counts as lost
+    /// (`--heartbeat-timeout`).
+    pub heartbeat_timeout: Duration,
 }
 
 /// A worker that registered, with its half of the control stream.
@@ -73,6 +76,19 @@ impl RegisteredWorker {
                     self.describe()
                 ))
             })
+    }
+
+    /// Whether the worker is lost (its stream broke or ended, or it went silent for the
+    /// heartbeat timeout), and why; the loss is reported once, to the first caller.
+    pub fn lost(&self) -> Option<Error> {
+        match self.from_worker.try_recv() {
+            Ok(Err(cause)) => Some(Error::Cluster(format!("lost {}: {cause}", self.describe()))),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => Some(Error::Cluster(format!(
+                "lost {}: it closed its control stream",
+                self.describe()
+            ))),
+            _ => None,
+        }
     }
 
     /// The worker's next message, waiting at most `timeout`.
@@ -171,9 +187,21 @@ impl coordinator_server::Coordinator for Service {
         let id = self.next_id.fetch_add(1, Relaxed);
         let (to_worker, outbound) = unbounded_channel();
         let (tx, from_worker) = crossbeam_channel::unbounded();
+        let silence = self.config.heartbeat_timeout;
         tokio::spawn(async move {
             loop {
-                match inbound.message().await {
+                let Ok(got) = tokio::time::timeout(silence, inbound.message()).await else {
+                    let _ = tx.send(Err(format!(
+                        "no heartbeat for {silence:?} (--heartbeat-timeout): the worker hung, \
+                         is starved or cut off"
+                    )));
+                    return;
+                };
+                match got {
+                    // Heartbeats only prove the worker alive: the timeout above restarts.
+                    Ok(Some(WorkerMessage {
+                        kind: Some(FromWorker::Heartbeat(_)),
+                    })) => {}
                     Ok(Some(m)) => {
                         if tx.send(Ok(m)).is_err() {
                             return;

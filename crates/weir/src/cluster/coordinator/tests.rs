@@ -42,6 +42,7 @@ fn coordinator(token: &str) -> CoordinatorEndpoint {
         listen: "127.0.0.1:0".parse().unwrap(),
         token: token.into(),
         binary_version: binary_version().into(),
+        heartbeat_timeout: TIMEOUT,
     })
     .unwrap()
 }
@@ -55,6 +56,7 @@ fn worker_config(at: SocketAddr, token: &str, name: &str) -> WorkerConfig {
         name: name.into(),
         binary_version: binary_version().into(),
         timeout: TIMEOUT,
+        heartbeat_interval: Duration::from_millis(20),
     }
 }
 
@@ -277,9 +279,51 @@ fn an_empty_token_is_refused_at_start() {
         listen: "127.0.0.1:0".parse().unwrap(),
         token: String::new(),
         binary_version: binary_version().into(),
+        heartbeat_timeout: TIMEOUT,
     })
     .err()
     .unwrap()
     .to_string();
     assert!(e.contains("--cluster-token"), "{e}");
+}
+
+/// A worker whose heartbeats stop (here: its interval far beyond the coordinator's timeout)
+/// counts as lost, with the timeout named; one that beats stays registered. The first
+/// half cannot pass by luck: the loss must be reported.
+#[test]
+fn a_worker_silent_for_the_heartbeat_timeout_is_lost() {
+    let c = CoordinatorEndpoint::start(CoordinatorConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: "secret".into(),
+        binary_version: binary_version().into(),
+        heartbeat_timeout: Duration::from_millis(300),
+    })
+    .unwrap();
+    let (release, hold) = crossbeam_channel::bounded::<()>(0);
+    let mut silent = worker_config(c.local_addr(), "secret", "silent");
+    silent.heartbeat_interval = Duration::from_secs(3600);
+    let h = spawn_worker_holding(silent, None, hold);
+    let workers = c.wait_for_workers(1, TIMEOUT).unwrap();
+    // On a loaded machine the silence may already count while the deploy is answered:
+    // then the deploy itself reports the loss.
+    let lost = match c.deploy(&workers[0], &spec(2), TIMEOUT) {
+        Err(e) => e.to_string(),
+        Ok(()) => {
+            let start = std::time::Instant::now();
+            loop {
+                if let Some(e) = workers[0].lost() {
+                    break e.to_string();
+                }
+                assert!(
+                    start.elapsed() < TIMEOUT,
+                    "the silent worker was never lost"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    assert!(lost.contains("worker 1 (silent)"), "{lost}");
+    assert!(lost.contains("--heartbeat-timeout"), "{lost}");
+    drop(release);
+    h.join().unwrap().unwrap();
 }

@@ -41,6 +41,9 @@ pub struct WorkerConfig {
     pub binary_version: String,
     /// How long to wait for the coordinator to connect and to answer.
     pub timeout: Duration,
+    /// How often to tell the coordinator this worker is alive (well under its
+    /// `--heartbeat-timeout`).
+    pub heartbeat_interval: Duration,
 }
 
 /// Builds the job's graph from its arguments, as the coordinator did.
@@ -192,6 +195,22 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
         let mine = PlanFingerprint::of(&env, &config.binary_version)?;
         theirs.check(&mine, &who)?;
         Ok(env)
+    });
+    // Alive from now on: a heartbeat at every interval while the stream is open.
+    let beat = tx.clone();
+    let interval = config.heartbeat_interval.max(Duration::from_millis(1));
+    runtime.spawn(async move {
+        let mut sequence = 0;
+        loop {
+            tokio::time::sleep(interval).await;
+            sequence += 1;
+            let m = WorkerMessage {
+                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
+            };
+            if beat.send(m).is_err() {
+                return;
+            }
+        }
     });
     let env = match checked {
         Ok(env) => env,
