@@ -75,6 +75,15 @@ pub enum Error {
     /// The task was cancelled because another task failed; not a root cause.
     #[error("cancelled")]
     Cancelled,
+    /// A channel to a subtask on another worker failed: the worker is lost (the message
+    /// names it, its address and the way out). A root cause, unlike [`Error::Cancelled`].
+    #[error("{0}")]
+    PeerLost(String),
+    /// The cluster's control plane failed: a coordinator out of reach, a refused worker
+    /// (wrong token, another binary or plan), a worker lost (the message says which and
+    /// the way out).
+    #[error("{0}")]
+    Cluster(String),
 }
 
 impl Error {

@@ -218,6 +218,20 @@ impl StreamEnvironment {
         Ok(report)
     }
 
+    /// Runs the job with its subtasks spread over the workers of `hosting`: the channels
+    /// between workers cross their exchanges (issue 24). Every worker must be hosted here.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(not(test), allow(dead_code))] // The worker role (issue 24, next) calls it.
+    pub(crate) fn execute_placed(
+        self,
+        hosting: crate::runtime::placement::Hosting,
+    ) -> Result<JobResult> {
+        let graph = Rc::try_unwrap(self.graph)
+            .map(RefCell::into_inner)
+            .unwrap_or_else(|rc| std::mem::take(&mut *rc.borrow_mut()));
+        executor::execute_placed(graph, &self.config, self.metrics, self.control, hosting)
+    }
+
     /// Runs the job to completion (bounded sources) with recovery from failures.
     pub fn execute(self) -> Result<JobResult> {
         let graph = Rc::try_unwrap(self.graph)

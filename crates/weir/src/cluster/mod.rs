@@ -9,15 +9,35 @@
 //! the runtime's exchange (`runtime::exchange`): it stands where a local channel stands,
 //! so it lives beside the channels, below this layer.
 //!
-//! **What is next** (docs/cluster.md §Next): the coordinator and the worker roles, in
-//! `cluster/coordinator/` and `cluster/worker/`, driving the checkpoint coordinator and the
-//! runtime through this protocol, with `run` as a cluster of one in memory. This module sits
+//! **The roles** (started): [`coordinator`] serves the workers' control streams — token,
+//! registration, refusal of another binary, the deploy handshake — and [`worker`] attaches,
+//! registers, builds the deployed job from its arguments and refuses a plan whose
+//! fingerprint differs. **Next** (docs/cluster.md §Next): the attempt over these streams
+//! (Trigger, Ack, Complete/Abort, Cancel, Heartbeat) driving the existing checkpoint
+//! coordinator and the workers' subtasks (`runtime::placement`), with `run` as a cluster of
+//! one in memory. This module sits
 //! beside `api` in the layers (docs/architecture.md §1a): it drives the runtime and never
 //! reaches above into the runner.
 
-#![cfg_attr(not(test), allow(dead_code))] // Used by the coordinator and worker roles next.
+#![cfg_attr(not(test), allow(dead_code))] // Called by `weir worker` and `--workers N`, next.
 
+/// Which worker runs a subtask: the task (an operator chain) by the uid of its head
+/// operator, its subtask index, and the worker's id. What Deploy carries, both sides
+/// derive the channels' placement from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The uid of the task's head operator.
+    pub task_uid: String,
+    /// The subtask.
+    pub subtask: u32,
+    /// The worker that runs it.
+    pub worker: crate::runtime::exchange::WorkerId,
+}
+
+pub mod coordinator;
 pub mod fingerprint;
+mod messages;
+pub mod worker;
 
 /// The code generated from `proto/weir/cluster/v1/control.proto` (committed; regenerate
 /// with `cargo run -p weir-protogen`).

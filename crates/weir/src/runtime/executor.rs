@@ -70,6 +70,10 @@ pub(crate) struct Executor<'a> {
     pub(crate) schemas: Vec<crate::state::schema::OperatorSchemas>,
     /// Where keyed operators keep their state (resolved once, before anything runs).
     pub(crate) state_backend: JobStateBackend,
+    /// This worker's share of the job when it runs across workers (issue 24); `None`: the
+    /// whole job runs here.
+    #[cfg(feature = "cluster")]
+    pub(crate) placement: Option<Arc<crate::runtime::placement::Placement>>,
 }
 
 /// Outcome of one attempt.
@@ -85,7 +89,14 @@ pub(crate) fn execute(
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
 ) -> Result<JobResult> {
-    let result = run_job(graph, cfg, metrics, &control);
+    let result = run_job(
+        graph,
+        cfg,
+        metrics,
+        &control,
+        #[cfg(feature = "cluster")]
+        None,
+    );
     control.close();
     if result.is_err() {
         control.update(|s| s.state = "failed".into());
@@ -125,14 +136,38 @@ fn check_unaligned(graph: &JobGraph, plan: &Plan, cfg: &JobConfig) -> Result<()>
     check_network_edges(&edges, &graph.types)
 }
 
+/// Runs `graph` under `cfg` with its tasks on the workers of `placement`, every one of them
+/// hosted in this process: channels between two workers cross their exchanges (real gRPC
+/// streams), and this executor's checkpoint coordinator hears every task. A process that
+/// hosts only some of the workers needs the coordinator and worker roles (next).
+#[cfg(feature = "cluster")]
+#[cfg_attr(not(test), allow(dead_code))] // The worker role (issue 24, next) calls it.
+pub(crate) fn execute_placed(
+    graph: JobGraph,
+    cfg: &JobConfig,
+    metrics: Arc<JobMetrics>,
+    control: Arc<ControlHub>,
+    hosting: crate::runtime::placement::Hosting,
+) -> Result<JobResult> {
+    let result = run_job(graph, cfg, metrics, &control, Some(hosting));
+    control.close();
+    result
+}
+
 fn run_job(
     graph: JobGraph,
     cfg: &JobConfig,
     metrics: Arc<JobMetrics>,
     control: &Arc<ControlHub>,
+    #[cfg(feature = "cluster")] hosting: Option<crate::runtime::placement::Hosting>,
 ) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
+    #[cfg(feature = "cluster")]
+    let placement = match hosting {
+        Some(h) => Some(Arc::new(place(&plan, cfg, h)?)),
+        None => None,
+    };
     check_unaligned(&graph, &plan, cfg)?;
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
@@ -263,6 +298,8 @@ fn run_job(
         control: control.clone(),
         schemas: schema_report.schemas.clone(),
         state_backend,
+        #[cfg(feature = "cluster")]
+        placement,
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;
@@ -455,6 +492,33 @@ fn run_job(
     result.duration = started.elapsed();
     result.source_records = metrics.source_records.load(Ordering::Relaxed);
     outcome.map(|()| result)
+}
+
+/// Schedules `plan` onto `hosting`'s workers; every task must run in this process (see
+/// [`execute_placed`]).
+#[cfg(feature = "cluster")]
+fn place(
+    plan: &Plan,
+    cfg: &JobConfig,
+    hosting: crate::runtime::placement::Hosting,
+) -> Result<crate::runtime::placement::Placement> {
+    if cfg.checkpointing.unaligned && hosting.workers.len() > 1 {
+        // Remote channels carry no read-ahead credits or priority lanes yet.
+        return Err(Error::InvalidJob(
+            "unaligned checkpoints across workers are not supported yet: run the job with \
+             aligned checkpoints (without --unaligned) on a cluster"
+                .into(),
+        ));
+    }
+    let placement = crate::runtime::placement::Placement::schedule(plan, hosting);
+    if let Some(t) = (0..plan.tasks.len()).find(|&t| !placement.is_local(t)) {
+        return Err(Error::InvalidJob(format!(
+            "task {} is placed on worker {}, which this process does not host; a job \
+             spread over several processes runs under the cluster's coordinator",
+            plan.tasks[t].name, placement.task_workers[t]
+        )));
+    }
+    Ok(placement)
 }
 
 /// A writer thread's outcome, as the event the attempt's loop receives.

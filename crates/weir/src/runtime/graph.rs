@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::bounded;
 
 use crate::checkpoint::layout::ChannelStateFile;
 use crate::error::{Error, Result};
@@ -25,8 +25,9 @@ use crate::runtime::network::{BroadcastWriter, Rebalance, RoutedWriter};
 use crate::runtime::operator_metrics::{LinkHandle, Metered};
 use crate::runtime::operators::OperatorContext;
 use crate::runtime::output::{FanOut, NoOutput, Output};
+use crate::runtime::remote::{Inlet, Outlet, Remotes};
 use crate::runtime::task::{
-    replay_channel_state, run_input, run_input_unaligned, TaskContext, UnalignedInputs,
+    replay_channel_state, run_input_unaligned, run_input_with, TaskContext, UnalignedInputs,
 };
 use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin};
 use crate::runtime::unaligned::lane::{AnnouncingWriter, LaneReceiver, LaneSender};
@@ -110,7 +111,7 @@ pub enum Partitioning {
 /// Type-specific channel plumbing of an edge.
 pub(crate) trait EdgeFactory {
     /// Channels for `senders × receivers` (or one per pair `i → i` when `forward`):
-    /// per sender the `Vec<Sender>` indexed by receiver, per receiver the `Vec<Receiver>`.
+    /// per sender the `Vec<Outlet>` indexed by receiver, per receiver the `Vec<Inlet>`.
     fn channels(
         &self,
         senders: usize,
@@ -118,6 +119,18 @@ pub(crate) trait EdgeFactory {
         forward: bool,
         capacity: usize,
     ) -> (Vec<AnyBox>, Vec<AnyBox>);
+    /// [`channels`](Self::channels) where some subtasks run on other workers: a channel
+    /// whose two ends are both here is local, one with a single end here is that end of
+    /// a remote channel (bounded like a local one of `capacity`), one with no end here is
+    /// not made. Records crossing workers need a codec (`env.register_type`).
+    #[cfg(feature = "cluster")]
+    fn placed_channels(
+        &self,
+        wiring: &crate::runtime::placement::ChannelWiring<'_>,
+        types: &TypeRegistry,
+        forward: bool,
+        capacity: usize,
+    ) -> Result<(Vec<AnyBox>, Vec<AnyBox>)>;
     /// The writer at the tail of a sending subtask.
     fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox;
     /// The record type the edge carries: an unaligned job must be able to encode it.
@@ -179,8 +192,7 @@ pub(crate) struct UnalignedWiring {
 }
 
 /// Builds the key-group writer of a keyed edge: `(senders, max_parallelism)`.
-pub(crate) type KeyedWriterBuilder<T> =
-    Arc<dyn Fn(Vec<Sender<Event<T>>>, u32) -> Box<dyn Output<T>>>;
+pub(crate) type KeyedWriterBuilder<T> = Arc<dyn Fn(Vec<Outlet<T>>, u32) -> Box<dyn Output<T>>>;
 
 pub(crate) struct TypedEdge<T> {
     pub keyed: Option<KeyedWriterBuilder<T>>,
@@ -195,16 +207,16 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         forward: bool,
         capacity: usize,
     ) -> (Vec<AnyBox>, Vec<AnyBox>) {
-        let mut tx: Vec<Vec<Sender<Event<T>>>> = (0..senders).map(|_| Vec::new()).collect();
-        let mut rx: Vec<Vec<Receiver<Event<T>>>> = (0..receivers).map(|_| Vec::new()).collect();
+        let mut tx: Vec<Vec<Outlet<T>>> = (0..senders).map(|_| Vec::new()).collect();
+        let mut rx: Vec<Vec<Inlet<T>>> = (0..receivers).map(|_| Vec::new()).collect();
         for (s, tx_s) in tx.iter_mut().enumerate() {
             for (r, rx_r) in rx.iter_mut().enumerate() {
                 if forward && s != r {
                     continue;
                 }
                 let (t, v) = bounded(capacity);
-                tx_s.push(t);
-                rx_r.push(v);
+                tx_s.push(t.into());
+                rx_r.push(v.into());
             }
         }
         (
@@ -213,9 +225,75 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         )
     }
 
+    #[cfg(feature = "cluster")]
+    fn placed_channels(
+        &self,
+        wiring: &crate::runtime::placement::ChannelWiring<'_>,
+        types: &TypeRegistry,
+        forward: bool,
+        capacity: usize,
+    ) -> Result<(Vec<AnyBox>, Vec<AnyBox>)> {
+        let crosses = wiring.senders.iter().any(|s| {
+            wiring
+                .receivers
+                .iter()
+                .any(|r| r != s && (wiring.exchange(*s).is_some() || wiring.exchange(*r).is_some()))
+        });
+        let codec = match types.codec::<T>() {
+            Some(c) => Some(c),
+            None if crosses => {
+                return Err(Error::InvalidJob(format!(
+                    "records of type {} cross from one worker to another but cannot be \
+                     encoded: register the type with `env.register_type::<T>()`",
+                    std::any::type_name::<T>()
+                )))
+            }
+            None => None,
+        };
+        let bound = crate::runtime::exchange::ChannelBound::local(capacity);
+        let (senders, receivers) = (wiring.senders.len(), wiring.receivers.len());
+        let mut tx: Vec<Vec<Outlet<T>>> = (0..senders).map(|_| Vec::new()).collect();
+        let mut rx: Vec<Vec<Inlet<T>>> = (0..receivers).map(|_| Vec::new()).collect();
+        for (s, tx_s) in tx.iter_mut().enumerate() {
+            for (r, rx_r) in rx.iter_mut().enumerate() {
+                if forward && s != r {
+                    continue;
+                }
+                let (ws, wr) = (wiring.senders[s], wiring.receivers[r]);
+                let (here_s, here_r) = (wiring.exchange(ws), wiring.exchange(wr));
+                if ws == wr {
+                    if here_s.is_some() {
+                        let (t, v) = bounded(capacity);
+                        tx_s.push(t.into());
+                        rx_r.push(v.into());
+                    }
+                    continue;
+                }
+                // Checked above: records that cross workers have a codec.
+                let Some(codec) = codec.as_ref() else {
+                    continue;
+                };
+                let id = wiring.channel(s, r);
+                if let Some(x) = here_s {
+                    tx_s.push(Outlet::Remote(x.output(wr, id, codec.clone())));
+                }
+                if let Some(x) = here_r {
+                    let input = x
+                        .input(ws, id, bound, codec.clone())
+                        .map_err(|e| Error::PeerLost(e.to_string()))?;
+                    rx_r.push(input.into());
+                }
+            }
+        }
+        Ok((
+            tx.into_iter().map(|v| Box::new(v) as AnyBox).collect(),
+            rx.into_iter().map(|v| Box::new(v) as AnyBox).collect(),
+        ))
+    }
+
     fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox {
         let senders = *senders
-            .downcast::<Vec<Sender<Event<T>>>>()
+            .downcast::<Vec<Outlet<T>>>()
             .expect("graph invariant: senders made by this edge");
         let w: Box<dyn Output<T>> = match (partitioning, &self.keyed) {
             (Partitioning::KeyGroups, Some(make)) => make(senders, self.max_parallelism),
@@ -241,7 +319,10 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..parallelism)
             .map(|_| crossbeam_channel::unbounded::<Event<T>>())
             .unzip();
-        let mut writer = make(txs, self.max_parallelism);
+        let mut writer = make(
+            txs.into_iter().map(Outlet::from).collect(),
+            self.max_parallelism,
+        );
         for f in files {
             let what = format!(
                 "channel state of subtask {} channel {}",
@@ -293,13 +374,21 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         ctx: TaskContext,
         setup: InputSetup<'_>,
     ) -> Result<TaskBody> {
-        let inputs: Vec<Receiver<Event<T>>> = receivers
+        let inlets: Vec<Inlet<T>> = receivers
             .into_iter()
             .flat_map(|r| {
-                *r.downcast::<Vec<Receiver<Event<T>>>>()
+                *r.downcast::<Vec<Inlet<T>>>()
                     .expect("graph invariant: union inputs share one record type")
             })
             .collect();
+        let (inputs, remotes) = Remotes::split(inlets);
+        if setup.unaligned.is_some() && !remotes.is_empty() {
+            return Err(Error::InvalidJob(
+                "unaligned checkpoints across workers are not supported yet: run the job \
+                 with aligned checkpoints (without --unaligned) on a cluster"
+                    .into(),
+            ));
+        }
         let mut chain = unbox_output::<T>(chain);
         let needs_codec = setup.unaligned.is_some() || !setup.replay.is_empty();
         let codec = match setup.types.codec::<T>() {
@@ -338,7 +427,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                         replay_channel_state(&replay, codec.as_ref(), chain.as_mut(), &ctx)?;
                     }
                     drop(replay);
-                    run_input(inputs, chain, ctx)
+                    run_input_with(inputs, remotes, chain, ctx)
                 }
             }
         }))

@@ -228,6 +228,13 @@ pub(crate) fn send_or_defer<E>(
     }
 }
 
+/// Counts a send on a remote channel (`runtime::remote`): `records` sent, and the time it
+/// waited for permits as backpressure, like a local channel's.
+#[cfg(feature = "cluster")]
+pub(crate) fn count_remote_sent(records: usize, blocked: Option<std::time::Duration>) {
+    with_load(|l| count_sent(l, records, blocked));
+}
+
 fn count_sent(l: &TaskLoad, records: usize, blocked: Option<std::time::Duration>) {
     if records > 0 {
         l.records_out.fetch_add(records as u64, Relaxed);

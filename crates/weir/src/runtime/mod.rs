@@ -57,7 +57,10 @@ pub mod network;
 pub mod operator_metrics;
 pub mod operators;
 pub mod output;
+#[cfg(feature = "cluster")]
+pub(crate) mod placement;
 pub mod plan;
+pub mod remote;
 pub mod restart;
 pub mod result;
 pub mod schema_check;

@@ -11,11 +11,10 @@ use std::hash::Hash;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
-
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::event::{CheckpointBarrier, Event};
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::remote::Outlet;
 use crate::runtime::watermark::WatermarkStatus;
 use crate::runtime::BATCH_SIZE;
 use crate::state::key_group::{key_group_of_hash, operator_index, stable_hash};
@@ -88,7 +87,7 @@ impl<T, K: Hash, F: Fn(&T) -> K + Send> Router<T> for KeyGroupRouter<F> {
 /// the other kind first sends them, so a batch never mixes the two and the processing-time
 /// path never touches a timestamp.
 struct Channels<T> {
-    senders: Vec<Sender<Event<T>>>,
+    senders: Vec<Outlet<T>>,
     /// Per channel, events a source could not send while a barrier was waiting
     /// ([`crate::runtime::load::send_or_defer`]): sent, in order, before anything else on
     /// that channel. Empty except in source tasks of unaligned jobs.
@@ -111,7 +110,7 @@ struct Channels<T> {
 }
 
 impl<T> Channels<T> {
-    fn new(senders: Vec<Sender<Event<T>>>) -> Self {
+    fn new(senders: Vec<Outlet<T>>) -> Self {
         // No room is taken before a channel carries a record: a writer has one channel per
         // downstream subtask, so a whole batch for each up front would cost memory in
         // proportion to p × p (8.6 GB of u64 batches at p = 512) whatever the data.
@@ -206,19 +205,15 @@ impl<T> Channels<T> {
                 Some(h) if !self.bypass_credits => Some(h.as_ref()),
                 _ => None,
             };
-            // The receiver is gone only when the job is being cancelled.
-            let sent = if self.no_defer {
-                crate::runtime::load::send(&self.senders[c], e, records).map(|()| None)
-            } else {
-                crate::runtime::load::send_or_defer(&self.senders[c], e, records, credit)
-            };
+            // A local receiver is gone only when the job is being cancelled.
+            let sent = self.senders[c].send(e, records, self.no_defer, credit);
             match sent {
                 Ok(None) => {}
                 Ok(Some(e)) => {
                     self.pending[c].push_front(e);
                     break;
                 }
-                Err(_) => return Err(Error::Cancelled),
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -227,10 +222,10 @@ impl<T> Channels<T> {
     /// Whether every channel with a read-ahead credit has room for one more event under
     /// it ([`Output::has_room`]); true when there are no credits (not unaligned).
     fn has_room(&self) -> bool {
-        self.credits
-            .iter()
-            .zip(&self.senders)
-            .all(|(h, s)| crate::runtime::load::has_credit_room(s, h))
+        self.credits.iter().zip(&self.senders).all(|(h, s)| {
+            s.local()
+                .is_none_or(|s| crate::runtime::load::has_credit_room(s, h))
+        })
     }
 
     /// Adds a send on each full channel to `sel` ([`Output::watch_room`]); false when a
@@ -238,6 +233,7 @@ impl<T> Channels<T> {
     fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
         let mut watched = true;
         for (h, s) in self.credits.iter().zip(&self.senders) {
+            let Some(s) = s.local() else { continue };
             if crate::runtime::load::has_credit_room(s, h) {
                 continue;
             }
@@ -321,10 +317,11 @@ pub struct RoutedWriter<T, R> {
 }
 
 impl<T, R> RoutedWriter<T, R> {
-    /// A writer over `senders` (one per downstream subtask, or one for forward).
-    pub fn new(senders: Vec<Sender<Event<T>>>, router: R) -> Self {
+    /// A writer over `senders` (one per downstream subtask, or one for forward): local
+    /// crossbeam senders or [`Outlet`]s.
+    pub fn new(senders: Vec<impl Into<Outlet<T>>>, router: R) -> Self {
         RoutedWriter {
-            channels: Channels::new(senders),
+            channels: Channels::new(senders.into_iter().map(Into::into).collect()),
             router,
         }
     }
@@ -379,10 +376,11 @@ pub struct BroadcastWriter<T> {
 }
 
 impl<T> BroadcastWriter<T> {
-    /// A writer over one sender per downstream subtask.
-    pub fn new(senders: Vec<Sender<Event<T>>>) -> Self {
+    /// A writer over one sender per downstream subtask: local crossbeam senders or
+    /// [`Outlet`]s.
+    pub fn new(senders: Vec<impl Into<Outlet<T>>>) -> Self {
         BroadcastWriter {
-            channels: Channels::new(senders),
+            channels: Channels::new(senders.into_iter().map(Into::into).collect()),
         }
     }
 }

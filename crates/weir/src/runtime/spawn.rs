@@ -180,6 +180,24 @@ impl Executor<'_> {
         let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut lanes: Vec<EdgeLanes> = Vec::new();
+        #[cfg(feature = "cluster")]
+        let placed = self
+            .placement
+            .as_ref()
+            .map(|p| (p, p.node_workers(&self.plan)));
+        // Each attempt numbers its remote channels afresh (`ChannelWiring::first_channel`):
+        // attempts take consecutive ranges of the plan's channel count.
+        #[cfg(feature = "cluster")]
+        let mut first_channel = {
+            let per_attempt = g
+                .edges
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.plan.chained[*i])
+                .map(|(_, e)| self.plan.parallelism[e.from] * self.plan.parallelism[e.to])
+                .fold(0u32, u32::wrapping_add);
+            attempt.wrapping_mul(per_attempt)
+        };
         for (i, e) in g.edges.iter().enumerate() {
             if self.plan.chained[i] {
                 senders.push(Vec::new());
@@ -192,9 +210,24 @@ impl Executor<'_> {
                 self.plan.parallelism[e.to] as usize,
             );
             let forward = self.plan.partitioning[i] == Partitioning::Forward;
-            let (tx, rx) =
-                e.factory
-                    .channels(from_p, to_p, forward, self.cfg.channel_capacity.max(1));
+            let capacity = self.cfg.channel_capacity.max(1);
+            #[cfg(feature = "cluster")]
+            let (tx, rx) = match &placed {
+                Some((p, workers)) => {
+                    let wiring = crate::runtime::placement::ChannelWiring {
+                        hosted: &p.hosted,
+                        senders: &workers[&e.from],
+                        receivers: &workers[&e.to],
+                        first_channel,
+                    };
+                    first_channel = first_channel.wrapping_add((from_p * to_p) as u32);
+                    e.factory
+                        .placed_channels(&wiring, &g.types, forward, capacity)?
+                }
+                None => e.factory.channels(from_p, to_p, forward, capacity),
+            };
+            #[cfg(not(feature = "cluster"))]
+            let (tx, rx) = e.factory.channels(from_p, to_p, forward, capacity);
             senders.push(tx.into_iter().map(Some).collect());
             receivers.push(rx.into_iter().map(Some).collect());
             lanes.push(if unaligned {
@@ -204,11 +237,19 @@ impl Executor<'_> {
             });
         }
         let mut controls = Vec::new();
-        let mut bodies: Vec<(String, TaskBody)> = Vec::new();
+        let mut bodies: Vec<(usize, String, TaskBody)> = Vec::new();
         // Keyed channel state re-partitioned for another parallelism, per head operator.
         let mut rerouted: HashMap<usize, Vec<Vec<ChannelStateFile>>> = HashMap::new();
         let mut sources = Vec::new();
+        let mut local = vec![true; self.plan.tasks.len()];
         for (ti, t) in self.plan.tasks.iter().enumerate() {
+            if !self.runs_here(ti) {
+                // Another worker runs it: a control channel nobody reads keeps the
+                // indices of the attempt's vectors those of the plan's tasks.
+                local[ti] = false;
+                controls.push(unbounded().0);
+                continue;
+            }
             let s = t.subtask as usize;
             let tail = *t.chain.last().expect("chains are never empty");
             let outs: Vec<AnyBox> = g.nodes[tail]
@@ -335,10 +376,10 @@ impl Executor<'_> {
                     g.edges[first].factory.input_task(rx, input, ctx, setup)?
                 }
             };
-            bodies.push((t.name.clone(), body));
+            bodies.push((ti, t.name.clone(), body));
         }
         let mut handles = Vec::new();
-        for (ti, (name, body)) in bodies.into_iter().enumerate() {
+        for (ti, name, body) in bodies {
             let events = self.events_tx.clone();
             let metrics = self.task_metrics[ti].clone();
             let h = std::thread::Builder::new()
@@ -373,12 +414,22 @@ impl Executor<'_> {
                 .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
             handles.push(h);
         }
-        let n = controls.len();
         Ok(Attempt {
             controls,
             sources,
             handles,
-            finished: vec![false; n],
+            // A task of another worker never reports here: it counts as finished.
+            finished: local.iter().map(|&l| !l).collect(),
         })
+    }
+
+    /// Whether task `task` of the plan runs in this process (always, without a placement).
+    fn runs_here(&self, task: usize) -> bool {
+        #[cfg(feature = "cluster")]
+        if let Some(p) = &self.placement {
+            return p.is_local(task);
+        }
+        let _ = task;
+        true
     }
 }

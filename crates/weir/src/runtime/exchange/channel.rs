@@ -39,6 +39,15 @@ pub struct RemoteSender<T> {
     codec: Arc<dyn RecordCodec<T>>,
 }
 
+impl<T> Drop for RemoteSender<T> {
+    /// The receiver's input closes after what was sent before, as a local channel
+    /// disconnects when its sender is dropped (an input task tells an orderly end from a
+    /// lost one by the end-of-input before it).
+    fn drop(&mut self) {
+        let _ = self.peer.outbox.push(wire::close(self.channel), false);
+    }
+}
+
 impl<T> RemoteSender<T> {
     pub(super) fn new(channel: ChannelId, peer: Arc<Peer>, codec: Arc<dyn RecordCodec<T>>) -> Self {
         RemoteSender {
@@ -198,6 +207,12 @@ impl<T: Send + 'static> RemoteInput<T> {
     }
 }
 
+impl<T> Drop for RemoteInput<T> {
+    fn drop(&mut self) {
+        self.peer.close_input(self.channel);
+    }
+}
+
 impl<T> RemoteInput<T> {
     /// The channel's events in order, for a task's `Select`; report what is taken from it
     /// with [`consumed`](Self::consumed). It disconnects when the peer is lost, after the
@@ -266,6 +281,12 @@ impl<T> RemoteInput<T> {
     /// Whether no event waits.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
+    }
+
+    /// The peer's failure, if the peer is lost (else the channel closed because its sender
+    /// was dropped).
+    pub fn lost(&self) -> Option<ExchangeError> {
+        self.peer.failure()
     }
 
     /// Why the channel closed: the peer's failure.

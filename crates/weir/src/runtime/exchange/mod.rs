@@ -35,8 +35,13 @@
 //! sends on: `try_send`, `send`, `send_timeout`, `is_full`, plus `announce` for the priority
 //! lane) and [`RemoteInput`](channel::RemoteInput) (a crossbeam [`Receiver`](crossbeam_channel::Receiver) of the
 //! same events and a priority lane, both usable in a task's `Select`, plus `consumed`, which
-//! returns the permits of what the task took). Wiring them into `spawn` and the task loops
-//! is the next step of issue 24; nothing in `run` uses this module yet.
+//! returns the permits of what the task took). `runtime::remote` puts them where local
+//! channels stand (network writers send on an `Outlet`, input tasks read `Inlet`s) and
+//! `spawn` makes them for channels between workers (`runtime::placement`).
+//!
+//! **Channel close.** A dropped sender sends `Close` after its frames: the input disconnects
+//! after the events before it, as a local channel does. A dropped input grants its sender
+//! permits without end, so a sender waiting for permits wakes and reaches its cancellation.
 //!
 //! **Not yet:** TLS (rustls, when certificates are given) — the endpoint is plaintext HTTP/2
 //! with a bearer token, fit for a private network only.
@@ -46,7 +51,7 @@
 //! peer's stream and channels, [`node`] the endpoint (server, dialling, token), [`channel`]
 //! the two ends a task holds.
 
-#![cfg_attr(not(test), allow(dead_code, unused_imports))] // Wired into `spawn` by the next slice of issue 24.
+#![cfg_attr(not(test), allow(dead_code, unused_imports))] // Parts (stats, `recv`) serve the worker role to come.
 
 pub mod channel;
 pub mod node;
@@ -56,7 +61,7 @@ pub mod permits;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use channel::TrySend;
 pub use node::{Exchange, ExchangeConfig};

@@ -201,6 +201,16 @@ pub struct Exchange {
 impl Exchange {
     /// Starts listening on `config.listen`.
     pub fn start(config: ExchangeConfig) -> Result<Exchange, ExchangeError> {
+        Self::start_on(config, None)
+    }
+
+    /// Starts serving on `listener`, bound before (`None`: binds `config.listen`). A worker
+    /// binds first, so that it can register its exchange's address with the coordinator
+    /// and start the exchange once it knows the id the coordinator gave it.
+    pub fn start_on(
+        config: ExchangeConfig,
+        listener: Option<std::net::TcpListener>,
+    ) -> Result<Exchange, ExchangeError> {
         if config.token.is_empty() {
             return Err(ExchangeError::Config(
                 "the cluster token is empty, which would let anyone who reaches the port in: \
@@ -217,12 +227,20 @@ impl Exchange {
                 addr: config.listen.to_string(),
                 cause: format!("cannot start the exchange's runtime: {e}"),
             })?;
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(config.listen))
-            .map_err(|e| ExchangeError::Listen {
-                addr: config.listen.to_string(),
-                cause: e.to_string(),
-            })?;
+        let listen_error = |e: std::io::Error| ExchangeError::Listen {
+            addr: config.listen.to_string(),
+            cause: e.to_string(),
+        };
+        let listener = match listener {
+            None => runtime
+                .block_on(tokio::net::TcpListener::bind(config.listen))
+                .map_err(listen_error)?,
+            Some(l) => {
+                l.set_nonblocking(true).map_err(listen_error)?;
+                let _entered = runtime.enter();
+                tokio::net::TcpListener::from_std(l).map_err(listen_error)?
+            }
+        };
         let local_addr = listener.local_addr().map_err(|e| ExchangeError::Listen {
             addr: config.listen.to_string(),
             cause: e.to_string(),

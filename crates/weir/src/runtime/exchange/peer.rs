@@ -156,6 +156,27 @@ impl Peer {
         Ok(())
     }
 
+    /// The task of input `channel` is gone (finished, failed or cancelled): its events
+    /// are dropped from now on, and its sender is granted permits without end, so that a
+    /// sender waiting for permits wakes and reaches its own cancellation — as a local
+    /// sender does when its receiver is dropped. The channel stays known, so frames
+    /// already in flight are not a protocol error.
+    pub fn close_input(&self, channel: ChannelId) {
+        let s = self.lock();
+        if let Some(input) = s.inputs.get(&channel) {
+            input.close();
+        }
+        let failed = s.failed.is_some();
+        drop(s);
+        if !failed {
+            let release = Cost {
+                batches: u32::MAX / 2,
+                records: (i64::MAX / 4) as u64,
+            };
+            self.outbox.push(wire::permits(channel, release), true);
+        }
+    }
+
     /// Handles one frame from the peer.
     pub fn on_frame(&self, frame: Frame) -> Result<(), ExchangeError> {
         self.frames_in.fetch_add(1, Relaxed);
@@ -169,6 +190,15 @@ impl Peer {
                 batches: p.batches,
                 records: p.records,
             });
+            return Ok(());
+        }
+        if let Kind::Close(_) = kind {
+            // In order after the channel's frames; unknown (never registered here) or
+            // closed already: nothing to do.
+            let input = self.lock().inputs.get(&channel).cloned();
+            if let Some(input) = input {
+                input.close();
+            }
             return Ok(());
         }
         let input = self.lock().inputs.get(&channel).cloned();

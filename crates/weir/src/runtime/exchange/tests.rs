@@ -224,13 +224,13 @@ fn an_announcement_overtakes_the_data_queued_before_it() {
 
 /// A TCP proxy on loopback that can cut every connection through it: both ends see their
 /// connection close, as when a network link goes down.
-struct Proxy {
-    addr: SocketAddr,
+pub(crate) struct Proxy {
+    pub(crate) addr: SocketAddr,
     streams: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
-    fn to(target: SocketAddr) -> Proxy {
+    pub(crate) fn to(target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let streams = Arc::new(Mutex::new(Vec::<TcpStream>::new()));
@@ -263,7 +263,7 @@ impl Proxy {
         Proxy { addr, streams }
     }
 
-    fn cut(&self) {
+    pub(crate) fn cut(&self) {
         for s in self.streams.lock().unwrap().iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
@@ -393,4 +393,45 @@ fn a_task_selects_on_a_remote_input_as_on_a_local_channel_and_returns_permits_by
     tx.send(Event::Batch(vec![2])).unwrap();
     let e = rx.recv_timeout(Duration::from_secs(60)).unwrap().unwrap();
     assert_eq!(records(e), [2]);
+}
+
+#[test]
+fn a_dropped_sender_closes_its_input_after_what_it_sent_and_the_peer_stays_up() {
+    let (a, b) = pair();
+    let tx = a.output(2, 7, codec());
+    let rx = b.input(1, 7, ChannelBound::local(2), codec()).unwrap();
+    tx.send(Event::Batch(vec![1, 2])).unwrap();
+    tx.send(Event::EndOfInput).unwrap();
+    drop(tx);
+    assert_eq!(records(rx.recv().unwrap()), [1, 2]);
+    assert!(matches!(rx.recv().unwrap(), Event::EndOfInput));
+    // Closed, in order after its events; the peer is not lost, so other channels go on.
+    assert!(rx.recv().is_err());
+    assert!(rx.lost().is_none());
+    assert!(b.peer_failure(1).is_none());
+    let tx2 = a.output(2, 8, codec());
+    let rx2 = b.input(1, 8, ChannelBound::local(2), codec()).unwrap();
+    tx2.send(Event::Batch(vec![3])).unwrap();
+    assert_eq!(records(rx2.recv().unwrap()), [3]);
+}
+
+#[test]
+fn a_dropped_input_releases_a_sender_waiting_for_permits() {
+    let (a, b) = pair();
+    let tx = a.output(2, 9, codec());
+    let rx = b.input(1, 9, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![1])).unwrap();
+    let sender = std::thread::spawn(move || {
+        // Out of permits: waits until the input is dropped, then goes through.
+        tx.send(Event::Batch(vec![2])).unwrap();
+        tx
+    });
+    let waiting = {
+        wait_until("the sender waits for permits", || rx.len() == 1);
+        rx
+    };
+    drop(waiting);
+    let tx = sender.join().unwrap();
+    assert!(a.peer_failure(2).is_none());
+    drop(tx);
 }

@@ -115,6 +115,14 @@ pub fn channel_of(kind: &Kind) -> ChannelId {
         Kind::EndOfInput(e) => e.channel,
         Kind::Announcement(a) => a.channel,
         Kind::Permits(p) => p.channel,
+        Kind::Close(c) => c.channel,
+    }
+}
+
+/// The frame that closes `channel`: its sending end was dropped.
+pub fn close(channel: ChannelId) -> proto::Frame {
+    proto::Frame {
+        kind: Some(Kind::Close(proto::Close { channel })),
     }
 }
 
@@ -167,6 +175,12 @@ pub fn from_frame<T>(kind: Kind, codec: &dyn RecordCodec<T>) -> Result<Inbound<T
             return Err(format!(
                 "permits for channel {} where an event was expected",
                 p.channel
+            ))
+        }
+        Kind::Close(c) => {
+            return Err(format!(
+                "a close of channel {} where an event was expected",
+                c.channel
             ))
         }
     };

@@ -11,6 +11,7 @@ use crate::runtime::alignment::{BarrierAction, BarrierHandler};
 use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
 use crate::runtime::finishing::Finishing;
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::remote::Remotes;
 use crate::runtime::watermark::valve::ValveOutput;
 use crate::runtime::watermark::{StatusWatermarkValve, WatermarkStatus};
 
@@ -48,10 +49,23 @@ pub(super) struct ChannelState {
     pub(super) closed: bool,
 }
 
-/// Runs an input task until its end is committed and every input channel closed, or the
-/// task is cancelled.
+/// Runs an input task over local channels until its end is committed and every input
+/// channel closed, or the task is cancelled (the tests' entry; tasks use
+/// [`run_input_with`]).
+#[cfg(test)]
 pub fn run_input<T: Send>(
     inputs: Vec<Receiver<Event<T>>>,
+    chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+) -> Result<()> {
+    run_input_with(inputs, Remotes::none(), chain, ctx)
+}
+
+/// [`run_input`] where some channels may come from other workers (`remotes`): their
+/// permits go back as the task consumes, and a lost peer fails the task naming it.
+pub(crate) fn run_input_with<T: Send>(
+    inputs: Vec<Receiver<Event<T>>>,
+    remotes: Remotes<T>,
     mut chain: Box<dyn Output<T>>,
     ctx: TaskContext,
 ) -> Result<()> {
@@ -121,8 +135,9 @@ pub fn run_input<T: Send>(
         };
         let Some(event) = event else {
             // The sender is gone: orderly only after end-of-input or a stopping barrier.
+            // Otherwise a neighbour task ended (cancelled), or a remote peer was lost.
             if !channels[c].ended && channels[c].stopped_at.is_none() {
-                return Err(Error::Cancelled);
+                return Err(remotes.closed_early(c));
             }
             channels[c].closed = true;
             dirty = true;
@@ -130,6 +145,7 @@ pub fn run_input<T: Send>(
             act(action, chain.as_mut(), &ctx, &mut fin)?;
             continue;
         };
+        remotes.consumed(c, &event);
         match event {
             Event::Batch(mut batch) => {
                 ctx.on_records(batch.len());

@@ -39,7 +39,9 @@ use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::output::TaskSnapshot;
 
+#[cfg(test)]
 pub use input::run_input;
+pub(crate) use input::run_input_with;
 pub use replay::replay_channel_state;
 pub use source::{run_source, run_source_paused_by};
 pub use unaligned::{run_input_unaligned, UnalignedInputs};

@@ -2,7 +2,7 @@
 /// One message on the stream.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Frame {
-    #[prost(oneof = "frame::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "frame::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub kind: ::core::option::Option<frame::Kind>,
 }
 /// Nested message and enum types in `Frame`.
@@ -30,6 +30,11 @@ pub mod frame {
         /// Permits the receiver of a channel returns to its sender.
         #[prost(message, tag = "7")]
         Permits(super::Permits),
+        /// The sender of a channel is gone (its task exited or was cancelled): after the frames
+        /// before it, the receiver's input closes, as a local channel disconnects when its
+        /// sender is dropped. A close for a channel the receiver does not know is ignored.
+        #[prost(message, tag = "8")]
+        Close(super::Close),
     }
 }
 /// Records of one channel, encoded one after another by the job's record codec (postcard,
@@ -101,6 +106,12 @@ pub struct Permits {
     pub batches: u32,
     #[prost(uint64, tag = "3")]
     pub records: u64,
+}
+/// The sending end of a channel was dropped.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Close {
+    #[prost(uint32, tag = "1")]
+    pub channel: u32,
 }
 /// What a checkpoint barrier is for (Flink's SnapshotType).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]

@@ -1,0 +1,261 @@
+//! The worker's side of the control plane (issue 24, docs/cluster.md): dial the
+//! coordinator, register, and take a deploy — build the job's graph from the arguments it
+//! carries and refuse it, naming both binaries and the first difference, unless the plan's
+//! fingerprint equals the coordinator's.
+//!
+//! **Built so far:** the registration and the deploy handshake. **Next:** running the
+//! deployed subtasks (`runtime::placement`) and answering the attempt's Trigger, Complete,
+//! Abort, Cancel and Heartbeat on this stream.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tonic::transport::Endpoint;
+use tonic::{Code, Request, Streaming};
+
+use super::fingerprint::PlanFingerprint;
+use super::messages::{error_chain, Messages, MAX_MESSAGE};
+use super::proto::coordinator_client::CoordinatorClient;
+use super::proto::coordinator_message::Kind as FromCoordinator;
+use super::proto::worker_message::Kind as ToCoordinator;
+use super::proto::{self, CoordinatorMessage, WorkerMessage};
+use super::Assignment;
+use crate::api::stream::StreamEnvironment;
+use crate::error::{Error, Result};
+use crate::runtime::exchange::WorkerId;
+
+/// How a worker reaches its coordinator and what it offers.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// `HOST:PORT` of the coordinator (`--coordinator`).
+    pub coordinator: String,
+    /// The cluster's token.
+    pub token: String,
+    /// Where this worker's exchange listens, as the other workers reach it.
+    pub exchange_address: String,
+    /// Subtask slots offered (`--slots`).
+    pub slots: u32,
+    /// A stable name (pod or host), for messages.
+    pub name: String,
+    /// This binary (`fingerprint::binary_version`).
+    pub binary_version: String,
+    /// How long to wait for the coordinator to connect and to answer.
+    pub timeout: Duration,
+    /// How often to tell the coordinator this worker is alive (well under its
+    /// `--heartbeat-timeout`).
+    pub heartbeat_interval: Duration,
+}
+
+/// Builds the job's graph from its arguments, as the coordinator did.
+pub type JobBuilder<'a> = dyn Fn(&[String]) -> Result<StreamEnvironment> + 'a;
+
+/// A worker attached to its coordinator and deployed: the graph it built, ready to run.
+/// Dropping it closes the control stream.
+#[allow(dead_code)] // `env` and `runtime` serve the attempt, next (issue 24).
+pub struct DeployedWorker {
+    /// The id the coordinator gave this worker.
+    pub id: WorkerId,
+    /// The attempt deployed.
+    pub attempt: u64,
+    /// The job, built from the coordinator's arguments, whose plan matched.
+    pub env: StreamEnvironment,
+    /// Which worker runs which subtask.
+    pub assignments: Vec<Assignment>,
+    /// Every worker of the attempt and its exchange address.
+    pub workers: Vec<(WorkerId, String)>,
+    runtime: tokio::runtime::Runtime,
+    _to_coordinator: UnboundedSender<WorkerMessage>,
+    _from_coordinator: Streaming<CoordinatorMessage>,
+}
+
+#[allow(dead_code)] // Serves the attempt, next (issue 24).
+impl DeployedWorker {
+    /// Opens this worker's exchange streams: it dials every worker of the attempt with a
+    /// higher id (the others dial it), so each pair shares exactly one stream.
+    pub fn connect_peers(&self, exchange: &crate::runtime::exchange::Exchange) -> Result<()> {
+        for (id, addr) in self.workers.iter().filter(|(id, _)| *id > self.id) {
+            exchange
+                .connect(*id, addr)
+                .map_err(|e| Error::PeerLost(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The runtime holding the control stream (dropping the worker closes the stream).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+}
+
+fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
+    // A closed stream shows on the receiving side, which names the coordinator.
+    let _ = tx.send(WorkerMessage { kind: Some(kind) });
+}
+
+/// Dials the coordinator, registers and takes the first deploy; see the module docs.
+pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedWorker> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-worker-control")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Cluster(format!("cannot start the worker's runtime: {e}")))?;
+    let at = &config.coordinator;
+    let unreachable = |cause: String| {
+        Error::Cluster(format!(
+            "cannot reach the coordinator at {at}: {cause} (is it running, and is --coordinator \
+             its --cluster-listen address as this host reaches it?)"
+        ))
+    };
+    let (tx, rx) = unbounded_channel::<WorkerMessage>();
+    send(
+        &tx,
+        ToCoordinator::Register(proto::Register {
+            exchange_address: config.exchange_address.clone(),
+            slots: config.slots,
+            binary_version: config.binary_version.clone(),
+            name: config.name.clone(),
+        }),
+    );
+    let timeout = config.timeout;
+    let mut inbound = runtime.block_on(async {
+        let channel = Endpoint::from_shared(format!("http://{at}"))
+            .map_err(|e| unreachable(format!("not an address ({e})")))?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|e| unreachable(error_chain(&e)))?;
+        let mut client = CoordinatorClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let mut req = Request::new(Messages(rx));
+        let bearer = format!("Bearer {}", config.token).parse().map_err(|_| {
+            Error::Cluster(
+                "the cluster token has characters a header cannot carry (use letters, digits \
+                 and punctuation)"
+                    .into(),
+            )
+        })?;
+        req.metadata_mut().insert("authorization", bearer);
+        let refused = |s: tonic::Status| match s.code() {
+            Code::Unauthenticated | Code::FailedPrecondition => Error::Cluster(format!(
+                "the coordinator at {at} refused this worker: {}",
+                s.message()
+            )),
+            _ => unreachable(s.message().to_string()),
+        };
+        let resp = tokio::time::timeout(timeout, client.attach(req))
+            .await
+            .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
+            .map_err(refused)?;
+        Ok::<_, Error>(resp.into_inner())
+    })?;
+    let mut next = |what: &str| -> Result<FromCoordinator> {
+        let got =
+            runtime.block_on(async { tokio::time::timeout(timeout, inbound.message()).await });
+        match got {
+            Ok(Ok(Some(CoordinatorMessage { kind: Some(k) }))) => Ok(k),
+            Ok(Ok(_)) => Err(Error::Cluster(format!(
+                "the coordinator at {at} closed the control stream while this worker waited \
+                 for {what}"
+            ))),
+            Ok(Err(s)) => Err(Error::Cluster(format!(
+                "the coordinator at {at} refused this worker: {}",
+                s.message()
+            ))),
+            Err(_) => Err(Error::Cluster(format!(
+                "the coordinator at {at} sent no {what} within {timeout:?}"
+            ))),
+        }
+    };
+    let id = match next("registration")? {
+        FromCoordinator::Registered(r) => r.worker_id,
+        other => {
+            return Err(Error::Cluster(format!(
+                "the coordinator at {at} answered the registration with {other:?} (are both \
+                 running the same binary?)"
+            )))
+        }
+    };
+    let deploy = match next("a deploy")? {
+        FromCoordinator::Deploy(d) => d,
+        other => {
+            return Err(Error::Cluster(format!(
+                "the coordinator at {at} sent {other:?} before deploying a job"
+            )))
+        }
+    };
+    let theirs = PlanFingerprint::from_proto(deploy.fingerprint.clone().unwrap_or_default());
+    let who = format!(
+        "worker {id} ({}) at {}",
+        config.name, config.exchange_address
+    );
+    let checked = build(&deploy.job_args).and_then(|env| {
+        let mine = PlanFingerprint::of(&env, &config.binary_version)?;
+        theirs.check(&mine, &who)?;
+        Ok(env)
+    });
+    // Alive from now on: a heartbeat at every interval while the stream is open.
+    let beat = tx.clone();
+    let interval = config.heartbeat_interval.max(Duration::from_millis(1));
+    runtime.spawn(async move {
+        let mut sequence = 0;
+        loop {
+            tokio::time::sleep(interval).await;
+            sequence += 1;
+            let m = WorkerMessage {
+                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
+            };
+            if beat.send(m).is_err() {
+                return;
+            }
+        }
+    });
+    let env = match checked {
+        Ok(env) => env,
+        Err(e) => {
+            send(
+                &tx,
+                ToCoordinator::TaskFailed(proto::TaskFailed {
+                    attempt: deploy.attempt,
+                    task: "deploy".into(),
+                    cause: e.to_string(),
+                }),
+            );
+            // The coordinator answers a refusal with Cancel: the refusal has arrived, and the
+            // stream may close (the timeout is a safety net for a coordinator gone).
+            let _ = next("the coordinator's answer to the refusal");
+            return Err(e);
+        }
+    };
+    send(
+        &tx,
+        ToCoordinator::Deployed(proto::Deployed {
+            attempt: deploy.attempt,
+            fingerprint: deploy.fingerprint.clone(),
+        }),
+    );
+    Ok(DeployedWorker {
+        id,
+        attempt: deploy.attempt,
+        env,
+        assignments: deploy
+            .assignments
+            .into_iter()
+            .map(|a| Assignment {
+                task_uid: a.task_uid,
+                subtask: a.subtask,
+                worker: a.worker_id,
+            })
+            .collect(),
+        workers: deploy
+            .workers
+            .into_iter()
+            .map(|w| (w.worker_id, w.exchange_address))
+            .collect(),
+        runtime,
+        _to_coordinator: tx,
+        _from_coordinator: inbound,
+    })
+}
