@@ -140,7 +140,11 @@ fn print(text: &str) {
 }
 
 /// The latest completed checkpoint of every job under `dir` (or of `job`).
-fn latest_checkpoints(dir: &Path, job: Option<&str>) -> Result<Vec<JobCheckpoint>> {
+fn latest_checkpoints(
+    dir: &Path,
+    job: Option<&str>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<JobCheckpoint>> {
     let rows = checkpoints::list(dir)?;
     let mut latest: BTreeMap<String, (u64, PathBuf)> = BTreeMap::new();
     let mut seen = BTreeSet::new();
@@ -197,7 +201,19 @@ fn latest_checkpoints(dir: &Path, job: Option<&str>) -> Result<Vec<JobCheckpoint
                         .collect::<BTreeSet<_>>()
                 })
                 .filter(|names| names.iter().all(|g| g.starts_with(&prefix)));
-            sinks.insert(op.uid.clone(), names.unwrap_or_default());
+            match names {
+                Some(names) => {
+                    sinks.insert(op.uid.clone(), names);
+                }
+                // Unknown handles must not turn into "abort": a transaction the checkpoint
+                // may list would be rolled back and its records lost. Its transactions
+                // show as orphans instead, touched only on request.
+                None => notes.push(format!(
+                    "job `{job}`: the pending transactions of sink `{}` in chk-{id} are not \
+                     PostgreSQL ones; its transactions, if any, show as orphans",
+                    op.uid
+                )),
+            }
         }
         out.push(JobCheckpoint { job, id, sinks });
     }
@@ -206,8 +222,8 @@ fn latest_checkpoints(dir: &Path, job: Option<&str>) -> Result<Vec<JobCheckpoint
 
 /// Every open transaction of the jobs' sinks, with its verdict; and notes for the user.
 fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
-    let jobs = latest_checkpoints(&args.checkpoint_dir, args.job.as_deref())?;
     let mut notes = Vec::new();
+    let jobs = latest_checkpoints(&args.checkpoint_dir, args.job.as_deref(), &mut notes)?;
     let mut open = Vec::new();
     for (i, url) in args.sinks.iter().enumerate() {
         let (system, names) = list_system(url)?;

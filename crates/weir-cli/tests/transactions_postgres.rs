@@ -237,3 +237,116 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
     );
     assert_clean_error(&files, 1, &["only PostgreSQL sinks", "--restore latest"]);
 }
+
+/// A job abandoned between pre-commit and commit, deterministically: the sink's role may
+/// hold three connections, which is what parallelism 2 opens up front (two data
+/// connections, subtask 0's control connection for recovery). Subtask 1's control
+/// connection, opened for its first `COMMIT PREPARED` after a completed checkpoint, is
+/// refused, and with `--restart-strategy none` the job fails for good: that checkpoint
+/// lists a transaction still prepared. `settle` commits it; the resumed run's recovery
+/// commits the same name again, which must count as done, and the end is exact.
+#[test]
+fn a_transaction_the_checkpoint_lists_is_committed_once() {
+    let pg = PgServer::start();
+    pg.exec(
+        "postgres",
+        "CREATE TABLE counts (key BIGINT, count BIGINT); \
+         CREATE ROLE sink LOGIN PASSWORD 'sink-pw' CONNECTION LIMIT 3; \
+         GRANT ALL ON counts TO sink",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk");
+    let (n, keys) = (200_000u64, 29u64);
+    let url = format!(
+        "postgres://sink:sink-pw@127.0.0.1:{}/postgres/counts",
+        pg.port()
+    );
+    let base = |restore: bool| {
+        let mut extra = vec![
+            "--parallelism",
+            "2",
+            "--checkpoint-interval",
+            "50ms",
+            "--rate",
+            "100000",
+        ];
+        if restore {
+            extra.extend(["--restore", "latest"]);
+        } else {
+            extra.extend(["--restart-strategy", "none"]);
+        }
+        keyed_count_updates(&chk, &url, n, keys, &extra)
+    };
+    let abandoned = run(&mut weir(tmp.path(), base(false)));
+    assert_ne!(abandoned.code(), Some(0), "{}", abandoned.describe());
+    assert!(
+        abandoned.stderr.contains("too many connections")
+            || abandoned.stdout.contains("too many connections"),
+        "the job failed for another reason\n{}",
+        abandoned.describe()
+    );
+    let open = pg.prepared("postgres", PREFIX);
+    let chk_arg = checkpoint_arg(&chk);
+    let list = txn(
+        tmp.path(),
+        &[
+            "transactions",
+            "list",
+            "--checkpoint-dir",
+            &chk_arg,
+            "--sink",
+            &url,
+        ],
+    );
+    list.assert_success();
+    let commits: Vec<&str> = list
+        .stdout
+        .lines()
+        .filter(|l| l.contains("~sink-postgres~1-") && l.trim_end().ends_with("commit"))
+        .collect();
+    assert!(
+        !commits.is_empty(),
+        "no listed transaction of subtask 1\n{}\nopen: {open:?}",
+        list.describe()
+    );
+
+    let settled = txn(
+        tmp.path(),
+        &[
+            "transactions",
+            "settle",
+            "--checkpoint-dir",
+            &chk_arg,
+            "--sink",
+            &url,
+            "--yes",
+        ],
+    );
+    settled.assert_success();
+    assert!(
+        settled
+            .stdout
+            .contains("committed keyed-count~sink-postgres~1-"),
+        "{}",
+        settled.describe()
+    );
+    assert!(pg.prepared("postgres", PREFIX).is_empty());
+    if let Some(p) = prefix_problem(&group(rows(&pg))) {
+        panic!("after settle, the committed rows are not exactly-once: {p}");
+    }
+
+    pg.exec("postgres", "ALTER ROLE sink CONNECTION LIMIT -1");
+    let resumed = run(&mut weir(tmp.path(), base(true)));
+    resumed.assert_success();
+    assert!(
+        restored_from(&resumed.stdout).is_some(),
+        "{}",
+        resumed.describe()
+    );
+    assert_updates_exact(
+        &group(rows(&pg)),
+        n,
+        keys,
+        "postgres after settle and resume",
+    );
+}
