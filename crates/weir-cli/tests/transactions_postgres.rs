@@ -74,6 +74,8 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
             "list",
             "--checkpoint-dir",
             &chk_arg,
+            "--job",
+            "keyed-count",
             "--sink",
             &url,
         ],
@@ -236,6 +238,20 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
         ],
     );
     assert_clean_error(&files, 1, &["only PostgreSQL sinks", "--restore latest"]);
+    let no_job = txn(
+        tmp.path(),
+        &[
+            "transactions",
+            "list",
+            "--checkpoint-dir",
+            &s(&chk),
+            "--job",
+            "nope",
+            "--sink",
+            url,
+        ],
+    );
+    assert_clean_error(&no_job, 1, &["no completed checkpoint of job `nope`"]);
 }
 
 /// A job abandoned between pre-commit and commit, deterministically: the sink's role may
