@@ -22,7 +22,7 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use weir::api::two_phase_commit::PENDING_TRANSACTIONS;
@@ -300,7 +300,7 @@ fn list_system(url: &str) -> Result<(String, Vec<String>)> {
         #[cfg(feature = "postgres")]
         {
             let (shown, mut conn) = pg_connect(url)?;
-            let names = conn.list().map_err(|e| anyhow!("{e}"))?;
+            let names = conn.list().map_err(|e| anyhow::anyhow!("{e}"))?;
             return Ok((shown, names));
         }
         #[cfg(not(feature = "postgres"))]
@@ -316,14 +316,14 @@ fn list_system(url: &str) -> Result<(String, Vec<String>)> {
 #[cfg(feature = "postgres")]
 fn pg_connect(url: &str) -> Result<(String, weir_connectors::postgres::PreparedTransactions)> {
     use weir_connectors::postgres::{PostgresSinkConfig, PreparedTransactions};
-    let config = PostgresSinkConfig::parse(url).map_err(|e| anyhow!("--sink: {e}"))?;
+    let config = PostgresSinkConfig::parse(url).map_err(|e| anyhow::anyhow!("--sink: {e}"))?;
     let shown = format!(
         "postgres://{}@{}/{}",
         config.user,
         config.address(),
         config.database
     );
-    let conn = PreparedTransactions::connect(&config).map_err(|e| anyhow!("{e}"))?;
+    let conn = PreparedTransactions::connect(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((shown, conn))
 }
 
@@ -412,7 +412,9 @@ fn settle_in(url: &str, todo: &[&&Open]) -> Result<()> {
     let (_, mut conn) = pg_connect(url)?;
     for o in todo {
         let commit = o.verdict == Verdict::Commit;
-        let done = conn.settle(&o.name, commit).map_err(|e| anyhow!("{e}"))?;
+        let done = conn
+            .settle(&o.name, commit)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let what = match (done, commit) {
             (Settled::AlreadyGone, _) => "already settled",
             (Settled::Done, true) => "committed",
