@@ -13,9 +13,10 @@
 //! `--abort-orphans`.
 //!
 //! The checkpoint does not hold the sinks' connection details (passwords have no place in
-//! it): the tool takes the sink URL the job was run with (`--sink postgres://…`).
-//! PostgreSQL prepared transactions are handled; pending file parts and JetStream
-//! messages are not yet (their sinks' states are reported as not handled).
+//! it): the tool takes the sink URL the job was run with (`--sink postgres://…`,
+//! `--sink files:DIR`). PostgreSQL prepared transactions and the file sink's hidden parts
+//! (a listed pending part is renamed to its visible name, any other in-progress or pending
+//! part of the sink deleted) are handled; JetStream messages are not yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, Write};
@@ -26,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use weir::api::two_phase_commit::PENDING_TRANSACTIONS;
+use weir::connectors::files::FileCommittable;
 use weir::inspect;
 
 use crate::checkpoints::{self, Status};
@@ -51,8 +53,8 @@ pub struct ListArgs {
     /// Only this job (a folder in the checkpoint directory); default: every job in it.
     #[arg(long, value_name = "NAME")]
     job: Option<String>,
-    /// The sink URL the job was run with (`postgres://USER[:PASSWORD]@HOST[:PORT]/DB/TABLE`);
-    /// repeat for several sinks.
+    /// The sink the job was run with (`postgres://USER[:PASSWORD]@HOST[:PORT]/DB/TABLE` or
+    /// `files:DIR`); repeat for several sinks.
     #[arg(long = "sink", value_name = "URL", required = true)]
     sinks: Vec<String>,
 }
@@ -118,8 +120,10 @@ struct PgCommittable {
 struct JobCheckpoint {
     job: String,
     id: u64,
-    /// Sink uid → the transaction names it lists as pending (to commit).
+    /// PostgreSQL sink uid → the transaction names it lists as pending (to commit).
     sinks: BTreeMap<String, BTreeSet<String>>,
+    /// File sink uid → the committed names of the parts it lists as pending.
+    file_sinks: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// Runs a `weir transactions` command.
@@ -184,12 +188,28 @@ fn latest_checkpoints(
         let d = inspect::describe(&path)
             .with_context(|| format!("cannot read checkpoint {}", path.display()))?;
         let mut sinks = BTreeMap::new();
+        let mut file_sinks = BTreeMap::new();
         for op in &d.operators {
             if !op.states.iter().any(|s| s.name == PENDING_TRANSACTIONS) {
                 continue;
             }
             let raw = inspect::raw_state(&path, &op.uid, PENDING_TRANSACTIONS)?;
             let prefix = format!("{job}~{}~", op.uid);
+            match raw.list_elements::<(u64, FileCommittable)>() {
+                // Nothing pending decodes as any connector's list: the sink's own names,
+                // database or folder alike, are all to abort.
+                Ok(parts) if parts.is_empty() => {
+                    sinks.insert(op.uid.clone(), BTreeSet::new());
+                    file_sinks.insert(op.uid.clone(), BTreeSet::new());
+                    continue;
+                }
+                Ok(parts) => {
+                    let parts = parts.into_iter().flat_map(|e| e.value.1.parts);
+                    file_sinks.insert(op.uid.clone(), parts.collect());
+                    continue;
+                }
+                Err(_) => {}
+            }
             // Another connector's committables (file parts, JetStream) do not decode as
             // PostgreSQL ones, or carry names outside the sink's prefix.
             let names = raw
@@ -209,13 +229,18 @@ fn latest_checkpoints(
                 // may list would be rolled back and its records lost. Its transactions
                 // show as orphans instead, touched only on request.
                 None => notes.push(format!(
-                    "job `{job}`: the pending transactions of sink `{}` in chk-{id} are not \
-                     PostgreSQL ones; its transactions, if any, show as orphans",
+                    "job `{job}`: the pending transactions of sink `{}` in chk-{id} are neither \
+                     PostgreSQL ones nor file parts; its transactions, if any, show as orphans",
                     op.uid
                 )),
             }
         }
-        out.push(JobCheckpoint { job, id, sinks });
+        out.push(JobCheckpoint {
+            job,
+            id,
+            sinks,
+            file_sinks,
+        });
     }
     Ok(out)
 }
@@ -227,14 +252,21 @@ fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
     let mut open = Vec::new();
     for (i, url) in args.sinks.iter().enumerate() {
         let (system, names) = list_system(url)?;
+        let files = url.starts_with("files:");
         for name in names {
-            let Some(job) = jobs
-                .iter()
-                .find(|j| name.starts_with(&format!("{}~", j.job)))
-            else {
+            let Some(job) = jobs.iter().find(|j| {
+                let prefix = format!("{}~", j.job);
+                match files {
+                    true => name.starts_with(&format!(".part-{}", sanitize(&prefix))),
+                    false => name.starts_with(&prefix),
+                }
+            }) else {
                 continue;
             };
-            let verdict = verdict(job, &name);
+            let verdict = match files {
+                true => file_verdict(job, &name),
+                false => verdict(job, &name),
+            };
             open.push(Open {
                 job: job.job.clone(),
                 checkpoint: job.id,
@@ -246,7 +278,7 @@ fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
         }
     }
     for j in &jobs {
-        if j.sinks.is_empty() {
+        if j.sinks.is_empty() && j.file_sinks.is_empty() {
             notes.push(format!(
                 "job `{}`: chk-{} has no two-phase-commit sink state",
                 j.job, j.id
@@ -285,6 +317,37 @@ fn verdict(job: &JobCheckpoint, name: &str) -> Verdict {
     Verdict::Orphan
 }
 
+/// What `job`'s latest checkpoint says of the hidden part file `name`: a pending part it
+/// lists is committed (renamed to its visible name); any other in-progress or pending part
+/// of a file sink it knows is deleted, as the file sink's own recovery does.
+fn file_verdict(job: &JobCheckpoint, name: &str) -> Verdict {
+    for (uid, listed) in &job.file_sinks {
+        let prefix = format!(".part-{}", sanitize(&format!("{}~{uid}~", job.job)));
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let pending = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".pending"));
+        return match pending {
+            Some(committed) if listed.contains(committed) => Verdict::Commit,
+            _ => Verdict::Abort,
+        };
+    }
+    Verdict::Orphan
+}
+
+/// The file sink's rule for names in file names (`connectors/files/part.rs`): every
+/// character but ASCII letters, digits, `-`, `_`, `~` and `.` becomes `_`.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            c if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '~' | '.') => c,
+            _ => '_',
+        })
+        .collect()
+}
+
 /// Whether `name` is `<prefix><subtask>-<checkpoint>`.
 fn own_name(prefix: &str, name: &str) -> bool {
     let Some(tail) = name.strip_prefix(prefix) else {
@@ -296,6 +359,9 @@ fn own_name(prefix: &str, name: &str) -> bool {
 
 /// The system behind a sink URL (shown without its password) and its open transactions.
 fn list_system(url: &str) -> Result<(String, Vec<String>)> {
+    if let Some(dir) = url.strip_prefix("files:") {
+        return Ok((url.to_string(), hidden_parts(Path::new(dir))?));
+    }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
         {
@@ -307,10 +373,63 @@ fn list_system(url: &str) -> Result<(String, Vec<String>)> {
         bail!("this weir was built without PostgreSQL support (cargo feature `postgres`)");
     }
     bail!(
-        "--sink `{url}`: only PostgreSQL sinks (postgres://…) are settled by this tool so \
-         far; settle file parts and JetStream messages by restarting the job from its latest \
-         checkpoint (`weir run … --restore latest`)"
+        "--sink `{url}`: only PostgreSQL sinks (postgres://…) and file sinks (files:DIR) \
+         are settled by this tool so far; settle JetStream messages by restarting the job \
+         from its latest checkpoint (`weir run … --restore latest`)"
     )
+}
+
+/// The in-progress and pending part files in a file sink's folder (any job's).
+fn hidden_parts(dir: &Path) -> Result<Vec<String>> {
+    let entries = std::fs::read_dir(dir).with_context(|| {
+        format!(
+            "cannot list the file sink's folder {}; pass the folder the job wrote into \
+             (its --sink files:DIR)",
+            dir.display()
+        )
+    })?;
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
+        let Ok(name) = e.file_name().into_string() else {
+            continue; // not a part: their names are ASCII
+        };
+        if name.starts_with(".part-")
+            && (name.ends_with(".pending") || name.ends_with(".inprogress"))
+        {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Commits (renames to the visible name) or deletes the hidden part `name` in `dir`;
+/// a part already gone was settled before.
+fn settle_part(dir: &Path, name: &str, commit: bool) -> Result<&'static str> {
+    let from = dir.join(name);
+    if !from.exists() {
+        return Ok("already settled");
+    }
+    if !commit {
+        std::fs::remove_file(&from).with_context(|| format!("cannot delete {}", from.display()))?;
+        return Ok("deleted");
+    }
+    let committed = name
+        .strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".pending"))
+        .context("only a pending part can be committed")?;
+    let to = dir.join(committed);
+    if to.exists() {
+        bail!(
+            "refusing to commit {}: {} exists already (another run of this job and sink \
+             wrote into the same folder); move one of them away first",
+            from.display(),
+            to.display()
+        );
+    }
+    std::fs::rename(&from, &to).with_context(|| format!("cannot commit {}", from.display()))?;
+    Ok("committed")
 }
 
 #[cfg(feature = "postgres")]
@@ -381,7 +500,16 @@ fn settle(args: &SettleArgs) -> Result<ExitCode> {
             if mine.is_empty() {
                 continue;
             }
-            settle_in(url, &mine)?;
+            match url.strip_prefix("files:") {
+                Some(dir) => {
+                    for o in mine {
+                        let what =
+                            settle_part(Path::new(dir), &o.name, o.verdict == Verdict::Commit)?;
+                        print(&format!("{what} {}\n", o.name));
+                    }
+                }
+                None => settle_in(url, &mine)?,
+            }
         }
     }
     if orphans_left > 0 {
@@ -440,10 +568,16 @@ mod tests {
             "pg".to_string(),
             BTreeSet::from(["j~pg~0-3".to_string(), "j~pg~1-3".to_string()]),
         );
+        let mut file_sinks = BTreeMap::new();
+        file_sinks.insert(
+            "out".to_string(),
+            BTreeSet::from(["part-j~out~0-3-0.tsv".to_string()]),
+        );
         JobCheckpoint {
             job: "j".into(),
             id: 3,
             sinks,
+            file_sinks,
         }
     }
 
@@ -458,5 +592,10 @@ mod tests {
         );
         assert_eq!(verdict(&j, "j~other~0-4"), Verdict::Orphan, "unknown sink");
         assert_eq!(verdict(&j, "j~pg~x"), Verdict::Orphan, "not a sink's name");
+        let f = |n: &str| file_verdict(&j, n);
+        assert_eq!(f(".part-j~out~0-3-0.tsv.pending"), Verdict::Commit);
+        assert_eq!(f(".part-j~out~0-4-0.tsv.pending"), Verdict::Abort);
+        assert_eq!(f(".part-j~out~0-5.inprogress"), Verdict::Abort);
+        assert_eq!(f(".part-j~old~0-3-0.tsv.pending"), Verdict::Orphan);
     }
 }

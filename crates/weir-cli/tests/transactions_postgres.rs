@@ -234,10 +234,14 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
             "--checkpoint-dir",
             &s(&chk),
             "--sink",
-            "files:out",
+            "nats://127.0.0.1:1/stream",
         ],
     );
-    assert_clean_error(&files, 1, &["only PostgreSQL sinks", "--restore latest"]);
+    assert_clean_error(
+        &files,
+        1,
+        &["only PostgreSQL sinks", "file sinks", "--restore latest"],
+    );
     let no_job = txn(
         tmp.path(),
         &[
