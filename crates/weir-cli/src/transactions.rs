@@ -203,12 +203,20 @@ fn latest_checkpoints(
                     file_sinks.insert(op.uid.clone(), BTreeSet::new());
                     continue;
                 }
-                Ok(parts) => {
+                // Another connector's bytes could decode by chance: require the sink's
+                // own transaction names and part names.
+                Ok(parts)
+                    if parts.iter().all(|e| {
+                        let c = &e.value.1;
+                        c.transaction.starts_with(&prefix)
+                            && c.parts.iter().all(|p| p.starts_with("part-"))
+                    }) =>
+                {
                     let parts = parts.into_iter().flat_map(|e| e.value.1.parts);
                     file_sinks.insert(op.uid.clone(), parts.collect());
                     continue;
                 }
-                Err(_) => {}
+                _ => {}
             }
             // Another connector's committables (file parts, JetStream) do not decode as
             // PostgreSQL ones, or carry names outside the sink's prefix.
