@@ -48,15 +48,16 @@ pub struct ListArgs {
     format: Format,
 }
 
-/// One `chk-<n>` folder and what reading it found.
-struct Row {
-    job: String,
-    id: u64,
-    path: PathBuf,
-    status: Status,
+/// One `chk-<n>` folder and what reading it found (`weir transactions` reuses it).
+pub(crate) struct Row {
+    pub(crate) job: String,
+    pub(crate) id: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) status: Status,
 }
 
-enum Status {
+/// Whether a `chk-<n>` folder is a complete, readable checkpoint.
+pub(crate) enum Status {
     /// Readable; with the records its sources had read (`None` before metadata layout 3).
     Complete(Box<inspect::CheckpointDescription>, Option<u64>),
     Incomplete,
@@ -114,7 +115,7 @@ fn join_key(prefix: &str, name: &str) -> String {
 
 /// Lists through the storage backend, so a local folder, `s3://bucket/prefix` and the
 /// other locations `--checkpoint-dir` takes all work the same.
-fn list(dir: &Path) -> Result<Vec<Row>> {
+pub(crate) fn list(dir: &Path) -> Result<Vec<Row>> {
     if !is_remote(dir) && !dir.is_dir() {
         bail!(
             "{} is not a folder; pass a checkpoint directory or a job's folder in it",

@@ -10,6 +10,8 @@
 //! weir savepoint --job 127.0.0.1:PORT
 //! weir savepoint check SAVEPOINT keyed-count --keys 1000   # before a deploy: exit 1 if a run would refuse
 //! weir stop --job 127.0.0.1:PORT [--drain]    # then: weir run … --restore <savepoint>
+//! weir transactions list --checkpoint-dir weir-checkpoints --sink postgres://weir@HOST/DB/TABLE
+//! weir transactions settle --checkpoint-dir weir-checkpoints --sink postgres://… [--yes] [--abort-orphans]
 //! weir nexmark generate --events 1000000 --output events.jsonl
 //! weir nexmark reference --query q5 --input events.jsonl --output results
 //! weir run nexmark --query q1 --events 1000000 --output q1-out --verify
@@ -27,6 +29,7 @@ mod jobs;
 mod nexmark;
 mod nexmark_job;
 mod output;
+mod transactions;
 mod window_sum;
 
 use std::ffi::OsString;
@@ -69,6 +72,10 @@ enum Command {
     /// Nexmark: generate events, evaluate the reference queries.
     #[command(subcommand)]
     Nexmark(nexmark::NexmarkCommand),
+    /// List or settle the transactions a job's 2PC sinks left open, as its latest
+    /// completed checkpoint says.
+    #[command(subcommand)]
+    Transactions(transactions::TransactionsCommand),
 }
 
 /// The built-in jobs. Their flags are parsed by the runner (`weir::runner`), as any job's:
@@ -118,6 +125,7 @@ fn main() -> ExitCode {
         Command::Checkpoint(a) => control::client::checkpoint(a),
         Command::Status(a) => control::client::status(a),
         Command::Nexmark(c) => nexmark::run(c),
+        Command::Transactions(c) => transactions::run(c),
     };
     match r {
         Ok(code) => code,

@@ -39,6 +39,7 @@
 
 mod config;
 mod error;
+mod settle;
 mod value;
 
 use std::collections::{HashMap, HashSet};
@@ -53,6 +54,7 @@ use weir::{Error, Result};
 
 pub use config::{PostgresSinkConfig, WriteMode};
 pub use error::check_max_prepared_transactions;
+pub use settle::{PreparedTransactions, Settled};
 pub use value::SqlValue;
 
 use error::{connect_error, describe, is_undefined_object};
@@ -491,7 +493,7 @@ impl<T: Send + 'static> TwoPhaseCommitSink<T> for PostgresSink<T> {
 /// Whether `gid` is a transaction name of the sink with `prefix`: the prefix followed by
 /// exactly `<subtask>-<checkpoint>`. The strict tail keeps a sink with uid `out` away from
 /// the names of a sink with uid `out-2` in the same job (`job-out-2-0-5`).
-fn is_own_gid(prefix: &str, gid: &str) -> bool {
+pub fn is_own_gid(prefix: &str, gid: &str) -> bool {
     let Some(tail) = gid.strip_prefix(prefix) else {
         return false;
     };

@@ -1,0 +1,130 @@
+//! `weir transactions list|settle` for the file sink: keyed-count (`--sink files:DIR`) is
+//! SIGKILLed after a checkpoint, its hidden parts are listed with what the latest completed
+//! checkpoint says of each and settled accordingly (pending parts it lists renamed to their
+//! visible names, every other part of the sink deleted), orphans are left alone until
+//! `--abort-orphans`, a second settle does nothing, and the resumed job is still exact.
+
+mod common;
+mod connectors_support;
+
+use std::fs;
+
+use common::*;
+use connectors_support::*;
+
+/// A part of the job's sink for a checkpoint that never completed: abort (delete).
+const AFTER_CHECKPOINT: &str = ".part-keyed-count~sink-files~0-999999.inprogress";
+/// The job's prefix, a sink the checkpoint does not know: an orphan.
+const ORPHAN: &str = ".part-keyed-count~old-sink~0-1-0.tsv.pending";
+/// Another job's: never listed, never touched.
+const FOREIGN: &str = ".part-other-job~sink-files~0-1-0.tsv.pending";
+
+fn txn(tmp: &std::path::Path, args: &[&str]) -> Run {
+    run(&mut weir(tmp, args))
+}
+
+#[test]
+fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk");
+    let out = tmp.path().join("out");
+    let sink = format!("files:{}", s(&out));
+    let (n, keys) = (400_000u64, 37u64);
+    let args = kill_run_args(&chk, &sink, (n, keys), "100000");
+    let newest = kill_after_new_checkpoints(
+        tmp.path(),
+        &chk.join("keyed-count"),
+        (1, 0),
+        0x7b,
+        &args,
+        |_| {},
+    );
+    assert!(newest > 0);
+    eprintln!("hidden parts after the kill: {:?}", hidden_files(&out));
+    for (name, line) in [
+        (AFTER_CHECKPOINT, "888888\t1\n"),
+        (ORPHAN, "999999\t1\n"),
+        (FOREIGN, "777777\t1\n"),
+    ] {
+        fs::write(out.join(name), line).unwrap();
+    }
+
+    let chk_arg = checkpoint_arg(&chk);
+    let list = txn(
+        tmp.path(),
+        &[
+            "transactions",
+            "list",
+            "--checkpoint-dir",
+            &chk_arg,
+            "--sink",
+            &sink,
+        ],
+    );
+    list.assert_success();
+    let line = |name: &str| {
+        list.stdout
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name} not listed\n{}", list.describe()))
+            .trim_end()
+            .to_string()
+    };
+    assert!(line(AFTER_CHECKPOINT).ends_with("abort"));
+    assert!(line(ORPHAN).ends_with("orphan"));
+    assert!(!list.stdout.contains(FOREIGN), "{}", list.describe());
+
+    let mut yes = vec![
+        "transactions",
+        "settle",
+        "--checkpoint-dir",
+        &chk_arg,
+        "--sink",
+        &sink,
+        "--yes",
+    ];
+    let settled = txn(tmp.path(), &yes);
+    settled.assert_success();
+    assert!(
+        settled
+            .stdout
+            .contains(&format!("deleted {AFTER_CHECKPOINT}")),
+        "{}",
+        settled.describe()
+    );
+    assert!(settled.stdout.contains("1 orphan(s) left alone"));
+    let mut left = hidden_files(&out);
+    left.sort();
+    assert_eq!(left, vec![ORPHAN.to_string(), FOREIGN.to_string()]);
+    if let Some(p) = prefix_problem(&group(committed_tsv(&out))) {
+        panic!("after settle, the committed parts are not exactly-once: {p}");
+    }
+
+    let again = txn(tmp.path(), &yes);
+    again.assert_success();
+    assert!(
+        again.stdout.contains("nothing to settle"),
+        "{}",
+        again.describe()
+    );
+
+    let resumed = run(&mut weir(tmp.path(), args(true)));
+    resumed.assert_success();
+    assert!(
+        restored_from(&resumed.stdout).is_some(),
+        "{}",
+        resumed.describe()
+    );
+    assert_updates_exact(
+        &group(committed_tsv(&out)),
+        n,
+        keys,
+        "files after settle and resume",
+    );
+
+    yes.push("--abort-orphans");
+    let orphans = txn(tmp.path(), &yes);
+    orphans.assert_success();
+    assert!(orphans.stdout.contains(&format!("deleted {ORPHAN}")));
+    assert_eq!(hidden_files(&out), vec![FOREIGN.to_string()]);
+}
