@@ -255,14 +255,7 @@ impl<A: Acc> KeyedProcessFunction<u64, u64, (u64, u64)> for Counter<A> {
     ) -> Result<()> {
         let state = self.state.expect("declared in open");
         for (k, v) in ctx.entries(state) {
-            out.collect((
-                k,
-                if v.consistent(k) {
-                    v.count()
-                } else {
-                    u64::MAX
-                },
-            ));
+            out.collect((k, if v.consistent(k) { v.count() } else { u64::MAX }));
         }
         Ok(())
     }
