@@ -9,6 +9,7 @@
 #
 #   scripts/break-recovery.sh            # every recovery test binary (about 20 minutes)
 #   scripts/break-recovery.sh -p weir --test exactly_once
+#   WEIR_STATE_BACKEND=disk scripts/break-recovery.sh   # the same, keyed state on disk
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -19,12 +20,13 @@ if [ $# -eq 0 ]; then
     set -- --all-features \
         -p weir --test exactly_once --test state_kinds --test timers --test rescale \
         --test hooks --test file_connectors --test corrupt --test savepoints \
-        --test memory_storage --test s3 \
+        --test memory_storage --test s3 --test schema_evolution \
         -p weir-connectors --test postgres_job --test nats_sink --test nats_source \
         --test postgres_kill \
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
         --test connectors_files --test connectors_postgres --test connectors_nats \
-        --test runner --test examples --test example_postgres --test s3 --test kill_every_job
+        --test runner --test examples --test example_postgres --test s3 --test kill_every_job \
+        --test disk_state --test upgrade
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
@@ -33,12 +35,12 @@ spawn=crates/weir/src/runtime/spawn.rs
 stream=crates/weir/src/api/stream.rs
 declare -A file=([a]=$exe [b]=$spawn [c]=$stream)
 declare -A from=(
-    [a]='let attempt = match exec.spawn(attempt_no, restore.as_ref()) {'
+    [a]='            .and_then(|()| exec.spawn(attempt_no, restore.as_ref()))'
     [b]='            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,'
     [c]='                ctx.init_function(&mut s)?;'
 )
 declare -A to=(
-    [a]='let attempt = match exec.spawn(attempt_no, None) {'
+    [a]='            .and_then(|()| exec.spawn(attempt_no, None))'
     [b]='            Some(r) if matches!(self.graph.nodes[node].kind, NodeKind::Source(_)) => r.state_for(\&uid, subtask, p, self.cfg.max_parallelism)?, Some(_) => Default::default(),'
     [c]='                ctx.operator_state.clear(); ctx.init_function(\&mut s)?;'
 )
