@@ -66,7 +66,7 @@ pub struct JobConfig {
     /// job that stops with a savepoint deletes the checkpoints it took.
     pub retain_on_cancel: bool,
     /// Where keyed state lives (`--state-backend`); `None` takes
-    /// [`STATE_BACKEND_ENV`](crate::runtime::state_backend::STATE_BACKEND_ENV) if set, else
+    /// the environment variable `WEIR_STATE_BACKEND` if set, else
     /// memory. The disk backend holds state larger than memory (feature `disk-state`).
     pub state_backend: Option<StateBackend>,
     /// The local folder under which the disk backend works (`<dir>/<name>/run-<pid>-<n>`,

@@ -49,7 +49,7 @@ impl StateBackend {
         }
     }
 
-    /// The backend of a job that chose `chosen` (`None`: [`STATE_BACKEND_ENV`], else memory).
+    /// The backend of a job that chose `chosen` (`None`: `WEIR_STATE_BACKEND`, else memory).
     pub fn resolve(chosen: Option<StateBackend>) -> Result<Self> {
         if let Some(b) = chosen {
             return Ok(b);
