@@ -50,6 +50,12 @@ pub mod stream;
 pub mod two_phase_commit;
 pub mod windowed;
 
+/// Jobs spread over workers hosted in one process (issue 24): they are built with this API
+/// and run through the runtime's placement, so the tests sit in the API's layer, above the
+/// runtime (`tests/layers.rs`).
+#[cfg(all(test, feature = "cluster"))]
+mod placement_tests;
+
 /// Job-wide settings a job runs under: one [`JobConfig`](config::JobConfig) holds them all.
 ///
 /// Re-exported from the runtime and the checkpoint protocol, which own them, so a job names

@@ -112,6 +112,5 @@ impl ChannelWiring<'_> {
     }
 }
 
-#[cfg(test)]
-#[path = "placement_tests.rs"]
-mod tests;
+// Its tests build jobs with the API, so they live in the API's layer:
+// `api/placement_tests.rs`.

@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Hosting;
 use crate::prelude::*;
 use crate::runtime::exchange::{Exchange, ExchangeConfig, WorkerId};
+use crate::runtime::placement::Hosting;
 
 /// Emits what `inner` emits up to `hold_at` records, then holds until a checkpoint it took
 /// while holding completed, then emits the rest: a checkpoint lands mid-input whatever the
