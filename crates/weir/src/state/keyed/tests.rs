@@ -589,7 +589,8 @@ fn timers_fire_in_order_and_survive_a_restore(on: On) {
     }
 }
 
-/// Generates one `#[test]` per backend for each test function above that takes an [`On`].
+/// Generates one `#[test]` per backend for each test function above that takes an [`On`]
+/// (used here and by the window state's tests: one backend matrix).
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -607,6 +608,7 @@ macro_rules! backend_tests {
         }
     };
 }
+pub(super) use backend_tests;
 
 backend_tests!(
     value_state_round_trips_through_a_snapshot,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::state::keyed::tests::{backend_for, On};
+use crate::state::keyed::tests::{backend_for, backend_tests, On};
 use crate::state::keyed::RestoredKeyedState;
 use crate::state::keyed::RestoredState;
 
@@ -249,25 +249,6 @@ fn a_legacy_map_state_moves_in_with_its_timers(on: On) {
         vec![(999, 1000, 2, 6), (1999, 2000, 2, 7)],
         "what was pending fires, what had fired does not"
     );
-}
-
-/// One `#[test]` per backend for each test above (the parent's backend matrix).
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[test]
-            fn $name() {
-                super::$name(super::On::Memory)
-            })*
-        }
-        #[cfg(feature = "disk-state")]
-        mod disk {
-            $(#[test]
-            fn $name() {
-                super::$name(super::On::Disk { cache: 4 })
-            })*
-        }
-    };
 }
 
 backend_tests!(
