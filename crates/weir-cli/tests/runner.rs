@@ -10,7 +10,6 @@ mod common;
 #[path = "../../weir/examples/hello.rs"]
 mod hello;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -28,29 +27,10 @@ fn job(cwd: &Path, args: &[&str]) -> Command {
     child_job::command(CHILD, "hello", cwd, args)
 }
 
-/// Every committed `key,count` line in `dir` (the sink's visible part files).
-fn committed(dir: &Path) -> BTreeMap<u64, Vec<u64>> {
-    let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for e in std::fs::read_dir(dir).expect("the output folder") {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-            let (k, c) = line.split_once(',').expect("key,count");
-            by_key
-                .entry(k.parse().unwrap())
-                .or_default()
-                .push(c.parse().unwrap());
-        }
-    }
-    by_key
-}
-
 /// Each key's counts are exactly `1..=n` (every event counted once, and its running count
 /// written once), for `events` events over `keys` keys.
 fn assert_exact(dir: &Path, events: u64, keys: u64) {
-    let got = committed(dir);
+    let got = child_job::committed(dir);
     assert_eq!(
         got.len() as u64,
         keys.min(events),

@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::path::Path;
 use std::process::Command;
@@ -294,29 +293,10 @@ fn job(cwd: &Path, args: &[&str]) -> Command {
     child_job::command(CHILD, "upgrade", cwd, args)
 }
 
-/// Every committed `key,count` line in `dir`, by key.
-fn committed(dir: &Path) -> BTreeMap<u64, Vec<u64>> {
-    let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for e in std::fs::read_dir(dir).expect("the output folder") {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
-            let (k, c) = line.split_once(',').expect("key,count");
-            by_key
-                .entry(k.parse().unwrap())
-                .or_default()
-                .push(c.parse().unwrap());
-        }
-    }
-    by_key
-}
-
 /// Each key's committed counts are exactly 1..=n: every event counted once, across v1's
 /// savepoint, the migration, a SIGKILL and the resume, and every migrated value consistent.
 fn assert_exact(dir: &Path) {
-    let got = committed(dir);
+    let got = child_job::committed(dir);
     assert_eq!(got.len() as u64, KEYS, "keys in {}", dir.display());
     for (k, mut counts) in got {
         counts.sort_unstable();

@@ -3,6 +3,7 @@
 //! environment variable, so a job compiled into the test (an example, the README's job)
 //! runs as a program of its own that can be killed, stopped and resumed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
@@ -69,3 +70,23 @@ macro_rules! job_process {
 }
 #[allow(unused_imports)]
 pub(crate) use job_process;
+
+/// Every committed `key,count` line in `dir`, by key: the visible part files a child job's
+/// file sink committed (hidden in-progress and pending files are skipped, as readers do).
+pub fn committed(dir: &Path) -> BTreeMap<u64, Vec<u64>> {
+    let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for e in std::fs::read_dir(dir).expect("the output folder") {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let (k, c) = line.split_once(',').expect("key,count");
+            by_key
+                .entry(k.parse().unwrap())
+                .or_default()
+                .push(c.parse().unwrap());
+        }
+    }
+    by_key
+}
