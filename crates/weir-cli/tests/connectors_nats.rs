@@ -155,15 +155,9 @@ fn a_bounded_nats_source_keeps_its_bound_across_a_restore() {
         "the first run (paused after its first checkpoint)",
     );
     wait_for_dead_lease();
-    let resumed = run(&mut weir(tmp.path(), args(true)));
-    resumed.assert_success();
-    assert!(
-        restored_from(&resumed.stdout).is_some(),
-        "{}",
-        resumed.describe()
-    );
-    assert_updates_exact(
-        &group(read_counts(&server, "counts")),
+    resume_exact(
+        &mut weir(tmp.path(), args(true)),
+        || read_counts(&server, "counts"),
         n,
         keys,
         "messages published after the fresh start were read",

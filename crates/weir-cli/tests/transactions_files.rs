@@ -108,15 +108,9 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
         again.describe()
     );
 
-    let resumed = run(&mut weir(tmp.path(), args(true)));
-    resumed.assert_success();
-    assert!(
-        restored_from(&resumed.stdout).is_some(),
-        "{}",
-        resumed.describe()
-    );
-    assert_updates_exact(
-        &group(committed_tsv(&out)),
+    resume_exact(
+        &mut weir(tmp.path(), args(true)),
+        || committed_tsv(&out),
         n,
         keys,
         "files after settle and resume",

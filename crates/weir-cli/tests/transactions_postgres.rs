@@ -148,15 +148,9 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     assert_eq!(pg.prepared("postgres", PREFIX), vec![ORPHAN.to_string()]);
 
     // The job resumes from its checkpoint and ends exact: nothing committed twice.
-    let resumed = run(&mut weir(tmp.path(), args(true)));
-    resumed.assert_success();
-    assert!(
-        restored_from(&resumed.stdout).is_some(),
-        "{}",
-        resumed.describe()
-    );
-    assert_updates_exact(
-        &group(rows(&pg)),
+    resume_exact(
+        &mut weir(tmp.path(), args(true)),
+        || rows(&pg),
         n,
         keys,
         "postgres after settle and resume",
@@ -356,15 +350,9 @@ fn a_transaction_the_checkpoint_lists_is_committed_once() {
     }
 
     pg.exec("postgres", "ALTER ROLE sink CONNECTION LIMIT -1");
-    let resumed = run(&mut weir(tmp.path(), base(true)));
-    resumed.assert_success();
-    assert!(
-        restored_from(&resumed.stdout).is_some(),
-        "{}",
-        resumed.describe()
-    );
-    assert_updates_exact(
-        &group(rows(&pg)),
+    resume_exact(
+        &mut weir(tmp.path(), base(true)),
+        || rows(&pg),
         n,
         keys,
         "postgres after settle and resume",

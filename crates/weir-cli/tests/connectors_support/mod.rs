@@ -178,6 +178,27 @@ pub fn assert_updates_exact(per_key: &BTreeMap<u64, Vec<u64>>, n: u64, keys: u64
     }
 }
 
+/// Runs `resumed` (a keyed-count with `--restore latest`), asserts it succeeded and restored
+/// a checkpoint (a fresh start would give the same counts over a bounded input), then that
+/// what `committed` reads afterwards is exactly once: the last step of every kill-or-settle
+/// then resume test of the sinks.
+pub fn resume_exact(
+    resumed: &mut std::process::Command,
+    committed: impl FnOnce() -> Vec<(u64, u64)>,
+    n: u64,
+    keys: u64,
+    what: &str,
+) {
+    let resumed = run(resumed);
+    resumed.assert_success();
+    assert!(
+        restored_from(&resumed.stdout).is_some(),
+        "{what}: the resumed run restored no checkpoint: {}",
+        resumed.describe()
+    );
+    assert_updates_exact(&group(committed()), n, keys, what);
+}
+
 /// Every `key<TAB>count` line of the committed (visible) part files in `dir`; hidden
 /// in-progress and pending files are not output and are skipped, as readers do.
 pub fn committed_tsv(dir: &Path) -> Vec<(u64, u64)> {
