@@ -327,7 +327,7 @@ impl AttemptRun<'_, '_> {
                     let now = wall_ms();
                     (self.exec.control).update(|s| s.on_checkpoint_given_up(id, now));
                     self.attempt.broadcast(Control::Aborted(id));
-                    let _ = self.exec.storage.discard(id);
+                    let _ = crate::checkpoint::shared::discard(&self.exec.storage, id);
                     Vec::new()
                 }
                 Step::NotifyComplete(id) => {
@@ -335,7 +335,7 @@ impl AttemptRun<'_, '_> {
                     Vec::new()
                 }
                 Step::Discard(id) => {
-                    let _ = self.exec.storage.discard(id);
+                    let _ = crate::checkpoint::shared::discard(&self.exec.storage, id);
                     Vec::new()
                 }
                 Step::FailJob(msg) => {

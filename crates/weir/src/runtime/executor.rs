@@ -169,7 +169,8 @@ fn run_job(
         None => None,
     };
     check_unaligned(&graph, &plan, cfg)?;
-    let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
+    let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
+        .incremental(cfg.incremental_checkpoints);
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;
@@ -222,6 +223,23 @@ fn run_job(
             found
         }
     };
+    // This run owns the job folder and has no checkpoint in flight: the shared files of
+    // incremental checkpoints no complete checkpoint lists (left by a SIGKILL mid-checkpoint)
+    // can go.
+    match crate::checkpoint::shared::sweep_orphans(&storage) {
+        Ok(0) => {}
+        Ok(n) => metrics.notice(
+            &mut result,
+            format!(
+                "removed {n} shared state file(s) of checkpoints that never completed from {}",
+                storage.root().join(crate::storage::SHARED_DIR).display()
+            ),
+        ),
+        Err(e) => metrics.notice(
+            &mut result,
+            format!("could not clean the shared state files of unfinished checkpoints: {e}"),
+        ),
+    }
     if let Some(r) = &restore {
         // Fail fast on a mismatch, before any thread starts.
         let allow = cfg.allow_non_restored_state;
@@ -477,7 +495,7 @@ fn run_job(
     if result.stopped_with_savepoint.is_some() && !cfg.retain_on_cancel {
         // Stopped, and the user asked not to keep checkpoints: the savepoint is the handle.
         for id in coordinator.retained_ids() {
-            let _ = storage.discard(id);
+            let _ = crate::checkpoint::shared::discard(&storage, id);
         }
     }
     // With every writer gone no file can appear any more: remove what checkpoints that
@@ -485,7 +503,7 @@ fn run_job(
     // writer after their abort), so the folder holds only complete checkpoints.
     for id in first_id..coordinator.next_checkpoint_id() {
         if !storage.is_complete(id) {
-            let _ = storage.discard(id);
+            let _ = crate::checkpoint::shared::discard(&storage, id);
         }
     }
     result.injected_failures = injector.map(|i| (i.fired(), i.planned()));
@@ -597,6 +615,8 @@ impl Executor<'_> {
         };
         let mut done = finalize::assemble(&info, acks);
         done.meta.schemas = self.schemas.clone();
+        crate::checkpoint::shared::check_chain(&self.storage, id, &done.meta.incremental)
+            .map_err(Error::CheckpointFailures)?;
         finalize::write(&self.storage, &done.meta)?;
         Ok((done.stats, done.source_records))
     }

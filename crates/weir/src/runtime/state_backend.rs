@@ -81,6 +81,8 @@ pub(crate) struct JobStateBackend {
     job_dir: PathBuf,
     /// `<state_dir>/<job>/run-<pid>-<n>`: this run's folder.
     dir: PathBuf,
+    /// Incremental checkpoints (disk only).
+    incremental: bool,
 }
 
 impl JobStateBackend {
@@ -103,7 +105,15 @@ impl JobStateBackend {
             backend,
             job_dir,
             dir,
+            incremental: false,
         })
+    }
+
+    /// With incremental checkpoints (`JobConfig::incremental_checkpoints`): each disk
+    /// subtask records what changes between checkpoints. No effect in memory.
+    pub(crate) fn incremental(mut self, on: bool) -> Self {
+        self.incremental = on;
+        self
     }
 
     /// At the start of an attempt: on disk, an empty working folder for this run (what the
@@ -190,19 +200,21 @@ impl JobStateBackend {
                         _ => '_',
                     })
                     .collect();
-                disk_kind(self.dir.join(format!("{safe}-{subtask}")))
+                disk_kind(self.dir.join(format!("{safe}-{subtask}")), self.incremental)
             }
         }
     }
 }
 
 #[cfg(feature = "disk-state")]
-fn disk_kind(dir: PathBuf) -> StateBackendKind {
-    StateBackendKind::Disk(crate::state::keyed::DiskOptions::new(dir))
+fn disk_kind(dir: PathBuf, incremental: bool) -> StateBackendKind {
+    let mut options = crate::state::keyed::DiskOptions::new(dir);
+    options.incremental = incremental;
+    StateBackendKind::Disk(options)
 }
 
 #[cfg(not(feature = "disk-state"))]
-fn disk_kind(_dir: PathBuf) -> StateBackendKind {
+fn disk_kind(_dir: PathBuf, _incremental: bool) -> StateBackendKind {
     unreachable!("JobStateBackend::new refuses the disk backend in a build without it")
 }
 
