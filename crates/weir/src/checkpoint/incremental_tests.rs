@@ -100,7 +100,7 @@ impl Job {
             backend: &mut s.backend,
         };
         ctx.set(plain, v);
-        if k % 3 == 0 {
+        if k.is_multiple_of(3) {
             ctx.set(aged, v + 1);
         }
         self.truth.insert(k, v);
@@ -252,11 +252,20 @@ fn restored(
             backend: &mut s.backend,
         };
         for (k, v) in end.entries(s.plain) {
-            assert_eq!(aged.get(&k).copied(), (k % 3 == 0).then_some(v + 1), "key {k}");
+            assert_eq!(
+                aged.get(&k).copied(),
+                k.is_multiple_of(3).then_some(v + 1),
+                "key {k}"
+            );
             assert!(range.contains(key_group(&k, MAXP)));
             out.insert(k, v);
         }
-        assert_eq!(aged.len(), out.iter().filter(|(k, _)| *k % 3 == 0 && range.contains(key_group(*k, MAXP))).count());
+        assert_eq!(
+            aged.len(),
+            out.iter()
+                .filter(|(k, _)| k.is_multiple_of(3) && range.contains(key_group(*k, MAXP)))
+                .count()
+        );
     }
     Ok(out)
 }
@@ -293,8 +302,15 @@ fn a_checkpoint_after_one_percent_changed_writes_about_one_percent_and_restores_
     assert_eq!(chain.deltas[0].checkpoint_id, 2);
     assert_eq!(chain.new_and_shared_bytes(2), (new_bytes, full_bytes));
     // Older Weirs refuse it instead of restoring it without keyed state.
-    let keyed = second.operators[0].subtasks[0].keyed_state.as_ref().unwrap();
-    assert!(keyed.file.path.starts_with("../shared/"), "{}", keyed.file.path);
+    let keyed = second.operators[0].subtasks[0]
+        .keyed_state
+        .as_ref()
+        .unwrap();
+    assert!(
+        keyed.file.path.starts_with("../shared/"),
+        "{}",
+        keyed.file.path
+    );
     // An unchanged state writes nothing and keeps its chain.
     let third = job.checkpoint(3);
     assert_eq!(third.stats.bytes, 0);
@@ -328,8 +344,16 @@ fn rescaling_an_incremental_checkpoint_from_two_to_three_subtasks_is_exact_on_bo
     assert!(chains.iter().all(|c| c.deltas.len() == 4), "{chains:?}");
     let disk = job.state_dir.join("restore");
     for p in [3, 2, 1] {
-        assert_eq!(restored(&path, p, Some(&disk)).unwrap(), job.truth, "p={p}, disk");
-        assert_eq!(restored(&path, p, None).unwrap(), job.truth, "p={p}, memory");
+        assert_eq!(
+            restored(&path, p, Some(&disk)).unwrap(),
+            job.truth,
+            "p={p}, disk"
+        );
+        assert_eq!(
+            restored(&path, p, None).unwrap(),
+            job.truth,
+            "p={p}, memory"
+        );
     }
 }
 
@@ -349,7 +373,11 @@ fn an_aborted_checkpoint_is_never_chained_on_and_its_changes_reach_the_next() {
     let third = job.checkpoint(3);
     let chain = third.incremental_of(UID, 0).unwrap();
     let owners: Vec<u64> = chain.files().map(|f| f.checkpoint_id).collect();
-    assert_eq!(owners, [1, 3], "3 chains on confirmed 1, never on aborted 2");
+    assert_eq!(
+        owners,
+        [1, 3],
+        "3 chains on confirmed 1, never on aborted 2"
+    );
     job.assert_no_orphan_and_nothing_missing();
     let path = job.storage.checkpoint_path(3);
     assert_eq!(restored(&path, 1, None).unwrap(), job.truth);
@@ -433,7 +461,10 @@ fn retention_of_three_checkpoints_leaves_no_orphaned_shared_file_after_many() {
         job.retain(3);
         job.assert_no_orphan_and_nothing_missing();
     }
-    assert!(bases > 2, "new bases were written along the way ({bases} files)");
+    assert!(
+        bases > 2,
+        "new bases were written along the way ({bases} files)"
+    );
     let latest = *job.storage.completed_checkpoints().unwrap().last().unwrap();
     assert_eq!(
         restored(&job.storage.checkpoint_path(latest), 3, None).unwrap(),

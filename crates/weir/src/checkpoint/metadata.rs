@@ -133,8 +133,8 @@ pub struct SharedFile {
     pub path: String,
     /// Size in bytes, envelope included.
     pub size: u64,
-    /// Its checksum, as in [`FileOrigin::crc32c`]: a restore refuses a file that does not
-    /// have it (damaged, or replaced).
+    /// Its checksum (the CRC-32C of its bytes before the trailer): a restore refuses a
+    /// file that does not have it (damaged, or replaced).
     pub crc32c: u32,
     /// The checkpoint it was written for (its owner; the first checkpoint that listed it).
     pub checkpoint_id: u64,

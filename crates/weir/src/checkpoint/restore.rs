@@ -130,7 +130,10 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
             if let Some(chain) = meta.incremental_of(&op.uid, st.subtask) {
                 let (base, deltas) = load_chain(path, &meta, chain)?;
                 keyed_state.entry(op.uid.clone()).or_default().push(base);
-                keyed_deltas.entry(op.uid.clone()).or_default().extend(deltas);
+                keyed_deltas
+                    .entry(op.uid.clone())
+                    .or_default()
+                    .extend(deltas);
             } else if let Some(k) = &st.keyed_state {
                 let crc = expected_crc(path, &meta, &k.file.path)?;
                 let payload =
@@ -476,7 +479,13 @@ impl RestoredCheckpoint {
     pub fn recorded_keyed_states(&self, uid: &str) -> RestoredKeyedState {
         let mut out: RestoredKeyedState = BTreeMap::new();
         let deltas = self.keyed_deltas.get(uid).into_iter().flatten();
-        for file in self.keyed_state.get(uid).into_iter().flatten().chain(deltas) {
+        for file in self
+            .keyed_state
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .chain(deltas)
+        {
             for (i, (name, kind)) in file.states.iter().enumerate() {
                 out.entry(name.clone()).or_insert_with(|| RestoredState {
                     kind: *kind,

@@ -391,12 +391,13 @@ fn shared_files_live_beside_the_checkpoints_and_only_they_are_deleted_as_shared(
     assert!(s.root().join(&f.path).is_file());
     let payload = read_state_file(s.root(), &f.path, kind, Some(f.crc32c)).unwrap();
     assert_eq!(payload, b"d");
-    assert_eq!(s.shared_files().unwrap(), [f.path.clone()]);
+    assert_eq!(s.shared_files().unwrap(), std::slice::from_ref(&f.path));
     assert!(s.shared_file_exists(&f.path));
     // Not a checkpoint, and never listed as one.
     assert_eq!(s.max_checkpoint_id().unwrap(), 0);
     // Only paths under shared/ are deleted through it.
-    s.write_state_file(1, "op", "0", FileKind::OperatorState, b"x").unwrap();
+    s.write_state_file(1, "op", "0", FileKind::OperatorState, b"x")
+        .unwrap();
     for outside in ["chk-1/op/0", "shared/../chk-1/op/0", "shared//x"] {
         s.delete_shared_file(outside).unwrap();
     }

@@ -8,8 +8,8 @@
 //! every event-time timer at or below it, in time order, then forwards it, so everything
 //! the timers emit precedes the watermark downstream.
 
-use crate::error::Result;
 use crate::checkpoint::barrier::BarrierKind;
+use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::functions::{Collector, KeyedProcessFunction};
 use crate::runtime::output::{OperatorSnapshotPart, Output, TaskSnapshot};

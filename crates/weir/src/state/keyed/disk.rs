@@ -603,7 +603,12 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         result
     }
 
-    fn apply_changes_inner(&mut self, what: &str, sections: &[SharedBytes], ttl: bool) -> Result<()> {
+    fn apply_changes_inner(
+        &mut self,
+        what: &str,
+        sections: &[SharedBytes],
+        ttl: bool,
+    ) -> Result<()> {
         let err = |e: postcard::Error| Error::StateDecode {
             what: what.to_string(),
             cause: e.to_string(),
@@ -812,7 +817,10 @@ impl<S> DeltaView<S> {
         self.groups.get_or_init(|| {
             let mut groups = vec![Vec::new(); self.range.len() as usize];
             for key in self.sets.iter().flat_map(|s| s.keys()) {
-                let Some(g) = key.get(..2).map(|g| u16::from_be_bytes([g[0], g[1]]) as u32) else {
+                let Some(g) = key
+                    .get(..2)
+                    .map(|g| u16::from_be_bytes([g[0], g[1]]) as u32)
+                else {
                     continue;
                 };
                 if self.range.contains(g) {

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use super::{KeyedStateBackend, KeyedStateStore, RestoredState};
 use crate::error::{Error, Result};
 use crate::state::schema::{
-    decide, incompatible_message, schema_of, serde_decoder, transcode, transcode_changes, Decision, DeclaredState,
-    StateSchema, ValueDecoder,
+    decide, incompatible_message, schema_of, serde_decoder, transcode, transcode_changes, Decision,
+    DeclaredState, StateSchema, ValueDecoder,
 };
 use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
@@ -202,7 +202,8 @@ impl<K: Key> KeyedStateBackend<K> {
             }
             Decision::MigratesByFunction => migration.expect("decided from a migration").decode,
         };
-        let sections = transcode::<K, S>(&restored.sections, ttl, &decoder).map_err(|e| refuse(&e))?;
+        let sections =
+            transcode::<K, S>(&restored.sections, ttl, &decoder).map_err(|e| refuse(&e))?;
         let changes =
             transcode_changes::<K, S>(&restored.changes, ttl, &decoder).map_err(|e| refuse(&e))?;
         Ok((sections, changes))

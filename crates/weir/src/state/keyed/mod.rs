@@ -367,7 +367,8 @@ impl<K: Key> KeyedStateBackend<K> {
             }
         }
         let ttl = table.has_ttl();
-        let (sections, changes) = self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
+        let (sections, changes) =
+            self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
         if !sections.is_empty() || !changes.is_empty() {
             table.restore(name, &sections, &changes)?;
         }

@@ -32,8 +32,12 @@ pub(crate) trait StateTable<K>: Send {
     /// Loads the encoded entries of `sections` (one per key group) into the table, then
     /// applies `changes` in order (the deltas of an incremental checkpoint, entries
     /// `(key, Option<value>)`: `None` deletes); on a decode error the table is left empty.
-    fn restore(&mut self, name: &str, sections: &[SharedBytes], changes: &[SharedBytes])
-        -> Result<()>;
+    fn restore(
+        &mut self,
+        name: &str,
+        sections: &[SharedBytes],
+        changes: &[SharedBytes],
+    ) -> Result<()>;
     /// Incremental checkpoints: at a checkpoint's snapshot, the keys changed since the
     /// previous one (taken: the next call starts from none). `None` if the table cannot
     /// tell (in memory, or a window state): the checkpoint is then written in full.
@@ -286,8 +290,12 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
             None => Ok(None),
         }
     }
-    fn restore(&mut self, name: &str, sections: &[SharedBytes], changes: &[SharedBytes])
-        -> Result<()> {
+    fn restore(
+        &mut self,
+        name: &str,
+        sections: &[SharedBytes],
+        changes: &[SharedBytes],
+    ) -> Result<()> {
         let what = format!("keyed {} state '{name}'", self.kind.name());
         if let Some(disk) = &mut self.disk {
             let ttl = self.ttl.is_some();

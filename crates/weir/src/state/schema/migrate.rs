@@ -94,7 +94,10 @@ pub(crate) fn transcode_changes<K: Key, S: StateValue>(
             let entry = if present {
                 let value = decode(&mut de)?;
                 let stamp = if ttl {
-                    Some(u64::deserialize(&mut de).map_err(|e| format!("reading a TTL stamp: {e}"))?)
+                    Some(
+                        u64::deserialize(&mut de)
+                            .map_err(|e| format!("reading a TTL stamp: {e}"))?,
+                    )
                 } else {
                     None
                 };

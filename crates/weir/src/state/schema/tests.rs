@@ -91,8 +91,7 @@ fn the_changes_of_an_incremental_checkpoint_migrate_too_and_deletions_stay() {
         };
         bytes = postcard::to_extend(&(8u64, Option::<V1>::None), bytes).unwrap();
         let decoder = serde_decoder::<V2>(&old).unwrap();
-        let out =
-            transcode_changes::<u64, V2>(&[SharedBytes::from(bytes)], ttl, &decoder).unwrap();
+        let out = transcode_changes::<u64, V2>(&[SharedBytes::from(bytes)], ttl, &decoder).unwrap();
         let v2 = V2 {
             count: 3,
             name: "x".into(),
