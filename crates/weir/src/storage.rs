@@ -718,6 +718,26 @@ impl CheckpointStorage {
         Ok(out)
     }
 
+    /// Removes the empty folders under `shared/`, and `shared/` itself once empty, so a job
+    /// folder without incremental checkpoints looks as before. Only when nothing is being
+    /// written there (a writer creates its uid's folder on its first file).
+    pub fn prune_shared_folders(&self) -> Result<(), StorageError> {
+        let uids = self.backend.list(SHARED_DIR)?;
+        let mut left = 0;
+        for uid in &uids {
+            let folder = format!("{SHARED_DIR}/{uid}");
+            if self.backend.list(&folder)?.is_empty() {
+                self.backend.delete_all(&folder)?;
+            } else {
+                left += 1;
+            }
+        }
+        if left == 0 && self.backend.list("")?.iter().any(|n| n == SHARED_DIR) {
+            self.backend.delete_all(SHARED_DIR)?;
+        }
+        Ok(())
+    }
+
     /// Whether the shared file at `path` (relative to the job folder) exists.
     pub fn shared_file_exists(&self, path: &str) -> bool {
         path.starts_with(SHARED_PREFIX) && self.backend.size(path).is_ok()

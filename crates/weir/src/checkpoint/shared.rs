@@ -7,9 +7,12 @@
 //!   SIGKILL, and whichever run wrote the checkpoints.
 //! * [`discard`] removes a checkpoint, then the shared files it listed or wrote that no
 //!   remaining complete checkpoint lists (the files of a checkpoint that never completed are
-//!   listed by none, so they go with it).
-//! * [`sweep_orphans`], at the start of a run that owns the job folder, removes every shared
-//!   file no complete checkpoint lists: what a SIGKILL left of checkpoints in flight.
+//!   listed by none, so they go with it). While the job runs, retention holds those files
+//!   back ([`Deferred`]) until every checkpoint triggered before the discard has finished:
+//!   one of them may have been snapshotted on the discarded chain.
+//! * [`sweep_orphans`], at the start and the end of a run that owns the job folder, removes
+//!   every shared file no complete checkpoint lists: what a SIGKILL left of checkpoints in
+//!   flight, what was still held back, what a late writer wrote.
 //! * [`check_chain`]: a checkpoint about to complete lists only shared files that still
 //!   exist — a file of an earlier checkpoint is removed only when no complete checkpoint
 //!   lists it, so one still in storage is listed by a confirmed checkpoint, or was written
@@ -18,6 +21,7 @@
 //!   the deletion: a file is kept rather than removed on a guess.
 
 use std::collections::HashSet;
+use std::sync::Mutex;
 
 use super::layout::shared_file_owner;
 use super::metadata::{CheckpointMetadata, IncrementalKeyedRef};
@@ -60,18 +64,11 @@ fn listed_by(storage: &CheckpointStorage, id: u64) -> Vec<String> {
 }
 
 /// Discards checkpoint `id` (complete or not, [`CheckpointStorage::discard`]) and then
-/// every shared file it listed or wrote that no remaining complete checkpoint lists.
+/// every shared file it listed or wrote that no remaining complete checkpoint lists. For
+/// a job folder no checkpoint is being written to (the end of a run, tools, tests); a
+/// running job holds the files back ([`discard_holding`], [`Deferred`]).
 pub fn discard(storage: &CheckpointStorage, id: u64) -> Result<(), StorageError> {
-    let all = storage.shared_files()?;
-    if all.is_empty() {
-        return storage.discard(id);
-    }
-    let mut candidates = listed_by(storage, id);
-    storage.discard(id)?;
-    candidates.extend(
-        all.into_iter()
-            .filter(|p| p.rsplit('/').next().and_then(shared_file_owner) == Some(id)),
-    );
+    let candidates = discard_holding(storage, id)?;
     if candidates.is_empty() {
         return Ok(());
     }
@@ -84,6 +81,81 @@ pub fn discard(storage: &CheckpointStorage, id: u64) -> Result<(), StorageError>
         }
     }
     Ok(())
+}
+
+/// Discards checkpoint `id` like [`discard`], but returns the shared files it released
+/// (listed or written by it, listed by no remaining complete checkpoint) instead of
+/// deleting them: a running job holds them in [`Deferred`] until no checkpoint in flight
+/// can still build on them.
+pub fn discard_holding(storage: &CheckpointStorage, id: u64) -> Result<Vec<String>, StorageError> {
+    let all = storage.shared_files()?;
+    if all.is_empty() {
+        storage.discard(id)?;
+        return Ok(Vec::new());
+    }
+    let mut candidates = listed_by(storage, id);
+    storage.discard(id)?;
+    candidates.extend(
+        all.into_iter()
+            .filter(|p| p.rsplit('/').next().and_then(shared_file_owner) == Some(id)),
+    );
+    Ok(candidates)
+}
+
+/// Shared files retention released while the job runs, each batch held until every
+/// checkpoint triggered before its release has finished: a task may have taken such a
+/// checkpoint's snapshot on the chain of a checkpoint retention has just discarded (it had
+/// not heard of the newer one yet), and the files must outlive that snapshot. Checkpoints
+/// triggered later build on the newer chain ([`check_chain`] catches the rest).
+#[derive(Debug, Default)]
+pub struct Deferred {
+    /// `(guard, files)`: released when no checkpoint below `guard` is in flight.
+    held: Mutex<Vec<(u64, Vec<String>)>>,
+}
+
+impl Deferred {
+    /// Holds `files` until every checkpoint with an id below `next_id` has finished.
+    pub fn hold(&self, next_id: u64, files: Vec<String>) {
+        if !files.is_empty() {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.push((next_id, files));
+        }
+    }
+
+    /// Deletes the held files whose checkpoints have all finished (`oldest_pending` is the
+    /// oldest checkpoint still in flight) and that no complete checkpoint lists now.
+    pub fn release(
+        &self,
+        storage: &CheckpointStorage,
+        oldest_pending: Option<u64>,
+    ) -> Result<(), StorageError> {
+        let due: Vec<String> = {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *held)
+                .into_iter()
+                .partition(|(guard, _)| oldest_pending.is_none_or(|p| p >= *guard));
+            *held = keep;
+            due.into_iter().flat_map(|(_, files)| files).collect()
+        };
+        if due.is_empty() {
+            return Ok(());
+        }
+        let Some(kept) = referenced(storage, None) else {
+            return Ok(());
+        };
+        for path in due {
+            if !kept.contains(&path) {
+                storage.delete_shared_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes the empty `shared/<uid>/` folders and `shared/` itself once empty (local
+/// storage; object storage has no folders). Only when no checkpoint is being written.
+pub fn prune_empty_folders(storage: &CheckpointStorage) -> Result<(), StorageError> {
+    storage.prune_shared_folders()
 }
 
 /// Removes every shared file no complete checkpoint lists; returns how many. Only for a

@@ -79,7 +79,8 @@ pub struct JobConfig {
     /// only the keyed state changed since the last confirmed one, into the job folder's
     /// `shared/`, chained on an earlier full base. Off by default, as in Flink: every
     /// checkpoint is then self-contained (its folder alone restores). The memory backend
-    /// always writes full checkpoints; savepoints are always full.
+    /// always writes full checkpoints; savepoints are always full. `false` takes the
+    /// environment variable `WEIR_INCREMENTAL_CHECKPOINTS` if set (`true`/`false`).
     pub incremental_checkpoints: bool,
 }
 

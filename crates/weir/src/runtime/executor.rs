@@ -70,6 +70,9 @@ pub(crate) struct Executor<'a> {
     pub(crate) schemas: Vec<crate::state::schema::OperatorSchemas>,
     /// Where keyed operators keep their state (resolved once, before anything runs).
     pub(crate) state_backend: JobStateBackend,
+    /// Shared files of incremental checkpoints that retention released, held until no
+    /// checkpoint in flight can build on them (`checkpoint/shared.rs`).
+    pub(crate) shared: crate::checkpoint::shared::Deferred,
     /// This worker's share of the job when it runs across workers (issue 24); `None`: the
     /// whole job runs here.
     #[cfg(feature = "cluster")]
@@ -170,7 +173,9 @@ fn run_job(
     };
     check_unaligned(&graph, &plan, cfg)?;
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
-        .incremental(cfg.incremental_checkpoints);
+        .incremental(crate::runtime::state_backend::incremental_checkpoints(
+            cfg.incremental_checkpoints,
+        )?);
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;
@@ -240,6 +245,7 @@ fn run_job(
             format!("could not clean the shared state files of unfinished checkpoints: {e}"),
         ),
     }
+    let _ = crate::checkpoint::shared::prune_empty_folders(&storage);
     if let Some(r) = &restore {
         // Fail fast on a mismatch, before any thread starts.
         let allow = cfg.allow_non_restored_state;
@@ -316,6 +322,7 @@ fn run_job(
         control: control.clone(),
         schemas: schema_report.schemas.clone(),
         state_backend,
+        shared: Default::default(),
         #[cfg(feature = "cluster")]
         placement,
     };
@@ -506,6 +513,10 @@ fn run_job(
             let _ = crate::checkpoint::shared::discard(&storage, id);
         }
     }
+    // Likewise the shared files of incremental checkpoints that no complete checkpoint
+    // lists (held back by retention, or written late), and their empty folders.
+    let _ = crate::checkpoint::shared::sweep_orphans(&storage);
+    let _ = crate::checkpoint::shared::prune_empty_folders(&storage);
     result.injected_failures = injector.map(|i| (i.fired(), i.planned()));
     result.duration = started.elapsed();
     result.source_records = metrics.source_records.load(Ordering::Relaxed);

@@ -20,6 +20,30 @@ use crate::state::keyed::StateBackendKind;
 /// The environment variable a job without an explicit backend takes its backend from.
 pub const STATE_BACKEND_ENV: &str = "WEIR_STATE_BACKEND";
 
+/// The environment variable that turns incremental checkpoints on for a job that did not
+/// (`true`/`1`, or `false`/`0`): how the suites run with them unchanged, as with
+/// [`STATE_BACKEND_ENV`].
+pub const INCREMENTAL_ENV: &str = "WEIR_INCREMENTAL_CHECKPOINTS";
+
+/// Whether a job that chose `chosen` (`--incremental-checkpoints`) takes incremental
+/// checkpoints: its choice, else [`INCREMENTAL_ENV`]; another value of the variable is
+/// refused naming the ones it takes.
+pub fn incremental_checkpoints(chosen: bool) -> Result<bool> {
+    if chosen {
+        return Ok(true);
+    }
+    match std::env::var(INCREMENTAL_ENV) {
+        Ok(v) => match v.trim() {
+            "" | "0" | "false" => Ok(false),
+            "1" | "true" => Ok(true),
+            other => Err(Error::InvalidJob(format!(
+                "{INCREMENTAL_ENV}={other}: set it to `true` or `false`, or unset it"
+            ))),
+        },
+        Err(_) => Ok(false),
+    }
+}
+
 /// The file that marks a working folder as Weir's, so a start never removes anything else.
 const MARKER: &str = ".weir-state";
 
