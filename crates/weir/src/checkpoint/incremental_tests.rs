@@ -429,6 +429,58 @@ fn a_snapshot_taken_before_the_news_of_a_newer_base_fails_if_retention_removed_i
 }
 
 #[test]
+fn retention_holds_a_released_chain_until_the_checkpoints_triggered_before_it_finished() {
+    let owners = |meta: &CheckpointMetadata| -> Vec<u64> {
+        let chain = meta.incremental_of(UID, 0).unwrap();
+        chain.files().map(|f| f.checkpoint_id).collect()
+    };
+    let mut job = Job::new(1);
+    for k in 0..1000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    for round in 0..2 {
+        for k in (0..1000).filter(|k| k % 10 < 3) {
+            job.set(k, k + round + 1);
+        }
+        job.checkpoint(2 + round);
+    }
+    // As in the race above: 4 and 5 are new bases, 6 is taken on 4 before 5 completes.
+    job.set(1, 11);
+    let acks4 = job.snapshot(4);
+    job.set(2, 22);
+    let acks5 = job.snapshot(5);
+    job.complete(4, &acks4).unwrap();
+    job.notify(4);
+    job.set(3, 33);
+    let acks6 = job.snapshot(6);
+    job.complete(5, &acks5).unwrap();
+    // Retention as the running job does it: 6 was triggered (next id 7) and is in flight.
+    let held = shared::Deferred::default();
+    for id in 1..=4 {
+        held.hold(7, shared::discard_holding(&job.storage, id).unwrap());
+    }
+    held.release(&job.storage, Some(6)).unwrap();
+    assert_eq!(
+        owners(&job.complete(6, &acks6).unwrap()),
+        [4, 6],
+        "4's base was held"
+    );
+    job.notify(5);
+    job.notify(6);
+    held.release(&job.storage, None).unwrap();
+    job.assert_no_orphan_and_nothing_missing();
+    shared::discard(&job.storage, 5).unwrap();
+    job.set(4, 44);
+    assert_eq!(owners(&job.checkpoint(7)), [4, 6, 7]);
+    job.assert_no_orphan_and_nothing_missing();
+    assert_eq!(
+        restored(&job.storage.checkpoint_path(7), 1, None).unwrap(),
+        job.truth
+    );
+}
+
+#[test]
 fn retention_of_three_checkpoints_leaves_no_orphaned_shared_file_after_many() {
     let mut job = Job::new(2);
     let mut rng = fastrand::Rng::with_seed(7);
