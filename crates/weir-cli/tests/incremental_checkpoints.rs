@@ -132,6 +132,25 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
     );
     assert_resumed(&run, n);
     assert_keyed_count_exact(&o, n, keys);
+    // The tools tell what the restored checkpoint wrote from what it shares.
+    let chk = job.join(format!("chk-{newest}"));
+    let inspect = common::run(&mut weir(tmp.path(), ["checkpoints", "inspect", &s(&chk)]));
+    inspect.assert_success();
+    assert!(
+        inspect.stdout.contains("shared with earlier checkpoints"),
+        "{}",
+        inspect.describe()
+    );
+    let list = common::run(&mut weir(
+        tmp.path(),
+        ["checkpoints", "list", &s(&job), "--format", "json"],
+    ));
+    list.assert_success();
+    assert!(
+        list.stdout.contains("\"shared_bytes\""),
+        "{}",
+        list.describe()
+    );
     // Every shared file left is listed by a retained checkpoint.
     if !on_s3() {
         let mut listed = HashSet::new();
