@@ -33,14 +33,20 @@ pub fn incremental_checkpoints(chosen: bool) -> Result<bool> {
         return Ok(true);
     }
     match std::env::var(INCREMENTAL_ENV) {
-        Ok(v) => match v.trim() {
-            "" | "0" | "false" => Ok(false),
-            "1" | "true" => Ok(true),
-            other => Err(Error::InvalidJob(format!(
-                "{INCREMENTAL_ENV}={other}: set it to `true` or `false`, or unset it"
-            ))),
-        },
+        Ok(v) => parse_incremental(&v),
         Err(_) => Ok(false),
+    }
+}
+
+/// A value of [`INCREMENTAL_ENV`]: `true`/`1`, `false`/`0` or empty; anything else is
+/// refused naming the variable and the values it takes.
+fn parse_incremental(v: &str) -> Result<bool> {
+    match v.trim() {
+        "" | "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        other => Err(Error::InvalidJob(format!(
+            "{INCREMENTAL_ENV}={other}: set it to `true` or `false`, or unset it"
+        ))),
     }
 }
 
@@ -256,6 +262,18 @@ mod tests {
             StateBackend::resolve(Some(StateBackend::Disk)).unwrap(),
             StateBackend::Disk,
             "an explicit choice wins over the environment"
+        );
+    }
+
+    #[test]
+    fn incremental_checkpoints_come_from_the_flag_else_the_variable() {
+        assert!(incremental_checkpoints(true).unwrap(), "the flag wins");
+        assert!(parse_incremental(" true").unwrap() && parse_incremental("1").unwrap());
+        assert!(!parse_incremental("").unwrap() && !parse_incremental("false").unwrap());
+        let e = parse_incremental("yes").unwrap_err().to_string();
+        assert!(
+            e.contains("WEIR_INCREMENTAL_CHECKPOINTS=yes") && e.contains("`true`"),
+            "{e}"
         );
     }
 
