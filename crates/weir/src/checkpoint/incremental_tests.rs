@@ -592,3 +592,33 @@ fn savepoints_and_checkpoints_without_the_flag_stay_full() {
     let savepoint = job.subtasks[0].backend.snapshot().unwrap();
     assert!(savepoint.incremental.is_none(), "a savepoint is full");
 }
+
+#[test]
+fn the_inspect_tools_tell_new_from_shared_bytes_and_refuse_to_dump_a_chain() {
+    use super::inspect::{describe, raw_state, InspectError};
+    let mut job = Job::new(1);
+    for k in 0..500 {
+        job.set(k, k);
+    }
+    let first = job.checkpoint(1);
+    job.set(1, 10);
+    let second = job.checkpoint(2);
+    let base = describe(&job.storage.checkpoint_path(1)).unwrap();
+    assert_eq!(base.shared_bytes, 0);
+    assert!(raw_state(&job.storage.checkpoint_path(1), UID, "plain").is_ok());
+    let chained = describe(&job.storage.checkpoint_path(2)).unwrap();
+    let (new, shared) = second
+        .incremental_of(UID, 0)
+        .unwrap()
+        .new_and_shared_bytes(2);
+    assert_eq!(chained.shared_bytes, shared);
+    assert_eq!(shared, first.stats.bytes);
+    assert_eq!(chained.state_file_bytes, new + shared);
+    assert_eq!(chained.operators[0].files, 2, "the base and one delta");
+    match raw_state(&job.storage.checkpoint_path(2), UID, "plain") {
+        Err(e @ InspectError::Incremental { .. }) => {
+            assert!(e.to_string().contains("take a savepoint"), "{e}")
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
