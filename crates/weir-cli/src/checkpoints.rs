@@ -176,6 +176,8 @@ fn row_json(r: &Row) -> serde_json::Value {
             "completed": timestamp(d.completed_timestamp_ms),
             "duration_ms": d.completed_timestamp_ms.saturating_sub(d.trigger_timestamp_ms),
             "bytes": d.total_bytes(),
+            "new_bytes": d.new_bytes(),
+            "shared_bytes": d.shared_bytes,
             "source_records": read,
         }),
         Status::Incomplete => json!({
@@ -205,7 +207,16 @@ fn rows_text(rows: &[Row], dir: &Path) -> String {
                         d.completed_timestamp_ms
                             .saturating_sub(d.trigger_timestamp_ms)
                     ),
-                    human_bytes(d.total_bytes()),
+                    if d.shared_bytes > 0 {
+                        // Incremental: what it references, and what it wrote itself.
+                        format!(
+                            "{} ({} new)",
+                            human_bytes(d.total_bytes()),
+                            human_bytes(d.new_bytes())
+                        )
+                    } else {
+                        human_bytes(d.total_bytes())
+                    },
                     read.map_or("?".into(), |n| n.to_string()),
                 ),
                 Status::Incomplete => (

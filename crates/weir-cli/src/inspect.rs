@@ -143,6 +143,8 @@ fn describe_json(d: &CheckpointDescription) -> Value {
         "state_files": d.state_files,
         "state_file_bytes": d.state_file_bytes,
         "total_bytes": d.total_bytes(),
+        "shared_bytes": d.shared_bytes,
+        "new_bytes": d.new_bytes(),
         "operators": operators,
         "tasks": d.tasks.iter().map(|t| json!({
             "task": t.task,
@@ -250,6 +252,17 @@ fn describe_text(d: &CheckpointDescription) -> String {
             ),
         ),
     ];
+    let mut facts = facts.to_vec();
+    if d.shared_bytes > 0 {
+        facts.push((
+            "incremental",
+            format!(
+                "{} new, {} shared with earlier checkpoints",
+                human_bytes(d.new_bytes()),
+                human_bytes(d.shared_bytes)
+            ),
+        ));
+    }
     for (k, v) in facts {
         let _ = writeln!(s, "  {k:<16} {v}");
     }

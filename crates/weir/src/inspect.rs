@@ -20,7 +20,8 @@ pub use crate::checkpoint::inspect::{
     StateScope,
 };
 pub use crate::checkpoint::metadata::{
-    SnapshotKind, SourceProgress, TaskCheckpointStats, TaskStatsMeta,
+    IncrementalKeyedRef, SharedFile, SnapshotKind, SourceProgress, TaskCheckpointStats,
+    TaskStatsMeta,
 };
 pub use crate::state::StateKind;
 
@@ -41,6 +42,13 @@ pub fn source_progress(path: &Path) -> Result<Vec<SourceProgress>> {
         cause: e.to_string(),
     })?;
     Ok(meta.sources)
+}
+
+/// The incremental chains of the checkpoint in folder `path`: per keyed operator subtask,
+/// the base and the deltas (in the job folder's `shared/`) its keyed state is made of.
+/// Empty for a full checkpoint or a savepoint. Reads `_metadata` only.
+pub fn incremental_chains(path: &Path) -> Result<Vec<IncrementalKeyedRef>> {
+    Ok(crate::checkpoint::inspect::metadata(path)?.incremental)
 }
 
 #[cfg(test)]

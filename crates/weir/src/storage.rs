@@ -26,6 +26,8 @@
 //! ```text
 //! <checkpoint-dir>/<job-id>/chk-<n>/_metadata            written last; present ⇔ complete
 //! <checkpoint-dir>/<job-id>/chk-<n>/<uid>/<file-name>    state files
+//! <checkpoint-dir>/<job-id>/shared/<uid>/<file-name>     incremental checkpoints' keyed
+//!                                                        state, shared between checkpoints
 //! ```
 //!
 //! Guarantees: every file is written whole or not at all (locally: temp name in the same
@@ -68,6 +70,13 @@ pub(crate) const LOCK_FILE_NAME: &str = "_lock";
 
 /// Name of the file whose presence makes a checkpoint complete; reserved, so no uid may use it.
 pub const METADATA_FILE_NAME: &str = "_metadata";
+
+/// The folder of a job's checkpoint directory that holds the state files shared between
+/// incremental checkpoints (`<checkpoint-dir>/<job>/shared/<uid>/<file>`).
+pub const SHARED_DIR: &str = "shared";
+
+/// [`SHARED_DIR`] with its separator: what every shared file's job-relative path starts with.
+const SHARED_PREFIX: &str = "shared/";
 
 /// Longest uid, job id or file name accepted, leaving room for the temp-file decoration
 /// within the usual 255-byte file-name limit.
@@ -668,6 +677,79 @@ impl CheckpointStorage {
         let writer = target.backend.put(&target.key(&path))?;
         let (size, crc32c) = write_streamed(writer, kind, payload)?;
         Ok(StoredFile { path, size, crc32c })
+    }
+
+    /// Writes one *shared* state file atomically into the job folder's `shared/<uid>/`
+    /// folder rather than a checkpoint's: the files of incremental checkpoints, which later
+    /// checkpoints reference too, so discarding the checkpoint that wrote one must not
+    /// remove it (retention removes it once no retained checkpoint needs it). Returns its
+    /// path relative to the *job* folder (`shared/<uid>/<file name>`), size and checksum.
+    pub fn write_shared_file_streamed<E: From<StorageError>>(
+        &self,
+        uid: &str,
+        file_name: &str,
+        kind: FileKind,
+        payload: impl FnOnce(&mut PayloadWriter) -> Result<(), E>,
+    ) -> Result<StoredFile, E> {
+        validate_name("operator uid", uid)?;
+        validate_name("state file name", file_name)?;
+        let path = format!("{SHARED_DIR}/{uid}/{file_name}");
+        let writer = self.backend.put(&path)?;
+        let (size, crc32c) = write_streamed(writer, kind, payload)?;
+        Ok(StoredFile { path, size, crc32c })
+    }
+
+    /// Every shared state file of the job (paths relative to the job folder, as
+    /// [`CheckpointStorage::write_shared_file_streamed`] returns them); files being written
+    /// (temp names) are left out.
+    pub fn shared_files(&self) -> Result<Vec<String>, StorageError> {
+        let mut out = Vec::new();
+        for uid in self.backend.list(SHARED_DIR)? {
+            if uid.starts_with('.') {
+                continue;
+            }
+            for name in self.backend.list(&format!("{SHARED_DIR}/{uid}"))? {
+                if !name.starts_with('.') {
+                    out.push(format!("{SHARED_DIR}/{uid}/{name}"));
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Removes the empty folders under `shared/`, and `shared/` itself once empty, so a job
+    /// folder without incremental checkpoints looks as before. Only when nothing is being
+    /// written there (a writer creates its uid's folder on its first file).
+    pub fn prune_shared_folders(&self) -> Result<(), StorageError> {
+        let uids = self.backend.list(SHARED_DIR)?;
+        let mut left = 0;
+        for uid in &uids {
+            let folder = format!("{SHARED_DIR}/{uid}");
+            if self.backend.list(&folder)?.is_empty() {
+                self.backend.delete_all(&folder)?;
+            } else {
+                left += 1;
+            }
+        }
+        if left == 0 && self.backend.list("")?.iter().any(|n| n == SHARED_DIR) {
+            self.backend.delete_all(SHARED_DIR)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the shared file at `path` (relative to the job folder) exists.
+    pub fn shared_file_exists(&self, path: &str) -> bool {
+        path.starts_with(SHARED_PREFIX) && self.backend.size(path).is_ok()
+    }
+
+    /// Removes the shared file at `path` (relative to the job folder); missing is fine.
+    /// Only paths under `shared/` are touched.
+    pub fn delete_shared_file(&self, path: &str) -> Result<(), StorageError> {
+        if !path.starts_with(SHARED_PREFIX) || path.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Ok(());
+        }
+        self.backend.delete(path)
     }
 
     /// A scratch file for checkpoint `id`'s operator `uid`, for a writer that produces data

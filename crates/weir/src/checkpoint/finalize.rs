@@ -116,6 +116,11 @@ pub fn assemble(info: &CheckpointInfo<'_>, acks: &[TaskAck]) -> Finalized {
             .collect(),
         unaligned_tasks: acks.iter().filter(|a| a.unaligned).count() as u32,
         schemas: Vec::new(),
+        incremental: acks
+            .iter()
+            .flat_map(|a| &a.operators)
+            .filter_map(|op| op.incremental.clone())
+            .collect(),
     };
     Finalized {
         meta,
@@ -157,6 +162,7 @@ mod tests {
                     keyed_state: None,
                 },
                 states: Vec::new(),
+                incremental: None,
             }],
             stats: TaskCheckpointStats {
                 sync_micros: sync,

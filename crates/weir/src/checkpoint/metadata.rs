@@ -114,6 +114,66 @@ pub struct CheckpointMetadata {
     /// metadata layout 6; empty for older checkpoints, whose states restore as
     /// unversioned): what a restore decides each state's fate from (issue 26).
     pub schemas: Vec<OperatorSchemas>,
+    /// The keyed state of incremental checkpoints (appended in metadata layout 7; empty for
+    /// full checkpoints, savepoints and older layouts): per operator subtask, the full base
+    /// file and the ordered chain of deltas on top of it, all in the job folder's `shared/`
+    /// folder, each with its owner checkpoint, size and checksum. Such a subtask's
+    /// [`SubtaskStateMeta::keyed_state`] names the base by a path that leaves the
+    /// checkpoint folder (`../shared/...`), so a Weir that does not know this field refuses
+    /// the checkpoint instead of restoring it without its keyed state.
+    pub incremental: Vec<IncrementalKeyedRef>,
+}
+
+/// A state file in the job folder's `shared/` folder, referenced by one or more
+/// incremental checkpoints (metadata layout 7). Retention removes it once no retained
+/// checkpoint lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedFile {
+    /// Path relative to the *job* folder (`shared/<uid>/<file>`).
+    pub path: String,
+    /// Size in bytes, envelope included.
+    pub size: u64,
+    /// Its checksum (the CRC-32C of its bytes before the trailer): a restore refuses a
+    /// file that does not have it (damaged, or replaced).
+    pub crc32c: u32,
+    /// The checkpoint it was written for (its owner; the first checkpoint that listed it).
+    pub checkpoint_id: u64,
+    /// The run that wrote it.
+    pub run_id: String,
+}
+
+/// The keyed state of one operator subtask in an incremental checkpoint: a full base and
+/// the deltas written since, applied in order (metadata layout 7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalKeyedRef {
+    /// The operator's uid.
+    pub uid: String,
+    /// The subtask.
+    pub subtask: u32,
+    /// The full keyed-state file (canonical, as a full checkpoint's).
+    pub base: SharedFile,
+    /// The delta files written after it, oldest first; each holds, per key group and
+    /// state, the entries put or deleted since the previous file of the chain.
+    pub deltas: Vec<SharedFile>,
+}
+
+impl IncrementalKeyedRef {
+    /// Every file of the chain, base first.
+    pub fn files(&self) -> impl Iterator<Item = &SharedFile> {
+        std::iter::once(&self.base).chain(&self.deltas)
+    }
+
+    /// Bytes of the chain's files written for checkpoint `id` (new), and of those it
+    /// shares with earlier checkpoints.
+    pub fn new_and_shared_bytes(&self, id: u64) -> (u64, u64) {
+        self.files().fold((0, 0), |(new, shared), f| {
+            if f.checkpoint_id == id {
+                (new + f.size, shared)
+            } else {
+                (new, shared + f.size)
+            }
+        })
+    }
 }
 
 /// One channel-state file of a checkpoint (metadata layout 5).
@@ -244,6 +304,22 @@ struct Layout5 {
     unaligned_tasks: u32,
 }
 
+/// Layout 6 appended the state schemas; layout 7 then the incremental keyed state.
+#[derive(Deserialize)]
+struct Layout6 {
+    layout5: Layout5,
+    schemas: Vec<OperatorSchemas>,
+}
+
+impl From<Layout6> for CheckpointMetadata {
+    fn from(v6: Layout6) -> Self {
+        CheckpointMetadata {
+            schemas: v6.schemas,
+            ..v6.layout5.into()
+        }
+    }
+}
+
 impl From<Layout5> for CheckpointMetadata {
     fn from(v5: Layout5) -> Self {
         CheckpointMetadata {
@@ -293,6 +369,7 @@ impl From<Layout3> for CheckpointMetadata {
             channel_state: Vec::new(),
             unaligned_tasks: 0,
             schemas: Vec::new(),
+            incremental: Vec::new(),
         }
     }
 }
@@ -303,6 +380,9 @@ impl CheckpointMetadata {
     pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
+        }
+        if let Ok(v6) = postcard::from_bytes::<Layout6>(payload) {
+            return Ok(v6.into());
         }
         if let Ok(v5) = postcard::from_bytes::<Layout5>(payload) {
             return Ok(v5.into());
@@ -357,6 +437,19 @@ impl CheckpointMetadata {
             ));
         }
         Ok(Some(origin.crc32c))
+    }
+
+    /// The incremental keyed state of subtask `subtask` of operator `uid`, if the
+    /// checkpoint holds its keyed state that way (metadata layout 7).
+    pub fn incremental_of(&self, uid: &str, subtask: u32) -> Option<&IncrementalKeyedRef> {
+        self.incremental
+            .iter()
+            .find(|r| r.uid == uid && r.subtask == subtask)
+    }
+
+    /// Every shared file the checkpoint references (empty for a full checkpoint).
+    pub fn shared_files(&self) -> impl Iterator<Item = &SharedFile> {
+        self.incremental.iter().flat_map(IncrementalKeyedRef::files)
     }
 
     /// The recorded schemas of operator `uid`'s state, if the checkpoint has them.

@@ -21,12 +21,21 @@ fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         channel_state: Vec::new(),
         unaligned_tasks: 0,
         schemas: Vec::new(),
+        incremental: Vec::new(),
     }
+}
+
+/// Layout 6's bytes: layout 7 without its trailing incremental keyed state.
+fn layout_6_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
+    let mut bytes = postcard::to_allocvec(meta).unwrap();
+    assert!(meta.incremental.is_empty());
+    assert_eq!(bytes.split_off(bytes.len() - 1), [0]);
+    bytes
 }
 
 /// Layout 5's bytes: layout 6 without its trailing schemas.
 fn layout_5_bytes(meta: &CheckpointMetadata) -> Vec<u8> {
-    let mut bytes = postcard::to_allocvec(meta).unwrap();
+    let mut bytes = layout_6_bytes(meta);
     assert!(meta.schemas.is_empty());
     assert_eq!(bytes.split_off(bytes.len() - 1), [0]);
     bytes
@@ -64,6 +73,51 @@ fn layout_6_round_trips_its_schemas() {
     let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
     assert_eq!(back, meta);
     assert_eq!(back.state_schema("count", "acc").unwrap().version, 3);
+}
+
+fn shared(path: &str, id: u64, size: u64) -> SharedFile {
+    SharedFile {
+        path: path.into(),
+        size,
+        crc32c: 9,
+        checkpoint_id: id,
+        run_id: "run-a".into(),
+    }
+}
+
+#[test]
+fn layout_7_round_trips_its_chains_and_counts_new_and_shared_bytes() {
+    let mut meta = sample_meta(Vec::new());
+    meta.run_id = "run-a".into();
+    meta.incremental = vec![IncrementalKeyedRef {
+        uid: "count".into(),
+        subtask: 1,
+        base: shared("shared/count/chk-3-kg-0-63", 3, 1000),
+        deltas: vec![
+            shared("shared/count/chk-5-kgd-0-63", 5, 30),
+            shared("shared/count/chk-7-kgd-0-63", 7, 20),
+        ],
+    }];
+    let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+    assert_eq!(back, meta);
+    let chain = back.incremental_of("count", 1).unwrap();
+    assert_eq!(chain.new_and_shared_bytes(7), (20, 1030));
+    assert!(back.incremental_of("count", 0).is_none());
+    assert_eq!(back.shared_files().count(), 3);
+}
+
+#[test]
+fn layout_6_still_decodes_without_incremental_state() {
+    let mut meta = sample_meta(Vec::new());
+    meta.run_id = "run-a".into();
+    meta.schemas = vec![OperatorSchemas {
+        uid: "count".into(),
+        key: None,
+        states: Vec::new(),
+    }];
+    let back = CheckpointMetadata::decode(&layout_6_bytes(&meta)).unwrap();
+    assert_eq!(back, meta);
+    assert!(back.incremental.is_empty());
 }
 
 #[test]

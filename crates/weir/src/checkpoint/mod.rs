@@ -15,6 +15,7 @@
 //! * [`finalize`] — assembling a checkpoint's `_metadata` from its acknowledgements, and
 //!   writing it (which completes the checkpoint).
 //! * [`restore`] — loads a checkpoint back and hands each subtask its part.
+//! * [`shared`] — retention of the files incremental checkpoints share (`shared/`).
 //! * [`inspect`] — describes a checkpoint's operators and states for tools (`weir state`).
 
 pub mod barrier;
@@ -24,7 +25,12 @@ pub mod inspect;
 pub mod layout;
 pub mod metadata;
 pub mod restore;
+pub mod shared;
 pub mod snapshot;
 pub mod writer;
 
 pub(crate) use crate::storage::{self, format, shared_bytes};
+
+#[cfg(all(test, feature = "disk-state"))]
+#[path = "incremental_tests.rs"]
+mod incremental_tests;

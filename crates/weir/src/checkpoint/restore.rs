@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::layout::{self, ChannelStateFile, KeyedStateFileRef, OperatorStateFile};
-use super::metadata::CheckpointMetadata;
+use super::metadata::{CheckpointMetadata, IncrementalKeyedRef, SharedFile};
 use super::shared_bytes::SharedBytes;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
 use crate::error::{Error, Result};
@@ -33,6 +33,9 @@ pub struct RestoredCheckpoint {
     pub meta: CheckpointMetadata,
     operator_state: HashMap<String, Vec<Option<OperatorStateFile>>>,
     keyed_state: HashMap<String, Vec<LoadedKeyedFile>>,
+    /// The deltas of incremental checkpoints, by operator: each subtask's chain in order
+    /// (applied after `keyed_state`, key group by key group).
+    keyed_deltas: HashMap<String, Vec<LoadedKeyedFile>>,
     /// Channel state (unaligned checkpoints) by receiving operator: its parallelism when
     /// the checkpoint was taken and its files, decoded and checked.
     channel_state: HashMap<String, (u32, Vec<ChannelStateFile>)>,
@@ -108,6 +111,7 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
     })?;
     let mut operator_state = HashMap::new();
     let mut keyed_state: HashMap<String, Vec<LoadedKeyedFile>> = HashMap::new();
+    let mut keyed_deltas: HashMap<String, Vec<LoadedKeyedFile>> = HashMap::new();
     for op in &meta.operators {
         let mut per_subtask: Vec<Option<OperatorStateFile>> = vec![None; op.parallelism as usize];
         for st in &op.subtasks {
@@ -123,7 +127,14 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
                 per_subtask[st.subtask as usize] =
                     Some(decode(&path.join(&f.path), "operator state", &bytes)?);
             }
-            if let Some(k) = &st.keyed_state {
+            if let Some(chain) = meta.incremental_of(&op.uid, st.subtask) {
+                let (base, deltas) = load_chain(path, &meta, chain)?;
+                keyed_state.entry(op.uid.clone()).or_default().push(base);
+                keyed_deltas
+                    .entry(op.uid.clone())
+                    .or_default()
+                    .extend(deltas);
+            } else if let Some(k) = &st.keyed_state {
                 let crc = expected_crc(path, &meta, &k.file.path)?;
                 let payload =
                     read_state_payload(path, &k.file.path, layout::KEYED_STATE_KIND, crc)?;
@@ -143,9 +154,57 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         meta,
         operator_state,
         keyed_state,
+        keyed_deltas,
         channel_state,
         dropped: Default::default(),
     })
+}
+
+/// Reads and checks one subtask's chain of an incremental checkpoint (in the job folder's
+/// `shared/`, beside the checkpoint folder at `path`): its base and its deltas, each against
+/// the checksum `_metadata` recorded. A missing or damaged file fails the whole checkpoint,
+/// naming the file, so [`load_latest`] falls back to an earlier one.
+fn load_chain(
+    path: &Path,
+    meta: &CheckpointMetadata,
+    chain: &IncrementalKeyedRef,
+) -> Result<(LoadedKeyedFile, Vec<LoadedKeyedFile>)> {
+    let job = path.parent().ok_or_else(|| {
+        Error::Restore(format!(
+            "{}: an incremental checkpoint's shared files live in its job folder, and this \
+             path has none; restore from the checkpoint folder inside its job folder",
+            path.display()
+        ))
+    })?;
+    let read = |f: &SharedFile, kind| -> Result<LoadedKeyedFile> {
+        let payload = read_state_payload(job, &f.path, kind, Some(f.crc32c)).map_err(|e| {
+            Error::Restore(format!(
+                "shared state file {} of checkpoint {} (written for checkpoint {}): {e}",
+                job.join(&f.path).display(),
+                meta.checkpoint_id,
+                f.checkpoint_id
+            ))
+        })?;
+        LoadedKeyedFile::decode(&job.join(&f.path), &payload, meta.max_parallelism)
+    };
+    let base = read(&chain.base, layout::KEYED_STATE_KIND)?;
+    let mut deltas = Vec::with_capacity(chain.deltas.len());
+    for d in &chain.deltas {
+        let delta = read(d, layout::KEYED_DELTA_KIND)?;
+        if delta.range != base.range {
+            return Err(Error::Restore(format!(
+                "{}: a delta for key groups {}..{} chained on a base for {}..{}; the \
+                 checkpoint's metadata is damaged, restore from another checkpoint",
+                job.join(&d.path).display(),
+                delta.range.start,
+                delta.range.end,
+                base.range.start,
+                base.range.end
+            )));
+        }
+        deltas.push(delta);
+    }
+    Ok((base, deltas))
 }
 
 /// Reads, verifies and decodes every channel-state file `meta` names (metadata layout 5),
@@ -363,21 +422,53 @@ impl RestoredCheckpoint {
                 }
                 for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
                     if !bytes.is_empty() && !self.is_dropped(uid, name) {
-                        keyed
-                            .entry(name.clone())
-                            .or_insert_with(|| RestoredState {
-                                kind: *kind,
-                                ttl: file.ttl.get(i).copied().unwrap_or(false),
-                                sections: Vec::new(),
-                                schema: self.meta.state_schema(uid, name).cloned(),
-                            })
+                        self.restored_state(&mut keyed, uid, file, i, name, *kind)
                             .sections
                             .push(bytes.clone());
                     }
                 }
             }
         }
+        // Then each chain's deltas, oldest first, for the same key groups.
+        for file in self.keyed_deltas.get(uid).into_iter().flatten() {
+            if !layout::file_holds_groups_of(file.range, mine) {
+                continue;
+            }
+            for (group, sections) in &file.groups {
+                if !mine.contains(*group) {
+                    continue;
+                }
+                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
+                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
+                        self.restored_state(&mut keyed, uid, file, i, name, *kind)
+                            .changes
+                            .push(bytes.clone());
+                    }
+                }
+            }
+        }
         Ok((lists, keyed))
+    }
+
+    /// The entry of `keyed` for state `name` (the `i`-th of `file`), made if missing.
+    fn restored_state<'k>(
+        &self,
+        keyed: &'k mut RestoredKeyedState,
+        uid: &str,
+        file: &LoadedKeyedFile,
+        i: usize,
+        name: &str,
+        kind: StateKind,
+    ) -> &'k mut RestoredState {
+        keyed
+            .entry(name.to_string())
+            .or_insert_with(|| RestoredState {
+                kind,
+                ttl: file.ttl.get(i).copied().unwrap_or(false),
+                sections: Vec::new(),
+                changes: Vec::new(),
+                schema: self.meta.state_schema(uid, name).cloned(),
+            })
     }
 }
 
@@ -387,12 +478,20 @@ impl RestoredCheckpoint {
     /// each state before any task starts.
     pub fn recorded_keyed_states(&self, uid: &str) -> RestoredKeyedState {
         let mut out: RestoredKeyedState = BTreeMap::new();
-        for file in self.keyed_state.get(uid).into_iter().flatten() {
+        let deltas = self.keyed_deltas.get(uid).into_iter().flatten();
+        for file in self
+            .keyed_state
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .chain(deltas)
+        {
             for (i, (name, kind)) in file.states.iter().enumerate() {
                 out.entry(name.clone()).or_insert_with(|| RestoredState {
                     kind: *kind,
                     ttl: file.ttl.get(i).copied().unwrap_or(false),
                     sections: Vec::new(),
+                    changes: Vec::new(),
                     schema: self.meta.state_schema(uid, name).cloned(),
                 });
             }

@@ -60,9 +60,11 @@ fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
             channel_state: Vec::new(),
             unaligned_tasks: 0,
             schemas: Vec::new(),
+            incremental: Vec::new(),
         },
         operator_state: HashMap::new(),
         keyed_state: HashMap::new(),
+        keyed_deltas: HashMap::new(),
         channel_state: HashMap::new(),
         dropped: Default::default(),
     }

@@ -43,6 +43,10 @@ pub struct TaskSnapshot {
     pub channel_state_uid: String,
     /// Whether the snapshot was taken unaligned (it may still have no channel state).
     pub unaligned: bool,
+    /// Set by the task before its operators snapshot: its state is frozen (input ended or
+    /// stopping), so this snapshot is encoded once and stands in for the task in later
+    /// checkpoints. Keyed state is then captured in full, never as an incremental delta.
+    pub frozen: bool,
 }
 
 impl TaskSnapshot {

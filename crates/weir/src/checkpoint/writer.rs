@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use super::layout;
 use super::metadata::{
-    ChannelStateRef, FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats,
+    ChannelStateRef, FileOrigin, FileRef, IncrementalKeyedRef, KeyedFileRef, SharedFile,
+    SubtaskStateMeta, TaskCheckpointStats,
 };
 use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::KeyedSnapshot;
+use crate::state::keyed::{ChainFile, IncrementalSnapshot, KeyedSnapshot};
 use crate::state::operator::OperatorStateSnapshot;
 
 /// A task's state on its way to storage: captured at a barrier (encoded by the writer
@@ -149,6 +150,9 @@ pub struct OperatorAck {
     /// Bytes per state: what the dashboard shows of a checkpoint's state, per operator and
     /// state name (the files hold several states each). Not persisted in `_metadata`.
     pub states: Vec<StateBytes>,
+    /// With an incremental checkpoint: the chain of shared files the subtask's keyed state
+    /// is (base and deltas, the last one possibly written for this checkpoint).
+    pub incremental: Option<IncrementalKeyedRef>,
 }
 
 /// One state's encoded size in one subtask's snapshot.
@@ -227,6 +231,13 @@ fn encode_snapshot(
     for part in snapshot.parts {
         let keyed = match &part.keyed {
             None => None,
+            Some(keyed) if keyed.incremental.is_some() => {
+                return Err(Error::CheckpointFailures(
+                    "internal: an incremental keyed snapshot was taken for a frozen task, \
+                     whose snapshot must be full (a bug in Weir; please report it)"
+                        .into(),
+                ))
+            }
             Some(keyed) => {
                 let mut payload = storage.scratch_file()?;
                 let streamed = stream_keyed(keyed, &mut payload, SPILL_BUDGET, || {
@@ -297,7 +308,17 @@ fn write_part(
         let file = storage.write_state_file(id, uid, &name, kind, payload)?;
         meta.operator_state = Some(record(storage, id, file, ack));
     }
-    if let Some(keyed) = keyed {
+    let mut incremental = None;
+    if let Some(KeyedSource::Captured(snapshot)) = &keyed {
+        if let Some(inc) = &snapshot.incremental {
+            let at = (id, uid, job.subtask);
+            let (keyed_ref, chain, sizes) = write_incremental(storage, at, snapshot, inc, ack)?;
+            states.splice(0..0, sizes);
+            meta.keyed_state = Some(keyed_ref);
+            incremental = Some(chain);
+        }
+    }
+    if let Some(keyed) = keyed.filter(|_| incremental.is_none()) {
         let kind = layout::KEYED_STATE_KIND;
         let (file, range, entries) = match keyed {
             KeyedSource::Captured(snapshot) => {
@@ -336,7 +357,83 @@ fn write_part(
         parallelism: job.parallelism,
         state: meta,
         states,
+        incremental,
     })
+}
+
+/// Writes an incremental checkpoint's keyed file for `snapshot` into the job's `shared/`
+/// folder — a new base, or a delta (none when no key changed: the chain is reused as it
+/// is) — reports the resulting chain to the backend (`inc.written`), and returns the
+/// subtask's keyed-state reference (naming the base by a path outside the checkpoint
+/// folder, which Weirs that predate incremental checkpoints refuse), the chain, and the
+/// bytes each state's new entries took.
+fn write_incremental(
+    storage: &CheckpointStorage,
+    (id, uid, subtask): (u64, &str, u32),
+    snapshot: &KeyedSnapshot,
+    inc: &IncrementalSnapshot,
+    ack: &mut TaskAck,
+) -> Result<(KeyedFileRef, IncrementalKeyedRef, Vec<StateBytes>)> {
+    let range = snapshot.range;
+    let mut chain = inc.chain.clone();
+    let mut entries = 0;
+    let mut sizes = Vec::new();
+    if !inc.delta || !snapshot.tables.is_empty() {
+        let name = layout::shared_keyed_file_name(id, range, inc.delta);
+        let kind = if inc.delta {
+            layout::KEYED_DELTA_KIND
+        } else {
+            layout::KEYED_STATE_KIND
+        };
+        let mut streamed = keyed::Streamed::default();
+        let file = storage.write_shared_file_streamed(uid, &name, kind, |w| {
+            let new_spill = || Ok(storage.spill_file(id, uid)?);
+            streamed = stream_keyed(snapshot, w, SPILL_BUDGET, new_spill)?;
+            Ok::<(), Error>(())
+        })?;
+        ack.stats.bytes += file.size;
+        entries = streamed.entries;
+        sizes = streamed.states;
+        if !inc.delta {
+            chain.clear();
+        }
+        chain.push(ChainFile {
+            path: file.path,
+            size: file.size,
+            crc32c: file.crc32c,
+            checkpoint_id: id,
+            run_id: storage.run_id().to_string(),
+        });
+    }
+    *inc.written.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain.clone());
+    let mut files = chain.into_iter().map(|f| SharedFile {
+        path: f.path,
+        size: f.size,
+        crc32c: f.crc32c,
+        checkpoint_id: f.checkpoint_id,
+        run_id: f.run_id,
+    });
+    let base = files.next().ok_or_else(|| {
+        Error::CheckpointFailures(
+            "internal: an incremental delta without a base (a bug in Weir; please report it)"
+                .into(),
+        )
+    })?;
+    let keyed_ref = KeyedFileRef {
+        file: FileRef {
+            path: format!("../{}", base.path),
+            size: base.size,
+        },
+        range,
+        entries,
+    };
+    let chain = IncrementalKeyedRef {
+        uid: uid.to_string(),
+        subtask,
+        base,
+        deltas: files.collect(),
+    };
+    Ok((keyed_ref, chain, sizes))
 }
 
 /// Writes every file of `job`; the acknowledgement lists them. A captured snapshot is

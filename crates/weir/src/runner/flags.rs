@@ -143,6 +143,11 @@ pub struct RunFlags {
     /// on a fast local disk with room for the state [default: $TMPDIR/weir-state].
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// On the disk backend, write only the keyed state changed since the last checkpoint
+    /// (a delta in the checkpoint folder's `../shared/`, chained on a full base that is
+    /// rewritten now and then); savepoints stay full. Off: every checkpoint is full.
+    #[arg(long)]
+    pub incremental_checkpoints: bool,
     /// The job's name (default: the program's): its checkpoint folder and the prefix of its
     /// sinks' transactions. Give concurrent runs of one job different names.
     #[arg(long)]
@@ -344,6 +349,7 @@ impl RunFlags {
         if let Some(dir) = &self.state_dir {
             c.state_dir = dir.clone();
         }
+        c.incremental_checkpoints = self.incremental_checkpoints;
         c
     }
 

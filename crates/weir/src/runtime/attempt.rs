@@ -20,6 +20,7 @@ use crate::checkpoint::coordinator::attempt::{
 };
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{SnapshotKind, SourceProgress};
+use crate::checkpoint::shared;
 use crate::checkpoint::writer::{
     EncodedSnapshot, PhaseTimes, SnapshotJob, SnapshotPayload, TaskAck,
 };
@@ -327,15 +328,24 @@ impl AttemptRun<'_, '_> {
                     let now = wall_ms();
                     (self.exec.control).update(|s| s.on_checkpoint_given_up(id, now));
                     self.attempt.broadcast(Control::Aborted(id));
-                    let _ = self.exec.storage.discard(id);
+                    // Never confirmed, so no task builds on its files: they go at once.
+                    let _ = shared::discard(&self.exec.storage, id);
+                    self.release_shared();
                     Vec::new()
                 }
                 Step::NotifyComplete(id) => {
                     self.attempt.broadcast(Control::Complete(id));
+                    self.release_shared();
                     Vec::new()
                 }
                 Step::Discard(id) => {
-                    let _ = self.exec.storage.discard(id);
+                    // Retention: the shared files it released wait for the checkpoints
+                    // already triggered, which may build on them.
+                    if let Ok(files) = shared::discard_holding(&self.exec.storage, id) {
+                        let next = self.checkpoints.next_checkpoint_id();
+                        self.exec.shared.hold(next, files);
+                    }
+                    self.release_shared();
                     Vec::new()
                 }
                 Step::FailJob(msg) => {
@@ -345,6 +355,13 @@ impl AttemptRun<'_, '_> {
             actions.extend(more.into_iter().rev());
         }
         None
+    }
+
+    /// Deletes the shared files retention released once no checkpoint that may build on
+    /// them is in flight (best effort: what stays is swept at the end of the run).
+    fn release_shared(&self) {
+        let oldest = self.checkpoints.oldest_pending();
+        let _ = self.exec.shared.release(&self.exec.storage, oldest);
     }
 
     /// Hands exited task `task`'s frozen state to the writers, for checkpoint `id`.

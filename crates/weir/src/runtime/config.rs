@@ -74,6 +74,14 @@ pub struct JobConfig {
     /// checkpoint). Default `weir-state` in the system's temporary folder (Flink's
     /// `io.tmp.dirs`); put it on a fast local disk with room for the state.
     pub state_dir: PathBuf,
+    /// Incremental checkpoints (`--incremental-checkpoints`, Flink's
+    /// `execution.checkpointing.incremental`): on the disk backend each checkpoint writes
+    /// only the keyed state changed since the last confirmed one, into the job folder's
+    /// `shared/`, chained on an earlier full base. Off by default, as in Flink: every
+    /// checkpoint is then self-contained (its folder alone restores). The memory backend
+    /// always writes full checkpoints; savepoints are always full. `false` takes the
+    /// environment variable `WEIR_INCREMENTAL_CHECKPOINTS` if set (`true`/`false`).
+    pub incremental_checkpoints: bool,
 }
 
 impl JobConfig {
@@ -98,6 +106,7 @@ impl JobConfig {
             retain_on_cancel: true,
             state_backend: None,
             state_dir: std::env::temp_dir().join("weir-state"),
+            incremental_checkpoints: false,
         }
     }
 }

@@ -70,6 +70,9 @@ pub(crate) struct Executor<'a> {
     pub(crate) schemas: Vec<crate::state::schema::OperatorSchemas>,
     /// Where keyed operators keep their state (resolved once, before anything runs).
     pub(crate) state_backend: JobStateBackend,
+    /// Shared files of incremental checkpoints that retention released, held until no
+    /// checkpoint in flight can build on them (`checkpoint/shared.rs`).
+    pub(crate) shared: crate::checkpoint::shared::Deferred,
     /// This worker's share of the job when it runs across workers (issue 24); `None`: the
     /// whole job runs here.
     #[cfg(feature = "cluster")]
@@ -169,7 +172,10 @@ fn run_job(
         None => None,
     };
     check_unaligned(&graph, &plan, cfg)?;
-    let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
+    let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
+        .incremental(crate::runtime::state_backend::incremental_checkpoints(
+            cfg.incremental_checkpoints,
+        )?);
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;
@@ -222,6 +228,24 @@ fn run_job(
             found
         }
     };
+    // This run owns the job folder and has no checkpoint in flight: the shared files of
+    // incremental checkpoints no complete checkpoint lists (left by a SIGKILL mid-checkpoint)
+    // can go.
+    match crate::checkpoint::shared::sweep_orphans(&storage) {
+        Ok(0) => {}
+        Ok(n) => metrics.notice(
+            &mut result,
+            format!(
+                "removed {n} shared state file(s) of checkpoints that never completed from {}",
+                storage.root().join(crate::storage::SHARED_DIR).display()
+            ),
+        ),
+        Err(e) => metrics.notice(
+            &mut result,
+            format!("could not clean the shared state files of unfinished checkpoints: {e}"),
+        ),
+    }
+    let _ = crate::checkpoint::shared::prune_empty_folders(&storage);
     if let Some(r) = &restore {
         // Fail fast on a mismatch, before any thread starts.
         let allow = cfg.allow_non_restored_state;
@@ -298,6 +322,7 @@ fn run_job(
         control: control.clone(),
         schemas: schema_report.schemas.clone(),
         state_backend,
+        shared: Default::default(),
         #[cfg(feature = "cluster")]
         placement,
     };
@@ -477,7 +502,7 @@ fn run_job(
     if result.stopped_with_savepoint.is_some() && !cfg.retain_on_cancel {
         // Stopped, and the user asked not to keep checkpoints: the savepoint is the handle.
         for id in coordinator.retained_ids() {
-            let _ = storage.discard(id);
+            let _ = crate::checkpoint::shared::discard(&storage, id);
         }
     }
     // With every writer gone no file can appear any more: remove what checkpoints that
@@ -485,9 +510,13 @@ fn run_job(
     // writer after their abort), so the folder holds only complete checkpoints.
     for id in first_id..coordinator.next_checkpoint_id() {
         if !storage.is_complete(id) {
-            let _ = storage.discard(id);
+            let _ = crate::checkpoint::shared::discard(&storage, id);
         }
     }
+    // Likewise the shared files of incremental checkpoints that no complete checkpoint
+    // lists (held back by retention, or written late), and their empty folders.
+    let _ = crate::checkpoint::shared::sweep_orphans(&storage);
+    let _ = crate::checkpoint::shared::prune_empty_folders(&storage);
     result.injected_failures = injector.map(|i| (i.fired(), i.planned()));
     result.duration = started.elapsed();
     result.source_records = metrics.source_records.load(Ordering::Relaxed);
@@ -597,6 +626,8 @@ impl Executor<'_> {
         };
         let mut done = finalize::assemble(&info, acks);
         done.meta.schemas = self.schemas.clone();
+        crate::checkpoint::shared::check_chain(&self.storage, id, &done.meta.incremental)
+            .map_err(Error::CheckpointFailures)?;
         finalize::write(&self.storage, &done.meta)?;
         Ok((done.stats, done.source_records))
     }

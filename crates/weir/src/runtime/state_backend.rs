@@ -20,6 +20,36 @@ use crate::state::keyed::StateBackendKind;
 /// The environment variable a job without an explicit backend takes its backend from.
 pub const STATE_BACKEND_ENV: &str = "WEIR_STATE_BACKEND";
 
+/// The environment variable that turns incremental checkpoints on for a job that did not
+/// (`true`/`1`, or `false`/`0`): how the suites run with them unchanged, as with
+/// [`STATE_BACKEND_ENV`].
+pub const INCREMENTAL_ENV: &str = "WEIR_INCREMENTAL_CHECKPOINTS";
+
+/// Whether a job that chose `chosen` (`--incremental-checkpoints`) takes incremental
+/// checkpoints: its choice, else [`INCREMENTAL_ENV`]; another value of the variable is
+/// refused naming the ones it takes.
+pub fn incremental_checkpoints(chosen: bool) -> Result<bool> {
+    if chosen {
+        return Ok(true);
+    }
+    match std::env::var(INCREMENTAL_ENV) {
+        Ok(v) => parse_incremental(&v),
+        Err(_) => Ok(false),
+    }
+}
+
+/// A value of [`INCREMENTAL_ENV`]: `true`/`1`, `false`/`0` or empty; anything else is
+/// refused naming the variable and the values it takes.
+fn parse_incremental(v: &str) -> Result<bool> {
+    match v.trim() {
+        "" | "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        other => Err(Error::InvalidJob(format!(
+            "{INCREMENTAL_ENV}={other}: set it to `true` or `false`, or unset it"
+        ))),
+    }
+}
+
 /// The file that marks a working folder as Weir's, so a start never removes anything else.
 const MARKER: &str = ".weir-state";
 
@@ -81,6 +111,8 @@ pub(crate) struct JobStateBackend {
     job_dir: PathBuf,
     /// `<state_dir>/<job>/run-<pid>-<n>`: this run's folder.
     dir: PathBuf,
+    /// Incremental checkpoints (disk only).
+    incremental: bool,
 }
 
 impl JobStateBackend {
@@ -103,7 +135,15 @@ impl JobStateBackend {
             backend,
             job_dir,
             dir,
+            incremental: false,
         })
+    }
+
+    /// With incremental checkpoints (`JobConfig::incremental_checkpoints`): each disk
+    /// subtask records what changes between checkpoints. No effect in memory.
+    pub(crate) fn incremental(mut self, on: bool) -> Self {
+        self.incremental = on;
+        self
     }
 
     /// At the start of an attempt: on disk, an empty working folder for this run (what the
@@ -190,19 +230,21 @@ impl JobStateBackend {
                         _ => '_',
                     })
                     .collect();
-                disk_kind(self.dir.join(format!("{safe}-{subtask}")))
+                disk_kind(self.dir.join(format!("{safe}-{subtask}")), self.incremental)
             }
         }
     }
 }
 
 #[cfg(feature = "disk-state")]
-fn disk_kind(dir: PathBuf) -> StateBackendKind {
-    StateBackendKind::Disk(crate::state::keyed::DiskOptions::new(dir))
+fn disk_kind(dir: PathBuf, incremental: bool) -> StateBackendKind {
+    let mut options = crate::state::keyed::DiskOptions::new(dir);
+    options.incremental = incremental;
+    StateBackendKind::Disk(options)
 }
 
 #[cfg(not(feature = "disk-state"))]
-fn disk_kind(_dir: PathBuf) -> StateBackendKind {
+fn disk_kind(_dir: PathBuf, _incremental: bool) -> StateBackendKind {
     unreachable!("JobStateBackend::new refuses the disk backend in a build without it")
 }
 
@@ -220,6 +262,18 @@ mod tests {
             StateBackend::resolve(Some(StateBackend::Disk)).unwrap(),
             StateBackend::Disk,
             "an explicit choice wins over the environment"
+        );
+    }
+
+    #[test]
+    fn incremental_checkpoints_come_from_the_flag_else_the_variable() {
+        assert!(incremental_checkpoints(true).unwrap(), "the flag wins");
+        assert!(parse_incremental(" true").unwrap() && parse_incremental("1").unwrap());
+        assert!(!parse_incremental("").unwrap() && !parse_incremental("false").unwrap());
+        let e = parse_incremental("yes").unwrap_err().to_string();
+        assert!(
+            e.contains("WEIR_INCREMENTAL_CHECKPOINTS=yes") && e.contains("`true`"),
+            "{e}"
         );
     }
 

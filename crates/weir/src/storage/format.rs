@@ -54,6 +54,9 @@ pub enum FileKind {
     /// Records in flight on one input channel of one subtask, saved by an unaligned
     /// checkpoint (issue 13).
     ChannelState = 4,
+    /// The keyed state that changed between two checkpoints of one operator subtask: an
+    /// incremental checkpoint's delta, applied on top of a full keyed-state file (issue 25).
+    KeyedStateDelta = 5,
 }
 
 impl FileKind {
@@ -64,6 +67,7 @@ impl FileKind {
             FileKind::OperatorState => "operator state",
             FileKind::KeyedState => "keyed state",
             FileKind::ChannelState => "channel state",
+            FileKind::KeyedStateDelta => "keyed state delta",
         }
     }
 
@@ -75,6 +79,7 @@ impl FileKind {
             2 => Some(FileKind::OperatorState),
             3 => Some(FileKind::KeyedState),
             4 => Some(FileKind::ChannelState),
+            5 => Some(FileKind::KeyedStateDelta),
             _ => None,
         }
     }

@@ -379,3 +379,31 @@ fn locations_without_a_bucket_or_with_a_scheme_typo_are_refused() {
     check_location(Path::new("s3://bkt/x")).unwrap();
     check_location(Path::new("weir-checkpoints")).unwrap();
 }
+
+#[test]
+fn shared_files_live_beside_the_checkpoints_and_only_they_are_deleted_as_shared() {
+    let (_tmp, s) = setup();
+    let kind = FileKind::KeyedStateDelta;
+    let f = s
+        .write_shared_file_streamed::<StorageError>("op", "chk-3-kgd-0-7", kind, |w| w.write(b"d"))
+        .unwrap();
+    assert_eq!(f.path, "shared/op/chk-3-kgd-0-7");
+    assert!(s.root().join(&f.path).is_file());
+    let payload = read_state_file(s.root(), &f.path, kind, Some(f.crc32c)).unwrap();
+    assert_eq!(payload, b"d");
+    assert_eq!(s.shared_files().unwrap(), std::slice::from_ref(&f.path));
+    assert!(s.shared_file_exists(&f.path));
+    // Not a checkpoint, and never listed as one.
+    assert_eq!(s.max_checkpoint_id().unwrap(), 0);
+    // Only paths under shared/ are deleted through it.
+    s.write_state_file(1, "op", "0", FileKind::OperatorState, b"x")
+        .unwrap();
+    for outside in ["chk-1/op/0", "shared/../chk-1/op/0", "shared//x"] {
+        s.delete_shared_file(outside).unwrap();
+    }
+    assert!(s.checkpoint_path(1).join("op/0").is_file());
+    assert!(!s.shared_file_exists("chk-1/op/0"));
+    s.delete_shared_file(&f.path).unwrap();
+    s.delete_shared_file(&f.path).unwrap();
+    assert!(s.shared_files().unwrap().is_empty());
+}

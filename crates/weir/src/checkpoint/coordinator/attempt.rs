@@ -163,6 +163,16 @@ impl<'c, A, S: Clone, R> AttemptCoordinator<'c, A, S, R> {
         self.attempt
     }
 
+    /// The id the next checkpoint will get: every checkpoint below it was triggered.
+    pub fn next_checkpoint_id(&self) -> u64 {
+        self.coordinator.next_checkpoint_id()
+    }
+
+    /// The oldest checkpoint in flight, if any.
+    pub fn oldest_pending(&self) -> Option<u64> {
+        self.coordinator.pending_ids().first().copied()
+    }
+
     /// When [`tick`](Self::tick) next has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.coordinator.next_deadline()

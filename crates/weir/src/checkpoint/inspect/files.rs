@@ -93,6 +93,9 @@ pub(super) struct KeyedFile {
     /// Entries across all its states, from the metadata.
     pub(super) entries: u64,
     pub(super) content: KeyedStateFile,
+    /// Incremental: the number of deltas applied on top of this base (whose entries the
+    /// metadata does not count); 0 for a full file.
+    pub(super) deltas: usize,
 }
 
 /// Reads, verifies and decodes every state file of `op`, checking that keyed files agree
@@ -123,7 +126,38 @@ pub(super) fn op_files(
                 lists,
             });
         }
-        if let Some(k) = &st.keyed_state {
+        if let Some(chain) = meta.incremental_of(&op.uid, st.subtask) {
+            // The base and the deltas, in the job folder's shared/, each checked against
+            // its recorded checksum; the base describes the states.
+            let job = path.parent().unwrap_or(path);
+            let mut content = None;
+            for (n, f) in chain.files().enumerate() {
+                let kind = if n == 0 {
+                    layout::KEYED_STATE_KIND
+                } else {
+                    layout::KEYED_DELTA_KIND
+                };
+                let payload = read_state_file(job, &f.path, kind, Some(f.crc32c))?;
+                out.bytes += payload.len() as u64 + envelope_len();
+                let file = job.join(&f.path);
+                let decoded: KeyedStateFile =
+                    postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
+                        path: file.clone(),
+                        what: "keyed state",
+                        cause: e.to_string(),
+                    })?;
+                check_keyed(&file, meta, &decoded)?;
+                content.get_or_insert(decoded);
+            }
+            if let Some(content) = content {
+                out.keyed.push(KeyedFile {
+                    subtask: st.subtask,
+                    entries: 0,
+                    content,
+                    deltas: chain.deltas.len(),
+                });
+            }
+        } else if let Some(k) = &st.keyed_state {
             let file = path.join(&k.file.path);
             let crc = expected_crc(path, meta, &k.file.path)?;
             let payload = read_state_file(path, &k.file.path, layout::KEYED_STATE_KIND, crc)?;
@@ -139,6 +173,7 @@ pub(super) fn op_files(
                 subtask: st.subtask,
                 entries: k.entries,
                 content,
+                deltas: 0,
             });
         }
     }

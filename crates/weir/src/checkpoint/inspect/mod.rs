@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::metadata::{ChannelStateRef, SnapshotKind, TaskStatsMeta};
+use super::metadata::{ChannelStateRef, CheckpointMetadata, SnapshotKind, TaskStatsMeta};
 use crate::checkpoint::barrier::CheckpointingMode;
 use crate::state::StateKind;
 
@@ -96,6 +96,9 @@ pub struct CheckpointDescription {
     pub state_files: u64,
     /// Total size of the state files in bytes (envelopes included), as on disk.
     pub state_file_bytes: u64,
+    /// Of `state_file_bytes`, the bytes of shared files that earlier checkpoints wrote
+    /// (incremental checkpoints, `shared/`): the rest is what this checkpoint wrote.
+    pub shared_bytes: u64,
     /// Every operator the metadata lists, in its order.
     pub operators: Vec<OperatorDescription>,
     /// Per task: synchronous pause, asynchronous write time, alignment, bytes.
@@ -112,6 +115,18 @@ impl CheckpointDescription {
     pub fn total_bytes(&self) -> u64 {
         self.state_file_bytes + self.metadata_bytes
     }
+
+    /// What this checkpoint wrote: its total less the shared files of earlier ones.
+    pub fn new_bytes(&self) -> u64 {
+        self.total_bytes().saturating_sub(self.shared_bytes)
+    }
+}
+
+/// The `_metadata` of the checkpoint (or savepoint) in folder `path`, decoded (any layout):
+/// for tools that need what [`describe`] summarises, such as an incremental checkpoint's
+/// chains.
+pub fn metadata(path: &Path) -> Result<CheckpointMetadata> {
+    Ok(read_meta(path)?.0)
 }
 
 /// One operator's part of a checkpoint.
@@ -226,7 +241,8 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
                     if !non_empty[i] {
                         continue;
                     }
-                    d.entries = if holders == 1 {
+                    // A chain's entries are the base's changed by its deltas: not counted.
+                    d.entries = if holders == 1 && file.deltas == 0 {
                         d.entries.map(|n| n + file.entries)
                     } else {
                         None
@@ -234,7 +250,8 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
                 }
             }
         }
-        let n_files = (files.operator.len() + files.keyed.len()) as u64;
+        let chained: u64 = files.keyed.iter().map(|f| f.deltas as u64).sum();
+        let n_files = (files.operator.len() + files.keyed.len()) as u64 + chained;
         state_files += n_files;
         state_file_bytes += files.bytes;
         keyed.extend(lists.into_values());
@@ -246,6 +263,11 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
             states: keyed,
         });
     }
+    let shared_bytes = meta
+        .incremental
+        .iter()
+        .map(|c| c.new_and_shared_bytes(meta.checkpoint_id).1)
+        .sum();
     state_files += meta.channel_state.len() as u64;
     state_file_bytes += meta.channel_state.iter().map(|c| c.file.size).sum::<u64>();
     Ok(CheckpointDescription {
@@ -261,6 +283,7 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
         metadata_bytes,
         state_files,
         state_file_bytes,
+        shared_bytes,
         operators,
         tasks: meta.tasks,
         unaligned_tasks: meta.unaligned_tasks,
@@ -301,6 +324,13 @@ pub fn raw_state(path: &Path, uid: &str, state: &str) -> Result<RawState> {
         let Some(i) = file.content.states.iter().position(|(n, _)| n == state) else {
             continue;
         };
+        if file.deltas > 0 {
+            return Err(InspectError::Incremental {
+                checkpoint: path.to_path_buf(),
+                uid: uid.to_string(),
+                state: state.to_string(),
+            });
+        }
         keyed_kind.get_or_insert(file.content.states[i].1);
         for section in &file.content.groups {
             let bytes = &section.states[i];

@@ -144,6 +144,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         channel_state: Vec::new(),
         unaligned_tasks: 0,
         schemas: Vec::new(),
+        incremental: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

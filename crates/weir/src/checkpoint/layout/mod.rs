@@ -12,6 +12,17 @@
 //! | `op-<subtask>` ([`operator_state_file_name`]) | [`OPERATOR_STATE_KIND`] | [`OperatorStateFile`] | the subtask has operator state |
 //! | `kg-<start>-<end>` ([`keyed_state_file_name`]) | [`KEYED_STATE_KIND`] | [`KeyedStateFile`] | the operator is keyed |
 //! | `ch-<subtask>-<channel>` ([`channel_state_file_name`]) | [`CHANNEL_STATE_KIND`] | [`ChannelStateFile`] | an unaligned checkpoint saved records in flight ([`channel_state`]) |
+//! | `../shared/<uid>/chk-<id>-kg-<start>-<end>` ([`shared_keyed_file_name`]) | [`KEYED_STATE_KIND`] | [`KeyedStateFile`] | an incremental checkpoint's base |
+//! | `../shared/<uid>/chk-<id>-kgd-<start>-<end>` | [`KEYED_DELTA_KIND`] | [`KeyedStateFile`] of `(key, Option<value>)` entries | an incremental checkpoint's delta |
+//!
+//! **Incremental checkpoints** (`--incremental-checkpoints`, disk backend) keep keyed
+//! state in the job folder's `shared/` folder, where several checkpoints reference it:
+//! each subtask's state is a base (a full keyed file) and the deltas written since, listed
+//! in `_metadata` ([`IncrementalKeyedRef`](super::metadata::IncrementalKeyedRef)). A
+//! delta has the layout of a keyed file; each of its entries is `postcard((key,
+//! Option<value>))`, so a key changed since the previous file of the chain carries its new
+//! value and a deleted one `None`. A restore applies base then deltas in order, key group
+//! by key group, so rescaling works as for full files.
 //!
 //! **How key groups map to files.** Subtask `i` of `p` owns the key groups
 //! [`KeyGroupRange::for_subtask`]`(i, p, max_parallelism)` and writes them all into one
@@ -50,6 +61,28 @@ pub const OPERATOR_STATE_KIND: FileKind = FileKind::OperatorState;
 
 /// The envelope kind of a keyed-state file (see [`OPERATOR_STATE_KIND`] for why).
 pub const KEYED_STATE_KIND: FileKind = FileKind::KeyedState;
+
+/// The envelope kind of an incremental checkpoint's keyed-state delta: the layout of a
+/// keyed-state file, whose entries are `(key, Option<value>)` (`None`: the key was
+/// deleted). Its own kind, so a delta is never read as a full file or the other way round.
+pub const KEYED_DELTA_KIND: FileKind = FileKind::KeyedStateDelta;
+
+/// The name, in the job folder's `shared/<uid>/`, of the keyed file an incremental
+/// checkpoint `id` writes for key groups `range`: a base (`chk-<id>-kg-<start>-<end>`) or a
+/// delta (`chk-<id>-kgd-<start>-<end>`). The owner's id leads, so the files of a checkpoint
+/// that never completed are found by name ([`shared_file_owner`]).
+pub fn shared_keyed_file_name(id: u64, range: KeyGroupRange, delta: bool) -> String {
+    let kind = if delta { "kgd" } else { "kg" };
+    format!("chk-{id}-{kind}-{}-{}", range.start, range.end)
+}
+
+/// The checkpoint that wrote the shared file named `name` (see
+/// [`shared_keyed_file_name`]), or `None` for a name Weir does not write.
+pub fn shared_file_owner(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("chk-")?;
+    let (id, _) = rest.split_once('-')?;
+    id.parse().ok()
+}
 
 /// The name of subtask `subtask`'s operator-state file in its operator's folder; one file
 /// per subtask, so subtasks never write the same file.

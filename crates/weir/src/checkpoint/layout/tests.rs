@@ -149,3 +149,19 @@ fn file_names_and_the_files_a_subtask_reads() {
     let first = KeyGroupRange::for_subtask(0, 3, 128);
     assert!(file_holds_groups_of(old[0], first) && !file_holds_groups_of(old[1], first));
 }
+
+#[test]
+fn shared_file_names_carry_their_owner_checkpoint() {
+    let range = KeyGroupRange { start: 4, end: 9 };
+    let base = shared_keyed_file_name(12, range, false);
+    let delta = shared_keyed_file_name(13, range, true);
+    assert_eq!(
+        (base.as_str(), delta.as_str()),
+        ("chk-12-kg-4-9", "chk-13-kgd-4-9")
+    );
+    assert_eq!(shared_file_owner(&base), Some(12));
+    assert_eq!(shared_file_owner(&delta), Some(13));
+    for foreign in ["kg-4-9", "chk-x-kg-4-9", ".chk-12-kg-4-9.tmp", "chk-12"] {
+        assert_eq!(shared_file_owner(foreign), None, "{foreign}");
+    }
+}

@@ -8,6 +8,7 @@
 //! every event-time timer at or below it, in time order, then forwards it, so everything
 //! the timers emit precedes the watermark downstream.
 
+use crate::checkpoint::barrier::BarrierKind;
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::functions::{Collector, KeyedProcessFunction};
@@ -221,7 +222,12 @@ where
         s.parts.push(OperatorSnapshotPart {
             uid: self.uid.clone(),
             operator_state: ctx.lists,
-            keyed: Some(self.backend.snapshot()?),
+            keyed: Some(match b.kind {
+                // A frozen task's snapshot stands in for it in later checkpoints: full.
+                BarrierKind::Checkpoint if !s.frozen => self.backend.snapshot_checkpoint(b.id)?,
+                // A savepoint is always full and canonical, in its own folder.
+                _ => self.backend.snapshot()?,
+            }),
         });
         self.next.snapshot(b, s)
     }
@@ -243,10 +249,12 @@ where
         self.next.flush()
     }
     fn notify_complete(&mut self, id: u64) -> Result<()> {
+        self.backend.notify_complete(id);
         self.f.notify_checkpoint_complete(id)?;
         self.next.notify_complete(id)
     }
     fn notify_aborted(&mut self, id: u64) -> Result<()> {
+        self.backend.notify_aborted(id);
         self.f.notify_checkpoint_aborted(id)?;
         self.next.notify_aborted(id)
     }

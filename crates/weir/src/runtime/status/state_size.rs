@@ -116,6 +116,7 @@ mod tests {
                             bytes,
                         })
                         .collect(),
+                    incremental: None,
                 })
                 .collect(),
             ..Default::default()

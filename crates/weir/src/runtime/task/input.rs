@@ -256,6 +256,7 @@ fn act<T>(
         }
         let start = Instant::now();
         let mut snap = TaskSnapshot::new();
+        snap.frozen = fin.is_frozen();
         chain.snapshot(b, &mut snap)?;
         let frozen = fin.on_snapshot(b.id);
         let sync = start.elapsed().saturating_sub(snap.downstream_wait);

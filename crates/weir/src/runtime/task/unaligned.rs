@@ -478,6 +478,7 @@ impl<T: Send> Loop<'_, T> {
             }
             let start = Instant::now();
             let mut snapshot = TaskSnapshot::new();
+            snapshot.frozen = self.fin.is_frozen();
             self.chain.snapshot(b, &mut snapshot)?;
             let frozen = self.fin.on_snapshot(b.id);
             let sync = start.elapsed().saturating_sub(snapshot.downstream_wait);

@@ -29,6 +29,7 @@ use rustc_hash::FxHashSet;
 use super::super::cow_map::CowMap;
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateValue};
+use super::incremental::ChangeSet;
 use super::table::{EncodedShard, TableSnapshot};
 use super::ttl::{StateTtlConfig, Ttl, SWEEP_EVERY};
 
@@ -48,6 +49,9 @@ pub struct DiskOptions {
     pub cache_entries: usize,
     /// Bytes of the LSM's block cache (shared by the subtask's states).
     pub block_cache_bytes: u64,
+    /// Incremental checkpoints (`--incremental-checkpoints`): each state records the keys
+    /// it changes, so a checkpoint writes only those (docs/design-notes.md).
+    pub incremental: bool,
 }
 
 impl DiskOptions {
@@ -57,6 +61,7 @@ impl DiskOptions {
             dir: dir.into(),
             cache_entries: 1 << 20,
             block_cache_bytes: 64 << 20,
+            incremental: false,
         }
     }
 }
@@ -142,6 +147,8 @@ impl DiskStore {
             sweep_from: Vec::new(),
             accesses: 0,
             dirty: FxHashSet::default(),
+            // Window panes (a namespace each) are always written whole.
+            changes: (self.options.incremental && ns.is_none()).then(ChangeSet::default),
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
             key_buf: Vec::new(),
@@ -260,6 +267,9 @@ pub(crate) struct DiskTier<K, S> {
     /// Keys written through the cache since the last write-back (present in the cache: a
     /// put; absent: a delete).
     dirty: FxHashSet<K>,
+    /// With incremental checkpoints: the LSM keys put or deleted since the last
+    /// checkpoint's snapshot took them ([`DiskTier::take_changes`]).
+    changes: Option<ChangeSet>,
     capacity: usize,
     max_parallelism: u32,
     key_buf: Vec<u8>,
@@ -360,6 +370,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 what: "keyed state written to disk (encoding)".into(),
                 cause: e.to_string(),
             };
+            if let Some(changes) = &mut self.changes {
+                changes.record(&key, self.capacity);
+            }
             match map.get(&k) {
                 None => batch.remove(&self.ks, key.as_slice()),
                 Some(v) => {
@@ -456,6 +469,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             let (key, _, stamp) = decode_entry::<K, S>(&k, self.prefix.len(), &v, true)?;
             let expired = stamp.is_some_and(|s| ttl.expired(s, now));
             if expired && map.get(&key).is_none() && !self.dirty.contains(&key) {
+                if let Some(changes) = &mut self.changes {
+                    changes.record(&k, self.capacity);
+                }
                 batch.remove(&self.ks, k);
             }
         }
@@ -470,6 +486,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let mut batch = self.store.db.batch().durability(None);
         for guard in self.ks.prefix(&self.prefix) {
             let k = guard.key().map_err(|e| self.err(e))?;
+            if let Some(changes) = &mut self.changes {
+                changes.record(&k, self.capacity);
+            }
             batch.remove(&self.ks, k);
         }
         batch.commit().map_err(|e| self.err(e))
@@ -529,6 +548,115 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
             _s: std::marker::PhantomData,
         })))
+    }
+
+    /// With incremental checkpoints, at a checkpoint's snapshot (after a write-back): the
+    /// keys changed since the previous one, which start again from none. `None` without.
+    pub(crate) fn take_changes(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+    ) -> Result<Option<ChangeSet>> {
+        self.write_back(map, ttl)?;
+        Ok(self.changes.as_mut().map(std::mem::take))
+    }
+
+    /// Synchronous phase of an incremental checkpoint's delta: writes the cache back and
+    /// pins the LSM; the view holds, per key group, every key of `sets` with its value at
+    /// this point or a tombstone (`postcard((k, Option<v>))`). `None` if no key changed.
+    pub(crate) fn delta_snapshot(
+        &mut self,
+        map: &CowMap<K, S>,
+        ttl: Option<&Ttl<K>>,
+        sets: Vec<Arc<ChangeSet>>,
+        range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        self.write_back(map, ttl)?;
+        if sets.iter().all(|s| s.is_empty()) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(DeltaView::<S> {
+            snapshot: self.store.db.snapshot(),
+            ks: self.ks.clone(),
+            dir: self.store.dir.clone(),
+            range,
+            ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
+            sets,
+            groups: std::sync::OnceLock::new(),
+            _s: std::marker::PhantomData,
+        })))
+    }
+
+    /// Applies the changes of incremental deltas on top of a restored base: `sections` (one
+    /// per key group and delta, in chain order) hold `postcard((k, Option<v>))` entries (with
+    /// TTL `Option<(v, stamp)>`), each checked to decode; a `None` deletes the key.
+    pub(crate) fn apply_changes(
+        &mut self,
+        what: &str,
+        sections: &[SharedBytes],
+        ttl: bool,
+    ) -> Result<()> {
+        let result = self.apply_changes_inner(what, sections, ttl);
+        if result.is_err() {
+            self.clear()?;
+        }
+        result
+    }
+
+    fn apply_changes_inner(
+        &mut self,
+        what: &str,
+        sections: &[SharedBytes],
+        ttl: bool,
+    ) -> Result<()> {
+        let err = |e: postcard::Error| Error::StateDecode {
+            what: what.to_string(),
+            cause: e.to_string(),
+        };
+        let mut key = Vec::new();
+        // One batch per section: a key appears at most once in a section, while later
+        // sections (later deltas) must override earlier ones.
+        for section in sections {
+            let mut batch = self.store.db.batch().durability(None);
+            let mut rest: &[u8] = section;
+            while !rest.is_empty() {
+                let (k, after_key) = postcard::take_from_bytes::<K>(rest).map_err(err)?;
+                let key_len = rest.len() - after_key.len();
+                key.clear();
+                key.extend_from_slice(&self.prefix);
+                let g = key_group(&k, self.max_parallelism) as u16;
+                key.extend_from_slice(&g.to_be_bytes());
+                key.extend_from_slice(&rest[..key_len]);
+                let (&tag, value) = after_key.split_first().ok_or_else(|| Error::StateDecode {
+                    what: what.to_string(),
+                    cause: "an entry of a delta ends after its key".into(),
+                })?;
+                rest = match tag {
+                    0 => {
+                        batch.remove(&self.ks, key.as_slice());
+                        value
+                    }
+                    1 => {
+                        let after_value = if ttl {
+                            postcard::take_from_bytes::<(S, u64)>(value).map_err(err)?.1
+                        } else {
+                            postcard::take_from_bytes::<S>(value).map_err(err)?.1
+                        };
+                        let len = value.len() - after_value.len();
+                        batch.insert(&self.ks, key.as_slice(), &value[..len]);
+                        after_value
+                    }
+                    other => {
+                        return Err(Error::StateDecode {
+                            what: what.to_string(),
+                            cause: format!("an entry of a delta has the tag {other}, not 0 or 1"),
+                        })
+                    }
+                };
+            }
+            batch.commit().map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     /// Loads encoded sections (one per key group, each entry `postcard((k, v))` or with
@@ -657,6 +785,91 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
             // postcard((k, v)) is postcard(k) ‖ postcard(v): the stored bytes, unchanged.
             out.bytes.extend_from_slice(&k[skip..]);
             out.bytes.extend_from_slice(&v);
+            out.entries += 1;
+        }
+        if !out.bytes.is_empty() {
+            out.runs.push((g, out.bytes.len()));
+        }
+        Ok(out)
+    }
+}
+
+/// An incremental checkpoint's delta of one disk table: the keys changed since the last
+/// confirmed checkpoint, read from a pinned LSM snapshot key group by key group by the
+/// writer thread; each entry is `postcard((k, Some(v)))`, or `postcard((k, None))` for a key
+/// deleted (or expired) since.
+struct DeltaView<S> {
+    snapshot: fjall::Snapshot,
+    ks: fjall::Keyspace,
+    dir: PathBuf,
+    range: KeyGroupRange,
+    /// With TTL: the config and the time of the snapshot (expired entries become deletes).
+    ttl: Option<(StateTtlConfig, u64)>,
+    sets: Vec<Arc<ChangeSet>>,
+    /// The sets' keys by key group (index from `range.start`), sorted and deduplicated:
+    /// built by the writer at the first shard, off the processing thread.
+    groups: std::sync::OnceLock<Vec<Vec<Box<[u8]>>>>,
+    _s: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S> DeltaView<S> {
+    fn groups(&self) -> &[Vec<Box<[u8]>>] {
+        self.groups.get_or_init(|| {
+            let mut groups = vec![Vec::new(); self.range.len() as usize];
+            for key in self.sets.iter().flat_map(|s| s.keys()) {
+                let Some(g) = key
+                    .get(..2)
+                    .map(|g| u16::from_be_bytes([g[0], g[1]]) as u32)
+                else {
+                    continue;
+                };
+                if self.range.contains(g) {
+                    groups[(g - self.range.start) as usize].push(Box::<[u8]>::from(key));
+                }
+            }
+            for keys in &mut groups {
+                keys.sort_unstable();
+                keys.dedup();
+            }
+            groups
+        })
+    }
+}
+
+impl<S: StateValue> TableSnapshot for DeltaView<S> {
+    fn shards(&self) -> usize {
+        self.range.len() as usize
+    }
+
+    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
+        use fjall::Readable;
+        let g = self.range.start + shard as u32;
+        let mut out = EncodedShard::default();
+        for key in &self.groups()[shard] {
+            let value = self
+                .snapshot
+                .get(&self.ks, key)
+                .map_err(|e| lsm_error(&self.dir, e))?;
+            let live = match (&value, &self.ttl) {
+                (Some(v), Some((cfg, now))) => {
+                    let (_, stamp): (S, u64) =
+                        postcard::from_bytes(v).map_err(|e| Error::StateDecode {
+                            what: "keyed state read from disk".into(),
+                            cause: e.to_string(),
+                        })?;
+                    *now < stamp.saturating_add(cfg.ttl_ms())
+                }
+                (v, _) => v.is_some(),
+            };
+            // postcard((k, Option<v>)) is postcard(k) ‖ tag ‖ postcard(v).
+            out.bytes.extend_from_slice(&key[2..]);
+            match value.filter(|_| live) {
+                Some(v) => {
+                    out.bytes.push(1);
+                    out.bytes.extend_from_slice(&v);
+                }
+                None => out.bytes.push(0),
+            }
             out.entries += 1;
         }
         if !out.bytes.is_empty() {

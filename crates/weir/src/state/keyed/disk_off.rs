@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 
 use super::super::cow_map::CowMap;
 use super::super::key_group::KeyGroupRange;
+use super::incremental::ChangeSet;
 use super::table::TableSnapshot;
 use super::ttl::Ttl;
 use crate::error::Result;
@@ -123,6 +124,30 @@ impl<K, S> DiskTier<K, S> {
         self.never()
     }
     pub(crate) fn restore(
+        &mut self,
+        _what: &str,
+        _sections: &[SharedBytes],
+        _ttl: bool,
+    ) -> Result<()> {
+        self.never()
+    }
+    pub(crate) fn take_changes(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: Option<&Ttl<K>>,
+    ) -> Result<Option<ChangeSet>> {
+        self.never()
+    }
+    pub(crate) fn delta_snapshot(
+        &mut self,
+        _map: &CowMap<K, S>,
+        _ttl: Option<&Ttl<K>>,
+        _sets: Vec<std::sync::Arc<ChangeSet>>,
+        _range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        self.never()
+    }
+    pub(crate) fn apply_changes(
         &mut self,
         _what: &str,
         _sections: &[SharedBytes],

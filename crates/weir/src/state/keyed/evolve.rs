@@ -12,8 +12,8 @@ use serde::Deserialize;
 use super::{KeyedStateBackend, KeyedStateStore, RestoredState};
 use crate::error::{Error, Result};
 use crate::state::schema::{
-    decide, incompatible_message, schema_of, serde_decoder, transcode, Decision, DeclaredState,
-    StateSchema, ValueDecoder,
+    decide, incompatible_message, schema_of, serde_decoder, transcode, transcode_changes, Decision,
+    DeclaredState, StateSchema, ValueDecoder,
 };
 use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
@@ -147,8 +147,8 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// Decides how `restored` (state `name`, now storing `S`) loads, records it, and
-    /// returns the sections to load: as restored, re-encoded by a migration, or none on a
-    /// probe. An incompatible state is refused naming the operator, the state, both schemas
+    /// returns the sections to load and the changes to apply after them (an incremental
+    /// checkpoint's deltas): as restored, re-encoded by a migration, or none on a probe. An incompatible state is refused naming the operator, the state, both schemas
     /// and the ways out.
     pub(super) fn evolve<S: StateValue>(
         &mut self,
@@ -158,7 +158,7 @@ impl<K: Key> KeyedStateBackend<K> {
         ttl: bool,
         restored: Option<RestoredState>,
         migration: Option<Migration<S>>,
-    ) -> Result<Vec<SharedBytes>> {
+    ) -> Result<(Vec<SharedBytes>, Vec<SharedBytes>)> {
         let schema = schema_of::<S>(version);
         let Some(restored) = restored else {
             self.declared.push(DeclaredState {
@@ -167,7 +167,7 @@ impl<K: Key> KeyedStateBackend<K> {
                 schema,
                 decision: Decision::New,
             });
-            return Ok(Vec::new());
+            return Ok(Default::default());
         };
         let decision = match &restored.schema {
             None => Decision::Unversioned,
@@ -180,7 +180,7 @@ impl<K: Key> KeyedStateBackend<K> {
             decision: decision.clone(),
         });
         if self.probing {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         let old = restored.schema.as_ref();
         let refuse = |why: &str| {
@@ -193,13 +193,19 @@ impl<K: Key> KeyedStateBackend<K> {
             ))
         };
         let decoder = match decision {
-            Decision::AsIs | Decision::Unversioned | Decision::New => return Ok(restored.sections),
+            Decision::AsIs | Decision::Unversioned | Decision::New => {
+                return Ok((restored.sections, restored.changes))
+            }
             Decision::Incompatible(why) => return Err(refuse(&why)),
             Decision::MigratesBySerde => {
                 serde_decoder::<S>(old.expect("decided from a schema")).map_err(|e| refuse(&e))?
             }
             Decision::MigratesByFunction => migration.expect("decided from a migration").decode,
         };
-        transcode::<K, S>(&restored.sections, ttl, &decoder).map_err(|e| refuse(&e))
+        let sections =
+            transcode::<K, S>(&restored.sections, ttl, &decoder).map_err(|e| refuse(&e))?;
+        let changes =
+            transcode_changes::<K, S>(&restored.changes, ttl, &decoder).map_err(|e| refuse(&e))?;
+        Ok((sections, changes))
     }
 }

@@ -23,6 +23,7 @@ mod disk;
 mod disk;
 mod evolve;
 mod handles;
+mod incremental;
 mod table;
 mod timers;
 mod ttl;
@@ -36,6 +37,7 @@ pub use handles::{
     AggregateFunction, AggregatingAccess, AggregatingState, ListAccess, ListState, MapAccess,
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
 };
+pub use incremental::{ChainFile, IncrementalSnapshot};
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
 pub(crate) use windows::WindowState;
@@ -62,6 +64,10 @@ pub struct RestoredState {
     pub ttl: bool,
     /// One encoded section per key group that had entries (ranges of the loaded file).
     pub sections: Vec<SharedBytes>,
+    /// The deltas of an incremental checkpoint, applied after `sections` in this order:
+    /// per delta file of the chain (oldest first), one section per key group, entries
+    /// `(key, Option<value>)` (empty for a full checkpoint).
+    pub changes: Vec<SharedBytes>,
     /// The schema it was written with (`None`: a checkpoint from before schemas were
     /// recorded, restored as unversioned).
     pub schema: Option<crate::state::schema::StateSchema>,
@@ -109,6 +115,9 @@ pub struct KeyedStateBackend<K> {
     probing: bool,
     /// The operator's uid, for messages.
     owner: String,
+    /// With incremental checkpoints on disk: what the last confirmed checkpoint wrote and
+    /// what changed since, and the most keys a delta may hold per state.
+    incremental: Option<(incremental::Tracker, usize)>,
 }
 
 impl<K: Key> KeyedStateBackend<K> {
@@ -137,6 +146,10 @@ impl<K: Key> KeyedStateBackend<K> {
             #[cfg(feature = "disk-state")]
             StateBackendKind::Disk(options) => {
                 backend.disk = Some(disk::DiskStore::open(options.clone())?);
+                if options.incremental {
+                    let limit = options.cache_entries.max(1);
+                    backend.incremental = Some((incremental::Tracker::default(), limit));
+                }
             }
         }
         Ok(backend)
@@ -157,6 +170,7 @@ impl<K: Key> KeyedStateBackend<K> {
             declared: Vec::new(),
             probing: false,
             owner: String::new(),
+            incremental: None,
         }
     }
 
@@ -186,7 +200,69 @@ impl<K: Key> KeyedStateBackend<K> {
             range: self.range,
             max_parallelism: self.max_parallelism,
             tables,
+            incremental: None,
         })
+    }
+
+    /// Synchronous phase of checkpoint `id`'s snapshot (not a savepoint's: those are always
+    /// full, [`KeyedStateBackend::snapshot`]). With incremental checkpoints the tables'
+    /// changed keys are taken and the snapshot is either a new base (the full state) or a
+    /// delta holding only the keys changed since the last confirmed checkpoint; without,
+    /// the full state as always.
+    pub(crate) fn snapshot_checkpoint(&mut self, id: u64) -> Result<KeyedSnapshot> {
+        let Some((tracker, limit)) = &mut self.incremental else {
+            return self.snapshot();
+        };
+        let mut sets = Vec::with_capacity(self.tables.len());
+        for t in &mut self.tables {
+            sets.push(t.take_changes()?);
+        }
+        match tracker.plan(id, sets, *limit) {
+            incremental::Plan::Base(plan) => {
+                let mut snapshot = self.snapshot()?;
+                snapshot.incremental = Some(plan);
+                Ok(snapshot)
+            }
+            incremental::Plan::Delta(plan, per_state) => {
+                let mut tables = Vec::new();
+                let states = self.names.iter().zip(&mut self.tables).zip(per_state);
+                for ((name, t), sets) in states {
+                    if sets.is_empty() {
+                        continue;
+                    }
+                    if let Some(view) = t.delta_snapshot(sets, self.range)? {
+                        tables.push(SnapshotTable {
+                            name: name.clone(),
+                            kind: t.kind(),
+                            ttl: t.has_ttl(),
+                            view,
+                        });
+                    }
+                }
+                Ok(KeyedSnapshot {
+                    range: self.range,
+                    max_parallelism: self.max_parallelism,
+                    tables,
+                    incremental: Some(plan),
+                })
+            }
+        }
+    }
+
+    /// Checkpoint `id` completed: with incremental checkpoints, the chain it wrote is the
+    /// one later deltas build on.
+    pub(crate) fn notify_complete(&mut self, id: u64) {
+        if let Some((tracker, _)) = &mut self.incremental {
+            tracker.on_complete(id);
+        }
+    }
+
+    /// Checkpoint `id` was aborted: no later checkpoint builds on what it wrote, and the
+    /// keys it held go into the next delta.
+    pub(crate) fn notify_aborted(&mut self, id: u64) {
+        if let Some((tracker, _)) = &mut self.incremental {
+            tracker.on_abort(id);
+        }
     }
 
     /// Number of keys with state, per state, for tests.
@@ -291,9 +367,10 @@ impl<K: Key> KeyedStateBackend<K> {
             }
         }
         let ttl = table.has_ttl();
-        let sections = self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
-        if !sections.is_empty() {
-            table.restore(name, &sections)?;
+        let (sections, changes) =
+            self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
+        if !sections.is_empty() || !changes.is_empty() {
+            table.restore(name, &sections, &changes)?;
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<Table<K, S>>());
@@ -308,8 +385,12 @@ pub struct KeyedSnapshot {
     pub range: KeyGroupRange,
     /// The job's max parallelism (number of key groups).
     pub max_parallelism: u32,
-    /// One view per non-empty state.
+    /// One view per non-empty state (with a delta: per state with changed keys).
     pub tables: Vec<SnapshotTable>,
+    /// With incremental checkpoints: whether the views hold a delta or a new base, the
+    /// confirmed chain a delta applies to, and where the writer reports the chain written.
+    /// `None`: a full snapshot written into the checkpoint's own folder.
+    pub incremental: Option<IncrementalSnapshot>,
 }
 
 /// The captured view of one state.

@@ -10,6 +10,7 @@ use super::super::cow_map::CowMap;
 use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
 use super::disk::DiskTier;
+use super::incremental::ChangeSet;
 use super::ttl::Ttl;
 use super::view::View;
 use crate::error::{Error, Result};
@@ -28,9 +29,35 @@ pub(crate) trait StateTable<K>: Send {
         range: KeyGroupRange,
         max_parallelism: u32,
     ) -> Result<Option<Box<dyn TableSnapshot>>>;
-    /// Loads the encoded entries of `sections` (one per key group) into the table; on a
-    /// decode error the table is left unchanged.
-    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()>;
+    /// Loads the encoded entries of `sections` (one per key group) into the table, then
+    /// applies `changes` in order (the deltas of an incremental checkpoint, entries
+    /// `(key, Option<value>)`: `None` deletes); on a decode error the table is left empty.
+    fn restore(
+        &mut self,
+        name: &str,
+        sections: &[SharedBytes],
+        changes: &[SharedBytes],
+    ) -> Result<()>;
+    /// Incremental checkpoints: at a checkpoint's snapshot, the keys changed since the
+    /// previous one (taken: the next call starts from none). `None` if the table cannot
+    /// tell (in memory, or a window state): the checkpoint is then written in full.
+    fn take_changes(&mut self) -> Result<Option<ChangeSet>> {
+        Ok(None)
+    }
+    /// Incremental checkpoints: a view of the keys of `sets` as they are now (value or
+    /// tombstone), for a delta; `None` if none changed. Only called on a table whose
+    /// [`StateTable::take_changes`] returned a set.
+    fn delta_snapshot(
+        &mut self,
+        _sets: Vec<Arc<ChangeSet>>,
+        _range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        Err(Error::Restore(
+            "internal: a delta asked of a state that records no changes (a bug in Weir; \
+             please report it)"
+                .into(),
+        ))
+    }
     /// Number of keys with state (on disk: a scan, for tests and tools).
     #[cfg_attr(not(test), allow(dead_code))]
     fn len(&mut self) -> Result<usize>;
@@ -247,13 +274,63 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         }
         Ok(Some(Box::new(TableView(view))))
     }
-    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
+    fn take_changes(&mut self) -> Result<Option<ChangeSet>> {
+        match &mut self.disk {
+            Some(disk) => disk.take_changes(&self.map, self.ttl.as_ref()),
+            None => Ok(None),
+        }
+    }
+    fn delta_snapshot(
+        &mut self,
+        sets: Vec<Arc<ChangeSet>>,
+        range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        match &mut self.disk {
+            Some(disk) => disk.delta_snapshot(&self.map, self.ttl.as_ref(), sets, range),
+            None => Ok(None),
+        }
+    }
+    fn restore(
+        &mut self,
+        name: &str,
+        sections: &[SharedBytes],
+        changes: &[SharedBytes],
+    ) -> Result<()> {
         let what = format!("keyed {} state '{name}'", self.kind.name());
         if let Some(disk) = &mut self.disk {
-            return disk.restore(&what, sections, self.ttl.is_some());
+            let ttl = self.ttl.is_some();
+            disk.restore(&what, sections, ttl)?;
+            return disk.apply_changes(&what, changes, ttl);
         }
+        self.restore_memory(&what, sections)?;
+        let applied = self.apply_changes_memory(&what, changes);
+        if applied.is_err() {
+            self.map = Default::default();
+            if let Some(ttl) = &mut self.ttl {
+                ttl.stamps = Default::default();
+            }
+        }
+        applied
+    }
+    fn len(&mut self) -> Result<usize> {
+        match &mut self.disk {
+            Some(disk) => disk.len(&self.map, self.ttl.as_ref()),
+            None => Ok(self.map.len()),
+        }
+    }
+    fn keys(&mut self) -> Result<Vec<K>> {
+        match &mut self.disk {
+            Some(disk) => disk.keys(&self.map, self.ttl.as_ref()),
+            None => Ok(self.map.iter().map(|(k, _)| k.clone()).collect()),
+        }
+    }
+}
+
+impl<K: Key, S: StateValue> Table<K, S> {
+    /// Loads full sections into the map (memory backend).
+    fn restore_memory(&mut self, what: &str, sections: &[SharedBytes]) -> Result<()> {
         let err = |e: postcard::Error| Error::StateDecode {
-            what: what.clone(),
+            what: what.to_string(),
             cause: e.to_string(),
         };
         let threads = restore_threads(sections);
@@ -278,17 +355,47 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         }
         Ok(())
     }
-    fn len(&mut self) -> Result<usize> {
-        match &mut self.disk {
-            Some(disk) => disk.len(&self.map, self.ttl.as_ref()),
-            None => Ok(self.map.len()),
+
+    /// Applies the deltas of an incremental checkpoint, in order (memory backend): each
+    /// entry `(key, Some(value))` puts, `(key, None)` deletes.
+    fn apply_changes_memory(&mut self, what: &str, changes: &[SharedBytes]) -> Result<()> {
+        let err = |e: postcard::Error| Error::StateDecode {
+            what: what.to_string(),
+            cause: e.to_string(),
+        };
+        for section in changes {
+            let mut rest: &[u8] = section;
+            while !rest.is_empty() {
+                match &mut self.ttl {
+                    None => {
+                        let ((k, v), after) =
+                            postcard::take_from_bytes::<(K, Option<S>)>(rest).map_err(err)?;
+                        match v {
+                            Some(v) => self.map.insert(k, v),
+                            None => self.map.remove(&k),
+                        };
+                        rest = after;
+                    }
+                    Some(ttl) => {
+                        let ((k, v), after) =
+                            postcard::take_from_bytes::<(K, Option<(S, u64)>)>(rest)
+                                .map_err(err)?;
+                        match v {
+                            Some((v, stamp)) => {
+                                ttl.stamps.insert(k.clone(), stamp);
+                                self.map.insert(k, v);
+                            }
+                            None => {
+                                ttl.stamps.remove(&k);
+                                self.map.remove(&k);
+                            }
+                        }
+                        rest = after;
+                    }
+                }
+            }
         }
-    }
-    fn keys(&mut self) -> Result<Vec<K>> {
-        match &mut self.disk {
-            Some(disk) => disk.keys(&self.map, self.ttl.as_ref()),
-            None => Ok(self.map.iter().map(|(k, _)| k.clone()).collect()),
-        }
+        Ok(())
     }
 }
 
@@ -451,7 +558,7 @@ mod tests {
             assert_eq!(parallel, sequential, "{threads} threads");
         }
         let mut t = table();
-        t.restore("s", &secs).unwrap();
+        t.restore("s", &secs, &[]).unwrap();
         assert_eq!(t.len().unwrap(), 5000);
         let want: Vec<_> = (0..5000).map(|k| (k, format!("v{k}"))).collect();
         assert_eq!(sorted(&t), want);
@@ -476,7 +583,7 @@ mod tests {
             );
         }
         let mut t = table();
-        let err = t.restore("s", &secs).unwrap_err().to_string();
+        let err = t.restore("s", &secs, &[]).unwrap_err().to_string();
         assert!(err.contains("keyed value state 's'"), "{err}");
         assert_eq!(t.len().unwrap(), 0, "nothing half-restored");
     }

@@ -65,6 +65,7 @@ fn value_state_round_trips_through_a_snapshot(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: groups.into_iter().map(Into::into).collect(),
+            changes: Vec::new(),
             schema: None,
         },
     );
@@ -118,6 +119,7 @@ fn wrong_type_on_restore_is_a_clear_error(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![vec![1u8].into()],
+            changes: Vec::new(),
             schema: None,
         },
     );
@@ -147,6 +149,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
                 kind: t.kind,
                 ttl: t.ttl,
                 sections: groups.into_iter().map(Into::into).collect(),
+                changes: Vec::new(),
                 schema: None,
             },
         );
@@ -413,6 +416,7 @@ fn unclaimed_states_are_reported_once_and_let_go(on: On) {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![vec![1u8, 2].into()],
+            changes: Vec::new(),
             schema: None,
         },
     );
@@ -681,6 +685,7 @@ fn a_failed_disk_restore_leaves_no_entry_behind() {
             kind: StateKind::Value,
             ttl: false,
             sections: vec![section.into()],
+            changes: Vec::new(),
             schema: None,
         },
     );

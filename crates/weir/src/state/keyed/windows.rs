@@ -276,7 +276,19 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         }
         Ok((!panes.is_empty()).then(|| Box::new(PanesSnapshot(panes)) as Box<dyn TableSnapshot>))
     }
-    fn restore(&mut self, name: &str, sections: &[SharedBytes]) -> Result<()> {
+    fn restore(
+        &mut self,
+        name: &str,
+        sections: &[SharedBytes],
+        changes: &[SharedBytes],
+    ) -> Result<()> {
+        if !changes.is_empty() {
+            // Window states are always written whole (`take_changes` is `None`).
+            return Err(Error::Restore(format!(
+                "keyed window state '{name}' comes with incremental changes, which Weir never \
+                 writes for a window state; the checkpoint is damaged, restore from another one"
+            )));
+        }
         let decoded = decode_sections::<(K, WindowSlot<ACC>)>(sections, restore_threads(sections))
             .map_err(|e| Error::StateDecode {
                 what: format!("keyed window state '{name}'"),
@@ -378,10 +390,10 @@ impl<K: Key> KeyedStateBackend<K> {
             );
             self.refuse::<WindowSlot<ACC>>(name, StateKind::Window, 0, why)?;
         } else {
-            let sections =
+            let (sections, changes) =
                 self.evolve::<WindowSlot<ACC>>(name, StateKind::Window, 0, false, restored, None)?;
-            if !sections.is_empty() {
-                table.restore(name, &sections)?;
+            if !sections.is_empty() || !changes.is_empty() {
+                table.restore(name, &sections, &changes)?;
             }
         }
         self.names.push(name.to_string());

@@ -74,6 +74,52 @@ pub(crate) fn transcode<K: Key, S: StateValue>(
     Ok(out)
 }
 
+/// Like [`transcode`], for the deltas of an incremental checkpoint: entries are
+/// `(K, Option<S_old>)` (or `(K, Option<(S_old, stamp)>)`), re-encoded as `(K, Option<S>)`;
+/// a `None` (a deleted key) stays one.
+pub(crate) fn transcode_changes<K: Key, S: StateValue>(
+    sections: &[SharedBytes],
+    ttl: bool,
+    decode: &ValueDecoder<S>,
+) -> Result<Vec<SharedBytes>, String> {
+    let mut out = Vec::with_capacity(sections.len());
+    for section in sections {
+        let mut rest: &[u8] = section;
+        let mut encoded = Vec::with_capacity(rest.len());
+        while !rest.is_empty() {
+            let mut de = postcard::Deserializer::from_bytes(rest);
+            let key = K::deserialize(&mut de).map_err(|e| format!("reading a key: {e}"))?;
+            let present = bool::deserialize(&mut de)
+                .map_err(|e| format!("reading whether a changed key has a value: {e}"))?;
+            let entry = if present {
+                let value = decode(&mut de)?;
+                let stamp = if ttl {
+                    Some(
+                        u64::deserialize(&mut de)
+                            .map_err(|e| format!("reading a TTL stamp: {e}"))?,
+                    )
+                } else {
+                    None
+                };
+                Some((value, stamp))
+            } else {
+                None
+            };
+            rest = de.finalize().map_err(|e| e.to_string())?;
+            let written = match entry {
+                None => postcard::to_extend(&(key, Option::<S>::None), encoded),
+                Some((value, None)) => postcard::to_extend(&(key, Some(value)), encoded),
+                Some((value, Some(stamp))) => {
+                    postcard::to_extend(&(key, Some((value, stamp))), encoded)
+                }
+            };
+            encoded = written.map_err(|e| format!("encoding a migrated value: {e}"))?;
+        }
+        out.push(SharedBytes::from(encoded));
+    }
+    Ok(out)
+}
+
 /// Whether `S` can read values of the recorded shape `old` through serde, tried on a
 /// sample value of that shape (every field present, one element per sequence and map,
 /// the first variant of each enum, `Some` for options). A field the new type requires and

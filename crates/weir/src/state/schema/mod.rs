@@ -36,7 +36,7 @@ use serde_reflection::{Format, Registry, Tracer, TracerConfig};
 
 use super::{StateKind, StateValue};
 
-pub(crate) use migrate::{check_reads, serde_decoder, transcode, ValueDecoder};
+pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
 
 /// The schema of one state's stored type (or of a key type), as recorded in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

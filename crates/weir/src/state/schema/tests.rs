@@ -75,6 +75,46 @@ fn serde_reads_added_removed_and_renamed_fields() {
 }
 
 #[test]
+fn the_changes_of_an_incremental_checkpoint_migrate_too_and_deletions_stay() {
+    let old = schema_of::<V1>(1);
+    let v1 = V1 {
+        count: 3,
+        label: "x".into(),
+        old: 9,
+    };
+    for ttl in [false, true] {
+        let mut bytes = Vec::new();
+        bytes = if ttl {
+            postcard::to_extend(&(7u64, Some((v1.clone(), 55u64))), bytes).unwrap()
+        } else {
+            postcard::to_extend(&(7u64, Some(v1.clone())), bytes).unwrap()
+        };
+        bytes = postcard::to_extend(&(8u64, Option::<V1>::None), bytes).unwrap();
+        let decoder = serde_decoder::<V2>(&old).unwrap();
+        let out = transcode_changes::<u64, V2>(&[SharedBytes::from(bytes)], ttl, &decoder).unwrap();
+        let v2 = V2 {
+            count: 3,
+            name: "x".into(),
+            added: 0,
+        };
+        let rest: &[u8] = &out[0];
+        let rest = if ttl {
+            let (first, rest): ((u64, Option<(V2, u64)>), _) =
+                postcard::take_from_bytes(rest).unwrap();
+            assert_eq!(first, (7, Some((v2, 55))));
+            rest
+        } else {
+            let (first, rest): ((u64, Option<V2>), _) = postcard::take_from_bytes(rest).unwrap();
+            assert_eq!(first, (7, Some(v2)));
+            rest
+        };
+        let (deleted, rest): ((u64, Option<V2>), _) = postcard::take_from_bytes(rest).unwrap();
+        assert_eq!(deleted, (8, None));
+        assert!(rest.is_empty());
+    }
+}
+
+#[test]
 fn a_required_field_or_a_changed_field_type_is_incompatible() {
     let old = schema_of::<V1>(1);
     match decide::<Required>(&old, &schema_of::<Required>(2), None) {

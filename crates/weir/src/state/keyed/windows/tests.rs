@@ -80,6 +80,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredK
                 kind: t.kind,
                 ttl: t.ttl,
                 sections,
+                changes: Vec::new(),
                 schema: None,
             },
         );

@@ -1,0 +1,377 @@
+//! Incremental checkpoints of keyed state on disk: which keys changed since the last
+//! confirmed checkpoint, and whether the next checkpoint writes a delta or a new base
+//! (docs/design-notes.md, "Incremental checkpoints"; Flink's FLIP-158 changelog).
+//!
+//! Guarantees:
+//! * Each state's disk tier records the LSM key of every entry it writes back, deletes or
+//!   sweeps ([`ChangeSet`]); a checkpoint's snapshot takes the set, so the sets of the
+//!   snapshots taken since the last *confirmed* checkpoint hold every key changed since it.
+//! * A checkpoint's delta holds the union of those sets (not only its own), and its chain is
+//!   the confirmed checkpoint's chain plus the delta: it references files of confirmed
+//!   checkpoints only. A checkpoint that is aborted, or never confirmed, changes nothing:
+//!   its set stays in the union until a later checkpoint is confirmed (its changes are
+//!   "merged back").
+//! * A base (full file) is written when there is no confirmed chain (the first checkpoint
+//!   of an attempt: a restore never continues a chain), when a set overflowed its bound (its
+//!   keys are unknown), or when the chain's deltas grew past [`MATERIALIZE_RATIO`] of the
+//!   base or past [`MAX_DELTAS`] files ("materialisation"), bounding restore work and disk.
+//! * Savepoints never touch any of this: they are full and canonical.
+
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashSet;
+
+/// A new base is written once the chain's deltas hold more bytes than this fraction of the
+/// base: a restore then reads at most 1.5× the state, and retention keeps about as much.
+pub const MATERIALIZE_RATIO: f64 = 0.5;
+
+/// A new base is written once the chain has this many deltas (each is one more file to
+/// read and apply at a restore).
+pub const MAX_DELTAS: usize = 16;
+
+/// The keys (LSM keys: key group ‖ postcard(key)) of one state changed since its last
+/// snapshot, or "too many to track" once more than its bound changed: the next checkpoint
+/// is then a base, and memory stays bounded however much changes between checkpoints.
+#[derive(Debug, Default, Clone)]
+pub struct ChangeSet {
+    keys: FxHashSet<Box<[u8]>>,
+    overflowed: bool,
+}
+
+impl ChangeSet {
+    /// Records that the entry under LSM key `key` was put or deleted; past `limit` keys
+    /// the set forgets them and only remembers it overflowed.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn record(&mut self, key: &[u8], limit: usize) {
+        if self.overflowed || self.keys.contains(key) {
+            return;
+        }
+        if self.keys.len() >= limit {
+            self.keys = FxHashSet::default();
+            self.overflowed = true;
+            return;
+        }
+        self.keys.insert(key.into());
+    }
+
+    /// Whether more keys changed than the set could hold.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// Number of keys recorded.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key changed.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && !self.overflowed
+    }
+
+    /// The keys recorded.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter().map(|k| &**k)
+    }
+}
+
+/// One file of a chain: what the checkpoint layer records of a shared file
+/// (`checkpoint::metadata::SharedFile`), kept by the backend for the next checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainFile {
+    /// Path relative to the job's checkpoint folder (`shared/<uid>/<file>`).
+    pub path: String,
+    /// Size in bytes, envelope included.
+    pub size: u64,
+    /// Its checksum (CRC-32C of the bytes before its trailer).
+    pub crc32c: u32,
+    /// The checkpoint it was written for.
+    pub checkpoint_id: u64,
+    /// The run that wrote it.
+    pub run_id: String,
+}
+
+/// Where the writer reports the chain a snapshot produced (base first), once its file is
+/// written; the backend adopts it when the checkpoint is confirmed.
+pub type ChainSlot = Arc<Mutex<Option<Vec<ChainFile>>>>;
+
+/// What an incremental checkpoint's snapshot asks the writer for.
+#[derive(Debug, Clone)]
+pub struct IncrementalSnapshot {
+    /// `true`: the views hold a delta (entries `(key, Option<value>)`) to chain after
+    /// `chain`; `false`: they hold the full state, a new base (`chain` is empty).
+    pub delta: bool,
+    /// The confirmed chain the delta applies to, base first.
+    pub chain: Vec<ChainFile>,
+    /// Filled by the writer with the chain this checkpoint references.
+    pub written: ChainSlot,
+}
+
+/// One snapshot taken since the last confirmed checkpoint.
+#[derive(Debug)]
+struct Pending {
+    id: u64,
+    /// Per state (by table index): its keys changed before this snapshot (since the
+    /// previous one); `None` when the state cannot tell (it is written whole).
+    sets: Vec<Option<Arc<ChangeSet>>>,
+    written: ChainSlot,
+}
+
+/// What the next checkpoint of a backend writes ([`Tracker::plan`]).
+#[derive(Debug)]
+pub(crate) enum Plan {
+    /// A new base: the full state.
+    Base(IncrementalSnapshot),
+    /// A delta: per state, the sets whose keys it writes (empty: the state is unchanged).
+    Delta(IncrementalSnapshot, Vec<Vec<Arc<ChangeSet>>>),
+}
+
+/// The incremental-checkpoint bookkeeping of one keyed backend (one operator subtask).
+#[derive(Debug, Default)]
+pub(crate) struct Tracker {
+    /// The chain of the newest confirmed checkpoint of this attempt (base first).
+    confirmed: Option<Vec<ChainFile>>,
+    /// Snapshots since, ascending by id.
+    pending: Vec<Pending>,
+}
+
+impl Tracker {
+    /// At checkpoint `id`'s snapshot: records `sets` (each state's keys changed since the
+    /// previous snapshot) and decides between a base and a delta. `union_limit` bounds the
+    /// keys a delta may hold per state (past it a base is cheaper to reason about).
+    pub(crate) fn plan(
+        &mut self,
+        id: u64,
+        sets: Vec<Option<ChangeSet>>,
+        union_limit: usize,
+    ) -> Plan {
+        let written: ChainSlot = Arc::default();
+        let states = sets.len();
+        self.pending.push(Pending {
+            id,
+            sets: sets.into_iter().map(|s| s.map(Arc::new)).collect(),
+            written: written.clone(),
+        });
+        let base = IncrementalSnapshot {
+            delta: false,
+            chain: Vec::new(),
+            written: written.clone(),
+        };
+        let Some(chain) = &self.confirmed else {
+            return Plan::Base(base);
+        };
+        let base_bytes = chain.first().map_or(0, |f| f.size);
+        let delta_bytes: u64 = chain.iter().skip(1).map(|f| f.size).sum();
+        if chain.len() > MAX_DELTAS || delta_bytes as f64 > base_bytes as f64 * MATERIALIZE_RATIO {
+            return Plan::Base(base);
+        }
+        let mut per_state = vec![Vec::new(); states];
+        for p in &self.pending {
+            if p.sets.len() != states {
+                return Plan::Base(base);
+            }
+            for (t, set) in p.sets.iter().enumerate() {
+                match set {
+                    None => return Plan::Base(base),
+                    Some(s) if s.overflowed() => return Plan::Base(base),
+                    Some(s) if s.is_empty() => {}
+                    Some(s) => per_state[t].push(s.clone()),
+                }
+            }
+        }
+        for sets in &per_state {
+            if sets.iter().map(|s| s.len()).sum::<usize>() > union_limit {
+                return Plan::Base(base);
+            }
+        }
+        let delta = IncrementalSnapshot {
+            delta: true,
+            chain: chain.clone(),
+            written,
+        };
+        Plan::Delta(delta, per_state)
+    }
+
+    /// Checkpoint `id` is complete (and so is every earlier one): if this backend took a
+    /// snapshot for it, its chain becomes the confirmed one and the sets it covered are
+    /// dropped. (A savepoint, which is not tracked, changes nothing.)
+    pub(crate) fn on_complete(&mut self, id: u64) {
+        let Some(at) = self.pending.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let chain = self.pending[at]
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        // Without its chain reported (cannot happen: the acknowledgement follows the
+        // write), the sets are kept, so nothing is lost.
+        if let Some(chain) = chain {
+            self.confirmed = Some(chain);
+            self.pending.drain(..=at);
+        }
+    }
+
+    /// Checkpoint `id` was aborted: its file is never referenced, and its set stays in
+    /// the union the next delta writes (nothing to do but say so).
+    pub(crate) fn on_abort(&mut self, _id: u64) {}
+
+    /// Number of snapshots whose sets are kept (tests).
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(keys: &[&[u8]]) -> ChangeSet {
+        let mut s = ChangeSet::default();
+        for k in keys {
+            s.record(k, 100);
+        }
+        s
+    }
+
+    fn file(id: u64, size: u64) -> ChainFile {
+        ChainFile {
+            path: format!("shared/op/chk-{id}"),
+            size,
+            crc32c: 0,
+            checkpoint_id: id,
+            run_id: "r".into(),
+        }
+    }
+
+    fn written(plan: &Plan, chain: Vec<ChainFile>) {
+        let s = match plan {
+            Plan::Base(s) | Plan::Delta(s, _) => s,
+        };
+        *s.written.lock().unwrap() = Some(chain);
+    }
+
+    fn delta_keys(plan: &Plan) -> Vec<Vec<u8>> {
+        let Plan::Delta(_, sets) = plan else {
+            panic!("expected a delta, got {plan:?}")
+        };
+        let mut keys: Vec<Vec<u8>> = sets
+            .iter()
+            .flatten()
+            .flat_map(|s| s.keys().map(<[u8]>::to_vec))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    #[test]
+    fn a_set_past_its_bound_overflows_and_forgets_its_keys() {
+        let mut s = ChangeSet::default();
+        s.record(b"a", 2);
+        s.record(b"a", 2);
+        s.record(b"b", 2);
+        assert_eq!(s.len(), 2);
+        s.record(b"c", 2);
+        assert!(s.overflowed() && s.keys().next().is_none() && !s.is_empty());
+    }
+
+    #[test]
+    fn the_first_checkpoint_is_a_base_and_deltas_follow_confirmed_ones() {
+        let mut t = Tracker::default();
+        let p1 = t.plan(1, vec![Some(set(&[b"a"]))], 100);
+        assert!(matches!(p1, Plan::Base(_)));
+        written(&p1, vec![file(1, 1000)]);
+        t.on_complete(1);
+        assert_eq!(t.pending(), 0);
+        let p2 = t.plan(2, vec![Some(set(&[b"b"]))], 100);
+        let Plan::Delta(s, _) = &p2 else {
+            panic!("{p2:?}")
+        };
+        assert_eq!(s.chain, vec![file(1, 1000)]);
+        assert_eq!(delta_keys(&p2), [b"b".to_vec()]);
+    }
+
+    #[test]
+    fn an_unconfirmed_or_aborted_checkpoint_is_never_chained_on_and_its_keys_carry_over() {
+        let mut t = Tracker::default();
+        let p1 = t.plan(1, vec![Some(set(&[]))], 100);
+        written(&p1, vec![file(1, 1000)]);
+        t.on_complete(1);
+        // 2 is taken, then 3 before 2 is confirmed: 3 chains on 1 and holds 2's keys too.
+        let p2 = t.plan(2, vec![Some(set(&[b"x"]))], 100);
+        written(&p2, vec![file(1, 1000), file(2, 10)]);
+        let p3 = t.plan(3, vec![Some(set(&[b"y"]))], 100);
+        let Plan::Delta(s3, _) = &p3 else {
+            panic!("{p3:?}")
+        };
+        assert_eq!(s3.chain, vec![file(1, 1000)], "2 is not confirmed");
+        assert_eq!(delta_keys(&p3), [b"x".to_vec(), b"y".to_vec()]);
+        // 2 is aborted, 3 never completes either: 4 still holds x and y.
+        t.on_abort(2);
+        let p4 = t.plan(4, vec![Some(set(&[b"z"]))], 100);
+        assert_eq!(
+            delta_keys(&p4),
+            [b"x".to_vec(), b"y".to_vec(), b"z".to_vec()]
+        );
+        written(&p4, vec![file(1, 1000), file(4, 30)]);
+        t.on_complete(4);
+        assert_eq!(t.pending(), 0, "4 covered every earlier set");
+        let p5 = t.plan(5, vec![Some(set(&[b"w"]))], 100);
+        let Plan::Delta(s5, _) = &p5 else {
+            panic!("{p5:?}")
+        };
+        assert_eq!(s5.chain, vec![file(1, 1000), file(4, 30)]);
+        assert_eq!(delta_keys(&p5), [b"w".to_vec()]);
+    }
+
+    #[test]
+    fn a_savepoint_completing_changes_nothing() {
+        let mut t = Tracker::default();
+        let p1 = t.plan(1, vec![Some(set(&[]))], 100);
+        written(&p1, vec![file(1, 1000)]);
+        let _p2 = t.plan(3, vec![Some(set(&[b"k"]))], 100);
+        t.on_complete(2); // a savepoint: not tracked
+        assert_eq!(t.pending(), 2);
+    }
+
+    #[test]
+    fn overflow_long_chains_and_large_deltas_write_a_new_base() {
+        let mut t = Tracker::default();
+        let p = t.plan(1, vec![Some(set(&[]))], 100);
+        written(&p, vec![file(1, 1000)]);
+        t.on_complete(1);
+        let mut big = ChangeSet::default();
+        for i in 0..3u8 {
+            big.record(&[i], 2);
+        }
+        assert!(matches!(t.plan(2, vec![Some(big)], 100), Plan::Base(_)));
+        let mut t = Tracker::default();
+        let p = t.plan(1, vec![None], 100);
+        assert!(matches!(p, Plan::Base(_)));
+        written(&p, vec![file(1, 1000)]);
+        t.on_complete(1);
+        assert!(
+            matches!(t.plan(2, vec![None], 100), Plan::Base(_)),
+            "a state that cannot tell its changes is written whole"
+        );
+        let mut t = Tracker::default();
+        let p = t.plan(1, vec![Some(set(&[]))], 100);
+        written(&p, vec![file(1, 1000), file(2, 600)]);
+        t.on_complete(1);
+        assert!(
+            matches!(t.plan(2, vec![Some(set(&[b"a"]))], 100), Plan::Base(_)),
+            "deltas past half the base"
+        );
+        let mut t = Tracker::default();
+        let p = t.plan(1, vec![Some(set(&[]))], 100);
+        written(&p, vec![file(1, 1000)]);
+        t.on_complete(1);
+        assert!(
+            matches!(t.plan(2, vec![Some(set(&[b"a", b"b"]))], 1), Plan::Base(_)),
+            "a union past its bound"
+        );
+    }
+}
