@@ -3,9 +3,10 @@
 //! carries and refuse it, naming both binaries and the first difference, unless the plan's
 //! fingerprint equals the coordinator's.
 //!
-//! **Built so far:** the registration and the deploy handshake. **Next:** running the
-//! deployed subtasks (`runtime::placement`) and answering the attempt's Trigger, Complete,
-//! Abort, Cancel and Heartbeat on this stream.
+//! [`attach`] is the registration and the first deploy's handshake; [`serve`] (in
+//! `serve.rs`) is the whole worker: it attaches, starts its exchange, and runs every attempt
+//! its coordinator deploys (`host.rs`), answering Trigger, Complete, Abort, WriteFrozen,
+//! Cancel and Heartbeat on this stream until the job ends.
 
 use std::time::Duration;
 
@@ -42,16 +43,21 @@ pub struct WorkerConfig {
     /// How long to wait for the coordinator to connect and to answer.
     pub timeout: Duration,
     /// How often to tell the coordinator this worker is alive (well under its
-    /// `--heartbeat-timeout`).
+    /// `--heartbeat-timeout`); zero: as often as the coordinator asks at registration (a
+    /// quarter of its timeout).
     pub heartbeat_interval: Duration,
 }
+
+/// The `task` of the TaskFailed a worker sends when it could not start a deployed attempt
+/// (the attempt fails and restarts), as opposed to `deploy`: it refuses the job itself.
+pub(crate) const START: &str = "start";
 
 /// Builds the job's graph from its arguments, as the coordinator did.
 pub type JobBuilder<'a> = dyn Fn(&[String]) -> Result<StreamEnvironment> + 'a;
 
 /// A worker attached to its coordinator and deployed: the graph it built, ready to run.
 /// Dropping it closes the control stream.
-#[allow(dead_code)] // `env` and `runtime` serve the attempt, next (issue 24).
+#[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub struct DeployedWorker {
     /// The id the coordinator gave this worker.
     pub id: WorkerId,
@@ -63,15 +69,19 @@ pub struct DeployedWorker {
     pub assignments: Vec<Assignment>,
     /// Every worker of the attempt and its exchange address.
     pub workers: Vec<(WorkerId, String)>,
+    /// The first deploy, as it came (restore point, run id, arguments).
+    pub(crate) deploy: proto::Deploy,
+    /// How long the coordinator may stay silent before this worker counts it as lost.
+    pub(crate) heartbeat_timeout: Duration,
     runtime: tokio::runtime::Runtime,
-    _to_coordinator: UnboundedSender<WorkerMessage>,
-    _from_coordinator: Streaming<CoordinatorMessage>,
+    pub(crate) to_coordinator: UnboundedSender<WorkerMessage>,
+    pub(crate) from_coordinator: Option<Streaming<CoordinatorMessage>>,
 }
 
-#[allow(dead_code)] // Serves the attempt, next (issue 24).
 impl DeployedWorker {
     /// Opens this worker's exchange streams: it dials every worker of the attempt with a
     /// higher id (the others dial it), so each pair shares exactly one stream.
+    #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
     pub fn connect_peers(&self, exchange: &crate::runtime::exchange::Exchange) -> Result<()> {
         for (id, addr) in self.workers.iter().filter(|(id, _)| *id > self.id) {
             exchange
@@ -87,13 +97,25 @@ impl DeployedWorker {
     }
 }
 
-fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
+pub(crate) fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
     // A closed stream shows on the receiving side, which names the coordinator.
     let _ = tx.send(WorkerMessage { kind: Some(kind) });
 }
 
-/// Dials the coordinator, registers and takes the first deploy; see the module docs.
+/// Dials the coordinator, registers and takes the first deploy, answering Deployed once
+/// the plan matched; see the module docs.
+#[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedWorker> {
+    attach_answering(config, build, true)
+}
+
+/// [`attach`], answering Deployed only when `answer` (a worker that runs the attempt
+/// answers once its subtasks started instead: [`serve`]).
+pub(crate) fn attach_answering(
+    config: &WorkerConfig,
+    build: &JobBuilder<'_>,
+    answer: bool,
+) -> Result<DeployedWorker> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("weir-worker-control")
@@ -169,8 +191,8 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             ))),
         }
     };
-    let id = match next("registration")? {
-        FromCoordinator::Registered(r) => r.worker_id,
+    let registered = match next("registration")? {
+        FromCoordinator::Registered(r) => r,
         other => {
             return Err(Error::Cluster(format!(
                 "the coordinator at {at} answered the registration with {other:?} (are both \
@@ -178,6 +200,7 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             )))
         }
     };
+    let id = registered.worker_id;
     let deploy = match next("a deploy")? {
         FromCoordinator::Deploy(d) => d,
         other => {
@@ -198,7 +221,16 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
     });
     // Alive from now on: a heartbeat at every interval while the stream is open.
     let beat = tx.clone();
-    let interval = config.heartbeat_interval.max(Duration::from_millis(1));
+    let interval = match (config.heartbeat_interval, registered.heartbeat_interval_ms) {
+        (Duration::ZERO, 0) => Duration::from_secs(1),
+        (Duration::ZERO, ms) => Duration::from_millis(ms),
+        (own, _) => own,
+    }
+    .max(Duration::from_millis(1));
+    let heartbeat_timeout = match registered.heartbeat_timeout_ms {
+        0 => config.timeout,
+        ms => Duration::from_millis(ms),
+    };
     runtime.spawn(async move {
         let mut sequence = 0;
         loop {
@@ -221,6 +253,7 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
                     attempt: deploy.attempt,
                     task: "deploy".into(),
                     cause: e.to_string(),
+                    ..Default::default()
                 }),
             );
             // The coordinator answers a refusal with Cancel: the refusal has arrived, and the
@@ -229,20 +262,23 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             return Err(e);
         }
     };
-    send(
-        &tx,
-        ToCoordinator::Deployed(proto::Deployed {
-            attempt: deploy.attempt,
-            fingerprint: deploy.fingerprint.clone(),
-        }),
-    );
+    if answer {
+        send(
+            &tx,
+            ToCoordinator::Deployed(proto::Deployed {
+                attempt: deploy.attempt,
+                fingerprint: deploy.fingerprint.clone(),
+            }),
+        );
+    }
     Ok(DeployedWorker {
         id,
         attempt: deploy.attempt,
         env,
         assignments: deploy
             .assignments
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|a| Assignment {
                 task_uid: a.task_uid,
                 subtask: a.subtask,
@@ -251,11 +287,18 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             .collect(),
         workers: deploy
             .workers
-            .into_iter()
-            .map(|w| (w.worker_id, w.exchange_address))
+            .iter()
+            .map(|w| (w.worker_id, w.exchange_address.clone()))
             .collect(),
+        deploy,
+        heartbeat_timeout,
         runtime,
-        _to_coordinator: tx,
-        _from_coordinator: inbound,
+        to_coordinator: tx,
+        from_coordinator: Some(inbound),
     })
 }
+
+mod host;
+mod serve;
+
+pub use serve::serve;
