@@ -342,3 +342,65 @@ fn a_worker_killed_mid_input_is_replaced_and_the_job_resumes_exactly_from_its_ch
         "{log1}"
     );
 }
+
+#[test]
+fn bad_cluster_flags_are_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = |extra: &[&str]| {
+        let mut a = keyed_count_args(1000, 7, extra, false);
+        a.extend(["--checkpoint-dir", "chk", "--output", "out"].map(String::from));
+        run(&mut weir(tmp.path(), a))
+    };
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["--workers", "2"], &["--workers needs --cluster-listen"]),
+        (
+            &["--cluster-listen", "127.0.0.1:0"],
+            &["--cluster-listen applies", "add --workers N"],
+        ),
+        (
+            &["--workers", "2", "--cluster-listen", "0.0.0.0:0"],
+            &["--cluster-token is needed"],
+        ),
+        (
+            &[
+                "--workers",
+                "2",
+                "--cluster-listen",
+                "127.0.0.1:0",
+                "--unaligned",
+            ],
+            &["--unaligned is not supported with --workers"],
+        ),
+        (
+            &["--workers", "0", "--cluster-listen", "127.0.0.1:0"],
+            &["--workers", "at least 1"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        assert_clean_error(&job(flags), 2, needles);
+    }
+    // A worker: its own flags.
+    let worker = |flags: &[&str]| {
+        let args = ["worker", "--coordinator", "127.0.0.1:1"]
+            .iter()
+            .chain(flags);
+        run(&mut weir(tmp.path(), args))
+    };
+    let w = worker(&["--listen", "0.0.0.0:0"]);
+    assert_clean_error(&w, 2, &["--cluster-token is needed", "--listen"]);
+    let w = worker(&["--listen", "0.0.0.0:0", "--cluster-token", "t"]);
+    assert_clean_error(&w, 2, &["--listen 0.0.0.0:0", "own address"]);
+    let w = worker(&["--slots", "0"]);
+    assert_clean_error(&w, 2, &["--slots", "at least 1"]);
+    // A coordinator out of reach is named with the way out.
+    let w = worker(&[]);
+    assert_clean_error(
+        &w,
+        1,
+        &[
+            "cannot reach the coordinator at 127.0.0.1:1",
+            "--coordinator",
+        ],
+    );
+    assert!(!tmp.path().join("out").exists());
+}

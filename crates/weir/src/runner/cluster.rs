@@ -188,6 +188,7 @@ pub fn serve_worker(
     args: &WorkerArgs,
     build: &dyn Fn(&[String]) -> Result<StreamEnvironment, BoxError>,
 ) -> ExitCode {
+    super::quiet_panics();
     let token = match (args.cluster_token.as_deref(), args.coordinator.parse()) {
         (Some(given), _) => token_for(Some(given), &[], ""),
         (None, Ok(at)) => token_for(None, &[at, args.listen], "--coordinator or --listen"),
