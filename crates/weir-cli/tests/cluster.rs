@@ -255,6 +255,8 @@ fn two_workers_count_exactly_and_each_checkpoint_holds_both_workers_state() {
     let (code, out, log) = c.finish();
     assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
     assert!(out.contains("verify: OK"), "{out}\n{log}");
+    // The workers' reports add up to what their sources read.
+    assert_eq!(records_read(&out), EVENTS, "{out}");
     assert_eq!(ran_on(&log, 1, "w1"), "generator[0], count[0]", "{log}");
     assert_eq!(ran_on(&log, 1, "w2"), "generator[1], count[1]", "{log}");
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);

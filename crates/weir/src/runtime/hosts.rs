@@ -11,13 +11,14 @@
 //! layer; the runtime only names what it needs.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
 use crate::error::Result;
 use crate::runtime::plan::Plan;
-use crate::runtime::task::{Control, TaskEvent};
+use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
 
 /// The workers an attempt's tasks run on; see the module docs.
 pub(crate) trait TaskHosts {
@@ -25,6 +26,9 @@ pub(crate) trait TaskHosts {
     /// of them are registered), restored from the checkpoint at `restore` (`None`: a fresh
     /// start). The tasks' events arrive on `events`, tagged with `attempt`; the workers
     /// write state files under `run_id`, the run id of the coordinator's checkpoint folder.
+    /// What the workers report of their subtasks' records goes into `metrics` (per task of
+    /// the plan, for the whole job), so progress and the summary count as in one process.
+    #[allow(clippy::too_many_arguments)]
     fn deploy(
         &self,
         plan: &Plan,
@@ -32,6 +36,7 @@ pub(crate) trait TaskHosts {
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
         run_id: &str,
+        metrics: &[Arc<TaskMetrics>],
     ) -> Result<HostedAttempt>;
 }
 

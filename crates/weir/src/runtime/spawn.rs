@@ -444,7 +444,15 @@ impl Executor<'_> {
     ) -> Result<Attempt> {
         let restore = restore.map(|r| r.path.as_path());
         let run_id = self.storage.run_id();
-        let hosted = hosts.deploy(&self.plan, attempt, restore, &self.events_tx, run_id)?;
+        let metrics = &self.task_metrics;
+        let hosted = hosts.deploy(
+            &self.plan,
+            attempt,
+            restore,
+            &self.events_tx,
+            run_id,
+            metrics,
+        )?;
         let sources = (self.plan.tasks.iter().enumerate())
             .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
             .map(|(i, _)| i)

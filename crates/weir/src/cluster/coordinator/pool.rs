@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
 use crate::runtime::hosts::{HostedAttempt, TaskHosts};
 use crate::runtime::plan::Plan;
-use crate::runtime::task::TaskEvent;
+use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 /// The coordinator's half of one worker's control stream.
 pub(crate) type ToWorkerTx = UnboundedSender<std::result::Result<CoordinatorMessage, Status>>;
@@ -60,7 +60,14 @@ struct Route {
     events: Option<Sender<TaskEvent>>,
     /// The plan's tasks by head uid and subtask: their index and parallelism.
     tasks: HashMap<(String, u32), (usize, u32)>,
+    /// The executor's counters, per task of the plan.
+    metrics: Vec<Arc<TaskMetrics>>,
 }
+
+/// Per worker and task, the records the worker reported for it (over every attempt it ran
+/// the task in): a task's count for the job is the sum over the workers that ran it, the
+/// lost ones' last reports included.
+type Reported = Arc<Mutex<HashMap<(WorkerId, usize), u64>>>;
 
 /// A registered worker, with its reader.
 struct Member {
@@ -78,7 +85,7 @@ struct Member {
 }
 
 impl Member {
-    fn start(w: RegisteredWorker, run_id: Arc<str>) -> Member {
+    fn start(w: RegisteredWorker, run_id: Arc<str>, reported: Reported) -> Member {
         let described = w.describe();
         let RegisteredWorker {
             id,
@@ -95,7 +102,17 @@ impl Member {
             let (route, lost, who) = (route.clone(), lost.clone(), described.clone());
             std::thread::Builder::new()
                 .name(format!("weir-coordinator-worker-{id}"))
-                .spawn(move || read(from_worker, &who, &route, &lost, &replies_tx, &run_id))
+                .spawn(move || {
+                    let reports = Reports {
+                        who: &who,
+                        id,
+                        route: &route,
+                        replies: &replies_tx,
+                        run_id: &run_id,
+                        reported: &reported,
+                    };
+                    read(from_worker, &reports, &lost);
+                })
                 .ok()
         };
         Member {
@@ -116,15 +133,48 @@ impl Member {
     }
 }
 
-/// Reads worker `who`'s reports until its stream ends; see the module docs.
+/// Where one worker's reports go.
+struct Reports<'a> {
+    /// `worker N (name) at ADDRESS`.
+    who: &'a str,
+    id: WorkerId,
+    route: &'a Mutex<Route>,
+    replies: &'a Sender<Reply>,
+    /// The coordinator's run id, under which the worker wrote its files.
+    run_id: &'a str,
+    reported: &'a Reported,
+}
+
+impl Reports<'_> {
+    /// Counts what the worker reported of its subtasks' records into the executor's
+    /// counters.
+    fn progress(&self, route: &Route, p: &proto::Progress) {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        for s in &p.subtasks {
+            let Some(&(t, _)) = route.tasks.get(&(s.task_uid.clone(), s.subtask)) else {
+                continue;
+            };
+            reported.insert((self.id, t), s.records_in);
+            let total: u64 = (reported.iter())
+                .filter(|((_, task), _)| *task == t)
+                .map(|(_, r)| *r)
+                .sum();
+            if let Some(m) = route.metrics.get(t) {
+                m.records_in
+                    .store(total, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Reads a worker's reports until its stream ends; see the module docs.
 fn read(
     from: Receiver<std::result::Result<WorkerMessage, String>>,
-    who: &str,
-    route: &Mutex<Route>,
+    reports: &Reports<'_>,
     lost: &Mutex<Option<String>>,
-    replies: &Sender<Reply>,
-    run_id: &str,
 ) {
+    let (who, route, replies, run_id) =
+        (reports.who, reports.route, reports.replies, reports.run_id);
     let cause = loop {
         let kind = match from.recv() {
             Ok(Ok(WorkerMessage { kind: Some(k) })) => k,
@@ -204,6 +254,10 @@ fn read(
                     task: t,
                 })
             }
+            FromWorker::Progress(p) => {
+                reports.progress(&route, &p);
+                None
+            }
             FromWorker::Register(_) | FromWorker::Heartbeat(_) => None,
         };
         if let (Some(event), Some(events)) = (event, &route.events) {
@@ -248,6 +302,7 @@ pub(crate) struct WorkerPool {
     endpoint: CoordinatorEndpoint,
     config: PoolConfig,
     members: Mutex<Vec<Member>>,
+    reported: Reported,
 }
 
 impl WorkerPool {
@@ -257,6 +312,7 @@ impl WorkerPool {
             endpoint,
             config,
             members: Default::default(),
+            reported: Reported::default(),
         }
     }
 
@@ -320,7 +376,7 @@ impl WorkerPool {
                 }
             }
             eprintln!("weir: {} registered ({} slots)", w.describe(), w.slots);
-            members.push(Member::start(w, run_id.clone()));
+            members.push(Member::start(w, run_id.clone(), self.reported.clone()));
         }
         members.sort_by_key(|m| m.id);
         Ok(())
@@ -334,6 +390,7 @@ impl WorkerPool {
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
         run_id: &str,
+        metrics: &[Arc<TaskMetrics>],
     ) -> Result<std::result::Result<HostedAttempt, String>> {
         let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let offers: Vec<Offer> = members
@@ -360,6 +417,7 @@ impl WorkerPool {
                 attempt,
                 events: Some(events.clone()),
                 tasks: tasks.clone(),
+                metrics: metrics.to_vec(),
             };
         }
         let spec = DeploySpec {
@@ -455,9 +513,10 @@ impl TaskHosts for WorkerPool {
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
         run_id: &str,
+        metrics: &[Arc<TaskMetrics>],
     ) -> Result<HostedAttempt> {
         self.fill(&run_id.into())?;
-        match self.try_deploy(plan, attempt, restore, events, run_id)? {
+        match self.try_deploy(plan, attempt, restore, events, run_id, metrics)? {
             Ok(hosted) => Ok(hosted),
             Err(why) => {
                 // A worker was lost during the deploy: the attempt fails at once, and the
@@ -478,5 +537,56 @@ impl TaskHosts for WorkerPool {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    fn records(uid: &str, subtask: u32, records_in: u64) -> proto::SubtaskRecords {
+        proto::SubtaskRecords {
+            task_uid: uid.into(),
+            subtask,
+            records_in,
+        }
+    }
+
+    /// A task's count is the sum over the workers that ran it: a lost worker's last report
+    /// stays, its replacement's adds to it, and a worker's newer report replaces its own.
+    #[test]
+    fn the_workers_reports_add_up_per_task() {
+        let metrics: Vec<Arc<TaskMetrics>> = (0..2).map(|_| Arc::default()).collect();
+        let route = Route {
+            tasks: [(("gen".into(), 0), (0, 2)), (("gen".into(), 1), (1, 2))].into(),
+            metrics: metrics.clone(),
+            ..Route::default()
+        };
+        let reported = Reported::default();
+        let (replies, _) = crossbeam_channel::unbounded();
+        let route_lock = Mutex::new(Route::default());
+        let worker = |id| Reports {
+            who: "w",
+            id,
+            route: &route_lock,
+            replies: &replies,
+            run_id: "r",
+            reported: &reported,
+        };
+        let report = |subtasks| proto::Progress { subtasks };
+        worker(1).progress(
+            &route,
+            &report(vec![records("gen", 0, 10), records("gen", 1, 7)]),
+        );
+        worker(1).progress(&route, &report(vec![records("gen", 0, 25)]));
+        assert_eq!(metrics[0].records_in.load(Relaxed), 25);
+        assert_eq!(metrics[1].records_in.load(Relaxed), 7);
+        // Worker 2 took subtask 1 over after worker 1 was lost.
+        worker(2).progress(&route, &report(vec![records("gen", 1, 5)]));
+        assert_eq!(metrics[1].records_in.load(Relaxed), 12);
+        // A subtask the plan does not have changes nothing.
+        worker(2).progress(&route, &report(vec![records("other", 0, 99)]));
+        assert_eq!(metrics[0].records_in.load(Relaxed), 25);
     }
 }

@@ -2,7 +2,7 @@
 /// From a worker to the coordinator.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct WorkerMessage {
-    #[prost(oneof = "worker_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "worker_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: ::core::option::Option<worker_message::Kind>,
 }
 /// Nested message and enum types in `WorkerMessage`.
@@ -25,6 +25,8 @@ pub mod worker_message {
         InputEnded(super::InputEnded),
         #[prost(message, tag = "8")]
         Finished(super::Finished),
+        #[prost(message, tag = "9")]
+        Progress(super::Progress),
     }
 }
 /// From the coordinator to a worker.
@@ -309,6 +311,23 @@ pub struct Finished {
     pub task_uid: ::prost::alloc::string::String,
     #[prost(uint32, tag = "3")]
     pub subtask: u32,
+}
+/// What this worker's subtasks processed so far: per subtask, the records that entered it
+/// over every attempt this worker ran it in (the coordinator adds up the workers'), sent
+/// now and then and before every Finished, for the job's progress and summary.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Progress {
+    #[prost(message, repeated, tag = "1")]
+    pub subtasks: ::prost::alloc::vec::Vec<SubtaskRecords>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SubtaskRecords {
+    #[prost(string, tag = "1")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "2")]
+    pub subtask: u32,
+    #[prost(uint64, tag = "3")]
+    pub records_in: u64,
 }
 /// Write the frozen state of exited subtask (task_uid, subtask), which this worker kept from
 /// its last snapshot, into checkpoint `checkpoint_id` (FLIP-147): it acknowledges for the

@@ -11,6 +11,7 @@
 //! exists, and the coordinator's WriteFrozen has this worker write it into a checkpoint.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver, Select, Sender};
@@ -67,7 +68,12 @@ pub(crate) struct Host {
     writer_tx: Option<Sender<SnapshotJob>>,
     writers: Vec<std::thread::JoinHandle<()>>,
     to_coordinator: tokio::sync::mpsc::UnboundedSender<WorkerMessage>,
+    /// Per task of the plan, its counters over every attempt this worker ran it in.
+    task_metrics: Vec<Arc<TaskMetrics>>,
 }
+
+/// How often a worker reports its subtasks' records (and once more before each Finished).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl Host {
     /// The host of `graph` under `cfg` for worker `id`, writing into the coordinator's
@@ -88,6 +94,9 @@ impl Host {
         let (events_tx, events) = unbounded::<TaskEvent>();
         let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
         let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
+        let task_metrics = (plan.tasks.iter())
+            .map(|_| Arc::new(TaskMetrics::default()))
+            .collect();
         Ok(Host {
             id,
             described,
@@ -102,6 +111,7 @@ impl Host {
             writer_tx: Some(writer_tx),
             writers,
             to_coordinator,
+            task_metrics,
         })
     }
 
@@ -150,8 +160,10 @@ impl Host {
             attempt: deploy.attempt,
             fingerprint: deploy.fingerprint.clone(),
         }));
+        // The tasks of other workers count as finished from the start.
+        let local: Vec<bool> = tasks.finished.iter().map(|f| !f).collect();
         let mine: Vec<String> = (0..self.plan.tasks.len())
-            .filter(|&t| !tasks.finished[t])
+            .filter(|&t| local[t])
             .map(|t| {
                 let s = self.subtask(t);
                 format!("{}[{}]", s.task_uid, s.subtask)
@@ -163,8 +175,9 @@ impl Host {
             mine.join(", "),
             restored.map_or_else(String::new, |p| format!(", restored from {}", p.display()))
         );
-        let next = self.relay(attempt, &mut tasks, inbox);
+        let next = self.relay(attempt, &mut tasks, &local, inbox);
         tasks.cancel_and_join();
+        self.progress(&local); // what the subtasks did up to their end
         next
     }
 
@@ -195,9 +208,7 @@ impl Host {
     /// The executor that builds this worker's subtasks of one attempt (it runs no
     /// checkpoint coordinator here: the relay does what its loop would).
     fn executor(&self, placement: Arc<Placement>) -> Result<Executor<'_>> {
-        let task_metrics: Vec<Arc<TaskMetrics>> = (self.plan.tasks.iter())
-            .map(|_| Arc::new(TaskMetrics::default()))
-            .collect();
+        let task_metrics = self.task_metrics.clone();
         let source_metrics = (self.plan.tasks.iter().zip(&task_metrics))
             .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
             .map(|(_, m)| m.clone())
@@ -223,19 +234,28 @@ impl Host {
     }
 
     /// Relays between the coordinator and attempt `attempt`'s subtasks; see the module docs.
-    fn relay(&self, attempt: u32, tasks: &mut Attempt, inbox: &Inbox) -> Result<Next> {
+    fn relay(
+        &self,
+        attempt: u32,
+        tasks: &mut Attempt,
+        local: &[bool],
+        inbox: &Inbox,
+    ) -> Result<Next> {
         // Per exited task, the newest frozen snapshot and the checkpoint it was taken for.
         let mut frozen: HashMap<usize, (Arc<EncodedSnapshot>, u64)> = HashMap::new();
         loop {
             let mut sel = Select::new();
             let from_tasks = sel.recv(&self.events);
             sel.recv(inbox);
-            let op = sel.select();
+            let Ok(op) = sel.select_timeout(PROGRESS_EVERY) else {
+                self.progress(local);
+                continue;
+            };
             if op.index() == from_tasks {
                 let Ok(event) = op.recv(&self.events) else {
                     return Err(Error::Cluster("the worker's event channel closed".into()));
                 };
-                self.report(attempt, event, tasks, &mut frozen);
+                self.report(attempt, event, tasks, local, &mut frozen);
                 continue;
             }
             let message = match op.recv(inbox) {
@@ -283,6 +303,7 @@ impl Host {
         attempt: u32,
         event: TaskEvent,
         tasks: &mut Attempt,
+        local: &[bool],
         frozen: &mut HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
     ) {
         let a = u64::from(attempt);
@@ -320,6 +341,9 @@ impl Host {
                 })
             }
             TaskEvent::Finished { attempt: at, task } if at == attempt => {
+                // Its final count first: the coordinator's summary is read once every
+                // task finished.
+                self.progress(local);
                 tasks.finished[task] = true;
                 let s = self.subtask(task);
                 ToCoordinator::Finished(proto::Finished {
@@ -351,6 +375,23 @@ impl Host {
             _ => return, // an older attempt's
         };
         self.send(kind);
+    }
+
+    /// Reports the records of the subtasks this attempt runs here (`local`; a finished
+    /// one's count is final).
+    fn progress(&self, local: &[bool]) {
+        let subtasks = (0..self.plan.tasks.len())
+            .filter(|&t| local[t])
+            .map(|t| {
+                let s = self.subtask(t);
+                proto::SubtaskRecords {
+                    task_uid: s.task_uid,
+                    subtask: s.subtask,
+                    records_in: self.task_metrics[t].records_in.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        self.send(ToCoordinator::Progress(proto::Progress { subtasks }));
     }
 
     /// Writes exited task's frozen snapshot into a checkpoint, as the coordinator asked;
