@@ -50,6 +50,9 @@ impl Cluster {
                 "--verify",
                 "--restart-delay",
                 "10ms",
+                // Every checkpoint stays: the one the test reads is never deleted under it.
+                "--retained-checkpoints",
+                "1000000",
                 "--hold-at",
                 &HOLD_AT.to_string(),
                 "--release-file",
