@@ -173,25 +173,33 @@ pub(crate) fn attach_answering(
             .map_err(refused)?;
         Ok::<_, Error>(resp.into_inner())
     })?;
-    let mut next = |what: &str| -> Result<FromCoordinator> {
-        let got =
-            runtime.block_on(async { tokio::time::timeout(timeout, inbound.message()).await });
-        match got {
-            Ok(Ok(Some(CoordinatorMessage { kind: Some(k) }))) => Ok(k),
-            Ok(Ok(_)) => Err(Error::Cluster(format!(
-                "the coordinator at {at} closed the control stream while this worker waited \
-                 for {what}"
-            ))),
-            Ok(Err(s)) => Err(Error::Cluster(format!(
-                "the coordinator at {at} refused this worker: {}",
-                s.message()
-            ))),
-            Err(_) => Err(Error::Cluster(format!(
-                "the coordinator at {at} sent no {what} within {timeout:?}"
-            ))),
+    // The next message that is not a heartbeat (the coordinator beats from the
+    // registration on, while this worker may wait long for the others to register),
+    // waiting at most `silence` for any message.
+    let mut next = |what: &str, silence: Duration| -> Result<FromCoordinator> {
+        loop {
+            let got =
+                runtime.block_on(async { tokio::time::timeout(silence, inbound.message()).await });
+            return match got {
+                Ok(Ok(Some(CoordinatorMessage {
+                    kind: Some(FromCoordinator::Heartbeat(_)),
+                }))) => continue,
+                Ok(Ok(Some(CoordinatorMessage { kind: Some(k) }))) => Ok(k),
+                Ok(Ok(_)) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} closed the control stream while this worker \
+                     waited for {what}"
+                ))),
+                Ok(Err(s)) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} refused this worker: {}",
+                    s.message()
+                ))),
+                Err(_) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} sent no {what} within {silence:?}"
+                ))),
+            };
         }
     };
-    let registered = match next("registration")? {
+    let registered = match next("registration", timeout)? {
         FromCoordinator::Registered(r) => r,
         other => {
             return Err(Error::Cluster(format!(
@@ -201,7 +209,35 @@ pub(crate) fn attach_answering(
         }
     };
     let id = registered.worker_id;
-    let deploy = match next("a deploy")? {
+    // The deploy comes once every worker registered, which may take long: the coordinator
+    // only has to stay alive meanwhile.
+    let heartbeat_timeout = match registered.heartbeat_timeout_ms {
+        0 => config.timeout,
+        ms => Duration::from_millis(ms),
+    };
+    // Alive from the registration on (the deploy may come much later, once every worker
+    // registered): a heartbeat at every interval while the stream is open.
+    let beat = tx.clone();
+    let interval = match (config.heartbeat_interval, registered.heartbeat_interval_ms) {
+        (Duration::ZERO, 0) => Duration::from_secs(1),
+        (Duration::ZERO, ms) => Duration::from_millis(ms),
+        (own, _) => own,
+    }
+    .max(Duration::from_millis(1));
+    runtime.spawn(async move {
+        let mut sequence = 0;
+        loop {
+            tokio::time::sleep(interval).await;
+            sequence += 1;
+            let m = WorkerMessage {
+                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
+            };
+            if beat.send(m).is_err() {
+                return;
+            }
+        }
+    });
+    let deploy = match next("a deploy", heartbeat_timeout)? {
         FromCoordinator::Deploy(d) => d,
         other => {
             return Err(Error::Cluster(format!(
@@ -219,31 +255,6 @@ pub(crate) fn attach_answering(
         theirs.check(&mine, &who)?;
         Ok(env)
     });
-    // Alive from now on: a heartbeat at every interval while the stream is open.
-    let beat = tx.clone();
-    let interval = match (config.heartbeat_interval, registered.heartbeat_interval_ms) {
-        (Duration::ZERO, 0) => Duration::from_secs(1),
-        (Duration::ZERO, ms) => Duration::from_millis(ms),
-        (own, _) => own,
-    }
-    .max(Duration::from_millis(1));
-    let heartbeat_timeout = match registered.heartbeat_timeout_ms {
-        0 => config.timeout,
-        ms => Duration::from_millis(ms),
-    };
-    runtime.spawn(async move {
-        let mut sequence = 0;
-        loop {
-            tokio::time::sleep(interval).await;
-            sequence += 1;
-            let m = WorkerMessage {
-                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
-            };
-            if beat.send(m).is_err() {
-                return;
-            }
-        }
-    });
     let env = match checked {
         Ok(env) => env,
         Err(e) => {
@@ -258,7 +269,7 @@ pub(crate) fn attach_answering(
             );
             // The coordinator answers a refusal with Cancel: the refusal has arrived, and the
             // stream may close (the timeout is a safety net for a coordinator gone).
-            let _ = next("the coordinator's answer to the refusal");
+            let _ = next("the coordinator's answer to the refusal", timeout);
             return Err(e);
         }
     };
