@@ -88,6 +88,30 @@ fn dispatch(name: &str, bin: String, args: Vec<OsString>) -> ExitCode {
     }
 }
 
+/// Builds the built-in job a cluster's coordinator deployed (`weir worker`, issue 24) from
+/// the coordinator's arguments, whose first is `weir run NAME`.
+#[cfg(feature = "cluster")]
+pub fn build_for_worker(args: &[String]) -> Result<StreamEnvironment, BoxError> {
+    let bin = args.first().map_or("", String::as_str);
+    let Some(name) = bin
+        .strip_prefix("weir run ")
+        .filter(|n| JOBS.iter().any(|(j, _)| j == n))
+    else {
+        return Err(format!(
+            "the coordinator runs '{bin}', which is no built-in job of this weir (`weir worker` \
+             runs the jobs of `weir run`; a job of your own runs as `YOUR-PROGRAM worker`)"
+        )
+        .into());
+    };
+    let runner = Runner::new(name).bin_name(bin).args(args);
+    match name {
+        "keyed-count" => runner.build_for_worker(keyed_count),
+        "nexmark" => runner.build_for_worker(crate::nexmark_job::build),
+        "window-sum" => runner.build_for_worker(crate::window_sum::build),
+        _ => runner.build_for_worker(wordcount),
+    }
+}
+
 /// Where the counts go when there is no `--sink`.
 #[derive(Args, Debug)]
 pub struct OutputArgs {
@@ -119,6 +143,13 @@ pub struct KeyedCountArgs {
     /// Emit the final counts at end of input (`final`) or `(key, count)` for every event.
     #[arg(long, value_enum, default_value_t = Emit::Final)]
     emit: Emit,
+    /// (Tests) hold each generator subtask after this many events until --release-file
+    /// exists, so a kill lands mid-input whatever the machine's speed.
+    #[arg(long, hide = true, requires = "release_file")]
+    hold_at: Option<u64>,
+    /// (Tests) the file whose creation releases the generator held by --hold-at.
+    #[arg(long, hide = true, requires = "hold_at")]
+    release_file: Option<PathBuf>,
     /// Run in event time: stamp each generated event with the wall clock and follow it with
     /// watermarks 100 ms behind (a `timestamps` operator chained to the generator). The
     /// counts are the same; the dashboard and /metrics show the watermark lag.
@@ -252,6 +283,7 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
         None => jobs::Events::Generator {
             n: args.events,
             rate: args.rate,
+            hold: args.hold_at.zip(args.release_file.clone()),
             event_time: args.event_time,
         },
     };

@@ -15,6 +15,8 @@
 //! weir nexmark generate --events 1000000 --output events.jsonl
 //! weir nexmark reference --query q5 --input events.jsonl --output results
 //! weir run nexmark --query q1 --events 1000000 --output q1-out --verify
+//! weir run keyed-count --parallelism 2 --workers 2 --cluster-listen 127.0.0.1:6123 …
+//! weir worker --coordinator 127.0.0.1:6123        # twice: the job runs on both
 //! ```
 //!
 //! Every error is one line naming the cause and the way out; the exit code is 0 on
@@ -76,6 +78,10 @@ enum Command {
     /// completed checkpoint says.
     #[command(subcommand)]
     Transactions(transactions::TransactionsCommand),
+    /// Run the subtasks of whatever job a coordinator (`weir run JOB … --workers N
+    /// --cluster-listen ADDR`) deploys, until the job ends.
+    #[cfg(feature = "cluster")]
+    Worker(weir::runner::cluster::WorkerArgs),
 }
 
 /// The built-in jobs. Their flags are parsed by the runner (`weir::runner`), as any job's:
@@ -126,6 +132,10 @@ fn main() -> ExitCode {
         Command::Status(a) => control::client::status(a),
         Command::Nexmark(c) => nexmark::run(c),
         Command::Transactions(c) => transactions::run(c),
+        #[cfg(feature = "cluster")]
+        Command::Worker(a) => {
+            return weir::runner::cluster::serve_worker(&a, &builtin::build_for_worker)
+        }
     };
     match r {
         Ok(code) => code,

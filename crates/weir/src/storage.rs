@@ -562,6 +562,32 @@ impl CheckpointStorage {
         })
     }
 
+    /// A worker's view of the job folder its coordinator owns (issue 24): state files are
+    /// written into the coordinator's checkpoints under the coordinator's run id (so the
+    /// `_metadata` it writes accepts them), and no ownership is taken — the coordinator
+    /// holds the folder's lock or lease; a worker taking it too would lock its own
+    /// coordinator out. Probes the folder like [`CheckpointStorage::open`], so a worker
+    /// that cannot write there fails at its deploy, naming the folder.
+    #[cfg(feature = "cluster")]
+    pub fn join(checkpoint_dir: &Path, job_id: &str, run_id: &str) -> Result<Self, StorageError> {
+        validate_name("job id", job_id)?;
+        check_location(checkpoint_dir)?;
+        let root = checkpoint_dir.join(job_id);
+        let backend: Arc<dyn StorageBackend> = Arc::from(open_backend(&root)?);
+        let hint = "check that the folder is writable from this worker, and that every worker \
+                    reaches the coordinator's --checkpoint-dir";
+        if let Some(dir) = backend.local_dir("") {
+            dir.map_err(|e| e.reframed("create checkpoint directory", hint))?;
+        }
+        Ok(CheckpointStorage {
+            run_id: run_id.into(),
+            root,
+            backend,
+            redirects: Arc::default(),
+            _owner: Arc::new(Box::new(()) as Ownership),
+        })
+    }
+
     /// The job's folder, for messages and for tools that inspect it.
     pub fn root(&self) -> &Path {
         &self.root

@@ -232,6 +232,29 @@ impl StreamEnvironment {
         executor::execute_placed(graph, &self.config, self.metrics, self.control, hosting)
     }
 
+    /// The graph and configuration, for a cluster's worker, which runs its share of the
+    /// job's attempts itself (issue 24, `cluster::worker`).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn into_parts(self) -> (JobGraph, JobConfig) {
+        let graph = Rc::try_unwrap(self.graph)
+            .map(RefCell::into_inner)
+            .unwrap_or_else(|rc| std::mem::take(&mut *rc.borrow_mut()));
+        (graph, self.config)
+    }
+
+    /// Runs the job as a cluster's coordinator: every task on the workers of `hosts`, the
+    /// checkpoint coordinator and `_metadata` here (issue 24, `cluster::coordinator`).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn execute_hosted(
+        self,
+        hosts: Arc<dyn crate::runtime::hosts::TaskHosts>,
+    ) -> Result<JobResult> {
+        let graph = Rc::try_unwrap(self.graph)
+            .map(RefCell::into_inner)
+            .unwrap_or_else(|rc| std::mem::take(&mut *rc.borrow_mut()));
+        executor::execute_hosted(graph, &self.config, self.metrics, self.control, hosts)
+    }
+
     /// Runs the job to completion (bounded sources) with recovery from failures.
     pub fn execute(self) -> Result<JobResult> {
         let graph = Rc::try_unwrap(self.graph)

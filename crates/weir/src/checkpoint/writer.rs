@@ -138,6 +138,19 @@ impl std::fmt::Debug for EncodedSnapshot {
     }
 }
 
+/// A frozen snapshot that stands in for an exited task in later checkpoints (FLIP-147):
+/// encoded in this process, or kept by the worker that ran the task, which writes it into
+/// a checkpoint when the coordinator asks (issue 24: state files never travel through the
+/// coordinator).
+#[derive(Debug, Clone)]
+pub enum Frozen {
+    /// Encoded here, ready to be written into any checkpoint.
+    Here(Arc<EncodedSnapshot>),
+    /// Kept by the worker process that ran the task.
+    #[cfg(feature = "cluster")]
+    OnWorker,
+}
+
 /// One operator's part of a task acknowledgement.
 #[derive(Debug, Clone)]
 pub struct OperatorAck {
@@ -186,7 +199,7 @@ pub struct TaskAck {
     /// Timing and size.
     pub stats: TaskCheckpointStats,
     /// The encoded state, when the task's state was frozen ([`SnapshotJob::frozen`]).
-    pub frozen: Option<Arc<EncodedSnapshot>>,
+    pub frozen: Option<Frozen>,
     /// (Source tasks) the source's uid and the records it emitted in this attempt before
     /// the barrier ([`TaskSnapshot::source`]).
     pub source: Option<(String, u64)>,
@@ -494,7 +507,7 @@ pub fn write_snapshot(storage: &CheckpointStorage, mut job: SnapshotJob) -> Resu
                 ack.operators.push(op);
             }
             if job.frozen {
-                ack.frozen = Some(encoded);
+                ack.frozen = Some(Frozen::Here(encoded));
             }
         }
     }

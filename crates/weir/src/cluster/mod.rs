@@ -9,17 +9,18 @@
 //! the runtime's exchange (`runtime::exchange`): it stands where a local channel stands,
 //! so it lives beside the channels, below this layer.
 //!
-//! **The roles** (started): [`coordinator`] serves the workers' control streams — token,
-//! registration, refusal of another binary, the deploy handshake — and [`worker`] attaches,
-//! registers, builds the deployed job from its arguments and refuses a plan whose
-//! fingerprint differs. **Next** (docs/cluster.md §Next): the attempt over these streams
-//! (Trigger, Ack, Complete/Abort, Cancel, Heartbeat) driving the existing checkpoint
-//! coordinator and the workers' subtasks (`runtime::placement`), with `run` as a cluster of
-//! one in memory. This module sits
-//! beside `api` in the layers (docs/architecture.md §1a): it drives the runtime and never
-//! reaches above into the runner.
-
-#![cfg_attr(not(test), allow(dead_code))] // Called by `weir worker` and `--workers N`, next.
+//! **The roles.** [`coordinator`] serves the workers' control streams — token,
+//! registration, refusal of another binary, the deploy handshake — and, as the
+//! `runtime::hosts::TaskHosts` of the executor, deploys every attempt on its workers,
+//! forwards the checkpoint coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel,
+//! and turns the workers' reports (Ack with state handles, [`handles`]) into the executor's
+//! task events; a lost worker fails the attempt, which restarts on the workers at hand.
+//! [`worker`] attaches, registers, builds the deployed job from its arguments, refuses a
+//! plan whose fingerprint differs, and runs its subtasks of every attempt, writing their
+//! state files straight to the checkpoint storage. The runner's `--workers N` and `worker`
+//! forms (`runner::cluster`) start the two roles. This module sits beside `api` in the
+//! layers (docs/architecture.md §1a): it drives the runtime and never reaches above into
+//! the runner.
 
 /// Which worker runs a subtask: the task (an operator chain) by the uid of its head
 /// operator, its subtask index, and the worker's id. What Deploy carries, both sides
@@ -36,6 +37,7 @@ pub struct Assignment {
 
 pub mod coordinator;
 pub mod fingerprint;
+pub mod handles;
 mod messages;
 pub mod worker;
 

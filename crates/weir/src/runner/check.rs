@@ -73,6 +73,7 @@ where
         notes: Vec::new(),
         expected_records: None,
         checking: true,
+        on_worker: false,
     };
     build(&mut job, args)?;
     let report = job.env.check_savepoint(path)?;

@@ -155,6 +155,10 @@ pub struct RunFlags {
     /// The control endpoint and savepoints.
     #[command(flatten)]
     pub control: ControlArgs,
+    /// One job across worker processes (issue 24).
+    #[cfg(feature = "cluster")]
+    #[command(flatten)]
+    pub cluster: super::cluster::ClusterArgs,
 }
 
 /// A checkpoint interval; `None` when checkpointing is off.
@@ -281,6 +285,9 @@ impl RunFlags {
                 "--state-backend disk: this binary was built without the disk backend (cargo                  feature `disk-state` of weir, on by default in the weir CLI); rebuild with it                  or use --state-backend memory",
             ));
         }
+        #[cfg(feature = "cluster")]
+        self.cluster
+            .check(self.inject_failures > 0, self.unaligned)?;
         let name = self.job_name.as_deref().unwrap_or(default_name);
         if let Err(e) = crate::storage::validate_name("job name", name) {
             let flag = if self.job_name.is_some() {

@@ -20,6 +20,10 @@
 //! * `PROGRAM savepoint check PATH [flags]`: holds a savepoint or checkpoint against the
 //!   job these flags build, without running it — one row per operator and state (as is,
 //!   migrates, incompatible, …), exit 1 when a run restoring it would refuse to start;
+//! * (feature `cluster`) one job across worker processes: `PROGRAM [flags] --workers N
+//!   --cluster-listen ADDR` coordinates, `PROGRAM worker --coordinator ADDR` runs what the
+//!   coordinator deploys, built from the same binary with the coordinator's flags
+//!   ([`cluster`]);
 //! * exit codes: 0 success (or stopped with a savepoint), 1 an error (one line naming the
 //!   cause), 2 bad flags (naming the flag), 3 a verification that found a wrong result.
 //!
@@ -52,6 +56,8 @@
 //! The job's flag names must differ from the runner's (clap refuses two flags of one name).
 
 mod check;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod control;
 pub mod flags;
 mod output;
@@ -140,6 +146,9 @@ pub struct Job {
     expected_records: Option<u64>,
     /// Built for `savepoint check` only: outputs are neither locked nor prepared.
     checking: bool,
+    /// Built by a cluster's worker: its coordinator locked and prepared the outputs, which
+    /// it publishes; the worker's sinks only write into their staging folders.
+    on_worker: bool,
 }
 
 impl Deref for Job {
@@ -173,6 +182,17 @@ impl Job {
         if self.checking {
             // Nothing runs: leave the folder (maybe a running job's) alone.
             return output::staging_dir(&dir).map_err(Into::into);
+        }
+        if self.on_worker {
+            // The coordinator owns the output; on another host the folder may not exist.
+            let staging = output::staging_dir(&dir)?;
+            std::fs::create_dir_all(&staging).map_err(|e| {
+                format!(
+                    "cannot create the output's staging folder {}: {e}",
+                    staging.display()
+                )
+            })?;
+            return Ok(staging);
         }
         let restoring = self.env.config().restore != crate::api::config::RestoreFrom::Nothing;
         let lock = output::lock(&dir)?;
@@ -270,6 +290,21 @@ impl Runner {
         F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
     {
         quiet_panics();
+        #[cfg(feature = "cluster")]
+        if let Some(worker) = self.worker_form() {
+            return match worker {
+                Ok((runner, args)) => {
+                    let build = std::cell::RefCell::new(Some(build));
+                    cluster::serve_worker(&args, &|job_args: &[String]| {
+                        let build = build.borrow_mut().take().ok_or(
+                            "a worker builds its job once, from its first deploy's arguments",
+                        )?;
+                        runner.with_args(job_args).build_for_worker(build)
+                    })
+                }
+                Err(code) => code,
+            };
+        }
         let (runner, check) = match self.split_savepoint_check() {
             Ok(split) => split,
             Err(e) => {
@@ -328,6 +363,108 @@ impl Runner {
         })
     }
 
+    /// Runs the built job: here, or as the coordinator of `--workers N`.
+    fn execute_env(
+        &self,
+        env: StreamEnvironment,
+        flags: &RunFlags,
+    ) -> crate::error::Result<JobResult> {
+        #[cfg(feature = "cluster")]
+        if let Some(run) = flags.cluster.run(&self.all_args()) {
+            let n = run.workers;
+            return crate::cluster::coordinator::run::execute(env, run, |addr| {
+                eprintln!(
+                    "weir: coordinator listening on {addr} — waiting for {n} worker(s) (start \
+                     each with `worker --coordinator {addr}` and the cluster token)"
+                );
+            });
+        }
+        let _ = flags;
+        env.execute()
+    }
+
+    /// The program's whole command line, as parsed.
+    fn all_args(&self) -> Vec<OsString> {
+        self.args
+            .clone()
+            .unwrap_or_else(|| std::env::args_os().collect())
+    }
+
+    /// `PROGRAM worker [flags]`: the worker's flags and this runner (to build each deploy's
+    /// job), or the exit code after clap printed help or a usage error; `None` for any
+    /// other command line.
+    #[cfg(feature = "cluster")]
+    fn worker_form(&self) -> Option<Result<(Runner, cluster::WorkerArgs), ExitCode>> {
+        use clap::FromArgMatches;
+        let args = self.all_args();
+        if args.get(1).and_then(|a| a.to_str()) != Some("worker") {
+            return None;
+        }
+        let name = format!("{} worker", self.bin_name.as_deref().unwrap_or(&self.name));
+        let cmd = cluster::WorkerArgs::augment_args(clap::Command::new(name.clone()))
+            .bin_name(name)
+            .about("Run the subtasks a cluster's coordinator deploys (issue 24)");
+        let parsed = cmd
+            .try_get_matches_from(&args[1..])
+            .and_then(|m| cluster::WorkerArgs::from_arg_matches(&m));
+        Some(match parsed {
+            Ok(w) => Ok((
+                Runner {
+                    name: self.name.clone(),
+                    about: self.about.clone(),
+                    bin_name: self.bin_name.clone(),
+                    args: None,
+                },
+                w,
+            )),
+            Err(e) => {
+                let _ = e.print();
+                Err(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)))
+            }
+        })
+    }
+
+    /// This runner with the command line `args` (the first is the program's name).
+    #[cfg(feature = "cluster")]
+    fn with_args(&self, args: &[String]) -> Runner {
+        Runner {
+            name: self.name.clone(),
+            about: self.about.clone(),
+            bin_name: self.bin_name.clone(),
+            args: Some(args.iter().map(OsString::from).collect()),
+        }
+    }
+
+    /// Builds the job as a cluster's worker does, from this runner's arguments (those its
+    /// coordinator deployed): the flags parsed and checked, the graph built; no output is
+    /// locked or prepared (the coordinator did that) and nothing runs.
+    pub fn build_for_worker<A, F>(self, build: F) -> Result<StreamEnvironment, BoxError>
+    where
+        A: Args,
+        F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
+    {
+        use clap::FromArgMatches;
+        let cmd = RunFlags::augment_args(A::augment_args(clap::Command::new(self.name.clone())));
+        let m = cmd
+            .try_get_matches_from(self.all_args())
+            .map_err(|e| UsageError::new(e.to_string()))?;
+        let flags = RunFlags::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
+        let args = A::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
+        flags.check(&self.name)?;
+        let mut job = Job {
+            env: StreamEnvironment::new(flags.config(&self.name)),
+            outputs: Vec::new(),
+            verify: None,
+            before_publish: Vec::new(),
+            notes: Vec::new(),
+            expected_records: None,
+            checking: false,
+            on_worker: true,
+        };
+        build(&mut job, &args)?;
+        Ok(job.env)
+    }
+
     fn execute<A, F>(&self, flags: &RunFlags, args: &A, build: F) -> Result<ExitCode, BoxError>
     where
         F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
@@ -345,6 +482,7 @@ impl Runner {
             notes: Vec::new(),
             expected_records: None,
             checking: false,
+            on_worker: false,
         };
         // Whatever ends the run short of success leaves the outputs' staging folders as
         // they are (`Job::output`): they hold what checkpoints committed.
@@ -393,7 +531,7 @@ impl Runner {
         } = job;
         // Serves until the run returns, whichever way, and `--control-linger` after.
         let _serving = control::Serving::new(server, flags.control.control_linger);
-        let result = env.execute();
+        let result = self.execute_env(env, flags);
         progress.stop();
         let result = result?;
         if let Some(sp) = &result.stopped_with_savepoint {

@@ -22,7 +22,7 @@ use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{SnapshotKind, SourceProgress};
 use crate::checkpoint::shared;
 use crate::checkpoint::writer::{
-    EncodedSnapshot, PhaseTimes, SnapshotJob, SnapshotPayload, TaskAck,
+    EncodedSnapshot, Frozen, PhaseTimes, SnapshotJob, SnapshotPayload, TaskAck,
 };
 use crate::error::Error;
 use crate::runtime::control::{
@@ -36,11 +36,12 @@ use crate::runtime::executor::{
 use crate::runtime::task::{Control, TaskEvent};
 
 /// The attempt's checkpoint decisions: acknowledgements are [`TaskAck`]s, frozen state is
-/// encoded once and shared, requests are answered on their [`Reply`] channel.
-type Checkpoints<'e> = AttemptCoordinator<'e, TaskAck, Arc<EncodedSnapshot>, Reply>;
+/// encoded once and shared (or kept by a worker), requests are answered on their [`Reply`]
+/// channel.
+type Checkpoints<'e> = AttemptCoordinator<'e, TaskAck, Frozen, Reply>;
 
 /// One decision of [`Checkpoints`], for [`AttemptRun::carry_out`].
-type Step = AttemptAction<TaskAck, Arc<EncodedSnapshot>, Reply>;
+type Step = AttemptAction<TaskAck, Frozen, Reply>;
 
 /// The mutable state of one running attempt, so its event handling reads as small steps.
 pub(crate) struct AttemptRun<'e, 'a> {
@@ -99,9 +100,43 @@ impl Executor<'_> {
     }
 }
 
+/// The writers' job for exited task `task` (planned as `t`) of attempt `attempt`: write
+/// its frozen `snapshot` into checkpoint `id`, where it acknowledges for the task. Also
+/// what a worker does when its coordinator asks for a task it ran (issue 24).
+pub(crate) fn frozen_job(
+    attempt: u32,
+    task: usize,
+    t: &crate::runtime::plan::TaskPlan,
+    id: u64,
+    snapshot: Arc<EncodedSnapshot>,
+) -> SnapshotJob {
+    SnapshotJob {
+        attempt,
+        task,
+        subtask: t.subtask,
+        parallelism: t.parallelism,
+        checkpoint_id: id,
+        snapshot: SnapshotPayload::Encoded(snapshot),
+        sync: Duration::ZERO,
+        alignment: Duration::ZERO,
+        frozen: false,
+        times: {
+            // The task exited: its barrier, capture and handover are this instant.
+            let now = crate::clock::wall_us();
+            PhaseTimes {
+                barrier_us: now,
+                sync_start_us: now,
+                sync_end_us: now,
+                ..PhaseTimes::default()
+            }
+        },
+    }
+}
+
 impl AttemptRun<'_, '_> {
     fn drive(&mut self, events: &Receiver<TaskEvent>) -> AttemptEnd {
-        let mut remaining = self.attempt.handles.len();
+        // Tasks of other workers hosted in this process count as finished from the start.
+        let mut remaining = self.attempt.finished.iter().filter(|f| !**f).count();
         let mut cancelled = false;
         let current = self.checkpoints.attempt();
         loop {
@@ -188,6 +223,10 @@ impl AttemptRun<'_, '_> {
                     cancelled = true;
                     Vec::new()
                 }
+                #[cfg(feature = "cluster")]
+                Ok(TaskEvent::AttemptFailed { attempt, error }) if attempt == current => {
+                    return AttemptEnd::Failed(error);
+                }
                 Ok(_) => Vec::new(), // events of an older attempt
                 Err(RecvTimeoutError::Timeout) => Vec::new(),
                 Err(RecvTimeoutError::Disconnected) => return AttemptEnd::Failed(Error::Cancelled),
@@ -211,6 +250,20 @@ impl AttemptRun<'_, '_> {
     fn on_request(&mut self, request: Request) -> Vec<Step> {
         let failed = |m: String| ControlError::new(ControlErrorKind::Failed, m);
         let cfg = self.exec.cfg;
+        #[cfg(feature = "cluster")]
+        let request = match request {
+            Request::Savepoint { reply, .. } | Request::Stop { reply, .. }
+                if self.attempt.write_frozen_remote.is_some() =>
+            {
+                let _ = reply.send(Err(failed(
+                    "savepoints of a job that runs on a cluster are not built yet (issue 24): \
+                     take checkpoints (`weir checkpoint`) and restore one with --restore"
+                        .into(),
+                )));
+                return Vec::new();
+            }
+            request => request,
+        };
         // Savepoints go to a folder of their own inside the savepoint directory.
         let (kind, folder, reply) = match request {
             Request::Checkpoint { reply } => (BarrierKind::Checkpoint, Ok(None), reply),
@@ -364,30 +417,23 @@ impl AttemptRun<'_, '_> {
         let _ = self.exec.shared.release(&self.exec.storage, oldest);
     }
 
-    /// Hands exited task `task`'s frozen state to the writers, for checkpoint `id`.
-    fn write_frozen(&self, task: usize, id: u64, snapshot: Arc<EncodedSnapshot>) {
-        let t = &self.exec.plan.tasks[task];
-        let _ = self.exec.writer_tx.send(SnapshotJob {
-            attempt: self.checkpoints.attempt(),
-            task,
-            subtask: t.subtask,
-            parallelism: t.parallelism,
-            checkpoint_id: id,
-            snapshot: SnapshotPayload::Encoded(snapshot),
-            sync: Duration::ZERO,
-            alignment: Duration::ZERO,
-            frozen: false,
-            times: {
-                // The task exited: its barrier, capture and handover are this instant.
-                let now = crate::clock::wall_us();
-                PhaseTimes {
-                    barrier_us: now,
-                    sync_start_us: now,
-                    sync_end_us: now,
-                    ..PhaseTimes::default()
+    /// Hands exited task `task`'s frozen state to the writers, for checkpoint `id` (or asks
+    /// the worker that kept it to).
+    fn write_frozen(&self, task: usize, id: u64, snapshot: Frozen) {
+        match snapshot {
+            Frozen::Here(snapshot) => {
+                let t = &self.exec.plan.tasks[task];
+                let attempt = self.checkpoints.attempt();
+                let job = frozen_job(attempt, task, t, id, snapshot);
+                let _ = self.exec.writer_tx.send(job);
+            }
+            #[cfg(feature = "cluster")]
+            Frozen::OnWorker => {
+                if let Some(write) = &self.attempt.write_frozen_remote {
+                    write(task, id);
                 }
-            },
-        });
+            }
+        }
     }
 
     /// A request's answer, as the control channel carries it.

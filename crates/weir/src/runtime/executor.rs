@@ -77,6 +77,9 @@ pub(crate) struct Executor<'a> {
     /// whole job runs here.
     #[cfg(feature = "cluster")]
     pub(crate) placement: Option<Arc<crate::runtime::placement::Placement>>,
+    /// (A cluster's coordinator) the workers every task runs on; `None`: tasks run here.
+    #[cfg(feature = "cluster")]
+    pub(crate) hosts: Option<Arc<dyn crate::runtime::hosts::TaskHosts>>,
 }
 
 /// Outcome of one attempt.
@@ -98,7 +101,7 @@ pub(crate) fn execute(
         metrics,
         &control,
         #[cfg(feature = "cluster")]
-        None,
+        Where::Here(None),
     );
     control.close();
     if result.is_err() {
@@ -152,9 +155,38 @@ pub(crate) fn execute_placed(
     control: Arc<ControlHub>,
     hosting: crate::runtime::placement::Hosting,
 ) -> Result<JobResult> {
-    let result = run_job(graph, cfg, metrics, &control, Some(hosting));
+    let result = run_job(graph, cfg, metrics, &control, Where::Here(Some(hosting)));
     control.close();
     result
+}
+
+/// Runs `graph` under `cfg` as a cluster's coordinator: every task runs on the workers of
+/// `hosts`, this executor drives their checkpoints through their control streams and
+/// writes `_metadata`, and a failed attempt (a lost worker included) restarts the whole
+/// job from its latest checkpoint under the restart strategy (issue 24).
+#[cfg(feature = "cluster")]
+pub(crate) fn execute_hosted(
+    graph: JobGraph,
+    cfg: &JobConfig,
+    metrics: Arc<JobMetrics>,
+    control: Arc<ControlHub>,
+    hosts: Arc<dyn crate::runtime::hosts::TaskHosts>,
+) -> Result<JobResult> {
+    let result = run_job(graph, cfg, metrics, &control, Where::Workers(hosts));
+    control.close();
+    if result.is_err() {
+        control.update(|s| s.state = "failed".into());
+    }
+    result
+}
+
+/// Where a job's tasks run.
+#[cfg(feature = "cluster")]
+enum Where {
+    /// In this process: all of them, or (`Some`) those of the workers it hosts.
+    Here(Option<crate::runtime::placement::Hosting>),
+    /// On other processes, the workers of a cluster.
+    Workers(Arc<dyn crate::runtime::hosts::TaskHosts>),
 }
 
 fn run_job(
@@ -162,14 +194,38 @@ fn run_job(
     cfg: &JobConfig,
     metrics: Arc<JobMetrics>,
     control: &Arc<ControlHub>,
-    #[cfg(feature = "cluster")] hosting: Option<crate::runtime::placement::Hosting>,
+    #[cfg(feature = "cluster")] tasks_at: Where,
 ) -> Result<JobResult> {
     let started = Instant::now();
     let plan = plan(&graph, cfg)?;
     #[cfg(feature = "cluster")]
-    let placement = match hosting {
-        Some(h) => Some(Arc::new(place(&plan, cfg, h)?)),
-        None => None,
+    let (placement, hosts) = match tasks_at {
+        Where::Here(Some(h)) => (Some(Arc::new(place(&plan, cfg, h)?)), None),
+        Where::Here(None) => (None, None),
+        Where::Workers(hosts) => {
+            if cfg.checkpointing.unaligned {
+                return Err(Error::InvalidJob(
+                    "unaligned checkpoints across workers are not supported yet: run the job \
+                     with aligned checkpoints (without --unaligned) on a cluster"
+                        .into(),
+                ));
+            }
+            // The workers' acknowledgements carry full keyed-state files only (the wire
+            // `Ack` has no base-and-deltas chain yet): refuse rather than lose the deltas.
+            let backend = crate::runtime::state_backend::StateBackend::resolve(cfg.state_backend)?;
+            let incremental = crate::runtime::state_backend::incremental_checkpoints(
+                cfg.incremental_checkpoints,
+            )?;
+            if incremental && backend == crate::runtime::state_backend::StateBackend::Disk {
+                return Err(Error::InvalidJob(
+                    "incremental checkpoints across workers are not supported yet: drop \
+                     --incremental-checkpoints (and unset WEIR_INCREMENTAL_CHECKPOINTS) to run \
+                     on a cluster, or run the job in one process"
+                        .into(),
+                ));
+            }
+            (None, Some(hosts))
+        }
     };
     check_unaligned(&graph, &plan, cfg)?;
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
@@ -325,6 +381,8 @@ fn run_job(
         shared: Default::default(),
         #[cfg(feature = "cluster")]
         placement,
+        #[cfg(feature = "cluster")]
+        hosts,
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
     let mut attempt_no = 0u32;

@@ -51,6 +51,8 @@ pub mod finishing;
 pub(crate) mod footprint;
 pub mod functions;
 pub(crate) mod graph;
+#[cfg(feature = "cluster")]
+pub(crate) mod hosts;
 pub mod interval_join;
 pub mod load;
 pub mod network;

@@ -28,6 +28,10 @@ pub(crate) struct Attempt {
     pub(crate) sources: Vec<usize>,
     pub(crate) handles: Vec<JoinHandle<()>>,
     pub(crate) finished: Vec<bool>,
+    /// (Tasks on other processes) asks a task's worker to write the frozen snapshot it
+    /// kept into a checkpoint ([`crate::runtime::hosts::HostedAttempt::write_frozen`]).
+    #[cfg(feature = "cluster")]
+    pub(crate) write_frozen_remote: Option<Box<dyn Fn(usize, u64)>>,
 }
 
 impl Attempt {
@@ -174,6 +178,10 @@ impl Executor<'_> {
         attempt: u32,
         restore: Option<&RestoredCheckpoint>,
     ) -> Result<Attempt> {
+        #[cfg(feature = "cluster")]
+        if let Some(hosts) = &self.hosts {
+            return self.spawn_hosted(hosts.as_ref(), attempt, restore);
+        }
         let g = self.graph;
         let unaligned = self.cfg.checkpointing.unaligned;
         // Channels for every non-chained edge (and, unaligned, a priority lane beside each).
@@ -420,6 +428,41 @@ impl Executor<'_> {
             handles,
             // A task of another worker never reports here: it counts as finished.
             finished: local.iter().map(|&l| !l).collect(),
+            #[cfg(feature = "cluster")]
+            write_frozen_remote: None,
+        })
+    }
+
+    /// Deploys attempt `attempt` on the workers of `hosts` (a coordinator runs no task
+    /// itself): every task is remote, reached through its worker's control stream.
+    #[cfg(feature = "cluster")]
+    fn spawn_hosted(
+        &self,
+        hosts: &dyn crate::runtime::hosts::TaskHosts,
+        attempt: u32,
+        restore: Option<&RestoredCheckpoint>,
+    ) -> Result<Attempt> {
+        let restore = restore.map(|r| r.path.as_path());
+        let run_id = self.storage.run_id();
+        let metrics = &self.task_metrics;
+        let hosted = hosts.deploy(
+            &self.plan,
+            attempt,
+            restore,
+            &self.events_tx,
+            run_id,
+            metrics,
+        )?;
+        let sources = (self.plan.tasks.iter().enumerate())
+            .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
+            .map(|(i, _)| i)
+            .collect();
+        Ok(Attempt {
+            controls: hosted.controls,
+            sources,
+            handles: hosted.handles,
+            finished: vec![false; self.plan.tasks.len()],
+            write_frozen_remote: Some(hosted.write_frozen),
         })
     }
 

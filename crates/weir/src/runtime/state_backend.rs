@@ -278,6 +278,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "disk-state")] // the disk backend is refused without it
     fn a_folder_weir_did_not_make_is_never_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let job = tmp.path().join("job");

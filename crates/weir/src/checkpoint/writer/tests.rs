@@ -259,7 +259,9 @@ fn live_and_frozen_snapshots_write_the_same_file_into_every_checkpoint() {
     };
     let live = write_snapshot(&storage, job(&mut b, 1, false)).unwrap();
     let frozen = write_snapshot(&storage, job(&mut b, 2, true)).unwrap();
-    let encoded = frozen.frozen.clone().expect("a frozen snapshot comes back");
+    let Some(Frozen::Here(encoded)) = frozen.frozen.clone() else {
+        panic!("a frozen snapshot comes back, encoded here")
+    };
     let mut again = job(&mut b, 3, false);
     again.snapshot = SnapshotPayload::Encoded(encoded);
     let later = write_snapshot(&storage, again).unwrap();

@@ -80,6 +80,7 @@ impl RegisteredWorker {
 
     /// Whether the worker is lost (its stream broke or ended, or it went silent for the
     /// heartbeat timeout), and why; the loss is reported once, to the first caller.
+    #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; a job runs it through `pool`.
     pub fn lost(&self) -> Option<Error> {
         match self.from_worker.try_recv() {
             Ok(Err(cause)) => Some(Error::Cluster(format!("lost {}: {cause}", self.describe()))),
@@ -92,6 +93,7 @@ impl RegisteredWorker {
     }
 
     /// The worker's next message, waiting at most `timeout`.
+    #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; a job runs it through `pool`.
     fn next(&self, timeout: Duration) -> Result<FromWorker> {
         match self.from_worker.recv_timeout(timeout) {
             Ok(Ok(WorkerMessage { kind: Some(k) })) => Ok(k),
@@ -115,6 +117,12 @@ impl RegisteredWorker {
     }
 }
 
+/// How often both sides send heartbeats for a heartbeat timeout of `timeout`: four per
+/// timeout, so one delayed heartbeat never counts as a loss.
+pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
+    (timeout / 4).max(Duration::from_millis(5))
+}
+
 /// What a deploy carries.
 #[derive(Debug, Clone)]
 pub struct DeploySpec {
@@ -128,6 +136,10 @@ pub struct DeploySpec {
     pub job_args: Vec<String>,
     /// The coordinator's plan fingerprint, which the worker's must equal.
     pub fingerprint: PlanFingerprint,
+    /// The checkpoint the attempt restores (its folder), empty for a fresh start.
+    pub restore_from: String,
+    /// The coordinator's run id, which the worker records with every state file.
+    pub run_id: String,
 }
 
 struct Service {
@@ -223,9 +235,30 @@ impl coordinator_server::Coordinator for Service {
             to_worker,
             from_worker,
         };
+        let interval = heartbeat_interval(silence);
         worker
-            .send(ToWorker::Registered(proto::Registered { worker_id: id }))
+            .send(ToWorker::Registered(proto::Registered {
+                worker_id: id,
+                heartbeat_interval_ms: interval.as_millis() as u64,
+                heartbeat_timeout_ms: silence.as_millis() as u64,
+            }))
             .map_err(|e| Status::internal(e.to_string()))?;
+        // Heartbeats both ways: the worker counts a coordinator silent for the timeout as
+        // lost, as the coordinator does a worker.
+        let beat = worker.to_worker.clone();
+        tokio::spawn(async move {
+            let mut sequence = 0;
+            loop {
+                tokio::time::sleep(interval).await;
+                sequence += 1;
+                let m = CoordinatorMessage {
+                    kind: Some(ToWorker::Heartbeat(proto::Heartbeat { sequence })),
+                };
+                if beat.send(Ok(m)).is_err() {
+                    return;
+                }
+            }
+        });
         self.registered
             .send(worker)
             .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
@@ -320,35 +353,14 @@ impl CoordinatorEndpoint {
 
     /// Deploys `spec` to `worker` and waits (at most `timeout`) until it built the same
     /// plan; the worker's refusal, naming the difference and both binaries, is the error.
+    #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; a job runs it through `pool`.
     pub fn deploy(
         &self,
         worker: &RegisteredWorker,
         spec: &DeploySpec,
         timeout: Duration,
     ) -> Result<()> {
-        worker.send(ToWorker::Deploy(proto::Deploy {
-            attempt: spec.attempt,
-            job_args: spec.job_args.clone(),
-            fingerprint: Some(spec.fingerprint.to_proto()),
-            assignments: spec
-                .assignments
-                .iter()
-                .map(|a| proto::SubtaskAssignment {
-                    task_uid: a.task_uid.clone(),
-                    subtask: a.subtask,
-                    worker_id: a.worker,
-                })
-                .collect(),
-            workers: spec
-                .workers
-                .iter()
-                .map(|(id, addr)| proto::WorkerAddress {
-                    worker_id: *id,
-                    exchange_address: addr.clone(),
-                })
-                .collect(),
-            restore_from: String::new(),
-        }))?;
+        worker.send(ToWorker::Deploy(deploy_message(spec)))?;
         match worker.next(timeout)? {
             FromWorker::Deployed(d) if d.attempt == spec.attempt => Ok(()),
             FromWorker::TaskFailed(f) => {
@@ -372,18 +384,70 @@ impl CoordinatorEndpoint {
     }
 }
 
+/// The Deploy message for `spec`.
+pub(crate) fn deploy_message(spec: &DeploySpec) -> proto::Deploy {
+    proto::Deploy {
+        attempt: spec.attempt,
+        job_args: spec.job_args.clone(),
+        fingerprint: Some(spec.fingerprint.to_proto()),
+        assignments: spec
+            .assignments
+            .iter()
+            .map(|a| proto::SubtaskAssignment {
+                task_uid: a.task_uid.clone(),
+                subtask: a.subtask,
+                worker_id: a.worker,
+            })
+            .collect(),
+        workers: spec
+            .workers
+            .iter()
+            .map(|(id, addr)| proto::WorkerAddress {
+                worker_id: *id,
+                exchange_address: addr.clone(),
+            })
+            .collect(),
+        restore_from: spec.restore_from.clone(),
+        run_id: spec.run_id.clone(),
+    }
+}
+
 /// Schedules the job of `env` onto `workers` (in id order): subtask `i` of every operator
 /// on the `i mod N`-th worker, so each worker runs whole pipeline slices and a forward edge
 /// stays on its worker (`runtime::placement`). A worker holds one slice per slot: a job
 /// whose largest parallelism needs more slices on a worker than it offers is refused,
 /// naming the numbers and the way out.
+#[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; a job runs it through `pool`.
 pub fn schedule(env: &StreamEnvironment, workers: &[RegisteredWorker]) -> Result<Vec<Assignment>> {
+    let plan = crate::runtime::plan::plan(&env.graph(), env.config())?;
+    let offers: Vec<Offer> = workers
+        .iter()
+        .map(|w| Offer {
+            id: w.id,
+            slots: w.slots,
+            name: w.describe(),
+        })
+        .collect();
+    schedule_plan(&plan, &offers)
+}
+
+/// A worker as the scheduler sees it: its id, its slots and how messages name it.
+pub(crate) struct Offer {
+    pub(crate) id: WorkerId,
+    pub(crate) slots: u32,
+    pub(crate) name: String,
+}
+
+/// [`schedule`] for a planned job.
+pub(crate) fn schedule_plan(
+    plan: &crate::runtime::plan::Plan,
+    workers: &[Offer],
+) -> Result<Vec<Assignment>> {
     if workers.is_empty() {
         return Err(Error::Cluster("no worker to schedule the job onto".into()));
     }
-    let mut ordered: Vec<&RegisteredWorker> = workers.iter().collect();
+    let mut ordered: Vec<&Offer> = workers.iter().collect();
     ordered.sort_by_key(|w| w.id);
-    let plan = crate::runtime::plan::plan(&env.graph(), env.config())?;
     let n = ordered.len();
     for (k, w) in ordered.iter().enumerate() {
         let slices = plan
@@ -396,7 +460,7 @@ pub fn schedule(env: &StreamEnvironment, workers: &[RegisteredWorker]) -> Result
             return Err(Error::Cluster(format!(
                 "the job needs {slices} slots on {} (parallelism up to {} over {n} workers), \
                  which offers {} (start more workers, or give them more --slots)",
-                w.describe(),
+                w.name,
                 plan.parallelism.iter().max().copied().unwrap_or(0),
                 w.slots
             )));
@@ -423,6 +487,10 @@ impl Drop for CoordinatorEndpoint {
         }
     }
 }
+
+mod forward;
+mod pool;
+pub(crate) mod run;
 
 #[cfg(test)]
 mod tests;

@@ -98,6 +98,8 @@ fn spec(p: u32) -> DeploySpec {
         attempt: 1,
         job_args: args(p),
         fingerprint: PlanFingerprint::of(&build(&args(p)).unwrap(), binary_version()).unwrap(),
+        restore_from: String::new(),
+        run_id: "run".into(),
     }
 }
 

@@ -2,7 +2,7 @@
 /// From a worker to the coordinator.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct WorkerMessage {
-    #[prost(oneof = "worker_message::Kind", tags = "1, 2, 3, 4, 5, 6")]
+    #[prost(oneof = "worker_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: ::core::option::Option<worker_message::Kind>,
 }
 /// Nested message and enum types in `WorkerMessage`.
@@ -21,12 +21,18 @@ pub mod worker_message {
         TaskFailed(super::TaskFailed),
         #[prost(message, tag = "6")]
         Heartbeat(super::Heartbeat),
+        #[prost(message, tag = "7")]
+        InputEnded(super::InputEnded),
+        #[prost(message, tag = "8")]
+        Finished(super::Finished),
+        #[prost(message, tag = "9")]
+        Progress(super::Progress),
     }
 }
 /// From the coordinator to a worker.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CoordinatorMessage {
-    #[prost(oneof = "coordinator_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "coordinator_message::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: ::core::option::Option<coordinator_message::Kind>,
 }
 /// Nested message and enum types in `CoordinatorMessage`.
@@ -47,6 +53,10 @@ pub mod coordinator_message {
         Cancel(super::Cancel),
         #[prost(message, tag = "7")]
         Heartbeat(super::Heartbeat),
+        #[prost(message, tag = "8")]
+        WriteFrozen(super::WriteFrozen),
+        #[prost(message, tag = "9")]
+        JobEnded(super::JobEnded),
     }
 }
 /// A worker offers itself: where its exchange listens and how many subtask slots it has.
@@ -69,6 +79,12 @@ pub struct Register {
 pub struct Registered {
     #[prost(uint32, tag = "1")]
     pub worker_id: u32,
+    /// How often the worker sends Heartbeat, and how long either side may stay silent before
+    /// the other counts it as lost (the coordinator's --heartbeat-timeout); 0: the worker's own.
+    #[prost(uint64, tag = "2")]
+    pub heartbeat_interval_ms: u64,
+    #[prost(uint64, tag = "3")]
+    pub heartbeat_timeout_ms: u64,
 }
 /// Run one attempt of the job. The worker builds the graph from the same binary with the
 /// job's arguments, compares the plan's fingerprint and answers Deployed, or refuses.
@@ -92,6 +108,10 @@ pub struct Deploy {
     /// The checkpoint (or savepoint) to restore from; empty for a fresh start.
     #[prost(string, tag = "6")]
     pub restore_from: ::prost::alloc::string::String,
+    /// The coordinator's run id: the worker records it with every state file it writes, as
+    /// _metadata does, so a restore tells this run's files from another's.
+    #[prost(string, tag = "7")]
+    pub run_id: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct SubtaskAssignment {
@@ -149,6 +169,17 @@ pub struct Ack {
     pub channel_state: ::prost::alloc::vec::Vec<ChannelStateHandle>,
     #[prost(message, optional, tag = "7")]
     pub timings: ::core::option::Option<SnapshotTimings>,
+    /// The snapshot froze the subtask's state (its input ended): the worker keeps it, and
+    /// writes it into later checkpoints once the subtask exits (WriteFrozen).
+    #[prost(bool, tag = "8")]
+    pub frozen: bool,
+    /// (Source subtasks) the records the source emitted in this attempt before the barrier.
+    #[prost(bool, tag = "9")]
+    pub is_source: bool,
+    #[prost(string, tag = "10")]
+    pub source_uid: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "11")]
+    pub source_records: u64,
 }
 /// A file in the checkpoint storage, as _metadata lists it.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -168,7 +199,7 @@ pub struct KeyGroupRange {
     pub end: u32,
 }
 /// The state of one operator of the acknowledging subtask's chain.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct OperatorStateHandle {
     #[prost(string, tag = "1")]
     pub uid: ::prost::alloc::string::String,
@@ -183,6 +214,21 @@ pub struct OperatorStateHandle {
     /// How far a source has read, for the summary and `restore` messages.
     #[prost(uint64, tag = "6")]
     pub source_records: u64,
+    /// The operator's parallelism.
+    #[prost(uint32, tag = "7")]
+    pub parallelism: u32,
+    /// Bytes per state, for the dashboard (not persisted in _metadata).
+    #[prost(message, repeated, tag = "8")]
+    pub states: ::prost::alloc::vec::Vec<StateSize>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StateSize {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(bool, tag = "2")]
+    pub keyed: bool,
+    #[prost(uint64, tag = "3")]
+    pub bytes: u64,
 }
 /// Records in flight an unaligned checkpoint saved for one input channel.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -236,6 +282,74 @@ pub struct TaskFailed {
     pub task: ::prost::alloc::string::String,
     #[prost(string, tag = "3")]
     pub cause: ::prost::alloc::string::String,
+    /// The subtask, when one failed (empty uid: the deploy itself failed).
+    #[prost(string, tag = "4")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "5")]
+    pub subtask: u32,
+    /// The subtask only stopped because a neighbour vanished; the root cause comes from
+    /// elsewhere.
+    #[prost(bool, tag = "6")]
+    pub cancelled: bool,
+}
+/// A source subtask's input ended (the coordinator hurries the final checkpoint).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct InputEnded {
+    #[prost(uint64, tag = "1")]
+    pub attempt: u64,
+    #[prost(string, tag = "2")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "3")]
+    pub subtask: u32,
+}
+/// A subtask ended cleanly, its end committed by a completed checkpoint.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Finished {
+    #[prost(uint64, tag = "1")]
+    pub attempt: u64,
+    #[prost(string, tag = "2")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "3")]
+    pub subtask: u32,
+}
+/// What this worker's subtasks processed so far: per subtask, the records that entered it
+/// over every attempt this worker ran it in (the coordinator adds up the workers'), sent
+/// now and then and before every Finished, for the job's progress and summary.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Progress {
+    #[prost(message, repeated, tag = "1")]
+    pub subtasks: ::prost::alloc::vec::Vec<SubtaskRecords>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SubtaskRecords {
+    #[prost(string, tag = "1")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "2")]
+    pub subtask: u32,
+    #[prost(uint64, tag = "3")]
+    pub records_in: u64,
+}
+/// Write the frozen state of exited subtask (task_uid, subtask), which this worker kept from
+/// its last snapshot, into checkpoint `checkpoint_id` (FLIP-147): it acknowledges for the
+/// subtask with Ack.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WriteFrozen {
+    #[prost(uint64, tag = "1")]
+    pub attempt: u64,
+    #[prost(uint64, tag = "2")]
+    pub checkpoint_id: u64,
+    #[prost(string, tag = "3")]
+    pub task_uid: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "4")]
+    pub subtask: u32,
+}
+/// The job ended (finished, failed for good, or stopped): the worker exits.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct JobEnded {
+    #[prost(bool, tag = "1")]
+    pub succeeded: bool,
+    #[prost(string, tag = "2")]
+    pub message: ::prost::alloc::string::String,
 }
 /// Checkpoint `checkpoint_id` is complete (its _metadata written): commit what it pre-committed.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

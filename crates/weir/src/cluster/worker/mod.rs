@@ -3,9 +3,10 @@
 //! carries and refuse it, naming both binaries and the first difference, unless the plan's
 //! fingerprint equals the coordinator's.
 //!
-//! **Built so far:** the registration and the deploy handshake. **Next:** running the
-//! deployed subtasks (`runtime::placement`) and answering the attempt's Trigger, Complete,
-//! Abort, Cancel and Heartbeat on this stream.
+//! [`attach`] is the registration and the first deploy's handshake; [`serve`] (in
+//! `serve.rs`) is the whole worker: it attaches, starts its exchange, and runs every attempt
+//! its coordinator deploys (`host.rs`), answering Trigger, Complete, Abort, WriteFrozen,
+//! Cancel and Heartbeat on this stream until the job ends.
 
 use std::time::Duration;
 
@@ -42,16 +43,21 @@ pub struct WorkerConfig {
     /// How long to wait for the coordinator to connect and to answer.
     pub timeout: Duration,
     /// How often to tell the coordinator this worker is alive (well under its
-    /// `--heartbeat-timeout`).
+    /// `--heartbeat-timeout`); zero: as often as the coordinator asks at registration (a
+    /// quarter of its timeout).
     pub heartbeat_interval: Duration,
 }
+
+/// The `task` of the TaskFailed a worker sends when it could not start a deployed attempt
+/// (the attempt fails and restarts), as opposed to `deploy`: it refuses the job itself.
+pub(crate) const START: &str = "start";
 
 /// Builds the job's graph from its arguments, as the coordinator did.
 pub type JobBuilder<'a> = dyn Fn(&[String]) -> Result<StreamEnvironment> + 'a;
 
 /// A worker attached to its coordinator and deployed: the graph it built, ready to run.
 /// Dropping it closes the control stream.
-#[allow(dead_code)] // `env` and `runtime` serve the attempt, next (issue 24).
+#[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub struct DeployedWorker {
     /// The id the coordinator gave this worker.
     pub id: WorkerId,
@@ -63,15 +69,19 @@ pub struct DeployedWorker {
     pub assignments: Vec<Assignment>,
     /// Every worker of the attempt and its exchange address.
     pub workers: Vec<(WorkerId, String)>,
+    /// The first deploy, as it came (restore point, run id, arguments).
+    pub(crate) deploy: proto::Deploy,
+    /// How long the coordinator may stay silent before this worker counts it as lost.
+    pub(crate) heartbeat_timeout: Duration,
     runtime: tokio::runtime::Runtime,
-    _to_coordinator: UnboundedSender<WorkerMessage>,
-    _from_coordinator: Streaming<CoordinatorMessage>,
+    pub(crate) to_coordinator: UnboundedSender<WorkerMessage>,
+    pub(crate) from_coordinator: Option<Streaming<CoordinatorMessage>>,
 }
 
-#[allow(dead_code)] // Serves the attempt, next (issue 24).
 impl DeployedWorker {
     /// Opens this worker's exchange streams: it dials every worker of the attempt with a
     /// higher id (the others dial it), so each pair shares exactly one stream.
+    #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
     pub fn connect_peers(&self, exchange: &crate::runtime::exchange::Exchange) -> Result<()> {
         for (id, addr) in self.workers.iter().filter(|(id, _)| *id > self.id) {
             exchange
@@ -87,13 +97,25 @@ impl DeployedWorker {
     }
 }
 
-fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
+pub(crate) fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
     // A closed stream shows on the receiving side, which names the coordinator.
     let _ = tx.send(WorkerMessage { kind: Some(kind) });
 }
 
-/// Dials the coordinator, registers and takes the first deploy; see the module docs.
+/// Dials the coordinator, registers and takes the first deploy, answering Deployed once
+/// the plan matched; see the module docs.
+#[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedWorker> {
+    attach_answering(config, build, true)
+}
+
+/// [`attach`], answering Deployed only when `answer` (a worker that runs the attempt
+/// answers once its subtasks started instead: [`serve`]).
+pub(crate) fn attach_answering(
+    config: &WorkerConfig,
+    build: &JobBuilder<'_>,
+    answer: bool,
+) -> Result<DeployedWorker> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("weir-worker-control")
@@ -151,26 +173,34 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             .map_err(refused)?;
         Ok::<_, Error>(resp.into_inner())
     })?;
-    let mut next = |what: &str| -> Result<FromCoordinator> {
-        let got =
-            runtime.block_on(async { tokio::time::timeout(timeout, inbound.message()).await });
-        match got {
-            Ok(Ok(Some(CoordinatorMessage { kind: Some(k) }))) => Ok(k),
-            Ok(Ok(_)) => Err(Error::Cluster(format!(
-                "the coordinator at {at} closed the control stream while this worker waited \
-                 for {what}"
-            ))),
-            Ok(Err(s)) => Err(Error::Cluster(format!(
-                "the coordinator at {at} refused this worker: {}",
-                s.message()
-            ))),
-            Err(_) => Err(Error::Cluster(format!(
-                "the coordinator at {at} sent no {what} within {timeout:?}"
-            ))),
+    // The next message that is not a heartbeat (the coordinator beats from the
+    // registration on, while this worker may wait long for the others to register),
+    // waiting at most `silence` for any message.
+    let mut next = |what: &str, silence: Duration| -> Result<FromCoordinator> {
+        loop {
+            let got =
+                runtime.block_on(async { tokio::time::timeout(silence, inbound.message()).await });
+            return match got {
+                Ok(Ok(Some(CoordinatorMessage {
+                    kind: Some(FromCoordinator::Heartbeat(_)),
+                }))) => continue,
+                Ok(Ok(Some(CoordinatorMessage { kind: Some(k) }))) => Ok(k),
+                Ok(Ok(_)) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} closed the control stream while this worker \
+                     waited for {what}"
+                ))),
+                Ok(Err(s)) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} refused this worker: {}",
+                    s.message()
+                ))),
+                Err(_) => Err(Error::Cluster(format!(
+                    "the coordinator at {at} sent no {what} within {silence:?}"
+                ))),
+            };
         }
     };
-    let id = match next("registration")? {
-        FromCoordinator::Registered(r) => r.worker_id,
+    let registered = match next("registration", timeout)? {
+        FromCoordinator::Registered(r) => r,
         other => {
             return Err(Error::Cluster(format!(
                 "the coordinator at {at} answered the registration with {other:?} (are both \
@@ -178,7 +208,36 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             )))
         }
     };
-    let deploy = match next("a deploy")? {
+    let id = registered.worker_id;
+    // The deploy comes once every worker registered, which may take long: the coordinator
+    // only has to stay alive meanwhile.
+    let heartbeat_timeout = match registered.heartbeat_timeout_ms {
+        0 => config.timeout,
+        ms => Duration::from_millis(ms),
+    };
+    // Alive from the registration on (the deploy may come much later, once every worker
+    // registered): a heartbeat at every interval while the stream is open.
+    let beat = tx.clone();
+    let interval = match (config.heartbeat_interval, registered.heartbeat_interval_ms) {
+        (Duration::ZERO, 0) => Duration::from_secs(1),
+        (Duration::ZERO, ms) => Duration::from_millis(ms),
+        (own, _) => own,
+    }
+    .max(Duration::from_millis(1));
+    runtime.spawn(async move {
+        let mut sequence = 0;
+        loop {
+            tokio::time::sleep(interval).await;
+            sequence += 1;
+            let m = WorkerMessage {
+                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
+            };
+            if beat.send(m).is_err() {
+                return;
+            }
+        }
+    });
+    let deploy = match next("a deploy", heartbeat_timeout)? {
         FromCoordinator::Deploy(d) => d,
         other => {
             return Err(Error::Cluster(format!(
@@ -196,22 +255,6 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
         theirs.check(&mine, &who)?;
         Ok(env)
     });
-    // Alive from now on: a heartbeat at every interval while the stream is open.
-    let beat = tx.clone();
-    let interval = config.heartbeat_interval.max(Duration::from_millis(1));
-    runtime.spawn(async move {
-        let mut sequence = 0;
-        loop {
-            tokio::time::sleep(interval).await;
-            sequence += 1;
-            let m = WorkerMessage {
-                kind: Some(ToCoordinator::Heartbeat(proto::Heartbeat { sequence })),
-            };
-            if beat.send(m).is_err() {
-                return;
-            }
-        }
-    });
     let env = match checked {
         Ok(env) => env,
         Err(e) => {
@@ -221,28 +264,32 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
                     attempt: deploy.attempt,
                     task: "deploy".into(),
                     cause: e.to_string(),
+                    ..Default::default()
                 }),
             );
             // The coordinator answers a refusal with Cancel: the refusal has arrived, and the
             // stream may close (the timeout is a safety net for a coordinator gone).
-            let _ = next("the coordinator's answer to the refusal");
+            let _ = next("the coordinator's answer to the refusal", timeout);
             return Err(e);
         }
     };
-    send(
-        &tx,
-        ToCoordinator::Deployed(proto::Deployed {
-            attempt: deploy.attempt,
-            fingerprint: deploy.fingerprint.clone(),
-        }),
-    );
+    if answer {
+        send(
+            &tx,
+            ToCoordinator::Deployed(proto::Deployed {
+                attempt: deploy.attempt,
+                fingerprint: deploy.fingerprint.clone(),
+            }),
+        );
+    }
     Ok(DeployedWorker {
         id,
         attempt: deploy.attempt,
         env,
         assignments: deploy
             .assignments
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|a| Assignment {
                 task_uid: a.task_uid,
                 subtask: a.subtask,
@@ -251,11 +298,18 @@ pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedW
             .collect(),
         workers: deploy
             .workers
-            .into_iter()
-            .map(|w| (w.worker_id, w.exchange_address))
+            .iter()
+            .map(|w| (w.worker_id, w.exchange_address.clone()))
             .collect(),
+        deploy,
+        heartbeat_timeout,
         runtime,
-        _to_coordinator: tx,
-        _from_coordinator: inbound,
+        to_coordinator: tx,
+        from_coordinator: Some(inbound),
     })
 }
+
+mod host;
+mod serve;
+
+pub use serve::serve;

@@ -109,6 +109,15 @@ pub enum TaskEvent {
         /// The cause.
         error: Error,
     },
+    /// The attempt failed outside any one task: a worker process running some of its
+    /// tasks was lost (issue 24). The attempt ends at once with `error`.
+    #[cfg(feature = "cluster")]
+    AttemptFailed {
+        /// Attempt number.
+        attempt: u32,
+        /// The cause, naming the worker and its address.
+        error: Error,
+    },
 }
 
 /// Counters a task updates for progress reporting (relaxed atomics, no locking).

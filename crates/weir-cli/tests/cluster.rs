@@ -1,0 +1,411 @@
+//! One job across worker processes (issue 24): a coordinator (`weir run … --workers N
+//! --cluster-listen 127.0.0.1:0`) and `weir worker` processes on loopback, every port
+//! chosen by the system. The input is held (`--hold-at`, `--release-file`) until the test
+//! has seen what it waits for — a checkpoint taken mid-input, a worker killed — so nothing
+//! depends on the machine's speed; every wait is bounded and says what it waited for.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Events of the job; each of the two generator subtasks holds after [`HOLD_AT`] of its own.
+const EVENTS: u64 = 200_000;
+/// Keys (not a divisor of [`EVENTS`]).
+const KEYS: u64 = 97;
+/// Events per generator subtask before it holds.
+const HOLD_AT: u64 = 20_000;
+/// A safety net for a hang, never a pace.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A cluster of one test: its folder, the coordinator and the workers' logs.
+struct Cluster {
+    dir: PathBuf,
+    coordinator: Child,
+    /// The coordinator's stderr (notices, the workers it deployed to).
+    coordinator_log: PathBuf,
+    /// Its stdout (the run summary, the verdict).
+    coordinator_out: PathBuf,
+    address: String,
+}
+
+impl Cluster {
+    /// Starts the coordinator of keyed-count on `workers` workers, its input held until
+    /// [`Cluster::release`], and waits until it listens.
+    fn start(dir: &Path, workers: usize) -> Cluster {
+        let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
+        args.extend(
+            [
+                "--checkpoint-interval",
+                "50ms",
+                "--checkpoint-dir",
+                "chk",
+                "--output",
+                "out",
+                "--verify",
+                "--restart-delay",
+                "10ms",
+                // Every checkpoint stays: the one the test reads is never deleted under it.
+                "--retained-checkpoints",
+                "1000000",
+                "--hold-at",
+                &HOLD_AT.to_string(),
+                "--release-file",
+                "release",
+                "--workers",
+                &workers.to_string(),
+                "--cluster-listen",
+                "127.0.0.1:0",
+                "--heartbeat-timeout",
+                "30s",
+            ]
+            .map(String::from),
+        );
+        let log = dir.join("coordinator.log");
+        let out = dir.join("coordinator.out");
+        let mut coordinator = weir(dir, &args)
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("cannot start the weir binary");
+        let address = wait_for_line(&mut coordinator, &log, "coordinator listening on ")
+            .split(' ')
+            .next()
+            .map(|a| a.trim_end_matches(':').to_string())
+            .expect("an address after `coordinator listening on`");
+        Cluster {
+            dir: dir.to_path_buf(),
+            coordinator,
+            coordinator_log: log,
+            coordinator_out: out,
+            address,
+        }
+    }
+
+    /// Starts a worker and waits until the coordinator registered it: workers get their
+    /// ids (and so their subtasks) in the order the test starts them.
+    fn registered_worker(&mut self, name: &str) -> Child {
+        let child = self.worker(name);
+        let needle = format!("({name}) at 127.0.0.1:");
+        let deadline = Instant::now() + TIMEOUT;
+        while !self
+            .log()
+            .lines()
+            .any(|l| l.contains(&needle) && l.contains(" registered "))
+        {
+            if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
+                panic!("the coordinator exited ({st}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {name} did not register within {TIMEOUT:?}:\n{}",
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        child
+    }
+
+    /// Starts `weir worker` named `name` (its log `<name>.log`), from `binary`.
+    fn worker_from(&self, binary: &Path, name: &str) -> Child {
+        let mut cmd = Command::new(binary);
+        cmd.args([
+            "worker",
+            "--coordinator",
+            &self.address,
+            "--slots",
+            "1",
+            "--name",
+            name,
+        ])
+        .current_dir(&self.dir)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(std::process::Stdio::null());
+        spawn_logged(&mut cmd, &self.dir.join(format!("{name}.log")))
+    }
+
+    fn worker(&self, name: &str) -> Child {
+        self.worker_from(Path::new(BIN), name)
+    }
+
+    fn job_dir(&self) -> PathBuf {
+        self.dir.join("chk").join("keyed-count")
+    }
+
+    /// Lets the held input go on.
+    fn release(&self) {
+        fs::write(self.dir.join("release"), b"go").unwrap();
+    }
+
+    /// Waits for the coordinator to end: its exit code, stdout and stderr.
+    fn finish(mut self) -> (i32, String, String) {
+        let status = wait_deadline(&mut self.coordinator, TIMEOUT, "the coordinator");
+        let out = fs::read_to_string(&self.coordinator_out).unwrap_or_default();
+        (status.code().unwrap_or(-1), out, self.log())
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.coordinator_log).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.coordinator.kill();
+        let _ = self.coordinator.wait();
+    }
+}
+
+/// Polls `log` until a line holds `needle`; returns what follows it. Panics, with the log,
+/// if `child` exits first or [`TIMEOUT`] passes.
+fn wait_for_line(child: &mut Child, log: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        if let Some(rest) = text
+            .lines()
+            .find_map(|l| l.split_once(needle).map(|(_, r)| r))
+        {
+            return rest.to_string();
+        }
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            panic!(
+                "{} exited ({st}) before printing `{needle}`:\n{text}",
+                log.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} printed no `{needle}` within {TIMEOUT:?}:\n{text}",
+            log.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until a complete checkpoint of `job_dir` was taken while both generator subtasks
+/// held (its sources at `2 × HOLD_AT`); returns its id.
+fn wait_for_held_checkpoint(c: &mut Cluster) -> u64 {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        for id in completed_checkpoints(&c.job_dir()).into_iter().rev() {
+            let path = c.job_dir().join(format!("chk-{id}"));
+            if let Ok(sources) = weir::inspect::source_progress(&path) {
+                if sources.iter().map(|s| s.records).sum::<u64>() == 2 * HOLD_AT {
+                    return id;
+                }
+            }
+        }
+        if let Some(st) = c.coordinator.try_wait().expect("try_wait") {
+            panic!("the coordinator exited ({st}):\n{}", c.log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of the held input completed within {TIMEOUT:?}:\n{}",
+            c.log()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits for a worker to end and returns its exit code and log.
+fn finish_worker(dir: &Path, mut worker: Child, name: &str) -> (i32, String) {
+    let st = wait_deadline(&mut worker, TIMEOUT, name);
+    let log = fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+    (st.code().unwrap_or(-1), log)
+}
+
+/// Which subtasks the coordinator's log says `worker` ran in `attempt`.
+fn ran_on(log: &str, attempt: u32, worker: &str) -> String {
+    let prefix = format!("weir: attempt {attempt} runs on ");
+    log.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .find(|l| l.contains(&format!("({worker})")))
+        .and_then(|l| l.rsplit_once(": ").map(|(_, s)| s.to_string()))
+        .unwrap_or_else(|| panic!("no `{prefix}… ({worker})` line in\n{log}"))
+}
+
+#[test]
+fn two_workers_count_exactly_and_each_checkpoint_holds_both_workers_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(tmp.path(), 2);
+    let w1 = c.registered_worker("w1");
+    let w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    // Every subtask of the checkpoint taken mid-input wrote its own files, and each
+    // worker ran one subtask of each operator.
+    let described = weir::inspect::describe(&c.job_dir().join(format!("chk-{held}")))
+        .expect("the held checkpoint reads back, every file checked");
+    for uid in ["generator", "count"] {
+        let op = described
+            .operators
+            .iter()
+            .find(|o| o.uid == uid)
+            .unwrap_or_else(|| panic!("no operator {uid} in checkpoint {held}"));
+        assert_eq!(op.parallelism, 2, "{uid}");
+        assert_eq!(
+            op.files, 2,
+            "{uid}: one state file per subtask, from both workers"
+        );
+    }
+    c.release();
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    // The workers' reports add up to what their sources read.
+    assert_eq!(records_read(&out), EVENTS, "{out}");
+    assert_eq!(ran_on(&log, 1, "w1"), "generator[0], count[0]", "{log}");
+    assert_eq!(ran_on(&log, 1, "w2"), "generator[1], count[1]", "{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    for (w, name) in [(w1, "w1"), (w2, "w2")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "worker {name} failed:\n{wlog}");
+        assert!(wlog.contains("the job finished"), "{name}:\n{wlog}");
+    }
+}
+
+#[test]
+fn a_worker_of_another_binary_is_refused_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::start(tmp.path(), 1);
+    // The same program, one byte longer: another build, as a worker of another version is.
+    let other = tmp.path().join("weir-other");
+    let mut bytes = fs::read(BIN).unwrap();
+    bytes.push(0);
+    fs::write(&other, bytes).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&other, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let w = c.worker_from(&other, "odd");
+    let (code, log) = finish_worker(tmp.path(), w, "odd");
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains("refused"), "{log}");
+    // Both binaries named: the worker's copy and the coordinator's program.
+    assert!(log.contains("(weir-other, crc32c "), "{log}");
+    assert!(log.contains("(weir, crc32c "), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn a_worker_killed_mid_input_is_replaced_and_the_job_resumes_exactly_from_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(tmp.path(), 2);
+    let w1 = c.registered_worker("w1");
+    let mut w2 = c.registered_worker("w2");
+    // The input holds until released: the kill lands mid-input, after a checkpoint of it.
+    let held = wait_for_held_checkpoint(&mut c);
+    sigkill_running(&mut w2, "worker w2");
+    c.release();
+    let again = c.worker("w2-again");
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    // The loss named the worker and its address, and the restart restored the checkpoint
+    // taken mid-input (or a newer one of the held input), not the beginning.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("lost worker 2 (w2) at 127.0.0.1:")),
+        "{log}"
+    );
+    let restored: Vec<_> = attempts(&out)
+        .into_iter()
+        .filter_map(|a| a.restored.map(|r| (a.n, r)))
+        .collect();
+    let (n, (id, position, path)) = restored
+        .last()
+        .cloned()
+        .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{out}"));
+    assert!(n >= 2, "{out}");
+    assert!(
+        id >= held,
+        "restored checkpoint {id}, older than {held}:\n{out}"
+    );
+    assert_eq!(position, 2 * HOLD_AT, "{out}");
+    // The replacement registered under a new id and restored that checkpoint itself.
+    let (wcode, wlog) = finish_worker(&dir, again, "w2-again");
+    assert_eq!(wcode, 0, "{wlog}");
+    assert!(
+        wlog.contains(&format!("restored from {}", path.display())),
+        "the replacement did not restore {}:\n{wlog}",
+        path.display()
+    );
+    let (code1, log1) = finish_worker(&dir, w1, "w1");
+    assert_eq!(code1, 0, "{log1}");
+    assert!(log1.contains("runs attempt 1"), "{log1}");
+    assert!(
+        log1.contains(&format!("restored from {}", path.display())),
+        "{log1}"
+    );
+}
+
+#[test]
+fn bad_cluster_flags_are_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let job = |extra: &[&str]| {
+        let mut a = keyed_count_args(1000, 7, extra, false);
+        a.extend(["--checkpoint-dir", "chk", "--output", "out"].map(String::from));
+        run(&mut weir(tmp.path(), a))
+    };
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["--workers", "2"], &["--workers needs --cluster-listen"]),
+        (
+            &["--cluster-listen", "127.0.0.1:0"],
+            &["--cluster-listen applies", "add --workers N"],
+        ),
+        (
+            &["--workers", "2", "--cluster-listen", "0.0.0.0:0"],
+            &["--cluster-token is needed"],
+        ),
+        (
+            &[
+                "--workers",
+                "2",
+                "--cluster-listen",
+                "127.0.0.1:0",
+                "--unaligned",
+            ],
+            &["--unaligned is not supported with --workers"],
+        ),
+        (
+            &["--workers", "0", "--cluster-listen", "127.0.0.1:0"],
+            &["--workers", "at least 1"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        assert_clean_error(&job(flags), 2, needles);
+    }
+    // A worker: its own flags.
+    let worker = |flags: &[&str]| {
+        let args = ["worker", "--coordinator", "127.0.0.1:1"]
+            .iter()
+            .chain(flags);
+        run(&mut weir(tmp.path(), args))
+    };
+    let w = worker(&["--listen", "0.0.0.0:0"]);
+    assert_clean_error(&w, 2, &["--cluster-token is needed", "--listen"]);
+    let w = worker(&["--listen", "0.0.0.0:0", "--cluster-token", "t"]);
+    assert_clean_error(&w, 2, &["--listen 0.0.0.0:0", "own address"]);
+    let w = worker(&["--slots", "0"]);
+    assert_clean_error(&w, 2, &["--slots", "at least 1"]);
+    // A coordinator out of reach is named with the way out.
+    let w = worker(&[]);
+    assert_clean_error(
+        &w,
+        1,
+        &[
+            "cannot reach the coordinator at 127.0.0.1:1",
+            "--coordinator",
+        ],
+    );
+    assert!(!tmp.path().join("out").exists());
+}

@@ -1,0 +1,184 @@
+//! The executor's controls for tasks on workers (issue 24): one thread per attempt reads
+//! every task's control channel and sends what it asks for on the task's worker's control
+//! stream. The executor addresses tasks; the protocol addresses workers — a Trigger,
+//! Complete, Abort or Cancel reaches a worker once however many of its tasks the executor
+//! sent it to, and the worker hands it to its own tasks as the executor would have
+//! ([`dedupe`] is that rule, pure and unit-tested).
+
+use std::collections::HashSet;
+
+use crossbeam_channel::{unbounded, Receiver, Select};
+
+use super::pool::{send, ToWorkerTx};
+use crate::checkpoint::barrier::BarrierKind;
+use crate::cluster::proto::coordinator_message::Kind as ToWorker;
+use crate::cluster::proto::{self, SnapshotKind};
+use crate::error::{Error, Result};
+use crate::runtime::exchange::WorkerId;
+use crate::runtime::hosts::HostedAttempt;
+use crate::runtime::task::Control;
+
+/// A control as the protocol carries it to one worker: what it is and for which
+/// checkpoint, so a repeat is recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Sent {
+    Trigger(u64),
+    Complete(u64),
+    Abort(u64),
+    Cancel,
+}
+
+/// Whether `control`, sent by the executor to a task on `worker`, still has to go to
+/// that worker (`seen` remembers what went).
+fn dedupe(seen: &mut HashSet<(WorkerId, Sent)>, worker: WorkerId, control: &Control) -> bool {
+    let sent = match control {
+        Control::Trigger(b) => Sent::Trigger(b.id),
+        Control::Complete(id) => Sent::Complete(*id),
+        Control::Aborted(id) => Sent::Abort(*id),
+        Control::Cancel => Sent::Cancel,
+    };
+    seen.insert((worker, sent))
+}
+
+/// The message for `control` in attempt `attempt`.
+fn message(attempt: u64, control: Control) -> ToWorker {
+    match control {
+        Control::Trigger(b) => ToWorker::Trigger(proto::Trigger {
+            attempt,
+            checkpoint_id: b.id,
+            timestamp_ms: b.timestamp_ms,
+            kind: match b.kind {
+                BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
+                BarrierKind::Savepoint => SnapshotKind::Savepoint,
+                BarrierKind::Stop { drain: false } => SnapshotKind::Stop,
+                BarrierKind::Stop { drain: true } => SnapshotKind::StopAndDrain,
+            } as i32,
+        }),
+        Control::Complete(id) => ToWorker::Complete(proto::Complete {
+            attempt,
+            checkpoint_id: id,
+        }),
+        Control::Aborted(id) => ToWorker::Abort(proto::Abort {
+            attempt,
+            checkpoint_id: id,
+            cause: String::new(),
+        }),
+        Control::Cancel => ToWorker::Cancel(proto::Cancel {
+            attempt,
+            cause: "the coordinator cancelled the attempt".into(),
+        }),
+    }
+}
+
+/// Starts forwarding attempt `attempt`'s controls: task `i` of the plan runs on
+/// `workers[i]`, reached by `to[i]` (its stream, its head's uid, its subtask).
+pub(crate) fn start(
+    attempt: u32,
+    to: Vec<(ToWorkerTx, String, u32)>,
+    workers: &[WorkerId],
+) -> Result<HostedAttempt> {
+    let mut controls = Vec::with_capacity(to.len());
+    let mut receivers: Vec<Receiver<Control>> = Vec::with_capacity(to.len());
+    for _ in &to {
+        let (tx, rx) = unbounded();
+        controls.push(tx);
+        receivers.push(rx);
+    }
+    let streams: Vec<ToWorkerTx> = to.iter().map(|(s, _, _)| s.clone()).collect();
+    let workers = workers.to_vec();
+    let handle = std::thread::Builder::new()
+        .name(format!("weir-coordinator-attempt-{attempt}"))
+        .spawn(move || forward(u64::from(attempt), &receivers, &streams, &workers))
+        .map_err(|e| Error::Cluster(format!("cannot start the control forwarder: {e}")))?;
+    let write_frozen = Box::new(move |task: usize, id: u64| {
+        if let Some((stream, uid, subtask)) = to.get(task) {
+            let m = proto::WriteFrozen {
+                attempt: u64::from(attempt),
+                checkpoint_id: id,
+                task_uid: uid.clone(),
+                subtask: *subtask,
+            };
+            send(stream, ToWorker::WriteFrozen(m));
+        }
+    });
+    Ok(HostedAttempt {
+        controls,
+        handles: vec![handle],
+        write_frozen,
+    })
+}
+
+/// Forwards until every control sender is gone (the executor dropped the attempt).
+fn forward(
+    attempt: u64,
+    receivers: &[Receiver<Control>],
+    streams: &[ToWorkerTx],
+    workers: &[WorkerId],
+) {
+    let mut seen = HashSet::new();
+    let mut sel = Select::new();
+    for r in receivers {
+        sel.recv(r);
+    }
+    let mut open = receivers.len();
+    while open > 0 {
+        let op = sel.select();
+        let i = op.index();
+        match op.recv(&receivers[i]) {
+            Ok(control) => {
+                if dedupe(&mut seen, workers[i], &control) {
+                    send(&streams[i], message(attempt, control));
+                }
+            }
+            Err(_) => {
+                sel.remove(i);
+                open -= 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::barrier::CheckpointBarrier;
+
+    #[test]
+    fn a_worker_hears_each_control_once_however_many_of_its_tasks_it_was_sent_to() {
+        let mut seen = HashSet::new();
+        let trigger = Control::Trigger(CheckpointBarrier::checkpoint(4, 0));
+        // Two source tasks on worker 1, one on worker 2.
+        assert!(dedupe(&mut seen, 1, &trigger));
+        assert!(!dedupe(&mut seen, 1, &trigger));
+        assert!(dedupe(&mut seen, 2, &trigger));
+        // Another checkpoint, and other kinds for the same one, are new.
+        let next = Control::Trigger(CheckpointBarrier::checkpoint(5, 0));
+        assert!(dedupe(&mut seen, 1, &next));
+        assert!(dedupe(&mut seen, 1, &Control::Complete(4)));
+        assert!(!dedupe(&mut seen, 1, &Control::Complete(4)));
+        assert!(dedupe(&mut seen, 1, &Control::Aborted(5)));
+        assert!(dedupe(&mut seen, 1, &Control::Cancel));
+        assert!(!dedupe(&mut seen, 1, &Control::Cancel));
+    }
+
+    #[test]
+    fn controls_become_the_protocols_messages() {
+        let stop = CheckpointBarrier {
+            id: 9,
+            timestamp_ms: 77,
+            kind: BarrierKind::Stop { drain: true },
+        };
+        let ToWorker::Trigger(t) = message(3, Control::Trigger(stop)) else {
+            panic!("a trigger")
+        };
+        assert_eq!((t.attempt, t.checkpoint_id, t.timestamp_ms), (3, 9, 77));
+        assert_eq!(t.kind, SnapshotKind::StopAndDrain as i32);
+        assert!(matches!(
+            message(3, Control::Aborted(9)),
+            ToWorker::Abort(proto::Abort {
+                checkpoint_id: 9,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,469 @@
+//! The task side of one attempt on a worker (issue 24): build this worker's subtasks of
+//! the deployed attempt (`runtime::placement`, through the executor's own `spawn`), then
+//! relay — the coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel to the
+//! subtasks, their acknowledgements (state files already written to the checkpoint
+//! storage by this worker's writers, the handles in [`to_proto`]), declines, ended inputs,
+//! ends and failures to the coordinator — until the coordinator cancels the attempt,
+//! deploys the next one or ends the job.
+//!
+//! What a subtask would hand the coordinator in memory in one process — the frozen
+//! snapshot of a task whose input ended (FLIP-147) — stays here: the Ack only says it
+//! exists, and the coordinator's WriteFrozen has this worker write it into a checkpoint.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam_channel::{unbounded, Receiver, Select, Sender};
+
+use super::send;
+use crate::checkpoint::barrier::{BarrierKind, CheckpointBarrier};
+use crate::checkpoint::restore;
+use crate::checkpoint::storage::CheckpointStorage;
+use crate::checkpoint::writer::{spawn_writers, EncodedSnapshot, Frozen, SnapshotJob};
+use crate::cluster::handles::{to_proto, SubtaskRef};
+use crate::cluster::proto::coordinator_message::Kind as FromCoordinator;
+use crate::cluster::proto::worker_message::Kind as ToCoordinator;
+use crate::cluster::proto::{self, SnapshotKind, WorkerMessage};
+use crate::error::{Error, Result};
+use crate::runtime::attempt::frozen_job;
+use crate::runtime::config::JobConfig;
+use crate::runtime::control::ControlHub;
+use crate::runtime::exchange::{Exchange, WorkerId};
+use crate::runtime::executor::{Attempt, Executor, JobMetrics};
+use crate::runtime::graph::{JobGraph, NodeKind};
+use crate::runtime::placement::{Hosting, Placement};
+use crate::runtime::plan::Plan;
+use crate::runtime::state_backend::JobStateBackend;
+use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
+
+/// What the coordinator's stream brought, or why it ended.
+pub(crate) type Inbox = Receiver<std::result::Result<FromCoordinator, String>>;
+
+/// How an attempt ended on this worker.
+pub(crate) enum Next {
+    /// The coordinator cancelled it; the next deploy (or the job's end) follows.
+    Cancelled,
+    /// The coordinator deployed the next attempt.
+    Deploy(proto::Deploy),
+    /// The job ended, with the coordinator's message.
+    Ended(proto::JobEnded),
+}
+
+/// A worker's job, built once from the first deploy's arguments, and what outlives its
+/// attempts: the checkpoint storage (the coordinator's folder, under its run id), the
+/// snapshot writers and the state backend.
+pub(crate) struct Host {
+    pub(crate) id: WorkerId,
+    /// `worker N (name) at ADDRESS`.
+    pub(crate) described: String,
+    graph: JobGraph,
+    cfg: JobConfig,
+    plan: Plan,
+    storage: CheckpointStorage,
+    state_backend: JobStateBackend,
+    exchange: Arc<Exchange>,
+    events_tx: Sender<TaskEvent>,
+    events: Receiver<TaskEvent>,
+    writer_tx: Option<Sender<SnapshotJob>>,
+    writers: Vec<std::thread::JoinHandle<()>>,
+    to_coordinator: tokio::sync::mpsc::UnboundedSender<WorkerMessage>,
+    /// Per task of the plan, its counters over every attempt this worker ran it in.
+    task_metrics: Vec<Arc<TaskMetrics>>,
+}
+
+/// How often a worker reports its subtasks' records (and once more before each Finished).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Host {
+    /// The host of `graph` under `cfg` for worker `id`, writing into the coordinator's
+    /// checkpoint folder under `run_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: WorkerId,
+        described: String,
+        graph: JobGraph,
+        cfg: JobConfig,
+        run_id: &str,
+        exchange: Arc<Exchange>,
+        to_coordinator: tokio::sync::mpsc::UnboundedSender<WorkerMessage>,
+    ) -> Result<Host> {
+        let plan = crate::runtime::plan::plan(&graph, &cfg)?;
+        let storage = CheckpointStorage::join(&cfg.checkpoint_dir, &cfg.name, run_id)?;
+        let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
+        let (events_tx, events) = unbounded::<TaskEvent>();
+        let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
+        let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
+        let task_metrics = (plan.tasks.iter())
+            .map(|_| Arc::new(TaskMetrics::default()))
+            .collect();
+        Ok(Host {
+            id,
+            described,
+            graph,
+            cfg,
+            plan,
+            storage,
+            state_backend,
+            exchange,
+            events_tx,
+            events,
+            writer_tx: Some(writer_tx),
+            writers,
+            to_coordinator,
+            task_metrics,
+        })
+    }
+
+    fn send(&self, kind: ToCoordinator) {
+        send(&self.to_coordinator, kind);
+    }
+
+    fn subtask(&self, task: usize) -> SubtaskRef {
+        let t = &self.plan.tasks[task];
+        SubtaskRef {
+            task_uid: self.plan.uids[t.chain[0]].clone(),
+            subtask: t.subtask,
+            parallelism: t.parallelism,
+        }
+    }
+
+    /// Runs deployed attempt `deploy` until it ends; see the module docs. An attempt this
+    /// worker cannot start (a peer out of reach, its checkpoint unreadable) is reported
+    /// with TaskFailed naming this worker: it fails the attempt, and the coordinator's
+    /// restart strategy decides what comes next.
+    pub(crate) fn run(&self, deploy: &proto::Deploy, inbox: &Inbox) -> Result<Next> {
+        let attempt = deploy.attempt as u32;
+        let started = self.start(deploy).and_then(|(placement, restored)| {
+            let exec = self.executor(placement)?;
+            exec.state_backend.prepare_attempt()?;
+            let a = exec.spawn(attempt, restored.as_ref())?;
+            Ok((a, restored.map(|r| r.path)))
+        });
+        let (mut tasks, restored) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let cause = format!("{} could not start attempt {attempt}: {e}", self.described);
+                self.send(ToCoordinator::TaskFailed(proto::TaskFailed {
+                    attempt: deploy.attempt,
+                    task: super::START.into(),
+                    cause: cause.clone(),
+                    ..Default::default()
+                }));
+                // The attempt fails on the coordinator, which restarts the job (or ends
+                // it): this worker waits for what it decides.
+                eprintln!("weir: {cause}");
+                return Ok(Next::Cancelled);
+            }
+        };
+        self.send(ToCoordinator::Deployed(proto::Deployed {
+            attempt: deploy.attempt,
+            fingerprint: deploy.fingerprint.clone(),
+        }));
+        // The tasks of other workers count as finished from the start.
+        let local: Vec<bool> = tasks.finished.iter().map(|f| !f).collect();
+        let mine: Vec<String> = (0..self.plan.tasks.len())
+            .filter(|&t| local[t])
+            .map(|t| {
+                let s = self.subtask(t);
+                format!("{}[{}]", s.task_uid, s.subtask)
+            })
+            .collect();
+        eprintln!(
+            "weir: {} runs attempt {attempt}: {}{}",
+            self.described,
+            mine.join(", "),
+            restored.map_or_else(String::new, |p| format!(", restored from {}", p.display()))
+        );
+        let next = self.relay(attempt, &mut tasks, &local, inbox);
+        tasks.cancel_and_join();
+        self.progress(&local); // what the subtasks did up to their end
+        next
+    }
+
+    /// Dials the workers above this one, loads the checkpoint to restore, and places the
+    /// plan on the deploy's workers.
+    fn start(
+        &self,
+        deploy: &proto::Deploy,
+    ) -> Result<(Arc<Placement>, Option<restore::RestoredCheckpoint>)> {
+        for w in deploy.workers.iter().filter(|w| w.worker_id > self.id) {
+            if !self.exchange.is_connected(w.worker_id) {
+                self.exchange
+                    .connect(w.worker_id, &w.exchange_address)
+                    .map_err(|e| Error::PeerLost(e.to_string()))?;
+            }
+        }
+        let restored = match deploy.restore_from.as_str() {
+            "" => None,
+            path => Some(restore::load(std::path::Path::new(path))?),
+        };
+        let hosting = Hosting {
+            workers: deploy.workers.iter().map(|w| w.worker_id).collect(),
+            hosted: [(self.id, self.exchange.clone())].into(),
+        };
+        Ok((Arc::new(Placement::schedule(&self.plan, hosting)), restored))
+    }
+
+    /// The executor that builds this worker's subtasks of one attempt (it runs no
+    /// checkpoint coordinator here: the relay does what its loop would).
+    fn executor(&self, placement: Arc<Placement>) -> Result<Executor<'_>> {
+        let task_metrics = self.task_metrics.clone();
+        let source_metrics = (self.plan.tasks.iter().zip(&task_metrics))
+            .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
+            .map(|(_, m)| m.clone())
+            .collect();
+        Ok(Executor {
+            graph: &self.graph,
+            cfg: &self.cfg,
+            plan: crate::runtime::plan::plan(&self.graph, &self.cfg)?,
+            storage: self.storage.clone(),
+            metrics: Arc::new(JobMetrics::default()),
+            injector: None,
+            events_tx: self.events_tx.clone(),
+            writer_tx: self.writer_tx.clone().expect("the writers live until drop"),
+            task_metrics,
+            chain_metrics: None,
+            source_metrics,
+            control: Arc::new(ControlHub::default()),
+            schemas: Vec::new(),
+            state_backend: self.state_backend.clone(),
+            placement: Some(placement),
+            hosts: None,
+        })
+    }
+
+    /// Relays between the coordinator and attempt `attempt`'s subtasks; see the module docs.
+    fn relay(
+        &self,
+        attempt: u32,
+        tasks: &mut Attempt,
+        local: &[bool],
+        inbox: &Inbox,
+    ) -> Result<Next> {
+        // Per exited task, the newest frozen snapshot and the checkpoint it was taken for.
+        let mut frozen: HashMap<usize, (Arc<EncodedSnapshot>, u64)> = HashMap::new();
+        loop {
+            let mut sel = Select::new();
+            let from_tasks = sel.recv(&self.events);
+            sel.recv(inbox);
+            let Ok(op) = sel.select_timeout(PROGRESS_EVERY) else {
+                self.progress(local);
+                continue;
+            };
+            if op.index() == from_tasks {
+                let Ok(event) = op.recv(&self.events) else {
+                    return Err(Error::Cluster("the worker's event channel closed".into()));
+                };
+                self.report(attempt, event, tasks, local, &mut frozen);
+                continue;
+            }
+            let message = match op.recv(inbox) {
+                Ok(Ok(m)) => m,
+                Ok(Err(cause)) => return Err(Error::Cluster(cause)),
+                Err(_) => {
+                    return Err(Error::Cluster(
+                        "the coordinator's control stream closed".into(),
+                    ))
+                }
+            };
+            match message {
+                FromCoordinator::Trigger(t) if t.attempt == u64::from(attempt) => {
+                    let barrier = CheckpointBarrier {
+                        id: t.checkpoint_id,
+                        timestamp_ms: t.timestamp_ms,
+                        kind: barrier_kind(t.kind),
+                    };
+                    for &s in tasks.sources.iter().filter(|&&s| !tasks.finished[s]) {
+                        let _ = tasks.controls[s].send(Control::Trigger(barrier));
+                    }
+                }
+                FromCoordinator::Complete(c) if c.attempt == u64::from(attempt) => {
+                    tasks.broadcast(Control::Complete(c.checkpoint_id));
+                }
+                FromCoordinator::Abort(a) if a.attempt == u64::from(attempt) => {
+                    tasks.broadcast(Control::Aborted(a.checkpoint_id));
+                }
+                FromCoordinator::WriteFrozen(w) if w.attempt == u64::from(attempt) => {
+                    self.write_frozen(attempt, &w, &frozen);
+                }
+                FromCoordinator::Cancel(c) if c.attempt == u64::from(attempt) => {
+                    return Ok(Next::Cancelled)
+                }
+                FromCoordinator::Deploy(d) => return Ok(Next::Deploy(d)),
+                FromCoordinator::JobEnded(e) => return Ok(Next::Ended(e)),
+                _ => {} // heartbeats, and what an older attempt was sent
+            }
+        }
+    }
+
+    /// Reports a subtask's (or writer's) event of attempt `attempt` to the coordinator.
+    fn report(
+        &self,
+        attempt: u32,
+        event: TaskEvent,
+        tasks: &mut Attempt,
+        local: &[bool],
+        frozen: &mut HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
+    ) {
+        let a = u64::from(attempt);
+        let kind = match event {
+            TaskEvent::Ack {
+                attempt: at,
+                task,
+                checkpoint,
+                ack,
+            } if at == attempt => {
+                if let Some(Frozen::Here(snapshot)) = &ack.frozen {
+                    let newer = frozen.get(&task).is_none_or(|(_, id)| *id < checkpoint);
+                    if newer {
+                        frozen.insert(task, (snapshot.clone(), checkpoint));
+                    }
+                }
+                ToCoordinator::Ack(to_proto(attempt, checkpoint, &self.subtask(task), &ack))
+            }
+            TaskEvent::Decline {
+                attempt: at,
+                checkpoint,
+                reason,
+            } if at == attempt => ToCoordinator::Decline(proto::Decline {
+                attempt: a,
+                checkpoint_id: checkpoint,
+                cause: reason,
+                ..Default::default()
+            }),
+            TaskEvent::InputEnded { attempt: at, task } if at == attempt => {
+                let s = self.subtask(task);
+                ToCoordinator::InputEnded(proto::InputEnded {
+                    attempt: a,
+                    task_uid: s.task_uid,
+                    subtask: s.subtask,
+                })
+            }
+            TaskEvent::Finished { attempt: at, task } if at == attempt => {
+                // Its final count first: the coordinator's summary is read once every
+                // task finished.
+                self.progress(local);
+                tasks.finished[task] = true;
+                let s = self.subtask(task);
+                ToCoordinator::Finished(proto::Finished {
+                    attempt: a,
+                    task_uid: s.task_uid,
+                    subtask: s.subtask,
+                })
+            }
+            TaskEvent::Failed {
+                attempt: at,
+                task,
+                error,
+            } if at == attempt => {
+                tasks.finished[task] = true;
+                let s = self.subtask(task);
+                let (task_name, cause) = match &error {
+                    Error::TaskFailed { task, cause } => (task.clone(), cause.clone()),
+                    e => (self.plan.tasks[task].name.clone(), e.to_string()),
+                };
+                ToCoordinator::TaskFailed(proto::TaskFailed {
+                    attempt: a,
+                    task: task_name,
+                    cause,
+                    task_uid: s.task_uid,
+                    subtask: s.subtask,
+                    cancelled: matches!(error, Error::Cancelled),
+                })
+            }
+            _ => return, // an older attempt's
+        };
+        self.send(kind);
+    }
+
+    /// Reports the records of the subtasks this attempt runs here (`local`; a finished
+    /// one's count is final).
+    fn progress(&self, local: &[bool]) {
+        let subtasks = (0..self.plan.tasks.len())
+            .filter(|&t| local[t])
+            .map(|t| {
+                let s = self.subtask(t);
+                proto::SubtaskRecords {
+                    task_uid: s.task_uid,
+                    subtask: s.subtask,
+                    records_in: self.task_metrics[t].records_in.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        self.send(ToCoordinator::Progress(proto::Progress { subtasks }));
+    }
+
+    /// Writes exited task's frozen snapshot into a checkpoint, as the coordinator asked;
+    /// a snapshot this worker does not hold declines the checkpoint, naming the subtask.
+    fn write_frozen(
+        &self,
+        attempt: u32,
+        w: &proto::WriteFrozen,
+        frozen: &HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
+    ) {
+        let task = (0..self.plan.tasks.len()).find(|&t| {
+            let s = self.subtask(t);
+            s.task_uid == w.task_uid && s.subtask == w.subtask
+        });
+        let held = task.and_then(|t| frozen.get(&t).map(|(s, _)| (t, s.clone())));
+        let (Some((task, snapshot)), Some(writers)) = (held, &self.writer_tx) else {
+            self.send(ToCoordinator::Decline(proto::Decline {
+                attempt: w.attempt,
+                checkpoint_id: w.checkpoint_id,
+                task_uid: w.task_uid.clone(),
+                subtask: w.subtask,
+                cause: format!(
+                    "{} holds no frozen snapshot of {}[{}]",
+                    self.described, w.task_uid, w.subtask
+                ),
+            }));
+            return;
+        };
+        let t = &self.plan.tasks[task];
+        let _ = writers.send(frozen_job(attempt, task, t, w.checkpoint_id, snapshot));
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        drop(self.writer_tx.take()); // closes the writers' queue
+        for w in self.writers.drain(..) {
+            let _ = w.join();
+        }
+        self.state_backend.finish();
+    }
+}
+
+/// The barrier kind a Trigger asks for.
+fn barrier_kind(kind: i32) -> BarrierKind {
+    match SnapshotKind::try_from(kind).unwrap_or(SnapshotKind::Checkpoint) {
+        SnapshotKind::Savepoint => BarrierKind::Savepoint,
+        SnapshotKind::Stop => BarrierKind::Stop { drain: false },
+        SnapshotKind::StopAndDrain => BarrierKind::Stop { drain: true },
+        SnapshotKind::Checkpoint | SnapshotKind::Unspecified => BarrierKind::Checkpoint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trigger_asks_for_the_barrier_kind_it_names() {
+        let kinds = [
+            (SnapshotKind::Checkpoint, BarrierKind::Checkpoint),
+            (SnapshotKind::Unspecified, BarrierKind::Checkpoint),
+            (SnapshotKind::Savepoint, BarrierKind::Savepoint),
+            (SnapshotKind::Stop, BarrierKind::Stop { drain: false }),
+            (
+                SnapshotKind::StopAndDrain,
+                BarrierKind::Stop { drain: true },
+            ),
+        ];
+        for (sent, want) in kinds {
+            assert_eq!(barrier_kind(sent as i32), want);
+        }
+        assert_eq!(barrier_kind(99), BarrierKind::Checkpoint);
+    }
+}

@@ -1,0 +1,369 @@
+//! The runner's cluster forms (issue 24, feature `cluster`), the same for the `weir`
+//! command and a user's own binary:
+//!
+//! * **Coordinator:** `PROGRAM [job flags] --workers N --cluster-listen HOST:PORT
+//!   [--cluster-token T] [--heartbeat-timeout D]` waits for N workers, deploys the job on
+//!   them and runs its checkpoint coordinator ([`ClusterArgs`]).
+//! * **Worker:** `PROGRAM worker --coordinator HOST:PORT [--slots S] [--listen HOST:PORT]
+//!   [--cluster-token T]` runs whatever its coordinator deploys: the deploy carries the
+//!   job's arguments and the worker builds the same graph from the same binary
+//!   ([`WorkerArgs`], [`serve_worker`]).
+//!
+//! The token may be left out only when every address is on loopback (a cluster on one
+//! host, as the tests run it): then both sides use [`LOOPBACK_TOKEN`].
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{describe, BoxError, UsageError};
+use crate::api::stream::StreamEnvironment;
+use crate::cluster::coordinator::run::ClusterRun;
+use crate::cluster::fingerprint::binary_version;
+use crate::cluster::worker::{serve, WorkerConfig};
+use crate::error::Error;
+
+/// The token of a cluster whose every address is on loopback, when none is given: nothing
+/// beyond this host can reach such a cluster.
+pub const LOOPBACK_TOKEN: &str = "weir-loopback-cluster";
+
+/// The heartbeat timeout when `--heartbeat-timeout` is not given.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a coordinator waits for its workers to register, at the start and after losing
+/// one.
+pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The coordinator's flags; see the module docs.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Cluster options")]
+pub struct ClusterArgs {
+    /// Run the job on this many worker processes (`PROGRAM worker --coordinator ADDR`),
+    /// with this process as their coordinator.
+    #[arg(long, value_parser = at_least_one)]
+    pub workers: Option<usize>,
+    /// With --workers: where workers dial the coordinator (IP:PORT; port 0 picks one, and
+    /// the address is printed).
+    #[arg(long, value_parser = parse_addr)]
+    pub cluster_listen: Option<SocketAddr>,
+    /// The cluster's shared secret: workers must present it. Needed unless every address
+    /// is on loopback.
+    #[arg(long)]
+    pub cluster_token: Option<String>,
+    /// With --workers: a worker silent this long (no heartbeat, no message) counts as lost,
+    /// and the job restarts from its latest checkpoint [default: 10s].
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub heartbeat_timeout: Option<Duration>,
+}
+
+impl ClusterArgs {
+    /// Refuses combinations that make no sense, naming the flags; `inject_failures` and
+    /// `unaligned` are the run's own flags, not supported across workers yet.
+    pub fn check(&self, inject_failures: bool, unaligned: bool) -> Result<(), UsageError> {
+        let Some(_) = self.workers else {
+            for (given, flag) in [
+                (self.cluster_listen.is_some(), "--cluster-listen"),
+                (self.cluster_token.is_some(), "--cluster-token"),
+                (self.heartbeat_timeout.is_some(), "--heartbeat-timeout"),
+            ] {
+                if given {
+                    return Err(UsageError::new(format!(
+                        "{flag} applies to a job run on a cluster: add --workers N (or drop \
+                         {flag} to run in this process)"
+                    )));
+                }
+            }
+            return Ok(());
+        };
+        let Some(listen) = self.cluster_listen else {
+            return Err(UsageError::new(
+                "--workers needs --cluster-listen IP:PORT, where the workers dial this \
+                 coordinator (e.g. 127.0.0.1:0 on one host, 0.0.0.0:6123 across hosts)",
+            ));
+        };
+        token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen")?;
+        if inject_failures {
+            return Err(UsageError::new(
+                "--inject-failures is not supported with --workers yet (the failures are \
+                 injected inside the tasks, which run on the workers): drop one of them",
+            ));
+        }
+        if unaligned {
+            return Err(UsageError::new(
+                "--unaligned is not supported with --workers yet (remote channels carry no \
+                 read-ahead credits): drop --unaligned to run on a cluster",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The run of a checked coordinator (`None` without --workers); `args` is the
+    /// program's whole command line, from which the workers' job arguments are taken.
+    pub(crate) fn run(&self, args: &[OsString]) -> Option<ClusterRun> {
+        let workers = self.workers?;
+        let listen = self.cluster_listen?;
+        let token = token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen").ok()?;
+        Some(ClusterRun {
+            workers,
+            listen,
+            token,
+            heartbeat_timeout: self.heartbeat_timeout.unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT),
+            registration_timeout: REGISTRATION_TIMEOUT,
+            job_args: job_args(args),
+        })
+    }
+}
+
+/// The worker's flags; see the module docs.
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// The coordinator's --cluster-listen address, as this host reaches it (HOST:PORT).
+    #[arg(long)]
+    pub coordinator: String,
+    /// Subtask slots this worker offers: it runs at most this many parallel slices of the
+    /// job.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub slots: usize,
+    /// Where this worker's exchange listens, as the other workers reach it (IP:PORT; port 0
+    /// picks one).
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_addr)]
+    pub listen: SocketAddr,
+    /// The cluster's shared secret (the coordinator's --cluster-token). Needed unless every
+    /// address is on loopback.
+    #[arg(long)]
+    pub cluster_token: Option<String>,
+    /// A name for messages and the dashboard [default: worker-PID].
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// The token of a cluster with these addresses: the one given, else [`LOOPBACK_TOKEN`]
+/// when every address is on loopback; `flag` names the address that is not.
+fn token_for(given: Option<&str>, addrs: &[SocketAddr], flag: &str) -> Result<String, UsageError> {
+    match given {
+        Some("") => Err(UsageError::new(
+            "--cluster-token is empty, which would let anyone who reaches the port in: give \
+             a secret",
+        )),
+        Some(t) => Ok(t.to_string()),
+        None if addrs.iter().all(|a| a.ip().is_loopback()) => Ok(LOOPBACK_TOKEN.into()),
+        None => Err(UsageError::new(format!(
+            "--cluster-token is needed when {flag} is not on loopback: give the coordinator \
+             and every worker the same secret"
+        ))),
+    }
+}
+
+/// The program's arguments less its cluster flags: what every worker builds the job from.
+fn job_args(args: &[OsString]) -> Vec<String> {
+    const WITH_VALUE: [&str; 4] = [
+        "--workers",
+        "--cluster-listen",
+        "--cluster-token",
+        "--heartbeat-timeout",
+    ];
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip = false;
+    for a in args {
+        let a = a.to_string_lossy().into_owned();
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if WITH_VALUE.contains(&a.as_str()) {
+            skip = true;
+        } else if !WITH_VALUE.iter().any(|f| a.starts_with(&format!("{f}="))) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Serves as a worker with `args` until the job ends; `build` builds the job from the
+/// arguments its coordinator deploys. The exit code: 0 when the job succeeded, 1 when it
+/// failed or this worker could not run (the cause on stderr), 2 for bad flags.
+pub fn serve_worker(
+    args: &WorkerArgs,
+    build: &dyn Fn(&[String]) -> Result<StreamEnvironment, BoxError>,
+) -> ExitCode {
+    super::quiet_panics();
+    let token = match (args.cluster_token.as_deref(), args.coordinator.parse()) {
+        (Some(given), _) => token_for(Some(given), &[], ""),
+        (None, Ok(at)) => token_for(None, &[at, args.listen], "--coordinator or --listen"),
+        (None, Err(_)) => Err(UsageError::new(
+            "--cluster-token is needed when --coordinator is a host name: give the \
+             coordinator's token",
+        )),
+    };
+    let token = match token {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.listen.ip().is_unspecified() {
+        eprintln!(
+            "error: --listen {}: the other workers need this worker's own address (e.g. \
+             10.0.0.7:0), not the unspecified one",
+            args.listen
+        );
+        return ExitCode::from(2);
+    }
+    let listener = match std::net::TcpListener::bind(args.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "error: the worker cannot listen on {} (--listen): {e} (is the port taken, or \
+                 the address not this host's?)",
+                args.listen
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| args.listen.to_string(), |a| a.to_string());
+    let config = WorkerConfig {
+        coordinator: args.coordinator.clone(),
+        token,
+        exchange_address: address,
+        slots: u32::try_from(args.slots).unwrap_or(u32::MAX),
+        name: args
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        binary_version: binary_version().into(),
+        timeout: Duration::from_secs(30),
+        heartbeat_interval: Duration::ZERO,
+    };
+    let builder = |job_args: &[String]| {
+        build(job_args).map_err(|e| {
+            Error::InvalidJob(format!(
+                "cannot build the job from the coordinator's arguments {job_args:?}: {}",
+                describe(&*e)
+            ))
+        })
+    };
+    eprintln!(
+        "weir: worker {} (exchange {}, {} slot(s)) dials the coordinator at {}",
+        config.name, config.exchange_address, config.slots, config.coordinator
+    );
+    match serve(&config, listener, &builder) {
+        Ok(end) if end.succeeded => {
+            eprintln!("weir: {}: {}", config.name, end.message);
+            ExitCode::SUCCESS
+        }
+        Ok(end) => {
+            eprintln!("error: {}: {}", config.name, end.message);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a count (1, 2, …)")),
+    }
+}
+
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse()
+        .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:0, 10.0.0.7:6123)"))
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be longer than 0 (e.g. 2s, 10s)".into()),
+        Err(e) => Err(format!("'{s}' is not a duration like 2s or 10s ({e})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> ClusterArgs {
+        use clap::FromArgMatches;
+        let cmd = ClusterArgs::augment_args(clap::Command::new("t"));
+        let m = cmd.try_get_matches_from(std::iter::once("t").chain(a.iter().copied()));
+        ClusterArgs::from_arg_matches(&m.unwrap()).unwrap()
+    }
+
+    #[test]
+    fn cluster_flags_need_workers_and_workers_need_an_address() {
+        let e = args(&["--cluster-listen", "127.0.0.1:0"])
+            .check(false, false)
+            .unwrap_err();
+        assert!(e.to_string().contains("--cluster-listen applies"), "{e}");
+        let e = args(&["--heartbeat-timeout", "2s"])
+            .check(false, false)
+            .unwrap_err();
+        assert!(e.to_string().contains("add --workers N"), "{e}");
+        let e = args(&["--workers", "2"]).check(false, false).unwrap_err();
+        assert!(e.to_string().contains("needs --cluster-listen"), "{e}");
+        let ok = args(&["--workers", "2", "--cluster-listen", "127.0.0.1:0"]);
+        ok.check(false, false).unwrap();
+        let e = ok.check(true, false).unwrap_err();
+        assert!(e.to_string().contains("--inject-failures"), "{e}");
+        let e = ok.check(false, true).unwrap_err();
+        assert!(e.to_string().contains("--unaligned"), "{e}");
+        assert!(args(&[]).check(false, false).is_ok());
+    }
+
+    #[test]
+    fn beyond_loopback_the_token_is_required() {
+        let open = args(&["--workers", "2", "--cluster-listen", "0.0.0.0:6123"]);
+        let e = open.check(false, false).unwrap_err();
+        assert!(e.to_string().contains("--cluster-token is needed"), "{e}");
+        let given = args(&[
+            "--workers",
+            "2",
+            "--cluster-listen",
+            "0.0.0.0:6123",
+            "--cluster-token",
+            "s3cret",
+        ]);
+        given.check(false, false).unwrap();
+        let run = given.run(&[]).unwrap();
+        assert_eq!(run.token, "s3cret");
+        let local = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
+        assert_eq!(local.run(&[]).unwrap().token, LOOPBACK_TOKEN);
+        let empty = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
+        let e = token_for(Some(""), &[empty.cluster_listen.unwrap()], "x").unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn the_workers_get_the_job_arguments_without_the_cluster_flags() {
+        let argv: Vec<OsString> = [
+            "weir run keyed-count",
+            "--events",
+            "100",
+            "--workers",
+            "2",
+            "--cluster-listen=127.0.0.1:0",
+            "--cluster-token",
+            "t",
+            "--heartbeat-timeout",
+            "3s",
+            "--verify",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        assert_eq!(
+            job_args(&argv),
+            ["weir run keyed-count", "--events", "100", "--verify"]
+        );
+    }
+}

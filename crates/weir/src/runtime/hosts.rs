@@ -1,0 +1,52 @@
+//! Tasks that run in other processes (issue 24, docs/cluster.md): how the executor of a
+//! cluster's coordinator, which runs no task itself, starts an attempt on its workers and
+//! reaches their tasks.
+//!
+//! The executor's attempt loop (`runtime::attempt`) stays what it is for one process: it
+//! sends [`Control`]s to tasks and receives [`TaskEvent`]s. A [`TaskHosts`] gives it, per
+//! task of the plan, a control sender whose messages reach the task's worker (Trigger,
+//! Complete, Abort, Cancel on the control stream), and turns what the workers report (Ack,
+//! Decline, InputEnded, Finished, TaskFailed, a lost worker) into the same events. The
+//! implementation lives with the coordinator role (`cluster::coordinator`), above this
+//! layer; the runtime only names what it needs.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+
+use crate::error::Result;
+use crate::runtime::plan::Plan;
+use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
+
+/// The workers an attempt's tasks run on; see the module docs.
+pub(crate) trait TaskHosts {
+    /// Deploys attempt `attempt` of `plan` on the workers (waiting, bounded, until enough
+    /// of them are registered), restored from the checkpoint at `restore` (`None`: a fresh
+    /// start). The tasks' events arrive on `events`, tagged with `attempt`; the workers
+    /// write state files under `run_id`, the run id of the coordinator's checkpoint folder.
+    /// What the workers report of their subtasks' records goes into `metrics` (per task of
+    /// the plan, for the whole job), so progress and the summary count as in one process.
+    #[allow(clippy::too_many_arguments)]
+    fn deploy(
+        &self,
+        plan: &Plan,
+        attempt: u32,
+        restore: Option<&Path>,
+        events: &Sender<TaskEvent>,
+        run_id: &str,
+        metrics: &[Arc<TaskMetrics>],
+    ) -> Result<HostedAttempt>;
+}
+
+/// An attempt deployed on the workers, as the executor drives it.
+pub(crate) struct HostedAttempt {
+    /// Per task of the plan, the sender whose controls reach the task on its worker.
+    pub(crate) controls: Vec<Sender<Control>>,
+    /// The threads forwarding the controls; they end once every control sender is dropped.
+    pub(crate) handles: Vec<JoinHandle<()>>,
+    /// Asks the worker that ran exited task `task` to write the frozen snapshot it kept
+    /// into checkpoint `id` (FLIP-147; the state never travels through the coordinator).
+    pub(crate) write_frozen: Box<dyn Fn(usize, u64)>,
+}
