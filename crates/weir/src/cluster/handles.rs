@@ -160,6 +160,9 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
                     bytes: s.bytes,
                 })
                 .collect(),
+            // Workers take full checkpoints only (their state backends are built without
+            // incremental checkpoints, and a coordinator refuses the flag): no chain crosses.
+            incremental: None,
         });
     }
     let mut channel_state = Vec::with_capacity(ack.channel_state.len());
@@ -251,6 +254,7 @@ mod tests {
                     keyed: true,
                     bytes: 40,
                 }],
+                incremental: None,
             }],
             stats: TaskCheckpointStats {
                 sync_micros: 1,

@@ -60,9 +60,15 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// Refuses combinations that make no sense, naming the flags; `inject_failures` and
-    /// `unaligned` are the run's own flags, not supported across workers yet.
-    pub fn check(&self, inject_failures: bool, unaligned: bool) -> Result<(), UsageError> {
+    /// Refuses combinations that make no sense, naming the flags; `inject_failures`,
+    /// `unaligned` and `incremental` (`--incremental-checkpoints`) are the run's own flags,
+    /// not supported across workers yet.
+    pub fn check(
+        &self,
+        inject_failures: bool,
+        unaligned: bool,
+        incremental: bool,
+    ) -> Result<(), UsageError> {
         let Some(_) = self.workers else {
             for (given, flag) in [
                 (self.cluster_listen.is_some(), "--cluster-listen"),
@@ -95,6 +101,13 @@ impl ClusterArgs {
             return Err(UsageError::new(
                 "--unaligned is not supported with --workers yet (remote channels carry no \
                  read-ahead credits): drop --unaligned to run on a cluster",
+            ));
+        }
+        if incremental {
+            return Err(UsageError::new(
+                "--incremental-checkpoints is not supported with --workers yet (the workers' \
+                 acknowledgements carry full state files only): drop \
+                 --incremental-checkpoints to run on a cluster",
             ));
         }
         Ok(())
@@ -302,28 +315,32 @@ mod tests {
     #[test]
     fn cluster_flags_need_workers_and_workers_need_an_address() {
         let e = args(&["--cluster-listen", "127.0.0.1:0"])
-            .check(false, false)
+            .check(false, false, false)
             .unwrap_err();
         assert!(e.to_string().contains("--cluster-listen applies"), "{e}");
         let e = args(&["--heartbeat-timeout", "2s"])
-            .check(false, false)
+            .check(false, false, false)
             .unwrap_err();
         assert!(e.to_string().contains("add --workers N"), "{e}");
-        let e = args(&["--workers", "2"]).check(false, false).unwrap_err();
+        let e = args(&["--workers", "2"])
+            .check(false, false, false)
+            .unwrap_err();
         assert!(e.to_string().contains("needs --cluster-listen"), "{e}");
         let ok = args(&["--workers", "2", "--cluster-listen", "127.0.0.1:0"]);
-        ok.check(false, false).unwrap();
-        let e = ok.check(true, false).unwrap_err();
+        ok.check(false, false, false).unwrap();
+        let e = ok.check(true, false, false).unwrap_err();
         assert!(e.to_string().contains("--inject-failures"), "{e}");
-        let e = ok.check(false, true).unwrap_err();
+        let e = ok.check(false, true, false).unwrap_err();
         assert!(e.to_string().contains("--unaligned"), "{e}");
-        assert!(args(&[]).check(false, false).is_ok());
+        let e = ok.check(false, false, true).unwrap_err();
+        assert!(e.to_string().contains("--incremental-checkpoints"), "{e}");
+        assert!(args(&[]).check(false, false, false).is_ok());
     }
 
     #[test]
     fn beyond_loopback_the_token_is_required() {
         let open = args(&["--workers", "2", "--cluster-listen", "0.0.0.0:6123"]);
-        let e = open.check(false, false).unwrap_err();
+        let e = open.check(false, false, false).unwrap_err();
         assert!(e.to_string().contains("--cluster-token is needed"), "{e}");
         let given = args(&[
             "--workers",
@@ -333,7 +350,7 @@ mod tests {
             "--cluster-token",
             "s3cret",
         ]);
-        given.check(false, false).unwrap();
+        given.check(false, false, false).unwrap();
         let run = given.run(&[]).unwrap();
         assert_eq!(run.token, "s3cret");
         let local = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);

@@ -282,12 +282,17 @@ impl RunFlags {
         }
         if self.state_backend == Some(Backend::Disk) && !cfg!(feature = "disk-state") {
             return Err(UsageError::new(
-                "--state-backend disk: this binary was built without the disk backend (cargo                  feature `disk-state` of weir, on by default in the weir CLI); rebuild with it                  or use --state-backend memory",
+                "--state-backend disk: this binary was built without the disk backend (cargo \
+                 feature `disk-state` of weir, on by default in the weir CLI); rebuild with it \
+                 or use --state-backend memory",
             ));
         }
         #[cfg(feature = "cluster")]
-        self.cluster
-            .check(self.inject_failures > 0, self.unaligned)?;
+        self.cluster.check(
+            self.inject_failures > 0,
+            self.unaligned,
+            self.incremental_checkpoints,
+        )?;
         let name = self.job_name.as_deref().unwrap_or(default_name);
         if let Err(e) = crate::storage::validate_name("job name", name) {
             let flag = if self.job_name.is_some() {

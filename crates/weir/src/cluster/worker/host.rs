@@ -230,6 +230,7 @@ impl Host {
             state_backend: self.state_backend.clone(),
             placement: Some(placement),
             hosts: None,
+            shared: Default::default(),
         })
     }
 
