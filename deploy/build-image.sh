@@ -39,7 +39,7 @@ done
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 root="$context/root"
-mkdir -p "$root/usr/local/bin" "$root/tmp" "$root/data"
+mkdir -p "$root/usr/local/bin" "$root/tmp" "$context/data"
 chmod 1777 "$root/tmp"
 # Debug info is for the build machine, not the image (it is most of a debug build).
 strip --strip-debug -o "$root/usr/local/bin/weir" "$binary"
@@ -81,7 +81,7 @@ FROM scratch
 COPY root/ /
 # /data: the working folder (outputs, local checkpoints); the weir user owns it, so a named
 # volume mounted there starts writable.
-COPY --chown=65532:65532 root/data/ /data/
+COPY --chown=65532:65532 data/ /data/
 USER 65532:65532
 WORKDIR /data
 ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
