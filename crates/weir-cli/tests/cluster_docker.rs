@@ -126,7 +126,10 @@ impl HostS3 {
             if s3.shell.try_wait().is_ok_and(|s| s.is_some()) {
                 panic!("moto_server is needed: pip install 'moto[server]' (scripts/test.sh does)");
             }
-            assert!(Instant::now() < deadline, "moto did not start on {ip}:{port}");
+            assert!(
+                Instant::now() < deadline,
+                "moto did not start on {ip}:{port}"
+            );
             thread::sleep(Duration::from_millis(100));
         }
         let mut c = TcpStream::connect((ip, port)).unwrap();
@@ -226,7 +229,10 @@ impl DockerCluster {
             }
             last = String::from_utf8_lossy(&o.stderr).into_owned();
         }
-        assert!(c.network.is_some(), "cannot create a docker network: {last}");
+        assert!(
+            c.network.is_some(),
+            "cannot create a docker network: {last}"
+        );
         c.s3 = Some(HostS3::start(&c.ip(1)));
         c
     }
@@ -476,11 +482,7 @@ impl Drop for DockerCluster {
 fn rows(v: &serde_json::Value) -> Vec<&serde_json::Value> {
     match v {
         serde_json::Value::Array(a) => a.iter().collect(),
-        serde_json::Value::Object(o) => o
-            .values()
-            .filter_map(|x| x.as_array())
-            .flatten()
-            .collect(),
+        serde_json::Value::Object(o) => o.values().filter_map(|x| x.as_array()).flatten().collect(),
         _ => Vec::new(),
     }
 }
@@ -536,7 +538,10 @@ fn lose_a_worker_and_recover(loss: Loss, tag: &str) {
         .cloned()
         .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{out}\n{log}"));
     assert!(n >= 2, "{out}");
-    assert!(id >= held, "restored checkpoint {id}, older than {held}:\n{out}");
+    assert!(
+        id >= held,
+        "restored checkpoint {id}, older than {held}:\n{out}"
+    );
     assert_eq!(position, 2 * HOLD_AT, "{out}");
     assert!(
         path.to_string_lossy().starts_with("s3://"),

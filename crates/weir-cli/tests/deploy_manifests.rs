@@ -76,7 +76,11 @@ fn the_validator_refuses_a_broken_manifest() {
     let workers = fs::read_to_string(deploy().join("kubernetes/workers.yaml")).unwrap();
     for (from, to, named) in [
         ("containerPort: 6124", "containerPort: \"x6124\"", "x6124"),
-        ("serviceName: weir-worker", "serviceNam: weir-worker", "serviceNam"),
+        (
+            "serviceName: weir-worker",
+            "serviceNam: weir-worker",
+            "serviceNam",
+        ),
     ] {
         assert!(workers.contains(from), "{from}");
         let broken = tmp.path().join("workers.yaml");
@@ -110,11 +114,7 @@ fn the_compose_file_reads_with_a_coordinator_three_workers_and_s3() {
                  WEIR_SKIP_DOCKER_TESTS=1 to skip the tests that need Docker"
             )
         });
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut services: Vec<String> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(String::from)
