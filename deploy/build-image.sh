@@ -92,7 +92,11 @@ ENTRYPOINT ["/usr/local/bin/weir"]
 CMD ["--help"]
 EOF
 
-# The classic builder needs nothing but the daemon (BuildKit may not be installed).
-DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$context" >/dev/null
+# The classic builder needs nothing but the daemon (BuildKit may not be installed); its
+# deprecation notice is shown only with a failure.
+if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$context" 2>&1); then
+    echo "$out" >&2
+    exit 1
+fi
 size=$(docker image inspect --format '{{.Size}}' "$tag")
 echo "built $tag ($((size / 1024 / 1024)) MiB) from $binary"
