@@ -3,8 +3,8 @@
 //! makes its own private docker network, runs moto's S3 server on the host side of that
 //! network (the network's gateway address; the checkpoints must be on S3 when the workers
 //! are on other hosts), and starts a coordinator and two workers as containers, each at an
-//! address of its own. A worker is then cut off (`docker network disconnect`) or killed
-//! (`docker kill`) after a checkpoint of the held input completed; the job must detect the
+//! address of its own. A worker is then cut off (`docker network disconnect`), killed
+//! (`docker kill`) or frozen (`docker pause`) after a checkpoint of the held input completed; the job must detect the
 //! loss, restart from that checkpoint on a replacement worker and count exactly.
 //!
 //! Every name carries the test process's id and a counter, so parallel tests and CI runs
@@ -292,8 +292,9 @@ impl DockerCluster {
     }
 
     /// Starts the coordinator of keyed-count on 2 workers, its input held until
-    /// [`DockerCluster::release`], checkpoints on S3, output to /job/out.
-    fn start_coordinator(&mut self) {
+    /// [`DockerCluster::release`], checkpoints on S3, output to /job/out, and the restart
+    /// flags `extra`.
+    fn start_coordinator(&mut self, extra: &[&str]) {
         let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
         args.extend(
             [
@@ -304,8 +305,6 @@ impl DockerCluster {
                 "--output",
                 "out",
                 "--verify",
-                "--restart-delay",
-                "10ms",
                 "--hold-at",
                 &HOLD_AT.to_string(),
                 "--release-file",
@@ -321,6 +320,7 @@ impl DockerCluster {
             ]
             .map(String::from),
         );
+        args.extend(extra.iter().map(|a| a.to_string()));
         self.start("coordinator", 10, &args);
         self.wait_for(
             "coordinator",
@@ -385,10 +385,15 @@ impl DockerCluster {
                 return;
             }
             let (out, err) = self.logs("coordinator");
-            assert!(
-                self.running("coordinator"),
-                "the coordinator exited while the test waited for {what}:\n{out}\n{err}"
-            );
+            if !self.running("coordinator") {
+                let state = docker_ok(&[
+                    "inspect",
+                    "--format",
+                    "exit code {{.State.ExitCode}}, OOM-killed {{.State.OOMKilled}}",
+                    &format!("{}-coordinator", self.name),
+                ]);
+                panic!("the coordinator exited ({state}) while the test waited for {what}:\n{out}\n{err}");
+            }
             assert!(
                 Instant::now() < deadline,
                 "no {what} within {TIMEOUT:?}; the coordinator's log:\n{out}\n{err}"
@@ -465,6 +470,8 @@ impl DockerCluster {
 impl Drop for DockerCluster {
     fn drop(&mut self) {
         for c in &self.containers {
+            // A paused container is thawed first, so that removing it cannot hang.
+            let _ = docker(&["unpause", c]);
             let _ = docker(&["rm", "--force", "--volumes", c]);
         }
         if let Some(n) = &self.network {
@@ -494,6 +501,9 @@ enum Loss {
     CutOff,
     /// `docker kill` (SIGKILL).
     Killed,
+    /// `docker pause` (the cgroup freezer: every thread stopped, as SIGSTOP would, its
+    /// sockets open): hung, not dead, so only silence tells.
+    Hung,
 }
 
 /// The scenario both tests share: a coordinator and workers w1, w2 in containers; once a
@@ -505,7 +515,25 @@ fn lose_a_worker_and_recover(loss: Loss, tag: &str) {
     }
     let tmp = tempfile::tempdir().unwrap();
     let mut c = DockerCluster::new(tmp.path(), tag);
-    c.start_coordinator();
+    let restarts: &[&str] = match loss {
+        // A frozen worker keeps its control stream open, so the coordinator counts it lost
+        // only after --heartbeat-timeout (10 s). Until then every restart deploys onto it
+        // again and fails at once (the surviving worker's exchange still holds the broken
+        // stream with it), which the default identical-failure limit (5 in a row) turns
+        // into giving up. Known gap (docs/cluster.md, Deploy): a worker a peer reported
+        // lost should get no deploy before it answers. Until then the restarts here
+        // outlast the timeout, however slow the machine: unbounded, 1 s apart.
+        Loss::Hung => &[
+            "--restart-strategy",
+            "fixed-delay",
+            "--restart-delay",
+            "1s",
+            "--identical-failure-limit",
+            "off",
+        ],
+        Loss::CutOff | Loss::Killed => &["--restart-delay", "10ms"],
+    };
+    c.start_coordinator(restarts);
     c.registered_worker("w1", 11);
     c.registered_worker("w2", 12);
     let held = c.wait_for_held_checkpoint();
@@ -513,6 +541,7 @@ fn lose_a_worker_and_recover(loss: Loss, tag: &str) {
     match loss {
         Loss::CutOff => docker_ok(&["network", "disconnect", c.network.as_deref().unwrap(), &w2]),
         Loss::Killed => docker_ok(&["kill", "--signal", "KILL", &w2]),
+        Loss::Hung => docker_ok(&["pause", &w2]),
     };
     // Detected: the coordinator names the lost worker before anything replaces it.
     c.wait_until("the coordinator to report w2 lost", |c| {
@@ -568,4 +597,9 @@ fn a_worker_cut_off_from_the_network_is_detected_and_the_job_recovers_exactly() 
 #[test]
 fn a_worker_container_killed_is_replaced_and_the_job_recovers_exactly() {
     lose_a_worker_and_recover(Loss::Killed, "kill");
+}
+
+#[test]
+fn a_hung_worker_container_is_detected_and_the_job_recovers_exactly() {
+    lose_a_worker_and_recover(Loss::Hung, "hung");
 }
