@@ -2,7 +2,9 @@
 # Runs every test of the workspace, as CI does, after installing what the tests need and
 # this machine lacks: the connector tests start their own PostgreSQL and nats-server on
 # loopback, from Debian's packages; the S3 tests start moto's S3 server (`moto_server`, from
-# PyPI); the dashboard's browser test drives Debian's headless `chromium`. Arguments are
+# PyPI); the dashboard's browser test drives Debian's headless `chromium`; the deployment
+# test validates deploy/kubernetes/ with `kubernetes-validate` (PyPI); the container tests
+# (cluster_docker) need Docker Engine's daemon running (WEIR_SKIP_DOCKER_TESTS=1 skips them). Arguments are
 # passed on to `cargo test` (and then only that runs).
 #
 #   scripts/test.sh                      # everything
@@ -32,6 +34,15 @@ if ! command -v moto_server >/dev/null 2>&1; then
     echo "scripts/test.sh: installing moto's S3 server (PyPI: moto[server]) for the S3 tests" >&2
     python3 -m pip install -q 'moto[server]' || pip3 install -q 'moto[server]' || {
         echo "scripts/test.sh: cannot install moto[server]; run: pip install 'moto[server]'" >&2
+        exit 1
+    }
+    hash -r
+fi
+
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing kubernetes-validate (PyPI) for the manifests' test" >&2
+    python3 -m pip install -q kubernetes-validate || pip3 install -q kubernetes-validate || {
+        echo "scripts/test.sh: cannot install kubernetes-validate; run: pip install kubernetes-validate" >&2
         exit 1
     }
     hash -r

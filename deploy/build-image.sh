@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the container image of the `weir` binary without pulling any image: the image
+# starts FROM scratch (empty) and holds only the binary (its debug info stripped), exactly
+# the shared libraries it links to (as `ldd` lists them: libc, libm, libgcc_s, the loader),
+# the CA certificates (for S3 over HTTPS) and an empty /tmp and /data. The same binary runs
+# as coordinator (`weir run … --workers N`) and as worker (`weir worker`).
+#
+#   deploy/build-image.sh                      # target/release/weir → weir:latest
+#   deploy/build-image.sh --binary PATH --tag weir:dev
+#
+# Build the binary first: `cargo build --release -p weir-cli` (the script says so when it
+# is missing). Needs docker, ldd and strip (binutils).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${CARGO_TARGET_DIR:-target}"
+binary="$target/release/weir"
+tag="weir:latest"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --binary) binary="$2"; shift 2 ;;
+        --tag) tag="$2"; shift 2 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "deploy/build-image.sh: unknown argument $1 (--binary PATH, --tag TAG)" >&2; exit 2 ;;
+    esac
+done
+if [ ! -x "$binary" ]; then
+    echo "deploy/build-image.sh: no weir binary at $binary: build it with" \
+        "\`cargo build --release -p weir-cli\`, or name one with --binary PATH" >&2
+    exit 1
+fi
+for tool in docker ldd strip; do
+    command -v "$tool" >/dev/null 2>&1 || {
+        echo "deploy/build-image.sh: needs $tool (docker: Docker Engine; ldd: libc-bin; strip: binutils)" >&2
+        exit 1
+    }
+done
+
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+root="$context/root"
+mkdir -p "$root/usr/local/bin" "$root/tmp" "$context/data"
+chmod 1777 "$root/tmp"
+# Debug info is for the build machine, not the image (it is most of a debug build).
+strip --strip-debug -o "$root/usr/local/bin/weir" "$binary"
+
+# Every library the binary needs, at the path the loader looks for it (the loader itself
+# is named by its absolute path: `/lib64/ld-linux-x86-64.so.2 (0x…)`).
+ldd "$binary" | while read -r first second third _; do
+    case "$second" in
+        "=>") path="$third" ;;
+        *) path="$first" ;;
+    esac
+    case "$path" in
+        /*) ;;
+        *) continue ;; # linux-vdso.so.1: in the kernel
+    esac
+    mkdir -p "$root$(dirname "$path")"
+    cp -L "$path" "$root$path"
+done
+if ldd "$binary" 2>&1 | grep -q "not found"; then
+    echo "deploy/build-image.sh: $binary needs a library this machine lacks:" >&2
+    ldd "$binary" | grep "not found" >&2
+    exit 1
+fi
+# CA certificates, for S3 endpoints over HTTPS.
+for ca in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
+    if [ -f "$ca" ]; then
+        mkdir -p "$root/etc/ssl/certs"
+        cp -L "$ca" "$root/etc/ssl/certs/ca-certificates.crt"
+        break
+    fi
+done
+# Who the process runs as (no shell, no login: the names are for `ps` and error messages).
+mkdir -p "$root/etc"
+printf 'root:x:0:0:root:/:/sbin/nologin\nweir:x:65532:65532:weir:/data:/sbin/nologin\n' >"$root/etc/passwd"
+printf 'root:x:0:\nweir:x:65532:\n' >"$root/etc/group"
+
+cat >"$context/Dockerfile" <<'EOF'
+FROM scratch
+COPY root/ /
+# /data: the working folder (outputs, local checkpoints); the weir user owns it, so a named
+# volume mounted there starts writable.
+COPY --chown=65532:65532 data/ /data/
+USER 65532:65532
+WORKDIR /data
+ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+# 6123: the coordinator's --cluster-listen; 6124: a worker's exchange (--listen);
+# 8081: the coordinator's control endpoint (--control), dashboard and /metrics.
+EXPOSE 6123 6124 8081
+ENTRYPOINT ["/usr/local/bin/weir"]
+CMD ["--help"]
+EOF
+
+# The classic builder needs nothing but the daemon (BuildKit may not be installed); its
+# deprecation notice is shown only with a failure.
+if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$context" 2>&1); then
+    echo "$out" >&2
+    exit 1
+fi
+size=$(docker image inspect --format '{{.Size}}' "$tag")
+echo "built $tag ($((size / 1024 / 1024)) MiB) from $binary"
