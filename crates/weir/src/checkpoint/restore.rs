@@ -412,42 +412,44 @@ impl RestoredCheckpoint {
         };
         let mut keyed: RestoredKeyedState = BTreeMap::new();
         let mine = KeyGroupRange::for_subtask(subtask, parallelism, max_parallelism);
-        for file in self.keyed_state.get(uid).into_iter().flatten() {
-            if !layout::file_holds_groups_of(file.range, mine) {
-                continue;
-            }
-            for (group, sections) in &file.groups {
-                if !mine.contains(*group) {
-                    continue;
-                }
-                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
-                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
-                        self.restored_state(&mut keyed, uid, file, i, name, *kind)
-                            .sections
-                            .push(bytes.clone());
-                    }
-                }
-            }
-        }
-        // Then each chain's deltas, oldest first, for the same key groups.
-        for file in self.keyed_deltas.get(uid).into_iter().flatten() {
-            if !layout::file_holds_groups_of(file.range, mine) {
-                continue;
-            }
-            for (group, sections) in &file.groups {
-                if !mine.contains(*group) {
-                    continue;
-                }
-                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
-                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
-                        self.restored_state(&mut keyed, uid, file, i, name, *kind)
-                            .changes
-                            .push(bytes.clone());
-                    }
-                }
-            }
-        }
+        // The full snapshots' sections first, then each chain's deltas, oldest first, for
+        // the same key groups.
+        self.collect_keyed(&mut keyed, uid, mine, &self.keyed_state, |s| {
+            &mut s.sections
+        });
+        self.collect_keyed(&mut keyed, uid, mine, &self.keyed_deltas, |s| {
+            &mut s.changes
+        });
         Ok((lists, keyed))
+    }
+
+    /// Appends to `keyed` the bytes `files` hold for operator `uid` in the key groups of
+    /// `mine`, each state's into the list `into` picks (full sections or deltas): one walk
+    /// for both, so a base and its chain always select the same key groups and states.
+    fn collect_keyed(
+        &self,
+        keyed: &mut RestoredKeyedState,
+        uid: &str,
+        mine: KeyGroupRange,
+        files: &HashMap<String, Vec<LoadedKeyedFile>>,
+        into: fn(&mut RestoredState) -> &mut Vec<SharedBytes>,
+    ) {
+        for file in files.get(uid).into_iter().flatten() {
+            if !layout::file_holds_groups_of(file.range, mine) {
+                continue;
+            }
+            for (group, sections) in &file.groups {
+                if !mine.contains(*group) {
+                    continue;
+                }
+                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
+                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
+                        let state = self.restored_state(keyed, uid, file, i, name, *kind);
+                        into(state).push(bytes.clone());
+                    }
+                }
+            }
+        }
     }
 
     /// The entry of `keyed` for state `name` (the `i`-th of `file`), made if missing.
