@@ -49,29 +49,15 @@ pub(crate) fn transcode<K: Key, S: StateValue>(
     ttl: bool,
     decode: &ValueDecoder<S>,
 ) -> Result<Vec<SharedBytes>, String> {
-    let mut out = Vec::with_capacity(sections.len());
-    for section in sections {
-        let mut rest: &[u8] = section;
-        let mut encoded = Vec::with_capacity(rest.len());
-        while !rest.is_empty() {
-            let mut de = postcard::Deserializer::from_bytes(rest);
-            let key = K::deserialize(&mut de).map_err(|e| format!("reading a key: {e}"))?;
-            let value = decode(&mut de)?;
-            let stamp = if ttl {
-                Some(u64::deserialize(&mut de).map_err(|e| format!("reading a TTL stamp: {e}"))?)
-            } else {
-                None
-            };
-            rest = de.finalize().map_err(|e| e.to_string())?;
-            let written = match stamp {
-                None => postcard::to_extend(&(key, value), encoded),
-                Some(stamp) => postcard::to_extend(&(key, (value, stamp)), encoded),
-            };
-            encoded = written.map_err(|e| format!("encoding a migrated value: {e}"))?;
+    transcode_entries(sections, |de, encoded| {
+        let key = K::deserialize(&mut *de).map_err(|e| format!("reading a key: {e}"))?;
+        let value = decode(de)?;
+        match read_stamp(de, ttl)? {
+            None => postcard::to_extend(&(key, value), encoded),
+            Some(stamp) => postcard::to_extend(&(key, (value, stamp)), encoded),
         }
-        out.push(SharedBytes::from(encoded));
-    }
-    Ok(out)
+        .map_err(|e| format!("encoding a migrated value: {e}"))
+    })
 }
 
 /// Like [`transcode`], for the deltas of an incremental checkpoint: entries are
@@ -82,42 +68,58 @@ pub(crate) fn transcode_changes<K: Key, S: StateValue>(
     ttl: bool,
     decode: &ValueDecoder<S>,
 ) -> Result<Vec<SharedBytes>, String> {
+    transcode_entries(sections, |de, encoded| {
+        let key = K::deserialize(&mut *de).map_err(|e| format!("reading a key: {e}"))?;
+        let present = bool::deserialize(&mut *de)
+            .map_err(|e| format!("reading whether a changed key has a value: {e}"))?;
+        if !present {
+            return postcard::to_extend(&(key, Option::<S>::None), encoded)
+                .map_err(|e| format!("encoding a migrated value: {e}"));
+        }
+        let value = decode(de)?;
+        match read_stamp(de, ttl)? {
+            None => postcard::to_extend(&(key, Some(value)), encoded),
+            Some(stamp) => postcard::to_extend(&(key, Some((value, stamp))), encoded),
+        }
+        .map_err(|e| format!("encoding a migrated value: {e}"))
+    })
+}
+
+/// The walk [`transcode`] and [`transcode_changes`] share: every entry of every section,
+/// read and re-encoded by `entry` (which appends to the section's new bytes and gives them
+/// back), until each section's bytes are used up.
+fn transcode_entries(
+    sections: &[SharedBytes],
+    mut entry: impl for<'b> FnMut(
+        &mut postcard::Deserializer<'b, Slice<'b>>,
+        Vec<u8>,
+    ) -> Result<Vec<u8>, String>,
+) -> Result<Vec<SharedBytes>, String> {
     let mut out = Vec::with_capacity(sections.len());
     for section in sections {
         let mut rest: &[u8] = section;
         let mut encoded = Vec::with_capacity(rest.len());
         while !rest.is_empty() {
             let mut de = postcard::Deserializer::from_bytes(rest);
-            let key = K::deserialize(&mut de).map_err(|e| format!("reading a key: {e}"))?;
-            let present = bool::deserialize(&mut de)
-                .map_err(|e| format!("reading whether a changed key has a value: {e}"))?;
-            let entry = if present {
-                let value = decode(&mut de)?;
-                let stamp = if ttl {
-                    Some(
-                        u64::deserialize(&mut de)
-                            .map_err(|e| format!("reading a TTL stamp: {e}"))?,
-                    )
-                } else {
-                    None
-                };
-                Some((value, stamp))
-            } else {
-                None
-            };
+            encoded = entry(&mut de, encoded)?;
             rest = de.finalize().map_err(|e| e.to_string())?;
-            let written = match entry {
-                None => postcard::to_extend(&(key, Option::<S>::None), encoded),
-                Some((value, None)) => postcard::to_extend(&(key, Some(value)), encoded),
-                Some((value, Some(stamp))) => {
-                    postcard::to_extend(&(key, Some((value, stamp))), encoded)
-                }
-            };
-            encoded = written.map_err(|e| format!("encoding a migrated value: {e}"))?;
         }
         out.push(SharedBytes::from(encoded));
     }
     Ok(out)
+}
+
+/// The TTL stamp that follows a value when the state has a TTL.
+fn read_stamp<'b>(
+    de: &mut postcard::Deserializer<'b, Slice<'b>>,
+    ttl: bool,
+) -> Result<Option<u64>, String> {
+    if !ttl {
+        return Ok(None);
+    }
+    u64::deserialize(de)
+        .map(Some)
+        .map_err(|e| format!("reading a TTL stamp: {e}"))
 }
 
 /// Whether `S` can read values of the recorded shape `old` through serde, tried on a
