@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::flags::RunFlags;
-use super::{BoxError, Job, Runner, UsageError};
+use super::{BoxError, BuiltFor, Job, Runner, UsageError};
 use crate::api::config::RestoreFrom;
 use crate::api::stream::StreamEnvironment;
 
@@ -65,16 +65,7 @@ where
     let mut cfg = flags.config(&runner.name);
     // Built as the run restoring from `path` would be (the job may depend on it).
     cfg.restore = RestoreFrom::Path(path.to_path_buf());
-    let mut job = Job {
-        env: StreamEnvironment::new(cfg),
-        outputs: Vec::new(),
-        verify: None,
-        before_publish: Vec::new(),
-        notes: Vec::new(),
-        expected_records: None,
-        checking: true,
-        on_worker: false,
-    };
+    let mut job = Job::new(StreamEnvironment::new(cfg), BuiltFor::Check);
     build(&mut job, args)?;
     let report = job.env.check_savepoint(path)?;
     print!("{}", report.table());

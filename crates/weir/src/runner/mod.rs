@@ -144,11 +144,20 @@ pub struct Job {
     before_publish: Vec<PublishHook>,
     notes: Vec<String>,
     expected_records: Option<u64>,
-    /// Built for `savepoint check` only: outputs are neither locked nor prepared.
-    checking: bool,
-    /// Built by a cluster's worker: its coordinator locked and prepared the outputs, which
-    /// it publishes; the worker's sinks only write into their staging folders.
-    on_worker: bool,
+    /// What the graph is built for, which decides what [`Job::output`] does.
+    built_for: BuiltFor,
+}
+
+/// What a [`Job`] is built for: one value, so a job cannot be both checked and run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BuiltFor {
+    /// A run in this process: outputs are locked, prepared and published.
+    Run,
+    /// `savepoint check` only: nothing runs, so outputs are neither locked nor prepared.
+    Check,
+    /// A cluster's worker: its coordinator locked and prepared the outputs, which it
+    /// publishes; the worker's sinks only write into their staging folders.
+    Worker,
 }
 
 impl Deref for Job {
@@ -160,6 +169,19 @@ impl Deref for Job {
 }
 
 impl Job {
+    /// An empty job on `env`, built for `built_for`.
+    fn new(env: StreamEnvironment, built_for: BuiltFor) -> Job {
+        Job {
+            env,
+            outputs: Vec::new(),
+            verify: None,
+            before_publish: Vec::new(),
+            notes: Vec::new(),
+            expected_records: None,
+            built_for,
+        }
+    }
+
     /// The environment the graph is built on (also reachable through `Deref`).
     pub fn env(&self) -> &StreamEnvironment {
         &self.env
@@ -179,11 +201,11 @@ impl Job {
     /// variant that clears on restore: that one would lose committed output.
     pub fn output(&mut self, dir: impl Into<PathBuf>) -> Result<PathBuf, BoxError> {
         let dir = dir.into();
-        if self.checking {
+        if self.built_for == BuiltFor::Check {
             // Nothing runs: leave the folder (maybe a running job's) alone.
             return output::staging_dir(&dir).map_err(Into::into);
         }
-        if self.on_worker {
+        if self.built_for == BuiltFor::Worker {
             // The coordinator owns the output; on another host the folder may not exist.
             let staging = output::staging_dir(&dir)?;
             std::fs::create_dir_all(&staging).map_err(|e| {
@@ -451,16 +473,10 @@ impl Runner {
         let flags = RunFlags::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
         let args = A::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
         flags.check(&self.name)?;
-        let mut job = Job {
-            env: StreamEnvironment::new(flags.config(&self.name)),
-            outputs: Vec::new(),
-            verify: None,
-            before_publish: Vec::new(),
-            notes: Vec::new(),
-            expected_records: None,
-            checking: false,
-            on_worker: true,
-        };
+        let mut job = Job::new(
+            StreamEnvironment::new(flags.config(&self.name)),
+            BuiltFor::Worker,
+        );
         build(&mut job, &args)?;
         Ok(job.env)
     }
@@ -474,16 +490,10 @@ impl Runner {
             Some(bind) => flags.control.token(bind.ip())?,
             None => None,
         };
-        let mut job = Job {
-            env: StreamEnvironment::new(flags.config(&self.name)),
-            outputs: Vec::new(),
-            verify: None,
-            before_publish: Vec::new(),
-            notes: Vec::new(),
-            expected_records: None,
-            checking: false,
-            on_worker: false,
-        };
+        let mut job = Job::new(
+            StreamEnvironment::new(flags.config(&self.name)),
+            BuiltFor::Run,
+        );
         // Whatever ends the run short of success leaves the outputs' staging folders as
         // they are (`Job::output`): they hold what checkpoints committed.
         build(&mut job, args)?;
