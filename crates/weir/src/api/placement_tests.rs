@@ -102,6 +102,15 @@ fn final_counts(pairs: Vec<(u64, u64)>) -> HashMap<u64, u64> {
     counts
 }
 
+/// The truth: the keyed count run in one process (job `name`, checkpoints under `dir`).
+fn single_process_counts(name: &str, dir: &std::path::Path) -> HashMap<u64, u64> {
+    let env = StreamEnvironment::new(config(name, dir));
+    let out = CollectSink::new();
+    keyed_count(&env, out.clone());
+    env.execute().unwrap();
+    final_counts(out.take())
+}
+
 fn exchange(worker: WorkerId, token: &str) -> Arc<Exchange> {
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut config = ExchangeConfig::new(worker, listen, token);
@@ -124,12 +133,7 @@ fn workers(n: WorkerId) -> Vec<Arc<Exchange>> {
 #[test]
 fn a_keyed_count_across_two_workers_equals_the_single_process_result() {
     let dir = tempfile::tempdir().unwrap();
-    // The truth, in one process.
-    let env = StreamEnvironment::new(config("single", dir.path()));
-    let out = CollectSink::new();
-    keyed_count(&env, out.clone());
-    env.execute().unwrap();
-    let want = final_counts(out.take());
+    let want = single_process_counts("single", dir.path());
     assert_eq!(want.values().sum::<u64>(), N);
 
     let xs = workers(2);
@@ -209,11 +213,7 @@ impl KeyedProcessFunction<u64, Opaque, u64> for ForwardOpaque {
 #[test]
 fn failures_across_two_workers_restart_from_a_checkpoint_and_stay_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let env = StreamEnvironment::new(config("single-f", dir.path()));
-    let out = CollectSink::new();
-    keyed_count(&env, out.clone());
-    env.execute().unwrap();
-    let want = final_counts(out.take());
+    let want = single_process_counts("single-f", dir.path());
 
     let xs = workers(2);
     let mut cfg = config("two-workers-f", dir.path());

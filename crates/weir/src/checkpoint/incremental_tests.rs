@@ -383,44 +383,52 @@ fn an_aborted_checkpoint_is_never_chained_on_and_its_changes_reach_the_next() {
     assert_eq!(restored(&path, 1, None).unwrap(), job.truth);
 }
 
-#[test]
-fn a_snapshot_taken_before_the_news_of_a_newer_base_fails_if_retention_removed_its_chain() {
-    let owners = |meta: &CheckpointMetadata| -> Vec<u64> {
-        let chain = meta.incremental_of(UID, 0).unwrap();
-        chain.files().map(|f| f.checkpoint_id).collect()
-    };
+/// The owners of subtask 0's chain in `meta`, oldest first.
+fn chain_owners(meta: &CheckpointMetadata) -> Vec<u64> {
+    let chain = meta.incremental_of(UID, 0).unwrap();
+    chain.files().map(|f| f.checkpoint_id).collect()
+}
+
+/// A job of 1000 keys with checkpoint 1 its base and 2, 3 deltas of 30 % of the keys each:
+/// past half the base, the next checkpoint is a new base.
+fn base_then_two_deltas_of_30_percent() -> Job {
     let mut job = Job::new(1);
     for k in 0..1000 {
         job.set(k, k);
     }
     job.checkpoint(1);
-    // Two deltas of 30 % of the keys each: past half the base, the next is a new base.
     for round in 0..2 {
         for k in (0..1000).filter(|k| k % 10 < 3) {
             job.set(k, k + round + 1);
         }
         job.checkpoint(2 + round);
     }
-    assert_eq!(owners(&meta_of(&job.storage, 3)), [1, 2, 3]);
+    job
+}
+
+#[test]
+fn a_snapshot_taken_before_the_news_of_a_newer_base_fails_if_retention_removed_its_chain() {
+    let mut job = base_then_two_deltas_of_30_percent();
+    assert_eq!(chain_owners(&meta_of(&job.storage, 3)), [1, 2, 3]);
     // 4 and 5 are taken before either is confirmed: both new bases.
     job.set(1, 11);
     let acks4 = job.snapshot(4);
     job.set(2, 22);
     let acks5 = job.snapshot(5);
-    assert_eq!(owners(&job.complete(4, &acks4).unwrap()), [4]);
+    assert_eq!(chain_owners(&job.complete(4, &acks4).unwrap()), [4]);
     job.notify(4);
     // 6 chains on 4; then 5 completes (its news is late) and retention keeps only 5,
     // removing 4's base, which 6 builds on: 6 must fail rather than reference it.
     job.set(3, 33);
     let acks6 = job.snapshot(6);
-    assert_eq!(owners(&job.complete(5, &acks5).unwrap()), [5]);
+    assert_eq!(chain_owners(&job.complete(5, &acks5).unwrap()), [5]);
     job.retain(1);
     let err = job.complete(6, &acks6).unwrap_err();
     assert!(err.contains("retention removed"), "{err}");
     job.abort(6);
     job.notify(5);
     job.set(4, 44);
-    assert_eq!(owners(&job.checkpoint(7)), [5, 7]);
+    assert_eq!(chain_owners(&job.checkpoint(7)), [5, 7]);
     job.assert_no_orphan_and_nothing_missing();
     assert_eq!(
         restored(&job.storage.checkpoint_path(7), 1, None).unwrap(),
@@ -430,21 +438,7 @@ fn a_snapshot_taken_before_the_news_of_a_newer_base_fails_if_retention_removed_i
 
 #[test]
 fn retention_holds_a_released_chain_until_the_checkpoints_triggered_before_it_finished() {
-    let owners = |meta: &CheckpointMetadata| -> Vec<u64> {
-        let chain = meta.incremental_of(UID, 0).unwrap();
-        chain.files().map(|f| f.checkpoint_id).collect()
-    };
-    let mut job = Job::new(1);
-    for k in 0..1000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
-    for round in 0..2 {
-        for k in (0..1000).filter(|k| k % 10 < 3) {
-            job.set(k, k + round + 1);
-        }
-        job.checkpoint(2 + round);
-    }
+    let mut job = base_then_two_deltas_of_30_percent();
     // As in the race above: 4 and 5 are new bases, 6 is taken on 4 before 5 completes.
     job.set(1, 11);
     let acks4 = job.snapshot(4);
@@ -462,7 +456,7 @@ fn retention_holds_a_released_chain_until_the_checkpoints_triggered_before_it_fi
     }
     held.release(&job.storage, Some(6)).unwrap();
     assert_eq!(
-        owners(&job.complete(6, &acks6).unwrap()),
+        chain_owners(&job.complete(6, &acks6).unwrap()),
         [4, 6],
         "4's base was held"
     );
@@ -472,7 +466,7 @@ fn retention_holds_a_released_chain_until_the_checkpoints_triggered_before_it_fi
     job.assert_no_orphan_and_nothing_missing();
     shared::discard(&job.storage, 5).unwrap();
     job.set(4, 44);
-    assert_eq!(owners(&job.checkpoint(7)), [4, 6, 7]);
+    assert_eq!(chain_owners(&job.checkpoint(7)), [4, 6, 7]);
     job.assert_no_orphan_and_nothing_missing();
     assert_eq!(
         restored(&job.storage.checkpoint_path(7), 1, None).unwrap(),
