@@ -151,6 +151,10 @@ pub struct WorkerArgs {
     /// A name for messages and the dashboard [default: worker-PID].
     #[arg(long)]
     pub name: Option<String>,
+    /// Testing: while this file exists, wait before dialing the peers of an attempt (a test
+    /// stops the worker there: hung before it opened the attempt's exchange streams).
+    #[arg(long, hide = true)]
+    pub pause_before_dial: Option<std::path::PathBuf>,
 }
 
 /// The token of a cluster with these addresses: the one given, else [`LOOPBACK_TOKEN`]
@@ -250,6 +254,7 @@ pub fn serve_worker(
             .unwrap_or_else(|| format!("worker-{}", std::process::id())),
         binary_version: binary_version().into(),
         timeout: Duration::from_secs(30),
+        pause_before_dial: args.pause_before_dial.clone(),
         heartbeat_interval: Duration::ZERO,
     };
     let builder = |job_args: &[String]| {

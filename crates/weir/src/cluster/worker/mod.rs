@@ -42,6 +42,10 @@ pub struct WorkerConfig {
     pub binary_version: String,
     /// How long to wait for the coordinator to connect and to answer.
     pub timeout: Duration,
+    /// Testing only (a hidden flag): while this file exists, the worker waits before it
+    /// dials its peers in an attempt, so that a test can stop it (SIGSTOP) exactly there —
+    /// a worker hung before it opened the attempt's exchange streams.
+    pub pause_before_dial: Option<std::path::PathBuf>,
     /// How often to tell the coordinator this worker is alive (well under its
     /// `--heartbeat-timeout`); zero: as often as the coordinator asks at registration (a
     /// quarter of its timeout).

@@ -67,7 +67,8 @@ pub fn serve(
         &first.run_id,
         Arc::new(exchange),
         deployed.to_coordinator.clone(),
-    )?;
+    )?
+    .pausing_before_dial(config.pause_before_dial.clone());
     let mut next = host.run(&first, &inbox).map_err(|e| lost(&at, e))?;
     loop {
         next = match next {

@@ -113,6 +113,20 @@ impl Node {
             .clone()
     }
 
+    /// Attaches a stream with worker `id`, named `name`: to its peer if that has no stream
+    /// yet, or to a fresh one in place of a peer that failed (a worker that comes back —
+    /// reconnected, or its stream dialled anew for the next attempt — starts afresh; the
+    /// failed peer's channels belong to an attempt that is over). `None` while a stream is
+    /// up: one per pair.
+    fn attach(&self, id: WorkerId, name: String) -> Option<Arc<Peer>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let peer = peers.entry(id).or_insert_with(|| Peer::new(id));
+        if peer.failure().is_some() {
+            *peer = Peer::new(id);
+        }
+        peer.attach(name).then(|| peer.clone())
+    }
+
     fn token_ok<T>(&self, req: &Request<T>) -> bool {
         let expected = format!("Bearer {}", self.config.token);
         let given = req
@@ -174,13 +188,12 @@ impl exchange_server::Exchange for Service {
                 "worker {me} at {from} dialled itself"
             )));
         }
-        let peer = node.peer(id);
-        if !peer.attach(format!("worker {id} at {from}")) {
+        let Some(peer) = node.attach(id, format!("worker {id} at {from}")) else {
             node.refused.fetch_add(1, Relaxed);
             return Err(Status::already_exists(format!(
                 "worker {id} already has an exchange stream with worker {me} (one per pair)"
             )));
-        }
+        };
         node.streams.fetch_add(1, Relaxed);
         tokio::spawn(peer.clone().read(req.into_inner()));
         let mut resp = Response::new(ResponseFrames(peer.outbox.clone()));
@@ -320,6 +333,42 @@ impl Exchange {
         Ok(input)
     }
 
+    /// Ends the channels of an attempt that is over (cancelled, failed, or followed by the
+    /// next deploy), before its tasks are joined:
+    ///
+    /// * a peer that never opened its stream with this worker (it hung, died or was cut off
+    ///   before it dialled, or before this worker dialled it) fails, waking this worker's
+    ///   senders that wait for its channels to open, with an error naming it;
+    /// * on a peer whose stream is up, the sending channels that never opened fail the same
+    ///   way (their receivers never registered them, and will not: the attempt is over);
+    /// * peers that failed or never connected are forgotten, so the next attempt dials (or
+    ///   accepts) them afresh instead of inheriting the failure. Streams that are up stay up
+    ///   for the next attempt, whose channels are numbered afresh.
+    pub fn end_attempt(&self, attempt: u32) {
+        let cause = format!(
+            "attempt {attempt} ended before this channel opened (the worker never registered \
+             its end: it hung, died or is cut off; the job restarts from its latest checkpoint)"
+        );
+        let mut peers = self.node.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|_, p| {
+            if p.failure().is_some() {
+                return false;
+            }
+            if !p.is_attached() {
+                p.fail(ExchangeError::PeerLost {
+                    peer: p.name(),
+                    cause: format!(
+                        "it never opened its exchange stream during attempt {attempt} (it hung, \
+                         died or is cut off; the job restarts from its latest checkpoint)"
+                    ),
+                });
+                return false;
+            }
+            p.fail_unopened(&cause);
+            true
+        });
+    }
+
     /// Streams this worker accepted or dialled, ever (one per peer).
     pub fn streams(&self) -> u64 {
         self.node.streams.load(Relaxed)
@@ -393,13 +442,12 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
         .connect()
         .await
         .map_err(|e| unreachable(error_chain(&e)))?;
-    let peer = node.peer(id);
-    if !peer.attach(name.clone()) {
-        return Err(peer.failure().unwrap_or(ExchangeError::Refused {
+    let Some(peer) = node.attach(id, name.clone()) else {
+        return Err(ExchangeError::Refused {
             peer: name,
             cause: format!("worker {me} has a stream with it already (one per pair)"),
-        }));
-    }
+        });
+    };
     let mut client = ExchangeClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
