@@ -460,13 +460,17 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
     let w = worker(&["--slots", "0"]);
     assert_clean_error(&w, 2, &["--slots", "at least 1"]);
     // A coordinator out of reach is named with the way out.
-    let w = worker(&[]);
+    let w = worker(&["--connect-timeout", "soon"]);
+    assert_clean_error(&w, 2, &["--connect-timeout", "'soon'"]);
+    // A coordinator out of reach is named with the way out (no retries with 0s).
+    let w = worker(&["--connect-timeout", "0s"]);
     assert_clean_error(
         &w,
         1,
         &[
             "cannot reach the coordinator at 127.0.0.1:1",
             "--coordinator",
+            "--connect-timeout 0s",
         ],
     );
     assert!(!tmp.path().join("out").exists());
@@ -571,4 +575,35 @@ fn a_worker_hung_before_it_dialled_its_peers_does_not_hold_up_the_others() {
     }
     w1.kill().expect("SIGKILL the stopped worker");
     let _ = w1.wait();
+}
+
+#[test]
+fn a_worker_started_before_its_coordinator_joins_once_it_listens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A port nothing listens on yet: the coordinator takes it later.
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut w1 = start_worker(dir, Path::new(BIN), &address, "w1", &[]);
+    wait_for_line(
+        &mut w1,
+        &dir.join("w1.log"),
+        &format!("cannot reach the coordinator at {address}"),
+    );
+    let mut c = Cluster::spawn(dir, &coordinator_args(2, "30s", &address), "coordinator");
+    let w2 = c.registered_worker("w2");
+    c.release();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    assert!(log.contains("(w1) at 127.0.0.1:"), "{log}");
+    let (code, wlog) = finish_worker(dir, w2, "w2");
+    assert_eq!(code, 0, "{wlog}");
+    let (code, wlog) = finish_worker(dir, w1, "w1");
+    assert_eq!(code, 0, "{wlog}");
+    assert!(wlog.contains("trying again in"), "{wlog}");
+    assert!(wlog.contains("(for up to --connect-timeout 60s)"), "{wlog}");
 }
