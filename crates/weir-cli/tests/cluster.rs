@@ -607,3 +607,43 @@ fn a_worker_started_before_its_coordinator_joins_once_it_listens() {
     assert!(wlog.contains("trying again in"), "{wlog}");
     assert!(wlog.contains("(for up to --connect-timeout 60s)"), "{wlog}");
 }
+
+#[test]
+fn a_killed_coordinator_restarted_on_its_checkpoints_resumes_the_job_exactly_with_the_same_workers()
+{
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(tmp.path(), 2);
+    let mut w1 = c.registered_worker("w1");
+    let mut w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    sigkill_running(&mut c.coordinator, "the coordinator");
+    let dir = c.dir.clone();
+    // Both workers lose it and keep trying to reach it.
+    for (w, name) in [(&mut w1, "w1"), (&mut w2, "w2")] {
+        let log = dir.join(format!("{name}.log"));
+        wait_for_line(w, &log, "lost the coordinator at");
+        wait_for_line(w, &log, "cannot reach the coordinator at");
+    }
+    // Restarted on the same address and checkpoint folder (it takes the folder's lock
+    // over: the killed one's went with its process), from the latest checkpoint.
+    let mut args = coordinator_args(2, "30s", &c.address);
+    args.extend(["--restore", "latest"].map(String::from));
+    c.release();
+    let c2 = Cluster::spawn(&dir, &args, "coordinator-2");
+    drop(c);
+    let (code, out, log) = c2.finish();
+    assert_eq!(code, 0, "the restarted coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let path = restored_held_checkpoint(&out, held);
+    for (w, name) in [(w1, "w1"), (w2, "w2")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        assert!(wlog.contains("registering again"), "{name}:\n{wlog}");
+        assert!(
+            wlog.contains(&format!("restored from {}", path.display())),
+            "{name} did not restore {}:\n{wlog}",
+            path.display()
+        );
+    }
+}

@@ -47,6 +47,8 @@
 //! dialled) has no keep-alive to fail it, so when an attempt ends its worker calls
 //! [`Exchange::end_attempt`]: channels that never opened fail, naming the peer, and peers
 //! that failed or never connected are forgotten, so the next attempt connects afresh.
+//! [`Exchange::rejoin`] does the same for every peer when the worker registers again under
+//! a new id.
 //!
 //! **Not yet:** TLS (rustls, when certificates are given) — the endpoint is plaintext HTTP/2
 //! with a bearer token, fit for a private network only.

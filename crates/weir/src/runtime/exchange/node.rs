@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,6 +96,8 @@ pub struct PeerStats {
 /// What the server and the handle share.
 struct Node {
     config: ExchangeConfig,
+    /// This worker's id: `config.worker`, until [`Exchange::rejoin`] gives it another.
+    me: AtomicU32,
     peers: Mutex<HashMap<WorkerId, Arc<Peer>>>,
     /// Streams this worker accepted and dialled, ever: one per peer.
     streams: AtomicU64,
@@ -159,7 +161,7 @@ impl exchange_server::Exchange for Service {
         req: Request<Streaming<Frame>>,
     ) -> Result<Response<ResponseFrames>, Status> {
         let node = &self.0;
-        let me = node.config.worker;
+        let me = node.me.load(Relaxed);
         let from = req
             .remote_addr()
             .map(|a| a.to_string())
@@ -259,6 +261,7 @@ impl Exchange {
             cause: e.to_string(),
         })?;
         let node = Arc::new(Node {
+            me: AtomicU32::new(config.worker),
             config,
             peers: Mutex::new(HashMap::new()),
             streams: AtomicU64::new(0),
@@ -293,7 +296,7 @@ impl Exchange {
 
     /// This worker's id.
     pub fn worker(&self) -> WorkerId {
-        self.node.config.worker
+        self.node.me.load(Relaxed)
     }
 
     fn runtime(&self) -> &tokio::runtime::Runtime {
@@ -331,6 +334,23 @@ impl Exchange {
         let (input, delivery) = RemoteInput::new(channel, p.clone(), codec);
         p.add_input(channel, delivery, bound)?;
         Ok(input)
+    }
+
+    /// This worker registered again — with a restarted coordinator, or with its own after
+    /// it counted this worker as lost — and got id `worker`: every stream and channel of
+    /// its former membership fails (its peers see the stream end) and is forgotten, and
+    /// this exchange serves and dials as `worker` from now on, on the same port.
+    pub fn rejoin(&self, worker: WorkerId) {
+        let mut peers = self.node.peers.lock().unwrap_or_else(|p| p.into_inner());
+        self.node.me.store(worker, Relaxed);
+        for (_, p) in peers.drain() {
+            p.fail(ExchangeError::PeerLost {
+                peer: p.name(),
+                cause: format!(
+                    "this worker registered again with its coordinator, as worker {worker}"
+                ),
+            });
+        }
     }
 
     /// Ends the channels of an attempt that is over (cancelled, failed, or followed by the
@@ -425,7 +445,7 @@ impl Drop for Exchange {
 }
 
 async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), ExchangeError> {
-    let me = node.config.worker;
+    let me = node.me.load(Relaxed);
     let name = format!("worker {id} at {addr}");
     let unreachable = |cause: String| ExchangeError::Unreachable {
         peer: name.clone(),

@@ -504,3 +504,29 @@ fn a_peer_whose_stream_broke_is_dialled_afresh_for_the_next_attempt() {
     tx.send(Event::Batch(vec![9])).unwrap();
     assert_eq!(records(rx.recv().unwrap()), [9]);
 }
+
+#[test]
+fn a_worker_that_rejoins_under_a_new_id_drops_its_old_streams_and_serves_as_the_new_one() {
+    let (a, b) = pair();
+    let tx = a.output(2, 1, codec());
+    let rx = b.input(1, 1, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![1])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+    // Worker 2 registered again with a (restarted) coordinator and is worker 5 now.
+    b.rejoin(5);
+    assert_eq!(b.worker(), 5);
+    let e = rx.recv().unwrap_err().to_string();
+    assert!(
+        e.contains("registered again with its coordinator, as worker 5"),
+        "{e}"
+    );
+    wait_until("worker 1 sees the old stream end", || {
+        a.peer_failure(2).is_some()
+    });
+    // Its peers reach it under its new id, on the same port.
+    a.connect(5, &b.local_addr().to_string()).unwrap();
+    let tx = a.output(5, 2, codec());
+    let rx = b.input(1, 2, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![2])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [2]);
+}
