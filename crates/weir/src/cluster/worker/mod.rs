@@ -114,15 +114,19 @@ pub(crate) fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
 /// the plan matched; see the module docs.
 #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedWorker> {
-    attach_answering(config, build, true)
+    attach_answering(config, build, true, None)
 }
 
 /// [`attach`], answering Deployed only when `answer` (a worker that runs the attempt
-/// answers once its subtasks started instead: [`serve`]).
+/// answers once its subtasks started instead: [`serve`]). A worker registering again
+/// gives its `exchange`, which takes the new id as soon as the coordinator gives it
+/// ([`Exchange::rejoin`](crate::runtime::exchange::Exchange::rejoin)): before any worker
+/// can be deployed and dial it under that id.
 pub(crate) fn attach_answering(
     config: &WorkerConfig,
     build: &JobBuilder<'_>,
     answer: bool,
+    exchange: Option<&crate::runtime::exchange::Exchange>,
 ) -> Result<DeployedWorker> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -169,6 +173,9 @@ pub(crate) fn attach_answering(
         }
     };
     let id = registered.worker_id;
+    if let Some(exchange) = exchange {
+        exchange.rejoin(id);
+    }
     // The deploy comes once every worker registered, which may take long: the coordinator
     // only has to stay alive meanwhile.
     let heartbeat_timeout = match registered.heartbeat_timeout_ms {
@@ -305,7 +312,8 @@ fn dial_with_backoff(
         };
         let waited = started.elapsed();
         let limit = config.connect_timeout;
-        if waited + wait > limit {
+        let left = limit.saturating_sub(waited);
+        if left.is_zero() {
             return Err(Error::Cluster(format!(
                 "cannot reach the coordinator at {at}: {cause} (tried for {} of \
                  --connect-timeout {}; is it running, and is --coordinator its \
@@ -314,15 +322,16 @@ fn dial_with_backoff(
                 shown(limit),
             )));
         }
-        let jitter = wait.mul_f64(fastrand::f64() / 4.0);
+        // The last pause ends at the deadline, for one last try there.
+        let pause = (wait + wait.mul_f64(fastrand::f64() / 4.0)).min(left);
         eprintln!(
             "weir: {} cannot reach the coordinator at {at} ({cause}); trying again in {} \
              (for up to --connect-timeout {})",
             config.name,
-            shown(wait + jitter),
+            shown(pause),
             shown(limit),
         );
-        std::thread::sleep(wait + jitter);
+        std::thread::sleep(pause);
         wait = (wait * 2).min(BACKOFF_CAP);
     }
 }

@@ -49,16 +49,13 @@ pub fn serve(
     let mut listener = Some(listener);
     let mut exchange: Option<Arc<Exchange>> = None;
     loop {
-        let mut deployed = attach_answering(config, build, false)?;
+        let mut deployed = attach_answering(config, build, false, exchange.as_deref())?;
         let described = format!(
             "worker {} ({}) at {}",
             deployed.id, config.name, config.exchange_address
         );
         let this = match &exchange {
-            Some(e) => {
-                e.rejoin(deployed.id);
-                e.clone()
-            }
+            Some(e) => e.clone(), // rejoined under the new id at registration
             None => {
                 let listener = listener.take().ok_or_else(|| {
                     Error::Cluster("the exchange's listener was given away".into())
