@@ -34,41 +34,59 @@ struct Cluster {
     address: String,
 }
 
+/// The coordinator's arguments: keyed-count on `workers` workers, its input held until
+/// [`Cluster::release`], a worker silent for `heartbeat` lost, listening on `listen`.
+fn coordinator_args(workers: usize, heartbeat: &str, listen: &str) -> Vec<String> {
+    let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
+    args.extend(
+        [
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            "chk",
+            "--output",
+            "out",
+            "--verify",
+            "--restart-delay",
+            "10ms",
+            // Every checkpoint stays: the one the test reads is never deleted under it.
+            "--retained-checkpoints",
+            "1000000",
+            "--hold-at",
+            &HOLD_AT.to_string(),
+            "--release-file",
+            "release",
+            "--workers",
+            &workers.to_string(),
+            "--cluster-listen",
+            listen,
+            "--heartbeat-timeout",
+            heartbeat,
+        ]
+        .map(String::from),
+    );
+    args
+}
+
 impl Cluster {
     /// Starts the coordinator of keyed-count on `workers` workers, its input held until
     /// [`Cluster::release`], and waits until it listens.
     fn start(dir: &Path, workers: usize) -> Cluster {
-        let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
-        args.extend(
-            [
-                "--checkpoint-interval",
-                "50ms",
-                "--checkpoint-dir",
-                "chk",
-                "--output",
-                "out",
-                "--verify",
-                "--restart-delay",
-                "10ms",
-                // Every checkpoint stays: the one the test reads is never deleted under it.
-                "--retained-checkpoints",
-                "1000000",
-                "--hold-at",
-                &HOLD_AT.to_string(),
-                "--release-file",
-                "release",
-                "--workers",
-                &workers.to_string(),
-                "--cluster-listen",
-                "127.0.0.1:0",
-                "--heartbeat-timeout",
-                "30s",
-            ]
-            .map(String::from),
-        );
-        let log = dir.join("coordinator.log");
-        let out = dir.join("coordinator.out");
-        let mut coordinator = weir(dir, &args)
+        Self::start_with(dir, workers, "30s")
+    }
+
+    /// [`Cluster::start`], a worker silent for `heartbeat` counting as lost.
+    fn start_with(dir: &Path, workers: usize, heartbeat: &str) -> Cluster {
+        let args = coordinator_args(workers, heartbeat, "127.0.0.1:0");
+        Self::spawn(dir, &args, "coordinator")
+    }
+
+    /// Starts a coordinator with `args`, logging to `<name>.log` and `<name>.out`, and
+    /// waits until it listens.
+    fn spawn(dir: &Path, args: &[String], name: &str) -> Cluster {
+        let log = dir.join(format!("{name}.log"));
+        let out = dir.join(format!("{name}.out"));
+        let mut coordinator = weir(dir, args)
             .stdout(fs::File::create(&out).unwrap())
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
@@ -90,7 +108,12 @@ impl Cluster {
     /// Starts a worker and waits until the coordinator registered it: workers get their
     /// ids (and so their subtasks) in the order the test starts them.
     fn registered_worker(&mut self, name: &str) -> Child {
-        let child = self.worker(name);
+        self.registered_worker_with(name, &[])
+    }
+
+    /// [`Cluster::registered_worker`] with `extra` flags.
+    fn registered_worker_with(&mut self, name: &str, extra: &[&str]) -> Child {
+        let child = self.worker_with(Path::new(BIN), name, extra);
         let needle = format!("({name}) at 127.0.0.1:");
         let deadline = Instant::now() + TIMEOUT;
         while !self
@@ -113,20 +136,18 @@ impl Cluster {
 
     /// Starts `weir worker` named `name` (its log `<name>.log`), from `binary`.
     fn worker_from(&self, binary: &Path, name: &str) -> Child {
-        let mut cmd = Command::new(binary);
-        cmd.args([
-            "worker",
-            "--coordinator",
-            &self.address,
-            "--slots",
-            "1",
-            "--name",
-            name,
-        ])
-        .current_dir(&self.dir)
-        .env("RUST_BACKTRACE", "0")
-        .stdin(std::process::Stdio::null());
-        spawn_logged(&mut cmd, &self.dir.join(format!("{name}.log")))
+        self.worker_with(binary, name, &[])
+    }
+
+    /// Starts `weir worker` named `name` from `binary` with `extra` flags.
+    fn worker_with(&self, binary: &Path, name: &str, extra: &[&str]) -> Child {
+        start_worker(&self.dir, binary, &self.address, name, extra)
+    }
+
+    /// Waits until the coordinator's log has a line holding `needle`; returns that line.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let rest = wait_for_line(&mut self.coordinator, &self.coordinator_log, needle);
+        format!("{needle}{rest}")
     }
 
     fn worker(&self, name: &str) -> Child {
@@ -152,6 +173,37 @@ impl Cluster {
     fn log(&self) -> String {
         fs::read_to_string(&self.coordinator_log).unwrap_or_default()
     }
+}
+
+/// Starts `weir worker` named `name` (its log `<name>.log` in `dir`) from `binary`, dialing
+/// the coordinator at `address`, with `extra` flags.
+fn start_worker(dir: &Path, binary: &Path, address: &str, name: &str, extra: &[&str]) -> Child {
+    let mut cmd = Command::new(binary);
+    cmd.args([
+        "worker",
+        "--coordinator",
+        address,
+        "--slots",
+        "1",
+        "--name",
+        name,
+    ])
+    .args(extra)
+    .current_dir(dir)
+    .env("RUST_BACKTRACE", "0")
+    .stdin(std::process::Stdio::null());
+    spawn_logged(&mut cmd, &dir.join(format!("{name}.log")))
+}
+
+/// Sends `signal` to `child` (SIGSTOP: the process hangs, its sockets stay open).
+fn signal(child: &mut Child, signal: libc::c_int, what: &str) {
+    if let Some(st) = child.try_wait().expect("try_wait") {
+        panic!("{what} exited ({st}) before it could be signalled; the run is too short");
+    }
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: kill(2) on our own child, which has not been reaped (try_wait said it runs).
+    let r = unsafe { libc::kill(pid, signal) };
+    assert_eq!(r, 0, "kill({pid}, {signal}) failed");
 }
 
 impl Drop for Cluster {
@@ -408,14 +460,190 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
     let w = worker(&["--slots", "0"]);
     assert_clean_error(&w, 2, &["--slots", "at least 1"]);
     // A coordinator out of reach is named with the way out.
-    let w = worker(&[]);
+    let w = worker(&["--connect-timeout", "soon"]);
+    assert_clean_error(&w, 2, &["--connect-timeout", "'soon'"]);
+    // A coordinator out of reach is named with the way out (no retries with 0s).
+    let w = worker(&["--connect-timeout", "0s"]);
     assert_clean_error(
         &w,
         1,
         &[
             "cannot reach the coordinator at 127.0.0.1:1",
             "--coordinator",
+            "--connect-timeout 0s",
         ],
     );
     assert!(!tmp.path().join("out").exists());
+}
+
+/// The restart that followed a lost worker or coordinator: the last attempt that restored
+/// a checkpoint, checked to be the one taken mid-input (or a newer one of the held input);
+/// returns the checkpoint's folder.
+fn restored_held_checkpoint(out: &str, held: u64) -> PathBuf {
+    let restored: Vec<_> = attempts(out)
+        .into_iter()
+        .filter_map(|a| a.restored.map(|r| (a.n, r)))
+        .collect();
+    let (_, (id, position, path)) = restored
+        .last()
+        .cloned()
+        .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{out}"));
+    assert!(
+        id >= held,
+        "restored checkpoint {id}, older than {held}:\n{out}"
+    );
+    assert_eq!(position, 2 * HOLD_AT, "{out}");
+    path
+}
+
+#[test]
+fn a_hung_worker_is_detected_by_its_heartbeat_replaced_and_the_job_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(tmp.path(), 2, "2s");
+    let w1 = c.registered_worker("w1");
+    let mut w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    // Hung, not dead: its process and sockets stay, it only stops answering.
+    signal(&mut w2, libc::SIGSTOP, "worker w2");
+    let lost = c.wait_for("lost worker 2 (w2) at 127.0.0.1:");
+    assert!(lost.contains("no heartbeat for 2s"), "{lost}");
+    c.release();
+    let again = c.worker("w2-again");
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let path = restored_held_checkpoint(&out, held);
+    for (w, name) in [(again, "w2-again"), (w1, "w1")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        assert!(
+            wlog.contains(&format!("restored from {}", path.display())),
+            "{name} did not restore {}:\n{wlog}",
+            path.display()
+        );
+    }
+    w2.kill().expect("SIGKILL the stopped worker");
+    let _ = w2.wait();
+}
+
+#[test]
+fn a_worker_hung_before_it_dialled_its_peers_does_not_hold_up_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(tmp.path(), 2, "2s");
+    // w1 dials the workers above it; once `pause` exists it waits before dialing, so the
+    // test can stop it exactly there.
+    let mut w1 = c.registered_worker_with("w1", &["--pause-before-dial", "pause"]);
+    let mut w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    fs::write(c.dir.join("pause"), b"").unwrap();
+    sigkill_running(&mut w2, "worker w2");
+    c.wait_for("lost worker 2 (w2) at 127.0.0.1:");
+    c.release();
+    // The next attempt goes to w1 and w3; w1 hangs before it dials w3, whose subtasks then
+    // wait for channels to w1 that never open. (Which attempt that is depends on whether
+    // the coordinator saw w2's loss before w1's exchange reported it: an attempt deployed
+    // to the dead w2 fails at once.)
+    let mut w3 = c.registered_worker("w3");
+    let dir = c.dir.clone();
+    wait_for_line(
+        &mut w1,
+        &dir.join("w1.log"),
+        "pauses before dialing its peers",
+    );
+    signal(&mut w1, libc::SIGSTOP, "worker w1");
+    wait_for_line(&mut w3, &dir.join("w3.log"), "runs attempt ");
+    // w1's silence fails attempt 2; w3 leaves it (its waiting senders woken) and takes the
+    // next attempt with a replacement.
+    let lost = c.wait_for("lost worker 1 (w1) at 127.0.0.1:");
+    assert!(lost.contains("no heartbeat for 2s"), "{lost}");
+    let w4 = c.worker("w4");
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let path = restored_held_checkpoint(&out, held);
+    for (w, name) in [(w3, "w3"), (w4, "w4")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        assert!(
+            wlog.contains(&format!("restored from {}", path.display())),
+            "{name} did not restore {}:\n{wlog}",
+            path.display()
+        );
+    }
+    w1.kill().expect("SIGKILL the stopped worker");
+    let _ = w1.wait();
+}
+
+#[test]
+fn a_worker_started_before_its_coordinator_joins_once_it_listens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A port nothing listens on yet: the coordinator takes it later.
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut w1 = start_worker(dir, Path::new(BIN), &address, "w1", &[]);
+    wait_for_line(
+        &mut w1,
+        &dir.join("w1.log"),
+        &format!("cannot reach the coordinator at {address}"),
+    );
+    let mut c = Cluster::spawn(dir, &coordinator_args(2, "30s", &address), "coordinator");
+    let w2 = c.registered_worker("w2");
+    c.release();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    assert!(log.contains("(w1) at 127.0.0.1:"), "{log}");
+    let (code, wlog) = finish_worker(dir, w2, "w2");
+    assert_eq!(code, 0, "{wlog}");
+    let (code, wlog) = finish_worker(dir, w1, "w1");
+    assert_eq!(code, 0, "{wlog}");
+    assert!(wlog.contains("trying again in"), "{wlog}");
+    assert!(wlog.contains("(for up to --connect-timeout 60s)"), "{wlog}");
+}
+
+#[test]
+fn a_killed_coordinator_restarted_on_its_checkpoints_resumes_the_job_exactly_with_the_same_workers()
+{
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(tmp.path(), 2);
+    let mut w1 = c.registered_worker("w1");
+    let mut w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    sigkill_running(&mut c.coordinator, "the coordinator");
+    let dir = c.dir.clone();
+    // Both workers lose it and keep trying to reach it.
+    for (w, name) in [(&mut w1, "w1"), (&mut w2, "w2")] {
+        let log = dir.join(format!("{name}.log"));
+        wait_for_line(w, &log, "lost the coordinator at");
+        wait_for_line(w, &log, "cannot reach the coordinator at");
+    }
+    // Restarted on the same address and checkpoint folder (it takes the folder's lock
+    // over: the killed one's went with its process), from the latest checkpoint.
+    let mut args = coordinator_args(2, "30s", &c.address);
+    args.extend(["--restore", "latest"].map(String::from));
+    c.release();
+    let c2 = Cluster::spawn(&dir, &args, "coordinator-2");
+    drop(c);
+    let (code, out, log) = c2.finish();
+    assert_eq!(code, 0, "the restarted coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let path = restored_held_checkpoint(&out, held);
+    for (w, name) in [(w1, "w1"), (w2, "w2")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        assert!(wlog.contains("registering again"), "{name}:\n{wlog}");
+        assert!(
+            wlog.contains(&format!("restored from {}", path.display())),
+            "{name} did not restore {}:\n{wlog}",
+            path.display()
+        );
+    }
 }

@@ -5,9 +5,10 @@
 //!   [--cluster-token T] [--heartbeat-timeout D]` waits for N workers, deploys the job on
 //!   them and runs its checkpoint coordinator ([`ClusterArgs`]).
 //! * **Worker:** `PROGRAM worker --coordinator HOST:PORT [--slots S] [--listen HOST:PORT]
-//!   [--cluster-token T]` runs whatever its coordinator deploys: the deploy carries the
-//!   job's arguments and the worker builds the same graph from the same binary
-//!   ([`WorkerArgs`], [`serve_worker`]).
+//!   [--cluster-token T] [--connect-timeout D]` runs whatever its coordinator deploys: the
+//!   deploy carries the job's arguments and the worker builds the same graph from the same
+//!   binary ([`WorkerArgs`], [`serve_worker`]). It keeps trying to reach its coordinator,
+//!   at the start and after losing it, for up to `--connect-timeout`.
 //!
 //! The token may be left out only when every address is on loopback (a cluster on one
 //! host, as the tests run it): then both sides use [`LOOPBACK_TOKEN`].
@@ -151,6 +152,19 @@ pub struct WorkerArgs {
     /// A name for messages and the dashboard [default: worker-PID].
     #[arg(long)]
     pub name: Option<String>,
+    /// How long to keep trying to reach the coordinator — at the start, and after losing
+    /// it — before giving up with exit code 1 (exponential backoff from 100 ms up to 5 s
+    /// between tries; 0s: one try). 60 s covers a coordinator that starts after its workers
+    /// or is restarted (a pod rescheduled by Kubernetes, a process restarted by hand), even
+    /// one that must first wait out its killed predecessor's 30 s lease of an S3 checkpoint
+    /// folder, while a worker given a wrong address still fails within a minute instead of
+    /// waiting for ever.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Testing: while this file exists, wait before dialing the peers of an attempt (a test
+    /// stops the worker there: hung before it opened the attempt's exchange streams).
+    #[arg(long, hide = true)]
+    pub pause_before_dial: Option<std::path::PathBuf>,
 }
 
 /// The token of a cluster with these addresses: the one given, else [`LOOPBACK_TOKEN`]
@@ -250,6 +264,8 @@ pub fn serve_worker(
             .unwrap_or_else(|| format!("worker-{}", std::process::id())),
         binary_version: binary_version().into(),
         timeout: Duration::from_secs(30),
+        connect_timeout: args.connect_timeout,
+        pause_before_dial: args.pause_before_dial.clone(),
         heartbeat_interval: Duration::ZERO,
     };
     let builder = |job_args: &[String]| {
@@ -291,6 +307,11 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:0, 10.0.0.7:6123)"))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 0s, 30s or 2m ({e})"))
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {

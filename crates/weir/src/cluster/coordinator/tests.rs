@@ -56,6 +56,8 @@ fn worker_config(at: SocketAddr, token: &str, name: &str) -> WorkerConfig {
         name: name.into(),
         binary_version: binary_version().into(),
         timeout: TIMEOUT,
+        connect_timeout: Duration::ZERO,
+        pause_before_dial: None,
         heartbeat_interval: Duration::from_millis(20),
     }
 }

@@ -70,6 +70,8 @@ pub(crate) struct Host {
     to_coordinator: tokio::sync::mpsc::UnboundedSender<WorkerMessage>,
     /// Per task of the plan, its counters over every attempt this worker ran it in.
     task_metrics: Vec<Arc<TaskMetrics>>,
+    /// Testing: while this file exists, wait before dialing (`WorkerConfig`).
+    pause_before_dial: Option<std::path::PathBuf>,
 }
 
 /// How often a worker reports its subtasks' records (and once more before each Finished).
@@ -112,7 +114,15 @@ impl Host {
             writers,
             to_coordinator,
             task_metrics,
+            pause_before_dial: None,
         })
+    }
+
+    /// The host, waiting before it dials while `file` exists (testing: a worker hung before
+    /// it opened an attempt's streams, `WorkerConfig::pause_before_dial`).
+    pub(crate) fn pausing_before_dial(mut self, file: Option<std::path::PathBuf>) -> Host {
+        self.pause_before_dial = file;
+        self
     }
 
     fn send(&self, kind: ToCoordinator) {
@@ -143,6 +153,8 @@ impl Host {
         let (mut tasks, restored) = match started {
             Ok(s) => s,
             Err(e) => {
+                // Channels registered before the failure must not wait for peers.
+                self.exchange.end_attempt(attempt);
                 let cause = format!("{} could not start attempt {attempt}: {e}", self.described);
                 self.send(ToCoordinator::TaskFailed(proto::TaskFailed {
                     attempt: deploy.attempt,
@@ -176,6 +188,9 @@ impl Host {
             restored.map_or_else(String::new, |p| format!(", restored from {}", p.display()))
         );
         let next = self.relay(attempt, &mut tasks, &local, inbox);
+        // Before joining: a sender waiting for a channel to a peer that never connected
+        // (hung or cut off before it dialled) wakes with an error instead of for ever.
+        self.exchange.end_attempt(attempt);
         tasks.cancel_and_join();
         self.progress(&local); // what the subtasks did up to their end
         next
@@ -187,6 +202,17 @@ impl Host {
         &self,
         deploy: &proto::Deploy,
     ) -> Result<(Arc<Placement>, Option<restore::RestoredCheckpoint>)> {
+        if let Some(file) = self.pause_before_dial.as_ref().filter(|f| f.exists()) {
+            eprintln!(
+                "weir: {} pauses before dialing its peers for attempt {} ({} exists)",
+                self.described,
+                deploy.attempt,
+                file.display()
+            );
+            while file.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         for w in deploy.workers.iter().filter(|w| w.worker_id > self.id) {
             if !self.exchange.is_connected(w.worker_id) {
                 self.exchange

@@ -42,6 +42,14 @@ pub struct WorkerConfig {
     pub binary_version: String,
     /// How long to wait for the coordinator to connect and to answer.
     pub timeout: Duration,
+    /// How long a worker that cannot reach its coordinator — at its start, or after losing
+    /// it — keeps trying (with exponential backoff) before it gives up (`--connect-timeout`);
+    /// zero: one try.
+    pub connect_timeout: Duration,
+    /// Testing only (a hidden flag): while this file exists, the worker waits before it
+    /// dials its peers in an attempt, so that a test can stop it (SIGSTOP) exactly there —
+    /// a worker hung before it opened the attempt's exchange streams.
+    pub pause_before_dial: Option<std::path::PathBuf>,
     /// How often to tell the coordinator this worker is alive (well under its
     /// `--heartbeat-timeout`); zero: as often as the coordinator asks at registration (a
     /// quarter of its timeout).
@@ -106,15 +114,19 @@ pub(crate) fn send(tx: &UnboundedSender<WorkerMessage>, kind: ToCoordinator) {
 /// the plan matched; see the module docs.
 #[cfg_attr(not(test), allow(dead_code))] // The handshake as its tests drive it; `serve` runs it whole.
 pub fn attach(config: &WorkerConfig, build: &JobBuilder<'_>) -> Result<DeployedWorker> {
-    attach_answering(config, build, true)
+    attach_answering(config, build, true, None)
 }
 
 /// [`attach`], answering Deployed only when `answer` (a worker that runs the attempt
-/// answers once its subtasks started instead: [`serve`]).
+/// answers once its subtasks started instead: [`serve`]). A worker registering again
+/// gives its `exchange`, which takes the new id as soon as the coordinator gives it
+/// ([`Exchange::rejoin`](crate::runtime::exchange::Exchange::rejoin)): before any worker
+/// can be deployed and dial it under that id.
 pub(crate) fn attach_answering(
     config: &WorkerConfig,
     build: &JobBuilder<'_>,
     answer: bool,
+    exchange: Option<&crate::runtime::exchange::Exchange>,
 ) -> Result<DeployedWorker> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -123,56 +135,8 @@ pub(crate) fn attach_answering(
         .build()
         .map_err(|e| Error::Cluster(format!("cannot start the worker's runtime: {e}")))?;
     let at = &config.coordinator;
-    let unreachable = |cause: String| {
-        Error::Cluster(format!(
-            "cannot reach the coordinator at {at}: {cause} (is it running, and is --coordinator \
-             its --cluster-listen address as this host reaches it?)"
-        ))
-    };
-    let (tx, rx) = unbounded_channel::<WorkerMessage>();
-    send(
-        &tx,
-        ToCoordinator::Register(proto::Register {
-            exchange_address: config.exchange_address.clone(),
-            slots: config.slots,
-            binary_version: config.binary_version.clone(),
-            name: config.name.clone(),
-        }),
-    );
     let timeout = config.timeout;
-    let mut inbound = runtime.block_on(async {
-        let channel = Endpoint::from_shared(format!("http://{at}"))
-            .map_err(|e| unreachable(format!("not an address ({e})")))?
-            .connect_timeout(timeout)
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| unreachable(error_chain(&e)))?;
-        let mut client = CoordinatorClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
-        let mut req = Request::new(Messages(rx));
-        let bearer = format!("Bearer {}", config.token).parse().map_err(|_| {
-            Error::Cluster(
-                "the cluster token has characters a header cannot carry (use letters, digits \
-                 and punctuation)"
-                    .into(),
-            )
-        })?;
-        req.metadata_mut().insert("authorization", bearer);
-        let refused = |s: tonic::Status| match s.code() {
-            Code::Unauthenticated | Code::FailedPrecondition => Error::Cluster(format!(
-                "the coordinator at {at} refused this worker: {}",
-                s.message()
-            )),
-            _ => unreachable(s.message().to_string()),
-        };
-        let resp = tokio::time::timeout(timeout, client.attach(req))
-            .await
-            .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
-            .map_err(refused)?;
-        Ok::<_, Error>(resp.into_inner())
-    })?;
+    let (tx, mut inbound) = dial_with_backoff(config, &runtime)?;
     // The next message that is not a heartbeat (the coordinator beats from the
     // registration on, while this worker may wait long for the others to register),
     // waiting at most `silence` for any message.
@@ -209,6 +173,9 @@ pub(crate) fn attach_answering(
         }
     };
     let id = registered.worker_id;
+    if let Some(exchange) = exchange {
+        exchange.rejoin(id);
+    }
     // The deploy comes once every worker registered, which may take long: the coordinator
     // only has to stay alive meanwhile.
     let heartbeat_timeout = match registered.heartbeat_timeout_ms {
@@ -307,6 +274,136 @@ pub(crate) fn attach_answering(
         to_coordinator: tx,
         from_coordinator: Some(inbound),
     })
+}
+
+/// Why one try to reach the coordinator failed.
+enum DialError {
+    /// It may be up later (not listening yet, restarting, out of reach): try again.
+    Unreachable(String),
+    /// It answered and refused, or the configuration cannot work: trying again would not
+    /// help.
+    Refused(Error),
+}
+
+/// The first wait between tries to reach the coordinator; it doubles up to [`BACKOFF_CAP`].
+const BACKOFF_START: Duration = Duration::from_millis(100);
+/// The longest wait between tries (plus up to a quarter of it at random, so that workers
+/// that lost their coordinator together do not all dial it at the same instant).
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// Dials the coordinator and opens the control stream (registering), trying again with
+/// exponential backoff while it is out of reach, until `config.connect_timeout` has
+/// passed; a refusal ends at once. Returns the stream's two ends.
+fn dial_with_backoff(
+    config: &WorkerConfig,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(
+    UnboundedSender<WorkerMessage>,
+    Streaming<CoordinatorMessage>,
+)> {
+    let at = &config.coordinator;
+    let started = std::time::Instant::now();
+    let mut wait = BACKOFF_START;
+    loop {
+        let cause = match runtime.block_on(dial(config)) {
+            Ok(ends) => return Ok(ends),
+            Err(DialError::Refused(e)) => return Err(e),
+            Err(DialError::Unreachable(cause)) => cause,
+        };
+        let waited = started.elapsed();
+        let limit = config.connect_timeout;
+        let left = limit.saturating_sub(waited);
+        if left.is_zero() {
+            return Err(Error::Cluster(format!(
+                "cannot reach the coordinator at {at}: {cause} (tried for {} of \
+                 --connect-timeout {}; is it running, and is --coordinator its \
+                 --cluster-listen address as this host reaches it?)",
+                shown(waited),
+                shown(limit),
+            )));
+        }
+        // The last pause ends at the deadline, for one last try there.
+        let pause = (wait + wait.mul_f64(fastrand::f64() / 4.0)).min(left);
+        eprintln!(
+            "weir: {} cannot reach the coordinator at {at} ({cause}); trying again in {} \
+             (for up to --connect-timeout {})",
+            config.name,
+            shown(pause),
+            shown(limit),
+        );
+        std::thread::sleep(pause);
+        wait = (wait * 2).min(BACKOFF_CAP);
+    }
+}
+
+/// `d` as a flag would take it: whole seconds as `60s`, else milliseconds (`150ms`).
+fn shown(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// One try: dials the coordinator, opens the control stream and sends the registration.
+async fn dial(
+    config: &WorkerConfig,
+) -> std::result::Result<
+    (
+        UnboundedSender<WorkerMessage>,
+        Streaming<CoordinatorMessage>,
+    ),
+    DialError,
+> {
+    let at = &config.coordinator;
+    let timeout = config.timeout;
+    let channel = Endpoint::from_shared(format!("http://{at}"))
+        .map_err(|e| {
+            DialError::Refused(Error::Cluster(format!(
+                "--coordinator {at} is not an address ({e}): give HOST:PORT"
+            )))
+        })?
+        .connect_timeout(timeout)
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| DialError::Unreachable(error_chain(&e)))?;
+    let mut client = CoordinatorClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let (tx, rx) = unbounded_channel::<WorkerMessage>();
+    send(
+        &tx,
+        ToCoordinator::Register(proto::Register {
+            exchange_address: config.exchange_address.clone(),
+            slots: config.slots,
+            binary_version: config.binary_version.clone(),
+            name: config.name.clone(),
+        }),
+    );
+    let mut req = Request::new(Messages(rx));
+    let bearer = format!("Bearer {}", config.token).parse().map_err(|_| {
+        DialError::Refused(Error::Cluster(
+            "the cluster token has characters a header cannot carry (use letters, digits and \
+             punctuation)"
+                .into(),
+        ))
+    })?;
+    req.metadata_mut().insert("authorization", bearer);
+    let resp = tokio::time::timeout(timeout, client.attach(req))
+        .await
+        .map_err(|_| DialError::Unreachable(format!("no answer within {timeout:?}")))?
+        .map_err(|s| match s.code() {
+            Code::Unauthenticated | Code::FailedPrecondition => {
+                DialError::Refused(Error::Cluster(format!(
+                    "the coordinator at {at} refused this worker: {}",
+                    s.message()
+                )))
+            }
+            _ => DialError::Unreachable(s.message().to_string()),
+        })?;
+    Ok((tx, resp.into_inner()))
 }
 
 mod host;

@@ -1,11 +1,20 @@
 //! A whole worker (issue 24, `weir worker`): attach to the coordinator, start the exchange
-//! on the port registered, build the job once from the first deploy's arguments, then run
-//! every attempt the coordinator deploys ([`Host::run`]) until it ends the job.
+//! on the port registered, build the job from the first deploy's arguments, then run every
+//! attempt the coordinator deploys ([`Host::run`]) until it ends the job.
 //!
 //! A later deploy must carry the same arguments (a coordinator deploys one job); a restart
-//! reuses the graph built once, as the executor of a single process does. The coordinator
-//! silent for its heartbeat timeout, or its stream broken, ends the worker with an error
-//! naming it: a worker never runs on without its coordinator.
+//! reuses the graph built once, as the executor of a single process does.
+//!
+//! **A lost coordinator.** Its stream broken, or silent for its heartbeat timeout, ends
+//! this worker's *membership*, never silently the worker: the attempt's subtasks are
+//! cancelled and joined, and the worker registers again — with backoff, for up to
+//! `--connect-timeout` — with whatever listens at `--coordinator` (the same coordinator,
+//! if it only counted this worker as lost; a restarted one, which restores the latest
+//! checkpoint). The new membership starts clean: a new worker id (its exchange, on the same
+//! port, fails and forgets every stream of the old one: [`Exchange::rejoin`]), the job
+//! built afresh from the new first deploy, and its state files written under the new
+//! coordinator's run id. Nothing of the old membership is committed by the new one: the
+//! coordinator alone completes checkpoints.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -36,21 +45,65 @@ pub fn serve(
     listener: TcpListener,
     build: &JobBuilder<'_>,
 ) -> Result<JobEnd> {
-    let mut deployed = attach_answering(config, build, false)?;
-    let at = config.coordinator.clone();
-    let described = format!(
-        "worker {} ({}) at {}",
-        deployed.id, config.name, config.exchange_address
-    );
-    let listen = listener
-        .local_addr()
-        .map_err(|e| Error::Cluster(format!("the exchange's listener has no address: {e}")))?;
-    let exchange = Exchange::start_on(
-        ExchangeConfig::new(deployed.id, listen, config.token.clone()),
-        Some(listener),
-    )
-    .map_err(|e| Error::Cluster(format!("{described} cannot start its exchange: {e}")))?;
-    let inbox = inbox(&mut deployed, &at);
+    let at = &config.coordinator;
+    let mut listener = Some(listener);
+    let mut exchange: Option<Arc<Exchange>> = None;
+    loop {
+        let mut deployed = attach_answering(config, build, false, exchange.as_deref())?;
+        let described = format!(
+            "worker {} ({}) at {}",
+            deployed.id, config.name, config.exchange_address
+        );
+        let this = match &exchange {
+            Some(e) => e.clone(), // rejoined under the new id at registration
+            None => {
+                let listener = listener.take().ok_or_else(|| {
+                    Error::Cluster("the exchange's listener was given away".into())
+                })?;
+                let listen = listener.local_addr().map_err(|e| {
+                    Error::Cluster(format!("the exchange's listener has no address: {e}"))
+                })?;
+                let e = Exchange::start_on(
+                    ExchangeConfig::new(deployed.id, listen, config.token.clone()),
+                    Some(listener),
+                )
+                .map_err(|e| {
+                    Error::Cluster(format!("{described} cannot start its exchange: {e}"))
+                })?;
+                exchange.insert(Arc::new(e)).clone()
+            }
+        };
+        match membership(config, &mut deployed, &described, this) {
+            Ok(end) => return Ok(end),
+            Err(Membership::Failed(e)) => return Err(e),
+            Err(Membership::Lost(cause)) => eprintln!(
+                "weir: {described} lost the coordinator at {at}: {cause} (it died, hung or \
+                 is cut off, or counted this worker as lost); registering again, for up to \
+                 --connect-timeout {:?}",
+                config.connect_timeout
+            ),
+        }
+    }
+}
+
+/// How one membership (a registration with a coordinator) ended, short of the job's end.
+enum Membership {
+    /// The coordinator is gone (its stream broke or went silent): register again.
+    Lost(String),
+    /// This worker cannot go on.
+    Failed(Error),
+}
+
+/// Runs every attempt deployed to `deployed` (the job built once from its first deploy's
+/// arguments, its state files under that coordinator's run id) until the job ends or the
+/// coordinator is lost.
+fn membership(
+    config: &WorkerConfig,
+    deployed: &mut super::DeployedWorker,
+    described: &str,
+    exchange: Arc<Exchange>,
+) -> std::result::Result<JobEnd, Membership> {
+    let inbox = inbox(deployed);
     let first = deployed.deploy.clone();
     let env = std::mem::replace(
         &mut deployed.env,
@@ -61,19 +114,25 @@ pub fn serve(
     let (graph, cfg) = env.into_parts();
     let host = Host::new(
         deployed.id,
-        described.clone(),
+        described.to_string(),
         graph,
         cfg,
         &first.run_id,
-        Arc::new(exchange),
+        exchange,
         deployed.to_coordinator.clone(),
-    )?;
-    let mut next = host.run(&first, &inbox).map_err(|e| lost(&at, e))?;
+    )
+    .map_err(Membership::Failed)?
+    .pausing_before_dial(config.pause_before_dial.clone());
+    let lost = |e: Error| match e {
+        Error::Cluster(cause) => Membership::Lost(cause),
+        e => Membership::Failed(e),
+    };
+    let mut next = host.run(&first, &inbox).map_err(lost)?;
     loop {
         next = match next {
-            Next::Cancelled => wait_for_next(&inbox).map_err(|e| lost(&at, e))?,
+            Next::Cancelled => wait_for_next(&inbox).map_err(lost)?,
             Next::Deploy(d) if d.job_args == first.job_args => {
-                host.run(&d, &inbox).map_err(|e| lost(&at, e))?
+                host.run(&d, &inbox).map_err(lost)?
             }
             Next::Deploy(d) => {
                 let cause = format!(
@@ -90,7 +149,7 @@ pub fn serve(
                         ..Default::default()
                     }),
                 );
-                return Err(Error::Cluster(cause));
+                return Err(Membership::Failed(Error::Cluster(cause)));
             }
             Next::Ended(e) => {
                 return Ok(JobEnd {
@@ -99,17 +158,6 @@ pub fn serve(
                 })
             }
         };
-    }
-}
-
-/// The error for a worker whose coordinator at `at` is gone.
-fn lost(at: &str, e: Error) -> Error {
-    match e {
-        Error::Cluster(cause) => Error::Cluster(format!(
-            "lost the coordinator at {at}: {cause} (it died, hung or is cut off; this \
-                 worker stops with it)"
-        )),
-        e => e,
     }
 }
 
@@ -132,10 +180,10 @@ fn wait_for_next(inbox: &Inbox) -> Result<Next> {
 
 /// The coordinator's messages on a channel the relay can select on; the stream ending,
 /// breaking, or silent for the heartbeat timeout arrives as its last item.
-fn inbox(deployed: &mut super::DeployedWorker, at: &str) -> Inbox {
+fn inbox(deployed: &mut super::DeployedWorker) -> Inbox {
     let (tx, rx) = unbounded();
     let Some(mut stream) = deployed.from_coordinator.take() else {
-        let _ = tx.send(Err(format!("no control stream from {at}")));
+        let _ = tx.send(Err("no control stream".into()));
         return rx;
     };
     let silence = deployed.heartbeat_timeout;

@@ -43,6 +43,13 @@
 //! after the events before it, as a local channel does. A dropped input grants its sender
 //! permits without end, so a sender waiting for permits wakes and reaches its cancellation.
 //!
+//! **An attempt's end.** A peer that never opened its stream (hung or cut off before it
+//! dialled) has no keep-alive to fail it, so when an attempt ends its worker calls
+//! [`Exchange::end_attempt`]: channels that never opened fail, naming the peer, and peers
+//! that failed or never connected are forgotten, so the next attempt connects afresh.
+//! [`Exchange::rejoin`] does the same for every peer when the worker registers again under
+//! a new id.
+//!
 //! **Not yet:** TLS (rustls, when certificates are given) — the endpoint is plaintext HTTP/2
 //! with a bearer token, fit for a private network only.
 //!

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,6 +96,8 @@ pub struct PeerStats {
 /// What the server and the handle share.
 struct Node {
     config: ExchangeConfig,
+    /// This worker's id: `config.worker`, until [`Exchange::rejoin`] gives it another.
+    me: AtomicU32,
     peers: Mutex<HashMap<WorkerId, Arc<Peer>>>,
     /// Streams this worker accepted and dialled, ever: one per peer.
     streams: AtomicU64,
@@ -111,6 +113,20 @@ impl Node {
             .entry(id)
             .or_insert_with(|| Peer::new(id))
             .clone()
+    }
+
+    /// Attaches a stream with worker `id`, named `name`: to its peer if that has no stream
+    /// yet, or to a fresh one in place of a peer that failed (a worker that comes back —
+    /// reconnected, or its stream dialled anew for the next attempt — starts afresh; the
+    /// failed peer's channels belong to an attempt that is over). `None` while a stream is
+    /// up: one per pair.
+    fn attach(&self, id: WorkerId, name: String) -> Option<Arc<Peer>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let peer = peers.entry(id).or_insert_with(|| Peer::new(id));
+        if peer.failure().is_some() {
+            *peer = Peer::new(id);
+        }
+        peer.attach(name).then(|| peer.clone())
     }
 
     fn token_ok<T>(&self, req: &Request<T>) -> bool {
@@ -145,7 +161,7 @@ impl exchange_server::Exchange for Service {
         req: Request<Streaming<Frame>>,
     ) -> Result<Response<ResponseFrames>, Status> {
         let node = &self.0;
-        let me = node.config.worker;
+        let me = node.me.load(Relaxed);
         let from = req
             .remote_addr()
             .map(|a| a.to_string())
@@ -174,13 +190,12 @@ impl exchange_server::Exchange for Service {
                 "worker {me} at {from} dialled itself"
             )));
         }
-        let peer = node.peer(id);
-        if !peer.attach(format!("worker {id} at {from}")) {
+        let Some(peer) = node.attach(id, format!("worker {id} at {from}")) else {
             node.refused.fetch_add(1, Relaxed);
             return Err(Status::already_exists(format!(
                 "worker {id} already has an exchange stream with worker {me} (one per pair)"
             )));
-        }
+        };
         node.streams.fetch_add(1, Relaxed);
         tokio::spawn(peer.clone().read(req.into_inner()));
         let mut resp = Response::new(ResponseFrames(peer.outbox.clone()));
@@ -246,6 +261,7 @@ impl Exchange {
             cause: e.to_string(),
         })?;
         let node = Arc::new(Node {
+            me: AtomicU32::new(config.worker),
             config,
             peers: Mutex::new(HashMap::new()),
             streams: AtomicU64::new(0),
@@ -280,7 +296,7 @@ impl Exchange {
 
     /// This worker's id.
     pub fn worker(&self) -> WorkerId {
-        self.node.config.worker
+        self.node.me.load(Relaxed)
     }
 
     fn runtime(&self) -> &tokio::runtime::Runtime {
@@ -318,6 +334,59 @@ impl Exchange {
         let (input, delivery) = RemoteInput::new(channel, p.clone(), codec);
         p.add_input(channel, delivery, bound)?;
         Ok(input)
+    }
+
+    /// This worker registered again — with a restarted coordinator, or with its own after
+    /// it counted this worker as lost — and got id `worker`: every stream and channel of
+    /// its former membership fails (its peers see the stream end) and is forgotten, and
+    /// this exchange serves and dials as `worker` from now on, on the same port.
+    pub fn rejoin(&self, worker: WorkerId) {
+        let mut peers = self.node.peers.lock().unwrap_or_else(|p| p.into_inner());
+        self.node.me.store(worker, Relaxed);
+        for (_, p) in peers.drain() {
+            p.fail(ExchangeError::PeerLost {
+                peer: p.name(),
+                cause: format!(
+                    "this worker registered again with its coordinator, as worker {worker}"
+                ),
+            });
+        }
+    }
+
+    /// Ends the channels of an attempt that is over (cancelled, failed, or followed by the
+    /// next deploy), before its tasks are joined:
+    ///
+    /// * a peer that never opened its stream with this worker (it hung, died or was cut off
+    ///   before it dialled, or before this worker dialled it) fails, waking this worker's
+    ///   senders that wait for its channels to open, with an error naming it;
+    /// * on a peer whose stream is up, the sending channels that never opened fail the same
+    ///   way (their receivers never registered them, and will not: the attempt is over);
+    /// * peers that failed or never connected are forgotten, so the next attempt dials (or
+    ///   accepts) them afresh instead of inheriting the failure. Streams that are up stay up
+    ///   for the next attempt, whose channels are numbered afresh.
+    pub fn end_attempt(&self, attempt: u32) {
+        let cause = format!(
+            "attempt {attempt} ended before this channel opened (the worker never registered \
+             its end: it hung, died or is cut off; the job restarts from its latest checkpoint)"
+        );
+        let mut peers = self.node.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|_, p| {
+            if p.failure().is_some() {
+                return false;
+            }
+            if !p.is_attached() {
+                p.fail(ExchangeError::PeerLost {
+                    peer: p.name(),
+                    cause: format!(
+                        "it never opened its exchange stream during attempt {attempt} (it hung, \
+                         died or is cut off; the job restarts from its latest checkpoint)"
+                    ),
+                });
+                return false;
+            }
+            p.fail_unopened(&cause);
+            true
+        });
     }
 
     /// Streams this worker accepted or dialled, ever (one per peer).
@@ -376,7 +445,7 @@ impl Drop for Exchange {
 }
 
 async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), ExchangeError> {
-    let me = node.config.worker;
+    let me = node.me.load(Relaxed);
     let name = format!("worker {id} at {addr}");
     let unreachable = |cause: String| ExchangeError::Unreachable {
         peer: name.clone(),
@@ -393,13 +462,12 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
         .connect()
         .await
         .map_err(|e| unreachable(error_chain(&e)))?;
-    let peer = node.peer(id);
-    if !peer.attach(name.clone()) {
-        return Err(peer.failure().unwrap_or(ExchangeError::Refused {
+    let Some(peer) = node.attach(id, name.clone()) else {
+        return Err(ExchangeError::Refused {
             peer: name,
             cause: format!("worker {me} has a stream with it already (one per pair)"),
-        }));
-    }
+        });
+    };
     let mut client = ExchangeClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);

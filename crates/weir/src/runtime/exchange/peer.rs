@@ -177,6 +177,27 @@ impl Peer {
         }
     }
 
+    /// The attempt these channels belong to ended: every sending channel whose receiver
+    /// never granted it a permit fails with `cause`, waking a sender that waits for it to
+    /// open — a channel to a worker that hung, died or was cut off before it registered
+    /// its end would otherwise wait for ever (no stream, so no keep-alive to fail it).
+    /// Channels that opened are left alone: their receivers release them when they close.
+    pub fn fail_unopened(&self, cause: &str) {
+        let s = self.lock();
+        let peer = s.name.clone();
+        let unopened: Vec<_> = (s.outputs.values())
+            .filter(|w| !w.is_open())
+            .cloned()
+            .collect();
+        drop(s);
+        for w in unopened {
+            w.fail(ExchangeError::PeerLost {
+                peer: peer.clone(),
+                cause: cause.to_string(),
+            });
+        }
+    }
+
     /// Handles one frame from the peer.
     pub fn on_frame(&self, frame: Frame) -> Result<(), ExchangeError> {
         self.frames_in.fetch_add(1, Relaxed);

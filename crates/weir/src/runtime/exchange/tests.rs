@@ -435,3 +435,98 @@ fn a_dropped_input_releases_a_sender_waiting_for_permits() {
     assert!(a.peer_failure(2).is_none());
     drop(tx);
 }
+
+#[test]
+fn an_ended_attempt_fails_the_channels_of_a_peer_that_never_connected_and_it_attaches_afresh() {
+    let a = start(1, "secret");
+    let b = start(2, "secret");
+    // Worker 2 hangs before it dials: worker 1's sender waits for the channel to open.
+    let tx = Arc::new(a.output(2, 1, codec()));
+    let _rx = a.input(2, 2, ChannelBound::local(1), codec()).unwrap();
+    let t = tx.clone();
+    let sender = std::thread::spawn(move || t.send(Event::Batch(vec![1])));
+    wait_until("the sender waits for the channel to open", || {
+        tx.waiting() == 1
+    });
+    a.end_attempt(3);
+    let e = sender.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("worker 2"), "{e}");
+    assert!(
+        e.contains("never opened its exchange stream during attempt 3"),
+        "{e}"
+    );
+    // The peer comes back for the next attempt: a fresh stream, fresh channels.
+    b.connect(1, &a.local_addr().to_string()).unwrap();
+    let tx = b.output(1, 10, codec());
+    let rx = a.input(2, 10, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![7])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [7]);
+
+    // On a stream that is up, a channel whose receiver never registered its end fails at
+    // the attempt's end too, while the stream stays up for the next attempt.
+    let unopened = Arc::new(a.output(2, 11, codec()));
+    let t = unopened.clone();
+    let sender = std::thread::spawn(move || t.send(Event::Batch(vec![1])));
+    wait_until("the sender waits for channel 11 to open", || {
+        unopened.waiting() == 1
+    });
+    a.end_attempt(4);
+    let e = sender.join().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("attempt 4 ended before this channel opened"),
+        "{e}"
+    );
+    assert!(a.is_connected(2));
+    tx.send(Event::Batch(vec![8])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [8]);
+}
+
+#[test]
+fn a_peer_whose_stream_broke_is_dialled_afresh_for_the_next_attempt() {
+    let a = start(1, "secret");
+    let b = start(2, "secret");
+    let proxy = Proxy::to(b.local_addr());
+    a.connect(2, &proxy.addr.to_string()).unwrap();
+    proxy.cut();
+    wait_until("worker 1 sees the stream break", || {
+        a.peer_failure(2).is_some()
+    });
+    wait_until("worker 2 sees the stream break", || {
+        b.peer_failure(1).is_some()
+    });
+    a.end_attempt(1);
+    b.end_attempt(1);
+    // The link is back (here: the direct address): the next attempt's stream and channels.
+    assert!(!a.is_connected(2));
+    a.connect(2, &b.local_addr().to_string()).unwrap();
+    let tx = a.output(2, 5, codec());
+    let rx = b.input(1, 5, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![9])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [9]);
+}
+
+#[test]
+fn a_worker_that_rejoins_under_a_new_id_drops_its_old_streams_and_serves_as_the_new_one() {
+    let (a, b) = pair();
+    let tx = a.output(2, 1, codec());
+    let rx = b.input(1, 1, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![1])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+    // Worker 2 registered again with a (restarted) coordinator and is worker 5 now.
+    b.rejoin(5);
+    assert_eq!(b.worker(), 5);
+    let e = rx.recv().unwrap_err().to_string();
+    assert!(
+        e.contains("registered again with its coordinator, as worker 5"),
+        "{e}"
+    );
+    wait_until("worker 1 sees the old stream end", || {
+        a.peer_failure(2).is_some()
+    });
+    // Its peers reach it under its new id, on the same port.
+    a.connect(5, &b.local_addr().to_string()).unwrap();
+    let tx = a.output(5, 2, codec());
+    let rx = b.input(1, 2, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![2])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [2]);
+}
