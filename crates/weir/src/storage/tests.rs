@@ -407,24 +407,3 @@ fn shared_files_live_beside_the_checkpoints_and_only_they_are_deleted_as_shared(
     s.delete_shared_file(&f.path).unwrap();
     assert!(s.shared_files().unwrap().is_empty());
 }
-
-/// A shared file a writer was killed in the middle of (its temp name) is not a shared file,
-/// and the next owner's sweep removes it with the orphans.
-#[test]
-fn a_half_written_shared_file_is_swept_with_the_orphans() {
-    let (_tmp, s) = setup();
-    let kind = FileKind::KeyedStateDelta;
-    s.write_shared_file_streamed::<StorageError>("op", "chk-3-kgd-0-7", kind, |w| w.write(b"d"))
-        .unwrap();
-    let temp = s.root().join("shared/op/.chk-4-kg-0-7.tmp-999999-1");
-    fs::write(&temp, b"half").unwrap();
-    assert_eq!(s.shared_files().unwrap(), ["shared/op/chk-3-kgd-0-7"]);
-    assert_eq!(
-        s.shared_temp_files().unwrap(),
-        ["shared/op/.chk-4-kg-0-7.tmp-999999-1"]
-    );
-    // No complete checkpoint lists the delta either: both go.
-    assert_eq!(crate::checkpoint::shared::sweep_orphans(&s).unwrap(), 2);
-    assert!(!temp.exists());
-    assert!(s.shared_files().unwrap().is_empty());
-}
