@@ -744,6 +744,24 @@ impl CheckpointStorage {
         Ok(out)
     }
 
+    /// The temp files of shared state files being written (`.<name>.tmp-<pid>-<n>` on local
+    /// storage), or left half-written by a writer that was killed mid-file.
+    pub fn shared_temp_files(&self) -> Result<Vec<String>, StorageError> {
+        let mut out = Vec::new();
+        for uid in self.backend.list(SHARED_DIR)? {
+            if uid.starts_with('.') {
+                continue;
+            }
+            for name in self.backend.list(&format!("{SHARED_DIR}/{uid}"))? {
+                if name.starts_with('.') {
+                    out.push(format!("{SHARED_DIR}/{uid}/{name}"));
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
     /// Removes the empty folders under `shared/`, and `shared/` itself once empty, so a job
     /// folder without incremental checkpoints looks as before. Only when nothing is being
     /// written there (a writer creates its uid's folder on its first file).

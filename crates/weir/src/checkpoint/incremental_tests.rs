@@ -616,3 +616,30 @@ fn the_inspect_tools_tell_new_from_shared_bytes_and_refuse_to_dump_a_chain() {
         other => panic!("{:?}", other.map(|_| ())),
     }
 }
+
+/// A shared file a writer was killed in the middle of (its temp name) is not a shared file,
+/// and the next owner's sweep removes it with the orphans.
+#[test]
+fn a_half_written_shared_file_is_swept_with_the_orphans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = CheckpointStorage::open(tmp.path(), "job-1").unwrap();
+    let kind = crate::storage::FileKind::KeyedStateDelta;
+    s.write_shared_file_streamed::<crate::storage::StorageError>(
+        "op",
+        "chk-3-kgd-0-7",
+        kind,
+        |w| w.write(b"d"),
+    )
+    .unwrap();
+    let temp = s.root().join("shared/op/.chk-4-kg-0-7.tmp-999999-1");
+    std::fs::write(&temp, b"half").unwrap();
+    assert_eq!(s.shared_files().unwrap(), ["shared/op/chk-3-kgd-0-7"]);
+    assert_eq!(
+        s.shared_temp_files().unwrap(),
+        ["shared/op/.chk-4-kg-0-7.tmp-999999-1"]
+    );
+    // No complete checkpoint lists the delta either: both go.
+    assert_eq!(shared::sweep_orphans(&s).unwrap(), 2);
+    assert!(!temp.exists());
+    assert!(s.shared_files().unwrap().is_empty());
+}

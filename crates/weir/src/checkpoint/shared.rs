@@ -158,18 +158,24 @@ pub fn prune_empty_folders(storage: &CheckpointStorage) -> Result<(), StorageErr
     storage.prune_shared_folders()
 }
 
-/// Removes every shared file no complete checkpoint lists; returns how many. Only for a
-/// run that owns the job folder and has no checkpoint in flight (its start): a file being
-/// written for a checkpoint in flight is listed by none yet.
+/// Removes every shared file no complete checkpoint lists, and every half-written one (a
+/// temp file a writer killed mid-file left: no run writes any more to a folder whose owner
+/// sweeps it); returns how many. Only for a run that owns the job folder and has no
+/// checkpoint in flight (its start): a file being written for a checkpoint in flight is
+/// listed by none yet.
 pub fn sweep_orphans(storage: &CheckpointStorage) -> Result<usize, StorageError> {
+    let mut removed = 0;
+    for temp in storage.shared_temp_files()? {
+        storage.delete_shared_file(&temp)?;
+        removed += 1;
+    }
     let all = storage.shared_files()?;
     if all.is_empty() {
-        return Ok(0);
+        return Ok(removed);
     }
     let Some(kept) = referenced(storage, None) else {
-        return Ok(0);
+        return Ok(removed);
     };
-    let mut removed = 0;
     for path in all {
         if !kept.contains(&path) {
             storage.delete_shared_file(&path)?;

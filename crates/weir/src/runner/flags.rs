@@ -148,6 +148,20 @@ pub struct RunFlags {
     /// rewritten now and then); savepoints stay full. Off: every checkpoint is full.
     #[arg(long)]
     pub incremental_checkpoints: bool,
+    /// On the disk backend, the most keys each keyed state keeps decoded in memory (its
+    /// write-back cache in front of the LSM; up to twice as many while a checkpoint writes
+    /// them back). Lower it, with --state-block-cache and --state-write-buffer, to run a
+    /// state larger than the memory the process may use.
+    #[arg(long, default_value_t = 1 << 20, value_parser = parse_cache_entries)]
+    pub state_cache_entries: usize,
+    /// On the disk backend, the bytes of each keyed subtask's LSM block cache (e.g. 64MiB,
+    /// 512KiB; k, M, G are 1024-based too).
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    pub state_block_cache: u64,
+    /// On the disk backend, the bytes of each keyed state's LSM write buffer (memtable),
+    /// flushed to a file when full (e.g. 64MiB, 4MiB).
+    #[arg(long, default_value = "64MiB", value_parser = parse_write_buffer)]
+    pub state_write_buffer: u64,
     /// The job's name (default: the program's): its checkpoint folder and the prefix of its
     /// sinks' transactions. Give concurrent runs of one job different names.
     #[arg(long)]
@@ -189,6 +203,47 @@ pub(super) fn parse_location(s: &str) -> Result<PathBuf, String> {
 fn parse_parallelism(s: &str) -> Result<u32, String> {
     match at_least_one(s)? {
         n if n > MAX_MAX_PARALLELISM => Err(format!("at most {MAX_MAX_PARALLELISM}")),
+        n => Ok(n),
+    }
+}
+
+fn parse_cache_entries(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (keys cached per state)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "'{s}' is not a count of keys (1, 1000, 1048576, …)"
+        )),
+    }
+}
+
+/// A size in bytes: a count with an optional unit, all 1024-based (`B`, `k`/`KB`/`KiB`,
+/// `M`/`MB`/`MiB`, `G`/`GB`/`GiB`).
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let at = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(at);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit '{unit}' (use B, KiB, MiB or GiB)"
+            ))
+        }
+    };
+    n.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("'{s}' is not a size like 64MiB, 512KiB or 1048576"))
+}
+
+/// A write buffer of at least 1 MiB: a smaller one would flush a file every few writes.
+fn parse_write_buffer(s: &str) -> Result<u64, String> {
+    match parse_bytes(s)? {
+        n if n < 1 << 20 => Err(format!("'{s}': at least 1MiB")),
         n => Ok(n),
     }
 }
@@ -362,6 +417,11 @@ impl RunFlags {
             c.state_dir = dir.clone();
         }
         c.incremental_checkpoints = self.incremental_checkpoints;
+        c.disk_state = crate::runtime::config::DiskStateMemory {
+            cache_entries: self.state_cache_entries,
+            block_cache_bytes: self.state_block_cache,
+            write_buffer_bytes: self.state_write_buffer,
+        };
         c
     }
 

@@ -82,6 +82,36 @@ pub struct JobConfig {
     /// always writes full checkpoints; savepoints are always full. `false` takes the
     /// environment variable `WEIR_INCREMENTAL_CHECKPOINTS` if set (`true`/`false`).
     pub incremental_checkpoints: bool,
+    /// How much memory the disk backend keeps per keyed subtask and state (its cache, the
+    /// LSM's block cache and write buffers): what bounds a job whose state is larger than
+    /// memory. Ignored by the memory backend.
+    pub disk_state: DiskStateMemory,
+}
+
+/// The memory of the disk backend (Flink's RocksDB `block.cache-size` and
+/// `writebuffer.size`, and the cache of decoded keys the LSM stands behind): the defaults
+/// suit states of millions of keys; lower them to hold a state larger than the memory the
+/// process may use (`--state-cache-entries`, `--state-block-cache`, `--state-write-buffer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskStateMemory {
+    /// Most keys each keyed state keeps decoded in memory (its write-back cache); up to
+    /// twice as many while a checkpoint's asynchronous write-back shares the cache.
+    pub cache_entries: usize,
+    /// Bytes of the LSM's block cache, shared by a keyed subtask's states.
+    pub block_cache_bytes: u64,
+    /// Bytes of each state's LSM write buffer (memtable) before it is flushed to a file.
+    pub write_buffer_bytes: u64,
+}
+
+impl Default for DiskStateMemory {
+    /// 1 M cached keys per state, a 64 MiB block cache, 64 MiB write buffers.
+    fn default() -> Self {
+        DiskStateMemory {
+            cache_entries: 1 << 20,
+            block_cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
+        }
+    }
 }
 
 impl JobConfig {
@@ -107,6 +137,7 @@ impl JobConfig {
             state_backend: None,
             state_dir: std::env::temp_dir().join("weir-state"),
             incremental_checkpoints: false,
+            disk_state: DiskStateMemory::default(),
         }
     }
 }

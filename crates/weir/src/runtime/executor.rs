@@ -231,7 +231,8 @@ fn run_job(
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
         .incremental(crate::runtime::state_backend::incremental_checkpoints(
             cfg.incremental_checkpoints,
-        )?);
+        )?)
+        .memory(cfg.disk_state);
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;

@@ -113,6 +113,8 @@ pub(crate) struct JobStateBackend {
     dir: PathBuf,
     /// Incremental checkpoints (disk only).
     incremental: bool,
+    /// The disk backend's memory per subtask and state.
+    memory: crate::runtime::config::DiskStateMemory,
 }
 
 impl JobStateBackend {
@@ -136,7 +138,15 @@ impl JobStateBackend {
             job_dir,
             dir,
             incremental: false,
+            memory: Default::default(),
         })
+    }
+
+    /// The disk backend's cache, block cache and write buffers
+    /// (`JobConfig::disk_state`). No effect in memory.
+    pub(crate) fn memory(mut self, memory: crate::runtime::config::DiskStateMemory) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// With incremental checkpoints (`JobConfig::incremental_checkpoints`): each disk
@@ -230,21 +240,36 @@ impl JobStateBackend {
                         _ => '_',
                     })
                     .collect();
-                disk_kind(self.dir.join(format!("{safe}-{subtask}")), self.incremental)
+                disk_kind(
+                    self.dir.join(format!("{safe}-{subtask}")),
+                    self.incremental,
+                    self.memory,
+                )
             }
         }
     }
 }
 
 #[cfg(feature = "disk-state")]
-fn disk_kind(dir: PathBuf, incremental: bool) -> StateBackendKind {
+fn disk_kind(
+    dir: PathBuf,
+    incremental: bool,
+    memory: crate::runtime::config::DiskStateMemory,
+) -> StateBackendKind {
     let mut options = crate::state::keyed::DiskOptions::new(dir);
     options.incremental = incremental;
+    options.cache_entries = memory.cache_entries;
+    options.block_cache_bytes = memory.block_cache_bytes;
+    options.write_buffer_bytes = memory.write_buffer_bytes;
     StateBackendKind::Disk(options)
 }
 
 #[cfg(not(feature = "disk-state"))]
-fn disk_kind(_dir: PathBuf, _incremental: bool) -> StateBackendKind {
+fn disk_kind(
+    _dir: PathBuf,
+    _incremental: bool,
+    _memory: crate::runtime::config::DiskStateMemory,
+) -> StateBackendKind {
     unreachable!("JobStateBackend::new refuses the disk backend in a build without it")
 }
 

@@ -6,15 +6,17 @@
 //! * Every access sees the state as if it were all in memory: a key missing from the cache
 //!   is read from the LSM before the access ([`DiskTier::fault_in`]); a key written through
 //!   the cache is recorded as dirty and written back (put, or delete if the access removed
-//!   it) before the cache is emptied and before any snapshot.
+//!   it) before the cache is emptied, and for a snapshot after the barrier.
 //! * LSM keys are `key_group (2 bytes, big-endian) ‖ postcard(key)` and values
 //!   `postcard(value)` — with TTL `postcard((value, stamp))` — so a key-group range is a
 //!   key range (rescale and snapshots scan ranges) and an entry's bytes *are* its canonical
 //!   snapshot encoding: `postcard((k, v)) = postcard(k) ‖ postcard(v)`. A full snapshot
 //!   copies bytes; it decodes nothing (but TTL stamps).
-//! * A snapshot reads a point-in-time LSM snapshot taken at the barrier after the write-back,
-//!   so writes after the barrier never reach it, and it is written off the processing
-//!   thread in the canonical per-key-group format: a savepoint restores on either backend.
+//! * The synchronous phase of a snapshot only freezes: the dirty keys and the cache's
+//!   copy-on-write shards go to an asynchronous write-back ([`writeback`]), which the
+//!   writer thread runs before it reads the LSM snapshot pinned right after that write-back
+//!   — the state at the barrier, writes after it never reach it — and writes it in the
+//!   canonical per-key-group format: a savepoint restores on either backend.
 //! * A restore that fails to decode leaves the state empty, as the memory backend does.
 //!
 //! * Timers (their registrations, and their firing order in a keyspace of their own:
@@ -29,9 +31,17 @@ use rustc_hash::FxHashSet;
 use super::super::cow_map::CowMap;
 use super::super::key_group::{key_group, KeyGroupRange};
 use super::super::{Key, StateValue};
-use super::incremental::ChangeSet;
-use super::table::{EncodedShard, TableSnapshot};
-use super::ttl::{StateTtlConfig, Ttl, SWEEP_EVERY};
+use super::incremental::{ChangeSet, DeferredKeys};
+use super::table::TableSnapshot;
+use super::ttl::{Ttl, SWEEP_EVERY};
+
+mod timer_order;
+mod views;
+mod writeback;
+
+pub(crate) use timer_order::DiskTimerOrder;
+use views::{DeltaView, DiskView};
+use writeback::{Target, WriteBack};
 
 /// Entries one step of the disk TTL sweep looks at ([`DiskTier::maybe_sweep`]): with one
 /// step every [`SWEEP_EVERY`] accesses, a quarter of an entry per access.
@@ -49,20 +59,29 @@ pub struct DiskOptions {
     pub cache_entries: usize,
     /// Bytes of the LSM's block cache (shared by the subtask's states).
     pub block_cache_bytes: u64,
+    /// Bytes of each state's LSM write buffer (memtable) before it is flushed.
+    pub write_buffer_bytes: u64,
     /// Incremental checkpoints (`--incremental-checkpoints`): each state records the keys
     /// it changes, so a checkpoint writes only those (docs/design-notes.md).
     pub incremental: bool,
 }
 
 impl DiskOptions {
-    /// Defaults for a folder: 1 M cached keys per state, a 64 MB block cache.
+    /// Defaults for a folder: 1 M cached keys per state, a 64 MiB block cache, 64 MiB
+    /// write buffers (`JobConfig::disk_state`'s defaults).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         DiskOptions {
             dir: dir.into(),
             cache_entries: 1 << 20,
             block_cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
             incremental: false,
         }
+    }
+
+    /// The options of each keyspace (one per state): its write buffer.
+    fn keyspace(&self) -> fjall::KeyspaceCreateOptions {
+        fjall::KeyspaceCreateOptions::default().max_memtable_size(self.write_buffer_bytes)
     }
 }
 
@@ -86,6 +105,32 @@ fn lsm_error(dir: &Path, e: impl std::fmt::Display) -> Error {
         dir,
         std::io::Error::other(e.to_string()),
     )
+}
+
+/// Encodes `k`'s LSM key into `buf`: `prefix`, its key group, then its postcard bytes.
+fn lsm_key<K: Key>(prefix: &[u8], k: &K, max_parallelism: u32, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    buf.extend_from_slice(prefix);
+    let g = key_group(k, max_parallelism) as u16;
+    buf.extend_from_slice(&g.to_be_bytes());
+    let out = postcard::to_extend(k, std::mem::take(buf)).map_err(|e| Error::StateDecode {
+        what: "a key of keyed state (encoding)".into(),
+        cause: e.to_string(),
+    })?;
+    *buf = out;
+    Ok(())
+}
+
+/// Encodes an LSM value: `postcard(v)`, or with TTL (`stamp` set) `postcard((v, stamp))`.
+fn lsm_value<S: StateValue>(v: &S, stamp: Option<u64>) -> Result<Vec<u8>> {
+    match stamp {
+        None => postcard::to_allocvec(v),
+        Some(stamp) => postcard::to_allocvec(&(v, stamp)),
+    }
+    .map_err(|e| Error::StateDecode {
+        what: "keyed state written to disk (encoding)".into(),
+        cause: e.to_string(),
+    })
 }
 
 impl DiskStore {
@@ -138,7 +183,7 @@ impl DiskStore {
     ) -> Result<DiskTier<K, S>> {
         let ks = self
             .db
-            .keyspace(&format!("s{index}"), fjall::KeyspaceCreateOptions::default)
+            .keyspace(&format!("s{index}"), || self.options.keyspace())
             .map_err(|e| lsm_error(&self.dir, e))?;
         Ok(DiskTier {
             store: self.clone(),
@@ -149,108 +194,12 @@ impl DiskStore {
             dirty: FxHashSet::default(),
             // Window panes (a namespace each) are always written whole.
             changes: (self.options.incremental && ns.is_none()).then(ChangeSet::default),
+            pending: Vec::new(),
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
             key_buf: Vec::new(),
             _s: std::marker::PhantomData,
         })
-    }
-}
-
-impl DiskStore {
-    /// The firing order of the timers of table `name` (a keyspace of its own, empty: it is
-    /// rebuilt from the timers table, never snapshotted).
-    pub(crate) fn timer_order<K: Key>(self: &Arc<Self>, name: &str) -> Result<DiskTimerOrder<K>> {
-        let ks = self
-            .db
-            .keyspace(
-                &format!("order{name}"),
-                fjall::KeyspaceCreateOptions::default,
-            )
-            .map_err(|e| lsm_error(&self.dir, e))?;
-        Ok(DiskTimerOrder {
-            store: self.clone(),
-            ks,
-            from: Vec::new(),
-            buf: Vec::new(),
-            _k: std::marker::PhantomData,
-        })
-    }
-}
-
-/// The firing order of one timer domain on disk (Flink keeps its timers in RocksDB too):
-/// keys `time (8 bytes, big-endian) ‖ postcard(key)` with no value, so the earliest timer
-/// is the keyspace's first key and the order costs no memory per timer.
-///
-/// Fired timers leave tombstones at the front of the keyspace until a compaction drops
-/// them, and an LSM seek from the start steps over every one (firing n timers would cost
-/// n²): the search starts after the last timer removed instead, moved back by any timer
-/// registered before it.
-pub(crate) struct DiskTimerOrder<K> {
-    store: Arc<DiskStore>,
-    ks: fjall::Keyspace,
-    /// No timer's key is below this (the successor of the last one fired, or lower).
-    from: Vec<u8>,
-    buf: Vec<u8>,
-    _k: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K: Key> DiskTimerOrder<K> {
-    fn encode(&mut self, time: u64, key: &K) -> Result<Vec<u8>> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        buf.extend_from_slice(&time.to_be_bytes());
-        postcard::to_extend(key, buf).map_err(|e| Error::StateDecode {
-            what: "a timer's key (encoding)".into(),
-            cause: e.to_string(),
-        })
-    }
-
-    /// Adds the timer (time, key).
-    pub(crate) fn insert(&mut self, time: u64, key: &K) -> Result<()> {
-        let k = self.encode(time, key)?;
-        if k < self.from {
-            self.from.clone_from(&k);
-        }
-        let r = self.ks.insert(k.as_slice(), []);
-        self.buf = k;
-        r.map_err(|e| lsm_error(&self.store.dir, e))
-    }
-
-    /// Removes the timer (time, key).
-    pub(crate) fn remove(&mut self, time: u64, key: &K) -> Result<()> {
-        let k = self.encode(time, key)?;
-        let r = self.ks.remove(k.as_slice());
-        self.buf = k;
-        r.map_err(|e| lsm_error(&self.store.dir, e))
-    }
-
-    /// Removes the earliest timer, which [`DiskTimerOrder::first`] returned as `(time,
-    /// key)`: no timer is below it any more.
-    pub(crate) fn remove_first(&mut self, time: u64, key: &K) -> Result<()> {
-        let mut k = self.encode(time, key)?;
-        let r = self.ks.remove(k.as_slice());
-        k.push(0); // the least key above it
-        self.from = k;
-        r.map_err(|e| lsm_error(&self.store.dir, e))
-    }
-
-    /// The earliest timer, if any.
-    pub(crate) fn first(&self) -> Result<Option<(u64, K)>> {
-        let Some(guard) = self.ks.range(self.from.as_slice()..).next() else {
-            return Ok(None);
-        };
-        let k = guard.key().map_err(|e| lsm_error(&self.store.dir, e))?;
-        let bad = |cause: String| Error::StateDecode {
-            what: "a timer read from disk".into(),
-            cause,
-        };
-        let (time, key) = k
-            .split_at_checked(8)
-            .ok_or_else(|| bad("too short".into()))?;
-        let time = u64::from_be_bytes(time.try_into().map_err(|_| bad("too short".into()))?);
-        let key = postcard::from_bytes(key).map_err(|e| bad(e.to_string()))?;
-        Ok(Some((time, key)))
     }
 }
 
@@ -270,6 +219,9 @@ pub(crate) struct DiskTier<K, S> {
     /// With incremental checkpoints: the LSM keys put or deleted since the last
     /// checkpoint's snapshot took them ([`DiskTier::take_changes`]).
     changes: Option<ChangeSet>,
+    /// Write-backs handed off at barriers and not known to have run, oldest first (each
+    /// runs the one before it): see [`writeback`].
+    pending: Vec<Arc<WriteBack<K, S>>>,
     capacity: usize,
     max_parallelism: u32,
     key_buf: Vec<u8>,
@@ -283,16 +235,63 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Encodes `k`'s LSM key into `buf`: its key group, then its postcard bytes.
     fn encode_key(&self, k: &K, buf: &mut Vec<u8>) -> Result<()> {
-        buf.clear();
-        buf.extend_from_slice(&self.prefix);
-        let g = key_group(k, self.max_parallelism) as u16;
-        buf.extend_from_slice(&g.to_be_bytes());
-        let out = postcard::to_extend(k, std::mem::take(buf)).map_err(|e| Error::StateDecode {
-            what: "a key of keyed state (encoding)".into(),
-            cause: e.to_string(),
-        })?;
-        *buf = out;
+        lsm_key(&self.prefix, k, self.max_parallelism, buf)
+    }
+
+    /// Runs every pending write-back (or waits for the writer thread running it): before
+    /// the processing thread writes to the LSM itself, so writes reach it in order. A failed
+    /// write-back stays pending and fails every later call.
+    fn settle(&mut self) -> Result<()> {
+        if let Some(last) = self.pending.last() {
+            last.run()?;
+        }
+        self.pending.clear();
         Ok(())
+    }
+
+    /// Freezes the cache for a snapshot (the synchronous phase: O(shards), whatever is
+    /// dirty): the dirty keys start again from none and go, with the cache's shards shared
+    /// at this point, to a new write-back chained after the pending ones. Returns it and,
+    /// with incremental checkpoints, the keys it will write.
+    fn freeze(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
+    ) -> (Arc<WriteBack<K, S>>, Option<Arc<DeferredKeys>>) {
+        // Those that ran are done with: their writes are in the LSM.
+        let ran = self.pending.iter().take_while(|w| w.succeeded()).count();
+        self.pending.drain(..ran);
+        let dirty = std::mem::take(&mut self.dirty);
+        let has_ttl = ttl.is_some();
+        let (frozen, stamps, keys) = if dirty.is_empty() {
+            (None, None, None)
+        } else {
+            (
+                Some(map.snapshot()),
+                ttl.map(|t| t.stamps.snapshot()),
+                self.changes
+                    .is_some()
+                    .then(|| DeferredKeys::new(dirty.len())),
+            )
+        };
+        let target = Target {
+            store: &self.store,
+            ks: &self.ks,
+            prefix: &self.prefix,
+            max_parallelism: self.max_parallelism,
+        };
+        let prev = self.pending.last().cloned();
+        let job = Arc::new(WriteBack::new(
+            target,
+            dirty,
+            frozen,
+            stamps,
+            has_ttl,
+            prev,
+            keys.clone(),
+        ));
+        self.pending.push(job.clone());
+        (job, keys)
     }
 
     /// Before an access to `key`: makes room if the cache is full, then loads `key`'s entry
@@ -324,6 +323,12 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         if map.get(key).is_some() || self.dirty.contains(key) {
             return Ok(());
         }
+        // Dirty at a barrier whose write-back may not have run: the cache holds its value
+        // (the cache is only emptied once every write-back ran), so absent it was deleted
+        // (or expired) and the LSM's entry is stale.
+        if self.pending.iter().any(|w| w.dirty.contains(key)) {
+            return Ok(());
+        }
         let mut buf = std::mem::take(&mut self.key_buf);
         self.encode_key(key, &mut buf)?;
         let found = self.ks.get(&buf).map_err(|e| self.err(e));
@@ -349,42 +354,28 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(())
     }
 
-    /// Writes every dirty key back to the LSM in one batch: its cached value (with its TTL
-    /// stamp), or a delete if the cache no longer has it.
+    /// Writes every dirty key back to the LSM in one batch (after every pending
+    /// write-back): its cached value (with its TTL stamp), or a delete if the cache no
+    /// longer has it. On the processing thread: for a full cache, and before reading the
+    /// whole state (tools, end of input).
     pub(crate) fn write_back(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<()> {
+        self.settle()?;
         if self.dirty.is_empty() {
             return Ok(());
         }
         let mut batch = self.store.db.batch().durability(None);
         let mut key = Vec::new();
         for k in self.dirty.drain() {
-            key.clear();
-            key.extend_from_slice(&self.prefix);
-            let g = key_group(&k, self.max_parallelism) as u16;
-            key.extend_from_slice(&g.to_be_bytes());
-            key = postcard::to_extend(&k, key).map_err(|e| Error::StateDecode {
-                what: "a key of keyed state (encoding)".into(),
-                cause: e.to_string(),
-            })?;
-            let encode_err = |e: postcard::Error| Error::StateDecode {
-                what: "keyed state written to disk (encoding)".into(),
-                cause: e.to_string(),
-            };
+            lsm_key(&self.prefix, &k, self.max_parallelism, &mut key)?;
             if let Some(changes) = &mut self.changes {
                 changes.record(&key, self.capacity);
             }
             match map.get(&k) {
                 None => batch.remove(&self.ks, key.as_slice()),
                 Some(v) => {
-                    let value = match ttl {
-                        None => postcard::to_allocvec(v),
-                        // A value without a stamp is not live (as in memory): stamp 0.
-                        Some(t) => {
-                            postcard::to_allocvec(&(v, t.stamps.get(&k).copied().unwrap_or(0)))
-                        }
-                    }
-                    .map_err(encode_err)?;
-                    batch.insert(&self.ks, key.as_slice(), value);
+                    // A value without a stamp is not live (as in memory): stamp 0.
+                    let stamp = ttl.map(|t| t.stamps.get(&k).copied().unwrap_or(0));
+                    batch.insert(&self.ks, key.as_slice(), lsm_value(v, stamp)?);
                 }
             }
         }
@@ -451,7 +442,6 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(());
         }
         self.accesses = 0;
-        let mut batch = self.store.db.batch().durability(None);
         let mut next = Vec::new();
         let mut range = self.prefix.clone();
         if self.sweep_from > range {
@@ -468,20 +458,21 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             }
             let (key, _, stamp) = decode_entry::<K, S>(&k, self.prefix.len(), &v, true)?;
             let expired = stamp.is_some_and(|s| ttl.expired(s, now));
+            // Marked dirty while absent from the cache: the next write-back deletes it
+            // (the sweep itself never writes to the LSM, so it needs no pending write-back
+            // to have run, and a barrier's snapshot never sees a delete made after it).
             if expired && map.get(&key).is_none() && !self.dirty.contains(&key) {
-                if let Some(changes) = &mut self.changes {
-                    changes.record(&k, self.capacity);
-                }
-                batch.remove(&self.ks, k);
+                self.dirty.insert(key);
             }
         }
         self.sweep_from = next;
-        batch.commit().map_err(|e| self.err(e))
+        Ok(())
     }
 
     /// Removes every entry of the tier from the LSM (a window's pane dropped whole); the
     /// caller drops the cache.
     pub(crate) fn clear(&mut self) -> Result<()> {
+        self.settle()?;
         self.dirty.clear();
         let mut batch = self.store.db.batch().durability(None);
         for guard in self.ks.prefix(&self.prefix) {
@@ -528,59 +519,80 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         }))
     }
 
-    /// Synchronous phase of a snapshot: writes the cache back and pins the LSM at this
-    /// point (an MVCC snapshot: later writes are invisible to it). `None` if empty.
+    /// Synchronous phase of a snapshot: freezes the cache ([`DiskTier::freeze`]); the view
+    /// runs the write-back and reads the LSM pinned right after it, off the processing
+    /// thread. `None` if the state is empty.
     pub(crate) fn snapshot(
         &mut self,
-        map: &CowMap<K, S>,
-        ttl: Option<&Ttl<K>>,
+        map: &mut CowMap<K, S>,
+        mut ttl: Option<&mut Ttl<K>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
-        if self.is_empty(map, ttl)? {
+        // A cache with an entry is a state with one; an empty cache (rare: the state is
+        // empty, or every cached key was deleted) is checked against the LSM, after writing
+        // back what is dirty — deletes only.
+        if map.is_empty() && self.is_empty(map, ttl.as_deref())? {
             return Ok(None);
         }
+        let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
+        let (job, _) = self.freeze(map, ttl.as_deref_mut());
         Ok(Some(Box::new(DiskView::<S> {
-            snapshot: self.store.db.snapshot(),
+            pinned: job,
             ks: self.ks.clone(),
             prefix: self.prefix.clone(),
             dir: self.store.dir.clone(),
             range,
-            ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
+            ttl: ttl_now,
             _s: std::marker::PhantomData,
         })))
     }
 
-    /// With incremental checkpoints, at a checkpoint's snapshot (after a write-back): the
-    /// keys changed since the previous one, which start again from none. `None` without.
+    /// With incremental checkpoints, at a checkpoint's snapshot: the keys changed since the
+    /// previous one, which start again from none — those written back since, and those of
+    /// the write-back this freezes (counted now, listed when it runs). `None` without.
     pub(crate) fn take_changes(
         &mut self,
-        map: &CowMap<K, S>,
-        ttl: Option<&Ttl<K>>,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
     ) -> Result<Option<ChangeSet>> {
-        self.write_back(map, ttl)?;
-        Ok(self.changes.as_mut().map(std::mem::take))
+        if self.changes.is_none() {
+            return Ok(None);
+        }
+        let (_, keys) = self.freeze(map, ttl);
+        let capacity = self.capacity;
+        Ok(self.changes.as_mut().map(|changes| {
+            let mut set = std::mem::take(changes);
+            if let Some(keys) = keys {
+                set.defer(keys, capacity);
+            }
+            set
+        }))
     }
 
-    /// Synchronous phase of an incremental checkpoint's delta: writes the cache back and
-    /// pins the LSM; the view holds, per key group, every key of `sets` with its value at
-    /// this point or a tombstone (`postcard((k, Option<v>))`). `None` if no key changed.
+    /// Synchronous phase of an incremental checkpoint's delta (after
+    /// [`DiskTier::take_changes`] froze the cache): the view holds, per key group, every key
+    /// of `sets` with its value at the barrier or a tombstone (`postcard((k, Option<v>))`),
+    /// read off the processing thread once the write-backs ran. `None` if no key changed.
     pub(crate) fn delta_snapshot(
         &mut self,
-        map: &CowMap<K, S>,
-        ttl: Option<&Ttl<K>>,
+        map: &mut CowMap<K, S>,
+        mut ttl: Option<&mut Ttl<K>>,
         sets: Vec<Arc<ChangeSet>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
-        self.write_back(map, ttl)?;
         if sets.iter().all(|s| s.is_empty()) {
             return Ok(None);
         }
+        let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
+        // Nothing is dirty since `take_changes`: an empty write-back after the pending ones,
+        // whose pinned snapshot is the state at this barrier.
+        let (job, _) = self.freeze(map, ttl.as_deref_mut());
         Ok(Some(Box::new(DeltaView::<S> {
-            snapshot: self.store.db.snapshot(),
+            pinned: job,
             ks: self.ks.clone(),
             dir: self.store.dir.clone(),
             range,
-            ttl: ttl.map(|t| (t.cfg, crate::clock::wall_ms())),
+            ttl: ttl_now,
             sets,
             groups: std::sync::OnceLock::new(),
             _s: std::marker::PhantomData,
@@ -668,6 +680,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         sections: &[SharedBytes],
         ttl: bool,
     ) -> Result<()> {
+        self.settle()?;
         let result = self.restore_inner(what, sections, ttl);
         if result.is_err() {
             self.clear()?;
@@ -744,137 +757,5 @@ fn decode_key<K: Key>(lsm_key: &[u8], prefix: usize) -> Result<K> {
     })
 }
 
-/// A disk table's snapshot: a pinned LSM snapshot, read key group by key group (one
-/// "shard" per key group of the range) by the writer thread.
-struct DiskView<S> {
-    snapshot: fjall::Snapshot,
-    ks: fjall::Keyspace,
-    /// The tier's namespace prefix (before the key group).
-    prefix: Vec<u8>,
-    dir: PathBuf,
-    range: KeyGroupRange,
-    /// With TTL: the config and the time of the snapshot (expired entries are left out).
-    ttl: Option<(StateTtlConfig, u64)>,
-    _s: std::marker::PhantomData<fn() -> S>,
-}
-
-impl<S: StateValue> TableSnapshot for DiskView<S> {
-    fn shards(&self) -> usize {
-        self.range.len() as usize
-    }
-
-    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
-        use fjall::Readable;
-        let g = self.range.start + shard as u32;
-        let mut prefix = self.prefix.clone();
-        prefix.extend_from_slice(&(g as u16).to_be_bytes());
-        let skip = prefix.len();
-        let mut out = EncodedShard::default();
-        for guard in self.snapshot.prefix(&self.ks, &prefix) {
-            let (k, v) = guard.into_inner().map_err(|e| lsm_error(&self.dir, e))?;
-            if let Some((cfg, now)) = &self.ttl {
-                let (_, stamp): (S, u64) =
-                    postcard::from_bytes(&v).map_err(|e| Error::StateDecode {
-                        what: "keyed state read from disk".into(),
-                        cause: e.to_string(),
-                    })?;
-                if *now >= stamp.saturating_add(cfg.ttl_ms()) {
-                    continue;
-                }
-            }
-            // postcard((k, v)) is postcard(k) ‖ postcard(v): the stored bytes, unchanged.
-            out.bytes.extend_from_slice(&k[skip..]);
-            out.bytes.extend_from_slice(&v);
-            out.entries += 1;
-        }
-        if !out.bytes.is_empty() {
-            out.runs.push((g, out.bytes.len()));
-        }
-        Ok(out)
-    }
-}
-
-/// An incremental checkpoint's delta of one disk table: the keys changed since the last
-/// confirmed checkpoint, read from a pinned LSM snapshot key group by key group by the
-/// writer thread; each entry is `postcard((k, Some(v)))`, or `postcard((k, None))` for a key
-/// deleted (or expired) since.
-struct DeltaView<S> {
-    snapshot: fjall::Snapshot,
-    ks: fjall::Keyspace,
-    dir: PathBuf,
-    range: KeyGroupRange,
-    /// With TTL: the config and the time of the snapshot (expired entries become deletes).
-    ttl: Option<(StateTtlConfig, u64)>,
-    sets: Vec<Arc<ChangeSet>>,
-    /// The sets' keys by key group (index from `range.start`), sorted and deduplicated:
-    /// built by the writer at the first shard, off the processing thread.
-    groups: std::sync::OnceLock<Vec<Vec<Box<[u8]>>>>,
-    _s: std::marker::PhantomData<fn() -> S>,
-}
-
-impl<S> DeltaView<S> {
-    fn groups(&self) -> &[Vec<Box<[u8]>>] {
-        self.groups.get_or_init(|| {
-            let mut groups = vec![Vec::new(); self.range.len() as usize];
-            for key in self.sets.iter().flat_map(|s| s.keys()) {
-                let Some(g) = key
-                    .get(..2)
-                    .map(|g| u16::from_be_bytes([g[0], g[1]]) as u32)
-                else {
-                    continue;
-                };
-                if self.range.contains(g) {
-                    groups[(g - self.range.start) as usize].push(Box::<[u8]>::from(key));
-                }
-            }
-            for keys in &mut groups {
-                keys.sort_unstable();
-                keys.dedup();
-            }
-            groups
-        })
-    }
-}
-
-impl<S: StateValue> TableSnapshot for DeltaView<S> {
-    fn shards(&self) -> usize {
-        self.range.len() as usize
-    }
-
-    fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
-        use fjall::Readable;
-        let g = self.range.start + shard as u32;
-        let mut out = EncodedShard::default();
-        for key in &self.groups()[shard] {
-            let value = self
-                .snapshot
-                .get(&self.ks, key)
-                .map_err(|e| lsm_error(&self.dir, e))?;
-            let live = match (&value, &self.ttl) {
-                (Some(v), Some((cfg, now))) => {
-                    let (_, stamp): (S, u64) =
-                        postcard::from_bytes(v).map_err(|e| Error::StateDecode {
-                            what: "keyed state read from disk".into(),
-                            cause: e.to_string(),
-                        })?;
-                    *now < stamp.saturating_add(cfg.ttl_ms())
-                }
-                (v, _) => v.is_some(),
-            };
-            // postcard((k, Option<v>)) is postcard(k) ‖ tag ‖ postcard(v).
-            out.bytes.extend_from_slice(&key[2..]);
-            match value.filter(|_| live) {
-                Some(v) => {
-                    out.bytes.push(1);
-                    out.bytes.extend_from_slice(&v);
-                }
-                None => out.bytes.push(0),
-            }
-            out.entries += 1;
-        }
-        if !out.bytes.is_empty() {
-            out.runs.push((g, out.bytes.len()));
-        }
-        Ok(out)
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -117,8 +117,8 @@ impl<K, S> DiskTier<K, S> {
     }
     pub(crate) fn snapshot(
         &mut self,
-        _map: &CowMap<K, S>,
-        _ttl: Option<&Ttl<K>>,
+        _map: &mut CowMap<K, S>,
+        _ttl: Option<&mut Ttl<K>>,
         _range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
         self.never()
@@ -133,15 +133,15 @@ impl<K, S> DiskTier<K, S> {
     }
     pub(crate) fn take_changes(
         &mut self,
-        _map: &CowMap<K, S>,
-        _ttl: Option<&Ttl<K>>,
+        _map: &mut CowMap<K, S>,
+        _ttl: Option<&mut Ttl<K>>,
     ) -> Result<Option<ChangeSet>> {
         self.never()
     }
     pub(crate) fn delta_snapshot(
         &mut self,
-        _map: &CowMap<K, S>,
-        _ttl: Option<&Ttl<K>>,
+        _map: &mut CowMap<K, S>,
+        _ttl: Option<&mut Ttl<K>>,
         _sets: Vec<std::sync::Arc<ChangeSet>>,
         _range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {

@@ -17,7 +17,7 @@
 //!   base or past [`MAX_DELTAS`] files ("materialisation"), bounding restore work and disk.
 //! * Savepoints never touch any of this: they are full and canonical.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashSet;
 
@@ -32,9 +32,17 @@ pub const MAX_DELTAS: usize = 16;
 /// The keys (LSM keys: key group ‖ postcard(key)) of one state changed since its last
 /// snapshot, or "too many to track" once more than its bound changed: the next checkpoint
 /// is then a base, and memory stays bounded however much changes between checkpoints.
+///
+/// Keys come two ways: recorded one by one as the processing thread writes them to the LSM
+/// (a cache eviction, a clear), and, for the dirty keys of the cache at a barrier, as a
+/// [`DeferredKeys`] the asynchronous write-back fills: the barrier only counts them.
 #[derive(Debug, Default, Clone)]
 pub struct ChangeSet {
     keys: FxHashSet<Box<[u8]>>,
+    /// Keys of barrier write-backs, known once each has run (see [`DeferredKeys`]).
+    deferred: Vec<Arc<DeferredKeys>>,
+    /// Keys counted in `deferred` (an upper bound of the distinct keys they add).
+    deferred_len: usize,
     overflowed: bool,
 }
 
@@ -46,12 +54,33 @@ impl ChangeSet {
         if self.overflowed || self.keys.contains(key) {
             return;
         }
-        if self.keys.len() >= limit {
-            self.keys = FxHashSet::default();
-            self.overflowed = true;
+        if self.len() >= limit {
+            self.overflow();
             return;
         }
         self.keys.insert(key.into());
+    }
+
+    /// Adds the keys a barrier's write-back will write (counted now, listed once it ran);
+    /// past `limit` keys in all the set overflows as with [`ChangeSet::record`].
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn defer(&mut self, keys: Arc<DeferredKeys>, limit: usize) {
+        if self.overflowed || keys.len == 0 {
+            return;
+        }
+        if self.len() + keys.len > limit {
+            self.overflow();
+            return;
+        }
+        self.deferred_len += keys.len;
+        self.deferred.push(keys);
+    }
+
+    fn overflow(&mut self) {
+        self.keys = FxHashSet::default();
+        self.deferred = Vec::new();
+        self.deferred_len = 0;
+        self.overflowed = true;
     }
 
     /// Whether more keys changed than the set could hold.
@@ -59,20 +88,60 @@ impl ChangeSet {
         self.overflowed
     }
 
-    /// Number of keys recorded.
+    /// Number of keys recorded (those of write-backs not yet run counted as they will be
+    /// written: an upper bound).
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.keys.len() + self.deferred_len
     }
 
     /// Whether no key changed.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty() && !self.overflowed
+        self.len() == 0 && !self.overflowed
     }
 
-    /// The keys recorded.
+    /// The keys recorded one by one (not those of deferred write-backs).
     #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
     pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
         self.keys.iter().map(|k| &**k)
+    }
+
+    /// The keys of the barrier write-backs of this set; `None` if one has not run yet.
+    /// A delta reads them after its own write-back ran, which runs every earlier one of
+    /// its state first, so there they are all known.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn deferred_keys(&self) -> Option<impl Iterator<Item = &[u8]>> {
+        let lists: Option<Vec<&[Box<[u8]>]>> = self
+            .deferred
+            .iter()
+            .map(|d| d.keys.get().map(Vec::as_slice))
+            .collect();
+        Some(lists?.into_iter().flatten().map(|k| &**k))
+    }
+}
+
+/// The LSM keys of the dirty entries a barrier handed to the asynchronous write-back
+/// (`state/keyed/disk/writeback.rs`): counted at the barrier, listed by the write-back as
+/// it encodes them, so the barrier encodes nothing.
+#[derive(Debug, Default)]
+pub struct DeferredKeys {
+    len: usize,
+    keys: OnceLock<Vec<Box<[u8]>>>,
+}
+
+impl DeferredKeys {
+    /// Room for the `len` keys of one write-back.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn new(len: usize) -> Arc<Self> {
+        Arc::new(DeferredKeys {
+            len,
+            keys: OnceLock::new(),
+        })
+    }
+
+    /// The write-back's keys, once written (later calls change nothing).
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn fill(&self, keys: Vec<Box<[u8]>>) {
+        let _ = self.keys.set(keys);
     }
 }
 
@@ -276,6 +345,21 @@ mod tests {
         assert_eq!(s.len(), 2);
         s.record(b"c", 2);
         assert!(s.overflowed() && s.keys().next().is_none() && !s.is_empty());
+    }
+
+    #[test]
+    fn deferred_keys_count_at_once_and_list_once_written() {
+        let mut s = set(&[b"a"]);
+        let d = DeferredKeys::new(2);
+        s.defer(d.clone(), 10);
+        assert_eq!(s.len(), 3, "counted before the write-back ran");
+        assert!(s.deferred_keys().is_none(), "not listed before it ran");
+        d.fill(vec![b"b".to_vec().into(), b"c".to_vec().into()]);
+        let mut keys: Vec<&[u8]> = s.keys().chain(s.deferred_keys().unwrap()).collect();
+        keys.sort();
+        assert_eq!(keys, [&b"a"[..], b"b", b"c"]);
+        s.defer(DeferredKeys::new(8), 10);
+        assert!(s.overflowed() && s.deferred_keys().unwrap().next().is_none());
     }
 
     #[test]

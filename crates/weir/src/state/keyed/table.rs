@@ -258,7 +258,7 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         max_parallelism: u32,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
         if let Some(disk) = &mut self.disk {
-            return disk.snapshot(&self.map, self.ttl.as_ref(), range);
+            return disk.snapshot(&mut self.map, self.ttl.as_mut(), range);
         }
         if self.map.is_empty() {
             return Ok(None);
@@ -276,7 +276,7 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     }
     fn take_changes(&mut self) -> Result<Option<ChangeSet>> {
         match &mut self.disk {
-            Some(disk) => disk.take_changes(&self.map, self.ttl.as_ref()),
+            Some(disk) => disk.take_changes(&mut self.map, self.ttl.as_mut()),
             None => Ok(None),
         }
     }
@@ -286,7 +286,7 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
         match &mut self.disk {
-            Some(disk) => disk.delta_snapshot(&self.map, self.ttl.as_ref(), sets, range),
+            Some(disk) => disk.delta_snapshot(&mut self.map, self.ttl.as_mut(), sets, range),
             None => Ok(None),
         }
     }

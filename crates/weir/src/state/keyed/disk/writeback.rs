@@ -1,0 +1,193 @@
+//! The write-back of a barrier's dirty cache entries, off the processing thread (the
+//! asynchronous phase of a disk snapshot, as Flink's RocksDB backend flushes and uploads in
+//! its asynchronous phase; docs/design-notes.md, "Keyed state on disk").
+//!
+//! At a barrier the disk tier only *freezes*: it takes its set of dirty keys (starting a new,
+//! empty one), and shares the cache's copy-on-write shards (and TTL stamps) with a
+//! [`WriteBack`] — O(shards), whatever the number of dirty keys. The write-back then puts
+//! (or deletes) every frozen dirty key into the LSM in one batch and pins an MVCC snapshot
+//! right after it: that snapshot is exactly the state at the barrier.
+//!
+//! Guarantees:
+//! * **Order.** Write-backs of one tier reach the LSM in barrier order: each runs the one
+//!   before it first ([`WriteBack::run`]). The processing thread writes to the tier's keys
+//!   only after every pending write-back of the tier ran (`DiskTier::settle`), so nothing
+//!   written after a barrier lands before (or inside) that barrier's snapshot.
+//! * **Reads see the frozen state.** Until a write-back ran, the cache keeps every frozen
+//!   entry (shared, copied shard by shard on the first write after the barrier), and a key
+//!   that was deleted before the barrier is not read back from the LSM: a load skips the
+//!   keys of pending write-backs (`DiskTier::load`).
+//! * **Whoever needs it first runs it.** The checkpoint's writer thread runs it when it
+//!   reaches the state's view; the processing thread runs it (or waits for it) only when it
+//!   must write to the LSM itself (a full cache, a cleared pane, end of input). Nothing is
+//!   lost if no view ever reads it (an aborted checkpoint): the tier keeps it pending.
+//! * **A failed write-back poisons the tier:** it stays pending with its error, so every
+//!   later snapshot of the tier and every later LSM write fails (the task restarts from its
+//!   last checkpoint) rather than going on without the writes it lost.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustc_hash::FxHashSet;
+
+use super::super::super::cow_map::CowSnapshot;
+use super::super::super::{Key, StateValue};
+use super::super::incremental::DeferredKeys;
+use super::{lsm_error, lsm_key, lsm_value, DiskStore};
+use crate::error::Result;
+
+/// A pinned point of the LSM a snapshot view reads, once the write-back it waits for ran.
+pub(super) trait Pinned: Send + Sync {
+    /// The LSM snapshot at the barrier, after running the write-back (and every earlier one
+    /// of its tier) if nobody has yet.
+    fn pinned(&self) -> Result<&fjall::Snapshot>;
+}
+
+/// What a write-back writes: taken out (and dropped, letting go of the cache's shards) when
+/// it runs.
+struct Work<K, S> {
+    /// The tier's previous write-back, if it had not run at the freeze: runs first.
+    prev: Option<Arc<WriteBack<K, S>>>,
+    /// The cache at the barrier (`None`: nothing was dirty).
+    map: Option<CowSnapshot<K, S>>,
+    /// With TTL: the stamps at the barrier.
+    stamps: Option<CowSnapshot<K, u64>>,
+    /// With incremental checkpoints: where the LSM keys written are listed.
+    keys: Option<Arc<DeferredKeys>>,
+}
+
+/// One barrier's write-back of one disk tier (see the module docs).
+pub(super) struct WriteBack<K, S> {
+    store: Arc<DiskStore>,
+    ks: fjall::Keyspace,
+    /// The tier's namespace prefix.
+    prefix: Vec<u8>,
+    max_parallelism: u32,
+    /// Whether values carry TTL stamps.
+    ttl: bool,
+    /// The keys dirty at the barrier: present in the frozen cache, a put; absent, a delete.
+    /// Read by the processing thread's loads while the write-back is pending.
+    pub(super) dirty: FxHashSet<K>,
+    work: Mutex<Option<Work<K, S>>>,
+    /// The LSM snapshot taken right after the batch, or why the write-back failed.
+    done: OnceLock<std::result::Result<fjall::Snapshot, String>>,
+}
+
+/// Where a write-back writes (the tier's fixed parts).
+pub(super) struct Target<'a> {
+    pub store: &'a Arc<DiskStore>,
+    pub ks: &'a fjall::Keyspace,
+    pub prefix: &'a [u8],
+    pub max_parallelism: u32,
+}
+
+impl<K: Key, S: StateValue> WriteBack<K, S> {
+    /// The write-back of `dirty`, whose values are in `map` (with `stamps` under TTL), after
+    /// `prev`; `keys` lists the LSM keys written (incremental checkpoints).
+    pub(super) fn new(
+        target: Target<'_>,
+        dirty: FxHashSet<K>,
+        map: Option<CowSnapshot<K, S>>,
+        stamps: Option<CowSnapshot<K, u64>>,
+        ttl: bool,
+        prev: Option<Arc<WriteBack<K, S>>>,
+        keys: Option<Arc<DeferredKeys>>,
+    ) -> Self {
+        WriteBack {
+            store: target.store.clone(),
+            ks: target.ks.clone(),
+            prefix: target.prefix.to_vec(),
+            max_parallelism: target.max_parallelism,
+            ttl,
+            dirty,
+            work: Mutex::new(Some(Work {
+                prev,
+                map,
+                stamps,
+                keys,
+            })),
+            done: OnceLock::new(),
+        }
+    }
+
+    /// Whether it ran and succeeded (its LSM writes are in).
+    pub(super) fn succeeded(&self) -> bool {
+        matches!(self.done.get(), Some(Ok(_)))
+    }
+
+    /// Runs the write-back unless it ran (waiting if another thread is running it), the
+    /// previous one of its tier first; returns the snapshot pinned right after it.
+    pub(super) fn run(&self) -> Result<&fjall::Snapshot> {
+        if self.done.get().is_none() {
+            let mut work = self.work.lock().unwrap_or_else(|p| p.into_inner());
+            if self.done.get().is_none() {
+                let result = match work.take() {
+                    Some(w) => self
+                        .write(w)
+                        .map(|()| self.store.db.snapshot())
+                        .map_err(|e| e.to_string()),
+                    // Only after a panic inside `write` (the lock was poisoned).
+                    None => Err("a write-back of keyed state failed earlier".into()),
+                };
+                let _ = self.done.set(result);
+            }
+        }
+        match self.done.get() {
+            Some(Ok(snapshot)) => Ok(snapshot),
+            Some(Err(e)) => Err(lsm_error(&self.store.dir, e)),
+            None => Err(lsm_error(
+                &self.store.dir,
+                "internal: a write-back ended without a result (a bug in Weir; please report it)",
+            )),
+        }
+    }
+
+    /// Puts or deletes every frozen dirty key in one batch.
+    fn write(&self, w: Work<K, S>) -> Result<()> {
+        if let Some(prev) = &w.prev {
+            prev.run()?;
+        }
+        drop(w.prev);
+        let Some(map) = w.map else {
+            return Ok(());
+        };
+        let mut recorded = Vec::with_capacity(if w.keys.is_some() {
+            self.dirty.len()
+        } else {
+            0
+        });
+        let mut batch = self.store.db.batch().durability(None);
+        let mut key = Vec::new();
+        for k in &self.dirty {
+            lsm_key(&self.prefix, k, self.max_parallelism, &mut key)?;
+            if w.keys.is_some() {
+                recorded.push(Box::<[u8]>::from(key.as_slice()));
+            }
+            match map.get(k) {
+                None => batch.remove(&self.ks, key.as_slice()),
+                Some(v) => {
+                    let stamp = self.ttl.then(|| {
+                        w.stamps
+                            .as_ref()
+                            .and_then(|s| s.get(k).copied())
+                            .unwrap_or(0)
+                    });
+                    batch.insert(&self.ks, key.as_slice(), lsm_value(v, stamp)?);
+                }
+            }
+        }
+        batch.commit().map_err(|e| lsm_error(&self.store.dir, e))?;
+        // Let go of the cache's shards before the slow part is over for the caller.
+        drop(map);
+        drop(w.stamps);
+        if let Some(keys) = w.keys {
+            keys.fill(recorded);
+        }
+        Ok(())
+    }
+}
+
+impl<K: Key, S: StateValue> Pinned for WriteBack<K, S> {
+    fn pinned(&self) -> Result<&fjall::Snapshot> {
+        self.run()
+    }
+}
