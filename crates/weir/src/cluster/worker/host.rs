@@ -92,7 +92,10 @@ impl Host {
     ) -> Result<Host> {
         let plan = crate::runtime::plan::plan(&graph, &cfg)?;
         let storage = CheckpointStorage::join(&cfg.checkpoint_dir, &cfg.name, run_id)?;
-        let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?;
+        // The job's disk-state memory settings apply on a worker as in one process;
+        // incremental checkpoints are refused with --workers, so it takes full ones.
+        let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
+            .memory(cfg.disk_state);
         let (events_tx, events) = unbounded::<TaskEvent>();
         let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
         let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);

@@ -525,7 +525,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     pub(crate) fn snapshot(
         &mut self,
         map: &mut CowMap<K, S>,
-        mut ttl: Option<&mut Ttl<K>>,
+        ttl: Option<&mut Ttl<K>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
         // A cache with an entry is a state with one; an empty cache (rare: the state is
@@ -535,7 +535,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(None);
         }
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
-        let (job, _) = self.freeze(map, ttl.as_deref_mut());
+        let (job, _) = self.freeze(map, ttl);
         Ok(Some(Box::new(DiskView::<S> {
             pinned: job,
             ks: self.ks.clone(),
@@ -576,7 +576,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     pub(crate) fn delta_snapshot(
         &mut self,
         map: &mut CowMap<K, S>,
-        mut ttl: Option<&mut Ttl<K>>,
+        ttl: Option<&mut Ttl<K>>,
         sets: Vec<Arc<ChangeSet>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
@@ -586,7 +586,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
         // Nothing is dirty since `take_changes`: an empty write-back after the pending ones,
         // whose pinned snapshot is the state at this barrier.
-        let (job, _) = self.freeze(map, ttl.as_deref_mut());
+        let (job, _) = self.freeze(map, ttl);
         Ok(Some(Box::new(DeltaView::<S> {
             pinned: job,
             ks: self.ks.clone(),
