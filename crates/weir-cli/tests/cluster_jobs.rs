@@ -1,0 +1,443 @@
+//! Jobs on a cluster of worker processes (issue 24, test 6): a coordinator (`weir
+//! run … --workers N --cluster-listen 127.0.0.1:0`) and `weir worker` processes on
+//! loopback, every port chosen by the system.
+//!
+//! * A savepoint (and a stop with a savepoint) of a job on 3 workers resumes on 2 workers
+//!   and in one process at another parallelism, exactly, from the savepoint.
+//!
+//! Savepoints are taken while keyed-count's input is held (`--hold-at`,
+//! `--release-file`), so their source positions are known and nothing depends on the
+//! machine's speed; every wait is bounded and says what it waited for.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use weir::inspect::SnapshotKind;
+
+/// Events of the keyed-count jobs.
+const EVENTS: u64 = 300_000;
+/// Keys (not a divisor of [`EVENTS`]).
+const KEYS: u64 = 97;
+/// Events per generator subtask before it holds.
+const HOLD_AT: u64 = 20_000;
+/// A safety net for a hang, never a pace.
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A coordinator and its workers, started by one test.
+struct Cluster {
+    dir: PathBuf,
+    coordinator: Child,
+    /// The coordinator's stderr (notices, the workers it deployed to, its endpoints).
+    log: PathBuf,
+    /// Its stdout (the run summary, the verdict).
+    out: PathBuf,
+    /// The workers and their names (`w1`, `w2`, …; logs `<name>.log`).
+    workers: Vec<(String, Child)>,
+}
+
+/// How a cluster's run ended: the coordinator's exit code, stdout and stderr, and each
+/// worker's name, exit code and log.
+struct Ended {
+    code: i32,
+    out: String,
+    log: String,
+    workers: Vec<(String, i32, String)>,
+}
+
+impl Cluster {
+    /// Starts the coordinator of `args` (a `run` command without the cluster flags) and
+    /// `n` workers of one slot each, named `<prefix>1…`, each registered before the next
+    /// starts (so worker ids follow the names).
+    fn start(dir: &Path, args: &[String], n: usize, prefix: &str) -> Cluster {
+        let mut args = args.to_vec();
+        args.extend(
+            [
+                "--workers",
+                &n.to_string(),
+                "--cluster-listen",
+                "127.0.0.1:0",
+                "--heartbeat-timeout",
+                "60s",
+            ]
+            .map(String::from),
+        );
+        let log = dir.join(format!("{prefix}-coordinator.log"));
+        let out = dir.join(format!("{prefix}-coordinator.out"));
+        let coordinator = weir(dir, &args)
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("cannot start the weir binary");
+        let mut c = Cluster {
+            dir: dir.to_path_buf(),
+            coordinator,
+            log,
+            out,
+            workers: Vec::new(),
+        };
+        let address = c
+            .wait_for_line("coordinator listening on ")
+            .split(' ')
+            .next()
+            .map(|a| a.trim_end_matches(':').to_string())
+            .expect("an address after `coordinator listening on`");
+        for i in 1..=n {
+            let name = format!("{prefix}{i}");
+            let mut cmd = Command::new(BIN);
+            cmd.args(["worker", "--coordinator", &address, "--slots", "1"])
+                .args(["--name", &name])
+                .current_dir(dir)
+                .env("RUST_BACKTRACE", "0")
+                .stdin(std::process::Stdio::null());
+            let child = spawn_logged(&mut cmd, &dir.join(format!("{name}.log")));
+            c.workers.push((name.clone(), child));
+            let needle = format!("({name}) at 127.0.0.1:");
+            c.wait_until(&format!("worker {name} registered"), |log| {
+                log.lines()
+                    .any(|l| l.contains(&needle) && l.contains(" registered "))
+            });
+        }
+        c
+    }
+
+    fn text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls the coordinator's log until `done` holds; panics with the log if the
+    /// coordinator exits first or [`TIMEOUT`] passes.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let text = self.text();
+            if done(&text) {
+                return;
+            }
+            if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
+                panic!("the coordinator exited ({st}) before {what}:\n{text}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {TIMEOUT:?}:\n{text}"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// What follows `needle` on the first line of the coordinator's log that holds it.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        self.wait_until(&format!("`{needle}`"), |t| t.contains(needle));
+        let text = self.text();
+        let rest = text
+            .lines()
+            .find_map(|l| l.split_once(needle).map(|(_, r)| r));
+        rest.expect("checked above").to_string()
+    }
+
+    /// The coordinator's control endpoint (`weir savepoint|stop --job ADDR`).
+    fn control_address(&mut self) -> String {
+        let rest = self.wait_for_line("control endpoint ");
+        rest.split_whitespace()
+            .next()
+            .expect("an address")
+            .to_string()
+    }
+
+    /// Waits until a complete checkpoint in `job_dir` was taken while every one of the
+    /// `p` generator subtasks held (its sources at `p × HOLD_AT`): the input is held
+    /// everywhere from then on.
+    fn wait_until_held(&mut self, job_dir: &Path, p: u64) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let held = completed_checkpoints(job_dir).into_iter().any(|id| {
+                let path = job_dir.join(format!("chk-{id}"));
+                weir::inspect::source_progress(&path)
+                    .is_ok_and(|s| s.iter().map(|s| s.records).sum::<u64>() == p * HOLD_AT)
+            });
+            if held {
+                return;
+            }
+            if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
+                panic!("the coordinator exited ({st}):\n{}", self.text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no checkpoint of the held input within {TIMEOUT:?}:\n{}",
+                self.text()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for the coordinator and every worker to end.
+    fn finish(mut self) -> Ended {
+        let status = wait_deadline(&mut self.coordinator, TIMEOUT, "the coordinator");
+        let out = fs::read_to_string(&self.out).unwrap_or_default();
+        let log = self.text();
+        let workers = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(|(name, mut child)| {
+                let st = wait_deadline(&mut child, TIMEOUT, &name);
+                let wlog = fs::read_to_string(self.dir.join(format!("{name}.log")));
+                (name, st.code().unwrap_or(-1), wlog.unwrap_or_default())
+            })
+            .collect();
+        Ended {
+            code: status.code().unwrap_or(-1),
+            out,
+            log,
+            workers,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.coordinator.kill();
+        let _ = self.coordinator.wait();
+        for (_, w) in &mut self.workers {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+impl Ended {
+    /// Asserts that the coordinator and every worker exited 0, the run verified.
+    fn assert_verified(&self) {
+        assert_eq!(
+            self.code, 0,
+            "the coordinator failed:\n{}\n{}",
+            self.out, self.log
+        );
+        assert!(
+            self.out.contains("verify: OK"),
+            "{}\n{}",
+            self.out,
+            self.log
+        );
+        self.assert_workers_succeeded();
+    }
+
+    fn assert_workers_succeeded(&self) {
+        for (name, code, log) in &self.workers {
+            assert_eq!(*code, 0, "worker {name} failed:\n{log}");
+            assert!(!log.contains("panicked"), "{name}:\n{log}");
+        }
+    }
+}
+
+/// keyed-count over [`EVENTS`] events at parallelism `p`, checkpoints every 50 ms into
+/// `chk`, savepoints into `sp`, output into `out`, verified; plus `extra`.
+fn keyed_count(p: u32, extra: &[&str]) -> Vec<String> {
+    let (events, keys, p) = (EVENTS.to_string(), KEYS.to_string(), p.to_string());
+    let mut a: Vec<String> = ["run", "keyed-count", "--events", &events, "--keys", &keys]
+        .into_iter()
+        .chain(["--parallelism", &p, "--checkpoint-interval", "50ms"])
+        .chain(["--checkpoint-dir", "chk", "--savepoint-dir", "sp"])
+        .chain(["--output", "out", "--verify", "--restart-delay", "10ms"])
+        .map(String::from)
+        .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// The input held after [`HOLD_AT`] events per generator subtask, until `release` exists.
+const HELD: [&str; 4] = ["--hold-at", "20000", "--release-file", "release"];
+
+/// `weir savepoint|stop --job ADDR`: the savepoint folder it prints.
+fn control(dir: &Path, verb: &str, addr: &str) -> PathBuf {
+    let r = run(&mut weir(dir, [verb, "--job", addr]));
+    r.assert_success();
+    PathBuf::from(r.stdout.trim())
+}
+
+/// Asserts that savepoint `sp` is of `kind` and holds every subtask of keyed-count's
+/// operators at parallelism `p` (one state file each, written by the workers) with the
+/// sources at `position`, and that its files went only to its own folder (no `chk-<id>`
+/// of it in the job folder).
+fn assert_savepoint(sp: &Path, kind: SnapshotKind, job_dir: &Path, p: u32, position: u64) {
+    assert_savepoint_of(
+        sp,
+        kind,
+        job_dir,
+        &[("generator", p), ("count", p)],
+        position,
+    );
+}
+
+/// [`assert_savepoint`] for operators (uid, parallelism) `ops`.
+fn assert_savepoint_of(
+    sp: &Path,
+    kind: SnapshotKind,
+    job_dir: &Path,
+    ops: &[(&str, u32)],
+    position: u64,
+) {
+    let d = weir::inspect::describe(sp)
+        .unwrap_or_else(|e| panic!("savepoint {} does not read back: {e}", sp.display()));
+    assert_eq!(d.snapshot, kind, "{sp:?}");
+    for &(uid, p) in ops {
+        let op = (d.operators.iter().find(|o| o.uid == uid))
+            .unwrap_or_else(|| panic!("no operator {uid} in {}", sp.display()));
+        assert_eq!(op.parallelism, p, "{uid}");
+        assert_eq!(op.files, u64::from(p), "{uid}: one state file per subtask");
+    }
+    let sources = weir::inspect::source_progress(sp).unwrap();
+    assert_eq!(sources.iter().map(|s| s.records).sum::<u64>(), position);
+    let chk = job_dir.join(format!("chk-{}", d.checkpoint_id));
+    assert!(!chk.exists(), "savepoint files went to {}", chk.display());
+}
+
+/// Issue 24, test 6: a savepoint of a job on 3 workers (taken mid-input), then a stop
+/// with a savepoint; the stop's savepoint resumes on 2 workers, the first one in a single
+/// process at parallelism 1, both exact and both from their savepoint.
+#[test]
+fn a_savepoint_on_three_workers_resumes_on_two_workers_and_in_one_process_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let job_dir = dir.join("chk/keyed-count");
+    let mut c = Cluster::start(dir, &keyed_count(3, &HELD), 3, "a");
+    let addr = c.control_address();
+    c.wait_until_held(&job_dir, 3);
+    let mid = control(dir, "savepoint", &addr);
+    assert!(mid.starts_with(dir.join("sp")), "{}", mid.display());
+    assert_savepoint(&mid, SnapshotKind::Savepoint, &job_dir, 3, 3 * HOLD_AT);
+    let stopped = control(dir, "stop", &addr);
+    assert_ne!(stopped, mid);
+    let stop = SnapshotKind::StopSavepoint;
+    assert_savepoint(&stopped, stop, &job_dir, 3, 3 * HOLD_AT);
+    let ended = c.finish();
+    assert_eq!(ended.code, 0, "{}\n{}", ended.out, ended.log);
+    assert!(
+        ended.out.contains("stopped with savepoint")
+            || ended.log.contains("stopped with savepoint"),
+        "{}\n{}",
+        ended.out,
+        ended.log
+    );
+    // Every worker ended cleanly with the job, and the three ran one subtask each.
+    ended.assert_workers_succeeded();
+    for (i, (name, _, _)) in ended.workers.iter().enumerate() {
+        let line = format!("weir: attempt 1 runs on worker {} ({name})", i + 1);
+        assert!(ended.log.contains(&line), "{line}:\n{}", ended.log);
+    }
+    assert!(
+        !dir.join("out").exists(),
+        "a stopped run publishes no output"
+    );
+
+    // The stop's savepoint on 2 workers (parallelism 2: the key groups and the source
+    // positions of 3 subtasks rescaled onto 2).
+    let restore = s(&stopped);
+    let c = Cluster::start(dir, &keyed_count(2, &["--restore", &restore]), 2, "b");
+    let ended = c.finish();
+    ended.assert_verified();
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let first = attempts(&ended.out).into_iter().next();
+    let (_, position, from) = first
+        .and_then(|a| a.restored)
+        .unwrap_or_else(|| panic!("the run on 2 workers did not restore:\n{}", ended.out));
+    assert_eq!(
+        (from, position),
+        (stopped.clone(), 3 * HOLD_AT),
+        "{}",
+        ended.out
+    );
+    // Each worker restored it itself, and read only what the savepoint had not covered.
+    for (name, _, log) in &ended.workers {
+        let restored = format!("restored from {}", stopped.display());
+        assert!(log.contains(&restored), "{name} did not restore it:\n{log}");
+    }
+    assert_eq!(
+        records_read(&ended.out),
+        EVENTS - 3 * HOLD_AT,
+        "{}",
+        ended.out
+    );
+    fs::remove_dir_all(dir.join("out")).unwrap();
+
+    // The mid-input savepoint in one process, at parallelism 1.
+    let r = run(&mut weir(dir, keyed_count(1, &["--restore", &s(&mid)])));
+    r.assert_success();
+    assert!(r.stdout.contains("verify: OK"), "{}", r.describe());
+    assert_eq!(
+        restored_from(&r.stdout),
+        Some(mid.clone()),
+        "{}",
+        r.describe()
+    );
+    assert_resumed(&r, EVENTS);
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    assert!(
+        mid.join("_metadata").is_file() && stopped.join("_metadata").is_file(),
+        "restores never delete a savepoint"
+    );
+}
+
+/// A savepoint through a symbolic link is refused by the coordinator, as in one process
+/// (`weir savepoint --dir NAME`, NAME a link out of the savepoint directory), nothing is
+/// written through it, and the job goes on: the next savepoint and the end are exact.
+#[test]
+fn a_savepoint_through_a_link_is_refused_and_the_job_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let job_dir = dir.join("chk/keyed-count");
+    let mut c = Cluster::start(dir, &keyed_count(2, &HELD), 2, "w");
+    let addr = c.control_address();
+    c.wait_until_held(&job_dir, 2);
+    let outside = dir.join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::create_dir_all(dir.join("sp")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("sp/link")).unwrap();
+    let r = run(&mut weir(
+        dir,
+        ["savepoint", "--job", &addr, "--dir", "link"],
+    ));
+    assert_ne!(r.code(), Some(0), "{}", r.describe());
+    assert!(
+        r.stderr.contains("outside the job's savepoint directory"),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    // The job goes on, and a savepoint into a real folder works.
+    let sp = control(dir, "savepoint", &addr);
+    assert_savepoint(&sp, SnapshotKind::Savepoint, &job_dir, 2, 2 * HOLD_AT);
+    fs::write(dir.join("release"), b"go").unwrap();
+    let ended = c.finish();
+    ended.assert_verified();
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+}
+
+/// A worker that runs no source hears of a savepoint from the coordinator (its Trigger
+/// only announces where the files go), while the barrier reaches its subtask through the
+/// exchange: its state lands in the savepoint's folder, and nowhere else.
+#[test]
+fn a_worker_without_a_source_writes_its_state_into_the_savepoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let job_dir = dir.join("chk/keyed-count");
+    let mut args = keyed_count(2, &HELD);
+    args.extend(["--source-parallelism", "1"].map(String::from));
+    let mut c = Cluster::start(dir, &args, 2, "w");
+    let addr = c.control_address();
+    c.wait_until_held(&job_dir, 1);
+    let sp = control(dir, "savepoint", &addr);
+    let ops = [("generator", 1), ("count", 2)];
+    assert_savepoint_of(&sp, SnapshotKind::Savepoint, &job_dir, &ops, HOLD_AT);
+    fs::write(dir.join("release"), b"go").unwrap();
+    let ended = c.finish();
+    ended.assert_verified();
+    let second = "weir: attempt 1 runs on worker 2 (w2) at ";
+    let line = (ended.log.lines().find(|l| l.starts_with(second)))
+        .unwrap_or_else(|| panic!("no `{second}…` in\n{}", ended.log));
+    assert!(line.ends_with(": count[1]"), "{line}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+}
