@@ -1,7 +1,8 @@
-//! Jobs on a cluster of worker processes (issue 24, test 6): a coordinator (`weir
+//! Jobs on a cluster of worker processes (issue 24, tests 1 and 6): a coordinator (`weir
 //! run … --workers N --cluster-listen 127.0.0.1:0`) and `weir worker` processes on
 //! loopback, every port chosen by the system.
 //!
+//! * W1 (keyed-count) and Nexmark q5 on 3 workers give exactly what one process gives.
 //! * A savepoint (and a stop with a savepoint) of a job on 3 workers resumes on 2 workers
 //!   and in one process at another parallelism, exactly, from the savepoint.
 //!
@@ -17,6 +18,7 @@ use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::nexmark::{reference_csv, run_args};
 use common::*;
 use weir::inspect::SnapshotKind;
 
@@ -440,4 +442,56 @@ fn a_worker_without_a_source_writes_its_state_into_the_savepoint() {
         .unwrap_or_else(|| panic!("no `{second}…` in\n{}", ended.log));
     assert!(line.ends_with(": count[1]"), "{line}");
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+}
+
+/// Issue 24, test 1 for W1: keyed-count on 3 workers counts exactly what one process
+/// counts (both verified, and their published outputs equal).
+#[test]
+fn keyed_count_on_three_workers_equals_one_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let c = Cluster::start(dir, &keyed_count(3, &[]), 3, "w");
+    let ended = c.finish();
+    ended.assert_verified();
+    assert_eq!(records_read(&ended.out), EVENTS, "{}", ended.out);
+    let on_cluster = keyed_counts(&dir.join("out"));
+    fs::remove_dir_all(dir.join("out")).unwrap();
+    let one = run(&mut weir(dir, keyed_count(3, &[])));
+    one.assert_success();
+    assert!(one.stdout.contains("verify: OK"), "{}", one.describe());
+    assert_eq!(keyed_counts(&dir.join("out")), on_cluster);
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+}
+
+/// Issue 24, test 1 for Nexmark q5 (sliding windows, then a second windowed stage, over
+/// event time): on 3 workers, the published rows equal one process's and the reference
+/// evaluator's.
+#[test]
+fn nexmark_q5_on_three_workers_equals_one_process_and_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let input = ["--events", "200000", "--tps", "5000"];
+    let args = |o: &str, d: &str| {
+        let extra = ["--checkpoint-interval", "100ms", "--verify"];
+        run_args("q5", 3, &input, &dir.join(d), &dir.join(o), &extra)
+    };
+    let c = Cluster::start(dir, &args("out-cluster", "chk-cluster"), 3, "w");
+    let ended = c.finish();
+    ended.assert_verified();
+    let one = run(&mut weir(dir, args("out-one", "chk-one")));
+    one.assert_success();
+    let read = |o: &str| fs::read_to_string(dir.join(o).join("q5.csv")).unwrap();
+    let (cluster, single) = (read("out-cluster"), read("out-one"));
+    assert!(dir.join("out-cluster/_SUCCESS").exists());
+    if let Err(m) = weir_nexmark::reference::compare_csv(&single, &cluster) {
+        panic!("q5 on 3 workers differs from one process: {m}");
+    }
+    let want = reference_csv(dir, "q5", &input);
+    assert!(
+        want.lines().count() > 10,
+        "the reference has too few rows:\n{want}"
+    );
+    if let Err(m) = weir_nexmark::reference::compare_csv(&want, &cluster) {
+        panic!("q5 on 3 workers differs from the reference: {m}");
+    }
 }
