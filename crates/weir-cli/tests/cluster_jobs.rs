@@ -205,6 +205,26 @@ fn a_savepoint_through_a_link_is_refused_and_the_job_goes_on() {
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
 }
 
+/// `weir stop --drain` on a cluster: the input ends after the barrier on every worker,
+/// the job finishes with the final savepoint, and every worker exits 0.
+#[test]
+fn a_draining_stop_ends_the_job_on_every_worker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let job_dir = dir.join("chk/keyed-count");
+    let mut c = Cluster::start(dir, &keyed_count(2, &HELD), 2, "w");
+    let addr = c.control_address();
+    c.wait_until_held(&job_dir, 2);
+    let r = run(&mut weir(dir, ["stop", "--job", &addr, "--drain"]));
+    r.assert_success();
+    let sp = PathBuf::from(r.stdout.trim());
+    let stop = SnapshotKind::StopSavepoint;
+    assert_savepoint(&sp, stop, &job_dir, 2, 2 * HOLD_AT);
+    let ended = c.finish();
+    assert_eq!(ended.code, 0, "{}\n{}", ended.out, ended.log);
+    ended.assert_workers_succeeded();
+}
+
 /// A worker that runs no source hears of a savepoint from the coordinator (its Trigger
 /// only announces where the files go), while the barrier reaches its subtask through the
 /// exchange: its state lands in the savepoint's folder, and nowhere else.
