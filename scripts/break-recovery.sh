@@ -26,7 +26,8 @@ if [ $# -eq 0 ]; then
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
         --test connectors_files --test connectors_postgres --test connectors_nats \
         --test runner --test examples --test example_postgres --test s3 --test kill_every_job \
-        --test disk_state --test upgrade --test incremental_checkpoints --test cluster
+        --test disk_state --test upgrade --test incremental_checkpoints --test cluster \
+        --test cluster_jobs --test cluster_postgres
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.

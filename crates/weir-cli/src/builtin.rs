@@ -150,6 +150,10 @@ pub struct KeyedCountArgs {
     /// (Tests) the file whose creation releases the generator held by --hold-at.
     #[arg(long, hide = true, requires = "hold_at")]
     release_file: Option<PathBuf>,
+    /// (Tests) run the generator at this parallelism instead of --parallelism, so that on
+    /// a cluster a worker may run counting subtasks and no source.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..))]
+    source_parallelism: Option<u32>,
     /// Run in event time: stamp each generated event with the wall clock and follow it with
     /// watermarks 100 ms behind (a `timestamps` operator chained to the generator). The
     /// counts are the same; the dashboard and /metrics show the watermark lag.
@@ -284,6 +288,7 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
             n: args.events,
             rate: args.rate,
             hold: args.hold_at.zip(args.release_file.clone()),
+            parallelism: args.source_parallelism,
             event_time: args.event_time,
         },
     };

@@ -215,6 +215,8 @@ pub enum Events<'a> {
         /// Hold each subtask after this many events until this file exists
         /// ([`HeldGenerator`]).
         hold: Option<(u64, PathBuf)>,
+        /// The generator's parallelism (`None`: the job's).
+        parallelism: Option<u32>,
         /// Stamp each event with the wall-clock time it was generated, and follow the
         /// stream with watermarks (bounded out-of-orderness of [`EVENT_TIME_BOUND`]):
         /// the counts do not change, but the job runs in event time and shows its
@@ -317,6 +319,7 @@ pub fn keyed_count(
             n,
             rate,
             hold,
+            parallelism,
             event_time,
         } => {
             if let Some(v) = verify_state {
@@ -330,6 +333,10 @@ pub fn keyed_count(
                 }
             }
             .uid("generator");
+            let numbers = match parallelism {
+                Some(p) => numbers.set_parallelism(p),
+                None => numbers,
+            };
             if event_time {
                 let strategy = WatermarkStrategy::for_bounded_out_of_orderness(EVENT_TIME_BOUND)
                     .with_timestamp_assigner(|_, _| wall_clock_ms());

@@ -46,6 +46,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "cluster")]
+mod announce;
 pub mod backend;
 mod confined;
 pub(crate) mod format;
@@ -518,6 +520,10 @@ pub(crate) struct CheckpointStorage {
     run_id: Arc<str>,
     /// The job folder's ownership (a lock, a lease), held while any clone lives.
     _owner: Arc<Ownership>,
+    /// On a worker, the checkpoints its coordinator announced (where their files go);
+    /// `None` where the checkpoint coordinator runs in this process.
+    #[cfg(feature = "cluster")]
+    announced: Option<Arc<announce::Announcements>>,
 }
 
 impl CheckpointStorage {
@@ -559,6 +565,8 @@ impl CheckpointStorage {
             backend,
             redirects: Arc::default(),
             _owner: Arc::new(owner),
+            #[cfg(feature = "cluster")]
+            announced: None,
         })
     }
 
@@ -585,6 +593,7 @@ impl CheckpointStorage {
             backend,
             redirects: Arc::default(),
             _owner: Arc::new(Box::new(()) as Ownership),
+            announced: Some(Arc::default()),
         })
     }
 
@@ -597,6 +606,14 @@ impl CheckpointStorage {
     /// every file, so files of another run are told apart from this one's.
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// Where checkpoint `id`'s files are written; a worker first waits until its
+    /// coordinator said where (see `announce`).
+    fn write_target(&self, id: u64) -> Result<Target, StorageError> {
+        #[cfg(feature = "cluster")]
+        self.await_announced(id)?;
+        Ok(self.target(id))
     }
 
     fn target(&self, id: u64) -> Target {
@@ -698,7 +715,7 @@ impl CheckpointStorage {
     ) -> Result<StoredFile, E> {
         validate_name("operator uid", uid)?;
         validate_name("state file name", file_name)?;
-        let target = self.target(id);
+        let target = self.write_target(id)?;
         let path = format!("{uid}/{file_name}");
         let writer = target.backend.put(&target.key(&path))?;
         let (size, crc32c) = write_streamed(writer, kind, payload)?;
@@ -804,7 +821,7 @@ impl CheckpointStorage {
     /// removed when dropped — on Unix at once, while it stays open.
     pub fn spill_file(&self, id: u64, uid: &str) -> Result<SpillFile, StorageError> {
         validate_name("operator uid", uid)?;
-        let target = self.target(id);
+        let target = self.write_target(id)?;
         match target.backend.local_dir(&target.key(uid)) {
             Some(dir) => SpillFile::create(&dir?),
             None => SpillFile::create(&std::env::temp_dir()),

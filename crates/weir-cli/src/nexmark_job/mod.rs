@@ -164,7 +164,11 @@ pub fn build(job: &mut Job, args: &NexmarkArgs) -> Result<(), BoxError> {
         Query::Q2 => add_output(queries::q2(events), out.as_deref()),
         Query::Q3 => add_output(q3::q3(events), out.as_deref()),
         Query::Q4 => add_output(q4::q4(events), out.as_deref()),
-        Query::Q5 => add_output(q5::q5(events)?, out.as_deref()),
+        Query::Q5 => {
+            // Stage 1's counts are shuffled to stage 2, across workers on a cluster.
+            job.env().register_type::<q5::AuctionCount>();
+            add_output(q5::q5(events)?, out.as_deref())
+        }
         Query::Q7 => add_output(q7::q7(with_event_time(events)), out.as_deref()),
         Query::Q8 => add_output(q8::q8(with_event_time(events)), out.as_deref()),
         Query::Q11 => add_output(q11::q11(with_event_time(events)), out.as_deref()),

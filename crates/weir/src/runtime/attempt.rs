@@ -250,21 +250,8 @@ impl AttemptRun<'_, '_> {
     fn on_request(&mut self, request: Request) -> Vec<Step> {
         let failed = |m: String| ControlError::new(ControlErrorKind::Failed, m);
         let cfg = self.exec.cfg;
-        #[cfg(feature = "cluster")]
-        let request = match request {
-            Request::Savepoint { reply, .. } | Request::Stop { reply, .. }
-                if self.attempt.write_frozen_remote.is_some() =>
-            {
-                let _ = reply.send(Err(failed(
-                    "savepoints of a job that runs on a cluster are not built yet (issue 24): \
-                     take checkpoints (`weir checkpoint`) and restore one with --restore"
-                        .into(),
-                )));
-                return Vec::new();
-            }
-            request => request,
-        };
-        // Savepoints go to a folder of their own inside the savepoint directory.
+        // Savepoints go to a folder of their own inside the savepoint directory (on a
+        // cluster too: created here once, and the Trigger names it to every worker).
         let (kind, folder, reply) = match request {
             Request::Checkpoint { reply } => (BarrierKind::Checkpoint, Ok(None), reply),
             Request::Savepoint { dir, reply } => (

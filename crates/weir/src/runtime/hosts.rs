@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
+use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::Result;
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
@@ -25,7 +26,9 @@ pub(crate) trait TaskHosts {
     /// Deploys attempt `attempt` of `plan` on the workers (waiting, bounded, until enough
     /// of them are registered), restored from the checkpoint at `restore` (`None`: a fresh
     /// start). The tasks' events arrive on `events`, tagged with `attempt`; the workers
-    /// write state files under `run_id`, the run id of the coordinator's checkpoint folder.
+    /// write state files under the run id of `storage`, the coordinator's checkpoint
+    /// folder, and into the savepoint folders it redirects checkpoints to (its Trigger
+    /// names them).
     /// What the workers report of their subtasks' records goes into `metrics` (per task of
     /// the plan, for the whole job), so progress and the summary count as in one process.
     #[allow(clippy::too_many_arguments)]
@@ -35,7 +38,7 @@ pub(crate) trait TaskHosts {
         attempt: u32,
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
-        run_id: &str,
+        storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
     ) -> Result<HostedAttempt>;
 }

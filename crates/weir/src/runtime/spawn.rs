@@ -443,14 +443,13 @@ impl Executor<'_> {
         restore: Option<&RestoredCheckpoint>,
     ) -> Result<Attempt> {
         let restore = restore.map(|r| r.path.as_path());
-        let run_id = self.storage.run_id();
         let metrics = &self.task_metrics;
         let hosted = hosts.deploy(
             &self.plan,
             attempt,
             restore,
             &self.events_tx,
-            run_id,
+            &self.storage,
             metrics,
         )?;
         let sources = (self.plan.tasks.iter().enumerate())

@@ -102,6 +102,49 @@ pub(crate) fn create_confined(
     })
 }
 
+/// Opens the existing folder `relative` below `base` the way [`create_confined`] creates
+/// one — from `base` opened first, one component at a time, refusing any symbolic link —
+/// for a worker that writes into a savepoint folder its coordinator created (issue 24).
+/// Neither `base` nor any folder is created here: a missing one means the worker does not
+/// see the coordinator's savepoint directory.
+#[cfg(feature = "cluster")]
+pub(crate) fn open_confined(base: &Path, relative: &Path) -> Result<ConfinedBackend, StorageError> {
+    let shown = base.join(relative);
+    let hint = "give the coordinator and every worker on this host the same savepoint \
+                directory (--savepoint-dir)";
+    let mut dir = rustix::fs::open(
+        base,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err("open savepoint directory", base, hint)(e.into()))?;
+    let mut walked = base.to_path_buf();
+    let mut any = false;
+    for c in relative.components() {
+        let std::path::Component::Normal(name) = c else {
+            return Err(refused(
+                &shown,
+                "is not a plain relative path of folder names",
+            ));
+        };
+        let name = (name.to_str()).ok_or_else(|| refused(&shown, "is not valid UTF-8"))?;
+        walked.push(name);
+        dir = open_dir(&dir, name, &walked)?;
+        any = true;
+    }
+    if !any {
+        return Err(refused(
+            &shown,
+            "names no folder below the savepoint directory",
+        ));
+    }
+    Ok(ConfinedBackend {
+        dir: Arc::new(dir),
+        folder: shown,
+        prefix: String::new(),
+    })
+}
+
 /// The error for a path that would leave the folder, or a link on the way.
 fn refused(path: &Path, why: &str) -> StorageError {
     StorageError::Io {

@@ -4,6 +4,11 @@
 //! Complete, Abort or Cancel reaches a worker once however many of its tasks the executor
 //! sent it to, and the worker hands it to its own tasks as the executor would have
 //! ([`dedupe`] is that rule, pure and unit-tested).
+//!
+//! A Trigger also tells where the checkpoint's files go (a savepoint's folder, which the
+//! executor created before it triggered): every other worker of the attempt gets it too,
+//! as an announcement only ([`announce_to`]), since the barrier reaches their subtasks
+//! through the exchange and their writers must know the folder before they write.
 
 use std::collections::HashSet;
 
@@ -11,6 +16,7 @@ use crossbeam_channel::{unbounded, Receiver, Select};
 
 use super::pool::{send, ToWorkerTx};
 use crate::checkpoint::barrier::BarrierKind;
+use crate::checkpoint::storage::CheckpointStorage;
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, SnapshotKind};
 use crate::error::{Error, Result};
@@ -23,6 +29,7 @@ use crate::runtime::task::Control;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Sent {
     Trigger(u64),
+    Announce(u64),
     Complete(u64),
     Abort(u64),
     Cancel,
@@ -40,8 +47,26 @@ fn dedupe(seen: &mut HashSet<(WorkerId, Sent)>, worker: WorkerId, control: &Cont
     seen.insert((worker, sent))
 }
 
-/// The message for `control` in attempt `attempt`.
-fn message(attempt: u64, control: Control) -> ToWorker {
+/// The workers of the attempt (`workers`, per task) that still have to hear of
+/// checkpoint `id` only as an announcement, once the Trigger for a task went to one of
+/// them (`seen` remembers what went): every worker hears of every checkpoint once, before
+/// its writers may write a file of it.
+fn announce_to(seen: &mut HashSet<(WorkerId, Sent)>, workers: &[WorkerId], id: u64) -> Vec<usize> {
+    let mut to = Vec::new();
+    for (i, &w) in workers.iter().enumerate() {
+        let heard =
+            seen.contains(&(w, Sent::Trigger(id))) || seen.contains(&(w, Sent::Announce(id)));
+        if !heard {
+            seen.insert((w, Sent::Announce(id)));
+            to.push(i);
+        }
+    }
+    to
+}
+
+/// The message for `control` in attempt `attempt`; a Trigger names `folder`, the
+/// savepoint's folder its files go to (`None`: the job folder).
+fn message(attempt: u64, control: Control, folder: Option<&std::path::Path>) -> ToWorker {
     match control {
         Control::Trigger(b) => ToWorker::Trigger(proto::Trigger {
             attempt,
@@ -53,6 +78,8 @@ fn message(attempt: u64, control: Control) -> ToWorker {
                 BarrierKind::Stop { drain: false } => SnapshotKind::Stop,
                 BarrierKind::Stop { drain: true } => SnapshotKind::StopAndDrain,
             } as i32,
+            savepoint_folder: folder.map_or_else(String::new, |f| f.display().to_string()),
+            only_announce: false,
         }),
         Control::Complete(id) => ToWorker::Complete(proto::Complete {
             attempt,
@@ -71,11 +98,13 @@ fn message(attempt: u64, control: Control) -> ToWorker {
 }
 
 /// Starts forwarding attempt `attempt`'s controls: task `i` of the plan runs on
-/// `workers[i]`, reached by `to[i]` (its stream, its head's uid, its subtask).
+/// `workers[i]`, reached by `to[i]` (its stream, its head's uid, its subtask). `storage`
+/// is the executor's: it names the savepoint folders checkpoints are redirected to.
 pub(crate) fn start(
     attempt: u32,
     to: Vec<(ToWorkerTx, String, u32)>,
     workers: &[WorkerId],
+    storage: CheckpointStorage,
 ) -> Result<HostedAttempt> {
     let mut controls = Vec::with_capacity(to.len());
     let mut receivers: Vec<Receiver<Control>> = Vec::with_capacity(to.len());
@@ -88,7 +117,7 @@ pub(crate) fn start(
     let workers = workers.to_vec();
     let handle = std::thread::Builder::new()
         .name(format!("weir-coordinator-attempt-{attempt}"))
-        .spawn(move || forward(u64::from(attempt), &receivers, &streams, &workers))
+        .spawn(move || forward(u64::from(attempt), &receivers, &streams, &workers, &storage))
         .map_err(|e| Error::Cluster(format!("cannot start the control forwarder: {e}")))?;
     let write_frozen = Box::new(move |task: usize, id: u64| {
         if let Some((stream, uid, subtask)) = to.get(task) {
@@ -114,6 +143,7 @@ fn forward(
     receivers: &[Receiver<Control>],
     streams: &[ToWorkerTx],
     workers: &[WorkerId],
+    storage: &CheckpointStorage,
 ) {
     let mut seen = HashSet::new();
     let mut sel = Select::new();
@@ -126,9 +156,27 @@ fn forward(
         let i = op.index();
         match op.recv(&receivers[i]) {
             Ok(control) => {
-                if dedupe(&mut seen, workers[i], &control) {
-                    send(&streams[i], message(attempt, control));
+                if !dedupe(&mut seen, workers[i], &control) {
+                    continue;
                 }
+                let Control::Trigger(b) = control else {
+                    send(&streams[i], message(attempt, control, None));
+                    continue;
+                };
+                // An absolute path: the workers run in folders of their own.
+                let folder =
+                    (storage.redirected(b.id)).map(|f| std::path::absolute(&f).unwrap_or(f));
+                let trigger = message(attempt, control, folder.as_deref());
+                for j in announce_to(&mut seen, workers, b.id) {
+                    if let ToWorker::Trigger(t) = &trigger {
+                        let only = proto::Trigger {
+                            only_announce: true,
+                            ..t.clone()
+                        };
+                        send(&streams[j], ToWorker::Trigger(only));
+                    }
+                }
+                send(&streams[i], trigger);
             }
             Err(_) => {
                 sel.remove(i);
@@ -162,19 +210,48 @@ mod tests {
     }
 
     #[test]
+    fn every_worker_hears_of_a_checkpoint_once_the_others_as_an_announcement() {
+        let mut seen = HashSet::new();
+        // Tasks 0 and 1 on worker 1, task 2 on worker 2, task 3 on worker 3.
+        let workers = [1, 1, 2, 3];
+        let trigger = Control::Trigger(CheckpointBarrier::checkpoint(4, 0));
+        assert!(dedupe(&mut seen, 1, &trigger));
+        // Workers 2 and 3 hear of it once each (through one of their tasks).
+        assert_eq!(announce_to(&mut seen, &workers, 4), vec![2, 3]);
+        assert!(announce_to(&mut seen, &workers, 4).is_empty());
+        // Worker 2's source is triggered after its announcement: it still gets the Trigger.
+        assert!(dedupe(&mut seen, 2, &trigger));
+        assert!(announce_to(&mut seen, &workers, 4).is_empty());
+        // The next checkpoint is announced afresh.
+        assert!(dedupe(
+            &mut seen,
+            3,
+            &Control::Trigger(CheckpointBarrier::checkpoint(5, 0))
+        ));
+        assert_eq!(announce_to(&mut seen, &workers, 5), vec![0, 2]);
+    }
+
+    #[test]
     fn controls_become_the_protocols_messages() {
         let stop = CheckpointBarrier {
             id: 9,
             timestamp_ms: 77,
             kind: BarrierKind::Stop { drain: true },
         };
-        let ToWorker::Trigger(t) = message(3, Control::Trigger(stop)) else {
+        let folder = std::path::Path::new("/sp/savepoint-j-9");
+        let ToWorker::Trigger(t) = message(3, Control::Trigger(stop), Some(folder)) else {
             panic!("a trigger")
         };
         assert_eq!((t.attempt, t.checkpoint_id, t.timestamp_ms), (3, 9, 77));
         assert_eq!(t.kind, SnapshotKind::StopAndDrain as i32);
+        assert_eq!(t.savepoint_folder, "/sp/savepoint-j-9");
+        assert!(!t.only_announce);
+        let ToWorker::Trigger(t) = message(3, Control::Trigger(stop), None) else {
+            panic!("a trigger")
+        };
+        assert_eq!(t.savepoint_folder, "");
         assert!(matches!(
-            message(3, Control::Aborted(9)),
+            message(3, Control::Aborted(9), None),
             ToWorker::Abort(proto::Abort {
                 checkpoint_id: 9,
                 ..

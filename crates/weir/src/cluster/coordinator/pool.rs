@@ -23,6 +23,7 @@ use tonic::Status;
 use super::{
     deploy_message, schedule_plan, CoordinatorEndpoint, DeploySpec, Offer, RegisteredWorker,
 };
+use crate::checkpoint::storage::CheckpointStorage;
 use crate::cluster::fingerprint::PlanFingerprint;
 use crate::cluster::handles::{from_proto, SubtaskRef};
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
@@ -389,7 +390,7 @@ impl WorkerPool {
         attempt: u32,
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
-        run_id: &str,
+        storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
     ) -> Result<std::result::Result<HostedAttempt, String>> {
         let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
@@ -430,7 +431,7 @@ impl WorkerPool {
             job_args: self.config.job_args.clone(),
             fingerprint: self.config.fingerprint.clone(),
             restore_from: restore.map_or_else(String::new, |p| p.display().to_string()),
-            run_id: run_id.to_string(),
+            run_id: storage.run_id().to_string(),
         };
         for m in members.iter() {
             send(&m.to_worker, ToWorker::Deploy(deploy_message(&spec)));
@@ -501,7 +502,12 @@ impl WorkerPool {
             })
             .collect();
         let workers: Vec<WorkerId> = assignments.iter().map(|a| a.worker).collect();
-        Ok(Ok(super::forward::start(attempt, to, &workers)?))
+        Ok(Ok(super::forward::start(
+            attempt,
+            to,
+            &workers,
+            storage.clone(),
+        )?))
     }
 }
 
@@ -512,11 +518,11 @@ impl TaskHosts for WorkerPool {
         attempt: u32,
         restore: Option<&Path>,
         events: &Sender<TaskEvent>,
-        run_id: &str,
+        storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
     ) -> Result<HostedAttempt> {
-        self.fill(&run_id.into())?;
-        match self.try_deploy(plan, attempt, restore, events, run_id, metrics)? {
+        self.fill(&storage.run_id().into())?;
+        match self.try_deploy(plan, attempt, restore, events, storage, metrics)? {
             Ok(hosted) => Ok(hosted),
             Err(why) => {
                 // A worker was lost during the deploy: the attempt fails at once, and the

@@ -139,7 +139,12 @@ pub struct Deployed {
     pub fingerprint: ::core::option::Option<PlanFingerprint>,
 }
 /// Inject checkpoint barrier `checkpoint_id` at this worker's source subtasks.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+///
+/// Every worker of the attempt hears of every checkpoint before it writes a file of it: a
+/// worker whose sources are not asked to inject gets the Trigger with `only_announce`. Its
+/// writers wait for it, since the barrier may reach it through the exchange first, so they
+/// never write a savepoint's files anywhere but into the savepoint's folder.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Trigger {
     #[prost(uint64, tag = "1")]
     pub attempt: u64,
@@ -149,6 +154,14 @@ pub struct Trigger {
     pub timestamp_ms: u64,
     #[prost(enumeration = "SnapshotKind", tag = "4")]
     pub kind: i32,
+    /// A savepoint's own folder (absolute, or an object-storage URL), which the coordinator
+    /// created inside the job's savepoint directory; the worker writes the state files of
+    /// this checkpoint there, confined to that directory. Empty: `chk-<id>` of the job folder.
+    #[prost(string, tag = "5")]
+    pub savepoint_folder: ::prost::alloc::string::String,
+    /// Only tells the worker where the checkpoint's files go: its sources inject nothing.
+    #[prost(bool, tag = "6")]
+    pub only_announce: bool,
 }
 /// One subtask snapshotted for a checkpoint: its state files, already written to the
 /// checkpoint storage, and its timings. The coordinator writes _metadata once every subtask

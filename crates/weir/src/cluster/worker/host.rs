@@ -304,6 +304,25 @@ impl Host {
                         timestamp_ms: t.timestamp_ms,
                         kind: barrier_kind(t.kind),
                     };
+                    // Where the files go first: this worker's writers wait for it.
+                    let folder = (!t.savepoint_folder.is_empty())
+                        .then(|| std::path::Path::new(&t.savepoint_folder));
+                    let announced =
+                        (self.storage).announce(barrier.id, &self.cfg.savepoint_dir, folder);
+                    if let Err(e) = announced {
+                        self.send(ToCoordinator::Decline(proto::Decline {
+                            attempt: t.attempt,
+                            checkpoint_id: t.checkpoint_id,
+                            cause: format!(
+                                "{} cannot write into {}: {e}",
+                                self.described, t.savepoint_folder
+                            ),
+                            ..Default::default()
+                        }));
+                    }
+                    if t.only_announce {
+                        continue;
+                    }
                     for &s in tasks.sources.iter().filter(|&&s| !tasks.finished[s]) {
                         let _ = tasks.controls[s].send(Control::Trigger(barrier));
                     }

@@ -1,0 +1,247 @@
+//! A cluster of one test (issue 24): a coordinator (`weir run … --workers N
+//! --cluster-listen 127.0.0.1:0`) and `weir worker` processes on loopback, every port
+//! chosen by the system, each process's output in a log of the test's folder. Every wait
+//! is bounded and says what it waited for.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// Events per generator subtask before keyed-count's input holds ([`HELD`]).
+pub const HOLD_AT: u64 = 20_000;
+/// keyed-count's input held after [`HOLD_AT`] events per generator subtask, until the
+/// test creates `release` ([`Cluster::release`]).
+pub const HELD: [&str; 4] = ["--hold-at", "20000", "--release-file", "release"];
+
+/// A safety net for a hang, never a pace.
+pub const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A coordinator and its workers, started by one test.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub coordinator: Child,
+    /// The coordinator's stderr (notices, the workers it deployed to, its endpoints).
+    pub log: PathBuf,
+    /// Its stdout (the run summary, the verdict).
+    pub out: PathBuf,
+    /// The workers and their names (`w1`, `w2`, …; logs `<name>.log`).
+    pub workers: Vec<(String, Child)>,
+    /// The coordinator's cluster address, for workers.
+    pub address: String,
+}
+
+/// How a cluster's run ended: the coordinator's exit code, stdout and stderr, and each
+/// worker's name, exit code and log.
+pub struct Ended {
+    pub code: i32,
+    pub out: String,
+    pub log: String,
+    pub workers: Vec<(String, i32, String)>,
+}
+
+impl Cluster {
+    /// Starts the coordinator of `args` (a `run` command without the cluster flags) and
+    /// `n` workers of one slot each, named `<prefix>1…`, each registered before the next
+    /// starts (so worker ids follow the names).
+    pub fn start(dir: &Path, args: &[String], n: usize, prefix: &str) -> Cluster {
+        let mut args = args.to_vec();
+        args.extend(
+            [
+                "--workers",
+                &n.to_string(),
+                "--cluster-listen",
+                "127.0.0.1:0",
+                "--heartbeat-timeout",
+                "60s",
+            ]
+            .map(String::from),
+        );
+        let log = dir.join(format!("{prefix}-coordinator.log"));
+        let out = dir.join(format!("{prefix}-coordinator.out"));
+        let coordinator = weir(dir, &args)
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("cannot start the weir binary");
+        let mut c = Cluster {
+            dir: dir.to_path_buf(),
+            coordinator,
+            log,
+            out,
+            workers: Vec::new(),
+            address: String::new(),
+        };
+        c.address = c
+            .wait_for_line("coordinator listening on ")
+            .split(' ')
+            .next()
+            .map(|a| a.trim_end_matches(':').to_string())
+            .expect("an address after `coordinator listening on`");
+        for i in 1..=n {
+            c.add_worker(&format!("{prefix}{i}"));
+            let needle = format!("({prefix}{i}) at 127.0.0.1:");
+            c.wait_until(&format!("worker {prefix}{i} registered"), |log| {
+                log.lines()
+                    .any(|l| l.contains(&needle) && l.contains(" registered "))
+            });
+        }
+        c
+    }
+
+    /// Starts a worker of one slot named `name` (its log `<name>.log`).
+    pub fn add_worker(&mut self, name: &str) {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["worker", "--coordinator", &self.address, "--slots", "1"])
+            .args(["--name", name])
+            .current_dir(&self.dir)
+            .env("RUST_BACKTRACE", "0")
+            .stdin(std::process::Stdio::null());
+        let child = spawn_logged(&mut cmd, &self.dir.join(format!("{name}.log")));
+        self.workers.push((name.to_string(), child));
+    }
+
+    /// SIGKILLs worker `name` (asserting it was still running) and forgets it.
+    pub fn kill_worker(&mut self, name: &str) {
+        let i = (self.workers.iter().position(|(n, _)| n == name))
+            .unwrap_or_else(|| panic!("no worker {name}"));
+        let (_, mut child) = self.workers.remove(i);
+        sigkill_running(&mut child, &format!("worker {name}"));
+    }
+
+    /// Lets keyed-count's held input ([`HELD`]) go on.
+    pub fn release(&self) {
+        fs::write(self.dir.join("release"), b"go").unwrap();
+    }
+
+    pub fn text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls the coordinator's log until `done` holds; panics with the log if the
+    /// coordinator exits first or [`TIMEOUT`] passes.
+    pub fn wait_until(&mut self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let text = self.text();
+            if done(&text) {
+                return;
+            }
+            if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
+                panic!("the coordinator exited ({st}) before {what}:\n{text}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {TIMEOUT:?}:\n{text}"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// What follows `needle` on the first line of the coordinator's log that holds it.
+    pub fn wait_for_line(&mut self, needle: &str) -> String {
+        self.wait_until(&format!("`{needle}`"), |t| t.contains(needle));
+        let text = self.text();
+        let rest = text
+            .lines()
+            .find_map(|l| l.split_once(needle).map(|(_, r)| r));
+        rest.expect("checked above").to_string()
+    }
+
+    /// The coordinator's control endpoint (`weir savepoint|stop --job ADDR`).
+    pub fn control_address(&mut self) -> String {
+        let rest = self.wait_for_line("control endpoint ");
+        rest.split_whitespace()
+            .next()
+            .expect("an address")
+            .to_string()
+    }
+
+    /// Waits until a complete checkpoint in `job_dir` was taken while every one of the
+    /// `p` generator subtasks held (its sources at `p × HOLD_AT`): the input is held
+    /// everywhere from then on.
+    pub fn wait_until_held(&mut self, job_dir: &Path, p: u64) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let held = completed_checkpoints(job_dir).into_iter().any(|id| {
+                let path = job_dir.join(format!("chk-{id}"));
+                weir::inspect::source_progress(&path)
+                    .is_ok_and(|s| s.iter().map(|s| s.records).sum::<u64>() == p * HOLD_AT)
+            });
+            if held {
+                return;
+            }
+            if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
+                panic!("the coordinator exited ({st}):\n{}", self.text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no checkpoint of the held input within {TIMEOUT:?}:\n{}",
+                self.text()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for the coordinator and every worker to end.
+    pub fn finish(mut self) -> Ended {
+        let status = wait_deadline(&mut self.coordinator, TIMEOUT, "the coordinator");
+        let out = fs::read_to_string(&self.out).unwrap_or_default();
+        let log = self.text();
+        let workers = std::mem::take(&mut self.workers)
+            .into_iter()
+            .map(|(name, mut child)| {
+                let st = wait_deadline(&mut child, TIMEOUT, &name);
+                let wlog = fs::read_to_string(self.dir.join(format!("{name}.log")));
+                (name, st.code().unwrap_or(-1), wlog.unwrap_or_default())
+            })
+            .collect();
+        Ended {
+            code: status.code().unwrap_or(-1),
+            out,
+            log,
+            workers,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.coordinator.kill();
+        let _ = self.coordinator.wait();
+        for (_, w) in &mut self.workers {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+impl Ended {
+    /// Asserts that the coordinator and every worker exited 0, the run verified.
+    pub fn assert_verified(&self) {
+        assert_eq!(
+            self.code, 0,
+            "the coordinator failed:\n{}\n{}",
+            self.out, self.log
+        );
+        assert!(
+            self.out.contains("verify: OK"),
+            "{}\n{}",
+            self.out,
+            self.log
+        );
+        self.assert_workers_succeeded();
+    }
+
+    pub fn assert_workers_succeeded(&self) {
+        for (name, code, log) in &self.workers {
+            assert_eq!(*code, 0, "worker {name} failed:\n{log}");
+            assert!(!log.contains("panicked"), "{name}:\n{log}");
+        }
+    }
+}
