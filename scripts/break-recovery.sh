@@ -14,7 +14,9 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$top/target/break-recovery}" RUST_BACKTRACE=0
+# Its own folder, always: the broken builds' binaries look up to date to cargo afterwards,
+# so in a folder shared with normal builds they would be run as if they were the real ones.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$top/target}/break-recovery" RUST_BACKTRACE=0
 
 if [ $# -eq 0 ]; then
     set -- --all-features \
