@@ -288,6 +288,39 @@ fn a_run_whose_expired_lease_was_taken_over_completes_no_more_checkpoints() {
     );
 }
 
+/// A renewal of the lease that reached the server but whose answer was lost (the store went
+/// away mid-request) leaves the run with a stale ETag: its next renewal is refused as a
+/// precondition, yet the lease still names this run, which must go on holding it rather
+/// than stop as if another run had taken the folder over.
+#[test]
+fn a_renewal_whose_answer_was_lost_is_recognised_as_the_runs_own() {
+    server();
+    make_bucket("ownrenewal");
+    let job = Path::new("s3://ownrenewal/ck/job");
+    let run = open_backend(job).unwrap();
+    let _lease = run.take_ownership().unwrap();
+    // What the lost renewal wrote: the same holder, a later expiry (so a new ETag).
+    let outside = open_backend(job).unwrap();
+    let text = String::from_utf8(outside.get("_lease", None).unwrap().to_vec()).unwrap();
+    let (expiry, holder) = text.split_once(' ').unwrap();
+    let later = expiry.parse::<u64>().unwrap() + 1000;
+    let mut w = outside.put("_lease").unwrap();
+    w.write(format!("{later} {holder}").as_bytes()).unwrap();
+    w.commit(&[]).unwrap();
+    // Completing a checkpoint renews the lease first: still this run's.
+    run.put_if_absent("chk-1/_metadata", b"one").unwrap();
+    assert!(run.ownership_lost().is_none());
+    // Another run's holder in the lease is still a takeover.
+    let mut w = outside.put("_lease").unwrap();
+    w.write(format!("{later} another run").as_bytes()).unwrap();
+    w.commit(&[]).unwrap();
+    let err = run.put_if_absent("chk-2/_metadata", b"two").unwrap_err();
+    assert!(
+        err.to_string().contains("was taken over by another run"),
+        "{err}"
+    );
+}
+
 #[test]
 fn of_two_runs_taking_over_an_expired_lease_exactly_one_wins() {
     server();

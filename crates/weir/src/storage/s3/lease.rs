@@ -36,6 +36,23 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The holder a lease's text (`<expiry ms> <holder>`) names.
+fn holder_of(text: &str) -> &str {
+    text.split_once(' ').map_or(text, |(_, h)| h)
+}
+
+/// This run as its lease names it: the process, when it took the lease, and a random
+/// number. The number tells this run's own lease from another's even where the rest is
+/// alike (every container's first process is process 1), so an earlier renewal of its own
+/// whose answer was lost is never taken for a rival's takeover.
+fn lease_holder() -> String {
+    format!(
+        "{} [lease {:016x}]",
+        crate::storage::holder_description(),
+        fastrand::u64(..)
+    )
+}
+
 fn lease_seconds() -> u64 {
     std::env::var("WEIR_S3_LEASE_SECONDS")
         .ok()
@@ -100,13 +117,32 @@ impl Fence {
         });
         let put = store.put_opts(&path, self.body(), mode.into());
         let result = match block(put)? {
-            Err(object_store::Error::Precondition { .. }) => match block(store.head(&path))? {
-                Err(object_store::Error::NotFound { .. }) => {
-                    let create = PutOptions::from(PutMode::Create);
-                    block(store.put_opts(&path, self.body(), create))?
+            Err(object_store::Error::Precondition { .. }) => {
+                match block(async { store.get(&path).await })? {
+                    Err(object_store::Error::NotFound { .. }) => {
+                        let create = PutOptions::from(PutMode::Create);
+                        block(store.put_opts(&path, self.body(), create))?
+                    }
+                    Ok(held) => {
+                        let held_etag = held.meta.e_tag.clone();
+                        let text =
+                            block(held.bytes())?.map_err(|e| b.error("read", LEASE_OBJECT, e))?;
+                        if holder_of(&String::from_utf8_lossy(&text)) != self.me {
+                            return Err(self.lose());
+                        }
+                        // Still this run's: an earlier renewal reached the server but its
+                        // answer was lost (the store went away mid-request), so the ETag
+                        // this run knew is stale. Renew from the one the server holds.
+                        let mode = PutMode::Update(UpdateVersion {
+                            e_tag: held_etag,
+                            version: None,
+                        });
+                        block(store.put_opts(&path, self.body(), mode.into()))?
+                    }
+                    // The store is out of reach: not a loss, tried again next time.
+                    Err(e) => return Err(b.write_error("renew the lease", LEASE_OBJECT, e)),
                 }
-                _ => return Err(self.lose()),
-            },
+            }
             other => other,
         };
         match result {
@@ -114,7 +150,8 @@ impl Fence {
                 *etag = r.e_tag;
                 Ok(())
             }
-            Err(object_store::Error::AlreadyExists { .. }) => Err(self.lose()),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Err(self.lose()),
             Err(e) => Err(b.write_error("renew the lease", LEASE_OBJECT, e)),
         }
     }
@@ -122,11 +159,7 @@ impl Fence {
     /// Records that the lease is lost, naming its new holder as the lease says.
     fn lose(&self) -> StorageError {
         let holder = match self.backend.get(LEASE_OBJECT, None) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes).into_owned();
-                text.split_once(' ')
-                    .map_or(text.clone(), |(_, h)| h.to_string())
-            }
+            Ok(bytes) => holder_of(&String::from_utf8_lossy(&bytes)).to_string(),
             Err(_) => "another run".into(),
         };
         let e = self.lost_error(&holder);
@@ -149,7 +182,7 @@ impl Lease {
         let fence = Arc::new(Fence {
             backend: backend.clone(),
             ttl: lease_seconds(),
-            me: crate::storage::holder_description(),
+            me: lease_holder(),
             etag: Mutex::new(None),
             lost: Mutex::new(None),
         });
