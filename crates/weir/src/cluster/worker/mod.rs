@@ -212,6 +212,11 @@ pub(crate) fn attach_answering(
             )))
         }
     };
+    if let Some(exchange) = exchange {
+        // Peers deployed before this worker may have dialled it already: they waited for
+        // this, and are checked against this run now.
+        exchange.join_run(&deploy.run_id);
+    }
     let theirs = PlanFingerprint::from_proto(deploy.fingerprint.clone().unwrap_or_default());
     let who = format!(
         "worker {id} ({}) at {}",

@@ -53,9 +53,13 @@
 //! **Not yet:** TLS (rustls, when certificates are given) — the endpoint is plaintext HTTP/2
 //! with a bearer token, fit for a private network only.
 //!
+//! **Run and attempt.** A stream is refused, naming both, when its two ends belong to
+//! different runs (coordinators' run ids) or the dialler's attempt already ended at the
+//! acceptor ([`node`]).
+//!
 //! Layout: [`wire`] maps events to frames (pure), [`permits`] keeps a sending channel's
 //! permits, [`outbox`] is one peer's queue of frames with its priority lane, [`peer`] one
-//! peer's stream and channels, [`node`] the endpoint (server, dialling, token), [`channel`]
+//! peer's stream and channels, [`node`] the endpoint (server, dialling, token, run), [`channel`]
 //! the two ends a task holds.
 
 #![cfg_attr(not(test), allow(dead_code, unused_imports))] // Parts (stats, `recv`) serve the worker role to come.
