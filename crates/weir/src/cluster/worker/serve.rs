@@ -65,6 +65,7 @@ pub fn serve(
                 })?;
                 let mut xc = ExchangeConfig::new(deployed.id, listen, config.token.clone());
                 xc.run = deployed.deploy.run_id.clone();
+                xc.tls = config.tls.clone();
                 let e = Exchange::start_on(xc, Some(listener)).map_err(|e| {
                     Error::Cluster(format!("{described} cannot start its exchange: {e}"))
                 })?;

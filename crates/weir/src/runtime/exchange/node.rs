@@ -47,6 +47,7 @@ use super::peer::{status_cause, Peer};
 use super::proto::exchange_client::ExchangeClient;
 use super::proto::exchange_server::{self, ExchangeServer};
 use super::proto::Frame;
+use super::tls::TlsConfig;
 use super::{ChannelBound, ChannelId, ExchangeError, WorkerId};
 
 /// The metadata key naming the dialling (and answering) worker.
@@ -81,6 +82,9 @@ pub struct ExchangeConfig {
     pub keepalive_timeout: Duration,
     /// How long dialling a peer may take.
     pub connect_timeout: Duration,
+    /// TLS (mutual: the server asks for a client certificate too) when certificates are
+    /// given; `None`: plaintext HTTP/2, for a private network.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ExchangeConfig {
@@ -96,6 +100,7 @@ impl ExchangeConfig {
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -382,7 +387,13 @@ impl Exchange {
             refused: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::builder()
+        let mut builder = Server::builder();
+        if let Some(tls) = &node.config.tls {
+            builder = builder
+                .tls_config(tls.server())
+                .map_err(|e| ExchangeError::Config(tls.unusable(&error_chain(&e))))?;
+        }
+        let server = builder
             .http2_keepalive_interval(Some(node.config.keepalive_interval))
             .http2_keepalive_timeout(Some(node.config.keepalive_timeout))
             .serve_with_incoming_shutdown(
@@ -613,17 +624,39 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
             "the run id {run:?} has characters a header cannot carry"
         ))
     })?;
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+    let tls = node.config.tls.as_ref();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| unreachable(format!("not an address ({e})")))?
         .connect_timeout(node.config.connect_timeout)
         .http2_keep_alive_interval(node.config.keepalive_interval)
         .keep_alive_timeout(node.config.keepalive_timeout)
         .keep_alive_while_idle(true)
         .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls.client(&addr)).map_err(|e| {
+            refused(format!(
+                "cannot dial with TLS for the name {:?}: {}",
+                tls.name_for(&addr),
+                error_chain(&e)
+            ))
+        })?;
+    }
+    // A TLS mismatch (one side without TLS, a certificate of another CA) will not heal by
+    // trying again: refused, naming the cause and the way out.
+    let (at, timeout) = (addr.as_str(), node.config.connect_timeout);
+    let tls_refusal =
+        |cause: String| async move { super::tls::refusal(tls, at, &cause, timeout).await };
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let cause = error_chain(&e);
+            return Err(match tls_refusal(cause.clone()).await {
+                Some(why) => refused(why),
+                None => unreachable(cause),
+            });
+        }
+    };
     let Some(peer) = node.attach(id, name.clone()) else {
         return Err(refused(format!(
             "worker {me} has a stream with it already (one per pair)"
@@ -649,6 +682,18 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
         Ok(resp) => resp,
         Err(status) => {
             let cause = status_cause(&status);
+            let transport = matches!(
+                status.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::Unknown
+                    | tonic::Code::Internal
+                    | tonic::Code::Cancelled
+            );
+            if transport {
+                if let Some(why) = tls_refusal(cause.clone()).await {
+                    return Err(failed(refused(why)));
+                }
+            }
             let e = match status.code() {
                 tonic::Code::Unauthenticated
                 | tonic::Code::InvalidArgument
@@ -696,7 +741,7 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
 }
 
 /// An error and its sources, `: `-joined (tonic's transport errors say little on top).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(c) = source {
