@@ -335,6 +335,129 @@ mod tests {
         assert_eq!(back, clicks);
     }
 
+    /// `Click` with a field added with a default.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct ClickAdded {
+        user: String,
+        at: u64,
+        #[serde(default)]
+        weight: u32,
+    }
+
+    /// `Click` with a field whose type changed.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct ClickRetyped {
+        user: u64,
+        at: u64,
+    }
+
+    /// Channel state of `Click`s as a capture writes it: two batches, their schema.
+    fn saved_clicks(schema: bool) -> ChannelStateFile {
+        use crate::checkpoint::layout::ChannelBatch;
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let click = |user: &str, at| Click {
+            user: user.into(),
+            at,
+        };
+        let batch = |clicks: &[Click], ts: Vec<u64>| {
+            let mut data = Vec::new();
+            codec.encode(clicks, &mut data).unwrap();
+            ChannelBatch {
+                records: clicks.len() as u32,
+                timestamped: !ts.is_empty(),
+                timestamps: ts,
+                data,
+            }
+        };
+        ChannelStateFile {
+            subtask: 1,
+            channel: 2,
+            edge: 0,
+            sender: 1,
+            batches: vec![
+                batch(&[click("ann", 1), click("bo", 2)], vec![]),
+                batch(&[click("cy", 3)], vec![30]),
+            ],
+            schema: schema.then(|| codec.schema()),
+        }
+    }
+
+    fn decode_all<T: 'static>(codec: &dyn RecordCodec<T>, file: &ChannelStateFile) -> Vec<T> {
+        let mut out = Vec::new();
+        for b in &file.batches {
+            codec
+                .decode(&b.data, b.records as usize, "test", &mut out)
+                .unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn channel_state_of_the_same_type_is_kept_as_is() {
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let file = saved_clicks(true);
+        assert_eq!(codec.decide(file.schema.as_ref().unwrap()).1, Decision::AsIs);
+        assert_eq!(codec.adopt(file.clone(), "clicks").unwrap(), file);
+    }
+
+    #[test]
+    fn channel_state_with_a_field_added_migrates_record_by_record() {
+        let mut r = TypeRegistry::empty();
+        r.register::<ClickAdded>();
+        let codec = r.codec::<ClickAdded>().unwrap();
+        let file = saved_clicks(true);
+        let (new, decision) = codec.decide(file.schema.as_ref().unwrap());
+        assert_eq!(decision, Decision::MigratesBySerde);
+        let adopted = codec.adopt(file.clone(), "clicks").unwrap();
+        assert_eq!(adopted.schema, Some(new), "the file now holds the new shape");
+        assert_eq!(adopted.batches[1].timestamps, vec![30]);
+        let added = |user: &str, at| ClickAdded {
+            user: user.into(),
+            at,
+            weight: 0,
+        };
+        assert_eq!(
+            decode_all(codec.as_ref(), &adopted),
+            [added("ann", 1), added("bo", 2), added("cy", 3)]
+        );
+    }
+
+    #[test]
+    fn channel_state_of_a_retyped_field_is_refused_naming_operator_channel_and_types() {
+        let mut r = TypeRegistry::empty();
+        r.register::<ClickRetyped>();
+        let codec = r.codec::<ClickRetyped>().unwrap();
+        let file = saved_clicks(true);
+        let d = codec.decide(file.schema.as_ref().unwrap()).1;
+        assert!(matches!(d, Decision::Incompatible(_)), "{d:?}");
+        let e = codec.adopt(file, "clicks").unwrap_err().to_string();
+        for part in [
+            "operator 'clicks'",
+            "subtask 1 channel 2",
+            "Click v0",
+            "ClickRetyped",
+            "savepoint",
+            "fresh",
+        ] {
+            assert!(e.contains(part), "'{part}' missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn channel_state_written_before_schemas_is_decoded_straight() {
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let file = saved_clicks(false);
+        let adopted = codec.adopt(file.clone(), "clicks").unwrap();
+        assert_eq!(adopted, file);
+        assert_eq!(decode_all(codec.as_ref(), &adopted).len(), 3);
+    }
+
     #[test]
     fn decoding_refuses_short_and_long_inputs() {
         let r = TypeRegistry::with_common_types();
