@@ -93,7 +93,11 @@ impl Click for ClickAdded {
         self.user
     }
     fn migrated(&self) -> bool {
-        assert_eq!(self.n % KEYS, self.user, "a migrated record is garbled: {self:?}");
+        assert_eq!(
+            self.n % KEYS,
+            self.user,
+            "a migrated record is garbled: {self:?}"
+        );
         assert!(self.weight <= 1, "{self:?}");
         self.weight == 0
     }
@@ -135,9 +139,9 @@ impl<C> Clone for ToClick<C> {
 
 impl<C: Click> CheckpointedFunction for ToClick<C> {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        let _ = self
-            .gate
-            .compare_exchange(0, ctx.checkpoint_id(), Ordering::SeqCst, Ordering::SeqCst);
+        let _ =
+            self.gate
+                .compare_exchange(0, ctx.checkpoint_id(), Ordering::SeqCst, Ordering::SeqCst);
         ctx.set_operator_list("seen", &[self.seen.load(Ordering::SeqCst)])
     }
 }

@@ -400,7 +400,10 @@ mod tests {
         r.register::<Click>();
         let codec = r.codec::<Click>().unwrap();
         let file = saved_clicks(true);
-        assert_eq!(codec.decide(file.schema.as_ref().unwrap()).1, Decision::AsIs);
+        assert_eq!(
+            codec.decide(file.schema.as_ref().unwrap()).1,
+            Decision::AsIs
+        );
         assert_eq!(codec.adopt(file.clone(), "clicks").unwrap(), file);
     }
 
@@ -413,7 +416,11 @@ mod tests {
         let (new, decision) = codec.decide(file.schema.as_ref().unwrap());
         assert_eq!(decision, Decision::MigratesBySerde);
         let adopted = codec.adopt(file.clone(), "clicks").unwrap();
-        assert_eq!(adopted.schema, Some(new), "the file now holds the new shape");
+        assert_eq!(
+            adopted.schema,
+            Some(new),
+            "the file now holds the new shape"
+        );
         assert_eq!(adopted.batches[1].timestamps, vec![30]);
         let added = |user: &str, at| ClickAdded {
             user: user.into(),

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
-use crate::runtime::codec::channel_state_refusal;
 use crate::error::{Error, Result};
+use crate::runtime::codec::channel_state_refusal;
 use crate::runtime::functions::KeyedProcessFunction;
 use crate::runtime::graph::JobGraph;
 use crate::state::key_group::KeyGroupRange;
@@ -240,7 +240,9 @@ pub(crate) fn check(
                     "restorable (state without schemas, unversioned)",
                 ));
             } else if channel.is_none() {
-                report.rows.push(operator_row(uid, "operator without state"));
+                report
+                    .rows
+                    .push(operator_row(uid, "operator without state"));
             }
         }
         if let Some((_, files)) = channel {

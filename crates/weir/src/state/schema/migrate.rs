@@ -12,8 +12,8 @@
 use std::rc::Rc;
 
 use postcard::de_flavors::Slice;
-use serde::de::DeserializeSeed;
 use serde::de::DeserializeOwned;
+use serde::de::DeserializeSeed;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_reflection::json_converter::{DeserializationContext, EmptyEnvironment};
@@ -29,7 +29,9 @@ pub(crate) type ValueDecoder<S> =
     Rc<dyn for<'b> Fn(&mut postcard::Deserializer<'b, Slice<'b>>) -> Result<S, String>>;
 
 /// A decoder that reads values of recorded shape `old` into `S` through serde.
-pub(crate) fn serde_decoder<S: DeserializeOwned + 'static>(old: &StateSchema) -> Result<ValueDecoder<S>, String> {
+pub(crate) fn serde_decoder<S: DeserializeOwned + 'static>(
+    old: &StateSchema,
+) -> Result<ValueDecoder<S>, String> {
     let (format, registry) = old.shape()?;
     Ok(Rc::new(move |de| {
         let value: Value = DeserializationContext {
