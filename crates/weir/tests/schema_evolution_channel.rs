@@ -8,10 +8,11 @@
 //! its recorded schema and decision.
 //!
 //! The records in flight are made deterministic: v1 takes no periodic checkpoint; its
-//! count holds its first record while the source fills the count's input channel; once
-//! the source emitted [`THRESHOLD`] records the test triggers one checkpoint, and the count
-//! goes on only when the source task's part of it is written (so the barrier is announced
-//! on the count's lane already): every record but the first chunk the count processes is
+//! source emits [`THRESHOLD`] records and pauses until it has snapshotted, while the count
+//! holds its first record; the test then triggers one checkpoint, and the count goes on
+//! only when the source task's part of it is written (so the barrier is announced on the
+//! count's lane already, and its marker sent: the channel has room for every batch of the
+//! paused source and the marker). Every record but the first chunk the count processes is
 //! then in its input channel when it takes its snapshot.
 
 mod common;
@@ -28,13 +29,11 @@ use common::{assert_resumed_mid_run, checkpoint_dir, config, expected};
 use weir::prelude::*;
 use weir::state::StateValue;
 
-/// Far more than the count's input channel holds, so the source is still sending (not
-/// finished: a finished source announces nothing) when the checkpoint is taken.
-const N: u64 = 400_000;
+const N: u64 = 20_000;
 const KEYS: u64 = 10;
-/// The one checkpoint of v1 is triggered once the source emitted this many records: more
-/// than a chunk the count processes before its snapshot, so records are in flight.
-const THRESHOLD: u64 = 3_000;
+/// v1's source pauses after this many records until its one checkpoint: more than a
+/// chunk the count processes before its snapshot (256), so records are in flight.
+const THRESHOLD: u64 = 1_000;
 const JOB: &str = "upgrade-channel";
 
 /// v1's record.
@@ -115,6 +114,41 @@ impl Click for ClickRetyped {
     }
     fn migrated(&self) -> bool {
         false
+    }
+}
+
+/// v1's source: the numbers below [`N`], pausing after [`THRESHOLD`] until a checkpoint
+/// has snapshotted it.
+#[derive(Clone)]
+struct PauseOnce {
+    inner: GeneratorSource,
+    emitted: u64,
+    snapshotted: bool,
+}
+
+impl CheckpointedFunction for PauseOnce {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        self.snapshotted |= self.emitted >= THRESHOLD;
+        self.inner.snapshot_state(ctx)
+    }
+}
+
+impl SourceFunction<u64> for PauseOnce {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
+        let max = if self.snapshotted {
+            max
+        } else if self.emitted < THRESHOLD {
+            max.min((THRESHOLD - self.emitted) as usize)
+        } else {
+            return Ok(SourceStatus::Idle);
+        };
+        let before = out.len();
+        let status = self.inner.poll(out, max)?;
+        self.emitted += (out.len() - before) as u64;
+        Ok(status)
     }
 }
 
@@ -237,15 +271,17 @@ fn cfg(dir: &Path) -> JobConfig {
     let mut c = config(JOB, dir, 1, CheckpointingMode::ExactlyOnce);
     c.checkpointing.unaligned = true;
     c.checkpointing.retained = 10_000; // the held checkpoint stays to be restored
-    c.channel_capacity = 16; // room for THRESHOLD records while the count holds
+                                       // Room for the paused source's every batch (of one record at least) and its marker.
+    c.channel_capacity = THRESHOLD as usize + 2;
     c.restart = RestartStrategy::None;
     c
 }
 
-/// Numbers → clicks of type `C` → `key_by(user)` → count → collected; `seen` and `gate`
-/// as [`ToClick`] says.
-fn job<C: Click>(
+/// Numbers (from `source`) → clicks of type `C` → `key_by(user)` → count → collected;
+/// `seen` and `gate` as [`ToClick`] says.
+fn job<C: Click, S: SourceFunction<u64>>(
     c: JobConfig,
+    source: S,
     (seen, gate): (&Arc<AtomicU64>, &Arc<AtomicU64>),
     hold: Option<Hold>,
     migrated: &Arc<AtomicU64>,
@@ -264,7 +300,7 @@ fn job<C: Click>(
         migrated: migrated.clone(),
         _c: std::marker::PhantomData,
     };
-    env.add_source("events", GeneratorSource::new(N))
+    env.add_source("events", source)
         .uid("events")
         .process(to_click)
         .uid("click")
@@ -289,7 +325,14 @@ fn v1_checkpoint(dir: &Path) -> (PathBuf, u64) {
     let mut c = cfg(dir);
     c.checkpointing.interval = None; // the test triggers the one checkpoint
     let out = CollectSink::new();
-    let env = job::<ClickV1>(c, (&seen, &gate), Some(hold.clone()), &Arc::default(), &out);
+    let source = PauseOnce {
+        inner: GeneratorSource::new(N),
+        emitted: 0,
+        snapshotted: false,
+    };
+    let none = Arc::default();
+    let held = Some(hold.clone());
+    let env = job::<ClickV1, _>(c, source, (&seen, &gate), held, &none, &out);
     let control = env.control();
     let trigger = std::thread::spawn(move || {
         let start = Instant::now();
@@ -334,7 +377,14 @@ fn records_in_flight_with_a_field_added_migrate_and_the_run_is_exact() {
     c.restore = RestoreFrom::Path(held.clone());
     let out = CollectSink::new();
     let migrated = Arc::new(AtomicU64::new(0));
-    let env = job::<ClickAdded>(c, (&Arc::default(), &Arc::default()), None, &migrated, &out);
+    let env = job::<ClickAdded, _>(
+        c,
+        GeneratorSource::new(N),
+        (&Arc::default(), &Arc::default()),
+        None,
+        &migrated,
+        &out,
+    );
     let report = env.check_savepoint(&held).unwrap();
     let row = report
         .rows
@@ -369,7 +419,14 @@ fn records_in_flight_whose_field_changed_type_are_refused_naming_the_channel() {
     c.restore = RestoreFrom::Path(held.clone());
     let out = CollectSink::new();
     let none = Arc::default();
-    let env = job::<ClickRetyped>(c, (&none, &none), None, &none, &out);
+    let env = job::<ClickRetyped, _>(
+        c,
+        GeneratorSource::new(N),
+        (&none, &none),
+        None,
+        &none,
+        &out,
+    );
     let report = env.check_savepoint(&held).unwrap();
     assert_eq!(report.refusals(true).len(), 1, "{}", report.table());
     let e = env.execute().unwrap_err().to_string();
