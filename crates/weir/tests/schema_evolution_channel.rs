@@ -8,8 +8,9 @@
 //! its recorded schema and decision.
 //!
 //! The records in flight are made deterministic: v1 takes no periodic checkpoint; its
-//! source emits [`THRESHOLD`] records and pauses until it has snapshotted, while the count
-//! holds its first record; the test then triggers one checkpoint, and the count goes on
+//! source emits [`THRESHOLD`] records and pauses until it has snapshotted; once the count
+//! holds its first record (so its state will not be empty) the test triggers one
+//! checkpoint, and the count goes on
 //! only when the source task's part of it is written (so the barrier is announced on the
 //! count's lane already, and its marker sent: the channel has room for every batch of the
 //! paused source and the marker). Every record but the first chunk the count processes is
@@ -192,6 +193,8 @@ impl<C: Click> ProcessFunction<u64, C> for ToClick<C> {
 /// task's file (`click/op-0`), written after that task announced the barrier.
 #[derive(Clone)]
 struct Hold {
+    /// Set when the count starts holding.
+    holding: Arc<AtomicBool>,
     gate: Arc<AtomicU64>,
     job: PathBuf,
     gave_up: Arc<AtomicBool>,
@@ -199,6 +202,7 @@ struct Hold {
 
 impl Hold {
     fn wait(&self) {
+        self.holding.store(true, Ordering::SeqCst);
         let start = Instant::now();
         loop {
             let id = self.gate.load(Ordering::SeqCst);
@@ -318,6 +322,7 @@ fn v1_checkpoint(dir: &Path) -> (PathBuf, u64) {
     let (seen, gate) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let job_dir = checkpoint_dir(dir).join(JOB);
     let hold = Hold {
+        holding: Arc::default(),
         gate: gate.clone(),
         job: job_dir.clone(),
         gave_up: Arc::default(),
@@ -334,13 +339,16 @@ fn v1_checkpoint(dir: &Path) -> (PathBuf, u64) {
     let held = Some(hold.clone());
     let env = job::<ClickV1, _>(c, source, (&seen, &gate), held, &none, &out);
     let control = env.control();
+    let holding = hold.holding.clone();
     let trigger = std::thread::spawn(move || {
         let start = Instant::now();
-        while seen.load(Ordering::SeqCst) < THRESHOLD {
+        while seen.load(Ordering::SeqCst) < THRESHOLD || !holding.load(Ordering::SeqCst) {
             if start.elapsed() > Duration::from_secs(60) {
                 return Err(format!(
-                    "the source emitted {} of {THRESHOLD} records in a minute",
-                    seen.load(Ordering::SeqCst)
+                    "in a minute, the source emitted {} of {THRESHOLD} records, the count \
+                     holding: {}",
+                    seen.load(Ordering::SeqCst),
+                    holding.load(Ordering::SeqCst)
                 ));
             }
             std::thread::sleep(Duration::from_millis(1));
