@@ -25,7 +25,9 @@ that saw it. The checkpoint durations are the summary's median. `uptime`'s load 
 beside each run; medians and ratios at the end.
 
 Kill: one cluster (2 workers, 1 slot each, `--parallelism 2`, checkpoints every 1 s, input
-paced with `--rate`), a worker SIGKILLed `--kills` times; after each kill a replacement
+paced with `--rate`, restarts 100 ms after a failure: `--restart-strategy fixed-delay`, or
+`--strategy exponential-delay` to see the default's delay doubling from kill to kill), a
+worker SIGKILLed `--kills` times, 2 s after the previous recovery; after each kill a replacement
 worker starts at once (as a supervisor would restart it). Time lost: from the kill to the
 first checkpoint completed after it (the coordinator's `/api/checkpoints`: its `end_ms`),
 which needs the loss detected, the attempt cancelled, enough workers registered again,
@@ -147,7 +149,13 @@ def cluster(binary, events):
         t0 = time.time()
         coord, workers, _, control = start_cluster(binary, work, job_args(events, 4, work), 2, 2)
         first = last = None
-        while coord.poll() is None:
+        ended = None
+        while ended is None:
+            pid, status, ru = os.wait4(coord.pid, os.WNOHANG)
+            if pid != 0:  # reaped here, with its CPU time (poll() would lose it)
+                coord.returncode = os.waitstatus_to_exitcode(status)
+                ended = (coord.returncode, ru.ru_utime + ru.ru_stime)
+                break
             v = get(f"http://{control}/api/workers")
             now = time.time()
             for w in (v or {}).get("workers", []):
@@ -160,7 +168,7 @@ def cluster(binary, events):
                         last = (now, s["bytes_sent"])
             time.sleep(0.5)
         out = coord.stdout.read()
-        code, cpu = rusage_wait(coord)
+        code, cpu = ended
         for w in workers:
             wcode, wcpu = rusage_wait(w)
             cpu += wcpu
@@ -224,7 +232,10 @@ def throughput(a):
 
 def kill(a):
     work = tempfile.mkdtemp(prefix="weir-kill-")
-    args = job_args(10**12, 2, work, ["--rate", str(a.rate), "--restart-delay", "100ms"])
+    # Fixed delay: the default exponential-delay doubles its delay with every failure that
+    # follows soon after the last (kills 4 s apart here), which would measure the strategy.
+    args = job_args(10**12, 2, work, ["--rate", str(a.rate), "--restart-strategy", a.strategy,
+                                      "--restart-delay", "100ms"])
     coord, workers, address, control = start_cluster(a.binary, work, args, 2, 1)
     names = {"w1": workers[0], "w2": workers[1]}
     lost, to_records = [], []
@@ -291,6 +302,8 @@ def main():
     ap.add_argument("--events", type=int, default=100_000_000)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--rate", type=int, default=2_000_000, help="events/s of the kill run")
+    ap.add_argument("--strategy", default="fixed-delay",
+                    help="--restart-strategy of the kill run (exponential-delay: the default's growth)")
     ap.add_argument("--only", choices=["throughput", "kill"])
     a = ap.parse_args()
     if not os.access(a.binary, os.X_OK):
