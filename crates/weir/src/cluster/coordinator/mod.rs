@@ -29,7 +29,7 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
-use crate::runtime::exchange::WorkerId;
+use crate::runtime::exchange::{TlsConfig, WorkerId};
 
 /// How the coordinator listens and whom it lets in.
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct CoordinatorConfig {
     /// A worker silent this long (no message, no heartbeat) counts as lost
     /// (`--heartbeat-timeout`).
     pub heartbeat_timeout: Duration,
+    /// Mutual TLS when certificates are given (`--tls-cert`, `--tls-key`, `--tls-ca`): a
+    /// worker without a certificate of the cluster's CA is refused before its token is read.
+    pub tls: Option<TlsConfig>,
 }
 
 /// A worker that registered, with its half of the control stream.
@@ -319,7 +322,13 @@ impl CoordinatorEndpoint {
             registered: tx,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::builder().serve_with_incoming_shutdown(
+        let mut builder = Server::builder();
+        if let Some(tls) = &service.config.tls {
+            builder = builder
+                .tls_config(tls.server())
+                .map_err(|e| Error::Cluster(tls.unusable(&super::messages::error_chain(&e))))?;
+        }
+        let server = builder.serve_with_incoming_shutdown(
             CoordinatorServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
