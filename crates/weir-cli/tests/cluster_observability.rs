@@ -113,8 +113,20 @@ fn the_coordinator_lists_both_workers_their_subtasks_and_their_exchange_stream()
         assert!(stream["permit_waits"].is_u64(), "{v:#}");
     }
 
-    // Every subtask row names its worker: the API's tasks and operators, and /status.
-    let job = json(&url("/api/job"));
+    // Every subtask row names its worker: the API's tasks and operators, and /status. The
+    // records come with the workers' next reports (every 200 ms) after the hold: waited for.
+    let job = wait_for(
+        &url("/api/job"),
+        "the held sources' records reported",
+        |v| {
+            let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
+            (tasks.iter())
+                .filter(|t| t["source"] == true)
+                .map(|t| t["records_in"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                == 2 * HOLD_AT
+        },
+    );
     assert_eq!(job["workers"], serde_json::json!(["w1", "w2"]), "{job:#}");
     let tasks = job["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 4, "{job:#}");
