@@ -11,7 +11,8 @@
 //! Heartbeat) driving the existing checkpoint coordinator.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -57,6 +58,9 @@ pub struct RegisteredWorker {
     pub exchange_address: String,
     /// Its subtask slots.
     pub slots: u32,
+    /// When the coordinator last heard from it (any message, heartbeats included), in
+    /// milliseconds since the Unix epoch: the dashboard's heartbeat age.
+    pub(crate) last_heard: Arc<AtomicU64>,
     to_worker: UnboundedSender<std::result::Result<CoordinatorMessage, Status>>,
     from_worker: crossbeam_channel::Receiver<std::result::Result<WorkerMessage, String>>,
 }
@@ -203,9 +207,15 @@ impl coordinator_server::Coordinator for Service {
         let (to_worker, outbound) = unbounded_channel();
         let (tx, from_worker) = crossbeam_channel::unbounded();
         let silence = self.config.heartbeat_timeout;
+        let last_heard = Arc::new(AtomicU64::new(crate::clock::wall_ms()));
+        let heard = last_heard.clone();
         tokio::spawn(async move {
             loop {
-                let Ok(got) = tokio::time::timeout(silence, inbound.message()).await else {
+                let got = tokio::time::timeout(silence, inbound.message()).await;
+                if let Ok(Ok(Some(_))) = &got {
+                    heard.store(crate::clock::wall_ms(), Relaxed);
+                }
+                let Ok(got) = got else {
                     let _ = tx.send(Err(format!(
                         "no heartbeat for {silence:?} (--heartbeat-timeout): the worker hung, \
                          is starved or cut off"
@@ -235,6 +245,7 @@ impl coordinator_server::Coordinator for Service {
             name: register.name,
             exchange_address: register.exchange_address,
             slots: register.slots,
+            last_heard,
             to_worker,
             from_worker,
         };
