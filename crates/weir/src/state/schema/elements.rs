@@ -1,11 +1,14 @@
 //! Operator and broadcast state elements read into the type the job declares now: the
 //! same decision as keyed state's ([`decide`]), made when the function reads its list in
-//! `initialize_state` (or declares its broadcast map in `open`), before any record.
+//! `initialize_state` (or declares its broadcast map in `open`). The engine calls those
+//! while it builds an attempt's chains, before it starts any task thread, so a refusal
+//! still comes before any record.
 //!
-//! Keyed state is decided before any task starts, through a probe of the function's `open`.
-//! Operator state cannot be: `initialize_state` may connect to external systems (sources
-//! do), so it is not called on a probe. `savepoint check` lists these states with their
-//! recorded schema instead, and the run decides when the function reads them.
+//! Keyed state is also decided before the attempt is built, through a probe of the
+//! function's `open`, which is what `savepoint check` shows. Operator state cannot be:
+//! `initialize_state` may connect to external systems (sources do) or commit restored
+//! transactions (two-phase-commit sinks), so it is not called on a probe. `savepoint
+//! check` lists these states with their recorded schema instead.
 
 use super::{decide, schema_of, serde_decoder, Decision, StateSchema};
 use crate::error::{Error, Result};
