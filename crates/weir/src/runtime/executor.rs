@@ -457,6 +457,7 @@ fn run_job(
                 message: &e.to_string(),
                 injected: injector.as_ref().is_some_and(|i| i.fired() > fired_before),
                 transient: e.is_transient(),
+                membership: (exec.hosts.as_ref()).is_some_and(|h| h.uncounted_failure(attempt_no)),
                 progress: result.checkpoints.last().map(|c| c.source_records),
                 ran_for: attempt_started.elapsed(),
             })),
@@ -754,6 +755,7 @@ fn reload_checkpoint(
             message: &e.to_string(),
             injected: false,
             transient: true,
+            membership: false,
             progress,
             ran_for: Duration::ZERO,
         });

@@ -41,6 +41,15 @@ pub(crate) trait TaskHosts {
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
     ) -> Result<HostedAttempt>;
+
+    /// Whether attempt `attempt` failed because a peer reported a worker lost for the first
+    /// time: the cluster changed, not the job, and the next deploy waits until that worker
+    /// answers or is counted lost, so the restart strategy does not count the failure as
+    /// one that repeats identically (`cluster::coordinator::suspects`).
+    fn uncounted_failure(&self, attempt: u32) -> bool {
+        let _ = attempt;
+        false
+    }
 }
 
 /// An attempt deployed on the workers, as the executor drives it.

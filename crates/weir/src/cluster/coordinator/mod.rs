@@ -11,7 +11,8 @@
 //! Heartbeat) driving the existing checkpoint coordinator.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -56,6 +57,9 @@ pub struct RegisteredWorker {
     pub slots: u32,
     to_worker: UnboundedSender<std::result::Result<CoordinatorMessage, Status>>,
     from_worker: crossbeam_channel::Receiver<std::result::Result<WorkerMessage, String>>,
+    /// How many messages (heartbeats included) arrived from the worker so far: a worker a
+    /// peer reported lost proves alive by a message that arrives after the report.
+    heard: Arc<AtomicU64>,
 }
 
 impl RegisteredWorker {
@@ -200,9 +204,15 @@ impl coordinator_server::Coordinator for Service {
         let (to_worker, outbound) = unbounded_channel();
         let (tx, from_worker) = crossbeam_channel::unbounded();
         let silence = self.config.heartbeat_timeout;
+        let heard = Arc::new(AtomicU64::new(0));
+        let hearing = heard.clone();
         tokio::spawn(async move {
             loop {
-                let Ok(got) = tokio::time::timeout(silence, inbound.message()).await else {
+                let got = tokio::time::timeout(silence, inbound.message()).await;
+                if let Ok(Ok(Some(_))) = &got {
+                    hearing.fetch_add(1, Relaxed);
+                }
+                let Ok(got) = got else {
                     let _ = tx.send(Err(format!(
                         "no heartbeat for {silence:?} (--heartbeat-timeout): the worker hung, \
                          is starved or cut off"
@@ -234,6 +244,7 @@ impl coordinator_server::Coordinator for Service {
             slots: register.slots,
             to_worker,
             from_worker,
+            heard,
         };
         let interval = heartbeat_interval(silence);
         worker
@@ -491,6 +502,7 @@ impl Drop for CoordinatorEndpoint {
 mod forward;
 mod pool;
 pub(crate) mod run;
+mod suspects;
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,8 @@
 //! [`super::forward`]), and the restart strategy decides. The next [`TaskHosts::deploy`]
 //! drops the lost workers, waits (bounded) until enough are registered again — a restarted
 //! worker re-registers under a new id — and deploys the attempt, restored from the latest
-//! completed checkpoint, on them.
+//! completed checkpoint, on them. A worker a peer reported lost gets no deploy until it
+//! answers or is counted lost ([`super::suspects`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +21,7 @@ use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::Status;
 
+use super::suspects::{Standing, Suspects};
 use super::{
     deploy_message, schedule_plan, CoordinatorEndpoint, DeploySpec, Offer, RegisteredWorker,
 };
@@ -86,7 +88,12 @@ struct Member {
 }
 
 impl Member {
-    fn start(w: RegisteredWorker, run_id: Arc<str>, reported: Reported) -> Member {
+    fn start(
+        w: RegisteredWorker,
+        run_id: Arc<str>,
+        reported: Reported,
+        suspects: Suspects,
+    ) -> Member {
         let described = w.describe();
         let RegisteredWorker {
             id,
@@ -94,8 +101,10 @@ impl Member {
             exchange_address,
             to_worker,
             from_worker,
+            heard,
             ..
         } = w;
+        suspects.member(id, heard);
         let (replies_tx, replies) = crossbeam_channel::unbounded();
         let route: Arc<Mutex<Route>> = Arc::default();
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
@@ -111,6 +120,7 @@ impl Member {
                         replies: &replies_tx,
                         run_id: &run_id,
                         reported: &reported,
+                        suspects: &suspects,
                     };
                     read(from_worker, &reports, &lost);
                 })
@@ -144,9 +154,23 @@ struct Reports<'a> {
     /// The coordinator's run id, under which the worker wrote its files.
     run_id: &'a str,
     reported: &'a Reported,
+    /// Where a peer this worker reports lost becomes suspect.
+    suspects: &'a Suspects,
 }
 
 impl Reports<'_> {
+    /// The worker reported a failure of `attempt` for `cause`: the peers it names as lost
+    /// get no deploy until they answer.
+    fn failed(&self, attempt: u64, cause: &str) {
+        for id in self.suspects.report(self.id, attempt as u32, cause) {
+            eprintln!(
+                "weir: {} reported worker {id} lost: no deploy onto it until it answers (a \
+                 heartbeat) or --heartbeat-timeout counts it lost",
+                self.who
+            );
+        }
+    }
+
     /// Counts what the worker reported of its subtasks' records into the executor's
     /// counters.
     fn progress(&self, route: &Route, p: &proto::Progress) {
@@ -195,6 +219,7 @@ fn read(
                     let _ = replies.send(Reply::Refused(f.attempt, f.cause));
                     None
                 } else {
+                    reports.failed(f.attempt, &f.cause);
                     // Also an event: the deploy may have been answered already.
                     let _ = replies.send(Reply::StartFailed(f.attempt, f.cause.clone()));
                     Some(TaskEvent::AttemptFailed {
@@ -207,6 +232,7 @@ fn read(
                 let error = if f.cancelled {
                     Error::Cancelled
                 } else {
+                    reports.failed(f.attempt, &f.cause);
                     Error::TaskFailed {
                         task: f.task,
                         cause: format!("{} (on {who})", f.cause),
@@ -304,6 +330,7 @@ pub(crate) struct WorkerPool {
     config: PoolConfig,
     members: Mutex<Vec<Member>>,
     reported: Reported,
+    suspects: Suspects,
 }
 
 impl WorkerPool {
@@ -314,6 +341,7 @@ impl WorkerPool {
             config,
             members: Default::default(),
             reported: Reported::default(),
+            suspects: Suspects::default(),
         }
     }
 
@@ -344,17 +372,14 @@ impl WorkerPool {
         }
     }
 
-    /// Drops lost workers and waits until `config.workers` are registered, each named as
-    /// it registers.
+    /// Drops lost workers, waits until every worker a peer reported lost answered or is
+    /// counted lost too, and then until `config.workers` are registered, each named as it
+    /// registers.
     fn fill(&self, run_id: &Arc<str>) -> Result<()> {
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
-        members.retain(|m| match m.lost() {
-            Some(why) => {
-                eprintln!("weir: {why}");
-                false
-            }
-            None => true,
-        });
+        self.drop_lost(&mut members);
+        self.settle_suspects(&members)?;
+        self.drop_lost(&mut members);
         let want = self.config.workers;
         let timeout = self.config.registration_timeout;
         let deadline = Instant::now() + timeout;
@@ -377,10 +402,72 @@ impl WorkerPool {
                 }
             }
             eprintln!("weir: {} registered ({} slots)", w.describe(), w.slots);
-            members.push(Member::start(w, run_id.clone(), self.reported.clone()));
+            members.push(Member::start(
+                w,
+                run_id.clone(),
+                self.reported.clone(),
+                self.suspects.clone(),
+            ));
         }
         members.sort_by_key(|m| m.id);
         Ok(())
+    }
+
+    /// Drops the members counted lost, naming each.
+    fn drop_lost(&self, members: &mut Vec<Member>) {
+        members.retain(|m| match m.lost() {
+            Some(why) => {
+                eprintln!("weir: {why}");
+                self.suspects.dropped(m.id);
+                false
+            }
+            None => true,
+        });
+    }
+
+    /// Waits until no member is suspect: each answered (a message after the report) or
+    /// was counted lost — which its heartbeat timeout guarantees, so the wait is bounded
+    /// by it; `registration_timeout` is only the safety net.
+    fn settle_suspects(&self, members: &[Member]) -> Result<()> {
+        let deadline = Instant::now() + self.config.registration_timeout;
+        let mut waiting_for: Vec<WorkerId> = Vec::new();
+        loop {
+            let suspect: Vec<&Member> = members
+                .iter()
+                .filter(|m| m.lost().is_none() && self.suspects.standing(m.id) == Standing::Suspect)
+                .collect();
+            for m in members.iter().filter(|m| waiting_for.contains(&m.id)) {
+                if m.lost().is_none() && !suspect.iter().any(|s| s.id == m.id) {
+                    eprintln!(
+                        "weir: {} answered after it was reported lost: it takes part in the \
+                         next attempt",
+                        m.described
+                    );
+                }
+            }
+            waiting_for.retain(|id| suspect.iter().any(|s| s.id == *id));
+            for m in &suspect {
+                if !waiting_for.contains(&m.id) {
+                    eprintln!(
+                        "weir: waiting for {} to answer before the next deploy (a peer \
+                         reported it lost)",
+                        m.described
+                    );
+                    waiting_for.push(m.id);
+                }
+            }
+            if suspect.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Cluster(format!(
+                    "{} neither answered nor was counted lost within {:?} after a peer \
+                     reported it lost (is its --heartbeat-timeout longer than that?)",
+                    suspect[0].described, self.config.registration_timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Deploys on the current members; `Ok(Err(why))` when one was lost meanwhile.
@@ -544,6 +631,10 @@ impl TaskHosts for WorkerPool {
             }
         }
     }
+
+    fn uncounted_failure(&self, attempt: u32) -> bool {
+        self.suspects.uncounted(attempt)
+    }
 }
 
 #[cfg(test)]
@@ -572,6 +663,7 @@ mod tests {
         let reported = Reported::default();
         let (replies, _) = crossbeam_channel::unbounded();
         let route_lock = Mutex::new(Route::default());
+        let suspects = Suspects::default();
         let worker = |id| Reports {
             who: "w",
             id,
@@ -579,6 +671,7 @@ mod tests {
             replies: &replies,
             run_id: "r",
             reported: &reported,
+            suspects: &suspects,
         };
         let report = |subtasks| proto::Progress { subtasks };
         worker(1).progress(
