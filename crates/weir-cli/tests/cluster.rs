@@ -589,6 +589,80 @@ fn a_frozen_worker_a_peer_reported_lost_gets_no_deploy_and_the_job_resumes_exact
     let _ = w2.wait();
 }
 
+/// `--inject-failures` across workers: the coordinator plants each failure on one worker,
+/// which fires it inside a task once a checkpoint with progress completed in its attempt;
+/// the restart strategy counts them as injected, every restart resumes from a checkpoint
+/// with progress, and the counts stay exact.
+#[test]
+fn injected_failures_on_workers_restart_from_checkpoints_and_stay_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
+    args.extend(
+        [
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            "chk",
+            "--output",
+            "out",
+            "--verify",
+            "--restart-delay",
+            "10ms",
+            "--inject-failures",
+            "3",
+            "--seed",
+            "5",
+            "--workers",
+            "2",
+            "--cluster-listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from),
+    );
+    let mut c = Cluster::spawn(tmp.path(), &args, "coordinator");
+    let w1 = c.registered_worker("w1");
+    let w2 = c.registered_worker("w2");
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert!(out.contains("injected failures: 3 of 3"), "{out}\n{log}");
+    assert!(out.contains("restarts: 3"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    for k in 1..=3 {
+        let planted = format!("plants injected failure {k} of 3 on worker ");
+        assert!(log.contains(&planted), "{log}");
+        assert!(
+            log.contains(&format!("injected failure {k} of 3 (task")),
+            "{log}"
+        );
+    }
+    // One failure per attempt, each after a checkpoint with progress: every restart
+    // resumed from one, further into the input than the start.
+    let all = attempts(&out);
+    assert_eq!(all.len(), 4, "{out}");
+    let mut restored = Vec::new();
+    for a in &all[1..] {
+        let (id, position, path) = a
+            .restored
+            .clone()
+            .unwrap_or_else(|| panic!("attempt {} started over from the beginning:\n{out}", a.n));
+        assert!(position > 0 && position < EVENTS, "{out}");
+        assert!(path.ends_with(format!("chk-{id}")), "{out}");
+        restored.push(path);
+    }
+    for (w, name) in [(w1, "w1"), (w2, "w2")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        let last = restored.last().expect("three restarts");
+        assert!(
+            wlog.contains(&format!("restored from {}", last.display())),
+            "{name} did not restore {}:\n{wlog}",
+            last.display()
+        );
+    }
+}
+
 #[test]
 fn a_worker_hung_before_it_dialled_its_peers_does_not_hold_up_the_others() {
     let tmp = tempfile::tempdir().unwrap();

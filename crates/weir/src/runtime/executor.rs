@@ -433,6 +433,12 @@ fn run_job(
             &mut result,
             &mut latest_path,
         );
+        // On a cluster a worker fired the planted failure: count it as this process would.
+        if let (AttemptEnd::Failed(_), Some(inj), Some(hosts)) = (&end, &injector, &exec.hosts) {
+            if hosts.injected_failure(attempt_no) {
+                inj.fired_elsewhere();
+            }
+        }
         // Decide about a restart before tearing the attempt down: if there is one, the
         // checkpoint to restart from is read back while the failed tasks are cancelled
         // and during the restart delay (the new attempt still starts no earlier than the

@@ -444,6 +444,19 @@ impl Executor<'_> {
     ) -> Result<Attempt> {
         let restore = restore.map(|r| r.path.as_path());
         let metrics = &self.task_metrics;
+        let planted = self.injector.as_ref().and_then(|injector| {
+            let (number, point) = injector.next_due()?;
+            let done: u64 = (metrics.iter())
+                .map(|m| m.records_in.load(std::sync::atomic::Ordering::Relaxed))
+                .sum();
+            Some(crate::runtime::hosts::PlantedFailure {
+                number,
+                planned: injector.planned(),
+                records_to_go: point.saturating_sub(done),
+                seed: self.cfg.failure_injection.map_or(0, |f| f.seed),
+                injector: injector.clone(),
+            })
+        });
         let hosted = hosts.deploy(
             &self.plan,
             attempt,
@@ -451,6 +464,7 @@ impl Executor<'_> {
             &self.events_tx,
             &self.storage,
             metrics,
+            planted,
         )?;
         let sources = (self.plan.tasks.iter().enumerate())
             .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))

@@ -420,6 +420,10 @@ pub(crate) fn deploy_message(spec: &DeploySpec) -> proto::Deploy {
             .collect(),
         restore_from: spec.restore_from.clone(),
         run_id: spec.run_id.clone(),
+        // Planted on one worker only, by the pool.
+        inject_failure: 0,
+        injected_failures_planned: 0,
+        inject_after_records: 0,
     }
 }
 

@@ -12,7 +12,7 @@
 //! completed checkpoint, on them. A worker a peer reported lost gets no deploy until it
 //! answers or is counted lost ([`super::suspects`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use crate::cluster::proto::worker_message::Kind as FromWorker;
 use crate::cluster::proto::{self, CoordinatorMessage, WorkerMessage};
 use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
-use crate::runtime::hosts::{HostedAttempt, TaskHosts};
+use crate::runtime::hosts::{HostedAttempt, PlantedFailure, TaskHosts};
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{TaskEvent, TaskMetrics};
 
@@ -72,6 +72,9 @@ struct Route {
 /// lost ones' last reports included.
 type Reported = Arc<Mutex<HashMap<(WorkerId, usize), u64>>>;
 
+/// The attempts that failed by an injected failure (a worker's TaskFailed said so).
+type Injected = Arc<Mutex<HashSet<u32>>>;
+
 /// A registered worker, with its reader.
 struct Member {
     id: WorkerId,
@@ -93,6 +96,7 @@ impl Member {
         run_id: Arc<str>,
         reported: Reported,
         suspects: Suspects,
+        injected: Injected,
     ) -> Member {
         let described = w.describe();
         let RegisteredWorker {
@@ -121,6 +125,7 @@ impl Member {
                         run_id: &run_id,
                         reported: &reported,
                         suspects: &suspects,
+                        injected: &injected,
                     };
                     read(from_worker, &reports, &lost);
                 })
@@ -156,6 +161,8 @@ struct Reports<'a> {
     reported: &'a Reported,
     /// Where a peer this worker reports lost becomes suspect.
     suspects: &'a Suspects,
+    /// The attempts a worker reported an injected failure of.
+    injected: &'a Injected,
 }
 
 impl Reports<'_> {
@@ -233,6 +240,10 @@ fn read(
                     Error::Cancelled
                 } else {
                     reports.failed(f.attempt, &f.cause);
+                    if f.injected {
+                        (reports.injected.lock().unwrap_or_else(|p| p.into_inner()))
+                            .insert(f.attempt as u32);
+                    }
                     Error::TaskFailed {
                         task: f.task,
                         cause: format!("{} (on {who})", f.cause),
@@ -331,6 +342,7 @@ pub(crate) struct WorkerPool {
     members: Mutex<Vec<Member>>,
     reported: Reported,
     suspects: Suspects,
+    injected: Injected,
 }
 
 impl WorkerPool {
@@ -342,6 +354,7 @@ impl WorkerPool {
             members: Default::default(),
             reported: Reported::default(),
             suspects: Suspects::default(),
+            injected: Injected::default(),
         }
     }
 
@@ -407,6 +420,7 @@ impl WorkerPool {
                 run_id.clone(),
                 self.reported.clone(),
                 self.suspects.clone(),
+                self.injected.clone(),
             ));
         }
         members.sort_by_key(|m| m.id);
@@ -471,6 +485,7 @@ impl WorkerPool {
     }
 
     /// Deploys on the current members; `Ok(Err(why))` when one was lost meanwhile.
+    #[allow(clippy::too_many_arguments)]
     fn try_deploy(
         &self,
         plan: &Plan,
@@ -479,6 +494,7 @@ impl WorkerPool {
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
+        planted: Option<&PlantedFailure>,
     ) -> Result<std::result::Result<HostedAttempt, String>> {
         let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let offers: Vec<Offer> = members
@@ -520,8 +536,29 @@ impl WorkerPool {
             restore_from: restore.map_or_else(String::new, |p| p.display().to_string()),
             run_id: storage.run_id().to_string(),
         };
+        // The planted failure fires on one worker, picked by the seed and its number; every
+        // worker holds its sources once its share of the records still to go passed, until
+        // a checkpoint with progress completed, as every source does in one process.
+        let planter = planted.map(|p| {
+            let at = (p.seed as usize).wrapping_add(p.number) % members.len().max(1);
+            let share = p.records_to_go / members.len().max(1) as u64;
+            (members[at].id, p, share)
+        });
         for m in members.iter() {
-            send(&m.to_worker, ToWorker::Deploy(deploy_message(&spec)));
+            let mut deploy = deploy_message(&spec);
+            if let Some((_, p, share)) = planter {
+                deploy.injected_failures_planned = p.planned as u32;
+                deploy.inject_after_records = share;
+            }
+            if let Some((_, p, share)) = planter.filter(|(id, _, _)| *id == m.id) {
+                deploy.inject_failure = p.number as u32;
+                eprintln!(
+                    "weir: attempt {attempt} plants injected failure {} of {} on {} (after {share} \
+                     of its records, once a checkpoint with progress completed)",
+                    p.number, p.planned, m.described
+                );
+            }
+            send(&m.to_worker, ToWorker::Deploy(deploy));
         }
         let cancel_all = |cause: &str| {
             for m in members.iter() {
@@ -594,6 +631,7 @@ impl WorkerPool {
             to,
             &workers,
             storage.clone(),
+            planted.map(|p| p.injector.clone()),
         )?))
     }
 }
@@ -607,9 +645,19 @@ impl TaskHosts for WorkerPool {
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
+        planted: Option<PlantedFailure>,
     ) -> Result<HostedAttempt> {
         self.fill(&storage.run_id().into())?;
-        match self.try_deploy(plan, attempt, restore, events, storage, metrics)? {
+        let tried = self.try_deploy(
+            plan,
+            attempt,
+            restore,
+            events,
+            storage,
+            metrics,
+            planted.as_ref(),
+        )?;
+        match tried {
             Ok(hosted) => Ok(hosted),
             Err(why) => {
                 // A worker was lost during the deploy: the attempt fails at once, and the
@@ -634,6 +682,10 @@ impl TaskHosts for WorkerPool {
 
     fn uncounted_failure(&self, attempt: u32) -> bool {
         self.suspects.uncounted(attempt)
+    }
+
+    fn injected_failure(&self, attempt: u32) -> bool {
+        (self.injected.lock().unwrap_or_else(|p| p.into_inner())).contains(&attempt)
     }
 }
 
@@ -664,6 +716,7 @@ mod tests {
         let (replies, _) = crossbeam_channel::unbounded();
         let route_lock = Mutex::new(Route::default());
         let suspects = Suspects::default();
+        let injected = Injected::default();
         let worker = |id| Reports {
             who: "w",
             id,
@@ -672,6 +725,7 @@ mod tests {
             run_id: "r",
             reported: &reported,
             suspects: &suspects,
+            injected: &injected,
         };
         let report = |subtasks| proto::Progress { subtasks };
         worker(1).progress(
