@@ -434,10 +434,9 @@ fn run_job(
             &mut latest_path,
         );
         // On a cluster a worker fired the planted failure: count it as this process would.
-        if let (AttemptEnd::Failed(_), Some(inj), Some(hosts)) = (&end, &injector, &exec.hosts) {
-            if hosts.injected_failure(attempt_no) {
-                inj.fired_elsewhere();
-            }
+        let (fired_on_a_worker, membership) = exec.hosted_failure(attempt_no);
+        if let (AttemptEnd::Failed(_), Some(inj), true) = (&end, &injector, fired_on_a_worker) {
+            inj.fired_elsewhere();
         }
         // Decide about a restart before tearing the attempt down: if there is one, the
         // checkpoint to restart from is read back while the failed tasks are cancelled
@@ -463,7 +462,7 @@ fn run_job(
                 message: &e.to_string(),
                 injected: injector.as_ref().is_some_and(|i| i.fired() > fired_before),
                 transient: e.is_transient(),
-                membership: (exec.hosts.as_ref()).is_some_and(|h| h.uncounted_failure(attempt_no)),
+                membership,
                 progress: result.checkpoints.last().map(|c| c.source_records),
                 ran_for: attempt_started.elapsed(),
             })),

@@ -433,6 +433,26 @@ impl Executor<'_> {
         })
     }
 
+    /// (A cluster's coordinator) how attempt `attempt` failed on the workers: by an injected
+    /// failure a worker fired ([`TaskHosts::injected_failure`]), and by a peer's first
+    /// report of a lost worker ([`TaskHosts::uncounted_failure`]); `(false, false)` when
+    /// the tasks run in this process.
+    ///
+    /// [`TaskHosts::injected_failure`]: crate::runtime::hosts::TaskHosts::injected_failure
+    /// [`TaskHosts::uncounted_failure`]: crate::runtime::hosts::TaskHosts::uncounted_failure
+    #[cfg(feature = "cluster")]
+    pub(crate) fn hosted_failure(&self, attempt: u32) -> (bool, bool) {
+        self.hosts.as_ref().map_or((false, false), |h| {
+            (h.injected_failure(attempt), h.uncounted_failure(attempt))
+        })
+    }
+
+    /// Without the `cluster` feature every task runs in this process.
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn hosted_failure(&self, _attempt: u32) -> (bool, bool) {
+        (false, false)
+    }
+
     /// Deploys attempt `attempt` on the workers of `hosts` (a coordinator runs no task
     /// itself): every task is remote, reached through its worker's control stream.
     #[cfg(feature = "cluster")]
