@@ -29,7 +29,7 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
-use crate::runtime::exchange::WorkerId;
+use crate::runtime::exchange::{WithHealth, WorkerId};
 
 /// How the coordinator listens and whom it lets in.
 #[derive(Debug, Clone)]
@@ -319,10 +319,18 @@ impl CoordinatorEndpoint {
             registered: tx,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // The standard health service (grpc.health.v1), which needs no token: it reveals
+        // only that the coordinator runs its job — SERVING, overall ("") and for its
+        // control service, for as long as this endpoint lives, which is the job's run.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        runtime.block_on(health.set_serving::<CoordinatorServer<Service>>());
         let server = Server::builder().serve_with_incoming_shutdown(
-            CoordinatorServer::new(service)
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
+            WithHealth {
+                service: CoordinatorServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
+                health: health_service,
+            },
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             async {
                 let _ = stopped.await;

@@ -61,6 +61,7 @@
 #![cfg_attr(not(test), allow(dead_code, unused_imports))] // Parts (stats, `recv`) serve the worker role to come.
 
 pub mod channel;
+pub(crate) mod health;
 pub mod node;
 pub mod outbox;
 pub mod peer;
@@ -71,6 +72,7 @@ pub mod wire;
 pub(crate) mod tests;
 
 pub use channel::TrySend;
+pub(crate) use health::WithHealth;
 pub use node::{Exchange, ExchangeConfig};
 
 /// The code generated from `proto/weir/exchange/v1/exchange.proto` (committed; regenerate
