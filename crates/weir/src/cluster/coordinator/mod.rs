@@ -29,7 +29,7 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
-use crate::runtime::exchange::{WithHealth, WorkerId};
+use crate::runtime::exchange::{TlsConfig, WithHealth, WorkerId};
 
 /// How the coordinator listens and whom it lets in.
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct CoordinatorConfig {
     /// A worker silent this long (no message, no heartbeat) counts as lost
     /// (`--heartbeat-timeout`).
     pub heartbeat_timeout: Duration,
+    /// Mutual TLS when certificates are given (`--tls-cert`, `--tls-key`, `--tls-ca`): a
+    /// worker without a certificate of the cluster's CA is refused before its token is read.
+    pub tls: Option<TlsConfig>,
 }
 
 /// A worker that registered, with its half of the control stream.
@@ -319,12 +322,18 @@ impl CoordinatorEndpoint {
             registered: tx,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut builder = Server::builder();
+        if let Some(tls) = &service.config.tls {
+            builder = builder
+                .tls_config(tls.server())
+                .map_err(|e| Error::Cluster(tls.unusable(&super::messages::error_chain(&e))))?;
+        }
         // The standard health service (grpc.health.v1), which needs no token: it reveals
         // only that the coordinator runs its job — SERVING, overall ("") and for its
         // control service, for as long as this endpoint lives, which is the job's run.
         let (health, health_service) = tonic_health::server::health_reporter();
         runtime.block_on(health.set_serving::<CoordinatorServer<Service>>());
-        let server = Server::builder().serve_with_incoming_shutdown(
+        let server = builder.serve_with_incoming_shutdown(
             WithHealth {
                 service: CoordinatorServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE)

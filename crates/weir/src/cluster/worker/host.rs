@@ -226,6 +226,7 @@ impl Host {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
+        self.exchange.begin_attempt(deploy.attempt as u32);
         for w in deploy.workers.iter().filter(|w| w.worker_id > self.id) {
             if !self.exchange.is_connected(w.worker_id) {
                 self.exchange
