@@ -12,31 +12,14 @@
 
 mod common;
 mod connectors_support;
-#[path = "../../weir-connectors/tests/support/nats.rs"]
-mod nats;
+mod nats_support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use connectors_support::*;
-use nats::NatsServer;
-
-/// Every message of `stream` as `(key, count)`.
-fn read_counts(server: &NatsServer, stream: &str) -> Vec<(u64, u64)> {
-    server
-        .client()
-        .read_all(stream)
-        .into_iter()
-        .map(|(seq, p)| {
-            let text = String::from_utf8(p).unwrap();
-            let (k, c) = text
-                .split_once('\t')
-                .unwrap_or_else(|| panic!("message {seq}: not key<TAB>count: {text:?}"));
-            (k.parse().unwrap(), c.parse().unwrap())
-        })
-        .collect()
-}
+use nats_support::{free_port, read_counts, NatsServer};
 
 fn txn(tmp: &Path, args: &[&str]) -> Run {
     run(&mut weir(tmp, args))
@@ -212,7 +195,7 @@ fn a_nats_sink_that_cannot_be_reached_is_named_with_the_way_out() {
         keyed_count_updates(&chk, &sink, 2_000, 7, &["--checkpoint-interval", "50ms"]),
     ));
     ran.assert_success();
-    let port = nats::free_port();
+    let port = free_port();
     let url = format!("nats://127.0.0.1:{port}/counts");
     let list = txn(
         tmp.path(),

@@ -148,14 +148,28 @@ impl Cluster {
                 return;
             }
             if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
-                panic!("the coordinator exited ({st}) before {what}:\n{text}");
+                panic!(
+                    "the coordinator exited ({st}) before {what}:\n{text}{}",
+                    self.worker_logs()
+                );
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} within {TIMEOUT:?}:\n{text}"
+                "no {what} within {TIMEOUT:?}:\n{text}{}",
+                self.worker_logs()
             );
             thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Every worker's log, for a failure's message.
+    fn worker_logs(&self) -> String {
+        (self.workers.iter())
+            .map(|(name, _)| {
+                let log = fs::read_to_string(self.dir.join(format!("{name}.log")));
+                format!("\n--- {name}.log:\n{}", log.unwrap_or_default())
+            })
+            .collect()
     }
 
     /// What follows `needle` on the first line of the coordinator's log that holds it.

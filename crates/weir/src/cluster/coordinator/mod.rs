@@ -58,6 +58,9 @@ pub struct RegisteredWorker {
     pub exchange_address: String,
     /// Its subtask slots.
     pub slots: u32,
+    /// When the coordinator last heard from it (any message, heartbeats included), in
+    /// milliseconds since the Unix epoch: the dashboard's heartbeat age.
+    pub(crate) last_heard: Arc<AtomicU64>,
     to_worker: UnboundedSender<std::result::Result<CoordinatorMessage, Status>>,
     from_worker: crossbeam_channel::Receiver<std::result::Result<WorkerMessage, String>>,
     /// How many messages (heartbeats included) arrived from the worker so far: a worker a
@@ -209,11 +212,14 @@ impl coordinator_server::Coordinator for Service {
         let silence = self.config.heartbeat_timeout;
         let heard = Arc::new(AtomicU64::new(0));
         let hearing = heard.clone();
+        let last_heard = Arc::new(AtomicU64::new(crate::clock::wall_ms()));
+        let heard_at = last_heard.clone();
         tokio::spawn(async move {
             loop {
                 let got = tokio::time::timeout(silence, inbound.message()).await;
                 if let Ok(Ok(Some(_))) = &got {
                     hearing.fetch_add(1, Relaxed);
+                    heard_at.store(crate::clock::wall_ms(), Relaxed);
                 }
                 let Ok(got) = got else {
                     let _ = tx.send(Err(format!(
@@ -245,6 +251,7 @@ impl coordinator_server::Coordinator for Service {
             name: register.name,
             exchange_address: register.exchange_address,
             slots: register.slots,
+            last_heard,
             to_worker,
             from_worker,
             heard,

@@ -67,6 +67,7 @@ pub(crate) fn execute(
             local_checkpoint_dir: local_dir,
         },
     ));
+    env.set_worker_board(pool.clone());
     let result = env.execute_hosted(pool.clone());
     let message = match &result {
         Ok(_) => "the job finished".to_string(),

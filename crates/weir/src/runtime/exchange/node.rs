@@ -118,6 +118,10 @@ pub struct PeerStats {
     pub frames_in: u64,
     /// Their encoded bytes.
     pub bytes_in: u64,
+    /// Sends to the peer that had to wait for permits (its credits ran out).
+    pub permit_waits: u64,
+    /// How long those sends waited, in all, in nanoseconds.
+    pub permit_wait_ns: u64,
 }
 
 /// What the server and the handle share.
@@ -598,13 +602,34 @@ impl Exchange {
 
     /// Frames and bytes on the stream with `peer`.
     pub fn stats(&self, peer: WorkerId) -> PeerStats {
-        let p = self.node.peer(peer);
-        PeerStats {
-            frames_out: p.outbox.frames_out.load(Relaxed),
-            bytes_out: p.outbox.bytes_out.load(Relaxed),
-            frames_in: p.frames_in.load(Relaxed),
-            bytes_in: p.bytes_in.load(Relaxed),
-        }
+        peer_stats(&self.node.peer(peer))
+    }
+
+    /// The figures of every stream this worker has now (one per peer, since that peer's
+    /// stream was last opened), by peer id: what a worker reports to its coordinator for
+    /// the dashboard and `/metrics`.
+    pub fn streams_stats(&self) -> Vec<(WorkerId, PeerStats)> {
+        let peers: Vec<(WorkerId, Arc<Peer>)> = (self.node.peers.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, p)| p.is_attached())
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
+        let mut stats: Vec<_> = peers.iter().map(|(id, p)| (*id, peer_stats(p))).collect();
+        stats.sort_by_key(|(id, _)| *id);
+        stats
+    }
+}
+
+fn peer_stats(p: &Peer) -> PeerStats {
+    let (permit_waits, permit_wait_ns) = p.permit_waits();
+    PeerStats {
+        frames_out: p.outbox.frames_out.load(Relaxed),
+        bytes_out: p.outbox.bytes_out.load(Relaxed),
+        frames_in: p.frames_in.load(Relaxed),
+        bytes_in: p.bytes_in.load(Relaxed),
+        permit_waits,
+        permit_wait_ns,
     }
 }
 

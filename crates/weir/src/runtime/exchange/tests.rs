@@ -142,6 +142,15 @@ fn a_sender_out_of_permits_waits_until_its_receiver_consumes() {
     assert_eq!(records(rx.recv().unwrap()), [2]);
     assert_eq!(records(rx.recv().unwrap()), [3]);
     wait_until("every permit is back", || tx.available() == (2, 1000));
+    // The stream's figures, as a worker reports them: both waits, the timed one's
+    // millisecond at least, and bytes both ways (batches out, permits back).
+    let streams = a.streams_stats();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    let (peer, s) = streams[0];
+    assert_eq!(peer, 2);
+    assert_eq!(s.permit_waits, 2, "{s:?}");
+    assert!(s.permit_wait_ns >= 1_000_000, "{s:?}");
+    assert!(s.bytes_out > 0 && s.bytes_in > 0, "{s:?}");
 
     // Records count too: 5 record permits hold 1 + 3 records, not one more.
     let tx = a.output(2, 8, codec());
