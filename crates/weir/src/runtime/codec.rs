@@ -12,6 +12,14 @@
 //!
 //! Records are encoded with postcard, like keyed and operator state, one after another
 //! without framing: a reader knows how many it expects ([`RecordCodec::decode`]).
+//!
+//! **Schemas** (issue 26). Postcard is not self-describing, so channel state records the
+//! record type's schema ([`RecordCodec::schema`], as keyed and operator state do), and a
+//! restore brings every file to the type the job has now before any record flows
+//! ([`RecordCodec::adopt`]): the same shape is used as is, a shape serde can read (a field
+//! added with a default, removed, renamed with an alias) is migrated record by record, and
+//! anything else is refused naming the operator, the channel, both schemas and the ways
+//! out.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -21,7 +29,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::error::{Error, Result};
+use crate::state::schema::{decide, schema_of, serde_decoder, Decision, StateSchema};
 
 /// Encodes and decodes records of one type, for channel state.
 pub trait RecordCodec<T>: Send + Sync {
@@ -30,12 +40,44 @@ pub trait RecordCodec<T>: Send + Sync {
     /// Decodes exactly `count` records from `bytes` (all of them, nothing left over) onto
     /// `out`; `what` names the bytes in an error (a channel-state file).
     fn decode(&self, bytes: &[u8], count: usize, what: &str, out: &mut Vec<T>) -> Result<()>;
+    /// The record type's schema, recorded with the channel state it encodes so that a
+    /// later job with another record type can tell (traced once per type and process).
+    fn schema(&self) -> StateSchema;
+    /// Brings restored channel state `file` of operator `uid` to the record type as it is
+    /// now, before any of its records is decoded: unchanged when the recorded schema is
+    /// this type's (or absent: written before schemas, restored unversioned), re-encoded
+    /// record by record when serde reads the old shape into the new type; otherwise an
+    /// error naming the operator, the channel, both schemas and the ways out.
+    fn adopt(&self, file: ChannelStateFile, uid: &str) -> Result<ChannelStateFile>;
+    /// What [`adopt`](Self::adopt) does with records saved with schema `old`, decided from
+    /// the schemas alone (for `savepoint check` and the run's check before it starts), with
+    /// the record type's schema now.
+    fn decide(&self, old: &StateSchema) -> (StateSchema, Decision);
+}
+
+/// Why a run refuses restored channel state of operator `uid` (`channel` names where it
+/// was saved) whose records were saved as `old` and cannot be read as `new`, and the ways
+/// out: a savepoint holds no channel state, so the old job's savepoint restores.
+pub(crate) fn channel_state_refusal(
+    uid: &str,
+    channel: &str,
+    old: &StateSchema,
+    new: &StateSchema,
+    why: &str,
+) -> String {
+    format!(
+        "operator '{uid}', channel state of {channel}: the records in flight were saved as \
+         {old} and cannot be read as {new}: {why}. Ways out: restore the old job from this \
+         checkpoint and take a savepoint (`weir savepoint` or `weir stop`; savepoints are \
+         aligned and never hold channel state), then start this job from that savepoint; or \
+         start fresh without --restore"
+    )
 }
 
 /// The postcard codec of a serde type.
 struct Postcard<T>(PhantomData<fn() -> T>);
 
-impl<T: Serialize + DeserializeOwned> RecordCodec<T> for Postcard<T> {
+impl<T: Serialize + DeserializeOwned + 'static> RecordCodec<T> for Postcard<T> {
     fn encode(&self, records: &[T], out: &mut Vec<u8>) -> Result<()> {
         let mut buf = std::mem::take(out);
         for r in records {
@@ -67,6 +109,72 @@ impl<T: Serialize + DeserializeOwned> RecordCodec<T> for Postcard<T> {
             )));
         }
         Ok(())
+    }
+
+    fn schema(&self) -> StateSchema {
+        schema_of::<T>(0)
+    }
+
+    fn adopt(&self, file: ChannelStateFile, uid: &str) -> Result<ChannelStateFile> {
+        adopt::<T>(file, uid)
+    }
+
+    fn decide(&self, old: &StateSchema) -> (StateSchema, Decision) {
+        let new = schema_of::<T>(0);
+        let decision = decide::<T>(old, &new, None);
+        (new, decision)
+    }
+}
+
+/// [`RecordCodec::adopt`] of the postcard codec of `T`.
+fn adopt<T: Serialize + DeserializeOwned + 'static>(
+    mut file: ChannelStateFile,
+    uid: &str,
+) -> Result<ChannelStateFile> {
+    let Some(old) = file.schema.take() else {
+        return Ok(file); // unversioned: decoded straight into T, as before schemas
+    };
+    let new = schema_of::<T>(0);
+    let channel = format!("subtask {} channel {}", file.subtask, file.channel);
+    match decide::<T>(&old, &new, None) {
+        Decision::MigratesBySerde | Decision::MigratesByFunction => {
+            let undecodable = |cause: String| Error::StateDecode {
+                what: format!(
+                    "channel state of operator '{uid}', {channel} (records of {old} read as \
+                     {new})"
+                ),
+                cause,
+            };
+            let decode = serde_decoder::<T>(&old).map_err(undecodable)?;
+            for b in &mut file.batches {
+                let mut data = Vec::with_capacity(b.data.len());
+                let mut rest: &[u8] = &b.data;
+                for _ in 0..b.records {
+                    let mut de = postcard::Deserializer::from_bytes(rest);
+                    let record = decode(&mut de).map_err(undecodable)?;
+                    rest = de.finalize().map_err(|e| undecodable(e.to_string()))?;
+                    data = postcard::to_extend(&record, data)
+                        .map_err(|e| undecodable(format!("encoding a migrated record: {e}")))?;
+                }
+                if !rest.is_empty() {
+                    return Err(undecodable(format!(
+                        "{} bytes left after {} records",
+                        rest.len(),
+                        b.records
+                    )));
+                }
+                b.data = data;
+            }
+            file.schema = Some(new);
+            Ok(file)
+        }
+        Decision::Incompatible(why) => Err(Error::Restore(channel_state_refusal(
+            uid, &channel, &old, &new, &why,
+        ))),
+        Decision::AsIs | Decision::Unversioned | Decision::New => {
+            file.schema = Some(old);
+            Ok(file)
+        }
     }
 }
 
@@ -225,6 +333,136 @@ mod tests {
         let mut back = Vec::new();
         codec.decode(&bytes[6..], 2, "test", &mut back).unwrap();
         assert_eq!(back, clicks);
+    }
+
+    /// `Click` with a field added with a default.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct ClickAdded {
+        user: String,
+        at: u64,
+        #[serde(default)]
+        weight: u32,
+    }
+
+    /// `Click` with a field whose type changed.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct ClickRetyped {
+        user: u64,
+        at: u64,
+    }
+
+    /// Channel state of `Click`s as a capture writes it: two batches, their schema.
+    fn saved_clicks(schema: bool) -> ChannelStateFile {
+        use crate::checkpoint::layout::ChannelBatch;
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let click = |user: &str, at| Click {
+            user: user.into(),
+            at,
+        };
+        let batch = |clicks: &[Click], ts: Vec<u64>| {
+            let mut data = Vec::new();
+            codec.encode(clicks, &mut data).unwrap();
+            ChannelBatch {
+                records: clicks.len() as u32,
+                timestamped: !ts.is_empty(),
+                timestamps: ts,
+                data,
+            }
+        };
+        ChannelStateFile {
+            subtask: 1,
+            channel: 2,
+            edge: 0,
+            sender: 1,
+            batches: vec![
+                batch(&[click("ann", 1), click("bo", 2)], vec![]),
+                batch(&[click("cy", 3)], vec![30]),
+            ],
+            schema: schema.then(|| codec.schema()),
+        }
+    }
+
+    fn decode_all<T: 'static>(codec: &dyn RecordCodec<T>, file: &ChannelStateFile) -> Vec<T> {
+        let mut out = Vec::new();
+        for b in &file.batches {
+            codec
+                .decode(&b.data, b.records as usize, "test", &mut out)
+                .unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn channel_state_of_the_same_type_is_kept_as_is() {
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let file = saved_clicks(true);
+        assert_eq!(
+            codec.decide(file.schema.as_ref().unwrap()).1,
+            Decision::AsIs
+        );
+        assert_eq!(codec.adopt(file.clone(), "clicks").unwrap(), file);
+    }
+
+    #[test]
+    fn channel_state_with_a_field_added_migrates_record_by_record() {
+        let mut r = TypeRegistry::empty();
+        r.register::<ClickAdded>();
+        let codec = r.codec::<ClickAdded>().unwrap();
+        let file = saved_clicks(true);
+        let (new, decision) = codec.decide(file.schema.as_ref().unwrap());
+        assert_eq!(decision, Decision::MigratesBySerde);
+        let adopted = codec.adopt(file.clone(), "clicks").unwrap();
+        assert_eq!(
+            adopted.schema,
+            Some(new),
+            "the file now holds the new shape"
+        );
+        assert_eq!(adopted.batches[1].timestamps, vec![30]);
+        let added = |user: &str, at| ClickAdded {
+            user: user.into(),
+            at,
+            weight: 0,
+        };
+        assert_eq!(
+            decode_all(codec.as_ref(), &adopted),
+            [added("ann", 1), added("bo", 2), added("cy", 3)]
+        );
+    }
+
+    #[test]
+    fn channel_state_of_a_retyped_field_is_refused_naming_operator_channel_and_types() {
+        let mut r = TypeRegistry::empty();
+        r.register::<ClickRetyped>();
+        let codec = r.codec::<ClickRetyped>().unwrap();
+        let file = saved_clicks(true);
+        let d = codec.decide(file.schema.as_ref().unwrap()).1;
+        assert!(matches!(d, Decision::Incompatible(_)), "{d:?}");
+        let e = codec.adopt(file, "clicks").unwrap_err().to_string();
+        for part in [
+            "operator 'clicks'",
+            "subtask 1 channel 2",
+            "Click v0",
+            "ClickRetyped",
+            "savepoint",
+            "fresh",
+        ] {
+            assert!(e.contains(part), "'{part}' missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn channel_state_written_before_schemas_is_decoded_straight() {
+        let mut r = TypeRegistry::empty();
+        r.register::<Click>();
+        let codec = r.codec::<Click>().unwrap();
+        let file = saved_clicks(false);
+        let adopted = codec.adopt(file.clone(), "clicks").unwrap();
+        assert_eq!(adopted, file);
+        assert_eq!(decode_all(codec.as_ref(), &adopted).len(), 3);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::runtime::task::{
 };
 use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin};
 use crate::runtime::unaligned::lane::{AnnouncingWriter, LaneReceiver, LaneSender};
+use crate::state::schema::{Decision as SchemaDecision, StateSchema};
 use crate::state::Data;
 
 /// A boxed value of a type known to the code that made it.
@@ -135,6 +136,14 @@ pub(crate) trait EdgeFactory {
     fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox;
     /// The record type the edge carries: an unaligned job must be able to encode it.
     fn record_type(&self) -> (TypeId, &'static str);
+    /// What a restore does with channel state of this edge's record type saved with
+    /// schema `old` (`savepoint check`, and the run's check before it starts): the type's
+    /// schema now and the decision, or `None` when the type has no codec.
+    fn decide_channel_state(
+        &self,
+        types: &TypeRegistry,
+        old: &StateSchema,
+    ) -> Option<(StateSchema, SchemaDecision)>;
     /// Wraps the writer of a sending subtask so that it announces checkpoint barriers on
     /// `lanes` (one per channel, in the writer's channel order) before it forwards them,
     /// and counts each consumer's read-ahead `credits` against its channel's capacity.
@@ -152,6 +161,7 @@ pub(crate) trait EdgeFactory {
         files: &[ChannelStateFile],
         types: &TypeRegistry,
         parallelism: u32,
+        uid: &str,
     ) -> Result<Vec<Vec<ChannelStateFile>>>;
     /// The body of an input task reading `receivers` (from all its input edges): it first
     /// replays the restored channel state, then runs the aligned or the unaligned loop.
@@ -171,6 +181,8 @@ pub(crate) struct InputSetup<'a> {
     pub types: &'a TypeRegistry,
     /// The restored channel state of this subtask, replayed before any new input.
     pub replay: Vec<ChannelStateFile>,
+    /// The task's head operator (whose channel state `replay` is), for messages.
+    pub uid: String,
     /// Unaligned checkpoints: the lanes and origins of the task's channels.
     pub unaligned: Option<UnalignedWiring>,
 }
@@ -308,6 +320,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         files: &[ChannelStateFile],
         types: &TypeRegistry,
         parallelism: u32,
+        uid: &str,
     ) -> Result<Vec<Vec<ChannelStateFile>>> {
         let (Some(make), Some(codec)) = (&self.keyed, types.codec::<T>()) else {
             return Err(Error::Restore(format!(
@@ -324,6 +337,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
             self.max_parallelism,
         );
         for f in files {
+            let f = codec.adopt(f.clone(), uid)?;
             let what = format!(
                 "channel state of subtask {} channel {}",
                 f.subtask, f.channel
@@ -354,6 +368,14 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
 
     fn record_type(&self) -> (TypeId, &'static str) {
         (TypeId::of::<T>(), std::any::type_name::<T>())
+    }
+
+    fn decide_channel_state(
+        &self,
+        types: &TypeRegistry,
+        old: &StateSchema,
+    ) -> Option<(StateSchema, SchemaDecision)> {
+        types.codec::<T>().map(|c| c.decide(old))
     }
 
     fn announcing(
@@ -403,7 +425,16 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
             }
             None => None,
         };
-        let replay = setup.replay;
+        // The restored records are brought to the record type as it is now (or refused)
+        // here, before any task runs.
+        let replay = match &codec {
+            Some(c) => setup
+                .replay
+                .into_iter()
+                .map(|f| c.adopt(f, &setup.uid))
+                .collect::<Result<Vec<_>>>()?,
+            None => setup.replay,
+        };
         let unaligned = setup.unaligned;
         Ok(Box::new(move || {
             match (unaligned, codec) {

@@ -13,8 +13,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
+use crate::runtime::codec::channel_state_refusal;
 use crate::runtime::functions::KeyedProcessFunction;
 use crate::runtime::graph::JobGraph;
 use crate::state::key_group::KeyGroupRange;
@@ -226,18 +228,25 @@ pub(crate) fn check(
     let Some(r) = restored else {
         return Ok(report);
     };
-    for uid in uids {
+    for (node, uid) in uids.iter().enumerate() {
         let lists = r.operator_lists(uid);
+        let channel = r.channel_state_of(uid);
         if lists.is_empty() && !probed.contains(uid.as_str()) {
-            let has = r.uids().any(|u| u == uid);
-            report.rows.push(operator_row(
-                uid,
-                if has {
-                    "restorable (state without schemas, unversioned)"
-                } else {
-                    "operator without state"
-                },
-            ));
+            // Channel state alone gets its own row below.
+            let has = r.meta.operators.iter().any(|o| &o.uid == uid);
+            if has {
+                report.rows.push(operator_row(
+                    uid,
+                    "restorable (state without schemas, unversioned)",
+                ));
+            } else if channel.is_none() {
+                report
+                    .rows
+                    .push(operator_row(uid, "operator without state"));
+            }
+        }
+        if let Some((_, files)) = channel {
+            report.rows.push(channel_row(graph, node, uid, files));
         }
         // Decided when the function reads it (module docs of `state::schema::elements`):
         // `initialize_state` may reach external systems, so it is not probed.
@@ -268,6 +277,41 @@ pub(crate) fn check(
     }
     Ok(report)
 }
+
+/// The row of operator `uid`'s (node `node`'s) restored channel state: its records, the
+/// schema they were saved with, and what the restore does with them, decided from the
+/// schemas as [`RecordCodec::adopt`](crate::runtime::codec::RecordCodec::adopt) will
+/// (which refuses an incompatible type too, should this check be bypassed).
+fn channel_row(graph: &JobGraph, node: usize, uid: &str, files: &[ChannelStateFile]) -> SchemaRow {
+    let records: u64 = files.iter().map(ChannelStateFile::records).sum();
+    // Every file of one operator holds records of its one input type.
+    let saved = files.iter().find(|f| f.schema.is_some());
+    let old = saved.and_then(|f| f.schema.clone());
+    let mut row = operator_row(uid, "");
+    row.state = CHANNEL_STATE_ROW.into();
+    let decided = old.as_ref().and_then(|old| {
+        let edge = graph.nodes.get(node)?.inputs.first()?;
+        graph.edges[*edge]
+            .factory
+            .decide_channel_state(&graph.types, old)
+    });
+    row.verdict = match (&old, &decided) {
+        (None, _) => format!("{records} records in flight (unversioned)"),
+        (Some(_), None) => format!("{records} records in flight: decided on restore"),
+        (Some(_), Some((_, d))) => format!("{records} records in flight: {}", d.label()),
+    };
+    if let (Some(old), Some(f), Some((new, Decision::Incompatible(why)))) = (&old, saved, &decided)
+    {
+        let channel = format!("subtask {} channel {}", f.subtask, f.channel);
+        row.refusal = Some(channel_state_refusal(uid, &channel, old, new, why));
+    }
+    row.old = old;
+    row.new = decided.map(|(new, _)| new);
+    row
+}
+
+/// The state column of a channel-state row.
+pub const CHANNEL_STATE_ROW: &str = "(channel state)";
 
 fn operator_row(uid: &str, verdict: &str) -> SchemaRow {
     SchemaRow {

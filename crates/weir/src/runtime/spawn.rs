@@ -165,7 +165,7 @@ impl Executor<'_> {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(
                 g.edges[edge]
                     .factory
-                    .reroute_keyed(files, &g.types, parallelism)?,
+                    .reroute_keyed(files, &g.types, parallelism, uid)?,
             ),
         };
         Ok(std::mem::take(&mut parts[subtask as usize]))
@@ -379,6 +379,7 @@ impl Executor<'_> {
                     let setup = InputSetup {
                         types: &g.types,
                         replay,
+                        uid: self.plan.uids[head].clone(),
                         unaligned: wiring,
                     };
                     g.edges[first].factory.input_task(rx, input, ctx, setup)?

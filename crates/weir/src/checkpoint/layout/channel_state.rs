@@ -3,7 +3,7 @@
 //!
 //! | file | envelope kind | payload (postcard) | written when |
 //! |------|---------------|--------------------|--------------|
-//! | `ch-<subtask>-<channel>` ([`channel_state_file_name`]) | [`CHANNEL_STATE_KIND`] | [`ChannelStateFile`] | the checkpoint was unaligned at that subtask and the channel had records in flight |
+//! | `ch-<subtask>-<channel>` ([`channel_state_file_name`]) | [`CHANNEL_STATE_KIND`] | [`ChannelStateFile`], then its record type's schema | the checkpoint was unaligned at that subtask and the channel had records in flight |
 //!
 //! The file lives in the folder of the task's head operator (`<uid>/ch-…`), one per subtask
 //! and input channel, so no two subtasks write the same file. Like every state file it is
@@ -15,11 +15,19 @@
 //! for a stream in event time, the records' timestamps. Watermarks are not saved: they are
 //! not checkpointed (§6a). The sender (its subtask on the input edge) is recorded so that a
 //! restore at another parallelism can route the records of a non-keyed edge by sender.
+//!
+//! **Schema** (issue 26). After the file's fields comes the [`StateSchema`] of the record
+//! type the batches were encoded with ([`ChannelStateFile::schema`]), so that a job whose
+//! edge type changed reads the old records through serde or refuses them by name, instead
+//! of decoding them wrongly. Files written before schemas end after the batches and decode
+//! with none (restored *unversioned*, straight into the new type): that trailing, optional
+//! section is what keeps them readable, as for operator state.
 
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::format::FileKind;
 use crate::error::{Error, Result};
+use crate::state::schema::StateSchema;
 
 /// The envelope kind of a channel-state file, which a reader demands so that another state
 /// file put in its place is refused rather than misread.
@@ -58,6 +66,11 @@ pub struct ChannelStateFile {
     pub sender: u32,
     /// The captured batches, in the order they were read.
     pub batches: Vec<ChannelBatch>,
+    /// The schema of the record type the batches were encoded with; `None` in files
+    /// written before schemas were recorded. Encoded after the other fields, not among
+    /// them (see the module docs), so it is skipped by the derive.
+    #[serde(skip)]
+    pub schema: Option<StateSchema>,
 }
 
 impl ChannelStateFile {
@@ -74,22 +87,34 @@ impl ChannelStateFile {
             .sum()
     }
 
-    /// The payload to wrap in the envelope.
+    /// The payload to wrap in the envelope: the fields, then the schema when known.
     pub fn encode(&self) -> Result<Vec<u8>> {
-        postcard::to_stdvec(self).map_err(|e| Error::StateDecode {
+        let fail = |e: postcard::Error| Error::StateDecode {
             what: "channel state (encoding)".into(),
             cause: e.to_string(),
-        })
+        };
+        let mut out = postcard::to_stdvec(self).map_err(fail)?;
+        if let Some(schema) = &self.schema {
+            out = postcard::to_extend(schema, out).map_err(fail)?;
+        }
+        Ok(out)
     }
 
     /// Decodes and checks a payload; `what` (the file's path) goes into the error, which
     /// says what is wrong and that the checkpoint cannot be used.
     pub fn decode(payload: &[u8], what: &str) -> Result<Self> {
-        let file: ChannelStateFile =
-            postcard::from_bytes(payload).map_err(|e| Error::StateDecode {
-                what: format!("channel state {what}"),
-                cause: e.to_string(),
+        let undecodable = |cause: String| Error::StateDecode {
+            what: format!("channel state {what}"),
+            cause,
+        };
+        let (mut file, rest): (ChannelStateFile, _) =
+            postcard::take_from_bytes(payload).map_err(|e| undecodable(e.to_string()))?;
+        if !rest.is_empty() {
+            let schema = postcard::from_bytes(rest).map_err(|e| {
+                undecodable(format!("the record type's schema after the batches: {e}"))
             })?;
+            file.schema = Some(schema);
+        }
         file.check().map_err(|cause| {
             Error::Restore(format!(
                 "channel state {what} is malformed: {cause}; restore from another checkpoint"
@@ -169,6 +194,7 @@ mod tests {
                     data: stamped,
                 },
             ],
+            schema: Some(crate::state::schema::schema_of::<(String, u64)>(0)),
         }
     }
 
@@ -200,6 +226,30 @@ mod tests {
             records,
             [("a".into(), 1), ("b".into(), 2), ("c".to_string(), 3)]
         );
+    }
+
+    #[test]
+    fn a_file_written_before_schemas_decodes_without_one_and_a_bad_schema_is_refused() {
+        let mut old = sample();
+        old.schema = None;
+        // What a file from before schemas holds: the fields and nothing after them.
+        let payload = old.encode().unwrap();
+        let fields_only = postcard::to_stdvec(&old).unwrap();
+        assert_eq!(payload, fields_only);
+        let back = ChannelStateFile::decode(&payload, "ch-1-3").unwrap();
+        assert_eq!(back.schema, None);
+        assert_eq!(back.batches, old.batches);
+        // The schema section is read back exactly, and a garbled one is an error naming
+        // the file, not a file without schema.
+        let with = sample().encode().unwrap();
+        assert!(with.len() > payload.len());
+        let back = ChannelStateFile::decode(&with, "ch-1-3").unwrap();
+        assert_eq!(back.schema, sample().schema);
+        let mut bad = payload.clone();
+        bad.extend_from_slice(&[0xff, 0xff, 0xff]);
+        let e = ChannelStateFile::decode(&bad, "ch-1-3").unwrap_err();
+        assert!(e.to_string().contains("ch-1-3"), "{e}");
+        assert!(e.to_string().contains("schema"), "{e}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ fn file(channel: u32, sender: u32, batches: &[(u64, u64)], ts: bool) -> ChannelS
         edge: 0,
         sender,
         batches,
+        schema: None,
     }
 }
 

@@ -290,6 +290,7 @@ fn restored_file(c: u32, records: std::ops::Range<u64>) -> ChannelStateFile {
         edge: 0,
         sender: c,
         batches: vec![batch],
+        schema: None,
     }
 }
 

@@ -97,6 +97,7 @@ impl<T> ChannelCapture<T> {
                 edge: self.origins[c].edge,
                 sender: self.origins[c].sender,
                 batches: std::mem::take(batches),
+                schema: Some(self.codec.schema()),
             });
         }
         files

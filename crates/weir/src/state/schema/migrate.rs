@@ -12,6 +12,7 @@
 use std::rc::Rc;
 
 use postcard::de_flavors::Slice;
+use serde::de::DeserializeOwned;
 use serde::de::DeserializeSeed;
 use serde::Deserialize;
 use serde_json::Value;
@@ -28,7 +29,9 @@ pub(crate) type ValueDecoder<S> =
     Rc<dyn for<'b> Fn(&mut postcard::Deserializer<'b, Slice<'b>>) -> Result<S, String>>;
 
 /// A decoder that reads values of recorded shape `old` into `S` through serde.
-pub(crate) fn serde_decoder<S: StateValue>(old: &StateSchema) -> Result<ValueDecoder<S>, String> {
+pub(crate) fn serde_decoder<S: DeserializeOwned + 'static>(
+    old: &StateSchema,
+) -> Result<ValueDecoder<S>, String> {
     let (format, registry) = old.shape()?;
     Ok(Rc::new(move |de| {
         let value: Value = DeserializationContext {
@@ -126,7 +129,7 @@ fn read_stamp<'b>(
 /// sample value of that shape (every field present, one element per sequence and map,
 /// the first variant of each enum, `Some` for options). A field the new type requires and
 /// the old shape lacks, or a field whose type changed, fails here, before any task starts.
-pub(crate) fn check_reads<S: StateValue>(old: &StateSchema) -> Result<(), String> {
+pub(crate) fn check_reads<S: DeserializeOwned>(old: &StateSchema) -> Result<(), String> {
     let (format, registry) = old.shape()?;
     let sample = sample(&format, &registry, 0);
     S::deserialize(sample)

@@ -32,10 +32,11 @@ use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_reflection::{Format, Registry, Tracer, TracerConfig};
 
-use super::{StateKind, StateValue};
+use super::StateKind;
 
 pub(crate) use elements::decode_elements;
 pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
@@ -142,7 +143,7 @@ impl Decision {
 
 /// The schema of `T` at `version`: traced once per type per process (a trace costs
 /// microseconds, a state is declared once per subtask).
-pub fn schema_of<T: StateValue>(version: u32) -> StateSchema {
+pub fn schema_of<T: Serialize + DeserializeOwned + 'static>(version: u32) -> StateSchema {
     static TRACED: OnceLock<Mutex<HashMap<TypeId, (u32, String)>>> = OnceLock::new();
     let cache = TRACED.get_or_init(Default::default);
     let known = cache
@@ -169,7 +170,7 @@ pub fn schema_of<T: StateValue>(version: u32) -> StateSchema {
 /// Traces `T`'s shape: its fingerprint and JSON, or `(0, "")` when serde-reflection cannot
 /// trace it (a type whose `Deserialize` validates its input, for one): such a state is then
 /// compared by type name only and cannot migrate without a migration function.
-fn trace<T: StateValue>() -> (u32, String) {
+fn trace<T: DeserializeOwned>() -> (u32, String) {
     // A hand-written `Deserialize` may panic on the tracer's made-up input: untraced then.
     std::panic::catch_unwind(|| {
         let mut tracer = Tracer::new(TracerConfig::default());
@@ -188,7 +189,7 @@ fn trace<T: StateValue>() -> (u32, String) {
 /// given the schema a declared migration function reads, if any. Values are not looked
 /// at: whether serde can read the old shape is checked on a sample value of that shape
 /// ([`check_reads`]).
-pub(crate) fn decide<S: StateValue>(
+pub(crate) fn decide<S: DeserializeOwned>(
     old: &StateSchema,
     new: &StateSchema,
     migration_from: Option<&StateSchema>,
