@@ -528,6 +528,141 @@ fn a_hung_worker_is_detected_by_its_heartbeat_replaced_and_the_job_resumes_exact
     let _ = w2.wait();
 }
 
+/// The known gap of before (docs/cluster.md): with a heartbeat timeout far longer than the
+/// exchange's keep-alive (3 s), the surviving worker reports the frozen one lost first; had
+/// every restart deployed onto it again, each would fail the same way (w1 cannot reach it:
+/// its dial's keep-alive times out after 3 s) and the default identical-failure limit (5 in
+/// a row) would give the job up long before the 30 s timeout. Now no attempt goes to it
+/// after the report, so only the attempt it was in fails; the heartbeat timeout drops it,
+/// and the job resumes from the held checkpoint on a replacement, exactly.
+#[test]
+fn a_frozen_worker_a_peer_reported_lost_gets_no_deploy_and_the_job_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start_with(tmp.path(), 2, "30s");
+    let w1 = c.registered_worker("w1");
+    let mut w2 = c.registered_worker("w2");
+    let held = wait_for_held_checkpoint(&mut c);
+    signal(&mut w2, libc::SIGSTOP, "worker w2");
+    let lost = c.wait_for("lost worker 2 (w2) at 127.0.0.1:");
+    assert!(lost.contains("no heartbeat for 30s"), "{lost}");
+    let log = c.log();
+    let report = log
+        .lines()
+        .position(|l| l.contains("(w1) at 127.0.0.1:") && l.contains("reported worker 2 lost"))
+        .unwrap_or_else(|| panic!("the surviving worker did not report w2 lost first:\n{log}"));
+    assert!(
+        log.lines()
+            .skip(report)
+            .any(|l| l.contains("waiting for worker 2 (w2)")),
+        "{log}"
+    );
+    c.release();
+    let again = c.worker("w2-again");
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    // Only the first attempt ran on the frozen worker, and only it failed.
+    let failed: Vec<&str> = (log.lines())
+        .filter(|l| l.starts_with("weir: attempt ") && l.contains(" failed: "))
+        .collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert!(failed[0].starts_with("weir: attempt 1 failed: "), "{log}");
+    let on_w2: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("weir: attempt ") && l.contains("(w2) at"))
+        .collect();
+    assert_eq!(on_w2.len(), 1, "{log}");
+    assert!(on_w2[0].starts_with("weir: attempt 1 runs on "), "{log}");
+    let path = restored_held_checkpoint(&out, held);
+    for (w, name) in [(again, "w2-again"), (w1, "w1")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        assert!(
+            wlog.contains(&format!("restored from {}", path.display())),
+            "{name} did not restore {}:\n{wlog}",
+            path.display()
+        );
+    }
+    w2.kill().expect("SIGKILL the stopped worker");
+    let _ = w2.wait();
+}
+
+/// `--inject-failures` across workers: the coordinator plants each failure on one worker,
+/// which fires it inside a task once a checkpoint with progress completed in its attempt;
+/// the restart strategy counts them as injected, every restart resumes from a checkpoint
+/// with progress, and the counts stay exact.
+#[test]
+fn injected_failures_on_workers_restart_from_checkpoints_and_stay_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
+    args.extend(
+        [
+            "--checkpoint-interval",
+            "50ms",
+            "--checkpoint-dir",
+            "chk",
+            "--output",
+            "out",
+            "--verify",
+            "--restart-delay",
+            "10ms",
+            "--inject-failures",
+            "3",
+            "--seed",
+            "5",
+            "--workers",
+            "2",
+            "--cluster-listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from),
+    );
+    let mut c = Cluster::spawn(tmp.path(), &args, "coordinator");
+    let w1 = c.registered_worker("w1");
+    let w2 = c.registered_worker("w2");
+    let dir = c.dir.clone();
+    let (code, out, log) = c.finish();
+    assert_eq!(code, 0, "the coordinator failed:\n{out}\n{log}");
+    assert!(out.contains("verify: OK"), "{out}\n{log}");
+    assert!(out.contains("injected failures: 3 of 3"), "{out}\n{log}");
+    assert!(out.contains("restarts: 3"), "{out}\n{log}");
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    for k in 1..=3 {
+        let planted = format!("plants injected failure {k} of 3 on worker ");
+        assert!(log.contains(&planted), "{log}");
+        assert!(
+            log.contains(&format!("injected failure {k} of 3 (task")),
+            "{log}"
+        );
+    }
+    // One failure per attempt, each after a checkpoint with progress: every restart
+    // resumed from one, further into the input than the start.
+    let all = attempts(&out);
+    assert_eq!(all.len(), 4, "{out}");
+    let mut restored = Vec::new();
+    for a in &all[1..] {
+        let (id, position, path) = a
+            .restored
+            .clone()
+            .unwrap_or_else(|| panic!("attempt {} started over from the beginning:\n{out}", a.n));
+        assert!(position > 0 && position < EVENTS, "{out}");
+        assert!(path.ends_with(format!("chk-{id}")), "{out}");
+        restored.push(path);
+    }
+    for (w, name) in [(w1, "w1"), (w2, "w2")] {
+        let (code, wlog) = finish_worker(&dir, w, name);
+        assert_eq!(code, 0, "{name}:\n{wlog}");
+        let last = restored.last().expect("three restarts");
+        assert!(
+            wlog.contains(&format!("restored from {}", last.display())),
+            "{name} did not restore {}:\n{wlog}",
+            last.display()
+        );
+    }
+}
+
 #[test]
 fn a_worker_hung_before_it_dialled_its_peers_does_not_hold_up_the_others() {
     let tmp = tempfile::tempdir().unwrap();

@@ -68,10 +68,14 @@ fn kubernetes_manifests_validate_against_the_api_schemas() {
     }
 }
 
-/// A manifest's text without its comments and without the lines marked `# tls`.
+/// A manifest's text without its comments and without the lines marked `# tls` (the TLS
+/// variant's own) or `# plaintext` (the plain manifests' own: the `grpc:` probes, which
+/// speak plaintext, where the TLS variant keeps TCP checks).
 fn without_tls(text: &str) -> String {
     text.lines()
-        .filter(|l| !l.trim_start().starts_with('#') && !l.ends_with("# tls"))
+        .filter(|l| {
+            !l.trim_start().starts_with('#') && !l.ends_with("# tls") && !l.ends_with("# plaintext")
+        })
         .map(|l| format!("{l}\n"))
         .collect()
 }

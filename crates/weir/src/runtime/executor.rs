@@ -433,6 +433,11 @@ fn run_job(
             &mut result,
             &mut latest_path,
         );
+        // On a cluster a worker fired the planted failure: count it as this process would.
+        let (fired_on_a_worker, membership) = exec.hosted_failure(attempt_no);
+        if let (AttemptEnd::Failed(_), Some(inj), true) = (&end, &injector, fired_on_a_worker) {
+            inj.fired_elsewhere();
+        }
         // Decide about a restart before tearing the attempt down: if there is one, the
         // checkpoint to restart from is read back while the failed tasks are cancelled
         // and during the restart delay (the new attempt still starts no earlier than the
@@ -457,6 +462,7 @@ fn run_job(
                 message: &e.to_string(),
                 injected: injector.as_ref().is_some_and(|i| i.fired() > fired_before),
                 transient: e.is_transient(),
+                membership,
                 progress: result.checkpoints.last().map(|c| c.source_records),
                 ran_for: attempt_started.elapsed(),
             })),
@@ -754,6 +760,7 @@ fn reload_checkpoint(
             message: &e.to_string(),
             injected: false,
             transient: true,
+            membership: false,
             progress,
             ran_for: Duration::ZERO,
         });

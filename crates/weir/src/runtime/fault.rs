@@ -12,6 +12,12 @@
 //! checkpoint with progress to restore, which is what a test needs to tell a real recovery
 //! from a start from scratch.
 //!
+//! On a cluster (`--workers`) the coordinator's injector holds the plan and counts the
+//! job's records from the workers' reports; each attempt it plants the next due failure on
+//! one worker ([`FailureInjector::planted`]: that worker's own gated injector, armed by the
+//! coordinator when a checkpoint with progress completed), and counts it as fired when the
+//! worker reports it ([`FailureInjector::fired_elsewhere`]).
+//!
 //! Such a failure never depends on the machine's speed: while one is due and waits for its
 //! checkpoint, the sources that have emitted in this attempt hold
 //! ([`FailureInjector::holds_sources`]), so the input cannot run out before the checkpoint
@@ -67,6 +73,11 @@ pub struct FailureInjector {
     /// (Gated) a failure fired in the running attempt: no later checkpoint of the dying
     /// attempt may arm another one.
     spent: AtomicBool,
+    /// Failures before this injector's first (a planted one is failure `k` of the job's).
+    numbered_from: usize,
+    /// Whether it fires at all: a worker where the failure is planted on another worker
+    /// only holds its sources while it is due.
+    fires: bool,
 }
 
 impl FailureInjector {
@@ -87,7 +98,64 @@ impl FailureInjector {
             gated: cfg.after_checkpoint,
             armed: AtomicBool::new(!cfg.after_checkpoint),
             spent: AtomicBool::new(false),
+            numbered_from: 0,
+            fires: true,
         }
+    }
+
+    /// (A worker of a cluster) the job's failure `number` of `planned`, planted by the
+    /// coordinator on this worker for one attempt: it fires once `after_records` records
+    /// entered this worker's tasks and [`FailureInjector::on_checkpoint_completed`] armed
+    /// it (the coordinator's Complete says so); gated, so the sources hold meanwhile.
+    /// `number` 0: the failure is planted on another worker, and this one only holds its
+    /// sources from `after_records` until armed, so the input cannot end before it fires
+    /// there, as every source holds in one process.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // A cluster's roles use it.
+    pub(crate) fn planted(number: usize, planned: usize, after_records: u64) -> Self {
+        let at = after_records.max(1);
+        FailureInjector {
+            count: AtomicU64::new(0),
+            plan: Mutex::new(vec![(at, false)]),
+            next: AtomicU64::new(at),
+            fired: AtomicUsize::new(0),
+            planned,
+            gated: true,
+            armed: AtomicBool::new(false),
+            spent: AtomicBool::new(false),
+            numbered_from: number.saturating_sub(1),
+            fires: number > 0,
+        }
+    }
+
+    /// (The coordinator of a cluster) the failure to plant in the next attempt: its number
+    /// (1-based) and its point on the job's record count; `None` once every one fired.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // A cluster's roles use it.
+    pub(crate) fn next_due(&self) -> Option<(usize, u64)> {
+        let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let point = plan.iter().find(|p| !p.1)?.0;
+        Some((self.fired() + 1, point))
+    }
+
+    /// (The coordinator of a cluster) a worker fired the planted failure: it counts here
+    /// as if a task of this process had fired it.
+    pub(crate) fn fired_elsewhere(&self) {
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = plan.iter_mut().find(|p| !p.1) else {
+            return;
+        };
+        p.1 = true;
+        let next = plan.iter().find(|p| !p.1).map_or(u64::MAX, |p| p.0);
+        self.next.store(next, Ordering::Relaxed);
+        self.fired.fetch_add(1, Ordering::SeqCst);
+        self.spent.store(true, Ordering::SeqCst);
+        self.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a due failure may fire now: for a gated injector, a checkpoint with progress
+    /// completed in this attempt (the coordinator tells the planted failure's worker so).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))] // A cluster's roles use it.
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
     }
 
     /// A new attempt starts: a gated injector waits for its first completed checkpoint.
@@ -108,7 +176,10 @@ impl FailureInjector {
     /// Called by task `task` before processing `n` records; panics when a failure is due.
     pub fn on_records(&self, task: usize, n: usize) {
         let count = self.count.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        if count < self.next.load(Ordering::Relaxed) || !self.armed.load(Ordering::Relaxed) {
+        if count < self.next.load(Ordering::Relaxed)
+            || !self.armed.load(Ordering::Relaxed)
+            || !self.fires
+        {
             return;
         }
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
@@ -128,7 +199,8 @@ impl FailureInjector {
         let k = self.fired.fetch_add(1, Ordering::SeqCst) + 1;
         drop(plan);
         panic!(
-            "injected failure {k} of {} (task {task}, job record {count})",
+            "injected failure {} of {} (task {task}, job record {count})",
+            k + self.numbered_from,
             self.planned
         );
     }
@@ -206,6 +278,54 @@ mod tests {
         inj.on_checkpoint_completed();
         assert!(!fire(1), "only 3 were planned");
         assert_eq!(inj.fired(), 3);
+    }
+
+    /// On a cluster: the coordinator plants each failure in turn, the worker's planted
+    /// injector fires it only once armed and past its records, and holds its sources
+    /// meanwhile.
+    #[test]
+    fn a_planted_failure_fires_once_armed_and_the_coordinator_counts_it() {
+        let job = FailureInjector::new(FailureInjection::after_checkpoints(2, 7, 100));
+        let (first, point) = job.next_due().expect("two planned");
+        assert_eq!(first, 1);
+        assert!(point < 100);
+        let worker = FailureInjector::planted(first, job.planned(), 10);
+        let fire = |n| std::panic::catch_unwind(|| worker.on_records(0, n)).is_err();
+        assert!(!fire(5));
+        assert!(!worker.holds_sources(5), "not due yet");
+        assert!(!fire(5), "due, but not armed");
+        assert!(worker.holds_sources(5));
+        worker.on_checkpoint_completed();
+        let message = std::panic::catch_unwind(|| worker.on_records(0, 1))
+            .expect_err("armed and due")
+            .downcast::<String>()
+            .expect("a message");
+        assert!(message.starts_with("injected failure 1 of 2 "), "{message}");
+        assert!(!fire(1), "one per attempt");
+        job.fired_elsewhere();
+        assert_eq!(job.fired(), 1);
+        assert!(!job.is_armed(), "spent for the attempt");
+        let (second, _) = job.next_due().expect("one left");
+        assert_eq!(second, 2);
+        let worker = FailureInjector::planted(second, 2, 1);
+        worker.on_checkpoint_completed();
+        let message = std::panic::catch_unwind(|| worker.on_records(0, 1))
+            .expect_err("armed and due")
+            .downcast::<String>()
+            .expect("a message");
+        assert!(message.starts_with("injected failure 2 of 2 "), "{message}");
+        // A worker where it is planted elsewhere holds its sources while it is due, and
+        // never fires.
+        let elsewhere = FailureInjector::planted(0, 2, 3);
+        let fire = |n| std::panic::catch_unwind(|| elsewhere.on_records(0, n)).is_err();
+        assert!(!fire(3));
+        assert!(elsewhere.holds_sources(3));
+        elsewhere.on_checkpoint_completed();
+        assert!(!elsewhere.holds_sources(3));
+        assert!(!fire(100));
+        job.fired_elsewhere();
+        assert_eq!(job.next_due(), None);
+        assert_eq!(job.fired(), 2);
     }
 
     #[test]

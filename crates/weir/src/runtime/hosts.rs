@@ -31,6 +31,7 @@ pub(crate) trait TaskHosts {
     /// names them).
     /// What the workers report of their subtasks' records goes into `metrics` (per task of
     /// the plan, for the whole job), so progress and the summary count as in one process.
+    /// `planted`: the injected failure one worker fires in this attempt, if one is due.
     #[allow(clippy::too_many_arguments)]
     fn deploy(
         &self,
@@ -40,7 +41,42 @@ pub(crate) trait TaskHosts {
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
+        planted: Option<PlantedFailure>,
     ) -> Result<HostedAttempt>;
+
+    /// Whether a worker reported that attempt `attempt` failed by an injected failure
+    /// (the restart strategy counts it as one, as in one process).
+    fn injected_failure(&self, attempt: u32) -> bool {
+        let _ = attempt;
+        false
+    }
+
+    /// Whether attempt `attempt` failed because a peer reported a worker lost for the first
+    /// time: the cluster changed, not the job, and the next deploy waits until that worker
+    /// answers or is counted lost, so the restart strategy does not count the failure as
+    /// one that repeats identically (`cluster::coordinator::suspects`).
+    fn uncounted_failure(&self, attempt: u32) -> bool {
+        let _ = attempt;
+        false
+    }
+}
+
+/// The injected failure (`--inject-failures`) an attempt's workers are to fire: the
+/// coordinator holds the job's plan, one worker fires it inside one of its tasks.
+#[derive(Clone)]
+pub(crate) struct PlantedFailure {
+    /// Its number among the job's failures (1-based).
+    pub(crate) number: usize,
+    /// How many the job plans.
+    pub(crate) planned: usize,
+    /// The job's records (entering any task, over all workers) still to go before it is
+    /// due: the chosen worker takes its share of them.
+    pub(crate) records_to_go: u64,
+    /// The plan's seed, which picks the worker.
+    pub(crate) seed: u64,
+    /// The coordinator's injector: armed once a checkpoint with progress completed in the
+    /// attempt, which the Complete to the workers carries.
+    pub(crate) injector: Arc<crate::runtime::fault::FailureInjector>,
 }
 
 /// An attempt deployed on the workers, as the executor drives it.

@@ -127,6 +127,11 @@ pub struct Failure<'a> {
     ///
     /// [`Error::is_transient`]: crate::error::Error::is_transient
     pub transient: bool,
+    /// The cluster changed under the attempt (a peer reported a worker lost for the first
+    /// time; the coordinator deploys nothing onto it until it answers or is counted lost):
+    /// not the job failing the same way again, so it never counts toward the
+    /// identical-failure limit either; the strategy's own limits still apply.
+    pub membership: bool,
     /// The progress the job had made when it failed: the records its sources had read at
     /// the newest completed checkpoint (`None` before the first). Compared by position,
     /// not by checkpoint id, since a checkpoint taken between a restore and the same
@@ -217,7 +222,7 @@ impl RestartTracker {
 
     /// Counts identical failures in a row; `Some(reason)` once the limit is reached.
     fn repeated(&mut self, failure: &Failure<'_>) -> Option<String> {
-        if failure.injected || failure.transient {
+        if failure.injected || failure.transient || failure.membership {
             self.last = None;
             self.identical = 0;
             return None;
@@ -287,6 +292,7 @@ mod tests {
             message,
             injected: false,
             transient: false,
+            membership: false,
             progress: latest,
             ran_for: Duration::from_millis(10),
         }
@@ -400,6 +406,35 @@ mod tests {
                 RestartDecision::Restart(_)
             ));
         }
+    }
+
+    /// A worker a peer reported lost (a frozen one) fails attempts until the coordinator
+    /// counts it lost; those failures are the cluster changing, not a repeating bug.
+    #[test]
+    fn a_changed_cluster_is_not_a_repeating_failure() {
+        let now = Instant::now();
+        let lost = "task count (1/2) failed: lost the exchange stream with worker 2 at x:1";
+        let mut t = RestartTracker::new(RestartStrategy::default(), Some(2));
+        assert!(matches!(
+            t.on_failure(failure(now, lost, Some(4))),
+            RestartDecision::Restart(_)
+        ));
+        for _ in 0..5 {
+            let f = Failure {
+                membership: true,
+                ..failure(now, lost, Some(4))
+            };
+            assert!(matches!(t.on_failure(f), RestartDecision::Restart(_)));
+        }
+        // Counted as usual again (two live workers that cannot reach each other).
+        assert!(matches!(
+            t.on_failure(failure(now, lost, Some(4))),
+            RestartDecision::Restart(_)
+        ));
+        assert!(matches!(
+            t.on_failure(failure(now, lost, Some(4))),
+            RestartDecision::GiveUp(_)
+        ));
     }
 
     #[test]

@@ -434,6 +434,26 @@ impl Executor<'_> {
         })
     }
 
+    /// (A cluster's coordinator) how attempt `attempt` failed on the workers: by an injected
+    /// failure a worker fired ([`TaskHosts::injected_failure`]), and by a peer's first
+    /// report of a lost worker ([`TaskHosts::uncounted_failure`]); `(false, false)` when
+    /// the tasks run in this process.
+    ///
+    /// [`TaskHosts::injected_failure`]: crate::runtime::hosts::TaskHosts::injected_failure
+    /// [`TaskHosts::uncounted_failure`]: crate::runtime::hosts::TaskHosts::uncounted_failure
+    #[cfg(feature = "cluster")]
+    pub(crate) fn hosted_failure(&self, attempt: u32) -> (bool, bool) {
+        self.hosts.as_ref().map_or((false, false), |h| {
+            (h.injected_failure(attempt), h.uncounted_failure(attempt))
+        })
+    }
+
+    /// Without the `cluster` feature every task runs in this process.
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn hosted_failure(&self, _attempt: u32) -> (bool, bool) {
+        (false, false)
+    }
+
     /// Deploys attempt `attempt` on the workers of `hosts` (a coordinator runs no task
     /// itself): every task is remote, reached through its worker's control stream.
     #[cfg(feature = "cluster")]
@@ -445,6 +465,19 @@ impl Executor<'_> {
     ) -> Result<Attempt> {
         let restore = restore.map(|r| r.path.as_path());
         let metrics = &self.task_metrics;
+        let planted = self.injector.as_ref().and_then(|injector| {
+            let (number, point) = injector.next_due()?;
+            let done: u64 = (metrics.iter())
+                .map(|m| m.records_in.load(std::sync::atomic::Ordering::Relaxed))
+                .sum();
+            Some(crate::runtime::hosts::PlantedFailure {
+                number,
+                planned: injector.planned(),
+                records_to_go: point.saturating_sub(done),
+                seed: self.cfg.failure_injection.map_or(0, |f| f.seed),
+                injector: injector.clone(),
+            })
+        });
         let hosted = hosts.deploy(
             &self.plan,
             attempt,
@@ -452,6 +485,7 @@ impl Executor<'_> {
             &self.events_tx,
             &self.storage,
             metrics,
+            planted,
         )?;
         let sources = (self.plan.tasks.iter().enumerate())
             .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))

@@ -11,6 +11,7 @@
 //! through the exchange and their writers must know the folder before they write.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver, Select};
 
@@ -21,6 +22,7 @@ use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, SnapshotKind};
 use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
+use crate::runtime::fault::FailureInjector;
 use crate::runtime::hosts::HostedAttempt;
 use crate::runtime::task::Control;
 
@@ -84,6 +86,7 @@ fn message(attempt: u64, control: Control, folder: Option<&std::path::Path>) -> 
         Control::Complete(id) => ToWorker::Complete(proto::Complete {
             attempt,
             checkpoint_id: id,
+            arm_failure: false,
         }),
         Control::Aborted(id) => ToWorker::Abort(proto::Abort {
             attempt,
@@ -100,11 +103,14 @@ fn message(attempt: u64, control: Control, folder: Option<&std::path::Path>) -> 
 /// Starts forwarding attempt `attempt`'s controls: task `i` of the plan runs on
 /// `workers[i]`, reached by `to[i]` (its stream, its head's uid, its subtask). `storage`
 /// is the executor's: it names the savepoint folders checkpoints are redirected to.
+/// `injector`: the coordinator's, when a failure is planted in this attempt; a Complete
+/// sent once it is armed arms the worker's too.
 pub(crate) fn start(
     attempt: u32,
     to: Vec<(ToWorkerTx, String, u32)>,
     workers: &[WorkerId],
     storage: CheckpointStorage,
+    injector: Option<Arc<FailureInjector>>,
 ) -> Result<HostedAttempt> {
     let mut controls = Vec::with_capacity(to.len());
     let mut receivers: Vec<Receiver<Control>> = Vec::with_capacity(to.len());
@@ -117,7 +123,17 @@ pub(crate) fn start(
     let workers = workers.to_vec();
     let handle = std::thread::Builder::new()
         .name(format!("weir-coordinator-attempt-{attempt}"))
-        .spawn(move || forward(u64::from(attempt), &receivers, &streams, &workers, &storage))
+        .spawn(move || {
+            let armed = || injector.as_ref().is_some_and(|i| i.is_armed());
+            forward(
+                u64::from(attempt),
+                &receivers,
+                &streams,
+                &workers,
+                &storage,
+                &armed,
+            )
+        })
         .map_err(|e| Error::Cluster(format!("cannot start the control forwarder: {e}")))?;
     let write_frozen = Box::new(move |task: usize, id: u64| {
         if let Some((stream, uid, subtask)) = to.get(task) {
@@ -144,6 +160,7 @@ fn forward(
     streams: &[ToWorkerTx],
     workers: &[WorkerId],
     storage: &CheckpointStorage,
+    armed: &dyn Fn() -> bool,
 ) {
     let mut seen = HashSet::new();
     let mut sel = Select::new();
@@ -160,7 +177,11 @@ fn forward(
                     continue;
                 }
                 let Control::Trigger(b) = control else {
-                    send(&streams[i], message(attempt, control, None));
+                    let mut m = message(attempt, control, None);
+                    if let ToWorker::Complete(c) = &mut m {
+                        c.arm_failure = armed();
+                    }
+                    send(&streams[i], m);
                     continue;
                 };
                 // An absolute path: the workers run in folders of their own.

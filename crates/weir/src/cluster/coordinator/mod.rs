@@ -29,7 +29,7 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
-use crate::runtime::exchange::{TlsConfig, WorkerId};
+use crate::runtime::exchange::{TlsConfig, WithHealth, WorkerId};
 
 /// How the coordinator listens and whom it lets in.
 #[derive(Debug, Clone)]
@@ -63,6 +63,9 @@ pub struct RegisteredWorker {
     pub(crate) last_heard: Arc<AtomicU64>,
     to_worker: UnboundedSender<std::result::Result<CoordinatorMessage, Status>>,
     from_worker: crossbeam_channel::Receiver<std::result::Result<WorkerMessage, String>>,
+    /// How many messages (heartbeats included) arrived from the worker so far: a worker a
+    /// peer reported lost proves alive by a message that arrives after the report.
+    heard: Arc<AtomicU64>,
 }
 
 impl RegisteredWorker {
@@ -207,13 +210,16 @@ impl coordinator_server::Coordinator for Service {
         let (to_worker, outbound) = unbounded_channel();
         let (tx, from_worker) = crossbeam_channel::unbounded();
         let silence = self.config.heartbeat_timeout;
+        let heard = Arc::new(AtomicU64::new(0));
+        let hearing = heard.clone();
         let last_heard = Arc::new(AtomicU64::new(crate::clock::wall_ms()));
-        let heard = last_heard.clone();
+        let heard_at = last_heard.clone();
         tokio::spawn(async move {
             loop {
                 let got = tokio::time::timeout(silence, inbound.message()).await;
                 if let Ok(Ok(Some(_))) = &got {
-                    heard.store(crate::clock::wall_ms(), Relaxed);
+                    hearing.fetch_add(1, Relaxed);
+                    heard_at.store(crate::clock::wall_ms(), Relaxed);
                 }
                 let Ok(got) = got else {
                     let _ = tx.send(Err(format!(
@@ -248,6 +254,7 @@ impl coordinator_server::Coordinator for Service {
             last_heard,
             to_worker,
             from_worker,
+            heard,
         };
         let interval = heartbeat_interval(silence);
         worker
@@ -328,10 +335,18 @@ impl CoordinatorEndpoint {
                 .tls_config(tls.server())
                 .map_err(|e| Error::Cluster(tls.unusable(&super::messages::error_chain(&e))))?;
         }
+        // The standard health service (grpc.health.v1), which needs no token: it reveals
+        // only that the coordinator runs its job — SERVING, overall ("") and for its
+        // control service, for as long as this endpoint lives, which is the job's run.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        runtime.block_on(health.set_serving::<CoordinatorServer<Service>>());
         let server = builder.serve_with_incoming_shutdown(
-            CoordinatorServer::new(service)
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
+            WithHealth {
+                service: CoordinatorServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
+                health: health_service,
+            },
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             async {
                 let _ = stopped.await;
@@ -429,6 +444,10 @@ pub(crate) fn deploy_message(spec: &DeploySpec) -> proto::Deploy {
             .collect(),
         restore_from: spec.restore_from.clone(),
         run_id: spec.run_id.clone(),
+        // Planted on one worker only, by the pool.
+        inject_failure: 0,
+        injected_failures_planned: 0,
+        inject_after_records: 0,
     }
 }
 
@@ -511,6 +530,7 @@ impl Drop for CoordinatorEndpoint {
 mod forward;
 mod pool;
 pub(crate) mod run;
+mod suspects;
 
 #[cfg(test)]
 mod tests;

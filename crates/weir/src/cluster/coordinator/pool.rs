@@ -9,9 +9,10 @@
 //! [`super::forward`]), and the restart strategy decides. The next [`TaskHosts::deploy`]
 //! drops the lost workers, waits (bounded) until enough are registered again — a restarted
 //! worker re-registers under a new id — and deploys the attempt, restored from the latest
-//! completed checkpoint, on them.
+//! completed checkpoint, on them. A worker a peer reported lost gets no deploy until it
+//! answers or is counted lost ([`super::suspects`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::Status;
 
+use super::suspects::{Standing, Suspects};
 use super::{
     deploy_message, schedule_plan, CoordinatorEndpoint, DeploySpec, Offer, RegisteredWorker,
 };
@@ -32,7 +34,7 @@ use crate::cluster::proto::worker_message::Kind as FromWorker;
 use crate::cluster::proto::{self, CoordinatorMessage, WorkerMessage};
 use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
-use crate::runtime::hosts::{HostedAttempt, TaskHosts};
+use crate::runtime::hosts::{HostedAttempt, PlantedFailure, TaskHosts};
 use crate::runtime::plan::Plan;
 use crate::runtime::status::{StreamStatus, WorkerBoard, WorkerStatus, WorkerSubtask};
 use crate::runtime::task::{TaskEvent, TaskMetrics};
@@ -72,6 +74,9 @@ struct Route {
 /// lost ones' last reports included.
 type Reported = Arc<Mutex<HashMap<(WorkerId, usize), u64>>>;
 
+/// The attempts that failed by an injected failure (a worker's TaskFailed said so).
+type Injected = Arc<Mutex<HashSet<u32>>>;
+
 /// A registered worker, with its reader.
 struct Member {
     id: WorkerId,
@@ -96,7 +101,13 @@ struct Member {
 }
 
 impl Member {
-    fn start(w: RegisteredWorker, run_id: Arc<str>, reported: Reported) -> Member {
+    fn start(
+        w: RegisteredWorker,
+        run_id: Arc<str>,
+        reported: Reported,
+        suspects: Suspects,
+        injected: Injected,
+    ) -> Member {
         let described = w.describe();
         let RegisteredWorker {
             id,
@@ -106,7 +117,10 @@ impl Member {
             last_heard,
             to_worker,
             from_worker,
+            heard,
+            ..
         } = w;
+        suspects.member(id, heard);
         let streams: Arc<Mutex<Vec<StreamStatus>>> = Arc::default();
         let (replies_tx, replies) = crossbeam_channel::unbounded();
         let route: Arc<Mutex<Route>> = Arc::default();
@@ -124,6 +138,8 @@ impl Member {
                         replies: &replies_tx,
                         run_id: &run_id,
                         reported: &reported,
+                        suspects: &suspects,
+                        injected: &injected,
                         streams: &streams,
                     };
                     read(from_worker, &reports, &lost);
@@ -188,11 +204,27 @@ struct Reports<'a> {
     /// The coordinator's run id, under which the worker wrote its files.
     run_id: &'a str,
     reported: &'a Reported,
+    /// Where a peer this worker reports lost becomes suspect.
+    suspects: &'a Suspects,
+    /// The attempts a worker reported an injected failure of.
+    injected: &'a Injected,
     /// The worker's exchange streams, as it last reported them.
     streams: &'a Mutex<Vec<StreamStatus>>,
 }
 
 impl Reports<'_> {
+    /// The worker reported a failure of `attempt` for `cause`: the peers it names as lost
+    /// get no deploy until they answer.
+    fn failed(&self, attempt: u64, cause: &str) {
+        for id in self.suspects.report(self.id, attempt as u32, cause) {
+            eprintln!(
+                "weir: {} reported worker {id} lost: no deploy onto it until it answers (a \
+                 heartbeat) or --heartbeat-timeout counts it lost",
+                self.who
+            );
+        }
+    }
+
     /// Counts what the worker reported of its subtasks' records into the executor's
     /// counters.
     fn progress(&self, route: &Route, p: &proto::Progress) {
@@ -252,6 +284,7 @@ fn read(
                     let _ = replies.send(Reply::Refused(f.attempt, f.cause));
                     None
                 } else {
+                    reports.failed(f.attempt, &f.cause);
                     // Also an event: the deploy may have been answered already.
                     let _ = replies.send(Reply::StartFailed(f.attempt, f.cause.clone()));
                     Some(TaskEvent::AttemptFailed {
@@ -264,6 +297,11 @@ fn read(
                 let error = if f.cancelled {
                     Error::Cancelled
                 } else {
+                    reports.failed(f.attempt, &f.cause);
+                    if f.injected {
+                        (reports.injected.lock().unwrap_or_else(|p| p.into_inner()))
+                            .insert(f.attempt as u32);
+                    }
                     Error::TaskFailed {
                         task: f.task,
                         cause: format!("{} (on {who})", f.cause),
@@ -361,6 +399,8 @@ pub(crate) struct WorkerPool {
     config: PoolConfig,
     members: Mutex<Vec<Member>>,
     reported: Reported,
+    suspects: Suspects,
+    injected: Injected,
     /// The workers as the status last listed them: what a status read shows while a
     /// deploy holds the members (it may wait for workers to register).
     listed: Mutex<Vec<WorkerStatus>>,
@@ -374,6 +414,8 @@ impl WorkerPool {
             config,
             members: Default::default(),
             reported: Reported::default(),
+            suspects: Suspects::default(),
+            injected: Injected::default(),
             listed: Mutex::default(),
         }
     }
@@ -405,17 +447,14 @@ impl WorkerPool {
         }
     }
 
-    /// Drops lost workers and waits until `config.workers` are registered, each named as
-    /// it registers.
+    /// Drops lost workers, waits until every worker a peer reported lost answered or is
+    /// counted lost too, and then until `config.workers` are registered, each named as it
+    /// registers.
     fn fill(&self, run_id: &Arc<str>) -> Result<()> {
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
-        members.retain(|m| match m.lost() {
-            Some(why) => {
-                eprintln!("weir: {why}");
-                false
-            }
-            None => true,
-        });
+        self.drop_lost(&mut members);
+        self.settle_suspects(&members)?;
+        self.drop_lost(&mut members);
         let want = self.config.workers;
         let timeout = self.config.registration_timeout;
         let deadline = Instant::now() + timeout;
@@ -438,13 +477,77 @@ impl WorkerPool {
                 }
             }
             eprintln!("weir: {} registered ({} slots)", w.describe(), w.slots);
-            members.push(Member::start(w, run_id.clone(), self.reported.clone()));
+            members.push(Member::start(
+                w,
+                run_id.clone(),
+                self.reported.clone(),
+                self.suspects.clone(),
+                self.injected.clone(),
+            ));
         }
         members.sort_by_key(|m| m.id);
         Ok(())
     }
 
+    /// Drops the members counted lost, naming each.
+    fn drop_lost(&self, members: &mut Vec<Member>) {
+        members.retain(|m| match m.lost() {
+            Some(why) => {
+                eprintln!("weir: {why}");
+                self.suspects.dropped(m.id);
+                false
+            }
+            None => true,
+        });
+    }
+
+    /// Waits until no member is suspect: each answered (a message after the report) or
+    /// was counted lost — which its heartbeat timeout guarantees, so the wait is bounded
+    /// by it; `registration_timeout` is only the safety net.
+    fn settle_suspects(&self, members: &[Member]) -> Result<()> {
+        let deadline = Instant::now() + self.config.registration_timeout;
+        let mut waiting_for: Vec<WorkerId> = Vec::new();
+        loop {
+            let suspect: Vec<&Member> = members
+                .iter()
+                .filter(|m| m.lost().is_none() && self.suspects.standing(m.id) == Standing::Suspect)
+                .collect();
+            for m in members.iter().filter(|m| waiting_for.contains(&m.id)) {
+                if m.lost().is_none() && !suspect.iter().any(|s| s.id == m.id) {
+                    eprintln!(
+                        "weir: {} answered after it was reported lost: it takes part in the \
+                         next attempt",
+                        m.described
+                    );
+                }
+            }
+            waiting_for.retain(|id| suspect.iter().any(|s| s.id == *id));
+            for m in &suspect {
+                if !waiting_for.contains(&m.id) {
+                    eprintln!(
+                        "weir: waiting for {} to answer before the next deploy (a peer \
+                         reported it lost)",
+                        m.described
+                    );
+                    waiting_for.push(m.id);
+                }
+            }
+            if suspect.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Cluster(format!(
+                    "{} neither answered nor was counted lost within {:?} after a peer \
+                     reported it lost (is its --heartbeat-timeout longer than that?)",
+                    suspect[0].described, self.config.registration_timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Deploys on the current members; `Ok(Err(why))` when one was lost meanwhile.
+    #[allow(clippy::too_many_arguments)]
     fn try_deploy(
         &self,
         plan: &Plan,
@@ -453,6 +556,7 @@ impl WorkerPool {
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
+        planted: Option<&PlantedFailure>,
     ) -> Result<std::result::Result<HostedAttempt, String>> {
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let offers: Vec<Offer> = members
@@ -498,8 +602,29 @@ impl WorkerPool {
             restore_from: restore.map_or_else(String::new, |p| p.display().to_string()),
             run_id: storage.run_id().to_string(),
         };
+        // The planted failure fires on one worker, picked by the seed and its number; every
+        // worker holds its sources once its share of the records still to go passed, until
+        // a checkpoint with progress completed, as every source does in one process.
+        let planter = planted.map(|p| {
+            let at = (p.seed as usize).wrapping_add(p.number) % members.len().max(1);
+            let share = p.records_to_go / members.len().max(1) as u64;
+            (members[at].id, p, share)
+        });
         for m in members.iter() {
-            send(&m.to_worker, ToWorker::Deploy(deploy_message(&spec)));
+            let mut deploy = deploy_message(&spec);
+            if let Some((_, p, share)) = planter {
+                deploy.injected_failures_planned = p.planned as u32;
+                deploy.inject_after_records = share;
+            }
+            if let Some((_, p, share)) = planter.filter(|(id, _, _)| *id == m.id) {
+                deploy.inject_failure = p.number as u32;
+                eprintln!(
+                    "weir: attempt {attempt} plants injected failure {} of {} on {} (after {share} \
+                     of its records, once a checkpoint with progress completed)",
+                    p.number, p.planned, m.described
+                );
+            }
+            send(&m.to_worker, ToWorker::Deploy(deploy));
         }
         let cancel_all = |cause: &str| {
             for m in members.iter() {
@@ -572,6 +697,7 @@ impl WorkerPool {
             to,
             &workers,
             storage.clone(),
+            planted.map(|p| p.injector.clone()),
         )?))
     }
 }
@@ -599,9 +725,19 @@ impl TaskHosts for WorkerPool {
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
+        planted: Option<PlantedFailure>,
     ) -> Result<HostedAttempt> {
         self.fill(&storage.run_id().into())?;
-        match self.try_deploy(plan, attempt, restore, events, storage, metrics)? {
+        let tried = self.try_deploy(
+            plan,
+            attempt,
+            restore,
+            events,
+            storage,
+            metrics,
+            planted.as_ref(),
+        )?;
+        match tried {
             Ok(hosted) => Ok(hosted),
             Err(why) => {
                 // A worker was lost during the deploy: the attempt fails at once, and the
@@ -622,6 +758,14 @@ impl TaskHosts for WorkerPool {
                 })
             }
         }
+    }
+
+    fn uncounted_failure(&self, attempt: u32) -> bool {
+        self.suspects.uncounted(attempt)
+    }
+
+    fn injected_failure(&self, attempt: u32) -> bool {
+        (self.injected.lock().unwrap_or_else(|p| p.into_inner())).contains(&attempt)
     }
 }
 
@@ -651,6 +795,8 @@ mod tests {
         let reported = Reported::default();
         let (replies, _) = crossbeam_channel::unbounded();
         let route_lock = Mutex::new(Route::default());
+        let suspects = Suspects::default();
+        let injected = Injected::default();
         let streams = Mutex::default();
         let worker = |id| Reports {
             who: "w",
@@ -659,6 +805,8 @@ mod tests {
             replies: &replies,
             run_id: "r",
             reported: &reported,
+            suspects: &suspects,
+            injected: &injected,
             streams: &streams,
         };
         let report = |subtasks| proto::Progress {

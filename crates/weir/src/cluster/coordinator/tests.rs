@@ -248,6 +248,26 @@ fn a_worker_of_another_binary_is_refused_naming_both_versions() {
     assert!(c.wait_for_workers(1, Duration::from_millis(1)).is_err());
 }
 
+/// A probe reads the coordinator's health without the token (a Kubernetes `grpc:` probe
+/// sends none): SERVING, overall and for the control service, while it runs the job; the
+/// control service still refuses a worker without the token.
+#[test]
+fn the_health_service_answers_without_the_token_and_the_control_service_still_refuses() {
+    use crate::runtime::exchange::health::check;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let c = coordinator("secret");
+    let at = c.local_addr();
+    assert_eq!(check(at, "").unwrap(), ServingStatus::Serving);
+    assert_eq!(
+        check(at, "weir.cluster.v1.Coordinator").unwrap(),
+        ServingStatus::Serving
+    );
+    let refused = attach(&worker_config(at, "wrong", "w"), &build)
+        .err()
+        .expect("a worker without the token is refused");
+    assert!(refused.to_string().contains("token"), "{refused}");
+}
+
 #[test]
 fn a_worker_with_a_wrong_token_is_refused_naming_the_token() {
     let c = coordinator("secret");

@@ -112,6 +112,18 @@ pub struct Deploy {
     /// _metadata does, so a restore tells this run's files from another's.
     #[prost(string, tag = "7")]
     pub run_id: ::prost::alloc::string::String,
+    /// Failure injection (`--inject-failures`, for recovery tests). `injected_failures_planned`
+    /// > 0: a failure is planted in this attempt, due once `inject_after_records` records
+    /// entered this worker's subtasks in the attempt; `inject_failure` is its number (1-based)
+    /// on the worker that fires it, 0 on the others. It fires only once a Complete with
+    /// `arm_failure` arrived (a checkpoint that got the sources further completed in the
+    /// attempt); until then every worker's sources hold while it is due, as in one process.
+    #[prost(uint32, tag = "8")]
+    pub inject_failure: u32,
+    #[prost(uint32, tag = "9")]
+    pub injected_failures_planned: u32,
+    #[prost(uint64, tag = "10")]
+    pub inject_after_records: u64,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct SubtaskAssignment {
@@ -304,6 +316,10 @@ pub struct TaskFailed {
     /// elsewhere.
     #[prost(bool, tag = "6")]
     pub cancelled: bool,
+    /// The failure was planted by failure injection (Deploy's `inject_failure`): the
+    /// restart strategy counts it as an injected failure.
+    #[prost(bool, tag = "7")]
+    pub injected: bool,
 }
 /// A source subtask's input ended (the coordinator hurries the final checkpoint).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -394,6 +410,10 @@ pub struct Complete {
     pub attempt: u64,
     #[prost(uint64, tag = "2")]
     pub checkpoint_id: u64,
+    /// A checkpoint that got the sources further than the attempt's restore completed: an
+    /// injected failure deployed to this worker may fire now.
+    #[prost(bool, tag = "3")]
+    pub arm_failure: bool,
 }
 /// Checkpoint `checkpoint_id` will never complete: drop what was pending for it.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -31,6 +31,7 @@ use crate::runtime::config::JobConfig;
 use crate::runtime::control::ControlHub;
 use crate::runtime::exchange::{Exchange, WorkerId};
 use crate::runtime::executor::{Attempt, Executor, JobMetrics};
+use crate::runtime::fault::FailureInjector;
 use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::placement::{Hosting, Placement};
 use crate::runtime::plan::Plan;
@@ -147,8 +148,17 @@ impl Host {
     /// restart strategy decides what comes next.
     pub(crate) fn run(&self, deploy: &proto::Deploy, inbox: &Inbox) -> Result<Next> {
         let attempt = deploy.attempt as u32;
+        // The injected failure the coordinator planted in this attempt, if any
+        // (`--inject-failures`): fired here, or only waited for with the sources held.
+        let injector = (deploy.injected_failures_planned > 0).then(|| {
+            Arc::new(FailureInjector::planted(
+                deploy.inject_failure as usize,
+                deploy.injected_failures_planned as usize,
+                deploy.inject_after_records,
+            ))
+        });
         let started = self.start(deploy).and_then(|(placement, restored)| {
-            let exec = self.executor(placement)?;
+            let exec = self.executor(placement, injector.clone())?;
             exec.state_backend.prepare_attempt()?;
             let a = exec.spawn(attempt, restored.as_ref())?;
             Ok((a, restored.map(|r| r.path)))
@@ -190,7 +200,7 @@ impl Host {
             mine.join(", "),
             restored.map_or_else(String::new, |p| format!(", restored from {}", p.display()))
         );
-        let next = self.relay(attempt, &mut tasks, &local, inbox);
+        let next = self.relay(attempt, &mut tasks, &local, inbox, injector.as_deref());
         // Before joining: a sender waiting for a channel to a peer that never connected
         // (hung or cut off before it dialled) wakes with an error instead of for ever.
         self.exchange.end_attempt(attempt);
@@ -237,7 +247,11 @@ impl Host {
 
     /// The executor that builds this worker's subtasks of one attempt (it runs no
     /// checkpoint coordinator here: the relay does what its loop would).
-    fn executor(&self, placement: Arc<Placement>) -> Result<Executor<'_>> {
+    fn executor(
+        &self,
+        placement: Arc<Placement>,
+        injector: Option<Arc<FailureInjector>>,
+    ) -> Result<Executor<'_>> {
         let task_metrics = self.task_metrics.clone();
         let source_metrics = (self.plan.tasks.iter().zip(&task_metrics))
             .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
@@ -249,7 +263,7 @@ impl Host {
             plan: crate::runtime::plan::plan(&self.graph, &self.cfg)?,
             storage: self.storage.clone(),
             metrics: Arc::new(JobMetrics::default()),
-            injector: None,
+            injector,
             events_tx: self.events_tx.clone(),
             writer_tx: self.writer_tx.clone().expect("the writers live until drop"),
             task_metrics,
@@ -265,12 +279,14 @@ impl Host {
     }
 
     /// Relays between the coordinator and attempt `attempt`'s subtasks; see the module docs.
+    /// `injector`: the failure planted here, armed by the coordinator's Complete.
     fn relay(
         &self,
         attempt: u32,
         tasks: &mut Attempt,
         local: &[bool],
         inbox: &Inbox,
+        injector: Option<&FailureInjector>,
     ) -> Result<Next> {
         // Per exited task, the newest frozen snapshot and the checkpoint it was taken for.
         let mut frozen: HashMap<usize, (Arc<EncodedSnapshot>, u64)> = HashMap::new();
@@ -293,7 +309,7 @@ impl Host {
                 let Ok(event) = op.recv(&self.events) else {
                     return Err(Error::Cluster("the worker's event channel closed".into()));
                 };
-                self.report(attempt, event, tasks, local, &mut frozen);
+                self.report(attempt, event, tasks, local, &mut frozen, injector);
                 continue;
             }
             let message = match op.recv(inbox) {
@@ -336,6 +352,9 @@ impl Host {
                     }
                 }
                 FromCoordinator::Complete(c) if c.attempt == u64::from(attempt) => {
+                    if let Some(injector) = injector.filter(|_| c.arm_failure) {
+                        injector.on_checkpoint_completed();
+                    }
                     tasks.broadcast(Control::Complete(c.checkpoint_id));
                 }
                 FromCoordinator::Abort(a) if a.attempt == u64::from(attempt) => {
@@ -354,7 +373,8 @@ impl Host {
         }
     }
 
-    /// Reports a subtask's (or writer's) event of attempt `attempt` to the coordinator.
+    /// Reports a subtask's (or writer's) event of attempt `attempt` to the coordinator; a
+    /// failure after `injector` fired is reported as injected.
     fn report(
         &self,
         attempt: u32,
@@ -362,6 +382,7 @@ impl Host {
         tasks: &mut Attempt,
         local: &[bool],
         frozen: &mut HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
+        injector: Option<&FailureInjector>,
     ) {
         let a = u64::from(attempt);
         let kind = match event {
@@ -427,6 +448,8 @@ impl Host {
                     task_uid: s.task_uid,
                     subtask: s.subtask,
                     cancelled: matches!(error, Error::Cancelled),
+                    injected: !matches!(error, Error::Cancelled)
+                        && injector.is_some_and(|i| i.fired() > 0),
                 })
             }
             _ => return, // an older attempt's

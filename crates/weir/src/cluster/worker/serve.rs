@@ -72,15 +72,20 @@ pub fn serve(
                 exchange.insert(Arc::new(e)).clone()
             }
         };
-        match membership(config, &mut deployed, &described, this) {
+        // Registered and deployed: the health service says SERVING (a readiness probe).
+        this.set_ready(true);
+        match membership(config, &mut deployed, &described, this.clone()) {
             Ok(end) => return Ok(end),
             Err(Membership::Failed(e)) => return Err(e),
-            Err(Membership::Lost(cause)) => eprintln!(
-                "weir: {described} lost the coordinator at {at}: {cause} (it died, hung or \
-                 is cut off, or counted this worker as lost); registering again, for up to \
-                 --connect-timeout {:?}",
-                config.connect_timeout
-            ),
+            Err(Membership::Lost(cause)) => {
+                this.set_ready(false);
+                eprintln!(
+                    "weir: {described} lost the coordinator at {at}: {cause} (it died, hung or \
+                     is cut off, or counted this worker as lost); registering again, for up to \
+                     --connect-timeout {:?}",
+                    config.connect_timeout
+                )
+            }
         }
     }
 }

@@ -66,6 +66,7 @@
 #![cfg_attr(not(test), allow(dead_code, unused_imports))] // Parts (stats, `recv`) serve the worker role to come.
 
 pub mod channel;
+pub(crate) mod health;
 pub mod node;
 pub mod outbox;
 pub mod peer;
@@ -79,6 +80,7 @@ pub(crate) mod tests;
 pub(crate) mod tls_tests;
 
 pub use channel::TrySend;
+pub(crate) use health::WithHealth;
 pub use node::{Exchange, ExchangeConfig};
 pub use tls::TlsConfig;
 

@@ -38,10 +38,12 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Endpoint, Server};
 use tonic::{Request, Response, Status, Streaming};
+use tonic_health::ServingStatus;
 
 use crate::runtime::codec::RecordCodec;
 
 use super::channel::{RemoteInput, RemoteSender};
+use super::health::WithHealth;
 use super::outbox::{RequestFrames, ResponseFrames};
 use super::peer::{status_cause, Peer};
 use super::proto::exchange_client::ExchangeClient;
@@ -328,6 +330,8 @@ impl exchange_server::Exchange for Service {
 pub struct Exchange {
     node: Arc<Node>,
     local_addr: SocketAddr,
+    /// The standard health service's statuses ([`Exchange::set_ready`]).
+    health: tonic_health::server::HealthReporter,
     runtime: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -391,6 +395,14 @@ impl Exchange {
             refused: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // The standard health service (grpc.health.v1), which needs no token (it reveals
+        // nothing): the exchange service SERVING once it serves, the worker overall ("")
+        // NOT_SERVING until its role says it is ready (`set_ready`).
+        let (health, health_service) = tonic_health::server::health_reporter();
+        runtime.block_on(async {
+            health.set_serving::<ExchangeServer<Service>>().await;
+            (health.set_service_status("", ServingStatus::NotServing)).await;
+        });
         let mut builder = Server::builder();
         if let Some(tls) = &node.config.tls {
             builder = builder
@@ -401,9 +413,12 @@ impl Exchange {
             .http2_keepalive_interval(Some(node.config.keepalive_interval))
             .http2_keepalive_timeout(Some(node.config.keepalive_timeout))
             .serve_with_incoming_shutdown(
-                ExchangeServer::new(Service(node.clone()))
-                    .max_decoding_message_size(MAX_MESSAGE)
-                    .max_encoding_message_size(MAX_MESSAGE),
+                WithHealth {
+                    service: ExchangeServer::new(Service(node.clone()))
+                        .max_decoding_message_size(MAX_MESSAGE)
+                        .max_encoding_message_size(MAX_MESSAGE),
+                    health: health_service,
+                },
                 TcpIncoming::from(listener).with_nodelay(Some(true)),
                 async {
                     let _ = stopped.await;
@@ -413,9 +428,23 @@ impl Exchange {
         Ok(Exchange {
             node,
             local_addr,
+            health,
             runtime: Some(runtime),
             stop: Some(stop),
         })
+    }
+
+    /// Sets what the standard health service answers for the worker overall (service
+    /// ""): SERVING while it is registered with its coordinator and runs its job,
+    /// NOT_SERVING while it registers again — what a Kubernetes `grpc:` readiness probe
+    /// reads, without the cluster token.
+    pub fn set_ready(&self, ready: bool) {
+        let status = if ready {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        (self.runtime()).block_on(self.health.set_service_status("", status));
     }
 
     /// Where this exchange listens (the port chosen, when asked for port 0).
