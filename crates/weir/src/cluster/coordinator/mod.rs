@@ -528,6 +528,7 @@ impl Drop for CoordinatorEndpoint {
 }
 
 mod forward;
+mod member;
 mod pool;
 pub(crate) mod run;
 mod suspects;
