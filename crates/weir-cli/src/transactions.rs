@@ -14,9 +14,15 @@
 //!
 //! The checkpoint does not hold the sinks' connection details (passwords have no place in
 //! it): the tool takes the sink URL the job was run with (`--sink postgres://…`,
-//! `--sink files:DIR`). PostgreSQL prepared transactions and the file sink's hidden parts
-//! (a listed pending part is renamed to its visible name, any other in-progress or pending
-//! part of the sink deleted) are handled; JetStream messages are not yet.
+//! `--sink files:DIR`, `--sink nats://HOST/STREAM`). Handled:
+//! * PostgreSQL prepared transactions (committed or rolled back);
+//! * the file sink's hidden parts (a listed pending part is renamed to its visible name, any
+//!   other in-progress or pending part of the sink deleted);
+//! * JetStream commits: that sink is write-ahead, so nothing of a transaction reaches the
+//!   stream before its checkpoint completes, and nothing is ever to abort. What can linger is
+//!   a committable the checkpoint lists whose messages the stream does not (all) hold: it is
+//!   listed with the count of missing messages, and settling publishes exactly those, under
+//!   their own message ids (`weir_connectors::nats::PendingCommits`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, Write};
@@ -53,8 +59,8 @@ pub struct ListArgs {
     /// Only this job (a folder in the checkpoint directory); default: every job in it.
     #[arg(long, value_name = "NAME")]
     job: Option<String>,
-    /// The sink the job was run with (`postgres://USER[:PASSWORD]@HOST[:PORT]/DB/TABLE` or
-    /// `files:DIR`); repeat for several sinks.
+    /// The sink the job was run with (`postgres://USER[:PASSWORD]@HOST[:PORT]/DB/TABLE`,
+    /// `files:DIR` or `nats://HOST[:PORT]/STREAM[?subject=S]`); repeat for several sinks.
     #[arg(long = "sink", value_name = "URL", required = true)]
     sinks: Vec<String>,
 }
@@ -104,6 +110,9 @@ struct Open {
     sink: usize,
     name: String,
     verdict: Verdict,
+    /// What the verdict means here, when more than the verdict (a JetStream commit's
+    /// missing messages).
+    detail: Option<String>,
 }
 
 /// A PostgreSQL sink's committable (`weir_connectors::postgres::PreparedTransaction`,
@@ -116,6 +125,29 @@ struct PgCommittable {
     rows: u64,
 }
 
+/// A JetStream sink's committable (`weir_connectors::nats::JetStreamCommittable`, same
+/// fields in the same order), behind the checkpoint id it was pre-committed for.
+#[derive(Deserialize, Clone)]
+struct JsCommittable {
+    name: String,
+    run: String,
+    subject: String,
+    payloads: Vec<Vec<u8>>,
+}
+
+impl JsCommittable {
+    /// Whether these bytes are plausibly a JetStream sink's handle of the sink `prefix`
+    /// (other connectors' bytes can decode by chance): its name, a 16-digit hex run id and
+    /// a subject.
+    fn is_own(&self, prefix: &str) -> bool {
+        own_name(prefix, &self.name)
+            && self.run.len() == 16
+            && self.run.bytes().all(|b| b.is_ascii_hexdigit())
+            && !self.subject.is_empty()
+            && !self.subject.contains([' ', '*', '>'])
+    }
+}
+
 /// A job's latest completed checkpoint and its 2PC sinks.
 struct JobCheckpoint {
     job: String,
@@ -124,13 +156,15 @@ struct JobCheckpoint {
     sinks: BTreeMap<String, BTreeSet<String>>,
     /// File sink uid → the committed names of the parts it lists as pending.
     file_sinks: BTreeMap<String, BTreeSet<String>>,
+    /// JetStream sink uid → the commits it lists as pending.
+    jetstream: BTreeMap<String, Vec<JsCommittable>>,
 }
 
 /// Runs a `weir transactions` command.
 pub fn run(cmd: TransactionsCommand) -> Result<ExitCode> {
     match cmd {
         TransactionsCommand::List(args) => {
-            let (open, notes) = find(&args)?;
+            let (open, notes, _) = find(&args)?;
             print(&render(&open, &notes));
             Ok(ExitCode::SUCCESS)
         }
@@ -189,6 +223,7 @@ fn latest_checkpoints(
             .with_context(|| format!("cannot read checkpoint {}", path.display()))?;
         let mut sinks = BTreeMap::new();
         let mut file_sinks = BTreeMap::new();
+        let mut jetstream = BTreeMap::new();
         for op in &d.operators {
             if !op.states.iter().any(|s| s.name == PENDING_TRANSACTIONS) {
                 continue;
@@ -218,8 +253,17 @@ fn latest_checkpoints(
                 }
                 _ => {}
             }
-            // Another connector's committables (file parts, JetStream) do not decode as
-            // PostgreSQL ones, or carry names outside the sink's prefix.
+            // Before PostgreSQL's: a JetStream handle decodes as a PostgreSQL one too (its
+            // name, then its run id's length read as a row count).
+            if let Ok(commits) = raw.list_elements::<(u64, JsCommittable)>() {
+                if commits.iter().all(|e| e.value.1.is_own(&prefix)) {
+                    let commits = commits.into_iter().map(|e| e.value.1).collect();
+                    jetstream.insert(op.uid.clone(), commits);
+                    continue;
+                }
+            }
+            // Another connector's committables (file parts) do not decode as PostgreSQL
+            // ones, or carry names outside the sink's prefix.
             let names = raw
                 .list_elements::<(u64, PgCommittable)>()
                 .ok()
@@ -238,7 +282,8 @@ fn latest_checkpoints(
                 // show as orphans instead, touched only on request.
                 None => notes.push(format!(
                     "job `{job}`: the pending transactions of sink `{}` in chk-{id} are neither \
-                     PostgreSQL ones nor file parts; its transactions, if any, show as orphans",
+                     PostgreSQL ones, file parts nor JetStream commits; its transactions, if \
+                     any, show as orphans",
                     op.uid
                 )),
             }
@@ -248,17 +293,24 @@ fn latest_checkpoints(
             id,
             sinks,
             file_sinks,
+            jetstream,
         });
     }
     Ok(out)
 }
 
-/// Every open transaction of the jobs' sinks, with its verdict; and notes for the user.
-fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
+/// Every open transaction of the jobs' sinks, with its verdict; notes for the user; and the
+/// jobs' checkpoints they were judged by.
+fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>, Vec<JobCheckpoint>)> {
     let mut notes = Vec::new();
     let jobs = latest_checkpoints(&args.checkpoint_dir, args.job.as_deref(), &mut notes)?;
     let mut open = Vec::new();
+    let mut captured = BTreeSet::new();
     for (i, url) in args.sinks.iter().enumerate() {
+        if url.starts_with("nats://") {
+            jetstream_open(url, i, &jobs, &mut open, &mut captured)?;
+            continue;
+        }
         let (system, names) = list_system(url)?;
         let files = url.starts_with("files:");
         for name in names {
@@ -282,11 +334,26 @@ fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
                 sink: i,
                 name,
                 verdict,
+                detail: None,
             });
         }
     }
     for j in &jobs {
-        if j.sinks.is_empty() && j.file_sinks.is_empty() {
+        for (uid, commits) in &j.jetstream {
+            let pending = commits
+                .iter()
+                .filter(|c| !captured.contains(&c.name))
+                .count();
+            if pending > 0 {
+                notes.push(format!(
+                    "job `{}`: JetStream sink `{uid}` has {pending} commit(s) pending in chk-{} \
+                     on subjects no --sink names; pass its --sink nats://HOST/STREAM to check \
+                     them",
+                    j.job, j.id
+                ));
+            }
+        }
+        if j.sinks.is_empty() && j.file_sinks.is_empty() && j.jetstream.is_empty() {
             notes.push(format!(
                 "job `{}`: chk-{} has no two-phase-commit sink state",
                 j.job, j.id
@@ -307,7 +374,7 @@ fn find(args: &ListArgs) -> Result<(Vec<Open>, Vec<String>)> {
         }
     }
     open.sort_by(|a, b| (&a.job, a.verdict, &a.name).cmp(&(&b.job, b.verdict, &b.name)));
-    Ok((open, notes))
+    Ok((open, notes, jobs))
 }
 
 /// What `job`'s latest checkpoint says of the transaction `name`.
@@ -381,9 +448,9 @@ fn list_system(url: &str) -> Result<(String, Vec<String>)> {
         bail!("this weir was built without PostgreSQL support (cargo feature `postgres`)");
     }
     bail!(
-        "--sink `{url}`: only PostgreSQL sinks (postgres://…) and file sinks (files:DIR) \
-         are settled by this tool so far; settle JetStream messages by restarting the job \
-         from its latest checkpoint (`weir run … --restore latest`)"
+        "--sink `{url}`: this tool settles PostgreSQL sinks (postgres://…), file sinks \
+         (files:DIR) and JetStream sinks (nats://HOST/STREAM); other sinks hold no \
+         transactions outside the job"
     )
 }
 
@@ -440,6 +507,117 @@ fn settle_part(dir: &Path, name: &str, commit: bool) -> Result<&'static str> {
     Ok("committed")
 }
 
+/// The JetStream commits of `jobs` that publish into the stream of `url` and whose
+/// messages the stream does not all hold: each is to commit (publish what is missing).
+/// Their names go into `captured`.
+#[cfg(feature = "nats")]
+fn jetstream_open(
+    url: &str,
+    sink: usize,
+    jobs: &[JobCheckpoint],
+    open: &mut Vec<Open>,
+    captured: &mut BTreeSet<String>,
+) -> Result<()> {
+    use weir_connectors::nats::{JetStreamConfig, PendingCommits};
+    let config = JetStreamConfig::parse(url).map_err(|e| anyhow::anyhow!("--sink: {e}"))?;
+    let mut stream = PendingCommits::connect(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut stored: BTreeMap<String, std::collections::HashSet<String>> = BTreeMap::new();
+    for job in jobs {
+        for c in job.jetstream.values().flatten() {
+            if !stream.captures(&c.subject) {
+                continue;
+            }
+            captured.insert(c.name.clone());
+            if !stored.contains_key(&c.subject) {
+                let ids = stream
+                    .stored_ids(&c.subject)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                stored.insert(c.subject.clone(), ids);
+            }
+            let missing = PendingCommits::missing(&committable(c), &stored[&c.subject]);
+            if missing.is_empty() {
+                continue; // committed already: by the job's own commit or an earlier settle
+            }
+            open.push(Open {
+                job: job.job.clone(),
+                checkpoint: job.id,
+                system: config.to_string(),
+                sink,
+                name: c.name.clone(),
+                verdict: Verdict::Commit,
+                detail: Some(format!(
+                    "publish {} of {} message(s)",
+                    missing.len(),
+                    c.payloads.len()
+                )),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "nats"))]
+fn jetstream_open(
+    _url: &str,
+    _sink: usize,
+    _jobs: &[JobCheckpoint],
+    _open: &mut Vec<Open>,
+    _captured: &mut BTreeSet<String>,
+) -> Result<()> {
+    bail!("this weir was built without NATS support (cargo feature `nats`)")
+}
+
+/// The connector's committable for a decoded one.
+#[cfg(feature = "nats")]
+fn committable(c: &JsCommittable) -> weir_connectors::nats::JetStreamCommittable {
+    weir_connectors::nats::JetStreamCommittable {
+        name: c.name.clone(),
+        run: c.run.clone(),
+        subject: c.subject.clone(),
+        payloads: c.payloads.clone(),
+    }
+}
+
+/// Publishes the missing messages of the JetStream commits `todo` (read again: a restart
+/// may have published them since they were listed).
+#[cfg(feature = "nats")]
+fn settle_jetstream(url: &str, jobs: &[JobCheckpoint], todo: &[&&Open]) -> Result<()> {
+    use weir_connectors::nats::{JetStreamConfig, PendingCommits};
+    let config = JetStreamConfig::parse(url).map_err(|e| anyhow::anyhow!("--sink: {e}"))?;
+    let mut stream = PendingCommits::connect(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for o in todo {
+        let c = jobs
+            .iter()
+            .filter(|j| j.job == o.job)
+            .flat_map(|j| j.jetstream.values().flatten())
+            .find(|c| c.name == o.name)
+            .with_context(|| format!("transaction {} vanished from the checkpoint", o.name))?;
+        let c = committable(c);
+        let stored = stream
+            .stored_ids(&c.subject)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let missing = PendingCommits::missing(&c, &stored);
+        if missing.is_empty() {
+            print(&format!("already settled {}\n", o.name));
+            continue;
+        }
+        stream
+            .publish(&c, &missing)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        print(&format!(
+            "committed {} ({} message(s) published)\n",
+            o.name,
+            missing.len()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "nats"))]
+fn settle_jetstream(_url: &str, _jobs: &[JobCheckpoint], _todo: &[&&Open]) -> Result<()> {
+    bail!("this weir was built without NATS support (cargo feature `nats`)")
+}
+
 #[cfg(feature = "postgres")]
 fn pg_connect(url: &str) -> Result<(String, weir_connectors::postgres::PreparedTransactions)> {
     use weir_connectors::postgres::{PostgresSinkConfig, PreparedTransactions};
@@ -466,7 +644,10 @@ fn render(open: &[Open], notes: &[String]) -> String {
                     format!("chk-{}", o.checkpoint),
                     o.system.clone(),
                     o.name.clone(),
-                    o.verdict.as_str().to_string(),
+                    match &o.detail {
+                        Some(d) => format!("{} ({d})", o.verdict.as_str()),
+                        None => o.verdict.as_str().to_string(),
+                    },
                 ]
             })
             .collect();
@@ -489,7 +670,7 @@ fn render(open: &[Open], notes: &[String]) -> String {
 }
 
 fn settle(args: &SettleArgs) -> Result<ExitCode> {
-    let (open, notes) = find(&args.list)?;
+    let (open, notes, jobs) = find(&args.list)?;
     print(&render(&open, &notes));
     let todo: Vec<&Open> = open
         .iter()
@@ -506,6 +687,10 @@ fn settle(args: &SettleArgs) -> Result<ExitCode> {
         for (i, url) in args.list.sinks.iter().enumerate() {
             let mine: Vec<&&Open> = todo.iter().filter(|o| o.sink == i).collect();
             if mine.is_empty() {
+                continue;
+            }
+            if url.starts_with("nats://") {
+                settle_jetstream(url, &jobs, &mine)?;
                 continue;
             }
             match url.strip_prefix("files:") {
@@ -586,6 +771,7 @@ mod tests {
             id: 3,
             sinks,
             file_sinks,
+            jetstream: BTreeMap::new(),
         }
     }
 
@@ -605,5 +791,22 @@ mod tests {
         assert_eq!(f(".part-j~out~0-4-0.tsv.pending"), Verdict::Abort);
         assert_eq!(f(".part-j~out~0-5.inprogress"), Verdict::Abort);
         assert_eq!(f(".part-j~old~0-3-0.tsv.pending"), Verdict::Orphan);
+    }
+
+    #[test]
+    fn only_a_jetstream_sinks_own_handles_are_taken_for_jetstream_commits() {
+        let c = |name: &str, run: &str, subject: &str| JsCommittable {
+            name: name.into(),
+            run: run.into(),
+            subject: subject.into(),
+            payloads: vec![b"1\t1".to_vec()],
+        };
+        let prefix = "j~out~";
+        assert!(c("j~out~0-3", "00ff00ff00ff00ff", "counts.out").is_own(prefix));
+        assert!(!c("j~other~0-3", "00ff00ff00ff00ff", "counts.out").is_own(prefix));
+        assert!(!c("j~out~0-3", "not-a-run-id-xyz", "counts.out").is_own(prefix));
+        assert!(!c("j~out~0-3", "00ff", "counts.out").is_own(prefix));
+        assert!(!c("j~out~0-3", "00ff00ff00ff00ff", "").is_own(prefix));
+        assert!(!c("j~out~0-3", "00ff00ff00ff00ff", "counts.*").is_own(prefix));
     }
 }

@@ -5,32 +5,14 @@
 
 mod common;
 mod connectors_support;
-#[path = "../../weir-connectors/tests/support/nats.rs"]
-mod nats;
+mod nats_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
 use connectors_support::*;
-use nats::{free_port, NatsServer};
-
-/// Every message of `stream` as `(key, count)`; panics on a payload that is not
-/// `key<TAB>count`.
-fn read_counts(server: &NatsServer, stream: &str) -> Vec<(u64, u64)> {
-    server
-        .client()
-        .read_all(stream)
-        .into_iter()
-        .map(|(seq, p)| {
-            let text = String::from_utf8(p).unwrap();
-            let (k, c) = text
-                .split_once('\t')
-                .unwrap_or_else(|| panic!("message {seq}: not key<TAB>count: {text:?}"));
-            (k.parse().unwrap(), c.parse().unwrap())
-        })
-        .collect()
-}
+use nats_support::{free_port, read_counts, NatsServer};
 
 /// keyed-count reads N event numbers from one stream and writes every update to another,
 /// with 5 injected failures at parallelism 2: the output stream holds every key's counts

@@ -211,6 +211,16 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
     let attempts = rows(section(&overview, "<table id=\"attempts\"", "</table>"));
     assert_eq!(attempts.len(), 1, "{attempts:?}");
     assert_eq!(attempts[0][3], "running", "{attempts:?}");
+    // Every subtask names its worker: in one process, the process itself.
+    let task_rows = rows(tasks);
+    assert!(task_rows.iter().all(|r| r[2] == "local"), "{task_rows:?}");
+    // The workers page: not a cluster, the process as one local worker running all 4.
+    let workers = dom(t, &job.url("/workers"));
+    assert!(workers.contains("Not a cluster"), "{workers}");
+    let listed = rows(section(&workers, "<table id=\"workers\"", "</table>"));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0][0], "local", "{listed:?}");
+    assert_eq!(listed[0][6].split(", ").count(), 4, "{listed:?}");
 
     let checkpoints = dom(t, &job.url("/checkpoints"));
     let history = section(&checkpoints, "<table id=\"history\"", "</table>");

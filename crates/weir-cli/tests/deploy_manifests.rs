@@ -68,6 +68,51 @@ fn kubernetes_manifests_validate_against_the_api_schemas() {
     }
 }
 
+/// A manifest's text without its comments and without the lines marked `# tls`.
+fn without_tls(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.ends_with("# tls"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn the_tls_variant_validates_and_differs_from_the_manifests_only_by_its_tls_lines() {
+    let tls = deploy().join("kubernetes/tls");
+    let files: Vec<PathBuf> = ["coordinator.yaml", "secret-tls.yaml", "workers.yaml"]
+        .iter()
+        .map(|f| tls.join(f))
+        .collect();
+    let o = validate(&files);
+    assert!(
+        o.status.success(),
+        "the TLS manifests do not validate:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The same cluster as the plain manifests, plus the TLS flags, the Secret's mount and
+    // its volume (so the two cannot drift apart).
+    for name in ["coordinator.yaml", "workers.yaml"] {
+        let plain = fs::read_to_string(deploy().join("kubernetes").join(name)).unwrap();
+        let variant = fs::read_to_string(tls.join(name)).unwrap();
+        assert_eq!(without_tls(&variant), without_tls(&plain), "{name}");
+        for line in [
+            "- --tls-cert  # tls",
+            "- --tls-key  # tls",
+            "- --tls-ca  # tls",
+            "- --tls-server-name  # tls",
+            "secretName: weir-tls  # tls",
+            "mountPath: /etc/weir-tls  # tls",
+        ] {
+            assert_eq!(variant.matches(line).count(), 1, "{name}: {line}");
+        }
+    }
+    let secret = fs::read_to_string(tls.join("secret-tls.yaml")).unwrap();
+    for key in ["ca.crt:", "tls.crt:", "tls.key:"] {
+        assert!(secret.contains(key), "secret-tls.yaml: {key}");
+    }
+}
+
 #[test]
 fn the_validator_refuses_a_broken_manifest() {
     // The check above can fail: a port that is not a number and an unknown field are

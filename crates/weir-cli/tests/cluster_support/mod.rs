@@ -34,6 +34,8 @@ pub struct Cluster {
     pub workers: Vec<(String, Child)>,
     /// The coordinator's cluster address, for workers.
     pub address: String,
+    /// Each worker's own flags, by its name (TLS certificates).
+    worker_flags: fn(&Path, &str) -> Vec<String>,
 }
 
 /// How a cluster's run ended: the coordinator's exit code, stdout and stderr, and each
@@ -50,6 +52,17 @@ impl Cluster {
     /// `n` workers of one slot each, named `<prefix>1…`, each registered before the next
     /// starts (so worker ids follow the names).
     pub fn start(dir: &Path, args: &[String], n: usize, prefix: &str) -> Cluster {
+        Self::start_with(dir, args, n, prefix, |_, _| Vec::new())
+    }
+
+    /// [`Cluster::start`], each worker also given `worker_flags(dir, its name)`.
+    pub fn start_with(
+        dir: &Path,
+        args: &[String],
+        n: usize,
+        prefix: &str,
+        worker_flags: fn(&Path, &str) -> Vec<String>,
+    ) -> Cluster {
         let mut args = args.to_vec();
         args.extend(
             [
@@ -76,6 +89,7 @@ impl Cluster {
             out,
             workers: Vec::new(),
             address: String::new(),
+            worker_flags,
         };
         c.address = c
             .wait_for_line("coordinator listening on ")
@@ -99,6 +113,7 @@ impl Cluster {
         let mut cmd = Command::new(BIN);
         cmd.args(["worker", "--coordinator", &self.address, "--slots", "1"])
             .args(["--name", name])
+            .args((self.worker_flags)(&self.dir, name))
             .current_dir(&self.dir)
             .env("RUST_BACKTRACE", "0")
             .stdin(std::process::Stdio::null());
@@ -133,14 +148,28 @@ impl Cluster {
                 return;
             }
             if let Some(st) = self.coordinator.try_wait().expect("try_wait") {
-                panic!("the coordinator exited ({st}) before {what}:\n{text}");
+                panic!(
+                    "the coordinator exited ({st}) before {what}:\n{text}{}",
+                    self.worker_logs()
+                );
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} within {TIMEOUT:?}:\n{text}"
+                "no {what} within {TIMEOUT:?}:\n{text}{}",
+                self.worker_logs()
             );
             thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Every worker's log, for a failure's message.
+    fn worker_logs(&self) -> String {
+        (self.workers.iter())
+            .map(|(name, _)| {
+                let log = fs::read_to_string(self.dir.join(format!("{name}.log")));
+                format!("\n--- {name}.log:\n{}", log.unwrap_or_default())
+            })
+            .collect()
     }
 
     /// What follows `needle` on the first line of the coordinator's log that holds it.

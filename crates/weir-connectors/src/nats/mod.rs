@@ -46,6 +46,7 @@
 //! # }
 //! ```
 
+pub mod settle;
 pub mod sink;
 pub mod source;
 
@@ -55,6 +56,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use weir::{Error, Result};
 
+pub use settle::PendingCommits;
 pub use sink::{JetStreamAtLeastOnceSink, JetStreamCommittable, JetStreamSink, SinkStats};
 pub use source::JetStreamSource;
 

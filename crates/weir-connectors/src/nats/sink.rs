@@ -65,7 +65,7 @@ pub struct SinkStats {
 /// A pre-committed transaction: what its commit publishes. Stored in checkpoints.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JetStreamCommittable {
-    /// The deterministic transaction name, `<job>-<uid>-<subtask>-<checkpoint>`.
+    /// The deterministic transaction name, `<job>~<uid>~<subtask>-<checkpoint>`.
     pub name: String,
     /// The sink's run id (hex) when the transaction was pre-committed.
     pub run: String,
@@ -215,6 +215,18 @@ impl<T> JetStreamSink<T> {
         Ok(())
     }
 
+    /// Connects without resolving a subject, for `weir transactions settle`
+    /// ([`super::settle`]): each committable names its own subject, and its payloads were
+    /// checked against the size limits when they were written.
+    pub(crate) fn connect_for_settle(&mut self) -> Result<&Connection> {
+        if self.conn.is_none() {
+            self.conn = Some(Connection::open(&self.config)?);
+        }
+        self.conn
+            .as_ref()
+            .ok_or_else(|| Error::InvalidJob("JetStreamSink connection missing".into()))
+    }
+
     /// Encodes `record`, refusing a message too large for the stream or server.
     fn encode(&self, record: &T) -> Result<Vec<u8>> {
         let payload = (self.encoder)(record).map_err(|e| {
@@ -237,7 +249,7 @@ impl<T> JetStreamSink<T> {
 
     /// Publishes `payloads` (with message ids from `ids`, if any) and waits for every
     /// acknowledgement, keeping up to [`WINDOW`] in flight.
-    fn publish(
+    pub(crate) fn publish(
         &self,
         subject: &str,
         payloads: &[Vec<u8>],

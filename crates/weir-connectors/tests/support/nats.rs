@@ -159,6 +159,17 @@ impl TestClient {
             .unwrap();
     }
 
+    /// Makes stream `name` capture exactly `subjects` from now on: a publish to a subject
+    /// it no longer captures fails (no stream answers), as when the stream is misconfigured.
+    pub fn set_subjects(&self, name: &str, subjects: &[&str]) {
+        self.rt.block_on(async {
+            let mut s = self.js.get_stream(name).await.unwrap();
+            let mut config = s.info().await.unwrap().config.clone();
+            config.subjects = subjects.iter().map(|x| x.to_string()).collect();
+            self.js.update_stream(config).await.unwrap();
+        })
+    }
+
     /// Publishes each payload to `subject` and waits for all acknowledgements.
     pub fn publish<P: AsRef<[u8]>>(&self, subject: &str, payloads: impl IntoIterator<Item = P>) {
         self.rt.block_on(async {

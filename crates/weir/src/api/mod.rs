@@ -79,8 +79,8 @@ pub mod execution {
     pub use crate::runtime::control::{
         AttemptStatus, CheckpointRecord, CheckpointStatus, ControlError, ControlErrorKind,
         DurationHistogram, InputStatus, JobControl, JobStatus, OperatorFigures, OperatorStateSize,
-        OperatorStatus, SnapshotDone, StateSize, StateSizes, SubtaskPhases, SubtaskTimeline,
-        TaskStatus,
+        OperatorStatus, SnapshotDone, StateSize, StateSizes, StreamStatus, SubtaskPhases,
+        SubtaskTimeline, TaskStatus, WorkerStatus, WorkerSubtask,
     };
     pub use crate::runtime::result::{
         AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,

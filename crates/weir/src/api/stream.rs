@@ -242,6 +242,13 @@ impl StreamEnvironment {
         (graph, self.config)
     }
 
+    /// A cluster's coordinator: the job's status (dashboard, API, metrics) lists the
+    /// workers of `board` and the worker of each task.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn set_worker_board(&self, board: Arc<dyn crate::runtime::status::WorkerBoard>) {
+        self.control.set_board(board);
+    }
+
     /// Runs the job as a cluster's coordinator: every task on the workers of `hosts`, the
     /// checkpoint coordinator and `_metadata` here (issue 24, `cluster::coordinator`).
     #[cfg(feature = "cluster")]

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{RestoredKeyedState, RestoredState};
 use crate::state::operator::{redistribute, AssignedLists};
+use crate::state::schema::StateSchema;
 use crate::state::StateKind;
 
 /// A fully loaded and verified checkpoint.
@@ -124,8 +125,13 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
             if let Some(f) = &st.operator_state {
                 let crc = expected_crc(path, &meta, &f.path)?;
                 let bytes = read_state_file(path, &f.path, layout::OPERATOR_STATE_KIND, crc)?;
-                per_subtask[st.subtask as usize] =
-                    Some(decode(&path.join(&f.path), "operator state", &bytes)?);
+                let lists = layout::decode_operator_state_file(&bytes).map_err(|cause| {
+                    Error::StateDecode {
+                        what: format!("operator state in {}", path.join(&f.path).display()),
+                        cause,
+                    }
+                })?;
+                per_subtask[st.subtask as usize] = Some(lists);
             }
             if let Some(chain) = meta.incremental_of(&op.uid, st.subtask) {
                 let (base, deltas) = load_chain(path, &meta, chain)?;
@@ -333,6 +339,21 @@ impl RestoredCheckpoint {
             "dropping state of operators no longer in the job: {}",
             unmatched.join(", ")
         )))
+    }
+
+    /// Operator `uid`'s operator-state lists (operator, union and broadcast state), each
+    /// with the element schema it was written with (`None`: written before schemas).
+    pub fn operator_lists(&self, uid: &str) -> BTreeMap<String, Option<StateSchema>> {
+        let mut out = BTreeMap::new();
+        for file in self.operator_state.get(uid).into_iter().flatten().flatten() {
+            for (name, list) in file {
+                let e = out.entry(name.clone()).or_insert(None);
+                if e.is_none() {
+                    *e = list.schema.clone();
+                }
+            }
+        }
+        out
     }
 
     /// The uids that have state in this checkpoint (channel state included).

@@ -214,19 +214,12 @@ pub struct TaskAck {
     pub unaligned: bool,
 }
 
-fn encode<T: serde::Serialize>(what: &str, v: &T) -> Result<Vec<u8>> {
-    postcard::to_stdvec(v).map_err(|e| Error::StateDecode {
-        what: format!("{what} (encoding)"),
-        cause: e.to_string(),
-    })
-}
-
 /// The operator state of a part, encoded; `None` when it has none (no file is written).
 fn encode_operator_state(state: &OperatorStateSnapshot) -> Result<Option<Vec<u8>>> {
     if state.is_empty() {
         Ok(None)
     } else {
-        encode("operator state", state).map(Some)
+        layout::encode_operator_state_file(state).map(Some)
     }
 }
 

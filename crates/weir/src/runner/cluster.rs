@@ -12,9 +12,15 @@
 //!
 //! The token may be left out only when every address is on loopback (a cluster on one
 //! host, as the tests run it): then both sides use [`LOOPBACK_TOKEN`].
+//!
+//! **TLS** ([`TlsArgs`]): `--tls-cert FILE --tls-key FILE --tls-ca FILE
+//! [--tls-server-name NAME]`, all three files or none, on the coordinator and every
+//! worker alike. Given, both ports (the control endpoint and the exchange) speak mutual
+//! TLS (`runtime::exchange::tls`); the token is still required as without TLS.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -26,6 +32,7 @@ use crate::cluster::coordinator::run::ClusterRun;
 use crate::cluster::fingerprint::binary_version;
 use crate::cluster::worker::{serve, WorkerConfig};
 use crate::error::Error;
+use crate::runtime::exchange::TlsConfig;
 
 /// The token of a cluster whose every address is on loopback, when none is given: nothing
 /// beyond this host can reach such a cluster.
@@ -58,6 +65,77 @@ pub struct ClusterArgs {
     /// and the job restarts from its latest checkpoint [default: 10s].
     #[arg(long, value_parser = parse_positive_duration)]
     pub heartbeat_timeout: Option<Duration>,
+    /// TLS on the control endpoint and the exchange.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// The TLS flags, the same on the coordinator and every worker: all three files or none.
+/// Given, the cluster's two ports speak mutual TLS (each process presents its certificate
+/// and checks its peer's against the CA), and the token is still checked on top.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// This process's TLS certificate (PEM), signed by the --tls-ca CA; it serves the
+    /// control endpoint or the exchange and is presented when dialling. Needs --tls-key and
+    /// --tls-ca.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signs every certificate of the cluster: peers whose certificate
+    /// it did not sign are refused.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name every peer's certificate must carry [default: the host dialled]; for
+    /// clusters whose addresses change (pods), with one shared name in every certificate.
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// Whether any TLS flag is given.
+    pub fn given(&self) -> bool {
+        self.tls_cert.is_some()
+            || self.tls_key.is_some()
+            || self.tls_ca.is_some()
+            || self.tls_server_name.is_some()
+    }
+
+    /// The TLS setup, read and checked (`None` without TLS flags); half the flags, a file
+    /// unreadable or not PEM, or a key not the certificate's is an error naming it.
+    pub fn load(&self) -> Result<Option<TlsConfig>, UsageError> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (None, None, None) => match &self.tls_server_name {
+                Some(_) => Err(UsageError::new(
+                    "--tls-server-name applies with TLS: add --tls-cert, --tls-key and \
+                     --tls-ca (or drop --tls-server-name)",
+                )),
+                None => Ok(None),
+            },
+            (Some(cert), Some(key), Some(ca)) => {
+                TlsConfig::load(cert, key, ca, self.tls_server_name.clone())
+                    .map(Some)
+                    .map_err(|e| UsageError::new(e.to_string()))
+            }
+            (cert, key, ca) => {
+                let missing: Vec<&str> = [
+                    (cert.is_none(), "--tls-cert"),
+                    (key.is_none(), "--tls-key"),
+                    (ca.is_none(), "--tls-ca"),
+                ]
+                .into_iter()
+                .filter_map(|(m, flag)| m.then_some(flag))
+                .collect();
+                Err(UsageError::new(format!(
+                    "TLS needs --tls-cert, --tls-key and --tls-ca together, and {} is \
+                     missing: give all three PEM files (or none, for plaintext on a private \
+                     network)",
+                    missing.join(" and ")
+                )))
+            }
+        }
+    }
 }
 
 impl ClusterArgs {
@@ -75,6 +153,7 @@ impl ClusterArgs {
                 (self.cluster_listen.is_some(), "--cluster-listen"),
                 (self.cluster_token.is_some(), "--cluster-token"),
                 (self.heartbeat_timeout.is_some(), "--heartbeat-timeout"),
+                (self.tls.given(), "--tls-cert/--tls-key/--tls-ca"),
             ] {
                 if given {
                     return Err(UsageError::new(format!(
@@ -92,6 +171,7 @@ impl ClusterArgs {
             ));
         };
         token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen")?;
+        self.tls.load()?;
         if inject_failures {
             return Err(UsageError::new(
                 "--inject-failures is not supported with --workers yet (the failures are \
@@ -115,19 +195,22 @@ impl ClusterArgs {
     }
 
     /// The run of a checked coordinator (`None` without --workers); `args` is the
-    /// program's whole command line, from which the workers' job arguments are taken.
-    pub(crate) fn run(&self, args: &[OsString]) -> Option<ClusterRun> {
-        let workers = self.workers?;
-        let listen = self.cluster_listen?;
-        let token = token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen").ok()?;
-        Some(ClusterRun {
+    /// program's whole command line, from which the workers' job arguments are taken. An
+    /// error when the flags no longer hold (a TLS file gone since the check).
+    pub(crate) fn run(&self, args: &[OsString]) -> Result<Option<ClusterRun>, UsageError> {
+        let (Some(workers), Some(listen)) = (self.workers, self.cluster_listen) else {
+            return Ok(None);
+        };
+        let token = token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen")?;
+        Ok(Some(ClusterRun {
             workers,
             listen,
             token,
             heartbeat_timeout: self.heartbeat_timeout.unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT),
             registration_timeout: REGISTRATION_TIMEOUT,
             job_args: job_args(args),
-        })
+            tls: self.tls.load()?,
+        }))
     }
 }
 
@@ -165,6 +248,10 @@ pub struct WorkerArgs {
     /// stops the worker there: hung before it opened the attempt's exchange streams).
     #[arg(long, hide = true)]
     pub pause_before_dial: Option<std::path::PathBuf>,
+    /// TLS to the coordinator and on the exchange (the coordinator's flags, this worker's
+    /// certificate).
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// The token of a cluster with these addresses: the one given, else [`LOOPBACK_TOKEN`]
@@ -186,11 +273,15 @@ fn token_for(given: Option<&str>, addrs: &[SocketAddr], flag: &str) -> Result<St
 
 /// The program's arguments less its cluster flags: what every worker builds the job from.
 fn job_args(args: &[OsString]) -> Vec<String> {
-    const WITH_VALUE: [&str; 4] = [
+    const WITH_VALUE: [&str; 8] = [
         "--workers",
         "--cluster-listen",
         "--cluster-token",
         "--heartbeat-timeout",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-ca",
+        "--tls-server-name",
     ];
     let mut out = Vec::with_capacity(args.len());
     let mut skip = false;
@@ -224,7 +315,7 @@ pub fn serve_worker(
              coordinator's token",
         )),
     };
-    let token = match token {
+    let (token, tls) = match token.and_then(|t| Ok((t, args.tls.load()?))) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
@@ -267,6 +358,7 @@ pub fn serve_worker(
         connect_timeout: args.connect_timeout,
         pause_before_dial: args.pause_before_dial.clone(),
         heartbeat_interval: Duration::ZERO,
+        tls,
     };
     let builder = |job_args: &[String]| {
         build(job_args).map_err(|e| {
@@ -277,8 +369,12 @@ pub fn serve_worker(
         })
     };
     eprintln!(
-        "weir: worker {} (exchange {}, {} slot(s)) dials the coordinator at {}",
-        config.name, config.exchange_address, config.slots, config.coordinator
+        "weir: worker {} (exchange {}, {} slot(s){}) dials the coordinator at {}",
+        config.name,
+        config.exchange_address,
+        config.slots,
+        if config.tls.is_some() { ", TLS" } else { "" },
+        config.coordinator
     );
     match serve(&config, listener, &builder) {
         Ok(end) if end.succeeded => {
@@ -372,13 +468,61 @@ mod tests {
             "s3cret",
         ]);
         given.check(false, false, false).unwrap();
-        let run = given.run(&[]).unwrap();
+        let run = given.run(&[]).unwrap().unwrap();
         assert_eq!(run.token, "s3cret");
         let local = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
-        assert_eq!(local.run(&[]).unwrap().token, LOOPBACK_TOKEN);
+        assert_eq!(local.run(&[]).unwrap().unwrap().token, LOOPBACK_TOKEN);
         let empty = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
         let e = token_for(Some(""), &[empty.cluster_listen.unwrap()], "x").unwrap_err();
         assert!(e.to_string().contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn tls_flags_go_together_and_only_with_a_cluster() {
+        let with = |extra: &[&str]| {
+            let mut a = vec!["--workers", "2", "--cluster-listen", "127.0.0.1:0"];
+            a.extend_from_slice(extra);
+            args(&a)
+        };
+        let e = with(&["--tls-cert", "c.pem"])
+            .check(false, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-key and --tls-ca is missing"), "{e}");
+        let e = with(&["--tls-cert", "c.pem", "--tls-ca", "ca.pem"])
+            .check(false, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-key is missing"), "{e}");
+        let e = with(&["--tls-server-name", "weir"])
+            .check(false, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-server-name applies with TLS"), "{e}");
+        // All three, but unreadable: the file is named.
+        let e = with(&[
+            "--tls-cert",
+            "/nonexistent/c.pem",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "a",
+        ])
+        .check(false, false, false)
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("cannot read --tls-cert /nonexistent/c.pem"),
+            "{e}"
+        );
+        // Without --workers, TLS flags are refused like the other cluster flags.
+        let e = args(&["--tls-ca", "ca.pem"])
+            .check(false, false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("applies to a job run on a cluster"), "{e}");
+        // None: plaintext.
+        assert!(with(&[]).tls.load().unwrap().is_none());
     }
 
     #[test]
@@ -394,6 +538,13 @@ mod tests {
             "t",
             "--heartbeat-timeout",
             "3s",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key=k.pem",
+            "--tls-ca",
+            "ca.pem",
+            "--tls-server-name",
+            "weir",
             "--verify",
         ]
         .iter()

@@ -392,12 +392,21 @@ impl Runner {
         flags: &RunFlags,
     ) -> crate::error::Result<JobResult> {
         #[cfg(feature = "cluster")]
-        if let Some(run) = flags.cluster.run(&self.all_args()) {
+        let cluster = (flags.cluster.run(&self.all_args()))
+            .map_err(|e| crate::error::Error::Cluster(e.to_string()))?;
+        #[cfg(feature = "cluster")]
+        if let Some(run) = cluster {
             let n = run.workers;
+            let tls = if run.tls.is_some() {
+                " (mutual TLS)"
+            } else {
+                ""
+            };
             return crate::cluster::coordinator::run::execute(env, run, |addr| {
                 eprintln!(
-                    "weir: coordinator listening on {addr} — waiting for {n} worker(s) (start \
-                     each with `worker --coordinator {addr}` and the cluster token)"
+                    "weir: coordinator listening on {addr}{tls} — waiting for {n} worker(s) \
+                     (start each with `worker --coordinator {addr}`, the cluster token and \
+                     the TLS flags if any)"
                 );
             });
         }

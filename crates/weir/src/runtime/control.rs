@@ -20,8 +20,10 @@ pub use crate::runtime::operator_metrics::OperatorFigures;
 use crate::runtime::status::TaskCounters;
 pub use crate::runtime::status::{
     AttemptStatus, CheckpointRecord, DurationHistogram, InputStatus, OperatorStateSize,
-    OperatorStatus, StateSize, StateSizes, SubtaskPhases, SubtaskTimeline, TaskStatus,
+    OperatorStatus, StateSize, StateSizes, StreamStatus, SubtaskPhases, SubtaskTimeline,
+    TaskStatus, WorkerStatus, WorkerSubtask,
 };
+use crate::runtime::status::{Board, WorkerBoard};
 
 /// What a control request asks the executor for.
 #[derive(Debug)]
@@ -130,6 +132,11 @@ pub struct JobStatus {
     pub checkpoint_durations: DurationHistogram,
     /// State size per operator and state in the newest completed checkpoint or savepoint.
     pub state_sizes: StateSizes,
+    /// Whether the job runs on a cluster's workers (`false`: in this one process).
+    pub cluster: bool,
+    /// The workers running the job, with their subtasks: the cluster's, or this process as
+    /// one `local` worker.
+    pub workers: Vec<WorkerStatus>,
 }
 
 /// One completed checkpoint in [`JobStatus`].
@@ -162,6 +169,8 @@ pub(crate) struct ControlHub {
     pub(crate) status: Mutex<JobStatus>,
     /// The tasks' record counters, read into the status when it is asked for.
     pub(crate) counters: Mutex<TaskCounters>,
+    /// What a cluster's coordinator knows of its workers, read into the status likewise.
+    pub(crate) board: Mutex<Board>,
 }
 
 impl Default for ControlHub {
@@ -175,6 +184,7 @@ impl Default for ControlHub {
                 ..Default::default()
             }),
             counters: Mutex::default(),
+            board: Mutex::default(),
         }
     }
 }
@@ -182,6 +192,11 @@ impl Default for ControlHub {
 impl ControlHub {
     pub(crate) fn update(&self, f: impl FnOnce(&mut JobStatus)) {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// A cluster's coordinator: the status lists `board`'s workers from now on.
+    pub(crate) fn set_board(&self, board: Arc<dyn WorkerBoard>) {
+        *self.board.lock().unwrap_or_else(|p| p.into_inner()) = Board(Some(board));
     }
 
     /// The job ended: refuse new requests and answer the queued ones.
@@ -275,6 +290,13 @@ impl JobControl {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .fill(&mut status);
+        let board = self
+            .hub
+            .board
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        board.fill(&mut status);
         // Every attempt after the first is a restart (a failed last attempt is not one).
         status.restarts = status.attempt.saturating_sub(1);
         status

@@ -4,8 +4,6 @@
 //! Each works a batch at a time: one virtual call per batch per operator, then a tight loop
 //! over the records — no boxing or dynamic dispatch per record.
 
-use std::collections::BTreeMap;
-
 use crate::error::Result;
 use crate::runtime::event::CheckpointBarrier;
 use crate::runtime::functions::{
@@ -17,7 +15,7 @@ use crate::state::broadcast::{
     BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,
 };
 use crate::state::keyed::{RestoredKeyedState, StateBackendKind};
-use crate::state::operator::{InitContext, OperatorIdentity, SnapshotContext};
+use crate::state::operator::{AssignedLists, InitContext, OperatorIdentity, SnapshotContext};
 
 mod keyed;
 pub use keyed::KeyedProcessOp;
@@ -35,7 +33,7 @@ pub struct OperatorContext {
     /// Whether the job restores from a checkpoint.
     pub restored: bool,
     /// Operator state lists assigned to this subtask.
-    pub operator_state: BTreeMap<String, Vec<Vec<u8>>>,
+    pub operator_state: AssignedLists,
     /// Keyed state sections for this subtask's key groups.
     pub keyed_state: RestoredKeyedState,
     /// The job's name.
@@ -395,7 +393,7 @@ impl<O, F> BroadcastProcessOp<O, F> {
     {
         let lists = ctx.operator_state.clone();
         ctx.init_function(&mut f)?;
-        let mut store = BroadcastStore::new(lists);
+        let mut store = BroadcastStore::new(&ctx.uid, lists);
         f.open(&mut BroadcastStateStore { store: &mut store })?;
         Ok(BroadcastProcessOp {
             uid: ctx.uid,

@@ -226,16 +226,36 @@ pub(crate) fn check(
     let Some(r) = restored else {
         return Ok(report);
     };
-    for uid in uids.iter().filter(|u| !probed.contains(u.as_str())) {
-        let has = r.uids().any(|u| u == uid);
-        report.rows.push(operator_row(
-            uid,
-            if has {
-                "restorable (operator state, unversioned)"
-            } else {
-                "operator without state"
-            },
-        ));
+    for uid in uids {
+        let lists = r.operator_lists(uid);
+        if lists.is_empty() && !probed.contains(uid.as_str()) {
+            let has = r.uids().any(|u| u == uid);
+            report.rows.push(operator_row(
+                uid,
+                if has {
+                    "restorable (state without schemas, unversioned)"
+                } else {
+                    "operator without state"
+                },
+            ));
+        }
+        // Decided when the function reads it (module docs of `state::schema::elements`):
+        // `initialize_state` may reach external systems, so it is not probed.
+        for (name, schema) in lists {
+            let verdict = match schema {
+                Some(_) => "operator state: decided when read",
+                None => "operator state (unversioned)",
+            };
+            report.rows.push(SchemaRow {
+                uid: uid.clone(),
+                state: name,
+                verdict: verdict.into(),
+                old: schema,
+                new: None,
+                refusal: None,
+                droppable: false,
+            });
+        }
     }
     for uid in r.uids().filter(|u| !uids.iter().any(|p| p == u)) {
         let mut row = operator_row(uid, "state without an operator");

@@ -27,9 +27,12 @@ use crate::runtime::task::TaskMetrics;
 
 mod state_size;
 mod timeline;
+mod workers;
 
 pub use state_size::{OperatorStateSize, StateSize, StateSizes};
 pub use timeline::SubtaskTimeline;
+pub(crate) use workers::{Board, WorkerBoard};
+pub use workers::{StreamStatus, WorkerStatus, WorkerSubtask};
 
 /// Entries the checkpoint history keeps (oldest dropped first); the totals count all.
 pub const HISTORY_LIMIT: usize = 200;
@@ -77,6 +80,9 @@ pub struct TaskStatus {
     pub subtask: u32,
     /// The chain's parallelism.
     pub parallelism: u32,
+    /// The name of the worker running it now (`local` in one process; empty on a cluster
+    /// while it is not deployed), as the `worker` label of `/metrics` says.
+    pub worker: String,
     /// Whether the chain's head is a source (its records in are the records it polled).
     pub source: bool,
     /// Records that entered the task (polled from its source, or received on its input

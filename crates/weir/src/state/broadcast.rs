@@ -8,12 +8,13 @@
 //! any parallelism, every subtask receives one copy (they are identical).
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 
 use rustc_hash::FxBuildHasher;
 
-use super::operator::{ListSnapshot, OperatorStateSnapshot};
+use super::operator::{AssignedLists, ListSnapshot, OperatorStateSnapshot};
+use super::schema::{decode_elements, schema_of, StateSchema};
 use super::{Key, StateKind, StateValue};
 use crate::error::{Error, Result};
 
@@ -37,6 +38,8 @@ trait BroadcastTable: Send {
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn encode(&self, name: &str) -> Result<Vec<Vec<u8>>>;
+    /// The schema of the encoded elements, `(key, value)` pairs.
+    fn schema(&self) -> StateSchema;
 }
 
 impl<UK: Key, UV: StateValue> BroadcastTable for BroadcastMap<UK, UV> {
@@ -56,19 +59,26 @@ impl<UK: Key, UV: StateValue> BroadcastTable for BroadcastMap<UK, UV> {
             })
             .collect()
     }
+    fn schema(&self) -> StateSchema {
+        schema_of::<(UK, UV)>(0)
+    }
 }
 
 /// The broadcast maps of one subtask of one operator.
 pub(crate) struct BroadcastStore {
+    /// The operator's uid, for messages.
+    uid: String,
     names: Vec<String>,
     tables: Vec<Box<dyn BroadcastTable>>,
-    restored: BTreeMap<String, Vec<Vec<u8>>>,
+    restored: AssignedLists,
 }
 
 impl BroadcastStore {
-    /// A store; `restored` holds the encoded entries of this operator's broadcast lists.
-    pub(crate) fn new(restored: BTreeMap<String, Vec<Vec<u8>>>) -> Self {
+    /// A store of operator `uid`; `restored` holds the encoded entries of its broadcast
+    /// lists.
+    pub(crate) fn new(uid: &str, restored: AssignedLists) -> Self {
         BroadcastStore {
+            uid: uid.to_string(),
             names: Vec::new(),
             tables: Vec::new(),
             restored,
@@ -88,6 +98,7 @@ impl BroadcastStore {
                 ListSnapshot {
                     kind: Some(StateKind::Broadcast),
                     elements: table.encode(name)?,
+                    schema: Some(table.schema()),
                 },
             );
         }
@@ -129,13 +140,11 @@ impl BroadcastStateStore<'_> {
             )));
         }
         let mut map = BroadcastMap::<UK, UV>::default();
-        for bytes in self.store.restored.remove(name).unwrap_or_default() {
-            let (k, v): (UK, UV) =
-                postcard::from_bytes(&bytes).map_err(|e| Error::StateDecode {
-                    what: format!("broadcast state '{name}'"),
-                    cause: e.to_string(),
-                })?;
-            map.insert(k, v);
+        if let Some(list) = self.store.restored.remove(name) {
+            let what = ("broadcast state", self.store.uid.as_str(), name);
+            for (k, v) in decode_elements::<(UK, UV)>(what, list.schema.as_ref(), &list.elements)? {
+                map.insert(k, v);
+            }
         }
         self.store.names.push(name.to_string());
         self.store.tables.push(Box::new(map));

@@ -8,11 +8,19 @@
 //!   `p` contiguous, even chunks (Flink's round-robin split).
 //! * `UnionList` — every subtask gets every element, in subtask order.
 //! * `Broadcast` — every subtask gets one (any) subtask's copy; they are all identical.
+//!
+//! Every list records the schema of its element type when snapshotted (issue 26), so a
+//! restore into a changed type is decided like keyed state's: read as is, migrated
+//! through serde (a field added with a default, removed, renamed with an alias), or
+//! refused naming the operator, the list, both schemas and the ways out
+//! ([`crate::state::schema::decode_elements`]). Lists written before schemas existed
+//! restore unversioned.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::schema::{decode_elements, schema_of, StateSchema};
 use super::{StateKind, StateValue};
 use crate::error::{Error, Result};
 
@@ -24,13 +32,27 @@ pub struct ListSnapshot {
     pub kind: Option<StateKind>,
     /// The encoded elements.
     pub elements: Vec<Vec<u8>>,
+    /// The element type's schema. Not part of this struct's encoding, which is the
+    /// operator-state file's and older than schemas: the file carries the schemas after
+    /// the lists ([`crate::checkpoint::layout::encode_operator_state_file`]).
+    #[serde(skip)]
+    pub schema: Option<StateSchema>,
 }
 
 /// All operator state of one subtask of one operator: list name → list.
 pub type OperatorStateSnapshot = BTreeMap<String, ListSnapshot>;
 
-/// Operator state assigned to one subtask on restore: list name → encoded elements.
-pub type AssignedLists = BTreeMap<String, Vec<Vec<u8>>>;
+/// One list as assigned to one subtask on restore.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssignedList {
+    /// The encoded elements this subtask gets.
+    pub elements: Vec<Vec<u8>>,
+    /// The schema they were written with (`None`: written before schemas existed).
+    pub schema: Option<StateSchema>,
+}
+
+/// Operator state assigned to one subtask on restore: list name → its elements.
+pub type AssignedLists = BTreeMap<String, AssignedList>;
 
 /// Handed to `snapshot_state`: the function records its lists here.
 pub struct SnapshotContext {
@@ -80,6 +102,7 @@ impl SnapshotContext {
             ListSnapshot {
                 kind: Some(kind),
                 elements,
+                schema: Some(schema_of::<T>(0)),
             },
         );
         Ok(())
@@ -92,7 +115,7 @@ pub struct InitContext {
     restored: bool,
     subtask: u32,
     parallelism: u32,
-    lists: BTreeMap<String, Vec<Vec<u8>>>,
+    lists: AssignedLists,
     identity: OperatorIdentity,
 }
 
@@ -111,7 +134,7 @@ impl InitContext {
         restored: bool,
         subtask: u32,
         parallelism: u32,
-        lists: BTreeMap<String, Vec<Vec<u8>>>,
+        lists: AssignedLists,
     ) -> Self {
         InitContext {
             restored,
@@ -180,18 +203,23 @@ impl InitContext {
     }
 
     /// The elements of list `name` assigned to this subtask (empty if none were stored).
+    ///
+    /// When `T`'s shape differs from the one the list was written with, the elements are
+    /// migrated through serde where it can read them; otherwise this fails naming the
+    /// operator, the list, both schemas and the ways out. To convert by hand, read the list
+    /// as its old type here and convert.
     pub fn list<T: StateValue>(&self, name: &str) -> Result<Vec<T>> {
-        let Some(raw) = self.lists.get(name) else {
+        let Some(list) = self.lists.get(name) else {
             return Ok(Vec::new());
         };
-        raw.iter()
-            .map(|b| {
-                postcard::from_bytes(b).map_err(|e| Error::StateDecode {
-                    what: format!("operator state '{name}'"),
-                    cause: e.to_string(),
-                })
-            })
-            .collect()
+        let what = ("operator state", self.identity.uid.as_str(), name);
+        decode_elements(what, list.schema.as_ref(), &list.elements)
+    }
+
+    /// The schema list `name` was written with, if it was recorded: what a function that
+    /// converts old elements by hand can look at.
+    pub fn list_schema(&self, name: &str) -> Option<&StateSchema> {
+        self.lists.get(name).and_then(|l| l.schema.as_ref())
     }
 }
 
@@ -201,15 +229,19 @@ pub fn redistribute(
     old: &[Option<&OperatorStateSnapshot>],
     subtask: u32,
     parallelism: u32,
-) -> BTreeMap<String, Vec<Vec<u8>>> {
-    let mut names: BTreeMap<&str, StateKind> = BTreeMap::new();
+) -> AssignedLists {
+    let mut names: BTreeMap<&str, (StateKind, Option<&StateSchema>)> = BTreeMap::new();
     for snap in old.iter().flatten() {
         for (name, list) in snap.iter() {
-            names.insert(name, list.kind.unwrap_or(StateKind::OperatorList));
+            let e = names
+                .entry(name)
+                .or_insert((list.kind.unwrap_or(StateKind::OperatorList), None));
+            // Every subtask of one run writes a list with the same type.
+            e.1 = e.1.or(list.schema.as_ref());
         }
     }
     let mut out = BTreeMap::new();
-    for (name, kind) in names {
+    for (name, (kind, schema)) in names {
         let all = || {
             old.iter()
                 .flatten()
@@ -237,7 +269,11 @@ pub fn redistribute(
                 total[start..end].to_vec()
             }
         };
-        out.insert(name.to_string(), mine);
+        let list = AssignedList {
+            elements: mine,
+            schema: schema.cloned(),
+        };
+        out.insert(name.to_string(), list);
     }
     out
 }
@@ -257,7 +293,7 @@ mod tests {
         ctx.lists
     }
 
-    fn decode(m: &BTreeMap<String, Vec<Vec<u8>>>, name: &str) -> Vec<u32> {
+    fn decode(m: &AssignedLists, name: &str) -> Vec<u32> {
         InitContext::new(true, 0, 1, m.clone()).list(name).unwrap()
     }
 
@@ -299,10 +335,11 @@ mod tests {
     #[test]
     fn undecodable_state_is_an_error_not_a_panic() {
         let mut m = BTreeMap::new();
-        m.insert(
-            "s".to_string(),
-            vec![vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff]],
-        );
+        let list = AssignedList {
+            elements: vec![vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff]],
+            schema: None,
+        };
+        m.insert("s".to_string(), list);
         let ctx = InitContext::new(true, 0, 1, m);
         let err = ctx.list::<u32>("s").unwrap_err().to_string();
         assert!(err.contains("operator state 's'"), "{err}");
@@ -335,5 +372,92 @@ mod tests {
         assert_eq!(even, vec![0, 1, 10, 11], "split, none lost or doubled");
         let fresh = InitContext::fresh(0, 1, id);
         assert!(!fresh.is_restored() && !fresh.has_state());
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    struct Offset {
+        split: u32,
+        next: u64,
+    }
+
+    /// `Offset` with a field added with a default.
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    struct OffsetAdded {
+        split: u32,
+        next: u64,
+        #[serde(default)]
+        end: Option<u64>,
+    }
+
+    /// `Offset` with a field whose type changed.
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    struct OffsetRetyped {
+        split: String,
+        next: u64,
+    }
+
+    fn restored_offsets() -> InitContext {
+        let mut c = SnapshotContext::new(3);
+        let offsets = [Offset { split: 0, next: 7 }, Offset { split: 1, next: 9 }];
+        c.set_operator_list("offsets", &offsets).unwrap();
+        let id = OperatorIdentity {
+            job_name: "j".into(),
+            uid: "source".into(),
+        };
+        InitContext::restored_from(&[c], 0, 1, id)
+    }
+
+    #[test]
+    fn a_list_of_a_changed_type_migrates_through_serde_or_is_refused_by_name() {
+        let ctx = restored_offsets();
+        assert!(ctx
+            .list_schema("offsets")
+            .unwrap()
+            .type_name
+            .ends_with("Offset"));
+        assert_eq!(ctx.list::<Offset>("offsets").unwrap()[1].next, 9, "as is");
+        let added = ctx.list::<OffsetAdded>("offsets").unwrap();
+        assert_eq!(
+            added,
+            vec![
+                OffsetAdded {
+                    split: 0,
+                    next: 7,
+                    end: None
+                },
+                OffsetAdded {
+                    split: 1,
+                    next: 9,
+                    end: None
+                }
+            ]
+        );
+        let e = ctx
+            .list::<OffsetRetyped>("offsets")
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "operator 'source'",
+            "operator state 'offsets'",
+            "Offset v0",
+            "OffsetRetyped",
+            "--allow-non-restored-state",
+        ] {
+            assert!(e.contains(part), "'{part}' missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn a_list_without_a_recorded_schema_restores_unversioned() {
+        let mut m = BTreeMap::new();
+        let list = AssignedList {
+            elements: vec![postcard::to_stdvec(&5u32).unwrap()],
+            schema: None,
+        };
+        m.insert("s".to_string(), list);
+        assert_eq!(
+            InitContext::new(true, 0, 1, m).list::<u32>("s").unwrap(),
+            vec![5]
+        );
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::state::operator::OperatorIdentity;
+use crate::state::operator::{AssignedList, AssignedLists, OperatorIdentity};
 
 /// Records every call as a line, so the tests compare the exact protocol.
 #[derive(Clone, Default)]
@@ -62,6 +62,18 @@ fn init(
     subtask: u32,
     lists: BTreeMap<String, Vec<Vec<u8>>>,
 ) {
+    let lists: AssignedLists = lists
+        .into_iter()
+        .map(|(name, elements)| {
+            (
+                name,
+                AssignedList {
+                    elements,
+                    schema: None,
+                },
+            )
+        })
+        .collect();
     let ctx =
         InitContext::new(!lists.is_empty(), subtask, 2, lists).with_identity(OperatorIdentity {
             job_name: "job".into(),

@@ -116,10 +116,12 @@ pub(super) fn op_files(
             let payload = read_state_file(path, &f.path, layout::OPERATOR_STATE_KIND, crc)?;
             out.bytes += payload.len() as u64 + envelope_len();
             let lists: OperatorStateFile =
-                postcard::from_bytes(&payload).map_err(|e| InspectError::Undecodable {
-                    path: path.join(&f.path),
-                    what: "operator state",
-                    cause: e.to_string(),
+                layout::decode_operator_state_file(&payload).map_err(|cause| {
+                    InspectError::Undecodable {
+                        path: path.join(&f.path),
+                        what: "operator state",
+                        cause,
+                    }
                 })?;
             out.operator.push(OpFile {
                 subtask: st.subtask,

@@ -24,6 +24,7 @@ fn write_sample(dir: &Path) -> PathBuf {
             ListSnapshot {
                 kind: Some(StateKind::OperatorList),
                 elements: vec![enc(&(subtask as u64 * 10)), enc(&7u64)],
+                schema: None,
             },
         );
         if subtask == 0 {
@@ -32,6 +33,7 @@ fn write_sample(dir: &Path) -> PathBuf {
                 ListSnapshot {
                     kind: Some(StateKind::UnionList),
                     elements: vec![enc(&"x".to_string())],
+                    schema: None,
                 },
             );
         }

@@ -9,7 +9,7 @@
 //!
 //! | file | envelope kind | payload (postcard) | written when |
 //! |------|---------------|--------------------|--------------|
-//! | `op-<subtask>` ([`operator_state_file_name`]) | [`OPERATOR_STATE_KIND`] | [`OperatorStateFile`] | the subtask has operator state |
+//! | `op-<subtask>` ([`operator_state_file_name`]) | [`OPERATOR_STATE_KIND`] | [`OperatorStateFile`], then its lists' schemas ([`encode_operator_state_file`]) | the subtask has operator state |
 //! | `kg-<start>-<end>` ([`keyed_state_file_name`]) | [`KEYED_STATE_KIND`] | [`KeyedStateFile`] | the operator is keyed |
 //! | `ch-<subtask>-<channel>` ([`channel_state_file_name`]) | [`CHANNEL_STATE_KIND`] | [`ChannelStateFile`] | an unaligned checkpoint saved records in flight ([`channel_state`]) |
 //! | `../shared/<uid>/chk-<id>-kg-<start>-<end>` ([`shared_keyed_file_name`]) | [`KEYED_STATE_KIND`] | [`KeyedStateFile`] | an incremental checkpoint's base |
@@ -52,7 +52,10 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::format::FileKind;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
+use std::collections::BTreeMap;
+
 use crate::state::operator::OperatorStateSnapshot;
+use crate::state::schema::StateSchema;
 use crate::state::StateKind;
 
 /// The envelope kind of an operator-state file, which a reader demands so that a keyed
@@ -105,6 +108,46 @@ pub fn file_holds_groups_of(file: KeyGroupRange, mine: KeyGroupRange) -> bool {
 
 /// Payload of an operator-state file: the subtask's named lists, each element encoded.
 pub type OperatorStateFile = OperatorStateSnapshot;
+
+/// The payload of an operator-state file: postcard of the lists ([`OperatorStateFile`],
+/// whose encoding predates schemas and leaves them out), then, when any list has one,
+/// postcard of list name → element schema (issue 26). Files written before schemas end
+/// after the lists, and decode with no schemas: that is what keeps them readable.
+pub fn encode_operator_state_file(lists: &OperatorStateFile) -> Result<Vec<u8>> {
+    let fail = |e: postcard::Error| Error::StateDecode {
+        what: "operator state (encoding)".into(),
+        cause: e.to_string(),
+    };
+    let mut out = postcard::to_stdvec(lists).map_err(fail)?;
+    let schemas: BTreeMap<&str, &StateSchema> = lists
+        .iter()
+        .filter_map(|(name, l)| l.schema.as_ref().map(|s| (name.as_str(), s)))
+        .collect();
+    if !schemas.is_empty() {
+        out = postcard::to_extend(&schemas, out).map_err(fail)?;
+    }
+    Ok(out)
+}
+
+/// Decodes an operator-state file's payload ([`encode_operator_state_file`]); the error
+/// names what could not be read.
+pub fn decode_operator_state_file(
+    payload: &[u8],
+) -> std::result::Result<OperatorStateFile, String> {
+    let (mut lists, rest): (OperatorStateFile, _) =
+        postcard::take_from_bytes(payload).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        let schemas: BTreeMap<String, StateSchema> = postcard::from_bytes(rest)
+            .map_err(|e| format!("the lists' schemas after the lists: {e}"))?;
+        for (name, schema) in schemas {
+            let list = lists.get_mut(&name).ok_or_else(|| {
+                format!("a schema for list '{name}', which the file does not hold")
+            })?;
+            list.schema = Some(schema);
+        }
+    }
+    Ok(lists)
+}
 
 /// One key group's section of a keyed-state file: one encoded blob per state, in the order
 /// of [`KeyedStateFile::states`].

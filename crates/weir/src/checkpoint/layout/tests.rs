@@ -165,3 +165,32 @@ fn shared_file_names_carry_their_owner_checkpoint() {
         assert_eq!(shared_file_owner(foreign), None, "{foreign}");
     }
 }
+
+#[test]
+fn operator_state_files_carry_their_lists_schemas_and_old_files_still_decode() {
+    use crate::state::operator::{ListSnapshot, SnapshotContext};
+    let mut ctx = SnapshotContext::new(1);
+    ctx.set_operator_list("offsets", &[1u64, 2]).unwrap();
+    ctx.set_union_list("names", &["a".to_string()]).unwrap();
+    let lists = ctx.lists;
+    let payload = encode_operator_state_file(&lists).unwrap();
+    let back = decode_operator_state_file(&payload).unwrap();
+    assert_eq!(back, lists, "lists, elements and schemas");
+    assert!(back.values().all(|l| l.schema.as_ref().unwrap().traced()));
+    // A file written before schemas: the lists alone.
+    let old = postcard::to_stdvec(&lists).unwrap();
+    let read = decode_operator_state_file(&old).unwrap();
+    assert!(read.values().all(|l| l.schema.is_none()), "unversioned");
+    let unversioned = lists.iter().map(|(n, l)| {
+        let l = ListSnapshot {
+            schema: None,
+            ..l.clone()
+        };
+        (n.clone(), l)
+    });
+    assert_eq!(read, unversioned.collect());
+    // Damaged schemas, or a schema for a list the file lacks, are errors, not panics.
+    let mut cut = payload.clone();
+    cut.truncate(old.len() + 3);
+    assert!(decode_operator_state_file(&cut).is_err());
+}

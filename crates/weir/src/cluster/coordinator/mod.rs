@@ -11,7 +11,8 @@
 //! Heartbeat) driving the existing checkpoint coordinator.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -28,7 +29,7 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
-use crate::runtime::exchange::WorkerId;
+use crate::runtime::exchange::{TlsConfig, WorkerId};
 
 /// How the coordinator listens and whom it lets in.
 #[derive(Debug, Clone)]
@@ -42,6 +43,9 @@ pub struct CoordinatorConfig {
     /// A worker silent this long (no message, no heartbeat) counts as lost
     /// (`--heartbeat-timeout`).
     pub heartbeat_timeout: Duration,
+    /// Mutual TLS when certificates are given (`--tls-cert`, `--tls-key`, `--tls-ca`): a
+    /// worker without a certificate of the cluster's CA is refused before its token is read.
+    pub tls: Option<TlsConfig>,
 }
 
 /// A worker that registered, with its half of the control stream.
@@ -54,6 +58,9 @@ pub struct RegisteredWorker {
     pub exchange_address: String,
     /// Its subtask slots.
     pub slots: u32,
+    /// When the coordinator last heard from it (any message, heartbeats included), in
+    /// milliseconds since the Unix epoch: the dashboard's heartbeat age.
+    pub(crate) last_heard: Arc<AtomicU64>,
     to_worker: UnboundedSender<std::result::Result<CoordinatorMessage, Status>>,
     from_worker: crossbeam_channel::Receiver<std::result::Result<WorkerMessage, String>>,
 }
@@ -200,9 +207,15 @@ impl coordinator_server::Coordinator for Service {
         let (to_worker, outbound) = unbounded_channel();
         let (tx, from_worker) = crossbeam_channel::unbounded();
         let silence = self.config.heartbeat_timeout;
+        let last_heard = Arc::new(AtomicU64::new(crate::clock::wall_ms()));
+        let heard = last_heard.clone();
         tokio::spawn(async move {
             loop {
-                let Ok(got) = tokio::time::timeout(silence, inbound.message()).await else {
+                let got = tokio::time::timeout(silence, inbound.message()).await;
+                if let Ok(Ok(Some(_))) = &got {
+                    heard.store(crate::clock::wall_ms(), Relaxed);
+                }
+                let Ok(got) = got else {
                     let _ = tx.send(Err(format!(
                         "no heartbeat for {silence:?} (--heartbeat-timeout): the worker hung, \
                          is starved or cut off"
@@ -232,6 +245,7 @@ impl coordinator_server::Coordinator for Service {
             name: register.name,
             exchange_address: register.exchange_address,
             slots: register.slots,
+            last_heard,
             to_worker,
             from_worker,
         };
@@ -308,7 +322,13 @@ impl CoordinatorEndpoint {
             registered: tx,
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::builder().serve_with_incoming_shutdown(
+        let mut builder = Server::builder();
+        if let Some(tls) = &service.config.tls {
+            builder = builder
+                .tls_config(tls.server())
+                .map_err(|e| Error::Cluster(tls.unusable(&super::messages::error_chain(&e))))?;
+        }
+        let server = builder.serve_with_incoming_shutdown(
             CoordinatorServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),

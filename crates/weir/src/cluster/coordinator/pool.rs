@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::runtime::exchange::WorkerId;
 use crate::runtime::hosts::{HostedAttempt, TaskHosts};
 use crate::runtime::plan::Plan;
+use crate::runtime::status::{StreamStatus, WorkerBoard, WorkerStatus, WorkerSubtask};
 use crate::runtime::task::{TaskEvent, TaskMetrics};
 
 /// The coordinator's half of one worker's control stream.
@@ -73,8 +75,16 @@ type Reported = Arc<Mutex<HashMap<(WorkerId, usize), u64>>>;
 /// A registered worker, with its reader.
 struct Member {
     id: WorkerId,
+    /// Its `--name`.
+    name: String,
     slots: u32,
     exchange_address: String,
+    /// When the coordinator last heard from it (wall milliseconds).
+    last_heard: Arc<AtomicU64>,
+    /// The subtasks (head uid, index) the current attempt runs on it.
+    assigned: Vec<(String, u32)>,
+    /// Its exchange streams, as it last reported them.
+    streams: Arc<Mutex<Vec<StreamStatus>>>,
     /// `worker N (name) at ADDRESS`.
     described: String,
     to_worker: ToWorkerTx,
@@ -90,17 +100,20 @@ impl Member {
         let described = w.describe();
         let RegisteredWorker {
             id,
+            name,
             slots,
             exchange_address,
+            last_heard,
             to_worker,
             from_worker,
-            ..
         } = w;
+        let streams: Arc<Mutex<Vec<StreamStatus>>> = Arc::default();
         let (replies_tx, replies) = crossbeam_channel::unbounded();
         let route: Arc<Mutex<Route>> = Arc::default();
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
         let reader = {
             let (route, lost, who) = (route.clone(), lost.clone(), described.clone());
+            let streams = streams.clone();
             std::thread::Builder::new()
                 .name(format!("weir-coordinator-worker-{id}"))
                 .spawn(move || {
@@ -111,6 +124,7 @@ impl Member {
                         replies: &replies_tx,
                         run_id: &run_id,
                         reported: &reported,
+                        streams: &streams,
                     };
                     read(from_worker, &reports, &lost);
                 })
@@ -118,8 +132,12 @@ impl Member {
         };
         Member {
             id,
+            name,
             slots,
             exchange_address,
+            last_heard,
+            assigned: Vec::new(),
+            streams,
             described,
             to_worker,
             replies,
@@ -131,6 +149,32 @@ impl Member {
 
     fn lost(&self) -> Option<String> {
         self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The member as the status lists it, at wall time `now_ms`.
+    fn status(&self, now_ms: u64) -> WorkerStatus {
+        let lost = self.lost();
+        WorkerStatus {
+            id: self.id,
+            name: self.name.clone(),
+            address: self.exchange_address.clone(),
+            slots: self.slots,
+            heartbeat_age_ms: Some(now_ms.saturating_sub(self.last_heard.load(Relaxed))),
+            state: if lost.is_some() { "lost" } else { "up" }.into(),
+            lost,
+            subtasks: (self.assigned.iter())
+                .map(|(uid, subtask)| WorkerSubtask {
+                    chain: String::new(),
+                    task_uid: uid.clone(),
+                    subtask: *subtask,
+                })
+                .collect(),
+            streams: self
+                .streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
     }
 }
 
@@ -144,12 +188,25 @@ struct Reports<'a> {
     /// The coordinator's run id, under which the worker wrote its files.
     run_id: &'a str,
     reported: &'a Reported,
+    /// The worker's exchange streams, as it last reported them.
+    streams: &'a Mutex<Vec<StreamStatus>>,
 }
 
 impl Reports<'_> {
     /// Counts what the worker reported of its subtasks' records into the executor's
     /// counters.
     fn progress(&self, route: &Route, p: &proto::Progress) {
+        *self.streams.lock().unwrap_or_else(|p| p.into_inner()) = (p.streams.iter())
+            .map(|s| StreamStatus {
+                peer: s.peer,
+                bytes_sent: s.bytes_sent,
+                bytes_received: s.bytes_received,
+                frames_sent: s.frames_sent,
+                frames_received: s.frames_received,
+                permit_waits: s.permit_waits,
+                permit_wait_ms: s.permit_wait_micros as f64 / 1000.0,
+            })
+            .collect();
         let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
         for s in &p.subtasks {
             let Some(&(t, _)) = route.tasks.get(&(s.task_uid.clone(), s.subtask)) else {
@@ -304,6 +361,9 @@ pub(crate) struct WorkerPool {
     config: PoolConfig,
     members: Mutex<Vec<Member>>,
     reported: Reported,
+    /// The workers as the status last listed them: what a status read shows while a
+    /// deploy holds the members (it may wait for workers to register).
+    listed: Mutex<Vec<WorkerStatus>>,
 }
 
 impl WorkerPool {
@@ -314,6 +374,7 @@ impl WorkerPool {
             config,
             members: Default::default(),
             reported: Reported::default(),
+            listed: Mutex::default(),
         }
     }
 
@@ -393,7 +454,7 @@ impl WorkerPool {
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
     ) -> Result<std::result::Result<HostedAttempt, String>> {
-        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let offers: Vec<Offer> = members
             .iter()
             .map(|m| Offer {
@@ -412,7 +473,11 @@ impl WorkerPool {
                 ((uid, t.subtask), (i, t.parallelism))
             })
             .collect();
-        for m in members.iter() {
+        for m in members.iter_mut() {
+            m.assigned = (assignments.iter())
+                .filter(|a| a.worker == m.id)
+                .map(|a| (a.task_uid.clone(), a.subtask))
+                .collect();
             let mut route = m.route.lock().unwrap_or_else(|p| p.into_inner());
             *route = Route {
                 attempt,
@@ -511,6 +576,20 @@ impl WorkerPool {
     }
 }
 
+/// The dashboard's and `/metrics`' view of the workers: the members now, or, while a
+/// deploy holds them (waiting for registrations, at most its timeouts), as last listed —
+/// a status read never waits for a deploy.
+impl WorkerBoard for WorkerPool {
+    fn workers(&self) -> Vec<WorkerStatus> {
+        let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(members) = self.members.try_lock() {
+            let now = crate::clock::wall_ms();
+            *listed = members.iter().map(|m| m.status(now)).collect();
+        }
+        listed.clone()
+    }
+}
+
 impl TaskHosts for WorkerPool {
     fn deploy(
         &self,
@@ -572,6 +651,7 @@ mod tests {
         let reported = Reported::default();
         let (replies, _) = crossbeam_channel::unbounded();
         let route_lock = Mutex::new(Route::default());
+        let streams = Mutex::default();
         let worker = |id| Reports {
             who: "w",
             id,
@@ -579,8 +659,12 @@ mod tests {
             replies: &replies,
             run_id: "r",
             reported: &reported,
+            streams: &streams,
         };
-        let report = |subtasks| proto::Progress { subtasks };
+        let report = |subtasks| proto::Progress {
+            subtasks,
+            streams: Vec::new(),
+        };
         worker(1).progress(
             &route,
             &report(vec![records("gen", 0, 10), records("gen", 1, 7)]),
@@ -588,6 +672,26 @@ mod tests {
         worker(1).progress(&route, &report(vec![records("gen", 0, 25)]));
         assert_eq!(metrics[0].records_in.load(Relaxed), 25);
         assert_eq!(metrics[1].records_in.load(Relaxed), 7);
+        // Its exchange streams, as it reported them last.
+        let figures = proto::StreamFigures {
+            peer: 2,
+            bytes_sent: 4096,
+            bytes_received: 128,
+            frames_sent: 8,
+            frames_received: 3,
+            permit_waits: 5,
+            permit_wait_micros: 2500,
+        };
+        worker(1).progress(
+            &route,
+            &proto::Progress {
+                subtasks: Vec::new(),
+                streams: vec![figures],
+            },
+        );
+        let s = streams.lock().unwrap()[0];
+        assert_eq!((s.peer, s.bytes_sent, s.bytes_received), (2, 4096, 128));
+        assert_eq!((s.permit_waits, s.permit_wait_ms), (5, 2.5));
         // Worker 2 took subtask 1 over after worker 1 was lost.
         worker(2).progress(&route, &report(vec![records("gen", 1, 5)]));
         assert_eq!(metrics[1].records_in.load(Relaxed), 12);

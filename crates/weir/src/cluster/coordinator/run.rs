@@ -29,6 +29,8 @@ pub struct ClusterRun {
     pub registration_timeout: Duration,
     /// The job's arguments, from which every worker builds the same graph.
     pub job_args: Vec<String>,
+    /// Mutual TLS on the control endpoint when certificates are given.
+    pub tls: Option<crate::runtime::exchange::TlsConfig>,
 }
 
 /// Runs the job of `env` as the coordinator of `run`; `on_listening` hears the endpoint's
@@ -51,6 +53,7 @@ pub(crate) fn execute(
         token: run.token.clone(),
         binary_version: binary_version().into(),
         heartbeat_timeout: run.heartbeat_timeout,
+        tls: run.tls.clone(),
     })?;
     on_listening(endpoint.local_addr());
     let pool = Arc::new(WorkerPool::new(
@@ -64,6 +67,7 @@ pub(crate) fn execute(
             local_checkpoint_dir: local_dir,
         },
     ));
+    env.set_worker_board(pool.clone());
     let result = env.execute_hosted(pool.clone());
     let message = match &result {
         Ok(_) => "the job finished".to_string(),

@@ -43,6 +43,7 @@ fn coordinator(token: &str) -> CoordinatorEndpoint {
         token: token.into(),
         binary_version: binary_version().into(),
         heartbeat_timeout: TIMEOUT,
+        tls: None,
     })
     .unwrap()
 }
@@ -59,6 +60,7 @@ fn worker_config(at: SocketAddr, token: &str, name: &str) -> WorkerConfig {
         connect_timeout: Duration::ZERO,
         pause_before_dial: None,
         heartbeat_interval: Duration::from_millis(20),
+        tls: None,
     }
 }
 
@@ -284,6 +286,7 @@ fn an_empty_token_is_refused_at_start() {
         token: String::new(),
         binary_version: binary_version().into(),
         heartbeat_timeout: TIMEOUT,
+        tls: None,
     })
     .err()
     .unwrap()
@@ -301,6 +304,7 @@ fn a_worker_silent_for_the_heartbeat_timeout_is_lost() {
         token: "secret".into(),
         binary_version: binary_version().into(),
         heartbeat_timeout: Duration::from_millis(300),
+        tls: None,
     })
     .unwrap();
     let (release, hold) = crossbeam_channel::bounded::<()>(0);

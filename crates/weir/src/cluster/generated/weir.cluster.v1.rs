@@ -332,6 +332,9 @@ pub struct Finished {
 pub struct Progress {
     #[prost(message, repeated, tag = "1")]
     pub subtasks: ::prost::alloc::vec::Vec<SubtaskRecords>,
+    /// This worker's exchange streams, one per peer worker, for the dashboard and /metrics.
+    #[prost(message, repeated, tag = "2")]
+    pub streams: ::prost::alloc::vec::Vec<StreamFigures>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct SubtaskRecords {
@@ -341,6 +344,26 @@ pub struct SubtaskRecords {
     pub subtask: u32,
     #[prost(uint64, tag = "3")]
     pub records_in: u64,
+}
+/// One exchange stream of the reporting worker, since it was opened.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StreamFigures {
+    /// The worker at the other end.
+    #[prost(uint32, tag = "1")]
+    pub peer: u32,
+    #[prost(uint64, tag = "2")]
+    pub bytes_sent: u64,
+    #[prost(uint64, tag = "3")]
+    pub bytes_received: u64,
+    #[prost(uint64, tag = "4")]
+    pub frames_sent: u64,
+    #[prost(uint64, tag = "5")]
+    pub frames_received: u64,
+    /// Sends to the peer that waited for permits (its credits), and how long in all.
+    #[prost(uint64, tag = "6")]
+    pub permit_waits: u64,
+    #[prost(uint64, tag = "7")]
+    pub permit_wait_micros: u64,
 }
 /// Write the frozen state of exited subtask (task_uid, subtask), which this worker kept from
 /// its last snapshot, into checkpoint `checkpoint_id` (FLIP-147): it acknowledges for the

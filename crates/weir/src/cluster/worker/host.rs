@@ -216,6 +216,7 @@ impl Host {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
+        self.exchange.begin_attempt(deploy.attempt as u32);
         for w in deploy.workers.iter().filter(|w| w.worker_id > self.id) {
             if !self.exchange.is_connected(w.worker_id) {
                 self.exchange
@@ -273,12 +274,19 @@ impl Host {
     ) -> Result<Next> {
         // Per exited task, the newest frozen snapshot and the checkpoint it was taken for.
         let mut frozen: HashMap<usize, (Arc<EncodedSnapshot>, u64)> = HashMap::new();
+        // Reported every PROGRESS_EVERY however busy the stream is: a report only on a
+        // quiet moment would never come while checkpoints are triggered more often.
+        let mut next_progress = std::time::Instant::now() + PROGRESS_EVERY;
         loop {
+            let now = std::time::Instant::now();
+            if now >= next_progress {
+                self.progress(local);
+                next_progress = now + PROGRESS_EVERY;
+            }
             let mut sel = Select::new();
             let from_tasks = sel.recv(&self.events);
             sel.recv(inbox);
-            let Ok(op) = sel.select_timeout(PROGRESS_EVERY) else {
-                self.progress(local);
+            let Ok(op) = sel.select_deadline(next_progress) else {
                 continue;
             };
             if op.index() == from_tasks {
@@ -427,7 +435,7 @@ impl Host {
     }
 
     /// Reports the records of the subtasks this attempt runs here (`local`; a finished
-    /// one's count is final).
+    /// one's count is final) and the figures of this worker's exchange streams.
     fn progress(&self, local: &[bool]) {
         let subtasks = (0..self.plan.tasks.len())
             .filter(|&t| local[t])
@@ -440,7 +448,21 @@ impl Host {
                 }
             })
             .collect();
-        self.send(ToCoordinator::Progress(proto::Progress { subtasks }));
+        let streams = (self.exchange.streams_stats().into_iter())
+            .map(|(peer, s)| proto::StreamFigures {
+                peer,
+                bytes_sent: s.bytes_out,
+                bytes_received: s.bytes_in,
+                frames_sent: s.frames_out,
+                frames_received: s.frames_in,
+                permit_waits: s.permit_waits,
+                permit_wait_micros: s.permit_wait_ns / 1000,
+            })
+            .collect();
+        self.send(ToCoordinator::Progress(proto::Progress {
+            subtasks,
+            streams,
+        }));
     }
 
     /// Writes exited task's frozen snapshot into a checkpoint, as the coordinator asked;

@@ -23,6 +23,8 @@ use super::proto::{self, CoordinatorMessage, WorkerMessage};
 use super::Assignment;
 use crate::api::stream::StreamEnvironment;
 use crate::error::{Error, Result};
+use crate::runtime::exchange::peer::status_cause;
+use crate::runtime::exchange::tls::refusal;
 use crate::runtime::exchange::WorkerId;
 
 /// How a worker reaches its coordinator and what it offers.
@@ -54,6 +56,8 @@ pub struct WorkerConfig {
     /// `--heartbeat-timeout`); zero: as often as the coordinator asks at registration (a
     /// quarter of its timeout).
     pub heartbeat_interval: Duration,
+    /// Mutual TLS to the coordinator and on the exchange when certificates are given.
+    pub tls: Option<crate::runtime::exchange::TlsConfig>,
 }
 
 /// The `task` of the TaskFailed a worker sends when it could not start a deployed attempt
@@ -212,6 +216,11 @@ pub(crate) fn attach_answering(
             )))
         }
     };
+    if let Some(exchange) = exchange {
+        // Peers deployed before this worker may have dialled it already: they waited for
+        // this, and are checked against this run now.
+        exchange.join_run(&deploy.run_id);
+    }
     let theirs = PlanFingerprint::from_proto(deploy.fingerprint.clone().unwrap_or_default());
     let who = format!(
         "worker {id} ({}) at {}",
@@ -358,17 +367,42 @@ async fn dial(
 > {
     let at = &config.coordinator;
     let timeout = config.timeout;
-    let channel = Endpoint::from_shared(format!("http://{at}"))
+    let tls = config.tls.as_ref();
+    // A TLS mismatch (one side without TLS, a certificate the other does not accept) will
+    // not heal by trying again: refused at once, naming the cause and the way out.
+    let refused_tls = |cause: String| async move {
+        let why = refusal(tls, at, &cause, timeout).await?;
+        Some(DialError::Refused(Error::Cluster(format!(
+            "cannot attach to the coordinator at {at}: {why}"
+        ))))
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{at}"))
         .map_err(|e| {
             DialError::Refused(Error::Cluster(format!(
                 "--coordinator {at} is not an address ({e}): give HOST:PORT"
             )))
         })?
         .connect_timeout(timeout)
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| DialError::Unreachable(error_chain(&e)))?;
+        .tcp_nodelay(true);
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls.client(at)).map_err(|e| {
+            DialError::Refused(Error::Cluster(format!(
+                "cannot dial the coordinator at {at} with TLS for the name {:?}: {}",
+                tls.name_for(at),
+                error_chain(&e)
+            )))
+        })?;
+    }
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let cause = error_chain(&e);
+            return Err(refused_tls(cause.clone())
+                .await
+                .unwrap_or(DialError::Unreachable(cause)));
+        }
+    };
     let mut client = CoordinatorClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
@@ -391,18 +425,32 @@ async fn dial(
         ))
     })?;
     req.metadata_mut().insert("authorization", bearer);
-    let resp = tokio::time::timeout(timeout, client.attach(req))
+    let answer = tokio::time::timeout(timeout, client.attach(req))
         .await
-        .map_err(|_| DialError::Unreachable(format!("no answer within {timeout:?}")))?
-        .map_err(|s| match s.code() {
-            Code::Unauthenticated | Code::FailedPrecondition => {
-                DialError::Refused(Error::Cluster(format!(
-                    "the coordinator at {at} refused this worker: {}",
-                    s.message()
-                )))
+        .map_err(|_| DialError::Unreachable(format!("no answer within {timeout:?}")))?;
+    let resp = match answer {
+        Ok(resp) => resp,
+        Err(s) => {
+            let transport = matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled
+            );
+            if transport {
+                if let Some(refused) = refused_tls(status_cause(&s)).await {
+                    return Err(refused);
+                }
             }
-            _ => DialError::Unreachable(s.message().to_string()),
-        })?;
+            return Err(match s.code() {
+                Code::Unauthenticated | Code::FailedPrecondition => {
+                    DialError::Refused(Error::Cluster(format!(
+                        "the coordinator at {at} refused this worker: {}",
+                        s.message()
+                    )))
+                }
+                _ => DialError::Unreachable(s.message().to_string()),
+            });
+        }
+    };
     Ok((tx, resp.into_inner()))
 }
 

@@ -63,11 +63,10 @@ pub fn serve(
                 let listen = listener.local_addr().map_err(|e| {
                     Error::Cluster(format!("the exchange's listener has no address: {e}"))
                 })?;
-                let e = Exchange::start_on(
-                    ExchangeConfig::new(deployed.id, listen, config.token.clone()),
-                    Some(listener),
-                )
-                .map_err(|e| {
+                let mut xc = ExchangeConfig::new(deployed.id, listen, config.token.clone());
+                xc.run = deployed.deploy.run_id.clone();
+                xc.tls = config.tls.clone();
+                let e = Exchange::start_on(xc, Some(listener)).map_err(|e| {
                     Error::Cluster(format!("{described} cannot start its exchange: {e}"))
                 })?;
                 exchange.insert(Arc::new(e)).clone()

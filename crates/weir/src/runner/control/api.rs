@@ -6,6 +6,7 @@
 //! | `GET /api/job` | name, state, attempt, restarts, records read; operators with uid, name, parallelism, chain, inputs, records in per subtask and per-subtask figures (records in and out, busy time, watermark and its lag); tasks; attempts with their failures; savepoints; state sizes |
 //! | `GET /api/checkpoints` | counts (completed, failed, in progress), the newest completed one, and the history newest first: id, kind, status, how it was taken (`alignment`: aligned or unaligned, with `in_flight_bytes`), trigger time, end-to-end duration, size, folder, failure cause |
 //! | `GET /api/state` | state size per operator and state in the newest completed checkpoint |
+//! | `GET /api/workers` | whether the job runs on a cluster, and its workers: id, name, address, slots, heartbeat age, state (`up`, `lost` with its cause, or `local`: a job in one process shows itself as one worker), the subtasks each runs, and per exchange stream the bytes sent and received and the permit waits |
 //!
 //! Views are pure functions of a status, so they are tested without a server.
 
@@ -22,6 +23,42 @@ pub(crate) fn job(control: &JobControl) -> Response {
 /// `GET /api/checkpoints`.
 pub(crate) fn checkpoints(control: &JobControl) -> Response {
     Response::json(200, &checkpoints_view(&control.status()))
+}
+
+/// `GET /api/workers`.
+pub(crate) fn workers(control: &JobControl) -> Response {
+    Response::json(200, &workers_view(&control.status()))
+}
+
+/// The workers, each with its subtasks and exchange streams (a peer named by its worker's
+/// name where the status knows it).
+pub(crate) fn workers_view(s: &JobStatus) -> Value {
+    let name_of = |id: u32| {
+        s.workers
+            .iter()
+            .find(|w| w.id == id)
+            .map(|w| w.name.clone())
+    };
+    let workers: Vec<Value> = (s.workers.iter())
+        .map(|w| {
+            let streams: Vec<Value> = (w.streams.iter())
+                .map(|st| {
+                    let mut v = json!(st);
+                    v["peer_name"] = json!(name_of(st.peer));
+                    v
+                })
+                .collect();
+            let mut v = json!(w);
+            v["streams"] = json!(streams);
+            v
+        })
+        .collect();
+    json!({
+        "job": s.job,
+        "state": s.state,
+        "cluster": s.cluster,
+        "workers": workers,
+    })
 }
 
 /// `GET /api/state`.
@@ -50,6 +87,7 @@ pub(crate) fn job_view(s: &JobStatus) -> Value {
                 if let Some(f) = t.operator_figures.get(pos) {
                     subtasks.push(json!({
                         "subtask": t.subtask,
+                        "worker": t.worker,
                         "records_in": f.records_in,
                         "records_out": f.records_out,
                         "busy_ms": f.busy_ms,
@@ -92,6 +130,8 @@ pub(crate) fn job_view(s: &JobStatus) -> Value {
         "attempts": s.attempts,
         "savepoints": s.savepoints,
         "state_sizes": s.state_sizes,
+        "cluster": s.cluster,
+        "workers": s.workers.iter().map(|w| &w.name).collect::<Vec<_>>(),
     })
 }
 
@@ -232,5 +272,47 @@ mod tests {
         assert_eq!(v["counts"]["in_progress"], 1);
         assert_eq!(v["counts"]["failed"], 1);
         assert_eq!(v["latest_completed"]["id"], 1);
+    }
+
+    #[test]
+    fn workers_list_their_subtasks_and_name_the_peers_of_their_streams() {
+        use crate::api::execution::{StreamStatus, WorkerStatus};
+        let s = JobStatus {
+            cluster: true,
+            workers: vec![
+                WorkerStatus {
+                    id: 4,
+                    name: "w1".into(),
+                    address: "127.0.0.1:7001".into(),
+                    slots: 1,
+                    heartbeat_age_ms: Some(120),
+                    state: "up".into(),
+                    streams: vec![StreamStatus {
+                        peer: 5,
+                        bytes_sent: 10,
+                        ..StreamStatus::default()
+                    }],
+                    ..WorkerStatus::default()
+                },
+                WorkerStatus {
+                    id: 5,
+                    name: "w2".into(),
+                    streams: vec![StreamStatus {
+                        peer: 9, // a worker no longer listed
+                        ..StreamStatus::default()
+                    }],
+                    ..WorkerStatus::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let v = workers_view(&s);
+        assert_eq!(v["cluster"], true);
+        assert_eq!(v["workers"][0]["address"], "127.0.0.1:7001");
+        assert_eq!(v["workers"][0]["heartbeat_age_ms"], 120);
+        assert_eq!(v["workers"][0]["streams"][0]["peer_name"], "w2");
+        assert_eq!(v["workers"][0]["streams"][0]["bytes_sent"], 10);
+        assert_eq!(v["workers"][1]["streams"][0]["peer_name"], Value::Null);
+        assert_eq!(job_view(&s)["workers"], serde_json::json!(["w1", "w2"]));
     }
 }

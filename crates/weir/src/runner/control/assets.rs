@@ -9,7 +9,7 @@
 use super::http::Response;
 use super::router::Router;
 
-/// The page: one document for the three pages, which the script tells apart by path.
+/// The page: one document for the four pages, which the script tells apart by path.
 const INDEX: &str = include_str!("assets/index.html");
 
 /// What the page may load: only this endpoint's own files, never another site's, and it
@@ -46,8 +46,8 @@ pub(crate) const ASSETS: [(&str, &str, &[u8]); 5] = [
     ),
 ];
 
-/// The paths that show the page: overview, checkpoints, actions.
-pub(crate) const PAGES: [&str; 3] = ["/", "/checkpoints", "/actions"];
+/// The paths that show the page: overview, checkpoints, workers, actions.
+pub(crate) const PAGES: [&str; 4] = ["/", "/checkpoints", "/workers", "/actions"];
 
 /// Adds a `GET` route for every page and file.
 pub(crate) fn routes(mut router: Router) -> Router {

@@ -22,6 +22,17 @@
 //! | `weir_operator_busy_seconds_total` | counter (an operator's share of its task's busy time) | `operator`, `chain`, `subtask` |
 //! | `weir_operator_watermark_lag_seconds` | gauge (wall clock minus the operator's current watermark; event-time operators only) | `operator`, `chain`, `subtask` |
 //! | `weir_state_size_bytes` | gauge (state in the newest completed checkpoint) | `operator`, `state`, `scope` (`keyed`, `operator`) |
+//! | `weir_worker_slots`, `weir_worker_subtasks` | gauge (slots a worker offers, subtasks it runs) | `worker` |
+//! | `weir_worker_heartbeat_age_seconds` | gauge (since the coordinator last heard from the worker; cluster only) | `worker` |
+//! | `weir_exchange_sent_bytes_total`, `weir_exchange_received_bytes_total` | counter (encoded bytes on one exchange stream since it opened) | `worker`, `peer` |
+//! | `weir_exchange_permit_waits_total` | counter (sends that waited for the receiver's permits) | `worker`, `peer` |
+//! | `weir_exchange_permit_wait_seconds_total` | counter (how long they waited) | `worker`, `peer` |
+//!
+//! Every per-task and per-operator series carries a `worker` label: the worker that runs
+//! the subtask on a cluster (its `--name`), `local` in one process. The exchange series
+//! come from the workers' reports to the coordinator (every 200 ms), so the coordinator's
+//! `/metrics` covers the whole job; a stream opened anew after a restart counts from 0
+//! again, which `rate()` and `increase()` take as a counter reset.
 //!
 //! The `_seconds_total` counters' `rate()` is the share of time backpressured, idle or
 //! busy.
@@ -36,7 +47,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::http::Response;
-use crate::api::execution::{OperatorFigures, TaskStatus};
+use crate::api::execution::{OperatorFigures, StreamStatus, TaskStatus, WorkerStatus};
 use crate::prelude::{JobControl, JobStatus};
 
 /// The content type of the OpenMetrics text format.
@@ -223,7 +234,107 @@ fn encode_status(s: &JobStatus, mut e: DescriptorEncoder) -> Result<(), FmtError
         Some(&Unit::Seconds),
         |f| f.watermark_lag_ms.map(|ms| Value::Gauge(secs(ms))),
     )?;
-    state_sizes(&mut e, s)
+    state_sizes(&mut e, s)?;
+    workers(&mut e, s)
+}
+
+/// A per-stream family: name, help, unit, and the sample of a stream.
+type StreamFamily = (
+    &'static str,
+    &'static str,
+    Option<&'static Unit>,
+    fn(&StreamStatus) -> Value,
+);
+
+/// The workers' families: slots, subtasks, heartbeat age, and per exchange stream its
+/// bytes and permit waits.
+fn workers(e: &mut DescriptorEncoder, s: &JobStatus) -> Result<(), FmtError> {
+    let per_worker = |e: &mut DescriptorEncoder,
+                      name: &str,
+                      help: &str,
+                      unit: Option<&Unit>,
+                      value: &dyn Fn(&WorkerStatus) -> Option<f64>|
+     -> Result<(), FmtError> {
+        let values: Vec<(&WorkerStatus, f64)> = (s.workers.iter())
+            .filter_map(|w| value(w).map(|v| (w, v)))
+            .collect();
+        if values.is_empty() {
+            return Ok(());
+        }
+        let mut family = e.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+        for (w, v) in values {
+            let labels = vec![("worker", w.name.clone())];
+            ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    };
+    per_worker(
+        e,
+        "weir_worker_slots",
+        "Subtask slots a worker offers (in one process: the tasks it runs)",
+        None,
+        &|w| Some(f64::from(w.slots)),
+    )?;
+    per_worker(
+        e,
+        "weir_worker_subtasks",
+        "Subtasks the current attempt runs on a worker",
+        None,
+        &|w| Some(w.subtasks.len() as f64),
+    )?;
+    per_worker(
+        e,
+        "weir_worker_heartbeat_age",
+        "Time since the coordinator last heard from a worker (a report or a heartbeat)",
+        Some(&Unit::Seconds),
+        &|w| w.heartbeat_age_ms.map(|ms| ms as f64 / 1000.0),
+    )?;
+    let peer_name = |id: u32| {
+        (s.workers.iter())
+            .find(|w| w.id == id)
+            .map_or_else(|| format!("worker {id}"), |w| w.name.clone())
+    };
+    let streams: Vec<(&WorkerStatus, &StreamStatus, String)> = (s.workers.iter())
+        .flat_map(|w| w.streams.iter().map(move |st| (w, st)))
+        .map(|(w, st)| (w, st, peer_name(st.peer)))
+        .collect();
+    if streams.is_empty() {
+        return Ok(());
+    }
+    let families: [StreamFamily; 4] = [
+        (
+            "weir_exchange_sent",
+            "Encoded bytes a worker sent to a peer on their exchange stream, since it opened",
+            Some(&Unit::Bytes),
+            |st| Value::Count(st.bytes_sent),
+        ),
+        (
+            "weir_exchange_received",
+            "Encoded bytes a worker received from a peer on their exchange stream, since it opened",
+            Some(&Unit::Bytes),
+            |st| Value::Count(st.bytes_received),
+        ),
+        (
+            "weir_exchange_permit_waits",
+            "Sends to a peer that waited for its permits (backpressure across workers)",
+            None,
+            |st| Value::Count(st.permit_waits),
+        ),
+        (
+            "weir_exchange_permit_wait",
+            "Time sends to a peer waited for its permits",
+            Some(&Unit::Seconds),
+            |st| Value::Seconds(st.permit_wait_ms / 1000.0),
+        ),
+    ];
+    for (name, help, unit, value) in families {
+        let mut family = e.encode_descriptor(name, help, unit, MetricType::Counter)?;
+        for (w, st, peer) in &streams {
+            let labels = vec![("worker", w.name.clone()), ("peer", peer.clone())];
+            value(st).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// One family with a sample per operator and subtask that `value` has one for.
@@ -257,6 +368,7 @@ fn per_operator(
             ("chain", t.chain.clone()),
             ("operator", uid.to_string()),
             ("subtask", t.subtask.to_string()),
+            ("worker", t.worker.clone()),
         ];
         v.encode(family.encode_family(&labels)?)?;
     }
@@ -327,6 +439,7 @@ fn per_task(
             ("chain", t.chain.clone()),
             ("operator", op.cloned().unwrap_or_default()),
             ("subtask", t.subtask.to_string()),
+            ("worker", t.worker.clone()),
         ];
         v.encode(family.encode_family(&labels)?)?;
     }
@@ -376,6 +489,7 @@ mod tests {
                 operators: vec!["src".into(), "map".into()],
                 subtask: 1,
                 parallelism: 2,
+                worker: "w1".into(),
                 records_in: 77,
                 records_out: 70,
                 backpressured_ms: 1500,
@@ -434,6 +548,30 @@ mod tests {
                     timeline: None,
                 }],
             }],
+            cluster: true,
+            workers: vec![
+                WorkerStatus {
+                    id: 1,
+                    name: "w1".into(),
+                    slots: 2,
+                    heartbeat_age_ms: Some(250),
+                    subtasks: vec![Default::default()],
+                    streams: vec![StreamStatus {
+                        peer: 2,
+                        bytes_sent: 4096,
+                        bytes_received: 512,
+                        permit_waits: 3,
+                        permit_wait_ms: 125.0,
+                        ..StreamStatus::default()
+                    }],
+                    ..WorkerStatus::default()
+                },
+                WorkerStatus {
+                    id: 2,
+                    name: "w2".into(),
+                    ..WorkerStatus::default()
+                },
+            ],
             ..Default::default()
         };
         registry.register_collector(Box::new(Fixed(status)));
@@ -449,17 +587,24 @@ mod tests {
             "weir_checkpoint_duration_seconds_bucket{le=\"0.005\"} 1",
             "weir_checkpoint_duration_seconds_bucket{le=\"0.01\"} 2",
             "weir_checkpoint_duration_seconds_bucket{le=\"+Inf\"} 3",
-            "weir_task_records_in_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 77",
-            "weir_task_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 70",
-            "weir_task_backpressured_seconds_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 1.5",
-            "weir_task_idle_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.25",
-            "weir_task_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 4.0",
-            "weir_task_checkpoint_alignment_seconds{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 0.0025",
-            "weir_operator_records_in_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 77",
-            "weir_operator_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 70",
-            "weir_operator_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\"} 1.0",
-            "weir_operator_watermark_lag_seconds{chain=\"source -> map\",operator=\"map\",subtask=\"1\"} 1.25",
+            "weir_task_records_in_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 77",
+            "weir_task_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 70",
+            "weir_task_backpressured_seconds_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 1.5",
+            "weir_task_idle_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 0.25",
+            "weir_task_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 4.0",
+            "weir_task_checkpoint_alignment_seconds{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 0.0025",
+            "weir_operator_records_in_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 77",
+            "weir_operator_records_out_total{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 70",
+            "weir_operator_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 1.0",
+            "weir_operator_watermark_lag_seconds{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 1.25",
             "weir_state_size_bytes{operator=\"map\",state=\"seen\",scope=\"keyed\"} 640",
+            "weir_worker_slots{worker=\"w1\"} 2.0",
+            "weir_worker_subtasks{worker=\"w1\"} 1.0",
+            "weir_worker_heartbeat_age_seconds{worker=\"w1\"} 0.25",
+            "weir_exchange_sent_bytes_total{worker=\"w1\",peer=\"w2\"} 4096",
+            "weir_exchange_received_bytes_total{worker=\"w1\",peer=\"w2\"} 512",
+            "weir_exchange_permit_waits_total{worker=\"w1\",peer=\"w2\"} 3",
+            "weir_exchange_permit_wait_seconds_total{worker=\"w1\",peer=\"w2\"} 0.125",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");

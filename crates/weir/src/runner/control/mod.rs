@@ -8,9 +8,9 @@
 //! | `POST /checkpoint` | — | `{"id", "path"}` once the checkpoint completed |
 //! | `POST /savepoint` | `{"dir"?}` | `{"id", "path"}` once the savepoint completed |
 //! | `POST /stop` | `{"dir"?, "drain"?}` | `{"id", "path"}`; the job then ends |
-//! | `GET /api/job`, `GET /api/checkpoints`, `GET /api/state` | — | the dashboard's views of the status (`api`) |
+//! | `GET /api/job`, `GET /api/checkpoints`, `GET /api/state`, `GET /api/workers` | — | the dashboard's views of the status (`api`) |
 //! | `GET /metrics` | — | OpenMetrics text for Prometheus (`metrics`) |
-//! | `GET /`, `/checkpoints`, `/actions`, `/assets/…` | — | the dashboard, embedded (`assets`) |
+//! | `GET /`, `/checkpoints`, `/workers`, `/actions`, `/assets/…` | — | the dashboard, embedded (`assets`) |
 //!
 //! Errors are `{"error": "…"}` with a 4xx/5xx status. Security (`guard`): the endpoint binds
 //! to loopback unless told otherwise, and then answers only requests naming a loopback

@@ -23,7 +23,7 @@ struct SnapshotBody {
 /// The router of the control API, `slow_limit` snapshot requests at a time.
 pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
     let (c1, c2, c3, c4) = (control.clone(), control.clone(), control.clone(), control);
-    let (job, checkpoints, state) = (c1.clone(), c1.clone(), c1.clone());
+    let (job, checkpoints, state, workers) = (c1.clone(), c1.clone(), c1.clone(), c1.clone());
     let registry = metrics::registry(c1.clone());
     assets::routes(Router::new(slow_limit))
         .get("/api/job", Box::new(move |_| api::job(&job)))
@@ -32,6 +32,7 @@ pub(crate) fn control_router(control: JobControl, slow_limit: usize) -> Router {
             Box::new(move |_| api::checkpoints(&checkpoints)),
         )
         .get("/api/state", Box::new(move |_| api::state(&state)))
+        .get("/api/workers", Box::new(move |_| api::workers(&workers)))
         .get("/metrics", Box::new(move |_| metrics::scrape(&registry)))
         .get(
             "/status",

@@ -50,12 +50,17 @@
 //! [`Exchange::rejoin`] does the same for every peer when the worker registers again under
 //! a new id.
 //!
-//! **Not yet:** TLS (rustls, when certificates are given) — the endpoint is plaintext HTTP/2
-//! with a bearer token, fit for a private network only.
+//! **TLS** ([`tls`]): mutual TLS with rustls when certificates are given, the token still
+//! checked on top; without them the endpoint is plaintext HTTP/2 with a bearer token, fit
+//! for a private network only.
+//!
+//! **Run and attempt.** A stream is refused, naming both, when its two ends belong to
+//! different runs (coordinators' run ids) or the dialler's attempt already ended at the
+//! acceptor ([`node`]).
 //!
 //! Layout: [`wire`] maps events to frames (pure), [`permits`] keeps a sending channel's
 //! permits, [`outbox`] is one peer's queue of frames with its priority lane, [`peer`] one
-//! peer's stream and channels, [`node`] the endpoint (server, dialling, token), [`channel`]
+//! peer's stream and channels, [`node`] the endpoint (server, dialling, token, run), [`tls`] its certificates, [`channel`]
 //! the two ends a task holds.
 
 #![cfg_attr(not(test), allow(dead_code, unused_imports))] // Parts (stats, `recv`) serve the worker role to come.
@@ -65,13 +70,17 @@ pub mod node;
 pub mod outbox;
 pub mod peer;
 pub mod permits;
+pub mod tls;
 pub mod wire;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+pub(crate) mod tls_tests;
 
 pub use channel::TrySend;
 pub use node::{Exchange, ExchangeConfig};
+pub use tls::TlsConfig;
 
 /// The code generated from `proto/weir/exchange/v1/exchange.proto` (committed; regenerate
 /// with `cargo run -p weir-protogen`).

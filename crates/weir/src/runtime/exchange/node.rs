@@ -12,6 +12,15 @@
 //! dialler checks against the worker it meant to reach. The comparison of tokens takes the
 //! same time whatever the token.
 //!
+//! **Run and attempt.** The dialler also names its coordinator's run id (`x-weir-run`) and
+//! the attempt it dials for (`x-weir-attempt`). The acceptor refuses a stream of another run
+//! — a worker of another job or coordinator, or a stale one of an earlier run that has not
+//! registered again — naming both run ids, and one for an attempt that already ended here
+//! (a worker still running an attempt the coordinator cancelled, say after it was stopped
+//! and resumed); it answers with its own run id, which the dialler checks too (a stale
+//! address now served by a worker of another run). The token says who may connect at all;
+//! the run and attempt say the two ends work on the same thing.
+//!
 //! **Liveness.** HTTP/2 keep-alive pings on both sides turn a peer that hangs or is cut off
 //! into a broken stream within `keepalive_interval + keepalive_timeout`, which fails its
 //! channels like a peer that died ([`super::peer`]).
@@ -38,10 +47,18 @@ use super::peer::{status_cause, Peer};
 use super::proto::exchange_client::ExchangeClient;
 use super::proto::exchange_server::{self, ExchangeServer};
 use super::proto::Frame;
+use super::tls::TlsConfig;
 use super::{ChannelBound, ChannelId, ExchangeError, WorkerId};
 
 /// The metadata key naming the dialling (and answering) worker.
 const WORKER_KEY: &str = "x-weir-worker";
+
+/// The metadata key naming the run (the coordinator's run id) of the dialling and the
+/// answering worker.
+const RUN_KEY: &str = "x-weir-run";
+
+/// The metadata key naming the attempt the dialler dials for.
+const ATTEMPT_KEY: &str = "x-weir-attempt";
 
 /// The largest message either side accepts: a batch of `BATCH_SIZE` records of up to 16 KiB
 /// each. (gRPC's default, 4 MiB, would fail a batch of 4096 records of 1 KiB.)
@@ -56,12 +73,18 @@ pub struct ExchangeConfig {
     pub listen: SocketAddr,
     /// The cluster's token: peers must present it, and this worker presents it.
     pub token: String,
+    /// The run this worker works for (its coordinator's run id, from the deploy): a peer
+    /// of another run is refused ([`Exchange::rejoin`] changes it). Empty by default.
+    pub run: String,
     /// How often an idle stream is pinged (HTTP/2 keep-alive).
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the stream counts as broken.
     pub keepalive_timeout: Duration,
     /// How long dialling a peer may take.
     pub connect_timeout: Duration,
+    /// TLS (mutual: the server asks for a client certificate too) when certificates are
+    /// given; `None`: plaintext HTTP/2, for a private network.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ExchangeConfig {
@@ -73,9 +96,11 @@ impl ExchangeConfig {
             worker,
             listen,
             token: token.into(),
+            run: String::new(),
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -91,6 +116,10 @@ pub struct PeerStats {
     pub frames_in: u64,
     /// Their encoded bytes.
     pub bytes_in: u64,
+    /// Sends to the peer that had to wait for permits (its credits ran out).
+    pub permit_waits: u64,
+    /// How long those sends waited, in all, in nanoseconds.
+    pub permit_wait_ns: u64,
 }
 
 /// What the server and the handle share.
@@ -98,6 +127,9 @@ struct Node {
     config: ExchangeConfig,
     /// This worker's id: `config.worker`, until [`Exchange::rejoin`] gives it another.
     me: AtomicU32,
+    /// Its run and where its attempts stand; a dial accepted while the run is not known
+    /// yet (registered again, not deployed yet) waits for it here.
+    membership: tokio::sync::watch::Sender<Membership>,
     peers: Mutex<HashMap<WorkerId, Arc<Peer>>>,
     /// Streams this worker accepted and dialled, ever: one per peer.
     streams: AtomicU64,
@@ -105,7 +137,36 @@ struct Node {
     refused: AtomicU64,
 }
 
+/// The run a worker works for and where its attempts stand, as its handshakes say.
+#[derive(Debug, Clone, Default)]
+struct Membership {
+    /// The coordinator's run id; `None` from a new registration ([`Exchange::rejoin`])
+    /// until its deploy names the run ([`Exchange::join_run`]).
+    run: Option<String>,
+    /// The attempt this worker dials for ([`Exchange::begin_attempt`]).
+    dialling: Option<u32>,
+    /// The latest attempt that ended here ([`Exchange::end_attempt`]): a dialler of this
+    /// attempt or an older one is stale.
+    ended: Option<u32>,
+}
+
 impl Node {
+    fn membership(&self) -> Membership {
+        self.membership.borrow().clone()
+    }
+
+    /// The membership once its run is known, waiting at most the connect timeout for the
+    /// deploy that names it (a peer deployed first may dial before this worker's deploy
+    /// arrived); `None` when it did not come.
+    async fn settled(&self) -> Option<Membership> {
+        let mut rx = self.membership.subscribe();
+        let wait = async { rx.wait_for(|m| m.run.is_some()).await.map(|m| m.clone()) };
+        tokio::time::timeout(self.config.connect_timeout, wait)
+            .await
+            .ok()?
+            .ok()
+    }
+
     fn peer(&self, id: WorkerId) -> Arc<Peer> {
         self.peers
             .lock()
@@ -127,6 +188,48 @@ impl Node {
             *peer = Peer::new(id);
         }
         peer.attach(name).then(|| peer.clone())
+    }
+
+    /// Refuses a dialler (`id` at `from`) of another run than this worker's, or of an
+    /// attempt that ended here, naming both runs or attempts.
+    #[allow(clippy::result_large_err)] // a refusal is the stream's answer, once
+    fn same_run<T>(
+        m: &Membership,
+        req: &Request<T>,
+        me: WorkerId,
+        id: WorkerId,
+        from: &str,
+    ) -> Result<(), Status> {
+        let text = |key| {
+            req.metadata()
+                .get(key)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let theirs = text(RUN_KEY);
+        let attempt = text(ATTEMPT_KEY).parse::<u32>().ok();
+        let mine = m.run.as_deref().unwrap_or_default();
+        if theirs != mine {
+            return Err(Status::failed_precondition(format!(
+                "worker {me} refused the exchange stream from worker {id} at {from}: that \
+                 worker belongs to run {theirs:?}, this one to run {:?} (a worker of another \
+                 job or coordinator, or a stale one of an earlier run: stop it, or point it at \
+                 this job's coordinator so that it registers again)",
+                mine
+            )));
+        }
+        if let (Some(a), Some(ended)) = (attempt, m.ended) {
+            if a <= ended {
+                return Err(Status::failed_precondition(format!(
+                    "worker {me} refused the exchange stream from worker {id} at {from} for \
+                     attempt {a} of run {theirs:?}: attempt {ended} already ended here (a \
+                     stale worker still running a cancelled attempt; it gives up and waits \
+                     for its coordinator's next deploy)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn token_ok<T>(&self, req: &Request<T>) -> bool {
@@ -190,6 +293,19 @@ impl exchange_server::Exchange for Service {
                 "worker {me} at {from} dialled itself"
             )));
         }
+        let Some(membership) = node.settled().await else {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(Status::unavailable(format!(
+                "worker {me} refused the exchange stream from worker {id} at {from}: this \
+                 worker registered again and its coordinator has not deployed the job to it \
+                 within {:?} (the job restarts once every worker is deployed)",
+                node.config.connect_timeout
+            )));
+        };
+        if let Err(refusal) = Node::same_run(&membership, &req, me, id, &from) {
+            node.refused.fetch_add(1, Relaxed);
+            return Err(refusal);
+        }
         let Some(peer) = node.attach(id, format!("worker {id} at {from}")) else {
             node.refused.fetch_add(1, Relaxed);
             return Err(Status::already_exists(format!(
@@ -201,6 +317,9 @@ impl exchange_server::Exchange for Service {
         let mut resp = Response::new(ResponseFrames(peer.outbox.clone()));
         resp.metadata_mut()
             .insert(WORKER_KEY, MetadataValue::from(me));
+        if let Ok(run) = membership.run.unwrap_or_default().parse() {
+            resp.metadata_mut().insert(RUN_KEY, run);
+        }
         Ok(resp)
     }
 }
@@ -262,13 +381,23 @@ impl Exchange {
         })?;
         let node = Arc::new(Node {
             me: AtomicU32::new(config.worker),
+            membership: tokio::sync::watch::Sender::new(Membership {
+                run: Some(config.run.clone()),
+                ..Membership::default()
+            }),
             config,
             peers: Mutex::new(HashMap::new()),
             streams: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = Server::builder()
+        let mut builder = Server::builder();
+        if let Some(tls) = &node.config.tls {
+            builder = builder
+                .tls_config(tls.server())
+                .map_err(|e| ExchangeError::Config(tls.unusable(&error_chain(&e))))?;
+        }
+        let server = builder
             .http2_keepalive_interval(Some(node.config.keepalive_interval))
             .http2_keepalive_timeout(Some(node.config.keepalive_timeout))
             .serve_with_incoming_shutdown(
@@ -339,10 +468,13 @@ impl Exchange {
     /// This worker registered again — with a restarted coordinator, or with its own after
     /// it counted this worker as lost — and got id `worker`: every stream and channel of
     /// its former membership fails (its peers see the stream end) and is forgotten, and
-    /// this exchange serves and dials as `worker` from now on, on the same port.
+    /// this exchange serves and dials as `worker` from now on, on the same port, its
+    /// attempts counted afresh. Its run is unknown until [`join_run`](Exchange::join_run):
+    /// a peer that dials meanwhile waits for it (at most the connect timeout).
     pub fn rejoin(&self, worker: WorkerId) {
         let mut peers = self.node.peers.lock().unwrap_or_else(|p| p.into_inner());
         self.node.me.store(worker, Relaxed);
+        self.node.membership.send_replace(Membership::default());
         for (_, p) in peers.drain() {
             p.fail(ExchangeError::PeerLost {
                 peer: p.name(),
@@ -364,7 +496,13 @@ impl Exchange {
     /// * peers that failed or never connected are forgotten, so the next attempt dials (or
     ///   accepts) them afresh instead of inheriting the failure. Streams that are up stay up
     ///   for the next attempt, whose channels are numbered afresh.
+    ///
+    /// A peer that dials this worker afterwards for `attempt` or an older one is refused
+    /// (it is still running an attempt that is over).
     pub fn end_attempt(&self, attempt: u32) {
+        self.node.membership.send_modify(|m| {
+            m.ended = Some(m.ended.map_or(attempt, |e| e.max(attempt)));
+        });
         let cause = format!(
             "attempt {attempt} ended before this channel opened (the worker never registered \
              its end: it hung, died or is cut off; the job restarts from its latest checkpoint)"
@@ -387,6 +525,29 @@ impl Exchange {
             p.fail_unopened(&cause);
             true
         });
+    }
+
+    /// The attempt this worker dials its peers for from now on, which the peers check
+    /// against the attempts that ended on their side: called before the attempt's
+    /// [`connect`](Exchange::connect)s.
+    pub fn begin_attempt(&self, attempt: u32) {
+        self.node
+            .membership
+            .send_modify(|m| m.dialling = Some(attempt));
+    }
+
+    /// The deploy of this worker's membership named its run (the coordinator's run id):
+    /// peers of another run are refused from now on, and those that dialled meanwhile are
+    /// answered.
+    pub fn join_run(&self, run: &str) {
+        self.node
+            .membership
+            .send_modify(|m| m.run = Some(run.to_string()));
+    }
+
+    /// The run this worker works for (its coordinator's run id), once known.
+    pub fn run(&self) -> Option<String> {
+        self.node.membership().run
     }
 
     /// Streams this worker accepted or dialled, ever (one per peer).
@@ -412,13 +573,34 @@ impl Exchange {
 
     /// Frames and bytes on the stream with `peer`.
     pub fn stats(&self, peer: WorkerId) -> PeerStats {
-        let p = self.node.peer(peer);
-        PeerStats {
-            frames_out: p.outbox.frames_out.load(Relaxed),
-            bytes_out: p.outbox.bytes_out.load(Relaxed),
-            frames_in: p.frames_in.load(Relaxed),
-            bytes_in: p.bytes_in.load(Relaxed),
-        }
+        peer_stats(&self.node.peer(peer))
+    }
+
+    /// The figures of every stream this worker has now (one per peer, since that peer's
+    /// stream was last opened), by peer id: what a worker reports to its coordinator for
+    /// the dashboard and `/metrics`.
+    pub fn streams_stats(&self) -> Vec<(WorkerId, PeerStats)> {
+        let peers: Vec<(WorkerId, Arc<Peer>)> = (self.node.peers.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, p)| p.is_attached())
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
+        let mut stats: Vec<_> = peers.iter().map(|(id, p)| (*id, peer_stats(p))).collect();
+        stats.sort_by_key(|(id, _)| *id);
+        stats
+    }
+}
+
+fn peer_stats(p: &Peer) -> PeerStats {
+    let (permit_waits, permit_wait_ns) = p.permit_waits();
+    PeerStats {
+        frames_out: p.outbox.frames_out.load(Relaxed),
+        bytes_out: p.outbox.bytes_out.load(Relaxed),
+        frames_in: p.frames_in.load(Relaxed),
+        bytes_in: p.bytes_in.load(Relaxed),
+        permit_waits,
+        permit_wait_ns,
     }
 }
 
@@ -451,35 +633,72 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
         peer: name.clone(),
         cause,
     };
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+    let refused = |cause: String| ExchangeError::Refused {
+        peer: name.clone(),
+        cause,
+    };
+    // The handshake's metadata first: a token or run id a header cannot carry is refused
+    // before anything is attached.
+    let bearer = format!("Bearer {}", node.config.token)
+        .parse()
+        .map_err(|_| refused("the cluster token has characters a header cannot carry".into()))?;
+    let Membership { run, dialling, .. } = node.membership();
+    let run = run.unwrap_or_default();
+    let run_value = run.parse().map_err(|_| {
+        refused(format!(
+            "the run id {run:?} has characters a header cannot carry"
+        ))
+    })?;
+    let tls = node.config.tls.as_ref();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|e| unreachable(format!("not an address ({e})")))?
         .connect_timeout(node.config.connect_timeout)
         .http2_keep_alive_interval(node.config.keepalive_interval)
         .keep_alive_timeout(node.config.keepalive_timeout)
         .keep_alive_while_idle(true)
         .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls.client(&addr)).map_err(|e| {
+            refused(format!(
+                "cannot dial with TLS for the name {:?}: {}",
+                tls.name_for(&addr),
+                error_chain(&e)
+            ))
+        })?;
+    }
+    // A TLS mismatch (one side without TLS, a certificate of another CA) will not heal by
+    // trying again: refused, naming the cause and the way out.
+    let (at, timeout) = (addr.as_str(), node.config.connect_timeout);
+    let tls_refusal =
+        |cause: String| async move { super::tls::refusal(tls, at, &cause, timeout).await };
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let cause = error_chain(&e);
+            return Err(match tls_refusal(cause.clone()).await {
+                Some(why) => refused(why),
+                None => unreachable(cause),
+            });
+        }
+    };
     let Some(peer) = node.attach(id, name.clone()) else {
-        return Err(ExchangeError::Refused {
-            peer: name,
-            cause: format!("worker {me} has a stream with it already (one per pair)"),
-        });
+        return Err(refused(format!(
+            "worker {me} has a stream with it already (one per pair)"
+        )));
     };
     let mut client = ExchangeClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let mut req = Request::new(RequestFrames(peer.outbox.clone()));
-    let bearer = format!("Bearer {}", node.config.token);
-    let bearer = bearer.parse().map_err(|_| ExchangeError::Refused {
-        peer: name.clone(),
-        cause: "the cluster token has characters a header cannot carry".into(),
-    })?;
     req.metadata_mut().insert("authorization", bearer);
     req.metadata_mut()
         .insert(WORKER_KEY, MetadataValue::from(me));
+    req.metadata_mut().insert(RUN_KEY, run_value);
+    if let Some(a) = dialling {
+        req.metadata_mut()
+            .insert(ATTEMPT_KEY, MetadataValue::from(a));
+    }
     let failed = |e: ExchangeError| {
         peer.fail(e.clone());
         e
@@ -488,10 +707,23 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
         Ok(resp) => resp,
         Err(status) => {
             let cause = status_cause(&status);
+            let transport = matches!(
+                status.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::Unknown
+                    | tonic::Code::Internal
+                    | tonic::Code::Cancelled
+            );
+            if transport {
+                if let Some(why) = tls_refusal(cause.clone()).await {
+                    return Err(failed(refused(why)));
+                }
+            }
             let e = match status.code() {
                 tonic::Code::Unauthenticated
                 | tonic::Code::InvalidArgument
-                | tonic::Code::AlreadyExists => ExchangeError::Refused { peer: name, cause },
+                | tonic::Code::AlreadyExists
+                | tonic::Code::FailedPrecondition => ExchangeError::Refused { peer: name, cause },
                 _ => ExchangeError::Unreachable { peer: name, cause },
             };
             return Err(failed(e));
@@ -511,6 +743,21 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
             cause: format!("{who} answered there (a stale address?)"),
         }));
     }
+    let theirs = resp
+        .metadata()
+        .get(RUN_KEY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if theirs != run {
+        return Err(failed(ExchangeError::Refused {
+            peer: name,
+            cause: format!(
+                "it belongs to run {theirs:?}, this worker to run {run:?} (a stale address now \
+                 served by a worker of another job or coordinator; the job restarts once the \
+                 coordinator has this run's workers)"
+            ),
+        }));
+    }
     node.streams.fetch_add(1, Relaxed);
     // The client must live as long as the stream.
     peer.attach_keep(Box::new(client));
@@ -519,7 +766,7 @@ async fn dial(node: Arc<Node>, id: WorkerId, addr: String) -> Result<(), Exchang
 }
 
 /// An error and its sources, `: `-joined (tonic's transport errors say little on top).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(c) = source {

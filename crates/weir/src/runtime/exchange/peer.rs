@@ -109,6 +109,15 @@ impl Peer {
         self.lock().failed.clone()
     }
 
+    /// Over every sending channel to this peer: sends that waited for permits, and how
+    /// long they waited in all (nanoseconds).
+    pub fn permit_waits(&self) -> (u64, u64) {
+        let windows: Vec<_> = self.lock().outputs.values().cloned().collect();
+        windows
+            .iter()
+            .fold((0, 0), |(n, ns), w| (n + w.waits(), ns + w.waited_ns()))
+    }
+
     /// The permits of sending channel `channel`, made on first use (by its sender or by the
     /// receiver's grant, whichever comes first). A window made after the peer failed is
     /// failed.

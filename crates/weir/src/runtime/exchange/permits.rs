@@ -37,6 +37,8 @@ struct WindowState {
     failed: Option<ExchangeError>,
     /// Sends that had to wait for permits (or for the channel to open), ever.
     waits: u64,
+    /// Nanoseconds those sends waited, ever.
+    waited_ns: u64,
     /// Senders waiting right now.
     waiting: u32,
 }
@@ -128,6 +130,7 @@ impl SendWindow {
                 s.waits += 1;
             }
             s.waiting += 1;
+            let began = Instant::now();
             s = match deadline {
                 None => self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => {
@@ -138,6 +141,7 @@ impl SendWindow {
                 }
             };
             s.waiting -= 1;
+            s.waited_ns += began.elapsed().as_nanos() as u64;
         }
     }
 
@@ -160,6 +164,12 @@ impl SendWindow {
     /// Sends that had to wait for permits, ever (a metric: permit waits).
     pub fn waits(&self) -> u64 {
         self.lock().waits
+    }
+
+    /// Time sends waited for permits, ever, in nanoseconds (a metric: how long senders
+    /// were held back by the receiver's credits — backpressure across workers).
+    pub fn waited_ns(&self) -> u64 {
+        self.lock().waited_ns
     }
 
     /// Senders waiting for permits right now.

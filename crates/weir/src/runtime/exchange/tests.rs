@@ -24,6 +24,15 @@ fn start(worker: WorkerId, token: &str) -> Exchange {
     Exchange::start(config).unwrap()
 }
 
+/// [`start`] in run `run` (a coordinator's run id).
+fn start_in(worker: WorkerId, run: &str) -> Exchange {
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut config = ExchangeConfig::new(worker, listen, "secret");
+    config.keepalive_timeout = Duration::from_secs(600);
+    config.run = run.into();
+    Exchange::start(config).unwrap()
+}
+
 /// Worker 1 dials worker 2.
 fn pair() -> (Exchange, Exchange) {
     let a = start(1, "secret");
@@ -133,6 +142,15 @@ fn a_sender_out_of_permits_waits_until_its_receiver_consumes() {
     assert_eq!(records(rx.recv().unwrap()), [2]);
     assert_eq!(records(rx.recv().unwrap()), [3]);
     wait_until("every permit is back", || tx.available() == (2, 1000));
+    // The stream's figures, as a worker reports them: both waits, the timed one's
+    // millisecond at least, and bytes both ways (batches out, permits back).
+    let streams = a.streams_stats();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    let (peer, s) = streams[0];
+    assert_eq!(peer, 2);
+    assert_eq!(s.permit_waits, 2, "{s:?}");
+    assert!(s.permit_wait_ns >= 1_000_000, "{s:?}");
+    assert!(s.bytes_out > 0 && s.bytes_in > 0, "{s:?}");
 
     // Records count too: 5 record permits hold 1 + 3 records, not one more.
     let tx = a.output(2, 8, codec());
@@ -523,10 +541,88 @@ fn a_worker_that_rejoins_under_a_new_id_drops_its_old_streams_and_serves_as_the_
     wait_until("worker 1 sees the old stream end", || {
         a.peer_failure(2).is_some()
     });
-    // Its peers reach it under its new id, on the same port.
+    // Its peers reach it under its new id, on the same port, once its deploy named its
+    // run (a peer that dials first waits for it).
+    b.join_run("");
     a.connect(5, &b.local_addr().to_string()).unwrap();
     let tx = a.output(5, 2, codec());
     let rx = b.input(1, 2, ChannelBound::local(1), codec()).unwrap();
     tx.send(Event::Batch(vec![2])).unwrap();
     assert_eq!(records(rx.recv().unwrap()), [2]);
+}
+
+#[test]
+fn a_peer_of_another_run_is_refused_naming_both_run_ids() {
+    // Worker 1 of another coordinator's job (or a stale one of an earlier run) dials a
+    // worker 2 of this run: same token, same ids, another run.
+    let stale = start_in(1, "run-of-yesterday");
+    let b = start_in(2, "run-of-today");
+    let tx = stale.output(2, 1, codec());
+    let e = stale.connect(2, &b.local_addr().to_string()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ExchangeError::Refused { .. }), "{msg}");
+    assert!(
+        msg.contains("\"run-of-yesterday\"") && msg.contains("\"run-of-today\""),
+        "{msg}"
+    );
+    assert!(msg.contains("worker 2 refused"), "{msg}");
+    assert_eq!((b.refused(), b.streams()), (1, 0));
+    assert!(!b.is_connected(1));
+    // The channels waiting for that stream fail with the reason.
+    let e = tx.send(Event::EndOfInput).unwrap_err().to_string();
+    assert!(e.contains("run-of-today"), "{e}");
+    // A worker of this run gets in.
+    let a = start_in(1, "run-of-today");
+    a.connect(2, &b.local_addr().to_string()).unwrap();
+    assert!(b.is_connected(1));
+}
+
+#[test]
+fn a_peer_dialling_for_an_attempt_that_ended_here_is_refused() {
+    let a = start_in(1, "run");
+    let b = start_in(2, "run");
+    // Attempt 3 ended on worker 2 (cancelled); worker 1, stopped meanwhile, resumes and
+    // dials for it.
+    b.end_attempt(3);
+    a.begin_attempt(3);
+    let e = a.connect(2, &b.local_addr().to_string()).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ExchangeError::Refused { .. }), "{msg}");
+    assert!(
+        msg.contains("for attempt 3") && msg.contains("attempt 3 already ended here"),
+        "{msg}"
+    );
+    assert_eq!((b.refused(), b.streams()), (1, 0));
+    // Dialling for the next attempt is let in.
+    a.begin_attempt(4);
+    a.connect(2, &b.local_addr().to_string()).unwrap();
+    assert!(b.is_connected(1));
+}
+
+#[test]
+fn a_worker_registered_again_checks_a_dialler_against_the_run_its_deploy_names() {
+    let b = start_in(2, "old-run");
+    // Registered again as worker 5: the run is unknown until the deploy names it. A peer
+    // deployed first dials meanwhile; it is answered once the run is known (whichever
+    // comes first, the answer is the same).
+    b.rejoin(5);
+    assert_eq!(b.run(), None);
+    let addr = b.local_addr().to_string();
+    let early = std::thread::spawn(move || {
+        let a = start_in(1, "new-run");
+        a.connect(5, &addr).map(|()| a)
+    });
+    b.join_run("new-run");
+    let a = early.join().unwrap().unwrap();
+    assert!(b.is_connected(1) && a.is_connected(5));
+    // A dialler of the run before is refused, naming both.
+    let stale = start_in(3, "old-run");
+    let e = stale
+        .connect(5, &b.local_addr().to_string())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"old-run\"") && e.contains("\"new-run\""),
+        "{e}"
+    );
 }

@@ -242,17 +242,20 @@ fn records_read_ahead_for_one_checkpoint_and_not_yet_processed_are_channel_state
     let h = start(2, gate, |data, lanes| queue_then_barrier(data, lanes, b1));
     let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(channel_state(&job), [(0, 1000), (1, 200)]);
-    // One batch processed; the other 1100 records wait in the read-ahead queues when
-    // checkpoint 2 comes (no new records): they are its channel state as well.
-    gate_tx.send(()).unwrap();
+    // Checkpoint 2 comes (no new records) while at most one batch may be processed: the
+    // barrier is queued before the gate lets one push through. Whether that push ran
+    // before the task saw the barrier depends on the threads' timing (the task may not
+    // have reached the push yet), never on a deadline: either way, the read-ahead records
+    // not yet processed are checkpoint 2's channel state, and nothing is lost or doubled.
     let b2 = CheckpointBarrier::checkpoint(2, 0);
     for (lane, tx) in h.lanes.iter().zip(&h.data) {
         lane.send(b2).unwrap();
         tx.send(Event::Barrier(b2)).unwrap();
     }
+    gate_tx.send(()).unwrap();
     let job = h.jobs.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(job.checkpoint_id, 2);
-    assert_eq!(channel_state(&job), [(0, 900), (1, 200)]);
+    let state = channel_state(&job);
     drop(gate_tx);
     let log = h.finish(3);
     assert_eq!(
@@ -260,7 +263,13 @@ fn records_read_ahead_for_one_checkpoint_and_not_yet_processed_are_channel_state
         1200 + 3,
         "every record processed once, and S1–S3"
     );
-    assert_eq!(log.iter().position(|l| l == "S2"), Some(101));
+    let s2 = log.iter().position(|l| l == "S2").expect("S2 logged");
+    let processed = s2 - 1; // S1 comes first
+    assert!(
+        processed == 0 || processed == 100,
+        "at most the one batch the gate let through: {processed}"
+    );
+    assert_eq!(state, [(0, 1000 - processed as u64), (1, 200)]);
 }
 
 /// Restored channel state of channel `c` (sender `c`): `records` in one batch.

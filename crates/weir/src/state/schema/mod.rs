@@ -23,6 +23,7 @@
 //! Checkpoints written before schemas existed restore as **unversioned**: decoded straight
 //! into the new type, as before.
 
+mod elements;
 mod migrate;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ use serde_reflection::{Format, Registry, Tracer, TracerConfig};
 
 use super::{StateKind, StateValue};
 
+pub(crate) use elements::decode_elements;
 pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
 
 /// The schema of one state's stored type (or of a key type), as recorded in a checkpoint.

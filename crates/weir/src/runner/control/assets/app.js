@@ -1,12 +1,12 @@
-// The Weir dashboard: three pages over the control endpoint's JSON API (/api/job,
-// /api/checkpoints) and its actions (POST /checkpoint, /savepoint, /stop). Data is only
+// The Weir dashboard: four pages over the control endpoint's JSON API (/api/job,
+// /api/checkpoints, /api/workers) and its actions (POST /checkpoint, /savepoint, /stop). Data is only
 // ever put into the page as text (never as HTML). Charts are uPlot's.
 "use strict";
 
 const REFRESH_MS = 1000;
 const RATE_POINTS = 300;
 
-const page = { "/checkpoints": "checkpoints", "/actions": "actions" }[location.pathname] || "overview";
+const page = { "/checkpoints": "checkpoints", "/workers": "workers", "/actions": "actions" }[location.pathname] || "overview";
 const $ = (id) => document.getElementById(id);
 const rates = [[], []]; // seconds since the epoch, records read per second
 let lastRead = null;
@@ -181,7 +181,7 @@ function showTasks(tasks, now) {
       bp = pctOf(dBp, whole);
       busy = pctOf(dBusy, whole);
     }
-    return [t.chain, t.subtask + 1, t.records_in.toLocaleString("en"), t.records_out.toLocaleString("en"), rate, bp, busy];
+    return [t.chain, t.subtask + 1, t.worker || "–", t.records_in.toLocaleString("en"), t.records_out.toLocaleString("en"), rate, bp, busy];
   }));
 }
 
@@ -325,6 +325,41 @@ function showTimeline(c) {
   box.appendChild(axis);
 }
 
+// The workers (a job in one process: itself, as one local worker) and their exchange
+// streams, with bytes per second over the last refresh.
+const lastStreams = new Map();
+
+async function refreshWorkers() {
+  const v = await api("/api/workers");
+  showHeader(v);
+  text($("workers-mode"), v.cluster
+    ? "The job runs on " + v.workers.length + " worker" + (v.workers.length === 1 ? "" : "s") + "; this endpoint is their coordinator's."
+    : "Not a cluster: the job runs in this one process, shown as one local worker.");
+  fill("workers", v.workers.map((w) => [
+    w.name, w.id, w.address, w.slots,
+    w.heartbeat_age_ms === null ? "—" : w.heartbeat_age_ms.toLocaleString("en") + " ms",
+    { text: w.lost ? "lost: " + w.lost : w.state, cls: w.lost ? "failed" : "" },
+    w.subtasks.map((s) => (s.chain || s.task_uid) + " " + (s.subtask + 1)).join(", ") || "—",
+  ]));
+  const now = Date.now() / 1000;
+  const rows = [];
+  for (const w of v.workers) {
+    for (const st of w.streams) {
+      const key = w.id + ">" + st.peer;
+      const prev = lastStreams.get(key);
+      lastStreams.set(key, { at: now, sent: st.bytes_sent, received: st.bytes_received });
+      const per = (n, p) => (prev && now > prev.at && n >= p ? bytes((n - p) / (now - prev.at)) + "/s" : "–");
+      rows.push([
+        w.name, st.peer_name || "worker " + st.peer,
+        bytes(st.bytes_sent), per(st.bytes_sent, prev && prev.sent),
+        bytes(st.bytes_received), per(st.bytes_received, prev && prev.received),
+        st.permit_waits.toLocaleString("en"), st.permit_wait_ms.toFixed(1) + " ms",
+      ]);
+    }
+  }
+  fill("streams", rows);
+}
+
 async function act(path, question, body) {
   if (!window.confirm(question)) return;
   const out = $("action-result");
@@ -352,6 +387,7 @@ async function refresh() {
   try {
     if (page === "overview") await refreshOverview();
     else if (page === "checkpoints") await refreshCheckpoints();
+    else if (page === "workers") await refreshWorkers();
     else showHeader(await api("/api/job"));
     $("error").hidden = true;
   } catch (e) {

@@ -205,7 +205,9 @@ fn only_the_embedded_files_are_served_whatever_the_path_says() {
     for ok in [
         "/",
         "/checkpoints",
+        "/workers",
         "/actions",
+        "/api/workers",
         "/assets/app.js",
         "/assets/uPlot-LICENSE",
     ] {
