@@ -17,7 +17,9 @@
 # Tests that keep a local folder on purpose, and why (they run locally within the suite):
 # - cli's unwritable_checkpoint_dir_is_named and the symlink/permission checks test the
 #   local disk's own errors; flags and layers have no checkpoint folder to move;
-# - memory_storage (mem://) and s3 (always on S3, against servers it starts itself).
+# - memory_storage (mem://) and s3 (always on S3, against servers it starts itself);
+# - state_larger_than_memory: its bounded restore maps local checkpoint files (one read
+#   from S3 is held in memory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

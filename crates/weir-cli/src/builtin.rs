@@ -150,6 +150,11 @@ pub struct KeyedCountArgs {
     /// (Tests) the file whose creation releases the generator held by --hold-at.
     #[arg(long, hide = true, requires = "hold_at")]
     release_file: Option<PathBuf>,
+    /// (Tests) give each key a second state of this many bytes besides its count, rewritten
+    /// with every event from the key and its count (checked by --verify): a state larger
+    /// than memory from few events.
+    #[arg(long, hide = true, default_value_t = 0)]
+    value_bytes: usize,
     /// (Tests) run the generator at this parallelism instead of --parallelism, so that on
     /// a cluster a worker may run counting subtasks and no source.
     #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..))]
@@ -296,10 +301,13 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
         job,
         input,
         args.keys,
-        args.emit == Emit::Updates,
+        jobs::CountOptions {
+            emit_updates: args.emit == Emit::Updates,
+            sink_rate: args.sink_rate,
+            value_bytes: args.value_bytes,
+        },
         out,
         in_state,
-        args.sink_rate,
     )
     .map_err(boxed)?;
     if let Some(line) = prepared.summary_line() {

@@ -18,6 +18,17 @@ pub fn expected_count(n: u64, keys: u64, k: u64) -> u64 {
     n / keys + u64::from(k < n % keys)
 }
 
+/// The padding of key `k`'s state after its `count`th record with `--value-bytes bytes`:
+/// `bytes` ASCII characters repeating the key's stable hash and the count in hex, so the
+/// value is as large as asked, changes with every record, and has one right content for
+/// the exact count (what `--verify` checks). A String, whose bytes postcard copies whole.
+pub fn padding<K: std::hash::Hash>(k: &K, count: u64, bytes: usize) -> String {
+    let unit = format!("{:016x}{count:016x}", weir::state::stable_hash(k));
+    let mut p = unit.repeat(bytes.div_ceil(unit.len()));
+    p.truncate(bytes);
+    p
+}
+
 /// Per-subtask verdicts of the in-state verification (latest attempt wins).
 pub type StateVerdicts = Arc<Mutex<BTreeMap<u32, Result<u64, String>>>>;
 
@@ -28,6 +39,10 @@ pub type StateVerdicts = Arc<Mutex<BTreeMap<u32, Result<u64, String>>>>;
 #[derive(Clone)]
 pub struct CountPerKey<K> {
     count: Option<ValueState<u64>>,
+    /// `--value-bytes`: each key's padding state (declared only when the size is not 0).
+    pad: Option<ValueState<String>>,
+    /// Bytes of each key's padding (0: none).
+    value_bytes: usize,
     emit_updates: bool,
     emit_final: bool,
     verify: Option<(u64, u64, u32, StateVerdicts)>,
@@ -45,6 +60,8 @@ impl<K> CountPerKey<K> {
     pub fn new(emit_updates: bool, emit_final: bool) -> Self {
         CountPerKey {
             count: None,
+            pad: None,
+            value_bytes: 0,
             emit_updates,
             emit_final,
             verify: None,
@@ -61,6 +78,14 @@ impl<K> CountPerKey<K> {
     /// (benchmark W3, the unaligned-checkpoint kill tests).
     pub fn with_rate(mut self, rate: Option<f64>) -> Self {
         self.rate = rate;
+        self
+    }
+
+    /// Gives each key a second state of `bytes` bytes besides its count, rewritten with
+    /// every record ([`padding`]; `keyed-count --value-bytes`, hidden: for tests of a state
+    /// larger than memory built from few events). 0: none, and no such state is declared.
+    pub fn with_value_bytes(mut self, bytes: usize) -> Self {
+        self.value_bytes = bytes;
         self
     }
 
@@ -94,6 +119,9 @@ impl<K> CheckpointedFunction for CountPerKey<K> {
 impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K> {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> weir::Result<()> {
         self.count = Some(states.value_state("count")?);
+        if self.value_bytes > 0 {
+            self.pad = Some(states.value_state("pad")?);
+        }
         Ok(())
     }
 
@@ -108,8 +136,12 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
         let state = self.count.expect("open() declares the state");
         let c = ctx.get_mut_or_insert_with(state, || 0);
         *c += 1;
+        let c = *c;
+        if let Some(pad) = self.pad {
+            let p = padding(ctx.key(), c, self.value_bytes);
+            ctx.set(pad, p);
+        }
         if self.emit_updates {
-            let c = *c;
             out.collect((ctx.key().clone(), c));
         }
         Ok(())
@@ -122,8 +154,11 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
     ) -> weir::Result<()> {
         let state = self.count.expect("open() declares the state");
         if let Some((n, keys, maxp, verdicts)) = &self.verify {
-            let verdict =
-                verify_state(ctx, state, *n, *keys, *maxp, self.subtask, self.parallelism);
+            let range = KeyGroupRange::for_subtask(self.subtask, self.parallelism, *maxp);
+            let mut verdict = verify_state(ctx, state, *n, *keys, *maxp, range);
+            if let (Ok(checked), Some(pad)) = (&verdict, self.pad) {
+                verdict = verify_padding(ctx, pad, *n, *keys, self.value_bytes, *checked);
+            }
             verdicts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -145,10 +180,8 @@ fn verify_state<K: Key>(
     n: u64,
     keys: u64,
     maxp: u32,
-    subtask: u32,
-    parallelism: u32,
+    range: KeyGroupRange,
 ) -> Result<u64, String> {
-    let range = KeyGroupRange::for_subtask(subtask, parallelism, maxp);
     let mut checked = 0;
     let mut wrong = Vec::new();
     // Only u64 keys (keyed-count) are verifiable; other key types have no known truth.
@@ -181,6 +214,54 @@ fn verify_state<K: Key>(
         wrong.truncate(3);
         Err(format!("{n_wrong} wrong: {}", wrong.join("; ")))
     }
+}
+
+/// Checks one subtask's padding states against the exact counts (after [`verify_state`]
+/// found `checked` keys with exact counts): every key has one, of the content its exact
+/// count gives. Reads the entries one at a time, so a state larger than memory is checked
+/// in bounded memory. `Ok(checked)` or a description.
+fn verify_padding<K: Key>(
+    ctx: &mut KeyedEndContext<'_, K>,
+    pad: ValueState<String>,
+    n: u64,
+    keys: u64,
+    bytes: usize,
+    checked: u64,
+) -> Result<u64, String> {
+    let (mut seen, mut wrong) = (0u64, Vec::new());
+    for (k, v) in ctx.entries(pad) {
+        seen += 1;
+        let Some(k) = (&k as &dyn std::any::Any).downcast_ref::<u64>() else {
+            continue;
+        };
+        if v != padding(k, expected_count(n, keys, *k), bytes) {
+            wrong.push(format!(
+                "key {k}: its {}-byte value is not the one of its exact count",
+                v.len()
+            ));
+        }
+    }
+    if seen != checked {
+        wrong.push(format!("{seen} keys with a value, {checked} expected"));
+    }
+    if wrong.is_empty() {
+        Ok(checked)
+    } else {
+        let n_wrong = wrong.len();
+        wrong.truncate(3);
+        Err(format!("{n_wrong} wrong: {}", wrong.join("; ")))
+    }
+}
+
+/// How keyed-count's counter works besides its input and output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountOptions {
+    /// Emit `(key, count)` for every record (W1) instead of the final counts.
+    pub emit_updates: bool,
+    /// `--sink-rate`: records per second over all subtasks, if limited.
+    pub sink_rate: Option<f64>,
+    /// `--value-bytes`: bytes of each key's padding state (0: none).
+    pub value_bytes: usize,
 }
 
 /// Where a job's `(key, count)` records go.
@@ -308,12 +389,13 @@ pub fn keyed_count(
     env: &StreamEnvironment,
     events: Events<'_>,
     keys: u64,
-    emit_updates: bool,
+    options: CountOptions,
     output: Output,
     verify_state: Option<StateVerdicts>,
-    sink_rate: Option<f64>,
 ) -> anyhow::Result<()> {
-    let mut count = CountPerKey::<u64>::new(emit_updates, !emit_updates).with_rate(sink_rate);
+    let mut count = CountPerKey::<u64>::new(options.emit_updates, !options.emit_updates)
+        .with_rate(options.sink_rate)
+        .with_value_bytes(options.value_bytes);
     let numbers = match events {
         Events::Generator {
             n,

@@ -52,6 +52,7 @@ pub mod backend;
 mod confined;
 pub(crate) mod format;
 pub mod local;
+mod mapped;
 pub mod memory;
 mod read;
 #[cfg(feature = "s3")]

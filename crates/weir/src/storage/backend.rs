@@ -93,6 +93,13 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     /// `None` if it can; so a wrong `--restore` path gets the right message.
     fn folder_problem(&self) -> Result<Option<&'static str>, StorageError>;
 
+    /// The local file of object `key`, if this backend is a local disk (large state files
+    /// are then mapped rather than read: a bounded restore). `None` elsewhere.
+    fn local_file(&self, key: &str) -> Option<PathBuf> {
+        let _ = key;
+        None
+    }
+
     /// The local folder of `prefix`, created, if this backend is a local disk: scratch
     /// files then go beside the checkpoint (today's layout). `None` elsewhere: scratch
     /// files go to the local temp folder, never to remote storage.

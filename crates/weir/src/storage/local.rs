@@ -34,6 +34,9 @@ impl LocalBackend {
 /// Size of the write buffer of a streamed file.
 const STREAM_BUFFER: usize = 1 << 20;
 
+/// Bytes a staged file writes between two releases of its page cache ([`StagedFile::write`]).
+const RELEASE_EVERY: u64 = 8 << 20;
+
 /// The part of writing a file that the local and the confined writer share: the bytes stream
 /// into a buffered temporary file, then the head is written over its start and the whole file
 /// is made durable. Only the rename that publishes it differs (a path rename here, `renameat`
@@ -43,6 +46,9 @@ pub(super) struct StagedFile {
     out: Option<BufWriter<File>>,
     /// The path the errors name.
     shown: PathBuf,
+    /// Bytes written, and the offset up to which the page cache was released.
+    written: u64,
+    released: u64,
 }
 
 impl StagedFile {
@@ -51,6 +57,8 @@ impl StagedFile {
         Self {
             out: Some(BufWriter::with_capacity(STREAM_BUFFER, file)),
             shown,
+            written: 0,
+            released: 0,
         }
     }
 
@@ -59,14 +67,32 @@ impl StagedFile {
         &self.shown
     }
 
-    /// Appends `bytes` (nothing once finished).
+    /// Appends `bytes` (nothing once finished). Every [`RELEASE_EVERY`] bytes it writes the
+    /// file's dirty pages out and drops them from the page cache: a checkpoint file of a
+    /// state larger than memory would otherwise sit in the page cache dirty until the final
+    /// fsync, and dirty page cache is charged to the process's memory cgroup, which cannot
+    /// reclaim it fast enough — the disk backend was OOM-killed for it (docs/design-notes.md,
+    /// "Memory of the disk backend").
     pub(super) fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        match &mut self.out {
-            Some(out) => out
-                .write_all(bytes)
-                .map_err(io_err("write", &self.shown, WRITE_HINT)),
-            None => Ok(()),
+        let Some(out) = &mut self.out else {
+            return Ok(());
+        };
+        let err = io_err("write", &self.shown, WRITE_HINT);
+        out.write_all(bytes).map_err(err)?;
+        self.written += bytes.len() as u64;
+        if self.written - self.released >= RELEASE_EVERY {
+            out.flush()
+                .map_err(io_err("write", &self.shown, WRITE_HINT))?;
+            let file = out.get_ref();
+            file.sync_data()
+                .map_err(io_err("fsync", &self.shown, WRITE_HINT))?;
+            // Advice only: the data is durable either way, and a kernel that ignores it
+            // keeps clean pages, which reclaim can drop.
+            let len = std::num::NonZeroU64::new(self.written - self.released);
+            let _ = rustix::fs::fadvise(file, self.released, len, rustix::fs::Advice::DontNeed);
+            self.released = self.written;
         }
+        Ok(())
     }
 
     /// Writes `head` at offset 0 and fsyncs the file. `false` when it was finished before,
@@ -243,6 +269,10 @@ impl StorageBackend for LocalBackend {
         } else {
             Some("no such folder")
         })
+    }
+
+    fn local_file(&self, key: &str) -> Option<PathBuf> {
+        Some(self.path(key))
     }
 
     fn local_dir(&self, prefix: &str) -> Option<Result<PathBuf, StorageError>> {

@@ -73,6 +73,11 @@ pub fn read_state_payload(
     check_relative(checkpoint_path, relative)?;
     let backend = open_backend(checkpoint_path)?;
     let path = backend.describe(relative);
+    if let Some(file) = backend.local_file(relative) {
+        if backend.size(relative).map_err(state_read_error)? >= MAP_FROM_BYTES {
+            return map_payload(&file, kind, expected_crc);
+        }
+    }
     let (bytes, crc_of_body) =
         read_checksummed(&*backend, relative, PARALLEL_READ_BYTES).map_err(state_read_error)?;
     let len = match crc_of_body {
@@ -84,6 +89,29 @@ pub fn read_state_payload(
         SharedBytes::new(Arc::new(bytes), HEADER_LEN..HEADER_LEN + len)
             .expect("decode returned a payload within the file"),
     )
+}
+
+/// Local state files at least this large are mapped ([`map_payload`]) rather than read
+/// into the heap: a restore of a state larger than memory then holds page cache, which
+/// the kernel reclaims as the restore moves on, instead of the whole file.
+pub(super) const MAP_FROM_BYTES: u64 = 16 << 20;
+
+/// [`read_state_payload`] of the local file `path`, mapped: the envelope is checked (which
+/// reads every page once) and the payload handed out as a range of the mapping.
+fn map_payload(
+    path: &Path,
+    kind: FileKind,
+    expected_crc: Option<u32>,
+) -> Result<SharedBytes, StorageError> {
+    let read_err = |e: std::io::Error| state_read_error(super::io_err("read", path, READ_HINT)(e));
+    let mapped = super::mapped::Mapped::open(path)
+        .map_err(read_err)?
+        .ok_or_else(|| read_err(std::io::ErrorKind::UnexpectedEof.into()))?;
+    let bytes = mapped.as_ref();
+    let len = format::decode(path, kind, bytes)?.len();
+    check_origin(path, trailer_crc(bytes), expected_crc)?;
+    SharedBytes::of(Arc::new(mapped), HEADER_LEN..HEADER_LEN + len)
+        .ok_or_else(|| read_err(std::io::ErrorKind::InvalidData.into()))
 }
 
 /// The envelope CRC stored in `bytes`' trailer (0 if too short to have one): the CRC-32C

@@ -5,23 +5,35 @@
 //! state was copied three more times on its way from the file to the tables (dropping the
 //! envelope header, splitting it into sections, handing each subtask its sections), about
 //! half a second per copy on a restart's critical path. The buffer is freed when the last
-//! range pointing into it is dropped.
+//! range pointing into it is dropped. A large local file is mapped rather than read
+//! (`storage::mapped`), so its ranges point into the page cache instead of the heap.
 
 use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
 
+/// The buffer a [`SharedBytes`] points into: bytes on the heap, or a mapped file
+/// (`storage::mapped`, for large local files: restoring a state larger than memory).
+type Buffer = dyn AsRef<[u8]> + Send + Sync;
+
 /// An immutable range of a shared buffer; cheap to clone, reads as a `&[u8]`.
 #[derive(Clone)]
 pub struct SharedBytes {
-    buf: Arc<Vec<u8>>,
+    buf: Arc<Buffer>,
     range: Range<usize>,
 }
 
 impl SharedBytes {
     /// The range `range` of `buf`, or `None` if it does not lie within `buf`.
     pub fn new(buf: Arc<Vec<u8>>, range: Range<usize>) -> Option<SharedBytes> {
-        (range.start <= range.end && range.end <= buf.len()).then_some(SharedBytes { buf, range })
+        Self::of(buf, range)
+    }
+
+    /// The range `range` of any shared buffer (a heap one, a mapped file), or `None` if it
+    /// does not lie within it.
+    pub(crate) fn of(buf: Arc<Buffer>, range: Range<usize>) -> Option<SharedBytes> {
+        let len = (*buf).as_ref().len();
+        (range.start <= range.end && range.end <= len).then_some(SharedBytes { buf, range })
     }
 
     /// The part `sub` of these bytes, sharing the buffer. `sub` must be a slice borrowed
@@ -41,7 +53,7 @@ impl Deref for SharedBytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
+        &(*self.buf).as_ref()[self.range.clone()]
     }
 }
 
@@ -55,10 +67,8 @@ impl From<Vec<u8>> for SharedBytes {
     /// The whole of `v`, without copying it.
     fn from(v: Vec<u8>) -> SharedBytes {
         let range = 0..v.len();
-        SharedBytes {
-            buf: Arc::new(v),
-            range,
-        }
+        let buf: Arc<Buffer> = Arc::new(v);
+        SharedBytes { buf, range }
     }
 }
 

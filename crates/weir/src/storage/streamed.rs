@@ -10,6 +10,9 @@ use super::backend::ObjectWriter;
 use super::format::{self, FileKind, HEADER_LEN, TRAILER_LEN};
 use super::{io_err, temp_path, StorageError, WRITE_HINT};
 
+/// Bytes a spill file takes between two releases of its page cache.
+const RELEASE_EVERY: u64 = 8 << 20;
+
 /// The payload of a state file being streamed to storage: counted and checksummed on the
 /// way (the envelope's header, which holds the length, is written last).
 pub struct PayloadWriter {
@@ -35,6 +38,8 @@ pub struct SpillFile {
     len: u64,
     /// Whether the file still has its name (it is unlinked at creation where possible).
     linked: bool,
+    /// Up to where its page cache was released ([`SpillFile::append`]).
+    released: u64,
 }
 
 impl SpillFile {
@@ -53,6 +58,7 @@ impl SpillFile {
             path,
             len: 0,
             linked,
+            released: 0,
         })
     }
 
@@ -65,6 +71,19 @@ impl SpillFile {
             .and_then(|_| self.file.write_all(bytes))
             .map_err(err)?;
         self.len += bytes.len() as u64;
+        if self.len - self.released >= RELEASE_EVERY {
+            // A checkpoint's spill of a state larger than memory would otherwise sit in
+            // the page cache dirty (nothing else writes a scratch file out), which the
+            // process's memory cgroup is charged for and cannot reclaim: written out and
+            // dropped, it is read back from the disk.
+            self.file
+                .sync_data()
+                .map_err(io_err("fsync", &self.path, WRITE_HINT))?;
+            let len = std::num::NonZeroU64::new(self.len - self.released);
+            let _ =
+                rustix::fs::fadvise(&self.file, self.released, len, rustix::fs::Advice::DontNeed);
+            self.released = self.len;
+        }
         Ok(at)
     }
 

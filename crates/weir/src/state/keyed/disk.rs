@@ -79,17 +79,55 @@ impl DiskOptions {
         }
     }
 
-    /// The options of each keyspace (one per state): its write buffer.
+    /// The options of each keyspace (one per state): its write buffer, and table files of
+    /// at most that size (fjall's default is 64 MiB, the default write buffer): a table is
+    /// dirty page cache until it is synced whole, so under a memory limit its size counts.
     fn keyspace(&self) -> fjall::KeyspaceCreateOptions {
-        fjall::KeyspaceCreateOptions::default().max_memtable_size(self.write_buffer_bytes)
+        let leveled =
+            fjall::compaction::Leveled::default().with_table_target_size(self.write_buffer_bytes);
+        fjall::KeyspaceCreateOptions::default()
+            .max_memtable_size(self.write_buffer_bytes)
+            .compaction_strategy(Arc::new(leveled))
     }
 }
+
+/// Bytes written to the LSM (its journal) between two syncs of the journal
+/// ([`DiskStore::commit`]).
+const JOURNAL_SYNC_BYTES: u64 = 8 << 20;
 
 /// The LSM of one operator subtask, shared by its states' tiers.
 pub(crate) struct DiskStore {
     db: fjall::Database,
     dir: PathBuf,
     options: DiskOptions,
+    /// Bytes committed since the journal was last synced.
+    unsynced: std::sync::atomic::AtomicU64,
+    /// Snapshot views alive (a checkpoint's writer reading a pinned LSM snapshot), and the
+    /// bytes committed since the first of them was made ([`DiskStore::hold_for_views`]).
+    views: std::sync::Mutex<(usize, u64)>,
+    /// Signalled when the last view is dropped.
+    views_gone: std::sync::Condvar,
+}
+
+/// A snapshot view's share of [`DiskStore::views`]: counted while it lives.
+pub(super) struct ViewPin(Arc<DiskStore>);
+
+impl ViewPin {
+    fn new(store: &Arc<DiskStore>) -> ViewPin {
+        store.views.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+        ViewPin(store.clone())
+    }
+}
+
+impl Drop for ViewPin {
+    fn drop(&mut self) {
+        let mut views = self.0.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.0 -= 1;
+        if views.0 == 0 {
+            views.1 = 0;
+            self.0.views_gone.notify_all();
+        }
+    }
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -158,9 +196,86 @@ impl DiskStore {
             .manual_journal_persist(true)
             // The folder is removed when the database is dropped.
             .temporary(true)
+            // One background thread per subtask's LSM: with two, fjall's first worker
+            // re-queues compaction requests to itself in a loop while the second works
+            // (to keep itself free for flushes), spinning a core — 18 % of a debug run's
+            // CPU in `worker_tick` and `flume::send` (perf; docs/design-notes.md, "Memory
+            // of the disk backend").
+            .worker_threads(1)
             .open()
             .map_err(|e| lsm_error(&dir, e))?;
-        Ok(Arc::new(DiskStore { db, dir, options }))
+        Ok(Arc::new(DiskStore {
+            db,
+            dir,
+            options,
+            unsynced: Default::default(),
+            views: Default::default(),
+            views_gone: Default::default(),
+        }))
+    }
+
+    /// Commits `batch` (writes to `ks`, about `bytes` of keys and values) and keeps the
+    /// LSM's memory and dirty page cache bounded, which fjall alone does not
+    /// (docs/design-notes.md, "Memory of the disk backend"):
+    ///
+    /// * *Write buffers.* fjall rotates a full memtable on a background worker; while its
+    ///   workers flush and compact, rotations wait in their queue and the active memtable
+    ///   grows past `max_memtable_size` without limit — measured, 800 MB of 64 KiB values
+    ///   written in batches held 500 MB of memtables. When the memtables of the subtask
+    ///   pass one write buffer per state and one more, this rotates `ks`'s memtable and waits
+    ///   until it is flushed: backpressure on the processing thread, as fjall's own write
+    ///   stall gives when it sees sealed memtables pile up.
+    /// * *Journal.* Every [`JOURNAL_SYNC_BYTES`] it syncs the journal. Not for durability
+    ///   (checkpoints give that; the journal is never read back): unsynced, the journal is
+    ///   dirty page cache, which a memory cgroup charges to the process and cannot reclaim
+    ///   until it is written out. Synced, its pages are clean and reclaimable.
+    fn commit(
+        &self,
+        ks: &fjall::Keyspace,
+        batch: fjall::OwnedWriteBatch,
+        bytes: usize,
+    ) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let err = |e| lsm_error(&self.dir, e);
+        batch.commit().map_err(err)?;
+        let budget =
+            (self.options.write_buffer_bytes).saturating_mul(self.db.keyspace_count() as u64 + 1);
+        if self.db.write_buffer_size() > budget {
+            ks.rotate_memtable_and_wait().map_err(err)?;
+        }
+        {
+            let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+            if views.0 > 0 {
+                views.1 += bytes as u64;
+            }
+        }
+        let unsynced = self.unsynced.fetch_add(bytes as u64, Relaxed) + bytes as u64;
+        if unsynced >= JOURNAL_SYNC_BYTES {
+            self.unsynced.store(0, Relaxed);
+            self.db.persist(fjall::PersistMode::SyncData).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Waits (on the processing thread, after it wrote to the LSM) while snapshot views are
+    /// alive and more than a write buffer per state (and one more) was written since the
+    /// first was made. fjall frees a flushed memtable only once no MVCC snapshot older than
+    /// it is open, and a checkpoint's view keeps its snapshot open until the writer has read
+    /// the whole state: everything written meanwhile stayed in memory — measured, 58 MB of a
+    /// 64 MB state at its peak (docs/design-notes.md, "Memory of the disk backend"). Waiting
+    /// for the writer to finish bounds that, at the cost of processing while a checkpoint of
+    /// a large state is written (Flink's RocksDB backend has no such cost: its snapshots do
+    /// not hold memtables). The writer never waits for the processing thread.
+    fn hold_for_views(&self) {
+        let budget =
+            (self.options.write_buffer_bytes).saturating_mul(self.db.keyspace_count() as u64 + 1);
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        while views.0 > 0 && views.1 > budget {
+            views = self
+                .views_gone
+                .wait(views)
+                .unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// The tier of the state at `index` (one keyspace per state).
@@ -364,22 +479,27 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(());
         }
         let mut batch = self.store.db.batch().durability(None);
-        let mut key = Vec::new();
+        let (mut key, mut bytes) = (Vec::new(), 0);
         for k in self.dirty.drain() {
             lsm_key(&self.prefix, &k, self.max_parallelism, &mut key)?;
             if let Some(changes) = &mut self.changes {
                 changes.record(&key, self.capacity);
             }
+            bytes += key.len();
             match map.get(&k) {
                 None => batch.remove(&self.ks, key.as_slice()),
                 Some(v) => {
                     // A value without a stamp is not live (as in memory): stamp 0.
                     let stamp = ttl.map(|t| t.stamps.get(&k).copied().unwrap_or(0));
-                    batch.insert(&self.ks, key.as_slice(), lsm_value(v, stamp)?);
+                    let value = lsm_value(v, stamp)?;
+                    bytes += value.len();
+                    batch.insert(&self.ks, key.as_slice(), value);
                 }
             }
         }
-        batch.commit().map_err(|e| self.err(e))
+        self.store.commit(&self.ks, batch, bytes)?;
+        self.store.hold_for_views();
+        Ok(())
     }
 
     /// Whether the state has no entry (after a write-back: exact).
@@ -537,6 +657,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
         let (job, _) = self.freeze(map, ttl);
         Ok(Some(Box::new(DiskView::<S> {
+            _pin: ViewPin::new(&self.store),
             pinned: job,
             ks: self.ks.clone(),
             prefix: self.prefix.clone(),
@@ -588,6 +709,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         // whose pinned snapshot is the state at this barrier.
         let (job, _) = self.freeze(map, ttl);
         Ok(Some(Box::new(DeltaView::<S> {
+            _pin: ViewPin::new(&self.store),
             pinned: job,
             ks: self.ks.clone(),
             dir: self.store.dir.clone(),
@@ -689,14 +811,16 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     }
 
     fn restore_inner(&mut self, what: &str, sections: &[SharedBytes], ttl: bool) -> Result<()> {
-        /// Entries per write batch: bounds the memory a restore holds.
+        /// Entries, and bytes, per write batch: bound the memory a restore holds (a batch
+        /// copies its entries; 64 Ki entries of 64 KiB values would be 4 GiB).
         const BATCH: usize = 1 << 16;
+        const BATCH_BYTES: usize = 4 << 20;
         let err = |e: postcard::Error| Error::StateDecode {
             what: what.to_string(),
             cause: e.to_string(),
         };
         let mut batch = self.store.db.batch().durability(None);
-        let mut key = Vec::new();
+        let (mut key, mut bytes) = (Vec::new(), 0);
         for section in sections {
             let mut rest: &[u8] = section;
             while !rest.is_empty() {
@@ -716,15 +840,17 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 key.extend_from_slice(&g.to_be_bytes());
                 key.extend_from_slice(&rest[..key_len]);
                 batch.insert(&self.ks, key.as_slice(), &after_key[..value_len]);
-                if batch.len() >= BATCH {
+                bytes += key.len() + value_len;
+                if batch.len() >= BATCH || bytes >= BATCH_BYTES {
+                    bytes = 0;
                     let full =
                         std::mem::replace(&mut batch, self.store.db.batch().durability(None));
-                    full.commit().map_err(|e| self.err(e))?;
+                    self.store.commit(&self.ks, full, BATCH_BYTES)?;
                 }
                 rest = after_value;
             }
         }
-        batch.commit().map_err(|e| self.err(e))
+        self.store.commit(&self.ks, batch, bytes)
     }
 }
 

@@ -11,13 +11,15 @@ use super::super::super::StateValue;
 use super::super::incremental::ChangeSet;
 use super::super::table::{EncodedShard, TableSnapshot};
 use super::super::ttl::StateTtlConfig;
-use super::lsm_error;
 use super::writeback::Pinned;
+use super::{lsm_error, ViewPin};
 use crate::error::{Error, Result};
 
 /// A disk table's snapshot: a pinned LSM snapshot, read key group by key group (one
 /// "shard" per key group of the range) by the writer thread.
 pub(super) struct DiskView<S> {
+    /// Counts the view as alive for the processing thread's memory bound.
+    pub(super) _pin: ViewPin,
     /// The barrier's write-back, whose LSM snapshot this reads.
     pub(super) pinned: Arc<dyn Pinned>,
     pub(super) ks: fjall::Keyspace,
@@ -71,6 +73,8 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
 /// writer thread; each entry is `postcard((k, Some(v)))`, or `postcard((k, None))` for a key
 /// deleted (or expired) since.
 pub(super) struct DeltaView<S> {
+    /// Counts the view as alive for the processing thread's memory bound.
+    pub(super) _pin: ViewPin,
     /// The barrier's write-back, whose LSM snapshot this reads.
     pub(super) pinned: Arc<dyn Pinned>,
     pub(super) ks: fjall::Keyspace,

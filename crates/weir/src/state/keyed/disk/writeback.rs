@@ -156,12 +156,13 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
             0
         });
         let mut batch = self.store.db.batch().durability(None);
-        let mut key = Vec::new();
+        let (mut key, mut bytes) = (Vec::new(), 0);
         for k in &self.dirty {
             lsm_key(&self.prefix, k, self.max_parallelism, &mut key)?;
             if w.keys.is_some() {
                 recorded.push(Box::<[u8]>::from(key.as_slice()));
             }
+            bytes += key.len();
             match map.get(k) {
                 None => batch.remove(&self.ks, key.as_slice()),
                 Some(v) => {
@@ -171,11 +172,13 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
                             .and_then(|s| s.get(k).copied())
                             .unwrap_or(0)
                     });
-                    batch.insert(&self.ks, key.as_slice(), lsm_value(v, stamp)?);
+                    let value = lsm_value(v, stamp)?;
+                    bytes += value.len();
+                    batch.insert(&self.ks, key.as_slice(), value);
                 }
             }
         }
-        batch.commit().map_err(|e| lsm_error(&self.store.dir, e))?;
+        self.store.commit(&self.ks, batch, bytes)?;
         // Let go of the cache's shards before the slow part is over for the caller.
         drop(map);
         drop(w.stamps);
