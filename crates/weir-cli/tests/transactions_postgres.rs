@@ -220,7 +220,7 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
             "is the server running",
         ],
     );
-    let files = txn(
+    let other = txn(
         tmp.path(),
         &[
             "transactions",
@@ -228,13 +228,18 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
             "--checkpoint-dir",
             &s(&chk),
             "--sink",
-            "nats://127.0.0.1:1/stream",
+            "kafka://127.0.0.1:1/topic",
         ],
     );
     assert_clean_error(
-        &files,
+        &other,
         1,
-        &["only PostgreSQL sinks", "file sinks", "--restore latest"],
+        &[
+            "kafka://127.0.0.1:1/topic",
+            "PostgreSQL sinks",
+            "file sinks",
+            "JetStream sinks",
+        ],
     );
     let no_job = txn(
         tmp.path(),
