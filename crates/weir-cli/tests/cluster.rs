@@ -272,6 +272,24 @@ fn finish_worker(dir: &Path, mut worker: Child, name: &str) -> (i32, String) {
     (st.code().unwrap_or(-1), log)
 }
 
+/// Waits for each worker to exit 0 and asserts that its log says it restored the
+/// checkpoint at `path` (proof that the worker itself resumed from it); returns the logs.
+fn assert_workers_restored(dir: &Path, workers: Vec<(Child, &str)>, path: &Path) -> Vec<String> {
+    workers
+        .into_iter()
+        .map(|(w, name)| {
+            let (code, wlog) = finish_worker(dir, w, name);
+            assert_eq!(code, 0, "{name}:\n{wlog}");
+            assert!(
+                wlog.contains(&format!("restored from {}", path.display())),
+                "{name} did not restore {}:\n{wlog}",
+                path.display()
+            );
+            wlog
+        })
+        .collect()
+}
+
 /// Which subtasks the coordinator's log says `worker` ran in `attempt`.
 fn ran_on(log: &str, attempt: u32, worker: &str) -> String {
     let prefix = format!("weir: attempt {attempt} runs on ");
@@ -515,15 +533,7 @@ fn a_hung_worker_is_detected_by_its_heartbeat_replaced_and_the_job_resumes_exact
     assert!(out.contains("verify: OK"), "{out}\n{log}");
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
     let path = restored_held_checkpoint(&out, held);
-    for (w, name) in [(again, "w2-again"), (w1, "w1")] {
-        let (code, wlog) = finish_worker(&dir, w, name);
-        assert_eq!(code, 0, "{name}:\n{wlog}");
-        assert!(
-            wlog.contains(&format!("restored from {}", path.display())),
-            "{name} did not restore {}:\n{wlog}",
-            path.display()
-        );
-    }
+    assert_workers_restored(&dir, vec![(again, "w2-again"), (w1, "w1")], &path);
     w2.kill().expect("SIGKILL the stopped worker");
     let _ = w2.wait();
 }
@@ -576,15 +586,7 @@ fn a_frozen_worker_a_peer_reported_lost_gets_no_deploy_and_the_job_resumes_exact
     assert_eq!(on_w2.len(), 1, "{log}");
     assert!(on_w2[0].starts_with("weir: attempt 1 runs on "), "{log}");
     let path = restored_held_checkpoint(&out, held);
-    for (w, name) in [(again, "w2-again"), (w1, "w1")] {
-        let (code, wlog) = finish_worker(&dir, w, name);
-        assert_eq!(code, 0, "{name}:\n{wlog}");
-        assert!(
-            wlog.contains(&format!("restored from {}", path.display())),
-            "{name} did not restore {}:\n{wlog}",
-            path.display()
-        );
-    }
+    assert_workers_restored(&dir, vec![(again, "w2-again"), (w1, "w1")], &path);
     w2.kill().expect("SIGKILL the stopped worker");
     let _ = w2.wait();
 }
@@ -651,16 +653,8 @@ fn injected_failures_on_workers_restart_from_checkpoints_and_stay_exact() {
         assert!(path.ends_with(format!("chk-{id}")), "{out}");
         restored.push(path);
     }
-    for (w, name) in [(w1, "w1"), (w2, "w2")] {
-        let (code, wlog) = finish_worker(&dir, w, name);
-        assert_eq!(code, 0, "{name}:\n{wlog}");
-        let last = restored.last().expect("three restarts");
-        assert!(
-            wlog.contains(&format!("restored from {}", last.display())),
-            "{name} did not restore {}:\n{wlog}",
-            last.display()
-        );
-    }
+    let last = restored.last().expect("three restarts");
+    assert_workers_restored(&dir, vec![(w1, "w1"), (w2, "w2")], last);
 }
 
 #[test]
@@ -699,15 +693,7 @@ fn a_worker_hung_before_it_dialled_its_peers_does_not_hold_up_the_others() {
     assert!(out.contains("verify: OK"), "{out}\n{log}");
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
     let path = restored_held_checkpoint(&out, held);
-    for (w, name) in [(w3, "w3"), (w4, "w4")] {
-        let (code, wlog) = finish_worker(&dir, w, name);
-        assert_eq!(code, 0, "{name}:\n{wlog}");
-        assert!(
-            wlog.contains(&format!("restored from {}", path.display())),
-            "{name} did not restore {}:\n{wlog}",
-            path.display()
-        );
-    }
+    assert_workers_restored(&dir, vec![(w3, "w3"), (w4, "w4")], &path);
     w1.kill().expect("SIGKILL the stopped worker");
     let _ = w1.wait();
 }
@@ -771,14 +757,8 @@ fn a_killed_coordinator_restarted_on_its_checkpoints_resumes_the_job_exactly_wit
     assert!(out.contains("verify: OK"), "{out}\n{log}");
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
     let path = restored_held_checkpoint(&out, held);
-    for (w, name) in [(w1, "w1"), (w2, "w2")] {
-        let (code, wlog) = finish_worker(&dir, w, name);
-        assert_eq!(code, 0, "{name}:\n{wlog}");
+    let logs = assert_workers_restored(&dir, vec![(w1, "w1"), (w2, "w2")], &path);
+    for (name, wlog) in ["w1", "w2"].iter().zip(&logs) {
         assert!(wlog.contains("registering again"), "{name}:\n{wlog}");
-        assert!(
-            wlog.contains(&format!("restored from {}", path.display())),
-            "{name} did not restore {}:\n{wlog}",
-            path.display()
-        );
     }
 }
