@@ -578,13 +578,16 @@ fn committable(c: &JsCommittable) -> weir_connectors::nats::JetStreamCommittable
     }
 }
 
-/// Publishes the missing messages of the JetStream commits `todo` (read again: a restart
-/// may have published them since they were listed).
+/// Publishes the missing messages of the JetStream commits `todo` (the stream is read
+/// again: a restart may have published them since they were listed).
 #[cfg(feature = "nats")]
 fn settle_jetstream(url: &str, jobs: &[JobCheckpoint], todo: &[&&Open]) -> Result<()> {
     use weir_connectors::nats::{JetStreamConfig, PendingCommits};
     let config = JetStreamConfig::parse(url).map_err(|e| anyhow::anyhow!("--sink: {e}"))?;
     let mut stream = PendingCommits::connect(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // One read of each subject: a commit publishes only its own ids, so what one settles
+    // does not change what another lacks.
+    let mut stored: BTreeMap<String, std::collections::HashSet<String>> = BTreeMap::new();
     for o in todo {
         let c = jobs
             .iter()
@@ -593,10 +596,13 @@ fn settle_jetstream(url: &str, jobs: &[JobCheckpoint], todo: &[&&Open]) -> Resul
             .find(|c| c.name == o.name)
             .with_context(|| format!("transaction {} vanished from the checkpoint", o.name))?;
         let c = committable(c);
-        let stored = stream
-            .stored_ids(&c.subject)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let missing = PendingCommits::missing(&c, &stored);
+        if !stored.contains_key(&c.subject) {
+            let ids = stream
+                .stored_ids(&c.subject)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            stored.insert(c.subject.clone(), ids);
+        }
+        let missing = PendingCommits::missing(&c, &stored[&c.subject]);
         if missing.is_empty() {
             print(&format!("already settled {}\n", o.name));
             continue;
