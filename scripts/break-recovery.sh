@@ -22,14 +22,14 @@ if [ $# -eq 0 ]; then
     set -- --all-features \
         -p weir --test exactly_once --test state_kinds --test timers --test rescale \
         --test hooks --test file_connectors --test corrupt --test savepoints \
-        --test memory_storage --test s3 --test schema_evolution \
+        --test memory_storage --test s3 --test schema_evolution --test schema_evolution_channel \
         -p weir-connectors --test postgres_job --test nats_sink --test nats_source \
         --test postgres_kill \
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
         --test connectors_files --test connectors_postgres --test connectors_nats \
         --test runner --test examples --test example_postgres --test s3 --test kill_every_job \
         --test disk_state --test upgrade --test incremental_checkpoints --test cluster \
-        --test cluster_jobs --test cluster_postgres
+        --test cluster_jobs --test cluster_postgres --test state_larger_than_memory
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
