@@ -33,7 +33,7 @@ use common::{assert_resumed, Run, BIN};
 /// (BENCHMARKS.md, "State larger than memory"); under 64 MiB beside two CPU hogs the
 /// resumed run was OOM-killed, so the limit leaves room.
 const LIMIT_MIB: u64 = 96;
-/// Keys, each with a value of [`VALUE_BYTES`]: 12 800 × 64 KiB = 800 MiB of state, ten
+/// Keys, each with a value of [`VALUE_BYTES`]: 15 360 × 64 KiB = 960 MiB of state, ten
 /// times the limit.
 const KEYS: u64 = 15_360;
 const VALUE_BYTES: u64 = 64 << 10;
