@@ -213,16 +213,13 @@ impl Drop for Cluster {
     }
 }
 
-/// Polls `log` until a line holds `needle`; returns what follows it. Panics, with the log,
+/// Polls `log` until a complete line holds `needle`; returns what follows it. Panics, with the log,
 /// if `child` exits first or [`TIMEOUT`] passes.
 fn wait_for_line(child: &mut Child, log: &Path, needle: &str) -> String {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let text = fs::read_to_string(log).unwrap_or_default();
-        if let Some(rest) = text
-            .lines()
-            .find_map(|l| l.split_once(needle).map(|(_, r)| r))
-        {
+        if let Some(rest) = after_on_complete_line(&text, needle) {
             return rest.to_string();
         }
         if let Some(st) = child.try_wait().expect("try_wait") {

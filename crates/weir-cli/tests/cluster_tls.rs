@@ -137,7 +137,7 @@ impl Waiting {
         let needle = "coordinator listening on ";
         let address = loop {
             let text = fs::read_to_string(&log).unwrap_or_default();
-            if let Some((_, rest)) = text.lines().find_map(|l| l.split_once(needle)) {
+            if let Some(rest) = after_on_complete_line(&text, needle) {
                 break rest.split(' ').next().unwrap().to_string();
             }
             if let Some(st) = child.try_wait().unwrap() {

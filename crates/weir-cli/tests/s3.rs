@@ -428,9 +428,7 @@ fn control_address(child: &mut std::process::Child, log: &std::path::Path) -> St
     let deadline = Instant::now() + RUN_TIMEOUT;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(addr) = text
-            .lines()
-            .find_map(|l| l.split("control endpoint ").nth(1))
+        if let Some(addr) = after_on_complete_line(&text, "control endpoint ")
             .and_then(|rest| rest.split_whitespace().next())
         {
             return addr.to_string();

@@ -172,13 +172,12 @@ impl Cluster {
             .collect()
     }
 
-    /// What follows `needle` on the first line of the coordinator's log that holds it.
+    /// What follows `needle` on the first complete line of the coordinator's log that holds it.
     pub fn wait_for_line(&mut self, needle: &str) -> String {
-        self.wait_until(&format!("`{needle}`"), |t| t.contains(needle));
+        let done = |t: &str| after_on_complete_line(t, needle).is_some();
+        self.wait_until(&format!("`{needle}`"), done);
         let text = self.text();
-        let rest = text
-            .lines()
-            .find_map(|l| l.split_once(needle).map(|(_, r)| r));
+        let rest = after_on_complete_line(&text, needle);
         rest.expect("checked above").to_string()
     }
 

@@ -161,6 +161,17 @@ pub fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// What follows `needle` on the first *complete* line of `text` (one ended by a newline)
+/// that holds it. A log read while its writer is mid-line may end in a part of a line: an
+/// address taken from `coordinator listening on ` before the address itself was written
+/// is empty, which once failed CI.
+#[allow(dead_code)]
+pub fn after_on_complete_line<'a>(text: &'a str, needle: &str) -> Option<&'a str> {
+    (text.split_inclusive('\n'))
+        .filter_map(|l| l.strip_suffix('\n'))
+        .find_map(|l| l.split_once(needle).map(|(_, rest)| rest))
+}
+
 /// Starts `cmd` with its output in `log` (stdout and stderr appended to one file), for
 /// runs that the test kills.
 pub fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
