@@ -30,6 +30,9 @@ pub mod joins;
 #[path = "support/marked.rs"]
 pub mod marked;
 
+#[path = "support/upgrade.rs"]
+pub mod upgrade;
+
 #[path = "support/stop_mid_run.rs"]
 mod stop_mid_run;
 pub use stop_mid_run::*;

@@ -8,20 +8,17 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use common::upgrade::{
+    assert_names, assert_resumes_exactly, keyed_count, row, stop_mid_run, KEYS, N, STOP,
+};
+use common::{config, StopMidRun};
 use weir::prelude::*;
 use weir::state::StateValue;
-
-const N: u64 = 20_000;
-const KEYS: u64 = 20;
-/// Each of v1's two source subtasks stops after this many of its records.
-const STOP: u64 = 3_000;
 
 /// v1's state: a count with a label and a sum.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -296,13 +293,8 @@ fn job<A: Acc, S: SourceFunction<u64>>(
     out: &CollectSink<(u64, u64)>,
 ) -> StreamEnvironment {
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", source)
-        .uid("events")
-        .key_by(|i: &u64| i % KEYS)
-        .process(Counter::<A>::default())
-        .uid("count")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+    let events = env.add_source("events", source).uid("events");
+    keyed_count(events, |i: &u64| i % KEYS, Counter::<A>::default(), out);
     env
 }
 
@@ -311,9 +303,8 @@ fn v1_checkpoint(dir: &Path) -> PathBuf {
     let mut c = cfg(dir, 2);
     c.restart = RestartStrategy::None;
     let out = CollectSink::new();
-    let r = job::<AccV1, _>(c, StopMidRun::new(GeneratorSource::new(N), STOP), &out).execute();
-    assert_stopped_mid_run(r);
-    common::newest_checkpoint(dir, "upgrade").0
+    let env = job::<AccV1, _>(c, StopMidRun::new(GeneratorSource::new(N), STOP), &out);
+    stop_mid_run(env, dir, "upgrade")
 }
 
 /// Restores v2 (state type `A`) from `from` at `parallelism` and checks the exact counts.
@@ -324,20 +315,10 @@ fn v2_restores_exactly<A: Acc>(dir: &Path, from: &Path, parallelism: u32, verdic
     let env = job::<A, _>(c, GeneratorSource::new(N), &out);
     let report = env.check_savepoint(from).unwrap();
     assert!(report.refusals(false).is_empty(), "{}", report.table());
-    let acc = report
-        .rows
-        .iter()
-        .find(|r| r.uid == "count" && r.state == "acc")
-        .unwrap_or_else(|| panic!("no row for the state:\n{}", report.table()));
+    let acc = row(&report, "count", "acc");
     assert_eq!(acc.verdict, verdict, "{}", report.table());
-    let r = env.execute().unwrap();
-    assert_resumed_mid_run(&r, from, N);
-    let got: HashMap<u64, u64> = out.take().into_iter().collect();
-    assert_eq!(
-        got,
-        common::expected(N, KEYS),
-        "at parallelism {parallelism}"
-    );
+    let at = format!("at parallelism {parallelism}");
+    assert_resumes_exactly(env, from, &out, (N, KEYS), &at);
 }
 
 fn evolves<A: Acc>(verdict: &str) {
@@ -385,7 +366,7 @@ fn an_unmigratable_change_is_refused_before_anything_runs_and_check_says_so() {
     let refusals = report.refusals(false);
     assert_eq!(refusals.len(), 1, "{}", report.table());
     let e = env.execute().unwrap_err().to_string();
-    for part in [
+    let parts = [
         "operator 'count'",
         "state 'acc'",
         "AccV1",
@@ -393,14 +374,9 @@ fn an_unmigratable_change_is_refused_before_anything_runs_and_check_says_so() {
         "with_migration",
         "--allow-non-restored-state",
         "fresh",
-    ] {
-        assert!(e.contains(part), "'{part}' missing from: {e}");
-        assert!(
-            refusals[0].contains(part),
-            "'{part}' missing from: {}",
-            refusals[0]
-        );
-    }
+    ];
+    assert_names(&e, &parts);
+    assert_names(refusals[0], &parts);
     assert!(out.take().is_empty(), "nothing may run");
     // The way out: drop the state. The run restores the rest and counts afresh.
     c.allow_non_restored_state = true;
@@ -430,13 +406,11 @@ fn a_changed_key_type_is_refused() {
         c.allow_non_restored_state = allow;
         let out = CollectSink::new();
         let env = StreamEnvironment::new(c);
-        env.add_source("events", GeneratorSource::new(N))
-            .uid("events")
-            .key_by(|i: &u64| (i % KEYS).to_string())
-            .process(StringKeyed::default())
-            .uid("count")
-            .add_sink("collect", out.clone())
-            .uid("sink");
+        let events = env
+            .add_source("events", GeneratorSource::new(N))
+            .uid("events");
+        let key = |i: &u64| (i % KEYS).to_string();
+        keyed_count(events, key, StringKeyed::default(), &out);
         let report = env.check_savepoint(&mid).unwrap();
         assert!(
             report
@@ -459,13 +433,9 @@ fn checkpoints_record_key_and_state_schemas() {
     let out = CollectSink::new();
     let env = job::<AccV1, _>(cfg(dir.path(), 2), GeneratorSource::new(N), &out);
     let report = env.check_savepoint(&mid).unwrap();
-    let key = report
-        .rows
-        .iter()
-        .find(|r| r.uid == "count" && r.state == "(key)")
-        .unwrap_or_else(|| panic!("{}", report.table()));
+    let key = row(&report, "count", "(key)");
     assert_eq!(key.old.as_ref().unwrap().type_name, "u64");
-    let acc = report.rows.iter().find(|r| r.state == "acc").unwrap();
+    let acc = row(&report, "count", "acc");
     assert!(acc.old.as_ref().unwrap().type_name.ends_with("AccV1"));
     assert!(acc.old.as_ref().unwrap().traced());
 }

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use common::{assert_resumed_mid_run, checkpoint_dir, config, expected};
+use common::upgrade::{assert_names, assert_resumes_exactly, keyed_count, row};
+use common::{checkpoint_dir, config, expected};
 use weir::prelude::*;
 use weir::state::StateValue;
 
@@ -304,15 +305,12 @@ fn job<C: Click, S: SourceFunction<u64>>(
         migrated: migrated.clone(),
         _c: std::marker::PhantomData,
     };
-    env.add_source("events", source)
+    let clicks = env
+        .add_source("events", source)
         .uid("events")
         .process(to_click)
-        .uid("click")
-        .key_by(|c: &C| c.user())
-        .process(count)
-        .uid("count")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+        .uid("click");
+    keyed_count(clicks, |c: &C| c.user(), count, out);
     env
 }
 
@@ -394,11 +392,7 @@ fn records_in_flight_with_a_field_added_migrate_and_the_run_is_exact() {
         &out,
     );
     let report = env.check_savepoint(&held).unwrap();
-    let row = report
-        .rows
-        .iter()
-        .find(|r| r.uid == "count" && r.state == "(channel state)")
-        .unwrap_or_else(|| panic!("no row for the channel state:\n{}", report.table()));
+    let row = row(&report, "count", "(channel state)");
     assert_eq!(
         row.verdict,
         format!("{in_flight} records in flight: migrates (serde)"),
@@ -408,10 +402,7 @@ fn records_in_flight_with_a_field_added_migrate_and_the_run_is_exact() {
     assert!(row.old.as_ref().unwrap().type_name.ends_with("ClickV1"));
     assert!(row.new.as_ref().unwrap().type_name.ends_with("ClickAdded"));
     assert!(report.refusals(false).is_empty(), "{}", report.table());
-    let r = env.execute().unwrap();
-    assert_resumed_mid_run(&r, &held, N);
-    let got: HashMap<u64, u64> = out.take().into_iter().collect();
-    assert_eq!(got, expected(N, KEYS), "exact after the upgrade");
+    assert_resumes_exactly(env, &held, &out, (N, KEYS), "exact after the upgrade");
     assert_eq!(
         migrated.load(Ordering::SeqCst),
         in_flight,
@@ -438,15 +429,14 @@ fn records_in_flight_whose_field_changed_type_are_refused_naming_the_channel() {
     let report = env.check_savepoint(&held).unwrap();
     assert_eq!(report.refusals(true).len(), 1, "{}", report.table());
     let e = env.execute().unwrap_err().to_string();
-    for part in [
+    let parts = [
         "operator 'count'",
         "channel state of subtask 0 channel 0",
         "ClickV1",
         "ClickRetyped",
         "weir stop",
         "fresh",
-    ] {
-        assert!(e.contains(part), "'{part}' missing from: {e}");
-    }
+    ];
+    assert_names(&e, &parts);
     assert!(out.take().is_empty(), "no record may be counted");
 }

@@ -9,21 +9,19 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
+use common::upgrade::{
+    assert_names, assert_resumes_exactly, keyed_count, row, stop_mid_run, KEYS, N, STOP,
+};
+use common::{config, CountPerKey, StopMidRun};
 use weir::prelude::*;
 use weir::state::StateValue;
 
-const N: u64 = 20_000;
-const KEYS: u64 = 20;
 /// The source's splits: split `s` emits `s, s + SPLITS, …` below `N`.
 const SPLITS: u64 = 2;
-/// Each of v1's two source subtasks stops after this many of its records.
-const STOP: u64 = 3_000;
 
 /// v1's position of one split.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -136,53 +134,15 @@ impl<P: Pos> SourceFunction<u64> for Numbers<P> {
     }
 }
 
-/// Counts records per key.
-#[derive(Clone, Default)]
-struct Count {
-    state: Option<ValueState<u64>>,
-}
-
-impl CheckpointedFunction for Count {}
-
-impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
-    fn open(&mut self, states: &mut KeyedStateStore<'_, u64>) -> Result<()> {
-        self.state = Some(states.value_state("count")?);
-        Ok(())
-    }
-    fn process(
-        &mut self,
-        _: u64,
-        ctx: &mut KeyedContext<'_, u64>,
-        _: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        *ctx.get_mut_or_insert_with(self.state.expect("open"), || 0) += 1;
-        Ok(())
-    }
-    fn on_end_of_input(
-        &mut self,
-        ctx: &mut KeyedEndContext<'_, u64>,
-        out: &mut Collector<'_, (u64, u64)>,
-    ) -> Result<()> {
-        for (k, v) in ctx.entries(self.state.expect("open")) {
-            out.collect((k, v));
-        }
-        Ok(())
-    }
-}
-
+/// The job: `source` (uid `events`), counted per key of `i % KEYS`, collected in `out`.
 fn job<S: SourceFunction<u64>>(
     cfg: JobConfig,
     source: S,
     out: &CollectSink<(u64, u64)>,
 ) -> StreamEnvironment {
     let env = StreamEnvironment::new(cfg);
-    env.add_source("events", source)
-        .uid("events")
-        .key_by(|i: &u64| i % KEYS)
-        .process(Count::default())
-        .uid("count")
-        .add_sink("collect", out.clone())
-        .uid("sink");
+    let events = env.add_source("events", source).uid("events");
+    keyed_count(events, |i: &u64| i % KEYS, CountPerKey::default(), out);
     env
 }
 
@@ -198,9 +158,8 @@ fn v1_checkpoint(dir: &Path) -> PathBuf {
     let mut c = cfg(dir);
     c.restart = RestartStrategy::None;
     let out = CollectSink::new();
-    let r = job(c, StopMidRun::new(numbers::<PosV1>(), STOP), &out).execute();
-    assert_stopped_mid_run(r);
-    common::newest_checkpoint(dir, "upgrade-op").0
+    let env = job(c, StopMidRun::new(numbers::<PosV1>(), STOP), &out);
+    stop_mid_run(env, dir, "upgrade-op")
 }
 
 #[test]
@@ -212,11 +171,7 @@ fn an_operator_list_with_a_field_added_migrates_and_the_run_is_exact() {
     let out = CollectSink::new();
     let env = job(c, numbers::<PosAdded>(), &out);
     let report = env.check_savepoint(&mid).unwrap();
-    let row = report
-        .rows
-        .iter()
-        .find(|r| r.uid == "events" && r.state == "pos")
-        .unwrap_or_else(|| panic!("no row for the list:\n{}", report.table()));
+    let row = row(&report, "events", "pos");
     assert_eq!(
         row.verdict,
         "operator state: decided when read",
@@ -225,10 +180,7 @@ fn an_operator_list_with_a_field_added_migrates_and_the_run_is_exact() {
     );
     assert!(row.old.as_ref().unwrap().type_name.ends_with("PosV1"));
     assert!(report.refusals(false).is_empty(), "{}", report.table());
-    let r = env.execute().unwrap();
-    assert_resumed_mid_run(&r, &mid, N);
-    let got: HashMap<u64, u64> = out.take().into_iter().collect();
-    assert_eq!(got, common::expected(N, KEYS));
+    assert_resumes_exactly(env, &mid, &out, (N, KEYS), "exact after the upgrade");
 }
 
 #[test]
@@ -243,15 +195,14 @@ fn an_operator_list_whose_field_changed_type_is_refused_naming_it() {
         .execute()
         .unwrap_err()
         .to_string();
-    for part in [
+    let parts = [
         "operator 'events'",
         "operator state 'pos'",
         "PosV1",
         "PosRetyped",
         "--allow-non-restored-state",
         "fresh",
-    ] {
-        assert!(e.contains(part), "'{part}' missing from: {e}");
-    }
+    ];
+    assert_names(&e, &parts);
     assert!(out.take().is_empty(), "no record may be counted");
 }
