@@ -7,57 +7,21 @@
 
 mod cluster_support;
 mod common;
+#[path = "../../weir/tests/support/test_ca.rs"]
+mod test_ca;
 
-use std::fs;
 use std::path::Path;
 use std::process::Child;
-use std::thread;
-use std::time::{Duration, Instant};
 
-use cluster_support::{Cluster, TIMEOUT};
+use cluster_support::{keyed_count_verified, spawn_coordinator, Cluster};
 use common::*;
+use test_ca::Ca;
 
 const EVENTS: u64 = 100_000;
 const KEYS: u64 = 97;
 const TOKEN: &str = "s3cret";
 
-/// A certificate authority made by the test.
-struct Ca {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// Writes `<name>.crt` and `<name>.key` (for 127.0.0.1 and localhost, signed by this
-    /// CA) and `<name>-ca.pem` (the CA `trusted` that `name` checks its peers by) into
-    /// `dir`.
-    fn issue(&self, dir: &Path, name: &str, trusted: &Ca) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])
-                .unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        fs::write(dir.join(format!("{name}.crt")), cert.pem()).unwrap();
-        fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
-        fs::write(dir.join(format!("{name}-ca.pem")), &trusted.pem).unwrap();
-    }
-}
-
-/// The TLS flags of the process `name` whose files [`Ca::issue`] wrote, and the token.
+/// The TLS flags of the process `name` whose files [`Ca::issue_files`] wrote, and the token.
 fn tls_flags(dir: &Path, name: &str) -> Vec<String> {
     let f = |ext: &str| s(&dir.join(format!("{name}{ext}")));
     vec![
@@ -74,19 +38,7 @@ fn tls_flags(dir: &Path, name: &str) -> Vec<String> {
 
 /// keyed-count's arguments as a coordinator of `workers` on loopback, and `extra`.
 fn coordinator_args(workers: usize, extra: &[String]) -> Vec<String> {
-    let mut args = keyed_count_args(EVENTS, KEYS, &[], false);
-    args.extend(
-        [
-            "--checkpoint-interval",
-            "50ms",
-            "--checkpoint-dir",
-            "chk",
-            "--output",
-            "out",
-            "--verify",
-        ]
-        .map(String::from),
-    );
+    let mut args = keyed_count_verified(EVENTS, KEYS, &[]);
     args.extend(extra.iter().cloned());
     if workers > 0 {
         args.extend(
@@ -108,7 +60,7 @@ fn keyed_count_on_a_coordinator_and_two_workers_over_tls_ends_exact() {
     let dir = tmp.path();
     let ca = Ca::new("weir test CA");
     for name in ["coordinator", "w1", "w2"] {
-        ca.issue(dir, name, &ca);
+        ca.issue_files(dir, name, &ca);
     }
     let args = coordinator_args(0, &tls_flags(dir, "coordinator"));
     let c = Cluster::start_with(dir, &args, 2, "w", tls_flags);
@@ -131,21 +83,8 @@ struct Waiting {
 
 impl Waiting {
     fn start(dir: &Path, extra: &[String]) -> Waiting {
-        let log = dir.join("coordinator.log");
-        let mut child = spawn_logged(&mut weir(dir, coordinator_args(1, extra)), &log);
-        let deadline = Instant::now() + TIMEOUT;
-        let needle = "coordinator listening on ";
-        let address = loop {
-            let text = fs::read_to_string(&log).unwrap_or_default();
-            if let Some(rest) = after_on_complete_line(&text, needle) {
-                break rest.split(' ').next().unwrap().to_string();
-            }
-            if let Some(st) = child.try_wait().unwrap() {
-                panic!("the coordinator exited ({st}):\n{text}");
-            }
-            assert!(Instant::now() < deadline, "no `{needle}`:\n{text}");
-            thread::sleep(Duration::from_millis(5));
-        };
+        let (log, out) = (dir.join("coordinator.log"), dir.join("coordinator.out"));
+        let (child, address) = spawn_coordinator(dir, &coordinator_args(1, extra), &log, &out);
         Waiting { child, address }
     }
 
@@ -183,7 +122,7 @@ fn a_plaintext_worker_and_a_tls_coordinator_refuse_each_other_with_a_clear_error
     let dir = tmp.path();
     let ca = Ca::new("weir test CA");
     for name in ["coordinator", "w"] {
-        ca.issue(dir, name, &ca);
+        ca.issue_files(dir, name, &ca);
     }
     let tls = Waiting::start(dir, &tls_flags(dir, "coordinator"));
     let plain = tls.worker(dir, &["--cluster-token".into(), TOKEN.into()]);
@@ -211,11 +150,11 @@ fn a_worker_with_a_certificate_of_another_ca_is_refused() {
     let dir = tmp.path();
     let cluster = Ca::new("the cluster's CA");
     let other = Ca::new("another CA");
-    cluster.issue(dir, "coordinator", &cluster);
+    cluster.issue_files(dir, "coordinator", &cluster);
     // Signed by another CA, trusting the cluster's: the coordinator refuses it.
-    other.issue(dir, "stranger", &cluster);
+    other.issue_files(dir, "stranger", &cluster);
     // Signed by the cluster's CA but trusting another: it refuses the coordinator.
-    cluster.issue(dir, "misled", &other);
+    cluster.issue_files(dir, "misled", &other);
     let c = Waiting::start(dir, &tls_flags(dir, "coordinator"));
     let stranger = c.worker(dir, &tls_flags(dir, "stranger"));
     assert_refused(
@@ -231,7 +170,7 @@ fn half_the_tls_flags_or_a_file_that_is_not_pem_is_a_usage_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let ca = Ca::new("weir test CA");
-    ca.issue(dir, "c", &ca);
+    ca.issue_files(dir, "c", &ca);
     let flags = tls_flags(dir, "c");
     // The coordinator with a certificate but no key nor CA.
     let half = run(&mut weir(dir, coordinator_args(1, &flags[..2])));

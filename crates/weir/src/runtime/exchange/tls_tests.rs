@@ -13,49 +13,14 @@ use crate::runtime::event::Event;
 use super::tls::TlsConfig;
 use super::*;
 
-/// A certificate authority made for a test.
-pub(crate) struct Ca {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: String,
-}
+#[path = "../../../tests/support/test_ca.rs"]
+mod test_ca;
+use test_ca::Ca;
 
-impl Ca {
-    /// A new CA named `name`.
-    pub(crate) fn new(name: &str) -> Ca {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// The CA's certificate (what `--tls-ca` holds).
-    pub(crate) fn pem(&self) -> &str {
-        &self.pem
-    }
-
-    /// A certificate for `names` (DNS names or IP addresses) signed by this CA, and its
-    /// key, as PEM.
-    pub(crate) fn issue(&self, names: &[&str]) -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    /// A checked setup with a certificate for `names`, trusting `trusted`.
-    pub(crate) fn tls(&self, names: &[&str], trusted: &Ca, name: Option<&str>) -> TlsConfig {
-        let (cert, key) = self.issue(names);
-        TlsConfig::from_pem(cert, key, trusted.pem(), name.map(String::from)).unwrap()
-    }
+/// A checked setup with a certificate for `names` signed by `ca`, trusting `trusted`.
+fn tls_setup(ca: &Ca, names: &[&str], trusted: &Ca, name: Option<&str>) -> TlsConfig {
+    let (cert, key) = ca.issue(names);
+    TlsConfig::from_pem(cert, key, trusted.pem(), name.map(String::from)).unwrap()
 }
 
 fn codec() -> Arc<dyn RecordCodec<u64>> {
@@ -81,8 +46,11 @@ fn refused(a: &Exchange, b: &Exchange) -> String {
 #[test]
 fn two_workers_exchange_records_over_mutual_tls_with_the_token_on_top() {
     let ca = Ca::new("weir test CA");
-    let a = start(1, Some(ca.tls(&["127.0.0.1"], &ca, None)));
-    let b = start(2, Some(ca.tls(&["127.0.0.1", "localhost"], &ca, None)));
+    let a = start(1, Some(tls_setup(&ca, &["127.0.0.1"], &ca, None)));
+    let b = start(
+        2,
+        Some(tls_setup(&ca, &["127.0.0.1", "localhost"], &ca, None)),
+    );
     a.connect(2, &b.local_addr().to_string()).unwrap();
     let tx = a.output(2, 7, codec());
     let rx = b.input(1, 7, ChannelBound::local(2), codec()).unwrap();
@@ -94,7 +62,7 @@ fn two_workers_exchange_records_over_mutual_tls_with_the_token_on_top() {
     // The token is still checked over TLS.
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut wrong = ExchangeConfig::new(3, listen, "wrong");
-    wrong.tls = Some(ca.tls(&["127.0.0.1"], &ca, None));
+    wrong.tls = Some(tls_setup(&ca, &["127.0.0.1"], &ca, None));
     let wrong = Exchange::start(wrong).unwrap();
     let e = refused(&wrong, &b);
     assert!(e.contains("cluster token"), "{e}");
@@ -103,7 +71,7 @@ fn two_workers_exchange_records_over_mutual_tls_with_the_token_on_top() {
 #[test]
 fn a_plaintext_peer_and_a_tls_port_refuse_each_other_naming_tls() {
     let ca = Ca::new("weir test CA");
-    let tls = start(2, Some(ca.tls(&["127.0.0.1"], &ca, None)));
+    let tls = start(2, Some(tls_setup(&ca, &["127.0.0.1"], &ca, None)));
     let plain = start(1, None);
     let e = refused(&plain, &tls);
     assert!(
@@ -113,7 +81,7 @@ fn a_plaintext_peer_and_a_tls_port_refuse_each_other_naming_tls() {
     );
     // And the other way round: TLS to a plaintext port.
     let plain_port = start(2, None);
-    let tls_dialler = start(1, Some(ca.tls(&["127.0.0.1"], &ca, None)));
+    let tls_dialler = start(1, Some(tls_setup(&ca, &["127.0.0.1"], &ca, None)));
     let e = refused(&tls_dialler, &plain_port);
     assert!(
         e.contains("does not speak TLS") && e.contains("started without --tls-cert"),
@@ -125,16 +93,16 @@ fn a_plaintext_peer_and_a_tls_port_refuse_each_other_naming_tls() {
 fn a_certificate_of_another_ca_is_refused_on_either_side() {
     let cluster = Ca::new("the cluster's CA");
     let other = Ca::new("another CA");
-    let b = start(2, Some(cluster.tls(&["127.0.0.1"], &cluster, None)));
+    let b = start(2, Some(tls_setup(&cluster, &["127.0.0.1"], &cluster, None)));
     // A dialler whose own certificate another CA signed: the acceptor refuses it.
-    let stranger = start(1, Some(other.tls(&["127.0.0.1"], &cluster, None)));
+    let stranger = start(1, Some(tls_setup(&other, &["127.0.0.1"], &cluster, None)));
     let e = refused(&stranger, &b);
     assert!(
         e.contains("refused this process's certificate") && e.contains("cluster's CA"),
         "{e}"
     );
     // A dialler that trusts another CA: it refuses the acceptor's certificate.
-    let misled = start(1, Some(cluster.tls(&["127.0.0.1"], &other, None)));
+    let misled = start(1, Some(tls_setup(&cluster, &["127.0.0.1"], &other, None)));
     let e = refused(&misled, &b);
     assert!(e.contains("not signed by the CA of --tls-ca"), "{e}");
 }
@@ -143,14 +111,14 @@ fn a_certificate_of_another_ca_is_refused_on_either_side() {
 fn a_certificate_for_another_name_is_refused_unless_that_name_is_the_servers_name() {
     let ca = Ca::new("weir test CA");
     // Certificates carry one shared name (pods' addresses come and go), not the IP.
-    let b = start(2, Some(ca.tls(&["weir"], &ca, Some("weir"))));
-    let by_ip = start(1, Some(ca.tls(&["weir"], &ca, None)));
+    let b = start(2, Some(tls_setup(&ca, &["weir"], &ca, Some("weir"))));
+    let by_ip = start(1, Some(tls_setup(&ca, &["weir"], &ca, None)));
     let e = refused(&by_ip, &b);
     assert!(
         e.contains("not valid for the name") && e.contains("--tls-server-name"),
         "{e}"
     );
-    let by_name = start(1, Some(ca.tls(&["weir"], &ca, Some("weir"))));
+    let by_name = start(1, Some(tls_setup(&ca, &["weir"], &ca, Some("weir"))));
     by_name.connect(2, &b.local_addr().to_string()).unwrap();
     assert!(b.is_connected(1));
 }
