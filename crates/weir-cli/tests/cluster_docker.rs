@@ -16,6 +16,7 @@
 //! Docker Engine is required: without a reachable daemon these tests FAIL, saying how to get
 //! one; `WEIR_SKIP_DOCKER_TESTS=1` skips them on purpose.
 
+mod cluster_support;
 mod common;
 
 use std::fs;
@@ -27,14 +28,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use cluster_support::{assert_worker_restored, restored_held_checkpoint, HOLD_AT};
 use common::*;
 
 /// Events of the job; each of the two generator subtasks holds after [`HOLD_AT`] of its own.
 const EVENTS: u64 = 200_000;
 /// Keys (not a divisor of [`EVENTS`]).
 const KEYS: u64 = 97;
-/// Events per generator subtask before it holds.
-const HOLD_AT: u64 = 20_000;
 /// A safety net for a hang, never a pace (containers on a loaded machine are slow to start).
 const TIMEOUT: Duration = Duration::from_secs(300);
 /// The cluster's shared secret (every address is off loopback, so one is required).
@@ -547,20 +547,8 @@ fn lose_a_worker_and_recover(loss: Loss, tag: &str) {
     assert_keyed_count_exact(&tmp.path().join("out"), EVENTS, KEYS);
     // Recovered from the checkpoint taken while the input held (or a newer one of it),
     // not from the beginning.
-    let restored: Vec<_> = attempts(&out)
-        .into_iter()
-        .filter_map(|a| a.restored.map(|r| (a.n, r)))
-        .collect();
-    let (n, (id, position, path)) = restored
-        .last()
-        .cloned()
-        .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{out}\n{log}"));
+    let (n, path) = restored_held_checkpoint(&out, held);
     assert!(n >= 2, "{out}");
-    assert!(
-        id >= held,
-        "restored checkpoint {id}, older than {held}:\n{out}"
-    );
-    assert_eq!(position, 2 * HOLD_AT, "{out}");
     assert!(
         path.to_string_lossy().starts_with("s3://"),
         "{}",
@@ -569,12 +557,7 @@ fn lose_a_worker_and_recover(loss: Loss, tag: &str) {
     // The replacement and the surviving worker restored it themselves, and ended well.
     for w in ["w3", "w1"] {
         let (wcode, _, wlog) = c.finish(w);
-        assert_eq!(wcode, 0, "worker {w} failed:\n{wlog}");
-        assert!(
-            wlog.contains(&format!("restored from {}", path.display())),
-            "worker {w} did not restore {}:\n{wlog}",
-            path.display()
-        );
+        assert_worker_restored(w, wcode, &wlog, &path);
     }
 }
 

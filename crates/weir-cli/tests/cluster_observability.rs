@@ -14,7 +14,7 @@ mod dashboard_support;
 
 use std::collections::BTreeMap;
 
-use cluster_support::{Cluster, HELD, HOLD_AT};
+use cluster_support::{keyed_count_verified, Cluster, HELD, HOLD_AT};
 use common::*;
 use dashboard_support::{get, json, wait_for};
 use serde_json::Value;
@@ -50,15 +50,9 @@ fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
 #[test]
 fn the_coordinator_lists_both_workers_their_subtasks_and_their_exchange_stream() {
     let tmp = tempfile::tempdir().unwrap();
-    let (events, keys) = (EVENTS.to_string(), KEYS.to_string());
-    let mut args: Vec<String> = ["run", "keyed-count", "--events", &events, "--keys", &keys]
-        .into_iter()
-        .chain(["--parallelism", "2", "--checkpoint-interval", "50ms"])
-        .chain(["--checkpoint-dir", "chk", "--output", "out", "--verify"])
-        .chain(["--retained-checkpoints", "1000000"])
-        .map(String::from)
-        .collect();
-    args.extend(HELD.map(String::from));
+    let mut extra = vec!["--retained-checkpoints", "1000000"];
+    extra.extend(HELD);
+    let args = keyed_count_verified(EVENTS, KEYS, &extra);
     let mut c = Cluster::start(tmp.path(), &args, 2, "w");
     let control = c.control_address();
     let url = |path: &str| format!("http://{control}{path}");
