@@ -12,20 +12,7 @@ use std::collections::BTreeMap;
 
 use common::*;
 use connectors_support::*;
-use pg::PgServer;
-
-/// The table keyed-count writes with `--emit updates`: one row per update, no key.
-const UPDATES_TABLE: &str = "CREATE TABLE counts (key BIGINT, count BIGINT)";
-
-/// Every `(key, count)` row of `table`.
-fn rows(pg: &PgServer, table: &str) -> Vec<(u64, u64)> {
-    pg.client("postgres")
-        .query(&format!("SELECT key, count FROM {table}"), &[])
-        .expect("read the sink's table")
-        .iter()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
-        .collect()
-}
+use pg::{PgServer, COUNTS_TABLE};
 
 /// Every prepared transaction in the server, whoever made it.
 fn prepared(pg: &PgServer) -> Vec<String> {
@@ -42,7 +29,7 @@ fn prepared(pg: &PgServer) -> Vec<String> {
 #[test]
 fn postgres_sink_is_exact_under_injected_failures() {
     let pg = PgServer::start();
-    pg.exec("postgres", UPDATES_TABLE);
+    pg.exec("postgres", COUNTS_TABLE);
     let tmp = tempfile::tempdir().unwrap();
     let (n, keys) = (300_000u64, 97u64);
     // Each failure follows a checkpoint: on S3, whose checkpoints take longer, slower input.
@@ -75,7 +62,8 @@ fn postgres_sink_is_exact_under_injected_failures() {
         "the summary shows the password\n{}",
         run.describe()
     );
-    assert_updates_exact(&group(rows(&pg, "counts")), n, keys, "postgres sink");
+    let committed = group(pg.key_counts("counts"));
+    assert_updates_exact(&committed, n, keys, "postgres sink");
     assert_eq!(
         prepared(&pg),
         Vec::<String>::new(),
@@ -89,7 +77,7 @@ fn postgres_sink_is_exact_under_injected_failures() {
 #[test]
 fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
     let pg = PgServer::start();
-    pg.exec("postgres", UPDATES_TABLE);
+    pg.exec("postgres", COUNTS_TABLE);
     let tmp = tempfile::tempdir().unwrap();
     let chk = tmp.path().join("chk");
     // 8 s at the rate: longer than the 4 killed runs together (at most 6.4 s).
@@ -106,7 +94,7 @@ fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
         0x5eed_0095,
         &args,
         |i| {
-            if let Some(p) = prefix_problem(&group(rows(&pg, "counts"))) {
+            if let Some(p) = prefix_problem(&group(pg.key_counts("counts"))) {
                 panic!("after kill {i}, the committed rows are not exactly-once: {p}");
             }
             lingering += prepared(&pg).len();
@@ -116,7 +104,8 @@ fn postgres_sink_is_exact_after_sigkills_and_restore_latest() {
     let run = run(&mut weir(tmp.path(), args(true)));
     run.assert_success();
     assert!(restored_from(&run.stdout).is_some(), "{}", run.describe());
-    assert_updates_exact(&group(rows(&pg, "counts")), n, keys, "postgres after kills");
+    let committed = group(pg.key_counts("counts"));
+    assert_updates_exact(&committed, n, keys, "postgres after kills");
     assert_eq!(
         prepared(&pg),
         Vec::<String>::new(),
@@ -147,7 +136,7 @@ fn postgres_upsert_mode_is_idempotent_under_replay() {
     let url = format!("{}?mode=upsert&key=key", pg.url("postgres", "totals"));
     let want: BTreeMap<u64, u64> = (0..keys).map(|k| (k, expected_count(n, keys, k))).collect();
     let rows_by_key = |what: &str| -> BTreeMap<u64, u64> {
-        let rows = rows(&pg, "totals");
+        let rows = pg.key_counts("totals");
         let by_key: BTreeMap<u64, u64> = rows.iter().copied().collect();
         assert_eq!(by_key.len(), rows.len(), "{what}: a key has two rows");
         by_key

@@ -10,7 +10,7 @@ mod pg;
 
 use common::*;
 use connectors_support::*;
-use pg::PgServer;
+use pg::{PgServer, COUNTS_TABLE};
 
 const PREFIX: &str = "keyed-count~";
 /// A transaction of the job's sink pre-committed for a checkpoint that never completed:
@@ -20,15 +20,6 @@ const AFTER_CHECKPOINT: &str = "keyed-count~sink-postgres~0-999999";
 const ORPHAN: &str = "keyed-count~old-sink~0-1";
 /// Another job's: never listed, never touched.
 const FOREIGN: &str = "other-job~sink-postgres~0-1";
-
-fn rows(pg: &PgServer) -> Vec<(u64, u64)> {
-    pg.client("postgres")
-        .query("SELECT key, count FROM counts", &[])
-        .expect("read the sink's table")
-        .iter()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
-        .collect()
-}
 
 /// Prepares a transaction holding one row `(key, 1)` under `gid`.
 fn prepare(pg: &PgServer, gid: &str, key: u64) {
@@ -45,7 +36,7 @@ fn txn(tmp: &std::path::Path, args: &[&str]) -> Run {
 #[test]
 fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     let pg = PgServer::start();
-    pg.exec("postgres", "CREATE TABLE counts (key BIGINT, count BIGINT)");
+    pg.exec("postgres", COUNTS_TABLE);
     let tmp = tempfile::tempdir().unwrap();
     let chk = tmp.path().join("chk");
     let (n, keys) = (400_000u64, 37u64);
@@ -128,7 +119,7 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
         pg.prepared("postgres", "other-job~"),
         vec![FOREIGN.to_string()]
     );
-    let visible = rows(&pg);
+    let visible = pg.key_counts("counts");
     assert!(
         !visible.iter().any(|r| r.0 == 888_888),
         "an aborted row is visible"
@@ -150,7 +141,7 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     // The job resumes from its checkpoint and ends exact: nothing committed twice.
     resume_exact(
         &mut weir(tmp.path(), args(true)),
-        || rows(&pg),
+        || pg.key_counts("counts"),
         n,
         keys,
         "postgres after settle and resume",
@@ -194,7 +185,7 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
 
     // A completed checkpoint, but the server is down.
     let pg = PgServer::start();
-    pg.exec("postgres", "CREATE TABLE counts (key BIGINT, count BIGINT)");
+    pg.exec("postgres", COUNTS_TABLE);
     let chk = tmp.path().join("real");
     let done = run(&mut weir(
         tmp.path(),
@@ -350,14 +341,14 @@ fn a_transaction_the_checkpoint_lists_is_committed_once() {
         settled.describe()
     );
     assert!(pg.prepared("postgres", PREFIX).is_empty());
-    if let Some(p) = prefix_problem(&group(rows(&pg))) {
+    if let Some(p) = prefix_problem(&group(pg.key_counts("counts"))) {
         panic!("after settle, the committed rows are not exactly-once: {p}");
     }
 
     pg.exec("postgres", "ALTER ROLE sink CONNECTION LIMIT -1");
     resume_exact(
         &mut weir(tmp.path(), base(true)),
-        || rows(&pg),
+        || pg.key_counts("counts"),
         n,
         keys,
         "postgres after settle and resume",

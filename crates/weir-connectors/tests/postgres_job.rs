@@ -2,40 +2,21 @@
 //! exactly-once under many injected task failures, checked with SQL.
 #![cfg(feature = "postgres")]
 
-#[path = "../../weir/tests/support/moto.rs"]
-mod moto;
-#[path = "support/pg.rs"]
-mod pg;
 #[path = "support/pg_job.rs"]
 mod pg_job;
-#[path = "../../weir/tests/support/test_checkpoints.rs"]
-mod test_checkpoints;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pg::PgServer;
 use pg_job::*;
 use weir::prelude::*;
 
 const DB: &str = "weir";
 
-fn server(tables: &[&str]) -> PgServer {
-    let s = PgServer::start();
-    s.create_database(DB);
-    for t in tables {
-        s.exec(
-            DB,
-            &format!("CREATE TABLE {t} (k bigint NOT NULL, seq bigint NOT NULL)"),
-        );
-    }
-    s
-}
-
 #[test]
 fn output_is_exactly_once_under_injected_failures() {
-    let s = server(&["out"]);
+    let s = seq_server(DB, &["out"]);
     let (n, keys) = (40_000u64, 100u64);
     let mut fired = 0;
     for seed in 0..2 {
@@ -110,7 +91,7 @@ fn short_run_rate(rate: f64) -> f64 {
 
 #[test]
 fn upsert_output_has_no_duplicates_under_injected_failures() {
-    let s = server(&[]);
+    let s = seq_server(DB, &[]);
     s.exec(
         DB,
         "CREATE TABLE ups (k bigint, seq bigint, PRIMARY KEY (k, seq))",
@@ -129,7 +110,7 @@ fn upsert_output_has_no_duplicates_under_injected_failures() {
 
 #[test]
 fn without_checkpoints_the_end_of_input_commits_once() {
-    let s = server(&["out"]);
+    let s = seq_server(DB, &["out"]);
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config("nochk", dir.path(), 2, Duration::from_millis(25));
     cfg.checkpointing.interval = None;
@@ -155,7 +136,7 @@ fn without_checkpoints_the_end_of_input_commits_once() {
 /// checkpoints ends with its last transaction committed.
 #[test]
 fn a_bounded_job_with_checkpoints_ends_fully_committed() {
-    let s = server(&["out"]);
+    let s = seq_server(DB, &["out"]);
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config("final", dir.path(), 2, Duration::from_millis(25));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 5, 30_000));

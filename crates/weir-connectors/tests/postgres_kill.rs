@@ -10,20 +10,13 @@
 //! `WEIR_TEST_SEED` overrides it.
 #![cfg(feature = "postgres")]
 
-#[path = "../../weir/tests/support/moto.rs"]
-mod moto;
-#[path = "support/pg.rs"]
-mod pg;
 #[path = "support/pg_job.rs"]
 mod pg_job;
-#[path = "../../weir/tests/support/test_checkpoints.rs"]
-mod test_checkpoints;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pg::PgServer;
 use pg_job::*;
 use weir::prelude::*;
 
@@ -136,12 +129,7 @@ fn rng(seed: u64) -> impl FnMut(u64, u64) -> u64 {
 
 #[test]
 fn sigkill_mid_run_then_resume_is_exactly_once() {
-    let s = PgServer::start();
-    s.create_database(DB);
-    s.exec(
-        DB,
-        "CREATE TABLE out (k bigint NOT NULL, seq bigint NOT NULL)",
-    );
+    let s = seq_server(DB, &["out"]);
     let url = s.url(DB, "out");
     let dir = tempfile::tempdir().unwrap();
     let job_dir = test_checkpoints::checkpoint_dir(dir.path()).join(JOB);
@@ -178,11 +166,7 @@ fn sigkill_mid_run_then_resume_is_exactly_once() {
         );
         test_checkpoints::wait_for_dead_lease();
         lingering += s.prepared(DB, JOB).len();
-        let rows: i64 = s
-            .client(DB)
-            .query_one("SELECT count(*) FROM out", &[])
-            .unwrap()
-            .get(0);
+        let rows = s.count(DB, "out");
         assert!(
             (rows as u64) < N,
             "kill {kill}: all {N} rows were committed already; the kill was not mid-run"

@@ -45,13 +45,6 @@ fn rows(n: i64, from: i64) -> Vec<Row> {
     (from..from + n).map(|i| (i % 3, i)).collect()
 }
 
-fn count(s: &PgServer, table: &str) -> i64 {
-    s.client(DB)
-        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
-        .unwrap()
-        .get(0)
-}
-
 /// `(rows, distinct seq)`: equal iff no duplicates.
 fn rows_and_distinct(s: &PgServer) -> (i64, i64) {
     let r = s
@@ -100,18 +93,18 @@ fn pre_committed_rows_stay_invisible_until_commit_and_commit_is_idempotent() {
     assert_eq!(p.gid, "vis~pg~0-1");
     assert_eq!(p.rows, 500);
     // Another session sees nothing of a prepared transaction.
-    assert_eq!(count(&s, "out"), 0);
+    assert_eq!(s.count(DB, "out"), 0);
     assert_eq!(s.prepared(DB, "vis~pg~"), ["vis~pg~0-1"]);
     // The next epoch is open on the data connection while the commit runs.
     let mut txn = k.begin(&c).unwrap();
     k.write(&mut txn, &mut rows(10, 500)).unwrap();
     k.commit(p.clone()).unwrap();
-    assert_eq!(count(&s, "out"), 500);
+    assert_eq!(s.count(DB, "out"), 500);
     // A second commit (recovery, retries) finds the name gone: done, not an error.
     k.commit(p).unwrap();
-    assert_eq!(count(&s, "out"), 500);
+    assert_eq!(s.count(DB, "out"), 500);
     let p2 = k.pre_commit(&c, txn, 2).unwrap().unwrap();
-    assert_eq!(count(&s, "out"), 500);
+    assert_eq!(s.count(DB, "out"), 500);
     k.commit(p2).unwrap();
     assert_eq!(rows_and_distinct(&s), (510, 510));
     assert!(s.prepared(DB, "vis~pg~").is_empty());
@@ -133,7 +126,7 @@ fn a_crash_after_pre_commit_is_committed_by_recovery_and_later_epochs_rolled_bac
     let mut open_txn = k0.begin(&c0).unwrap();
     k0.write(&mut open_txn, &mut rows(7, 300)).unwrap();
     drop((k0, k1, open_txn));
-    assert_eq!(count(&s, "out"), 0);
+    assert_eq!(s.count(DB, "out"), 0);
     assert_eq!(s.prepared(DB, "crash~pg~").len(), 4);
 
     // The restart restores checkpoint 1: subtask 0 recovers with its pending handles.
@@ -177,7 +170,7 @@ fn recovery_leaves_other_sinks_and_jobs_alone() {
     // A fresh start of `job`/`pg` settles only its own names.
     let _k = open(&s, &mine, vec![]);
     assert_eq!(s.prepared(DB, "job"), ["job2~pg~0-3", "job~pg-2~0-3"]);
-    assert_eq!(count(&s, "out"), 0);
+    assert_eq!(s.count(DB, "out"), 0);
     for c in [&other_uid, &other_job] {
         let _k = open(&s, c, vec![]);
     }
@@ -236,7 +229,7 @@ fn upsert_mode_overwrites_replayed_rows() {
             (2, 2498, Some("even 2498".into()))
         ]
     );
-    assert_eq!(count(&s, "latest"), 2003);
+    assert_eq!(s.count(DB, "latest"), 2003);
     assert!(s.prepared(DB, "ups~pg~").is_empty());
 }
 

@@ -16,6 +16,10 @@ use std::process::{Command, Output};
 /// refused like on a real server).
 pub const PASSWORD: &str = "weir-test";
 
+/// The table the CLI's keyed-count `--emit updates` writes into: `counts`, one row per
+/// update and no key (read back with [`PgServer::key_counts`]).
+pub const COUNTS_TABLE: &str = "CREATE TABLE counts (key BIGINT, count BIGINT)";
+
 /// A running PostgreSQL server owned by the test.
 pub struct PgServer {
     dir: tempfile::TempDir,
@@ -151,6 +155,25 @@ impl PgServer {
     /// Creates a database.
     pub fn create_database(&self, name: &str) {
         self.exec("postgres", &format!("CREATE DATABASE \"{name}\""));
+    }
+
+    /// The number of rows of `table` in `database`.
+    pub fn count(&self, database: &str, table: &str) -> i64 {
+        self.client(database)
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap_or_else(|e| panic!("count the rows of {table}: {e}"))
+            .get(0)
+    }
+
+    /// Every `(key, count)` row of `table` in database `postgres`: what the CLI's
+    /// keyed-count writes with `--sink postgres://…`.
+    pub fn key_counts(&self, table: &str) -> Vec<(u64, u64)> {
+        self.client("postgres")
+            .query(&format!("SELECT key, count FROM {table}"), &[])
+            .expect("read the sink's table")
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+            .collect()
     }
 
     /// Prepared transactions of `database` whose name starts with `prefix`.

@@ -1,8 +1,19 @@
 //! The job the PostgreSQL end-to-end tests run: a generator of `0..n`, keyed by
 //! `i % keys`, numbering each key's records `1, 2, 3, …` in keyed state, into the sink.
 //! Exactly-once output means every key's rows are exactly `1..=count(key)`.
+//!
+//! The one support module the PostgreSQL job tests include (`#[path]`): it brings the
+//! server ([`pg`]) and where checkpoints go ([`test_checkpoints`], with the [`moto`] server
+//! it needs beside it), so that each test names one module.
 
 #![allow(dead_code)]
+
+#[path = "../../../weir/tests/support/moto.rs"]
+pub mod moto;
+#[path = "pg.rs"]
+pub mod pg;
+#[path = "../../../weir/tests/support/test_checkpoints.rs"]
+pub mod test_checkpoints;
 
 use std::time::Duration;
 
@@ -10,7 +21,21 @@ use weir::prelude::*;
 use weir::testing::Sequence;
 use weir_connectors::postgres::{PostgresSink, PostgresSinkConfig, SqlValue};
 
-use super::pg::PgServer;
+use pg::PgServer;
+
+/// A server with database `db` holding each of `tables` as `(k bigint, seq bigint)`, both
+/// `NOT NULL`: where [`seq_sink`] writes.
+pub fn seq_server(db: &str, tables: &[&str]) -> PgServer {
+    let s = PgServer::start();
+    s.create_database(db);
+    for t in tables {
+        s.exec(
+            db,
+            &format!("CREATE TABLE {t} (k bigint NOT NULL, seq bigint NOT NULL)"),
+        );
+    }
+    s
+}
 
 /// The sink for `(key, seq)` records into `table (k bigint, seq bigint)`.
 pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
@@ -22,7 +47,7 @@ pub fn seq_sink(url: &str) -> PostgresSink<(u64, u64)> {
     })
 }
 
-/// Job settings: checkpoints in `dir` (see [`super::test_checkpoints::checkpoint_dir`]) every
+/// Job settings: checkpoints in `dir` (see [`test_checkpoints::checkpoint_dir`]) every
 /// `interval`, quick fixed-delay restarts.
 pub fn config(
     name: &str,
@@ -33,7 +58,7 @@ pub fn config(
     let mut c = JobConfig::new(name);
     c.parallelism = parallelism;
     // With `WEIR_TEST_CHECKPOINT_DIR=s3`, `dir`'s twin on the tests' S3 server.
-    c.checkpoint_dir = super::test_checkpoints::checkpoint_dir(dir);
+    c.checkpoint_dir = test_checkpoints::checkpoint_dir(dir);
     c.checkpointing.interval = Some(interval);
     c.checkpointing.tolerable_failures = 1000;
     c.restart = RestartStrategy::FixedDelay {
