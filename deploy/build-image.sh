@@ -12,6 +12,7 @@
 # is missing). Needs docker, ldd and strip (binutils).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. deploy/lib.sh
 
 target="${CARGO_TARGET_DIR:-target}"
 binary="$target/release/weir"
@@ -44,20 +45,8 @@ chmod 1777 "$root/tmp"
 # Debug info is for the build machine, not the image (it is most of a debug build).
 strip --strip-debug -o "$root/usr/local/bin/weir" "$binary"
 
-# Every library the binary needs, at the path the loader looks for it (the loader itself
-# is named by its absolute path: `/lib64/ld-linux-x86-64.so.2 (0x…)`).
-ldd "$binary" | while read -r first second third _; do
-    case "$second" in
-        "=>") path="$third" ;;
-        *) path="$first" ;;
-    esac
-    case "$path" in
-        /*) ;;
-        *) continue ;; # linux-vdso.so.1: in the kernel
-    esac
-    mkdir -p "$root$(dirname "$path")"
-    cp -L "$path" "$root$path"
-done
+# Every library the binary needs, at the path the loader looks for it.
+copy_libraries "$root" "$binary"
 if ldd "$binary" 2>&1 | grep -q "not found"; then
     echo "deploy/build-image.sh: $binary needs a library this machine lacks:" >&2
     ldd "$binary" | grep "not found" >&2

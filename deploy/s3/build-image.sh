@@ -11,6 +11,7 @@
 # access to PyPI, docker and ldd. About 120 MB.
 set -euo pipefail
 cd "$(dirname "$0")"
+. ../lib.sh
 
 tag="weir-s3:latest"
 while [ $# -gt 0 ]; do
@@ -61,24 +62,8 @@ tar -C "$(dirname "$stdlib")" -cf - \
 
 # Every shared library the interpreter, the standard library's and the packages' extension
 # modules link to, at the path the loader looks for it.
-{
-    echo "$exe"
-    find "$root/opt" -name '*.so*' -type f
-} | while read -r object; do
-    ldd "$object" 2>/dev/null || true
-done | while read -r first second third _; do
-    case "$second" in
-        "=>") path="$third" ;;
-        *) path="$first" ;;
-    esac
-    case "$path" in
-        /*) ;;
-        *) continue ;;
-    esac
-    [ -e "$root$path" ] && continue
-    mkdir -p "$root$(dirname "$path")"
-    cp -L "$path" "$root$path"
-done
+mapfile -t objects < <(find "$root/opt" -name '*.so*' -type f)
+copy_libraries "$root" "$exe" "${objects[@]}"
 
 cat >"$context/Dockerfile" <<EOF
 FROM scratch
