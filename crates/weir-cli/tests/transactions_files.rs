@@ -30,16 +30,7 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     let out = tmp.path().join("out");
     let sink = format!("files:{}", s(&out));
     let (n, keys) = (400_000u64, 37u64);
-    let args = kill_run_args(&chk, &sink, (n, keys), "100000");
-    let newest = kill_after_new_checkpoints(
-        tmp.path(),
-        &chk.join("keyed-count"),
-        (1, 0),
-        0x7b,
-        &args,
-        |_| {},
-    );
-    assert!(newest > 0);
+    let args = killed_after_a_checkpoint(tmp.path(), &chk, &sink, (n, keys), 0x7b);
     eprintln!("hidden parts after the kill: {:?}", hidden_files(&out));
     for (name, line) in [
         (AFTER_CHECKPOINT, "888888\t1\n"),

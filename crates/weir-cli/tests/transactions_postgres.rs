@@ -41,16 +41,7 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     let chk = tmp.path().join("chk");
     let (n, keys) = (400_000u64, 37u64);
     let url = pg.url("postgres", "counts");
-    let args = kill_run_args(&chk, &url, (n, keys), "100000");
-    let newest = kill_after_new_checkpoints(
-        tmp.path(),
-        &chk.join("keyed-count"),
-        (1, 0),
-        0x7a,
-        &args,
-        |_| {},
-    );
-    assert!(newest > 0);
+    let args = killed_after_a_checkpoint(tmp.path(), &chk, &url, (n, keys), 0x7a);
     let killed_open = pg.prepared("postgres", PREFIX);
     eprintln!("prepared transactions of the job after the kill: {killed_open:?}");
     prepare(&pg, AFTER_CHECKPOINT, 888_888);

@@ -123,6 +123,24 @@ pub fn kill_after_new_checkpoints(
     newest
 }
 
+/// keyed-count into `sink` over `events` (events, keys), paced at 100 000 events a second,
+/// SIGKILLed once after its first complete checkpoint ([`kill_after_new_checkpoints`],
+/// seeded by `seed`): the prepared or pre-committed transactions `weir transactions
+/// list|settle` then settle. Returns the runs' command line, for the resume.
+pub fn killed_after_a_checkpoint<'a>(
+    tmp: &Path,
+    chk: &'a Path,
+    sink: &'a str,
+    events: (u64, u64),
+    seed: u64,
+) -> impl Fn(bool) -> Vec<String> + 'a {
+    let args = kill_run_args(chk, sink, events, "100000");
+    let job_dir = chk.join("keyed-count");
+    let newest = kill_after_new_checkpoints(tmp, &job_dir, (1, 0), seed, &args, |_| {});
+    assert!(newest > 0);
+    args
+}
+
 /// `key → every count emitted for it`, from `(key, count)` records in any order.
 pub fn group(records: impl IntoIterator<Item = (u64, u64)>) -> BTreeMap<u64, Vec<u64>> {
     let mut per_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
