@@ -19,10 +19,6 @@ const ORPHAN: &str = ".part-keyed-count~old-sink~0-1-0.tsv.pending";
 /// Another job's: never listed, never touched.
 const FOREIGN: &str = ".part-other-job~sink-files~0-1-0.tsv.pending";
 
-fn txn(tmp: &std::path::Path, args: &[&str]) -> Run {
-    run(&mut weir(tmp, args))
-}
-
 #[test]
 fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     let tmp = tempfile::tempdir().unwrap();
@@ -41,17 +37,7 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     }
 
     let chk_arg = checkpoint_arg(&chk);
-    let list = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &chk_arg,
-            "--sink",
-            &sink,
-        ],
-    );
+    let list = transactions(tmp.path(), "list", &chk_arg, &sink, &[]);
     list.assert_success();
     let line = |name: &str| {
         list.stdout
@@ -65,16 +51,8 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     assert!(line(ORPHAN).ends_with("orphan"));
     assert!(!list.stdout.contains(FOREIGN), "{}", list.describe());
 
-    let mut yes = vec![
-        "transactions",
-        "settle",
-        "--checkpoint-dir",
-        &chk_arg,
-        "--sink",
-        &sink,
-        "--yes",
-    ];
-    let settled = txn(tmp.path(), &yes);
+    let mut yes = vec!["--yes"];
+    let settled = transactions(tmp.path(), "settle", &chk_arg, &sink, &yes);
     settled.assert_success();
     assert!(
         settled
@@ -91,7 +69,7 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
         panic!("after settle, the committed parts are not exactly-once: {p}");
     }
 
-    let again = txn(tmp.path(), &yes);
+    let again = transactions(tmp.path(), "settle", &chk_arg, &sink, &yes);
     again.assert_success();
     assert!(
         again.stdout.contains("nothing to settle"),
@@ -108,7 +86,7 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     );
 
     yes.push("--abort-orphans");
-    let orphans = txn(tmp.path(), &yes);
+    let orphans = transactions(tmp.path(), "settle", &chk_arg, &sink, &yes);
     orphans.assert_success();
     assert!(orphans.stdout.contains(&format!("deleted {ORPHAN}")));
     assert_eq!(hidden_files(&out), vec![FOREIGN.to_string()]);

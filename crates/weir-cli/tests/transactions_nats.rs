@@ -15,16 +15,11 @@ mod common;
 mod connectors_support;
 mod nats_support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use connectors_support::*;
 use nats_support::{free_port, read_counts, NatsServer};
-
-fn txn(tmp: &Path, args: &[&str]) -> Run {
-    run(&mut weir(tmp, args))
-}
 
 /// The safety net of the waits below: generous, for a loaded machine (each wait ends as
 /// soon as its condition holds).
@@ -106,15 +101,7 @@ fn jetstream_commits_are_listed_and_settled_as_the_checkpoint_says() {
 
     // 3. The checkpoint's pending commits are listed, with their missing messages.
     let chk_arg = checkpoint_arg(&chk);
-    let list_args = [
-        "transactions",
-        "list",
-        "--checkpoint-dir",
-        &chk_arg,
-        "--sink",
-        &sink,
-    ];
-    let list = txn(tmp.path(), &list_args);
+    let list = transactions(tmp.path(), "list", &chk_arg, &sink, &[]);
     list.assert_success();
     let rows: Vec<&str> = list
         .stdout
@@ -135,10 +122,8 @@ fn jetstream_commits_are_listed_and_settled_as_the_checkpoint_says() {
     }
 
     // 4. Settle publishes exactly the missing messages; a second settle finds nothing.
-    let mut settle = list_args.to_vec();
-    settle[1] = "settle";
-    settle.push("--yes");
-    let settled = txn(tmp.path(), &settle);
+    let settle = || transactions(tmp.path(), "settle", &chk_arg, &sink, &["--yes"]);
+    let settled = settle();
     settled.assert_success();
     assert_eq!(
         settled.stdout.matches("message(s) published").count(),
@@ -151,7 +136,7 @@ fn jetstream_commits_are_listed_and_settled_as_the_checkpoint_says() {
     if let Some(p) = prefix_problem(&group(after.clone())) {
         panic!("after settle, the stream is not exactly-once: {p}");
     }
-    let again = txn(tmp.path(), &settle);
+    let again = settle();
     again.assert_success();
     assert!(
         again.stdout.contains("nothing to settle"),
@@ -189,17 +174,7 @@ fn a_nats_sink_that_cannot_be_reached_is_named_with_the_way_out() {
     ran.assert_success();
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}/counts");
-    let list = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &checkpoint_arg(&chk),
-            "--sink",
-            &url,
-        ],
-    );
+    let list = transactions(tmp.path(), "list", &checkpoint_arg(&chk), &url, &[]);
     assert!(!list.status.success(), "{}", list.describe());
     assert!(
         list.stderr.contains(&format!("127.0.0.1:{port}")) && list.stderr.contains("nats-server"),

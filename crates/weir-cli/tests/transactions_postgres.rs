@@ -29,10 +29,6 @@ fn prepare(pg: &PgServer, gid: &str, key: u64) {
     );
 }
 
-fn txn(tmp: &std::path::Path, args: &[&str]) -> Run {
-    run(&mut weir(tmp, args))
-}
-
 #[test]
 fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     let pg = PgServer::start();
@@ -49,19 +45,8 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     prepare(&pg, FOREIGN, 777_777);
 
     let chk_arg = checkpoint_arg(&chk);
-    let list = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &chk_arg,
-            "--job",
-            "keyed-count",
-            "--sink",
-            &url,
-        ],
-    );
+    let by_job = ["--job", "keyed-count"];
+    let list = transactions(tmp.path(), "list", &chk_arg, &url, &by_job);
     list.assert_success();
     let line = |gid: &str| {
         list.stdout
@@ -84,22 +69,13 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     );
 
     // Without --yes and with no answer on stdin: nothing happens.
-    let settle = [
-        "transactions",
-        "settle",
-        "--checkpoint-dir",
-        &chk_arg,
-        "--sink",
-        &url,
-    ];
-    let unconfirmed = txn(tmp.path(), &settle);
+    let settle = |extra: &[&str]| transactions(tmp.path(), "settle", &chk_arg, &url, extra);
+    let unconfirmed = settle(&[]);
     assert_eq!(unconfirmed.code(), Some(1), "{}", unconfirmed.describe());
     assert!(unconfirmed.stdout.contains("nothing settled"));
     assert_eq!(pg.prepared("postgres", PREFIX).len(), killed_open.len() + 2);
 
-    let mut yes = settle.to_vec();
-    yes.push("--yes");
-    let settled = txn(tmp.path(), &yes);
+    let settled = settle(&["--yes"]);
     settled.assert_success();
     assert!(settled
         .stdout
@@ -120,7 +96,7 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     }
 
     // Idempotent: the second settle finds nothing to do.
-    let again = txn(tmp.path(), &yes);
+    let again = settle(&["--yes"]);
     again.assert_success();
     assert!(
         again.stdout.contains("nothing to settle"),
@@ -139,8 +115,7 @@ fn transactions_are_listed_and_settled_as_the_checkpoint_says() {
     );
 
     // Orphans only go with --abort-orphans; another job's transaction stays.
-    yes.push("--abort-orphans");
-    let orphans = txn(tmp.path(), &yes);
+    let orphans = settle(&["--yes", "--abort-orphans"]);
     orphans.assert_success();
     assert!(orphans.stdout.contains(&format!("rolled back {ORPHAN}")));
     assert!(pg.prepared("postgres", PREFIX).is_empty());
@@ -157,17 +132,7 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
     let empty = tmp.path().join("chk");
     std::fs::create_dir_all(empty.join("keyed-count/chk-1")).unwrap();
     let url = "postgres://weir@127.0.0.1:1/db/counts";
-    let no_checkpoint = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &s(&empty),
-            "--sink",
-            url,
-        ],
-    );
+    let no_checkpoint = transactions(tmp.path(), "list", &s(&empty), url, &[]);
     assert_clean_error(
         &no_checkpoint,
         1,
@@ -183,17 +148,7 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
         keyed_count_updates(&chk, &pg.url("postgres", "counts"), 1000, 7, &[]),
     ));
     done.assert_success();
-    let down = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &s(&chk),
-            "--sink",
-            url,
-        ],
-    );
+    let down = transactions(tmp.path(), "list", &s(&chk), url, &[]);
     assert_clean_error(
         &down,
         1,
@@ -202,16 +157,12 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
             "is the server running",
         ],
     );
-    let other = txn(
+    let other = transactions(
         tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &s(&chk),
-            "--sink",
-            "kafka://127.0.0.1:1/topic",
-        ],
+        "list",
+        &s(&chk),
+        "kafka://127.0.0.1:1/topic",
+        &[],
     );
     assert_clean_error(
         &other,
@@ -223,19 +174,7 @@ fn transactions_errors_name_the_cause_and_the_way_out() {
             "JetStream sinks",
         ],
     );
-    let no_job = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &s(&chk),
-            "--job",
-            "nope",
-            "--sink",
-            url,
-        ],
-    );
+    let no_job = transactions(tmp.path(), "list", &s(&chk), url, &["--job", "nope"]);
     assert_clean_error(&no_job, 1, &["no completed checkpoint of job `nope`"]);
 }
 
@@ -288,17 +227,7 @@ fn a_transaction_the_checkpoint_lists_is_committed_once() {
     );
     let open = pg.prepared("postgres", PREFIX);
     let chk_arg = checkpoint_arg(&chk);
-    let list = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "list",
-            "--checkpoint-dir",
-            &chk_arg,
-            "--sink",
-            &url,
-        ],
-    );
+    let list = transactions(tmp.path(), "list", &chk_arg, &url, &[]);
     list.assert_success();
     let commits: Vec<&str> = list
         .stdout
@@ -311,18 +240,7 @@ fn a_transaction_the_checkpoint_lists_is_committed_once() {
         list.describe()
     );
 
-    let settled = txn(
-        tmp.path(),
-        &[
-            "transactions",
-            "settle",
-            "--checkpoint-dir",
-            &chk_arg,
-            "--sink",
-            &url,
-            "--yes",
-        ],
-    );
+    let settled = transactions(tmp.path(), "settle", &chk_arg, &url, &["--yes"]);
     settled.assert_success();
     assert!(
         settled

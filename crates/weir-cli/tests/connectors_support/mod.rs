@@ -141,6 +141,15 @@ pub fn killed_after_a_checkpoint<'a>(
     args
 }
 
+/// `weir transactions VERB --checkpoint-dir CHK --sink SINK EXTRA…` run in `tmp`: the
+/// command the transactions tests of every sink run, spelled once.
+pub fn transactions(tmp: &Path, verb: &str, chk: &str, sink: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["transactions", verb, "--checkpoint-dir", chk];
+    args.extend(["--sink", sink]);
+    args.extend(extra);
+    run(&mut weir(tmp, args))
+}
+
 /// `key → every count emitted for it`, from `(key, count)` records in any order.
 pub fn group(records: impl IntoIterator<Item = (u64, u64)>) -> BTreeMap<u64, Vec<u64>> {
     let mut per_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
