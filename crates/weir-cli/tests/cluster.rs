@@ -539,7 +539,7 @@ fn a_worker_started_before_its_coordinator_joins_once_it_listens() {
     let mut c = Cluster::spawn(dir, &coordinator_args(2, "30s", &address), "coordinator");
     let w2 = c.registered_worker("w2");
     c.release();
-    let (out, log) = c.finish_exact();
+    let (_, log) = c.finish_exact();
     assert!(log.contains("(w1) at 127.0.0.1:"), "{log}");
     let (code, wlog) = finish_worker(dir, w2, "w2");
     assert_eq!(code, 0, "{wlog}");
