@@ -30,18 +30,11 @@ if [ ! -x "$binary" ]; then
         "\`cargo build --release -p weir-cli\`, or name one with --binary PATH" >&2
     exit 1
 fi
-for tool in docker ldd strip; do
-    command -v "$tool" >/dev/null 2>&1 || {
-        echo "deploy/build-image.sh: needs $tool (docker: Docker Engine; ldd: libc-bin; strip: binutils)" >&2
-        exit 1
-    }
-done
+require_tools deploy/build-image.sh \
+    " (docker: Docker Engine; ldd: libc-bin; strip: binutils)" docker ldd strip
 
-context=$(mktemp -d)
-trap 'rm -rf "$context"' EXIT
-root="$context/root"
-mkdir -p "$root/usr/local/bin" "$root/tmp" "$context/data"
-chmod 1777 "$root/tmp"
+make_context
+mkdir -p "$root/usr/local/bin" "$context/data"
 # Debug info is for the build machine, not the image (it is most of a debug build).
 strip --strip-debug -o "$root/usr/local/bin/weir" "$binary"
 
@@ -81,11 +74,5 @@ ENTRYPOINT ["/usr/local/bin/weir"]
 CMD ["--help"]
 EOF
 
-# The classic builder needs nothing but the daemon (BuildKit may not be installed); its
-# deprecation notice is shown only with a failure.
-if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$context" 2>&1); then
-    echo "$out" >&2
-    exit 1
-fi
-size=$(docker image inspect --format '{{.Size}}' "$tag")
-echo "built $tag ($((size / 1024 / 1024)) MiB) from $binary"
+mib=$(build_image "$tag" "$context")
+echo "built $tag ($mib MiB) from $binary"

@@ -21,18 +21,10 @@ while [ $# -gt 0 ]; do
         *) echo "deploy/s3/build-image.sh: unknown argument $1 (--tag TAG)" >&2; exit 2 ;;
     esac
 done
-for tool in docker ldd python3; do
-    command -v "$tool" >/dev/null 2>&1 || {
-        echo "deploy/s3/build-image.sh: needs $tool" >&2
-        exit 1
-    }
-done
+require_tools deploy/s3/build-image.sh "" docker ldd python3
 
-context=$(mktemp -d)
-trap 'rm -rf "$context"' EXIT
-root="$context/root"
-mkdir -p "$root/tmp" "$root/opt/s3"
-chmod 1777 "$root/tmp"
+make_context
+mkdir -p "$root/opt/s3"
 
 # moto and its dependencies, alone in a virtual environment.
 python3 -m venv "$context/venv" || {
@@ -74,9 +66,5 @@ EXPOSE 5000
 ENTRYPOINT ["/opt/python/bin/python3", "/opt/s3/serve.py"]
 EOF
 
-if ! out=$(DOCKER_BUILDKIT=0 docker build --quiet --tag "$tag" "$context" 2>&1); then
-    echo "$out" >&2
-    exit 1
-fi
-size=$(docker image inspect --format '{{.Size}}' "$tag")
-echo "built $tag ($((size / 1024 / 1024)) MiB): moto's S3 server"
+mib=$(build_image "$tag" "$context")
+echo "built $tag ($mib MiB): moto's S3 server"
