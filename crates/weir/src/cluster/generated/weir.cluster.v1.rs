@@ -252,7 +252,7 @@ pub struct OperatorStateHandle {
 }
 /// The keyed state of one operator subtask in an incremental checkpoint: a full base and
 /// the deltas written since, applied in order; _metadata lists them as they come.
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct IncrementalChain {
     #[prost(message, optional, tag = "1")]
     pub base: ::core::option::Option<SharedFileHandle>,
