@@ -127,8 +127,8 @@ fn wait_for_settled_hold(c: &mut Cluster, job: &Path, i: u64) -> u64 {
 }
 
 /// Every shared file of the job folder `job` is listed by one of its complete checkpoints,
-/// and every file they list exists.
-fn assert_no_orphaned_shared_file(job: &Path) {
+/// and every file they list exists; `some`: they list at least one.
+fn assert_no_orphaned_shared_file(job: &Path, some: bool) {
     let mut listed = HashSet::new();
     for id in completed_checkpoints(job) {
         let path = job.join(format!("chk-{id}"));
@@ -140,7 +140,7 @@ fn assert_no_orphaned_shared_file(job: &Path) {
             }
         }
     }
-    assert!(!listed.is_empty(), "no checkpoint lists a shared file");
+    assert!(!some || !listed.is_empty(), "no checkpoint lists a shared file");
     for uid in fs::read_dir(job.join("shared")).into_iter().flatten() {
         for f in fs::read_dir(uid.unwrap().path()).unwrap() {
             let f = f.unwrap().path();
@@ -223,7 +223,7 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
         inspect.describe()
     );
     // Retention and the sweeps ran on the coordinator: nothing orphaned, nothing missing.
-    assert_no_orphaned_shared_file(&job);
+    assert_no_orphaned_shared_file(&job, true);
 
     // The same checkpoint restores exactly in one process, rescaled from 2 to 3.
     let one = keyed_count(3, "chk-one", "out-one", &["--restore", &s(&path)]);
@@ -252,5 +252,6 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
             path.display()
         );
     }
-    assert_no_orphaned_shared_file(&dir.join("chk-three").join("keyed-count"));
+    // (The run may end before a checkpoint completes: then there is nothing to list.)
+    assert_no_orphaned_shared_file(&dir.join("chk-three").join("keyed-count"), false);
 }
