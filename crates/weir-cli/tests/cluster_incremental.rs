@@ -61,10 +61,20 @@ fn keyed_count(p: u32, chk: &str, out: &str, extra: &[&str]) -> Vec<String> {
         .into_iter()
         .chain(["--parallelism", &p, "--checkpoint-interval", "50ms"])
         .chain(["--checkpoint-dir", chk, "--output", out, "--verify"])
-        .chain(["--restart-delay", "10ms", "--retained-checkpoints", "1000000"])
+        .chain([
+            "--restart-delay",
+            "10ms",
+            "--retained-checkpoints",
+            "1000000",
+        ])
         .chain(["--state-backend", "disk", "--state-dir", "state"])
         .chain(["--incremental-checkpoints"])
-        .chain(["--hold-at", &holds.join(","), "--release-file", &files.join(",")])
+        .chain([
+            "--hold-at",
+            &holds.join(","),
+            "--release-file",
+            &files.join(","),
+        ])
         .map(String::from)
         .collect();
     a.extend(extra.iter().map(|s| s.to_string()));
@@ -107,8 +117,8 @@ fn wait_for_settled_hold(c: &mut Cluster, job: &Path, i: u64) -> u64 {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let done = completed_checkpoints(job);
-        let first = (done.iter().copied())
-            .find(|id| position(&job.join(format!("chk-{id}"))) == Some(at));
+        let first =
+            (done.iter().copied()).find(|id| position(&job.join(format!("chk-{id}"))) == Some(at));
         if let (Some(first), Some(&newest)) = (first, done.last()) {
             if newest >= first + 2 {
                 return newest;
@@ -140,7 +150,10 @@ fn assert_no_orphaned_shared_file(job: &Path, some: bool) {
             }
         }
     }
-    assert!(!some || !listed.is_empty(), "no checkpoint lists a shared file");
+    assert!(
+        !some || !listed.is_empty(),
+        "no checkpoint lists a shared file"
+    );
     for uid in fs::read_dir(job.join("shared")).into_iter().flatten() {
         for f in fs::read_dir(uid.unwrap().path()).unwrap() {
             let f = f.unwrap().path();
@@ -201,15 +214,25 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
     let (n, id, at, path) = (restored(&ended.out).pop())
         .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{}", ended.out));
     assert!(n >= 2, "{}", ended.out);
-    assert!(id >= seen, "restored {id}, older than {seen}:\n{}", ended.out);
+    assert!(
+        id >= seen,
+        "restored {id}, older than {seen}:\n{}",
+        ended.out
+    );
     assert_eq!(at, P * hold(i), "{}", ended.out);
     // (Paths are as the summary prints them: relative to the test's folder.)
-    assert!(has_delta(&dir.join(&path)), "{} lists no delta", path.display());
+    assert!(
+        has_delta(&dir.join(&path)),
+        "{} lists no delta",
+        path.display()
+    );
     let again = (ended.workers.iter())
         .find(|(name, _, _)| name == "w2-again")
         .expect("the replacement's log");
     assert!(
-        again.2.contains(&format!("restored from {}", path.display())),
+        again
+            .2
+            .contains(&format!("restored from {}", path.display())),
         "the replacement did not restore {}:\n{}",
         path.display(),
         again.2
@@ -229,7 +252,11 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
     let one = keyed_count(3, "chk-one", "out-one", &["--restore", &s(&path)]);
     let single = run(&mut weir(dir, &one));
     single.assert_success();
-    assert!(single.stdout.contains("verify: OK"), "{}", single.describe());
+    assert!(
+        single.stdout.contains("verify: OK"),
+        "{}",
+        single.describe()
+    );
     assert_eq!(
         restored(&single.stdout),
         [(1, id, at, path.clone())],
@@ -243,7 +270,12 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
     let c3 = Cluster::start(dir, &three, 3, "t");
     let ended = c3.finish();
     ended.assert_verified();
-    assert_eq!(restored(&ended.out), [(1, id, at, path.clone())], "{}", ended.out);
+    assert_eq!(
+        restored(&ended.out),
+        [(1, id, at, path.clone())],
+        "{}",
+        ended.out
+    );
     assert_keyed_count_exact(&dir.join("out-three"), EVENTS, KEYS);
     for (name, _, log) in &ended.workers {
         assert!(

@@ -69,10 +69,13 @@ pub fn to_proto(attempt: u32, checkpoint: u64, of: &SubtaskRef, ack: &TaskAck) -
                     bytes: s.bytes,
                 })
                 .collect(),
-            incremental: op.incremental.as_ref().map(|chain| proto::IncrementalChain {
-                base: Some(shared_to_proto(&chain.base)),
-                deltas: chain.deltas.iter().map(shared_to_proto).collect(),
-            }),
+            incremental: op
+                .incremental
+                .as_ref()
+                .map(|chain| proto::IncrementalChain {
+                    base: Some(shared_to_proto(&chain.base)),
+                    deltas: chain.deltas.iter().map(shared_to_proto).collect(),
+                }),
         })
         .collect();
     let channel_state = ack
@@ -257,7 +260,9 @@ fn chain_from_proto(
         )
     };
     let shared = |h: &proto::SharedFileHandle| {
-        let inside = h.path.starts_with(&format!("{}/", crate::storage::SHARED_DIR))
+        let inside = h
+            .path
+            .starts_with(&format!("{}/", crate::storage::SHARED_DIR))
             && !h.path.split('/').any(|c| c == ".." || c.is_empty());
         if !inside {
             return Err(refused(&format!(
