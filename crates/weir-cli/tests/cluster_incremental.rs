@@ -245,6 +245,13 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
         "{}",
         inspect.describe()
     );
+    // Each worker kept its disk state in a folder of its own under the job's --state-dir,
+    // removed as it ended (the killed one's by the next attempt on this host).
+    let runs: Vec<_> = (fs::read_dir(dir.join("state").join("keyed-count")).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-"))
+        .collect();
+    assert!(runs.is_empty(), "disk state left behind: {runs:?}");
     // Retention and the sweeps ran on the coordinator: nothing orphaned, nothing missing.
     assert_no_orphaned_shared_file(&job, true);
 
