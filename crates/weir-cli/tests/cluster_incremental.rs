@@ -12,7 +12,9 @@
 //! worker is SIGKILLed there — the kill lands at a known position whatever the machine's
 //! speed — and the restarted attempt resumes from a checkpoint of that hold, exactly. The
 //! finished run leaves no shared file that no retained checkpoint lists, and the same
-//! checkpoint restores exactly in one process at parallelism 3 and on three workers.
+//! checkpoint restores exactly in one process at parallelism 3 and on three workers. With
+//! `--retained-checkpoints 3`, the coordinator's retention removes every shared file the
+//! workers wrote that no retained checkpoint lists.
 
 mod cluster_support;
 mod common;
@@ -293,4 +295,36 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
     }
     // (The run may end before a checkpoint completes: then there is nothing to list.)
     assert_no_orphaned_shared_file(&dir.join("chk-three").join("keyed-count"), false);
+}
+
+#[test]
+fn retention_on_the_coordinator_removes_the_workers_shared_files_no_retained_checkpoint_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut args = keyed_count(P as u32, "chk", "out", &[]);
+    let at = args
+        .iter()
+        .position(|a| a == "--retained-checkpoints")
+        .unwrap();
+    args[at + 1] = "3".into();
+    let mut c = Cluster::start(dir, &args, 2, "w");
+    let job = dir.join("chk").join("keyed-count");
+    // Checkpoints of the first hold (bases), then of the second (deltas on them), while
+    // retention discards all but the newest three.
+    wait_for_settled_hold(&mut c, &job, 0);
+    fs::write(dir.join(release_file(0)), b"go").unwrap();
+    wait_for_settled_hold(&mut c, &job, 1);
+    for i in 0..HOLDS {
+        fs::write(dir.join(release_file(i)), b"go").unwrap();
+    }
+    let ended = c.finish();
+    ended.assert_verified();
+    assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
+    let retained = completed_checkpoints(&job);
+    assert!(
+        (1..=3).contains(&retained.len()),
+        "retained {retained:?}:\n{}",
+        ended.out
+    );
+    assert_no_orphaned_shared_file(&job, true);
 }
