@@ -144,12 +144,14 @@ pub struct KeyedCountArgs {
     #[arg(long, value_enum, default_value_t = Emit::Final)]
     emit: Emit,
     /// (Tests) hold each generator subtask after this many events until --release-file
-    /// exists, so a kill lands mid-input whatever the machine's speed.
-    #[arg(long, hide = true, requires = "release_file")]
-    hold_at: Option<u64>,
-    /// (Tests) the file whose creation releases the generator held by --hold-at.
-    #[arg(long, hide = true, requires = "hold_at")]
-    release_file: Option<PathBuf>,
+    /// exists, so a kill lands mid-input whatever the machine's speed. Several ascending
+    /// counts (`20000,20100`) hold it at each in turn, each released by its own file.
+    #[arg(long, hide = true, requires = "release_file", value_delimiter = ',')]
+    hold_at: Vec<u64>,
+    /// (Tests) the file whose creation releases the generator held by --hold-at (one per
+    /// count, in the same order).
+    #[arg(long, hide = true, requires = "hold_at", value_delimiter = ',')]
+    release_file: Vec<PathBuf>,
     /// (Tests) give each key a second state of this many bytes besides its count, rewritten
     /// with every event from the key and its count (checked by --verify): a state larger
     /// than memory from few events.
@@ -276,6 +278,15 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
         )
         .into());
     }
+    if args.hold_at.len() != args.release_file.len()
+        || args.hold_at.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err(UsageError::new(
+            "--hold-at takes ascending counts and --release-file one file per count, in the \
+             same order (e.g. --hold-at 100,200 --release-file go1,go2)",
+        )
+        .into());
+    }
     let prepared =
         connect::prepare::<u64>(src, &args.connect.sink, &run_info(job.config())).map_err(boxed)?;
     let events = prepared.source_messages.unwrap_or(args.events);
@@ -292,7 +303,9 @@ fn keyed_count(job: &mut Job, args: &KeyedCountArgs) -> Result<(), BoxError> {
         None => jobs::Events::Generator {
             n: args.events,
             rate: args.rate,
-            hold: args.hold_at.zip(args.release_file.clone()),
+            hold: (args.hold_at.iter().copied())
+                .zip(args.release_file.iter().cloned())
+                .collect(),
             parallelism: args.source_parallelism,
             event_time: args.event_time,
         },

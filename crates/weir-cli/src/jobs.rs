@@ -295,7 +295,7 @@ pub enum Events<'a> {
         rate: Option<f64>,
         /// Hold each subtask after this many events until this file exists
         /// ([`HeldGenerator`]).
-        hold: Option<(u64, PathBuf)>,
+        hold: Vec<(u64, PathBuf)>,
         /// The generator's parallelism (`None`: the job's).
         parallelism: Option<u32>,
         /// Stamp each event with the wall-clock time it was generated, and follow the
@@ -309,28 +309,30 @@ pub enum Events<'a> {
 }
 
 /// The generator, each subtask held after `at` events until the file `release` exists
-/// (`keyed-count --hold-at N --release-file PATH`, hidden: for tests). A test that must
-/// kill a process mid-input holds the input this way, so the kill lands before the end
-/// whatever the machine's speed, then creates the file. A restored subtask counts afresh
-/// from its checkpoint, so create the file before anything restores.
+/// (`keyed-count --hold-at N --release-file PATH`, hidden: for tests), and so on for each
+/// further `(at, release)` pair (ascending counts). A test that must kill a process
+/// mid-input holds the input this way, so the kill lands before the end whatever the
+/// machine's speed, then creates the file; several holds let it see the state settle at
+/// each (a checkpoint taken at one hold, then changes up to the next). A restored subtask
+/// counts afresh from its checkpoint, so create the files before anything restores.
 #[derive(Clone)]
 pub struct HeldGenerator {
     inner: GeneratorSource,
-    at: u64,
-    release: PathBuf,
+    /// The holds not passed yet, in order.
+    holds: Vec<(u64, PathBuf)>,
+    /// How many of `holds` this subtask has passed.
+    passed: usize,
     emitted: u64,
-    released: bool,
 }
 
 impl HeldGenerator {
     /// Holds `inner` as the type's docs say.
-    pub fn new(inner: GeneratorSource, at: u64, release: PathBuf) -> Self {
+    pub fn new(inner: GeneratorSource, holds: Vec<(u64, PathBuf)>) -> Self {
         HeldGenerator {
             inner,
-            at,
-            release,
+            holds,
+            passed: 0,
             emitted: 0,
-            released: false,
         }
     }
 }
@@ -353,15 +355,17 @@ impl CheckpointedFunction for HeldGenerator {
 impl SourceFunction<u64> for HeldGenerator {
     fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> weir::error::Result<SourceStatus> {
         let mut max = max;
-        if !self.released {
-            self.released = self.release.exists();
-        }
-        if !self.released {
-            let left = self.at.saturating_sub(self.emitted) as usize;
+        while let Some((at, release)) = self.holds.get(self.passed) {
+            if self.emitted >= *at && release.exists() {
+                self.passed += 1;
+                continue;
+            }
+            let left = at.saturating_sub(self.emitted) as usize;
             if left == 0 {
                 return Ok(SourceStatus::Idle);
             }
             max = max.min(left);
+            break;
         }
         let before = out.len();
         let status = self.inner.poll(out, max)?;
@@ -408,11 +412,9 @@ pub fn keyed_count(
                 count.verify = Some((n, keys, env.config().max_parallelism, v));
             }
             let generator = GeneratorSource::new(n).with_rate(rate);
-            let numbers = match hold {
-                None => env.add_source("generator", generator),
-                Some((at, release)) => {
-                    env.add_source("generator", HeldGenerator::new(generator, at, release))
-                }
+            let numbers = match hold.is_empty() {
+                true => env.add_source("generator", generator),
+                false => env.add_source("generator", HeldGenerator::new(generator, hold)),
             }
             .uid("generator");
             let numbers = match parallelism {

@@ -294,7 +294,7 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
         a.extend(["--checkpoint-dir", "chk", "--output", "out"].map(String::from));
         run(&mut weir(tmp.path(), a))
     };
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 5] = [
         (&["--workers", "2"], &["--workers needs --cluster-listen"]),
         (
             &["--cluster-listen", "127.0.0.1:0"],
@@ -313,16 +313,6 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
                 "--unaligned",
             ],
             &["--unaligned is not supported with --workers"],
-        ),
-        (
-            &[
-                "--workers",
-                "2",
-                "--cluster-listen",
-                "127.0.0.1:0",
-                "--incremental-checkpoints",
-            ],
-            &["--incremental-checkpoints is not supported with --workers"],
         ),
         (
             &["--workers", "0", "--cluster-listen", "127.0.0.1:0"],

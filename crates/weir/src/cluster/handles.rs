@@ -3,15 +3,18 @@
 //! directions are unit-tested here and the two roles only call them.
 //!
 //! What crosses: per operator its files (path, size, crc32c), key-group range, entries,
-//! parallelism and state sizes; channel state; timings; the source's position; whether the
-//! snapshot froze the subtask's state. What does not: the frozen snapshot itself (the worker
+//! parallelism and state sizes; with incremental checkpoints the chain of shared files its
+//! keyed state is (base and ordered deltas, each with its owner checkpoint, run, size and
+//! crc32c: `_metadata` lists them as they come); channel state; timings; the source's
+//! position; whether the snapshot froze the subtask's state. What does not: the frozen snapshot itself (the worker
 //! keeps it, [`Frozen::OnWorker`]) and the phase instants of the dashboard's timeline. Every
 //! file is recorded under the checkpoint it was written for and the coordinator's run id,
 //! which the worker wrote it with (`Deploy.run_id`), exactly as `_metadata` lists files
 //! written in one process.
 
 use crate::checkpoint::metadata::{
-    ChannelStateRef, FileOrigin, FileRef, KeyedFileRef, SubtaskStateMeta, TaskCheckpointStats,
+    ChannelStateRef, FileOrigin, FileRef, IncrementalKeyedRef, KeyedFileRef, SharedFile,
+    SubtaskStateMeta, TaskCheckpointStats,
 };
 use crate::checkpoint::writer::{Frozen, OperatorAck, StateBytes, TaskAck};
 use crate::state::key_group::KeyGroupRange;
@@ -66,6 +69,13 @@ pub fn to_proto(attempt: u32, checkpoint: u64, of: &SubtaskRef, ack: &TaskAck) -
                     bytes: s.bytes,
                 })
                 .collect(),
+            incremental: op
+                .incremental
+                .as_ref()
+                .map(|chain| proto::IncrementalChain {
+                    base: Some(shared_to_proto(&chain.base)),
+                    deltas: chain.deltas.iter().map(shared_to_proto).collect(),
+                }),
         })
         .collect();
     let channel_state = ack
@@ -125,8 +135,26 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
     };
     let mut operators = Vec::with_capacity(ack.operators.len());
     for op in &ack.operators {
-        let keyed_state = match (&op.keyed_state, &op.key_groups) {
-            (Some(f), Some(r)) => Some(KeyedFileRef {
+        let incremental = match &op.incremental {
+            None => None,
+            Some(chain) => Some(chain_from_proto(chain, ack, of, &op.uid)?),
+        };
+        let keyed_state = match (&op.keyed_state, &op.key_groups, &incremental) {
+            // An incremental snapshot's keyed file names its chain's base in `shared/` (as
+            // the writer in one process does), which `_metadata` lists in the chain with
+            // its own owner and run, not among the files written for this checkpoint.
+            (Some(_), Some(r), Some(chain)) => Some(KeyedFileRef {
+                file: FileRef {
+                    path: format!("../{}", chain.base.path),
+                    size: chain.base.size,
+                },
+                range: KeyGroupRange {
+                    start: r.start,
+                    end: r.end,
+                },
+                entries: op.keyed_entries,
+            }),
+            (Some(f), Some(r), None) => Some(KeyedFileRef {
                 file: record(f),
                 range: KeyGroupRange {
                     start: r.start,
@@ -134,7 +162,7 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
                 },
                 entries: op.keyed_entries,
             }),
-            (None, None) => None,
+            (None, None, None) => None,
             _ => {
                 return Err(format!(
                     "the acknowledgement of {}[{}] for checkpoint {} has keyed state of \
@@ -160,9 +188,7 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
                     bytes: s.bytes,
                 })
                 .collect(),
-            // Workers take full checkpoints only (their state backends are built without
-            // incremental checkpoints, and a coordinator refuses the flag): no chain crosses.
-            incremental: None,
+            incremental,
         });
     }
     let mut channel_state = Vec::with_capacity(ack.channel_state.len());
@@ -203,6 +229,65 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
         times: Default::default(),
         channel_state,
         unaligned: timings.unaligned,
+    })
+}
+
+/// A shared file of a chain as the Ack carries it.
+fn shared_to_proto(f: &SharedFile) -> proto::SharedFileHandle {
+    proto::SharedFileHandle {
+        path: f.path.clone(),
+        size: f.size,
+        crc32c: f.crc32c,
+        checkpoint_id: f.checkpoint_id,
+        run_id: f.run_id.clone(),
+    }
+}
+
+/// The chain of operator `uid` in `ack` (subtask `of`) as `_metadata` lists it. A chain
+/// without its base, or naming a file outside `shared/`, is refused naming the subtask:
+/// `_metadata` must never list a chain a restore cannot read.
+fn chain_from_proto(
+    chain: &proto::IncrementalChain,
+    ack: &proto::Ack,
+    of: &SubtaskRef,
+    uid: &str,
+) -> Result<IncrementalKeyedRef, String> {
+    let refused = |what: &str| {
+        format!(
+            "the acknowledgement of {}[{}] for checkpoint {} has an incremental keyed state of \
+             operator '{uid}' {what}",
+            of.task_uid, of.subtask, ack.checkpoint_id
+        )
+    };
+    let shared = |h: &proto::SharedFileHandle| {
+        let inside = h
+            .path
+            .starts_with(&format!("{}/", crate::storage::SHARED_DIR))
+            && !h.path.split('/').any(|c| c == ".." || c.is_empty());
+        if !inside {
+            return Err(refused(&format!(
+                "naming {:?}, which is not a file of the job folder's {}/",
+                h.path,
+                crate::storage::SHARED_DIR
+            )));
+        }
+        Ok(SharedFile {
+            path: h.path.clone(),
+            size: h.size,
+            crc32c: h.crc32c,
+            checkpoint_id: h.checkpoint_id,
+            run_id: h.run_id.clone(),
+        })
+    };
+    let base = chain
+        .base
+        .as_ref()
+        .ok_or_else(|| refused("without its base"))?;
+    Ok(IncrementalKeyedRef {
+        uid: uid.to_string(),
+        subtask: ack.subtask,
+        base: shared(base)?,
+        deltas: chain.deltas.iter().map(shared).collect::<Result<_, _>>()?,
     })
 }
 
@@ -311,5 +396,60 @@ mod tests {
         assert!(e.contains("count[1]"), "{e}");
         assert!(e.contains("checkpoint 7"), "{e}");
         assert!(e.contains("key groups"), "{e}");
+    }
+
+    /// An incremental snapshot's ack as the writer makes it: the keyed file names the
+    /// chain's base outside the checkpoint folder and is not among the files written.
+    fn incremental_ack() -> TaskAck {
+        let shared = |path: &str, owner, run: &str| SharedFile {
+            path: path.into(),
+            size: 50 + owner,
+            crc32c: 0x1000 + owner as u32,
+            checkpoint_id: owner,
+            run_id: run.into(),
+        };
+        let mut a = ack();
+        let chain = IncrementalKeyedRef {
+            uid: "count".into(),
+            subtask: 1,
+            base: shared("shared/count/chk-3-kg-64-128", 3, "run-b"),
+            deltas: vec![
+                shared("shared/count/chk-5-kgd-64-128", 5, "run-c"),
+                shared("shared/count/chk-7-kgd-64-128", 7, "run-c"),
+            ],
+        };
+        let op = &mut a.operators[0];
+        op.state.keyed_state.as_mut().unwrap().file = FileRef {
+            path: format!("../{}", chain.base.path),
+            size: chain.base.size,
+        };
+        op.incremental = Some(chain);
+        a.files.retain(|f| f.path == "count/op-1");
+        a
+    }
+
+    #[test]
+    fn an_incremental_chain_crosses_with_its_owners_runs_sizes_and_checksums() {
+        let sent = incremental_ack();
+        let wire = to_proto(3, 7, &subtask(), &sent);
+        let got = from_proto(&wire, &subtask(), "run-c").unwrap();
+        assert_eq!(got.operators[0].incremental, sent.operators[0].incremental);
+        assert_eq!(got.operators[0].state, sent.operators[0].state);
+        // The base is listed by the chain, not as a file written for this checkpoint.
+        let paths: Vec<&str> = got.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["count/op-1"]);
+    }
+
+    #[test]
+    fn a_chain_without_its_base_or_outside_shared_is_refused_naming_the_subtask() {
+        let mut wire = to_proto(1, 7, &subtask(), &incremental_ack());
+        let chain = wire.operators[0].incremental.as_mut().unwrap();
+        chain.deltas[0].path = "../../etc/passwd".into();
+        let e = from_proto(&wire, &subtask(), "run-c").unwrap_err();
+        assert!(e.contains("count[1]") && e.contains("shared/"), "{e}");
+        let chain = wire.operators[0].incremental.as_mut().unwrap();
+        chain.base = None;
+        let e = from_proto(&wire, &subtask(), "run-c").unwrap_err();
+        assert!(e.contains("without its base"), "{e}");
     }
 }

@@ -210,20 +210,6 @@ fn run_job(
                         .into(),
                 ));
             }
-            // The workers' acknowledgements carry full keyed-state files only (the wire
-            // `Ack` has no base-and-deltas chain yet): refuse rather than lose the deltas.
-            let backend = crate::runtime::state_backend::StateBackend::resolve(cfg.state_backend)?;
-            let incremental = crate::runtime::state_backend::incremental_checkpoints(
-                cfg.incremental_checkpoints,
-            )?;
-            if incremental && backend == crate::runtime::state_backend::StateBackend::Disk {
-                return Err(Error::InvalidJob(
-                    "incremental checkpoints across workers are not supported yet: drop \
-                     --incremental-checkpoints (and unset WEIR_INCREMENTAL_CHECKPOINTS) to run \
-                     on a cluster, or run the job in one process"
-                        .into(),
-                ));
-            }
             (None, Some(hosts))
         }
     };
@@ -549,6 +535,12 @@ fn run_job(
         .source_records
         .store(exec.source_records(), Ordering::Relaxed);
     let state_backend = exec.state_backend.clone();
+    // On a cluster the workers' writers are gone once the workers were told the job ended
+    // (each closes its stream after its writers): then the sweeps below see every file.
+    #[cfg(feature = "cluster")]
+    if let Some(hosts) = &exec.hosts {
+        hosts.end_job(outcome.as_ref().map(|_| ()));
+    }
     drop(exec); // closes the writers' queue
     for w in writers {
         let _ = w.join();

@@ -59,6 +59,14 @@ pub(crate) trait TaskHosts {
         let _ = attempt;
         false
     }
+
+    /// At the job's end (`outcome`), before the coordinator's end sweeps
+    /// of the job folder: tells the workers, and returns once each has closed its stream
+    /// (its snapshot writers done) or counts as lost, so no file of a checkpoint that was
+    /// in flight can appear after the sweep — the cluster's "every writer gone".
+    fn end_job(&self, outcome: std::result::Result<(), &crate::error::Error>) {
+        let _ = outcome;
+    }
 }
 
 /// The injected failure (`--inject-failures`) an attempt's workers are to fire: the

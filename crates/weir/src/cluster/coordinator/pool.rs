@@ -56,6 +56,9 @@ pub(crate) struct PoolConfig {
     pub(crate) registration_timeout: Duration,
     /// How long a registered worker may take to build its tasks and answer a deploy.
     pub(crate) deploy_timeout: Duration,
+    /// How long the job's end waits for each worker to close its stream (its writers
+    /// done): the heartbeat timeout, after which a silent worker counts as lost anyway.
+    pub(crate) end_timeout: Duration,
     /// The job's checkpoint folder when it is local: then every worker must be on this
     /// host (the others could not write to it).
     pub(crate) local_checkpoint_dir: Option<std::path::PathBuf>,
@@ -72,6 +75,8 @@ pub(crate) struct WorkerPool {
     /// The workers as the status last listed them: what a status read shows while a
     /// deploy holds the members (it may wait for workers to register).
     listed: Mutex<Vec<WorkerStatus>>,
+    /// The workers were told the job ended ([`WorkerPool::end`] runs once).
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl WorkerPool {
@@ -85,12 +90,20 @@ impl WorkerPool {
             suspects: Suspects::default(),
             injected: Injected::default(),
             listed: Mutex::default(),
+            ended: Default::default(),
         }
     }
 
-    /// Tells every worker the job ended (`message`), and waits (at most `timeout`) until
-    /// each closed its stream, so none outlives the job unknowingly.
-    pub(crate) fn end(&self, succeeded: bool, message: &str, timeout: Duration) {
+    /// Tells every worker the job ended (`message`), and waits (at most
+    /// `config.end_timeout`) until each closed its stream, so none outlives the job
+    /// unknowingly. A worker closes it only once its snapshot writers are done, so after
+    /// this no state file of the job appears any more (the end sweeps of `shared/` rely
+    /// on it). Only the first call tells them.
+    pub(crate) fn end(&self, succeeded: bool, message: &str) {
+        if self.ended.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let timeout = self.config.end_timeout;
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         for m in members.iter() {
             let ended = proto::JobEnded {
@@ -430,6 +443,11 @@ impl TaskHosts for WorkerPool {
 
     fn uncounted_failure(&self, attempt: u32) -> bool {
         self.suspects.uncounted(attempt)
+    }
+
+    fn end_job(&self, outcome: std::result::Result<(), &Error>) {
+        let (succeeded, message) = super::run::ended(outcome);
+        self.end(succeeded, &message);
     }
 
     fn injected_failure(&self, attempt: u32) -> bool {

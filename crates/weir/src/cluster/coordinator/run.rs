@@ -64,17 +64,24 @@ pub(crate) fn execute(
             fingerprint,
             registration_timeout: run.registration_timeout,
             deploy_timeout: run.registration_timeout,
+            end_timeout: run.heartbeat_timeout,
             local_checkpoint_dir: local_dir,
         },
     ));
     env.set_worker_board(pool.clone());
     let result = env.execute_hosted(pool.clone());
-    let message = match &result {
-        Ok(_) => "the job finished".to_string(),
-        Err(e) => format!("the job failed: {e}"),
-    };
-    pool.end(result.is_ok(), &message, run.heartbeat_timeout);
+    // Told already when the job ran (before its end sweeps); not when it failed to start.
+    let (succeeded, message) = ended(result.as_ref().map(|_| ()));
+    pool.end(succeeded, &message);
     result
+}
+
+/// What the workers are told of a job that ended with `outcome`.
+pub(crate) fn ended(outcome: std::result::Result<(), &Error>) -> (bool, String) {
+    match outcome {
+        Ok(()) => (true, "the job finished".to_string()),
+        Err(e) => (false, format!("the job failed: {e}")),
+    }
 }
 
 /// Whether a worker whose exchange listens at `address` runs on this host: a loopback

@@ -245,6 +245,34 @@ pub struct OperatorStateHandle {
     /// Bytes per state, for the dashboard (not persisted in _metadata).
     #[prost(message, repeated, tag = "8")]
     pub states: ::prost::alloc::vec::Vec<StateSize>,
+    /// With incremental checkpoints: the chain the keyed state is (keyed_state then names
+    /// its base as `../shared/...`, and key_groups its range). Absent for a full snapshot.
+    #[prost(message, optional, tag = "9")]
+    pub incremental: ::core::option::Option<IncrementalChain>,
+}
+/// The keyed state of one operator subtask in an incremental checkpoint: a full base and
+/// the deltas written since, applied in order; _metadata lists them as they come.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct IncrementalChain {
+    #[prost(message, optional, tag = "1")]
+    pub base: ::core::option::Option<SharedFileHandle>,
+    #[prost(message, repeated, tag = "2")]
+    pub deltas: ::prost::alloc::vec::Vec<SharedFileHandle>,
+}
+/// A file in the job folder's shared/ (path relative to the job folder), with the
+/// checkpoint it was written for and the run that wrote it (a chain outlives runs).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SharedFileHandle {
+    #[prost(string, tag = "1")]
+    pub path: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
+    #[prost(uint32, tag = "3")]
+    pub crc32c: u32,
+    #[prost(uint64, tag = "4")]
+    pub checkpoint_id: u64,
+    #[prost(string, tag = "5")]
+    pub run_id: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct StateSize {

@@ -93,9 +93,15 @@ impl Host {
     ) -> Result<Host> {
         let plan = crate::runtime::plan::plan(&graph, &cfg)?;
         let storage = CheckpointStorage::join(&cfg.checkpoint_dir, &cfg.name, run_id)?;
-        // The job's disk-state memory settings apply on a worker as in one process;
-        // incremental checkpoints are refused with --workers, so it takes full ones.
+        // The job's disk-state settings apply on a worker as in one process: its working
+        // folder is a `run-<pid>-<n>` of its own under the job's --state-dir (so workers
+        // sharing a host never share one), and with incremental checkpoints its subtasks
+        // write bases and deltas into the coordinator's `shared/`, whose retention and
+        // sweeps the coordinator alone runs (it owns `_metadata`).
+        let incremental =
+            crate::runtime::state_backend::incremental_checkpoints(cfg.incremental_checkpoints)?;
         let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
+            .incremental(incremental)
             .memory(cfg.disk_state);
         let (events_tx, events) = unbounded::<TaskEvent>();
         let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
