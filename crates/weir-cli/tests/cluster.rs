@@ -423,7 +423,7 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
         a.extend(["--checkpoint-dir", "chk", "--output", "out"].map(String::from));
         run(&mut weir(tmp.path(), a))
     };
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 5] = [
         (&["--workers", "2"], &["--workers needs --cluster-listen"]),
         (
             &["--cluster-listen", "127.0.0.1:0"],
@@ -432,16 +432,6 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
         (
             &["--workers", "2", "--cluster-listen", "0.0.0.0:0"],
             &["--cluster-token is needed"],
-        ),
-        (
-            &[
-                "--workers",
-                "2",
-                "--cluster-listen",
-                "127.0.0.1:0",
-                "--unaligned",
-            ],
-            &["--unaligned is not supported with --workers"],
         ),
         (
             &[

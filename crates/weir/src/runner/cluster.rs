@@ -139,10 +139,10 @@ impl TlsArgs {
 }
 
 impl ClusterArgs {
-    /// Refuses combinations that make no sense, naming the flags; `unaligned` and
-    /// `incremental` (`--incremental-checkpoints`) are the run's own flags, not supported
-    /// across workers yet.
-    pub fn check(&self, unaligned: bool, incremental: bool) -> Result<(), UsageError> {
+    /// Refuses combinations that make no sense, naming the flags; `incremental`
+    /// (`--incremental-checkpoints`) is the run's own flag, not supported across workers
+    /// yet.
+    pub fn check(&self, incremental: bool) -> Result<(), UsageError> {
         let Some(_) = self.workers else {
             for (given, flag) in [
                 (self.cluster_listen.is_some(), "--cluster-listen"),
@@ -167,12 +167,6 @@ impl ClusterArgs {
         };
         token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen")?;
         self.tls.load()?;
-        if unaligned {
-            return Err(UsageError::new(
-                "--unaligned is not supported with --workers yet (remote channels carry no \
-                 read-ahead credits): drop --unaligned to run on a cluster",
-            ));
-        }
         if incremental {
             return Err(UsageError::new(
                 "--incremental-checkpoints is not supported with --workers yet (the workers' \
@@ -421,28 +415,26 @@ mod tests {
     #[test]
     fn cluster_flags_need_workers_and_workers_need_an_address() {
         let e = args(&["--cluster-listen", "127.0.0.1:0"])
-            .check(false, false)
+            .check(false)
             .unwrap_err();
         assert!(e.to_string().contains("--cluster-listen applies"), "{e}");
         let e = args(&["--heartbeat-timeout", "2s"])
-            .check(false, false)
+            .check(false)
             .unwrap_err();
         assert!(e.to_string().contains("add --workers N"), "{e}");
-        let e = args(&["--workers", "2"]).check(false, false).unwrap_err();
+        let e = args(&["--workers", "2"]).check(false).unwrap_err();
         assert!(e.to_string().contains("needs --cluster-listen"), "{e}");
         let ok = args(&["--workers", "2", "--cluster-listen", "127.0.0.1:0"]);
-        ok.check(false, false).unwrap();
-        let e = ok.check(true, false).unwrap_err();
-        assert!(e.to_string().contains("--unaligned"), "{e}");
-        let e = ok.check(false, true).unwrap_err();
+        ok.check(false).unwrap();
+        let e = ok.check(true).unwrap_err();
         assert!(e.to_string().contains("--incremental-checkpoints"), "{e}");
-        assert!(args(&[]).check(false, false).is_ok());
+        assert!(args(&[]).check(false).is_ok());
     }
 
     #[test]
     fn beyond_loopback_the_token_is_required() {
         let open = args(&["--workers", "2", "--cluster-listen", "0.0.0.0:6123"]);
-        let e = open.check(false, false).unwrap_err();
+        let e = open.check(false).unwrap_err();
         assert!(e.to_string().contains("--cluster-token is needed"), "{e}");
         let given = args(&[
             "--workers",
@@ -452,7 +444,7 @@ mod tests {
             "--cluster-token",
             "s3cret",
         ]);
-        given.check(false, false).unwrap();
+        given.check(false).unwrap();
         let run = given.run(&[]).unwrap().unwrap();
         assert_eq!(run.token, "s3cret");
         let local = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
@@ -470,17 +462,17 @@ mod tests {
             args(&a)
         };
         let e = with(&["--tls-cert", "c.pem"])
-            .check(false, false)
+            .check(false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-key and --tls-ca is missing"), "{e}");
         let e = with(&["--tls-cert", "c.pem", "--tls-ca", "ca.pem"])
-            .check(false, false)
+            .check(false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-key is missing"), "{e}");
         let e = with(&["--tls-server-name", "weir"])
-            .check(false, false)
+            .check(false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-server-name applies with TLS"), "{e}");
@@ -493,7 +485,7 @@ mod tests {
             "--tls-ca",
             "a",
         ])
-        .check(false, false)
+        .check(false)
         .unwrap_err()
         .to_string();
         assert!(
@@ -502,7 +494,7 @@ mod tests {
         );
         // Without --workers, TLS flags are refused like the other cluster flags.
         let e = args(&["--tls-ca", "ca.pem"])
-            .check(false, false)
+            .check(false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("applies to a job run on a cluster"), "{e}");
