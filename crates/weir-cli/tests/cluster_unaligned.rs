@@ -156,7 +156,7 @@ fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a
     // The same checkpoint on three workers at parallelism 3: its channel state is
     // re-partitioned by key over the new subtasks, exact again.
     let from = s(&kept);
-    let mut c = Cluster::start(
+    let c = Cluster::start(
         tmp.path(),
         &job(3, &["--output", "out3", "--restore", &from]),
         3,
