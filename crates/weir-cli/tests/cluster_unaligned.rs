@@ -4,8 +4,8 @@
 //! keyed-count with `--unaligned` on two workers, its counting stage slowed
 //! (`--sink-rate`) so that the records between the generators and the counts wait in the
 //! channels, half of which cross from one worker to the other. The input holds after
-//! [`HOLD_AT`] events per generator subtask (`--hold-at`), so the records in flight are
-//! known to be there until the slow counts drain them. Periodic checkpoints are off: the
+//! [`HOLD_AT`] events per generator subtask (`--hold-at`), so the kill lands mid-input
+//! and records stay in flight until the slow counts drain them. Periodic checkpoints are off: the
 //! test triggers each one (`weir checkpoint`), so the checkpoint it inspects is the one a
 //! restart restores. Every wait is bounded and says what it waited for.
 
@@ -104,25 +104,30 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-#[test]
-fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a_kill_and_on_three_workers(
-) {
-    let tmp = tempfile::tempdir().unwrap();
-    let held = [
+/// keyed-count on two workers (plus `extra`): a checkpoint that saved records in flight
+/// between the workers, worker 2 SIGKILLed after it, a replacement; asserts that the run
+/// restored that checkpoint on both workers and counted exactly. Returns a copy of the
+/// checkpoint (a retained checkpoint may be removed once the job ends), its id and its
+/// sources' position.
+fn kill_after_a_cross_worker_checkpoint(dir: &Path, extra: &[&str]) -> (PathBuf, u64, u64) {
+    let hold = HOLD_AT.to_string();
+    let mut flags = vec![
         "--output",
         "out",
         "--hold-at",
-        &HOLD_AT.to_string(),
+        &hold,
         "--release-file",
         "release",
-    ]
-    .map(String::from);
-    let held: Vec<&str> = held.iter().map(String::as_str).collect();
-    let mut c = Cluster::start(tmp.path(), &job(2, &held), 2, "w");
+    ];
+    flags.extend_from_slice(extra);
+    let mut c = Cluster::start(dir, &job(2, &flags), 2, "w");
     let (chk, id) = checkpoint_with_cross_worker_state(&mut c, 2);
-    // Kept for the restore on three workers below (a retained checkpoint may be removed
-    // once the job ends).
-    let kept = tmp.path().join("kept").join(format!("chk-{id}"));
+    // Where its sources were: at the hold, or short of it if the channels filled first.
+    let at: u64 = (weir::inspect::source_progress(&chk).unwrap().iter())
+        .map(|s| s.records)
+        .sum();
+    assert!(at > 0 && at <= 2 * HOLD_AT, "{at}");
+    let kept = dir.join("kept").join(format!("chk-{id}"));
     copy_tree(&chk, &kept);
 
     // Worker 2 dies after it; its replacement and worker 1 restore it, records in flight
@@ -130,7 +135,6 @@ fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a
     c.kill_worker("w2");
     c.release();
     c.add_worker("w2-again");
-    let dir = c.dir.clone();
     let ended = c.finish();
     ended.assert_verified();
     assert_keyed_count_exact(&dir.join("out"), EVENTS, KEYS);
@@ -144,7 +148,7 @@ fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a
         .unwrap_or_else(|| panic!("no attempt restored a checkpoint:\n{}", ended.out));
     assert!(n >= 2, "{}", ended.out);
     assert_eq!(got, id, "restored another checkpoint:\n{}", ended.out);
-    assert_eq!(position, 2 * HOLD_AT, "{}", ended.out);
+    assert_eq!(position, at, "{}", ended.out);
     for (name, _, log) in &ended.workers {
         assert!(
             log.contains(&format!("restored from {}", path.display())),
@@ -152,6 +156,14 @@ fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a
             path.display()
         );
     }
+    (kept, id, at)
+}
+
+#[test]
+fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a_kill_and_on_three_workers(
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (kept, id, at) = kill_after_a_cross_worker_checkpoint(tmp.path(), &[]);
 
     // The same checkpoint on three workers at parallelism 3: its channel state is
     // re-partitioned by key over the new subtasks, exact again.
@@ -164,12 +176,21 @@ fn an_unaligned_checkpoint_across_two_workers_restores_its_channel_state_after_a
     );
     let ended = c.finish();
     ended.assert_verified();
-    assert_keyed_count_exact(&dir.join("out3"), EVENTS, KEYS);
+    assert_keyed_count_exact(&tmp.path().join("out3"), EVENTS, KEYS);
     let first = attempts(&ended.out).into_iter().next();
     let restored = first.and_then(|a| a.restored);
     assert!(
-        matches!(&restored, Some((got, pos, _)) if *got == id && *pos == 2 * HOLD_AT),
+        matches!(&restored, Some((got, pos, _)) if *got == id && *pos == at),
         "did not resume from checkpoint {id}:\n{}",
         ended.out
     );
+}
+
+/// With `--aligned-checkpoint-timeout`, each checkpoint starts aligned and switches to
+/// unaligned once its alignment lasted that long: under the slow counts it switches, and
+/// the records in flight between the workers are saved and restored the same way.
+#[test]
+fn an_aligned_checkpoint_that_times_out_across_two_workers_saves_and_restores_its_channel_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    kill_after_a_cross_worker_checkpoint(tmp.path(), &["--aligned-checkpoint-timeout", "20ms"]);
 }
