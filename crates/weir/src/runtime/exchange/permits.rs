@@ -6,7 +6,9 @@
 //! yet and would not know where to put it). After that a batch takes one batch permit and
 //! one record permit per record; control events take none. A batch larger than the whole
 //! record capacity goes once every record permit is back, alone, so it cannot deadlock the
-//! channel (the record count then dips below zero until it returns).
+//! channel (the record count then dips below zero until it returns). The flush ahead of
+//! an unaligned checkpoint's marker goes over the bound once the channel is open
+//! ([`SendWindow::take_over`]): both counts dip below zero until its permits return.
 //!
 //! Senders are task threads (blocking); grants come from the peer's reader task. A mutex
 //! and a condition variable join them: a send waits only when its channel is out of
