@@ -305,16 +305,6 @@ fn bad_cluster_flags_are_refused_naming_the_flag() {
             &["--cluster-token is needed"],
         ),
         (
-            &[
-                "--workers",
-                "2",
-                "--cluster-listen",
-                "127.0.0.1:0",
-                "--unaligned",
-            ],
-            &["--unaligned is not supported with --workers"],
-        ),
-        (
             &["--workers", "0", "--cluster-listen", "127.0.0.1:0"],
             &["--workers", "at least 1"],
         ),

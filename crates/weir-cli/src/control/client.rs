@@ -198,7 +198,8 @@ pub fn stop(a: StopArgs) -> Result<ExitCode> {
 
 /// `weir checkpoint`: triggers a checkpoint and prints its folder when complete.
 pub fn checkpoint(a: CheckpointArgs) -> Result<ExitCode> {
-    let v = a.job.call("POST", "/checkpoint", None)?;
+    // A checkpoint takes no options: `{}` (the endpoint refuses a `null` body).
+    let v = a.job.call("POST", "/checkpoint", Some(json!({})))?;
     println!("{}", path_of(&v));
     Ok(ExitCode::SUCCESS)
 }

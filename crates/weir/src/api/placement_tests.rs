@@ -294,22 +294,30 @@ fn a_link_cut_mid_run_fails_the_job_naming_the_lost_worker() {
 }
 
 #[test]
-fn unaligned_checkpoints_across_workers_are_refused_before_anything_runs() {
+fn unaligned_checkpoints_across_two_workers_equal_the_single_process_result() {
     let dir = tempfile::tempdir().unwrap();
+    let want = single_process_counts("single-u", dir.path());
     let xs = workers(2);
     let mut cfg = config("unaligned", dir.path());
     cfg.checkpointing.unaligned = true;
     let env = StreamEnvironment::new(cfg);
-    keyed_count(&env, CollectSink::new());
+    let out = CollectSink::new();
+    keyed_count(&env, out.clone());
     let hosting = Hosting {
         workers: xs.iter().map(|x| x.worker()).collect(),
         hosted: xs.iter().map(|x| (x.worker(), x.clone())).collect(),
     };
-    let err = env.execute_placed(hosting).unwrap_err().to_string();
+    let result = env.execute_placed(hosting).unwrap();
+    assert_eq!(final_counts(out.take()), want);
+    // The checkpoint taken while the sources held, mid-input, was announced on the
+    // priority lanes (remote ones included) and taken unaligned.
     assert!(
-        err.contains("unaligned checkpoints across workers"),
-        "{err}"
+        result
+            .checkpoints
+            .iter()
+            .any(|c| c.source_records > 0 && c.source_records < N && c.unaligned_tasks > 0),
+        "no unaligned checkpoint mid-input: {:?}",
+        result.checkpoints
     );
-    assert!(err.contains("aligned checkpoints"), "{err}");
-    assert_eq!(xs[0].stats(2).frames_out, 0, "nothing ran");
+    assert!(xs[0].stats(2).frames_out > 0, "nothing crossed");
 }

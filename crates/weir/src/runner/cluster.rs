@@ -139,9 +139,9 @@ impl TlsArgs {
 }
 
 impl ClusterArgs {
-    /// Refuses combinations that make no sense, naming the flags; `unaligned` is the run's
-    /// own flag, not supported across workers yet.
-    pub fn check(&self, unaligned: bool) -> Result<(), UsageError> {
+    /// Refuses combinations that make no sense, naming the flags (unaligned and incremental
+    /// checkpoints run on a cluster as in one process).
+    pub fn check(&self) -> Result<(), UsageError> {
         let Some(_) = self.workers else {
             for (given, flag) in [
                 (self.cluster_listen.is_some(), "--cluster-listen"),
@@ -166,12 +166,6 @@ impl ClusterArgs {
         };
         token_for(self.cluster_token.as_deref(), &[listen], "--cluster-listen")?;
         self.tls.load()?;
-        if unaligned {
-            return Err(UsageError::new(
-                "--unaligned is not supported with --workers yet (remote channels carry no \
-                 read-ahead credits): drop --unaligned to run on a cluster",
-            ));
-        }
         Ok(())
     }
 
@@ -413,27 +407,24 @@ mod tests {
     #[test]
     fn cluster_flags_need_workers_and_workers_need_an_address() {
         let e = args(&["--cluster-listen", "127.0.0.1:0"])
-            .check(false)
+            .check()
             .unwrap_err();
         assert!(e.to_string().contains("--cluster-listen applies"), "{e}");
         let e = args(&["--heartbeat-timeout", "2s"])
-            .check(false)
+            .check()
             .unwrap_err();
         assert!(e.to_string().contains("add --workers N"), "{e}");
-        let e = args(&["--workers", "2"]).check(false).unwrap_err();
+        let e = args(&["--workers", "2"]).check().unwrap_err();
         assert!(e.to_string().contains("needs --cluster-listen"), "{e}");
         let ok = args(&["--workers", "2", "--cluster-listen", "127.0.0.1:0"]);
-        ok.check(false).unwrap();
-        let e = ok.check(true).unwrap_err();
-        assert!(e.to_string().contains("--unaligned"), "{e}");
-        // Incremental checkpoints run on a cluster as in one process (issue 24/25).
-        assert!(args(&[]).check(false).is_ok());
+        ok.check().unwrap();
+        assert!(args(&[]).check().is_ok());
     }
 
     #[test]
     fn beyond_loopback_the_token_is_required() {
         let open = args(&["--workers", "2", "--cluster-listen", "0.0.0.0:6123"]);
-        let e = open.check(false).unwrap_err();
+        let e = open.check().unwrap_err();
         assert!(e.to_string().contains("--cluster-token is needed"), "{e}");
         let given = args(&[
             "--workers",
@@ -443,7 +434,7 @@ mod tests {
             "--cluster-token",
             "s3cret",
         ]);
-        given.check(false).unwrap();
+        given.check().unwrap();
         let run = given.run(&[]).unwrap().unwrap();
         assert_eq!(run.token, "s3cret");
         let local = args(&["--workers", "1", "--cluster-listen", "127.0.0.1:0"]);
@@ -461,17 +452,17 @@ mod tests {
             args(&a)
         };
         let e = with(&["--tls-cert", "c.pem"])
-            .check(false)
+            .check()
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-key and --tls-ca is missing"), "{e}");
         let e = with(&["--tls-cert", "c.pem", "--tls-ca", "ca.pem"])
-            .check(false)
+            .check()
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-key is missing"), "{e}");
         let e = with(&["--tls-server-name", "weir"])
-            .check(false)
+            .check()
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tls-server-name applies with TLS"), "{e}");
@@ -484,7 +475,7 @@ mod tests {
             "--tls-ca",
             "a",
         ])
-        .check(false)
+        .check()
         .unwrap_err()
         .to_string();
         assert!(
@@ -493,7 +484,7 @@ mod tests {
         );
         // Without --workers, TLS flags are refused like the other cluster flags.
         let e = args(&["--tls-ca", "ca.pem"])
-            .check(false)
+            .check()
             .unwrap_err()
             .to_string();
         assert!(e.contains("applies to a job run on a cluster"), "{e}");

@@ -343,7 +343,7 @@ impl RunFlags {
             ));
         }
         #[cfg(feature = "cluster")]
-        self.cluster.check(self.unaligned)?;
+        self.cluster.check()?;
         let name = self.job_name.as_deref().unwrap_or(default_name);
         if let Err(e) = crate::storage::validate_name("job name", name) {
             let flag = if self.job_name.is_some() {

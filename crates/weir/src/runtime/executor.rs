@@ -200,18 +200,9 @@ fn run_job(
     let plan = plan(&graph, cfg)?;
     #[cfg(feature = "cluster")]
     let (placement, hosts) = match tasks_at {
-        Where::Here(Some(h)) => (Some(Arc::new(place(&plan, cfg, h)?)), None),
+        Where::Here(Some(h)) => (Some(Arc::new(place(&plan, h)?)), None),
         Where::Here(None) => (None, None),
-        Where::Workers(hosts) => {
-            if cfg.checkpointing.unaligned {
-                return Err(Error::InvalidJob(
-                    "unaligned checkpoints across workers are not supported yet: run the job \
-                     with aligned checkpoints (without --unaligned) on a cluster"
-                        .into(),
-                ));
-            }
-            (None, Some(hosts))
-        }
+        Where::Workers(hosts) => (None, Some(hosts)),
     };
     check_unaligned(&graph, &plan, cfg)?;
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
@@ -585,17 +576,8 @@ fn run_job(
 #[cfg(feature = "cluster")]
 fn place(
     plan: &Plan,
-    cfg: &JobConfig,
     hosting: crate::runtime::placement::Hosting,
 ) -> Result<crate::runtime::placement::Placement> {
-    if cfg.checkpointing.unaligned && hosting.workers.len() > 1 {
-        // Remote channels carry no read-ahead credits or priority lanes yet.
-        return Err(Error::InvalidJob(
-            "unaligned checkpoints across workers are not supported yet: run the job with \
-             aligned checkpoints (without --unaligned) on a cluster"
-                .into(),
-        ));
-    }
     let placement = crate::runtime::placement::Placement::schedule(plan, hosting);
     if let Some(t) = (0..plan.tasks.len()).find(|&t| !placement.is_local(t)) {
         return Err(Error::InvalidJob(format!(

@@ -30,7 +30,7 @@ use crate::runtime::task::{
     replay_channel_state, run_input_unaligned, run_input_with, TaskContext, UnalignedInputs,
 };
 use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin};
-use crate::runtime::unaligned::lane::{AnnouncingWriter, LaneReceiver, LaneSender};
+use crate::runtime::unaligned::lane::{Announce, AnnouncingWriter, LaneReceiver, LaneSender};
 use crate::state::schema::{Decision as SchemaDecision, StateSchema};
 use crate::state::Data;
 
@@ -150,9 +150,14 @@ pub(crate) trait EdgeFactory {
     fn announcing(
         &self,
         writer: AnyBox,
-        lanes: Vec<LaneSender>,
+        lanes: Vec<Announce>,
         credits: Vec<Arc<AtomicUsize>>,
     ) -> AnyBox;
+    /// Where a sending subtask over `senders` (what [`EdgeFactory::channels`] made for it)
+    /// announces for each channel: its local lane in `lanes`, or, for a channel to
+    /// another worker, the remote channel's priority frame (the local lane then has no
+    /// reader).
+    fn announcers(&self, senders: &AnyBox, lanes: Vec<LaneSender>) -> Vec<Announce>;
     /// Re-partitions the restored channel state of this keyed edge's receiving operator
     /// (`files`, taken at another parallelism) over `parallelism` subtasks by the key
     /// group of each record: element `i` is what new subtask `i` replays.
@@ -381,12 +386,28 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
     fn announcing(
         &self,
         writer: AnyBox,
-        lanes: Vec<LaneSender>,
+        lanes: Vec<Announce>,
         credits: Vec<Arc<AtomicUsize>>,
     ) -> AnyBox {
         let mut inner = unbox_output::<T>(writer);
         inner.set_read_ahead_credits(credits);
         Box::new(Box::new(AnnouncingWriter::new(inner, lanes)) as Box<dyn Output<T>>)
+    }
+
+    fn announcers(&self, senders: &AnyBox, lanes: Vec<LaneSender>) -> Vec<Announce> {
+        let outlets = senders
+            .downcast_ref::<Vec<Outlet<T>>>()
+            .expect("graph invariant: senders made by this edge");
+        debug_assert_eq!(outlets.len(), lanes.len(), "a lane per channel");
+        lanes
+            .into_iter()
+            .zip(outlets)
+            .map(|(lane, outlet)| match outlet {
+                Outlet::Local(_) => Announce::Local(lane),
+                #[cfg(feature = "cluster")]
+                Outlet::Remote(r) => Announce::Remote(r.announcer()),
+            })
+            .collect()
     }
 
     fn input_task(
@@ -404,12 +425,15 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
             })
             .collect();
         let (inputs, remotes) = Remotes::split(inlets);
-        if setup.unaligned.is_some() && !remotes.is_empty() {
-            return Err(Error::InvalidJob(
-                "unaligned checkpoints across workers are not supported yet: run the job \
-                 with aligned checkpoints (without --unaligned) on a cluster"
-                    .into(),
-            ));
+        let mut setup = setup;
+        if let Some(w) = setup.unaligned.as_mut() {
+            // A remote channel's announcements arrive on its input's own lane (the local
+            // lane made beside it has no sender here).
+            for (c, lane) in w.lanes.iter_mut().enumerate() {
+                if let Some(remote) = remotes.lane(c) {
+                    *lane = remote;
+                }
+            }
         }
         let mut chain = unbox_output::<T>(chain);
         let needs_codec = setup.unaligned.is_some() || !setup.replay.is_empty();
@@ -450,6 +474,7 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
                         read_ahead_limit: w.read_ahead_limit,
                         credits: w.credits,
                         restored: replay,
+                        remotes,
                     };
                     run_input_unaligned(inputs, chain, ctx)
                 }

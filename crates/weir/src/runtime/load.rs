@@ -228,6 +228,31 @@ pub(crate) fn send_or_defer<E>(
     }
 }
 
+/// Whether a send of the calling task may be deferred, as [`send_or_defer`] decides it for
+/// a local channel: `None` when it may not (it waits until sent), else what says "a
+/// barrier waits" — the source's requested barrier or the input task's barrier probe. For
+/// the sends on remote channels (`runtime::remote`), which wait for permits instead of
+/// room.
+#[cfg(feature = "cluster")]
+pub(crate) fn deferral() -> Option<Box<dyn Fn() -> bool>> {
+    let deferrable = CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|m| m.deferrable.load(Relaxed))
+            .cloned()
+    });
+    let probe = BARRIER_PROBE.with(|p| p.borrow().clone());
+    if deferrable.is_none() && probe.is_none() {
+        return None;
+    }
+    Some(Box::new(move || {
+        deferrable
+            .as_ref()
+            .is_some_and(|m| m.barrier_requested.load(Relaxed))
+            || probe.as_ref().is_some_and(|p| p())
+    }))
+}
+
 /// Counts a send on a remote channel (`runtime::remote`): `records` sent, and the time it
 /// waited for permits as backpressure, like a local channel's.
 #[cfg(feature = "cluster")]

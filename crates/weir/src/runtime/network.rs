@@ -102,6 +102,10 @@ struct Channels<T> {
     /// what a deferred send made room for (and an unaligned one's consumer, announced
     /// first, reads ahead), and nothing may stay behind an end-of-input.
     no_defer: bool,
+    /// Sends of a checkpoint barrier's flush may go over a remote channel's permits (at
+    /// most that flush over), as the local ones go past the read-ahead credit: the marker
+    /// must not wait for the consumer to process what it read ahead.
+    over_bound: bool,
     buffers: Vec<Vec<T>>,
     /// Per channel, the timestamps of the open batch (empty unless `timestamped`).
     timestamps: Vec<Vec<u64>>,
@@ -121,6 +125,7 @@ impl<T> Channels<T> {
             credits: Vec::new(),
             bypass_credits: false,
             no_defer: false,
+            over_bound: false,
             senders,
             buffers,
             timestamps,
@@ -206,7 +211,8 @@ impl<T> Channels<T> {
                 _ => None,
             };
             // A local receiver is gone only when the job is being cancelled.
-            let sent = self.senders[c].send(e, records, self.no_defer, credit);
+            let over = self.over_bound;
+            let sent = self.senders[c].send(e, records, self.no_defer, credit, over);
             match sent {
                 Ok(None) => {}
                 Ok(Some(e)) => {
@@ -220,12 +226,16 @@ impl<T> Channels<T> {
     }
 
     /// Whether every channel with a read-ahead credit has room for one more event under
-    /// it ([`Output::has_room`]); true when there are no credits (not unaligned).
+    /// it ([`Output::has_room`]); true when there are no credits (not unaligned). A remote
+    /// channel's credit is its permits: its consumer keeps those of what it read ahead.
     fn has_room(&self) -> bool {
-        self.credits.iter().zip(&self.senders).all(|(h, s)| {
-            s.local()
-                .is_none_or(|s| crate::runtime::load::has_credit_room(s, h))
-        })
+        self.credits
+            .iter()
+            .zip(&self.senders)
+            .all(|(h, s)| match s.local() {
+                Some(s) => crate::runtime::load::has_credit_room(s, h),
+                None => !s.remote_full(),
+            })
     }
 
     /// Adds a send on each full channel to `sel` ([`Output::watch_room`]); false when a
@@ -233,7 +243,11 @@ impl<T> Channels<T> {
     fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
         let mut watched = true;
         for (h, s) in self.credits.iter().zip(&self.senders) {
-            let Some(s) = s.local() else { continue };
+            let Some(s) = s.local() else {
+                // Permits come back on the exchange's stream: nothing to select on.
+                watched &= !s.remote_full();
+                continue;
+            };
             if crate::runtime::load::has_credit_room(s, h) {
                 continue;
             }
@@ -269,8 +283,11 @@ macro_rules! writer_control {
         fn snapshot(&mut self, b: CheckpointBarrier, s: &mut TaskSnapshot) -> Result<()> {
             let start = std::time::Instant::now();
             self.channels.no_defer = true;
+            // Unaligned only: an aligned consumer reads nothing ahead to wait for.
+            self.channels.over_bound = !self.channels.credits.is_empty();
             let sent = self.channels.flush_then(|| Event::Barrier(b));
             self.channels.no_defer = false;
+            self.channels.over_bound = false;
             s.downstream_wait += start.elapsed();
             sent
         }

@@ -43,6 +43,12 @@ impl<T> RemoteIn<T> {
             RemoteIn::Never(n, _) => match *n {},
         }
     }
+    /// Unreachable: no value of the type exists.
+    pub(crate) fn lane(&self) -> &crate::runtime::unaligned::lane::LaneReceiver {
+        match self {
+            RemoteIn::Never(n, _) => match *n {},
+        }
+    }
 }
 
 /// The sending end of one channel of a network writer.
@@ -62,8 +68,7 @@ impl<T> From<Sender<Event<T>>> for Outlet<T> {
 }
 
 impl<T> Outlet<T> {
-    /// The local channel, if this is one (the unaligned room questions apply only to local
-    /// channels: unaligned checkpoints across workers are refused before a job starts).
+    /// The local channel, if this is one.
     #[inline]
     pub(crate) fn local(&self) -> Option<&Sender<Event<T>>> {
         match self {
@@ -73,11 +78,26 @@ impl<T> Outlet<T> {
         }
     }
 
+    /// Whether a remote channel is out of permits now: what its consumer holds — read
+    /// ahead for an unaligned checkpoint included, whose permits go back only once
+    /// processed — counts against its bound, as a local consumer's read-ahead credit
+    /// counts against its channel's capacity. False for a local channel.
+    #[inline]
+    pub(crate) fn remote_full(&self) -> bool {
+        match self {
+            Outlet::Local(_) => false,
+            #[cfg(feature = "cluster")]
+            Outlet::Remote(r) => r.is_full(),
+        }
+    }
+
     /// Sends `event` (a batch of `records` records, 0 for control), waiting for room; a
-    /// local send may be deferred as [`crate::runtime::load::send_or_defer`] describes
-    /// (`Ok(Some(event))`) unless `no_defer`. A local receiver that is gone means the job is
-    /// being cancelled ([`Error::Cancelled`]); a lost remote peer is the task's failure,
-    /// naming the peer.
+    /// send may be deferred as [`crate::runtime::load::send_or_defer`] describes
+    /// (`Ok(Some(event))`) unless `no_defer`. `over_bound` (the flush ahead of a
+    /// checkpoint's marker, whose local sends ignore the read-ahead `credit`) lets a remote
+    /// send go over its permits ([`RemoteSender::send_over`]). A local receiver that is
+    /// gone means the job is being cancelled ([`Error::Cancelled`]); a lost remote peer is
+    /// the task's failure, naming the peer.
     #[inline]
     pub(crate) fn send(
         &self,
@@ -85,9 +105,11 @@ impl<T> Outlet<T> {
         records: usize,
         no_defer: bool,
         credit: Option<&std::sync::atomic::AtomicUsize>,
+        over_bound: bool,
     ) -> Result<Option<Event<T>>> {
         match self {
             Outlet::Local(s) => {
+                let _ = over_bound; // the credit says it for a local channel
                 let sent = if no_defer {
                     crate::runtime::load::send(s, event, records).map(|()| None)
                 } else {
@@ -99,14 +121,55 @@ impl<T> Outlet<T> {
             Outlet::Remote(r) => {
                 let waits = r.permit_waits();
                 let start = std::time::Instant::now();
-                r.send(event).map_err(|e| Error::PeerLost(e.to_string()))?;
+                let deferral = (!no_defer).then(crate::runtime::load::deferral).flatten();
+                let kept = match deferral {
+                    None if over_bound => r.send_over(event).map(|()| None),
+                    None => r.send(event).map(|()| None),
+                    Some(barrier_waits) => send_or_defer(r, event, barrier_waits.as_ref()),
+                }
+                .map_err(|e| Error::PeerLost(e.to_string()))?;
                 let blocked = (r.permit_waits() != waits).then(|| start.elapsed());
-                crate::runtime::load::count_remote_sent(records, blocked);
-                Ok(None)
+                if kept.is_none() {
+                    crate::runtime::load::count_remote_sent(records, blocked);
+                }
+                Ok(kept)
             }
         }
     }
 }
+
+/// [`crate::runtime::load::send_or_defer`] for a remote channel: sends `event` once its
+/// permits are there, but gives it back (`Ok(Some(event))`) once `barrier_waits` says a
+/// barrier waits for the task, so that the task takes its snapshot and the event goes out
+/// before the barrier's marker. Looks every [`DEFER_POLL`] while out of permits.
+#[cfg(feature = "cluster")]
+fn send_or_defer<T>(
+    r: &RemoteSender<T>,
+    event: Event<T>,
+    barrier_waits: &dyn Fn() -> bool,
+) -> std::result::Result<Option<Event<T>>, crate::runtime::exchange::ExchangeError> {
+    use crate::runtime::exchange::channel::TrySend;
+    let mut event = match r.try_send(event) {
+        Ok(()) => return Ok(None),
+        Err(TrySend::Failed(e)) => return Err(e),
+        Err(TrySend::Full(e)) => e,
+    };
+    loop {
+        if barrier_waits() {
+            return Ok(Some(event));
+        }
+        event = match r.send_timeout(event, DEFER_POLL) {
+            Ok(()) => return Ok(None),
+            Err(TrySend::Failed(e)) => return Err(e),
+            Err(TrySend::Full(e)) => e,
+        };
+    }
+}
+
+/// How often a deferrable send on a remote channel out of permits looks whether a
+/// barrier waits (as a local one does, `load::send_or_defer`).
+#[cfg(feature = "cluster")]
+const DEFER_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The receiving end of one input channel of a task.
 pub struct Inlet<T> {
@@ -157,9 +220,13 @@ impl<T> Remotes<T> {
         Remotes(Vec::new())
     }
 
-    /// Whether every input is local.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+    /// Channel `c`'s priority lane, if it is a remote channel (unaligned checkpoints: its
+    /// announcements arrive there, ahead of its queued events).
+    pub(crate) fn lane(&self, c: usize) -> Option<crate::runtime::unaligned::lane::LaneReceiver> {
+        match self.0.get(c) {
+            Some(Some(r)) => Some(r.lane().clone()),
+            _ => None,
+        }
     }
 
     /// The task took `event` from channel `c`: a remote channel's permits go back.

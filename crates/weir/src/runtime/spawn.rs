@@ -268,8 +268,11 @@ impl Executor<'_> {
                         .take()
                         .expect("each sender is used by one task");
                     let f = &g.edges[e].factory;
+                    // A channel to another worker announces on its remote priority lane.
+                    let announced = (lanes[e].senders.get_mut(s).and_then(Option::take))
+                        .map(|(l, credits)| (f.announcers(&tx, l), credits));
                     let w = f.writer(tx, self.plan.partitioning[e], t.subtask);
-                    match lanes[e].senders.get_mut(s).and_then(Option::take) {
+                    match announced {
                         Some((l, credits)) => f.announcing(w, l, credits),
                         None => w,
                     }

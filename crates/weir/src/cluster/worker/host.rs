@@ -354,6 +354,9 @@ impl Host {
                         continue;
                     }
                     for &s in tasks.sources.iter().filter(|&&s| !tasks.finished[s]) {
+                        // Unaligned: a source waiting for room or permits stops waiting
+                        // (as in one process, `runtime::attempt`).
+                        (self.task_metrics[s].barrier_requested).store(true, Ordering::Relaxed);
                         let _ = tasks.controls[s].send(Control::Trigger(barrier));
                     }
                 }

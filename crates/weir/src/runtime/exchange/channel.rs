@@ -72,6 +72,13 @@ impl<T> RemoteSender<T> {
         }
     }
 
+    /// Sends `event` once the channel is open, over the bound if its permits are out
+    /// ([`SendWindow::take_over`]): the flush ahead of a checkpoint's marker.
+    pub fn send_over(&self, event: Event<T>) -> Result<(), ExchangeError> {
+        self.window.take_over(Cost::of(&event))?;
+        self.push(event)
+    }
+
     /// Sends `event`, waiting at most `timeout` for its permits.
     pub fn send_timeout(&self, event: Event<T>, timeout: Duration) -> Result<(), TrySend<T>> {
         self.send_until(event, Some(Instant::now() + timeout))
@@ -83,17 +90,22 @@ impl<T> RemoteSender<T> {
             Ok(Taken::No) => return Err(TrySend::Full(event)),
             Err(e) => return Err(TrySend::Failed(e)),
         }
+        self.push(event).map_err(TrySend::Failed)
+    }
+
+    /// Encodes `event`, whose permits are taken, and queues it for the peer.
+    fn push(&self, event: Event<T>) -> Result<(), ExchangeError> {
         let frame = wire::to_frame(self.channel, event, self.codec.as_ref()).map_err(|cause| {
-            TrySend::Failed(ExchangeError::Encode {
+            ExchangeError::Encode {
                 peer: self.peer.name(),
                 channel: self.channel,
                 cause,
-            })
+            }
         })?;
         if self.peer.outbox.push(frame, false) {
             Ok(())
         } else {
-            Err(TrySend::Failed(self.failure()))
+            Err(self.failure())
         }
     }
 
@@ -101,20 +113,17 @@ impl<T> RemoteSender<T> {
     /// for the peer and reaches the input's priority lane ahead of its queued events. A
     /// channel not open yet has sent nothing to overtake: the in-band marker will do.
     pub fn announce(&self, barrier: CheckpointBarrier) -> Result<(), ExchangeError> {
-        if !self.window.is_open() {
-            return match self.peer.failure() {
-                Some(e) => Err(e),
-                None => Ok(()),
-            };
-        }
-        if self
-            .peer
-            .outbox
-            .push(wire::announcement(self.channel, barrier), true)
-        {
-            Ok(())
-        } else {
-            Err(self.failure())
+        self.announcer().announce(barrier)
+    }
+
+    /// What announces on this channel's priority lane without the sender itself: the
+    /// announcing wrapper of a network writer holds one per channel, beside the local
+    /// lanes, while the writer it wraps holds the senders.
+    pub fn announcer(&self) -> RemoteAnnouncer {
+        RemoteAnnouncer {
+            channel: self.channel,
+            peer: self.peer.clone(),
+            window: self.window.clone(),
         }
     }
 
@@ -134,7 +143,7 @@ impl<T> RemoteSender<T> {
     }
 
     /// Permits held now: batches and records.
-    pub fn available(&self) -> (u64, i64) {
+    pub fn available(&self) -> (i64, i64) {
         self.window.available()
     }
 
@@ -144,6 +153,37 @@ impl<T> RemoteSender<T> {
             .failure()
             .or_else(|| self.peer.failure())
             .unwrap_or(ExchangeError::Shutdown)
+    }
+}
+
+/// The priority lane of a remote channel, as its sender's announcing writer holds it
+/// ([`RemoteSender::announcer`]): untyped, so it sits beside the local lanes.
+pub struct RemoteAnnouncer {
+    channel: ChannelId,
+    peer: Arc<Peer>,
+    window: Arc<SendWindow>,
+}
+
+impl RemoteAnnouncer {
+    /// [`RemoteSender::announce`].
+    pub fn announce(&self, barrier: CheckpointBarrier) -> Result<(), ExchangeError> {
+        if !self.window.is_open() {
+            return match self.peer.failure() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
+        }
+        if self
+            .peer
+            .outbox
+            .push(wire::announcement(self.channel, barrier), true)
+        {
+            Ok(())
+        } else {
+            Err((self.window.failure())
+                .or_else(|| self.peer.failure())
+                .unwrap_or(ExchangeError::Shutdown))
+        }
     }
 }
 

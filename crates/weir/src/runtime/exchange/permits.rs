@@ -6,7 +6,9 @@
 //! yet and would not know where to put it). After that a batch takes one batch permit and
 //! one record permit per record; control events take none. A batch larger than the whole
 //! record capacity goes once every record permit is back, alone, so it cannot deadlock the
-//! channel (the record count then dips below zero until it returns).
+//! channel (the record count then dips below zero until it returns). The flush ahead of
+//! an unaligned checkpoint's marker goes over the bound once the channel is open
+//! ([`SendWindow::take_over`]): both counts dip below zero until its permits return.
 //!
 //! Senders are task threads (blocking); grants come from the peer's reader task. A mutex
 //! and a condition variable join them: a send waits only when its channel is out of
@@ -29,7 +31,8 @@ pub struct SendWindow {
 struct WindowState {
     /// The receiver's first grant arrived.
     open: bool,
-    batches: u64,
+    /// May dip below zero after a send over the bound ([`SendWindow::take_over`]).
+    batches: i64,
     /// May dip below zero after a batch larger than the capacity.
     records: i64,
     /// The record capacity (the first grant's records).
@@ -51,12 +54,12 @@ impl WindowState {
         if cost.is_free() {
             return true;
         }
-        self.batches >= cost.batches as u64
+        self.batches >= i64::from(cost.batches)
             && (self.records >= cost.records as i64 || self.records >= self.capacity_records)
     }
 
     fn take(&mut self, cost: Cost) {
-        self.batches -= cost.batches as u64;
+        self.batches -= i64::from(cost.batches);
         self.records -= cost.records as i64;
     }
 }
@@ -88,7 +91,7 @@ impl SendWindow {
             s.open = true;
             s.capacity_records = cost.records as i64;
         }
-        s.batches += cost.batches as u64;
+        s.batches += i64::from(cost.batches);
         s.records += cost.records as i64;
         drop(s);
         self.changed.notify_all();
@@ -111,13 +114,31 @@ impl SendWindow {
 
     /// Takes `cost`, waiting until it fits or until `deadline` (for ever without one).
     pub fn take(&self, cost: Cost, deadline: Option<Instant>) -> Result<Taken, ExchangeError> {
+        self.take_as(cost, deadline, false)
+    }
+
+    /// Takes `cost` once the channel is open, whether or not it fits: the flush ahead of an
+    /// unaligned checkpoint's marker, which must not wait for the receiver to process what
+    /// it read ahead (as a local writer's barrier flush ignores the read-ahead credit). The
+    /// permits dip below zero by at most that flush, and the next sends wait until the
+    /// receiver has returned them.
+    pub fn take_over(&self, cost: Cost) -> Result<Taken, ExchangeError> {
+        self.take_as(cost, None, true)
+    }
+
+    fn take_as(
+        &self,
+        cost: Cost,
+        deadline: Option<Instant>,
+        over: bool,
+    ) -> Result<Taken, ExchangeError> {
         let mut s = self.lock();
         let mut counted = false;
         loop {
             if let Some(e) = &s.failed {
                 return Err(e.clone());
             }
-            if s.fits(cost) {
+            if s.fits(cost) || (over && s.open) {
                 s.take(cost);
                 return Ok(Taken::Yes);
             }
@@ -156,7 +177,7 @@ impl SendWindow {
 
     /// The permits held now: batches and records (records may be negative, see the module
     /// docs).
-    pub fn available(&self) -> (u64, i64) {
+    pub fn available(&self) -> (i64, i64) {
         let s = self.lock();
         (s.batches, s.records)
     }
@@ -237,6 +258,39 @@ mod tests {
         assert_eq!(w.try_take(batch(1)), Ok(Taken::No));
         w.grant(batch(50));
         assert_eq!(w.available(), (4, 10));
+    }
+
+    #[test]
+    fn a_send_over_the_bound_waits_only_for_the_open_and_the_next_sends_wait_for_its_return() {
+        let w = Arc::new(SendWindow::new());
+        let w2 = w.clone();
+        let over = std::thread::spawn(move || w2.take_over(batch(5)));
+        while w.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        w.grant(Cost {
+            batches: 2,
+            records: 10,
+        });
+        assert_eq!(
+            over.join().unwrap(),
+            Ok(Taken::Yes),
+            "waited for the open only"
+        );
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
+        assert_eq!(w.available(), (0, 4));
+        assert_eq!(w.take_over(batch(4)), Ok(Taken::Yes), "over the bound");
+        assert_eq!(w.available(), (-1, 0));
+        w.grant(batch(4));
+        assert_eq!(
+            w.try_take(batch(1)),
+            Ok(Taken::No),
+            "the overdraft comes back first"
+        );
+        w.grant(batch(1));
+        w.grant(batch(5));
+        assert_eq!(w.available(), (2, 10));
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
     }
 
     #[test]

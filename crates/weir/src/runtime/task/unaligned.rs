@@ -43,6 +43,7 @@ use crate::runtime::codec::RecordCodec;
 use crate::runtime::event::{BarrierKind, CheckpointBarrier, Event};
 use crate::runtime::finishing::Finishing;
 use crate::runtime::output::{Output, TaskSnapshot};
+use crate::runtime::remote::Remotes;
 use crate::runtime::unaligned::capture::{ChannelCapture, ChannelOrigin, ReadAhead};
 use crate::runtime::unaligned::lane::LaneReceiver;
 use crate::runtime::unaligned::{Decision, UnalignedBarrierHandler};
@@ -76,6 +77,11 @@ pub struct UnalignedInputs<T> {
     /// The restored channel state of this subtask, replayed before any new input while
     /// barriers are taken as usual (empty for a fresh start).
     pub restored: Vec<ChannelStateFile>,
+    /// The remote channels among `data` (channels from another worker, whose lanes are
+    /// their inputs' own). Their permits are their credit: an event read ahead keeps its
+    /// permits until it is processed, so what the task holds counts against the remote
+    /// channel's bound as a local channel's read-ahead counts against its capacity.
+    pub remotes: Remotes<T>,
 }
 
 /// The shared read-ahead counts; zeroed when the task ends, so a sender waiting for
@@ -153,6 +159,10 @@ struct Loop<'a, T> {
     uid: String,
     read_ahead_limit: usize,
     credits: Credits,
+    remotes: Remotes<T>,
+    /// Per channel, whether the front of its read-ahead queue is the rest of a batch
+    /// processed part-way, whose permits (a remote channel's) already went back.
+    returned: Vec<bool>,
 }
 
 /// Runs an input task in unaligned mode until its end is committed and every input channel
@@ -195,6 +205,8 @@ pub fn run_input_unaligned<T: Send>(
         uid: inputs.uid,
         read_ahead_limit: inputs.read_ahead_limit.max(1),
         credits: Credits(inputs.credits),
+        remotes: inputs.remotes,
+        returned: vec![false; n],
     };
     let (data, lanes) = (inputs.data, inputs.lanes);
     let mut lane_open = vec![true; n];
@@ -234,6 +246,11 @@ pub fn run_input_unaligned<T: Send>(
             }
         } else if let Some((c, event)) = l.ahead.pop() {
             l.credits.add(c, -1);
+            // A remote channel's permits of an event read ahead go back now, as the local
+            // credit does; the rest of a part-processed batch gave them back already.
+            if !std::mem::take(&mut l.returned[c]) {
+                l.remotes.consumed(c, &event);
+            }
             l.poll_control()?;
             l.process(c, event)?;
         } else {
@@ -305,6 +322,7 @@ impl<T: Send> Loop<'_, T> {
             && !self.channels[c].closed
             && self.ahead.len_of(c) < self.read_ahead_limit
         {
+            // Read ahead, a remote channel's event keeps its permits until processed.
             match rx.try_recv() {
                 Ok(Event::Barrier(b)) => self.barrier(c, b)?,
                 Ok(event) => {
@@ -322,6 +340,7 @@ impl<T: Send> Loop<'_, T> {
 
     /// An event read from channel `c` for processing now.
     fn receive(&mut self, c: usize, event: Event<T>) -> Result<()> {
+        self.remotes.consumed(c, &event);
         match event {
             Event::Barrier(b) => self.barrier(c, b),
             event => {
@@ -353,6 +372,7 @@ impl<T: Send> Loop<'_, T> {
             if rest.len() > 0 && self.should_stop() {
                 self.ahead.push_front(c, Event::Batch(rest.collect()));
                 self.credits.add(c, 1);
+                self.returned[c] = true;
                 return Ok(());
             }
         }
@@ -429,9 +449,10 @@ impl<T: Send> Loop<'_, T> {
 
     fn closed(&mut self, c: usize) -> Result<()> {
         let ch = &mut self.channels[c];
-        // The sender is gone: orderly only after end-of-input or a stopping barrier.
+        // The sender is gone: orderly only after end-of-input or a stopping barrier;
+        // else a neighbour was cancelled, or a remote one's worker is lost (named).
         if !ch.ended && ch.stopped_at.is_none() {
-            return Err(Error::Cancelled);
+            return Err(self.remotes.closed_early(c));
         }
         ch.closed = true;
         let d = self.handler.on_channel_closed(c, Instant::now());
@@ -507,3 +528,7 @@ impl<T: Send> Loop<'_, T> {
 #[cfg(test)]
 #[path = "unaligned_tests.rs"]
 mod tests;
+
+#[cfg(all(test, feature = "cluster"))]
+#[path = "unaligned_remote_tests.rs"]
+mod remote_tests;

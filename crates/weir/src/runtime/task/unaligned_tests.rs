@@ -63,6 +63,7 @@ fn start_restored(
         read_ahead_limit: 64,
         credits: Vec::new(),
         restored,
+        remotes: crate::runtime::remote::Remotes::none(),
     };
     // Logs records and snapshots only, each push held by the gate.
     let chain = Box::new(LogChain {

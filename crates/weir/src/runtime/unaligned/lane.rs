@@ -24,6 +24,40 @@ pub fn lane() -> (LaneSender, LaneReceiver) {
     crossbeam_channel::unbounded()
 }
 
+/// Where an announcing writer announces a barrier for one of its channels: the channel's
+/// local priority lane, or, for a channel to a subtask on another worker, a priority frame
+/// on the exchange stream that overtakes the frames queued for that worker and reaches the
+/// input's own lane there (docs/cluster.md, "Priority announcements overtake").
+pub enum Announce {
+    /// A lane in this process.
+    Local(LaneSender),
+    /// A remote channel's priority lane.
+    #[cfg(feature = "cluster")]
+    Remote(crate::runtime::exchange::channel::RemoteAnnouncer),
+}
+
+impl From<LaneSender> for Announce {
+    fn from(lane: LaneSender) -> Self {
+        Announce::Local(lane)
+    }
+}
+
+impl Announce {
+    /// Announces `barrier`. A consumer that is gone is being cancelled, and a lost peer
+    /// fails the data channel's next send: either way the data channel says so, not this.
+    fn send(&self, barrier: CheckpointBarrier) {
+        match self {
+            Announce::Local(lane) => {
+                let _ = lane.send(barrier);
+            }
+            #[cfg(feature = "cluster")]
+            Announce::Remote(r) => {
+                let _ = r.announce(barrier);
+            }
+        }
+    }
+}
+
 /// Wraps the network writer at the tail of a chain: at a checkpoint's barrier it first
 /// announces the barrier on every consumer's lane, then lets the writer flush its open
 /// batches and send the in-band marker. Savepoints are not announced: they stay aligned;
@@ -31,16 +65,16 @@ pub fn lane() -> (LaneSender, LaneReceiver) {
 /// after every channel's end (see [`UnalignedBarrierHandler`](super::UnalignedBarrierHandler)).
 pub struct AnnouncingWriter<T> {
     inner: Box<dyn Output<T>>,
-    lanes: Vec<LaneSender>,
+    lanes: Vec<Announce>,
     ended: bool,
 }
 
 impl<T> AnnouncingWriter<T> {
     /// Announces on `lanes` (one per channel of `inner`) before `inner` forwards a barrier.
-    pub fn new(inner: Box<dyn Output<T>>, lanes: Vec<LaneSender>) -> Self {
+    pub fn new(inner: Box<dyn Output<T>>, lanes: Vec<impl Into<Announce>>) -> Self {
         AnnouncingWriter {
             inner,
-            lanes,
+            lanes: lanes.into_iter().map(Into::into).collect(),
             ended: false,
         }
     }
@@ -62,8 +96,7 @@ impl<T: Send> Output<T> for AnnouncingWriter<T> {
     fn snapshot(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
         if barrier.kind == BarrierKind::Checkpoint && !self.ended {
             for lane in &self.lanes {
-                // A consumer that is gone is being cancelled; its data channel says so.
-                let _ = lane.send(barrier);
+                lane.send(barrier);
             }
         }
         self.inner.snapshot(barrier, snapshot)
