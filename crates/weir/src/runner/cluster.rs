@@ -410,9 +410,7 @@ mod tests {
             .check()
             .unwrap_err();
         assert!(e.to_string().contains("--cluster-listen applies"), "{e}");
-        let e = args(&["--heartbeat-timeout", "2s"])
-            .check()
-            .unwrap_err();
+        let e = args(&["--heartbeat-timeout", "2s"]).check().unwrap_err();
         assert!(e.to_string().contains("add --workers N"), "{e}");
         let e = args(&["--workers", "2"]).check().unwrap_err();
         assert!(e.to_string().contains("needs --cluster-listen"), "{e}");
