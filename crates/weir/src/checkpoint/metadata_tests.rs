@@ -22,6 +22,7 @@ fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         unaligned_tasks: 0,
         schemas: Vec::new(),
         incremental: Vec::new(),
+        incremental_index: Vec::new(),
     }
 }
 

@@ -163,6 +163,7 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
             // Workers take full checkpoints only (their state backends are built without
             // incremental checkpoints, and a coordinator refuses the flag): no chain crosses.
             incremental: None,
+            incremental_index: None,
         });
     }
     let mut channel_state = Vec::with_capacity(ack.channel_state.len());
@@ -255,6 +256,7 @@ mod tests {
                     bytes: 40,
                 }],
                 incremental: None,
+                incremental_index: None,
             }],
             stats: TaskCheckpointStats {
                 sync_micros: 1,

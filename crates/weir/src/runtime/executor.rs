@@ -310,6 +310,17 @@ fn run_job(
             metrics.notice(&mut result, notice);
         }
         result.restored_from = Some(r.path.clone());
+        let remote = r.remote_bytes();
+        if remote > 0 {
+            metrics.notice(
+                &mut result,
+                format!(
+                    "restoring lazily: {remote} bytes of keyed state stay in {} and are \
+                     fetched by key group on first access",
+                    storage.root().join(crate::storage::SHARED_DIR).display()
+                ),
+            );
+        }
     }
     // Every keyed state decided against the checkpoint, also before any thread starts
     // (issue 26); the job's schemas go into every checkpoint it writes.
@@ -482,7 +493,21 @@ fn run_job(
         control.update(|s| s.on_attempt_ended(&summary, wall_ms()));
         result.history.push(summary);
         match end {
-            AttemptEnd::Finished => break Ok(()),
+            AttemptEnd::Finished => {
+                let (sections, bytes, before) = crate::state::keyed::fetch_stats();
+                if sections > 0 {
+                    metrics.notice(
+                        &mut result,
+                        format!(
+                            "lazy restore: fetched {sections} key-group sections ({bytes} \
+                             bytes) from the checkpoint storage on demand; {} bytes before \
+                             the first access of a key group",
+                            before.unwrap_or(bytes)
+                        ),
+                    );
+                }
+                break Ok(());
+            }
             AttemptEnd::Failed(err) => {
                 control.update(|s| s.state = "restarting".into());
                 match restart_delay {
