@@ -9,8 +9,8 @@
 
 use crate::checkpoint::barrier::CheckpointingMode;
 use crate::checkpoint::metadata::{
-    ChainIndex, CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
-    TaskStatsMeta,
+    ChainIndex, CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress,
+    TaskCheckpointStats, TaskStatsMeta,
 };
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::TaskAck;

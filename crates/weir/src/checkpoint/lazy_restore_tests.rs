@@ -13,7 +13,10 @@ use crate::state::keyed::KeyedContext;
 /// `dir`: the backend with its two states declared, nothing fetched.
 fn lazy_subtask(path: &std::path::Path, i: u32, p: u32, dir: &std::path::Path) -> Subtask {
     let checkpoint = restore::load_with(path, Some(true)).unwrap();
-    assert!(checkpoint.remote_bytes() > 0, "the restore left the state in storage");
+    assert!(
+        checkpoint.remote_bytes() > 0,
+        "the restore left the state in storage"
+    );
     let (_, keyed) = checkpoint.state_for(UID, i, p, MAXP).unwrap();
     let range = KeyGroupRange::for_subtask(i, p, MAXP);
     declare(KeyedStateBackend::with_kind(&kind(dir, false), range, MAXP, keyed).unwrap())
@@ -174,5 +177,8 @@ fn a_damaged_section_fails_its_fetch_naming_the_file_and_the_checkpoint_is_refus
         .err()
         .expect("the checkpoint is refused now")
         .to_string();
-    assert!(e.contains(&base.path) && e.contains("failed earlier"), "{e}");
+    assert!(
+        e.contains(&base.path) && e.contains("failed earlier"),
+        "{e}"
+    );
 }

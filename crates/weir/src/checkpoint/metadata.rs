@@ -488,7 +488,10 @@ impl CheckpointMetadata {
 
     /// The index of each file of subtask `subtask` of operator `uid`'s chain (base first),
     /// if the checkpoint recorded one for every file of it (metadata layout 8).
-    pub fn incremental_index_of(&self, chain: &IncrementalKeyedRef) -> Option<&[crate::state::keyed::FileIndex]> {
+    pub fn incremental_index_of(
+        &self,
+        chain: &IncrementalKeyedRef,
+    ) -> Option<&[crate::state::keyed::FileIndex]> {
         let index = self
             .incremental_index
             .iter()

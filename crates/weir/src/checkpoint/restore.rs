@@ -25,10 +25,10 @@ use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{
     self as remote, FileIndex, RemoteFile, RemoteSection, RestoredKeyedState, RestoredState,
 };
-use crate::storage::format::{HEADER_LEN, TRAILER_LEN};
 use crate::state::operator::{redistribute, AssignedLists};
 use crate::state::schema::StateSchema;
 use crate::state::StateKind;
+use crate::storage::format::{HEADER_LEN, TRAILER_LEN};
 
 /// A fully loaded and verified checkpoint.
 pub struct RestoredCheckpoint {
@@ -67,7 +67,9 @@ fn lazy_restore(store: &dyn crate::storage::backend::StorageBackend) -> bool {
     match std::env::var("WEIR_LAZY_RESTORE").as_deref() {
         Ok("true" | "1") => true,
         Ok("false" | "0") => false,
-        _ => store.local_file(crate::storage::METADATA_FILE_NAME).is_none(),
+        _ => store
+            .local_file(crate::storage::METADATA_FILE_NAME)
+            .is_none(),
     }
 }
 
@@ -185,7 +187,10 @@ pub(crate) fn load_with(path: &Path, lazy: Option<bool>) -> Result<RestoredCheck
                     };
                     if let Some(store) = store {
                         let remote = check_remote_chain(path, &meta, chain, index, store)?;
-                        remote_chains.entry(op.uid.clone()).or_default().push(remote);
+                        remote_chains
+                            .entry(op.uid.clone())
+                            .or_default()
+                            .push(remote);
                         continue;
                     }
                 }
@@ -266,9 +271,11 @@ fn check_remote_chain(
         }
         let size = store.size(&f.path).map_err(|e| {
             if e.is_not_found() {
-                fail("it is missing: the checkpoint is incomplete or its shared files were \
+                fail(
+                    "it is missing: the checkpoint is incomplete or its shared files were \
                       deleted"
-                    .into())
+                        .into(),
+                )
             } else {
                 fail(e.to_string())
             }
@@ -319,7 +326,12 @@ fn check_remote_chain(
         .and_then(|o| o.subtasks.iter().find(|s| s.subtask == chain.subtask))
         .and_then(|s| s.keyed_state.as_ref())
         .map(|k| k.range)
-        .or_else(|| range.map(|(a, b)| KeyGroupRange { start: a, end: b + 1 }))
+        .or_else(|| {
+            range.map(|(a, b)| KeyGroupRange {
+                start: a,
+                end: b + 1,
+            })
+        })
         .unwrap_or_else(|| KeyGroupRange { start: 0, end: 0 });
     Ok(RemoteChain { range, files })
 }

@@ -25,8 +25,8 @@ use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot};
-use crate::storage::format::HEADER_LEN;
 use crate::state::operator::OperatorStateSnapshot;
+use crate::storage::format::HEADER_LEN;
 
 /// A task's state on its way to storage: captured at a barrier (encoded by the writer
 /// thread), or already encoded — the final state of a finished source, which stands in for
@@ -435,10 +435,7 @@ fn write_incremental(
         });
     }
     *inc.written.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain.clone());
-    let index: Option<Vec<FileIndex>> = chain
-        .iter()
-        .map(|f| f.index.as_deref().cloned())
-        .collect();
+    let index: Option<Vec<FileIndex>> = chain.iter().map(|f| f.index.as_deref().cloned()).collect();
     let mut files = chain.into_iter().map(|f| SharedFile {
         path: f.path,
         size: f.size,

@@ -494,15 +494,18 @@ fn run_job(
         result.history.push(summary);
         match end {
             AttemptEnd::Finished => {
-                let (sections, bytes, before) = crate::state::keyed::fetch_stats();
-                if sections > 0 {
+                let f = crate::state::keyed::fetch_stats();
+                if f.sections > 0 {
                     metrics.notice(
                         &mut result,
                         format!(
-                            "lazy restore: fetched {sections} key-group sections ({bytes} \
-                             bytes) from the checkpoint storage on demand; {} bytes before \
-                             the first access of a key group",
-                            before.unwrap_or(bytes)
+                            "lazy restore: fetched {} key-group sections ({} bytes, {} ms) \
+                             from the checkpoint storage on demand; {} bytes before the \
+                             first access of a key group",
+                            f.sections,
+                            f.bytes,
+                            f.micros / 1000,
+                            f.before_first_access.unwrap_or(f.bytes)
                         ),
                     );
                 }

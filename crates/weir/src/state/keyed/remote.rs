@@ -90,6 +90,8 @@ pub struct RemoteSection {
 /// run's report and the tests).
 static FETCHED_BYTES: AtomicU64 = AtomicU64::new(0);
 static FETCHED_SECTIONS: AtomicU64 = AtomicU64::new(0);
+/// Time spent in those fetches (microseconds, summed over threads).
+static FETCH_MICROS: AtomicU64 = AtomicU64::new(0);
 /// [`FETCHED_BYTES`] when the first key group was fetched because a key of it was
 /// accessed (`u64::MAX`: not yet): what was read before any record touched the state.
 static BEFORE_FIRST_ACCESS: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -112,21 +114,36 @@ pub fn is_known_bad(shown: &std::path::Path) -> bool {
         .contains(shown)
 }
 
-/// What this process fetched on demand: `(sections, bytes, bytes fetched before the first
-/// access of a key group — None if no key group was fetched on access)`.
-pub fn fetch_stats() -> (u64, u64, Option<u64>) {
+/// What this process fetched on demand (for the run's report and the tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchStats {
+    /// Sections fetched (one state's part of one key group of one file each).
+    pub sections: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Time spent fetching them, in microseconds.
+    pub micros: u64,
+    /// Bytes fetched before the first key group was fetched for an access of one of its
+    /// keys (`None`: none was).
+    pub before_first_access: Option<u64>,
+}
+
+/// What this process fetched on demand so far.
+pub fn fetch_stats() -> FetchStats {
     let before = BEFORE_FIRST_ACCESS.load(Ordering::Relaxed);
-    (
-        FETCHED_SECTIONS.load(Ordering::Relaxed),
-        FETCHED_BYTES.load(Ordering::Relaxed),
-        (before != u64::MAX).then_some(before),
-    )
+    FetchStats {
+        sections: FETCHED_SECTIONS.load(Ordering::Relaxed),
+        bytes: FETCHED_BYTES.load(Ordering::Relaxed),
+        micros: FETCH_MICROS.load(Ordering::Relaxed),
+        before_first_access: (before != u64::MAX).then_some(before),
+    }
 }
 
 /// Records that a key group is being fetched because one of its keys was accessed.
 pub(crate) fn note_access_fetch() {
     let now = FETCHED_BYTES.load(Ordering::Relaxed);
-    let _ = BEFORE_FIRST_ACCESS.compare_exchange(u64::MAX, now, Ordering::Relaxed, Ordering::Relaxed);
+    let _ =
+        BEFORE_FIRST_ACCESS.compare_exchange(u64::MAX, now, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Reads `section` from storage (one ranged read) and checks it against its recorded
@@ -153,6 +170,7 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
             section.group
         ))
     };
+    let started = std::time::Instant::now();
     let bytes = file
         .store
         .get(&file.key, Some(span.offset..span.offset + span.len))
@@ -172,6 +190,8 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
             span.crc32c
         )));
     }
+    let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
+    FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
     FETCHED_BYTES.fetch_add(span.len, Ordering::Relaxed);
     FETCHED_SECTIONS.fetch_add(1, Ordering::Relaxed);
     Ok(SharedBytes::from(bytes))

@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::state::key_group::key_group;
 use super::super::remote::{self, RemoteSection};
 use super::{DiskTier, Key, StateValue};
 use crate::error::Result;
+use crate::state::key_group::key_group;
 
 /// What a lazy restore left in storage for one state.
 pub(super) struct Remote {
