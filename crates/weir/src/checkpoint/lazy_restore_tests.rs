@@ -168,8 +168,7 @@ fn a_damaged_section_fails_its_fetch_naming_the_file_and_the_checkpoint_is_refus
     let e = end
         .apply_to_all_keys(&plain, |_| Ok(()))
         .and_then(|()| end.apply_to_all_keys(&aged, |_| Ok(())))
-        .err()
-        .expect("the damaged section fails its fetch")
+        .expect_err("the damaged section fails its fetch")
         .to_string();
     assert!(e.contains(&base.path) && e.contains("checksum"), "{e}");
     // A restart does not restore from it again.

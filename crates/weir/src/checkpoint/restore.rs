@@ -332,7 +332,7 @@ fn check_remote_chain(
                 end: b + 1,
             })
         })
-        .unwrap_or_else(|| KeyGroupRange { start: 0, end: 0 });
+        .unwrap_or(KeyGroupRange { start: 0, end: 0 });
     Ok(RemoteChain { range, files })
 }
 

@@ -377,6 +377,15 @@ fn write_part(
     })
 }
 
+/// What [`write_incremental`] wrote: the subtask's keyed-state reference, its chain, the
+/// index of each file of the chain (if every one has one) and each state's new bytes.
+type WrittenChain = (
+    KeyedFileRef,
+    IncrementalKeyedRef,
+    Option<Vec<FileIndex>>,
+    Vec<StateBytes>,
+);
+
 /// Writes an incremental checkpoint's keyed file for `snapshot` into the job's `shared/`
 /// folder — a new base, or a delta (none when no key changed: the chain is reused as it
 /// is) — reports the resulting chain to the backend (`inc.written`), and returns the
@@ -389,12 +398,7 @@ fn write_incremental(
     snapshot: &KeyedSnapshot,
     inc: &IncrementalSnapshot,
     ack: &mut TaskAck,
-) -> Result<(
-    KeyedFileRef,
-    IncrementalKeyedRef,
-    Option<Vec<FileIndex>>,
-    Vec<StateBytes>,
-)> {
+) -> Result<WrittenChain> {
     let range = snapshot.range;
     let mut chain = inc.chain.clone();
     let mut entries = 0;
