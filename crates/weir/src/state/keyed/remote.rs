@@ -156,15 +156,24 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
     if span.len == 0 {
         return Ok(SharedBytes::from(Vec::new()));
     }
-    let fail = |why: String| {
-        known_bad()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(file.shown.clone());
+    // `bad`: the file is missing or damaged (not the store out of reach, which a restart
+    // waits out): remembered, so no restart of this process restores from it again.
+    let fail = |why: String, bad: bool| {
+        if bad {
+            known_bad()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(file.shown.clone());
+        }
+        let way_out = if bad {
+            "the checkpoint cannot be restored from: restore from an earlier one \
+             (--restore latest skips checkpoints whose files are missing)"
+        } else {
+            "the checkpoint storage may be out of reach: the task restarts and fetches again"
+        };
         Error::Restore(format!(
             "shared state file {} of checkpoint {} (key group {}, fetched on first access): \
-             {why}; the checkpoint cannot be restored from, restore from an earlier one \
-             (--restore latest skips it now)",
+             {why}; {way_out}",
             file.shown.display(),
             file.checkpoint_id,
             section.group
@@ -174,21 +183,30 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
     let bytes = file
         .store
         .get(&file.key, Some(span.offset..span.offset + span.len))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| {
+            let bad = e.is_not_found();
+            fail(e.to_string(), bad)
+        })?;
     if bytes.len() as u64 != span.len {
-        return Err(fail(format!(
-            "read {} bytes where the checkpoint recorded {}: the file is truncated",
-            bytes.len(),
-            span.len
-        )));
+        return Err(fail(
+            format!(
+                "read {} bytes where the checkpoint recorded {}: the file is truncated",
+                bytes.len(),
+                span.len
+            ),
+            true,
+        ));
     }
     let crc = crc32c::crc32c(&bytes);
     if crc != span.crc32c {
-        return Err(fail(format!(
-            "the section's checksum is {crc:08x}, the checkpoint recorded {:08x}: the file \
-             is damaged or was replaced",
-            span.crc32c
-        )));
+        return Err(fail(
+            format!(
+                "the section's checksum is {crc:08x}, the checkpoint recorded {:08x}: the \
+                 file is damaged or was replaced",
+                span.crc32c
+            ),
+            true,
+        ));
     }
     let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
     FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
