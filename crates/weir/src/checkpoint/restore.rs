@@ -23,7 +23,8 @@ use super::storage::{read_metadata, read_state_file, read_state_payload, Checkpo
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{
-    self as remote, FileIndex, RemoteFile, RemoteSection, RestoredKeyedState, RestoredState,
+    self as remote, FileIndex, GroupRead, RemoteFile, RemoteSection, RestoredKeyedState,
+    RestoredState,
 };
 use crate::state::operator::{redistribute, AssignedLists};
 use crate::state::schema::StateSchema;
@@ -622,10 +623,19 @@ impl RestoredCheckpoint {
                         continue;
                     };
                     let spans = &index.groups[at].sections;
-                    for (i, ((name, kind), span)) in index.states.iter().zip(spans).enumerate() {
-                        if span.len == 0 || self.is_dropped(uid, name) {
-                            continue;
-                        }
+                    let wanted: Vec<_> = index
+                        .states
+                        .iter()
+                        .zip(spans)
+                        .enumerate()
+                        .filter(|(_, ((name, _), span))| {
+                            span.len > 0 && !self.is_dropped(uid, name)
+                        })
+                        .collect();
+                    // One read of the group for every state that wants a section of it.
+                    let wanted_spans: Vec<_> = wanted.iter().map(|(_, (_, s))| **s).collect();
+                    let shared = GroupRead::new(&wanted_spans).filter(|_| wanted.len() > 1);
+                    for (i, ((name, kind), span)) in wanted {
                         let ttl = index.ttl.get(i).copied().unwrap_or(false);
                         let state = self.restored_state(keyed, uid, ttl, name, *kind);
                         state.remote.push(RemoteSection {
@@ -633,6 +643,7 @@ impl RestoredCheckpoint {
                             group,
                             span: *span,
                             delta: *delta,
+                            shared: shared.clone(),
                         });
                     }
                 }

@@ -499,11 +499,12 @@ fn run_job(
                     metrics.notice(
                         &mut result,
                         format!(
-                            "lazy restore: fetched {} key-group sections ({} bytes, {} ms) \
-                             from the checkpoint storage on demand; {} bytes before the \
-                             first access of a key group",
+                            "lazy restore: fetched {} key-group sections ({} bytes in {} \
+                             reads, {} ms) from the checkpoint storage on demand; {} bytes \
+                             before the first access of a key group",
                             f.sections,
                             f.bytes,
+                            f.requests,
                             f.micros / 1000,
                             f.before_first_access.unwrap_or(f.bytes)
                         ),

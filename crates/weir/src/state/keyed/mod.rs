@@ -40,7 +40,8 @@ pub use handles::{
 };
 pub use incremental::{ChainFile, IncrementalSnapshot};
 pub use remote::{
-    fetch_stats, is_known_bad, FileIndex, GroupSpans, RemoteFile, RemoteSection, SectionSpan,
+    fetch_stats, is_known_bad, FileIndex, GroupRead, GroupSpans, RemoteFile, RemoteSection,
+    SectionSpan,
 };
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};

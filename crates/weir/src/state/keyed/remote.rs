@@ -84,12 +84,43 @@ pub struct RemoteSection {
     pub span: SectionSpan,
     /// Whether it is a delta's (entries `(key, Option<value>)`).
     pub delta: bool,
+    /// The read of its key group's sections of every state of the subtask that needs one
+    /// (`None`: read alone).
+    pub shared: Option<Arc<GroupRead>>,
+}
+
+/// One key group's sections in one file, for every state of a subtask that needs one:
+/// read with one ranged GET by the first state that needs its section, the others taking
+/// theirs from the same buffer (a record usually touches every state of its key, so the
+/// states of a key group are wanted together). The buffer is freed once every section
+/// holding this read was loaded (or dropped).
+#[derive(Debug)]
+pub struct GroupRead {
+    /// The bytes of the file covering every wanted section.
+    range: std::ops::Range<u64>,
+    /// What the read gave: the bytes, or why it failed and whether the file is bad.
+    read: OnceLock<std::result::Result<Arc<Vec<u8>>, (String, bool)>>,
+}
+
+impl GroupRead {
+    /// A read of `spans`' key group, not yet made.
+    pub fn new(spans: &[SectionSpan]) -> Option<Arc<GroupRead>> {
+        let wanted = spans.iter().filter(|s| s.len > 0);
+        let start = wanted.clone().map(|s| s.offset).min()?;
+        let end = wanted.map(|s| s.offset + s.len).max()?;
+        Some(Arc::new(GroupRead {
+            range: start..end,
+            read: OnceLock::new(),
+        }))
+    }
 }
 
 /// Bytes fetched on demand by this process, and key-group sections fetched (for the
 /// run's report and the tests).
 static FETCHED_BYTES: AtomicU64 = AtomicU64::new(0);
 static FETCHED_SECTIONS: AtomicU64 = AtomicU64::new(0);
+/// Ranged reads made for them.
+static FETCH_REQUESTS: AtomicU64 = AtomicU64::new(0);
 /// Time spent in those fetches (microseconds, summed over threads).
 static FETCH_MICROS: AtomicU64 = AtomicU64::new(0);
 /// [`FETCHED_BYTES`] when the first key group was fetched because a key of it was
@@ -119,7 +150,9 @@ pub fn is_known_bad(shown: &std::path::Path) -> bool {
 pub struct FetchStats {
     /// Sections fetched (one state's part of one key group of one file each).
     pub sections: u64,
-    /// Their bytes.
+    /// Ranged reads made for them (one per key group and file, shared by its states).
+    pub requests: u64,
+    /// Bytes read.
     pub bytes: u64,
     /// Time spent fetching them, in microseconds.
     pub micros: u64,
@@ -133,6 +166,7 @@ pub fn fetch_stats() -> FetchStats {
     let before = BEFORE_FIRST_ACCESS.load(Ordering::Relaxed);
     FetchStats {
         sections: FETCHED_SECTIONS.load(Ordering::Relaxed),
+        requests: FETCH_REQUESTS.load(Ordering::Relaxed),
         bytes: FETCHED_BYTES.load(Ordering::Relaxed),
         micros: FETCH_MICROS.load(Ordering::Relaxed),
         before_first_access: (before != u64::MAX).then_some(before),
@@ -179,14 +213,52 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
             section.group
         ))
     };
-    let started = std::time::Instant::now();
-    let bytes = file
-        .store
-        .get(&file.key, Some(span.offset..span.offset + span.len))
-        .map_err(|e| {
+    // One ranged read; counted (bytes, time) once however many sections share it.
+    let read = |range: std::ops::Range<u64>| {
+        let started = std::time::Instant::now();
+        let len = range.end - range.start;
+        let got = file.store.get(&file.key, Some(range)).map_err(|e| {
             let bad = e.is_not_found();
-            fail(e.to_string(), bad)
+            (e.to_string(), bad)
         })?;
+        if got.len() as u64 != len {
+            return Err((
+                format!(
+                    "read {} bytes where the checkpoint recorded {len}: the file is truncated",
+                    got.len()
+                ),
+                true,
+            ));
+        }
+        let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
+        FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
+        FETCHED_BYTES.fetch_add(len, Ordering::Relaxed);
+        FETCH_REQUESTS.fetch_add(1, Ordering::Relaxed);
+        Ok(got)
+    };
+    let bytes = match &section.shared {
+        Some(group) => {
+            let buf = group
+                .read
+                .get_or_init(|| read(group.range.clone()).map(Arc::new))
+                .clone()
+                .map_err(|(why, bad)| fail(why, bad))?;
+            let at = span.offset.checked_sub(group.range.start);
+            let within = at.and_then(|at| {
+                let at = usize::try_from(at).ok()?;
+                SharedBytes::new(buf, at..at.checked_add(usize::try_from(span.len).ok()?)?)
+            });
+            within.ok_or_else(|| {
+                fail(
+                    "the section lies outside its key group's read (the index is damaged)".into(),
+                    true,
+                )
+            })?
+        }
+        None => SharedBytes::from(
+            read(span.offset..span.offset + span.len).map_err(|(why, bad)| fail(why, bad))?,
+        ),
+    };
     if bytes.len() as u64 != span.len {
         return Err(fail(
             format!(
@@ -208,11 +280,8 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
             true,
         ));
     }
-    let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
-    FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
-    FETCHED_BYTES.fetch_add(span.len, Ordering::Relaxed);
     FETCHED_SECTIONS.fetch_add(1, Ordering::Relaxed);
-    Ok(SharedBytes::from(bytes))
+    Ok(bytes)
 }
 
 /// Fetches every section of `remote` (in their order), splitting them into a base's and

@@ -195,6 +195,7 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
             group,
             span,
             delta,
+            shared: None,
         })
         .collect();
     (sections, truth)
