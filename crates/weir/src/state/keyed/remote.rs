@@ -99,8 +99,12 @@ pub struct GroupRead {
     /// The bytes of the file covering every wanted section.
     range: std::ops::Range<u64>,
     /// What the read gave: the bytes, or why it failed and whether the file is bad.
-    read: OnceLock<std::result::Result<Arc<Vec<u8>>, (String, bool)>>,
+    read: OnceLock<ReadResult>,
 }
+
+/// A ranged read's bytes, or why it failed and whether that makes the file bad (missing
+/// or damaged, rather than the store out of reach).
+type ReadResult = std::result::Result<Arc<Vec<u8>>, (String, bool)>;
 
 impl GroupRead {
     /// A read of `spans`' key group, not yet made.
