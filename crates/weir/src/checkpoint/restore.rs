@@ -651,6 +651,19 @@ impl RestoredCheckpoint {
         }
     }
 
+    /// The notice of a lazy restore: how much keyed state stays in `shared` (the job's
+    /// shared folder) to be fetched on first access; `None` if the restore read it all.
+    pub fn lazy_notice(&self, shared: &Path) -> Option<String> {
+        let remote = self.remote_bytes();
+        (remote > 0).then(|| {
+            format!(
+                "restoring lazily: {remote} bytes of keyed state stay in {} and are fetched \
+                 by key group on first access",
+                shared.display()
+            )
+        })
+    }
+
     /// Bytes of shared files a lazy restore left in storage (0: it read everything).
     pub fn remote_bytes(&self) -> u64 {
         self.remote_chains

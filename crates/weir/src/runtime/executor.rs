@@ -310,16 +310,8 @@ fn run_job(
             metrics.notice(&mut result, notice);
         }
         result.restored_from = Some(r.path.clone());
-        let remote = r.remote_bytes();
-        if remote > 0 {
-            metrics.notice(
-                &mut result,
-                format!(
-                    "restoring lazily: {remote} bytes of keyed state stay in {} and are \
-                     fetched by key group on first access",
-                    storage.root().join(crate::storage::SHARED_DIR).display()
-                ),
-            );
+        if let Some(n) = r.lazy_notice(&storage.root().join(crate::storage::SHARED_DIR)) {
+            metrics.notice(&mut result, n);
         }
     }
     // Every keyed state decided against the checkpoint, also before any thread starts
@@ -494,21 +486,8 @@ fn run_job(
         result.history.push(summary);
         match end {
             AttemptEnd::Finished => {
-                let f = crate::state::keyed::fetch_stats();
-                if f.sections > 0 {
-                    metrics.notice(
-                        &mut result,
-                        format!(
-                            "lazy restore: fetched {} key-group sections ({} bytes in {} \
-                             reads, {} ms) from the checkpoint storage on demand; {} bytes \
-                             before the first access of a key group",
-                            f.sections,
-                            f.bytes,
-                            f.requests,
-                            f.micros / 1000,
-                            f.before_first_access.unwrap_or(f.bytes)
-                        ),
-                    );
+                if let Some(n) = crate::state::keyed::fetch_report() {
+                    metrics.notice(&mut result, n);
                 }
                 break Ok(());
             }

@@ -40,7 +40,7 @@ pub use handles::{
 };
 pub use incremental::{ChainFile, IncrementalSnapshot};
 pub use remote::{
-    fetch_stats, is_known_bad, FileIndex, GroupRead, GroupSpans, RemoteFile, RemoteSection,
+    fetch_report, is_known_bad, FileIndex, GroupRead, GroupSpans, RemoteFile, RemoteSection,
     SectionSpan,
 };
 pub use table::{EncodedShard, TableSnapshot};

@@ -177,6 +177,24 @@ pub fn fetch_stats() -> FetchStats {
     }
 }
 
+/// What the run reports at its end about a lazy restore (`None`: nothing was fetched on
+/// demand): sections, bytes, reads and time, and the bytes fetched before any record
+/// touched a key group — zero unless timers or a migrating state needed theirs first.
+pub fn fetch_report() -> Option<String> {
+    let f = fetch_stats();
+    (f.sections > 0).then(|| {
+        format!(
+            "lazy restore: fetched {} key-group sections ({} bytes in {} reads, {} ms) from \
+             the checkpoint storage on demand; {} bytes before the first access of a key group",
+            f.sections,
+            f.bytes,
+            f.requests,
+            f.micros / 1000,
+            f.before_first_access.unwrap_or(f.bytes)
+        )
+    })
+}
+
 /// Records that a key group is being fetched because one of its keys was accessed.
 pub(crate) fn note_access_fetch() {
     let now = FETCHED_BYTES.load(Ordering::Relaxed);
