@@ -9,8 +9,8 @@
 
 use crate::checkpoint::barrier::CheckpointingMode;
 use crate::checkpoint::metadata::{
-    CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress, TaskCheckpointStats,
-    TaskStatsMeta,
+    ChainIndex, CheckpointMetadata, OperatorMeta, SnapshotKind, SourceProgress,
+    TaskCheckpointStats, TaskStatsMeta,
 };
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::checkpoint::writer::TaskAck;
@@ -121,6 +121,18 @@ pub fn assemble(info: &CheckpointInfo<'_>, acks: &[TaskAck]) -> Finalized {
             .flat_map(|a| &a.operators)
             .filter_map(|op| op.incremental.clone())
             .collect(),
+        incremental_index: acks
+            .iter()
+            .flat_map(|a| &a.operators)
+            .filter_map(|op| {
+                let chain = op.incremental.as_ref()?;
+                Some(ChainIndex {
+                    uid: chain.uid.clone(),
+                    subtask: chain.subtask,
+                    files: op.incremental_index.clone()?,
+                })
+            })
+            .collect(),
     };
     Finalized {
         meta,
@@ -163,6 +175,7 @@ mod tests {
                 },
                 states: Vec::new(),
                 incremental: None,
+                incremental_index: None,
             }],
             stats: TaskCheckpointStats {
                 sync_micros: sync,

@@ -643,3 +643,6 @@ fn a_half_written_shared_file_is_swept_with_the_orphans() {
     assert!(!temp.exists());
     assert!(s.shared_files().unwrap().is_empty());
 }
+
+#[path = "lazy_restore_tests.rs"]
+mod lazy_restore;

@@ -122,6 +122,25 @@ pub struct CheckpointMetadata {
     /// checkpoint folder (`../shared/...`), so a Weir that does not know this field refuses
     /// the checkpoint instead of restoring it without its keyed state.
     pub incremental: Vec<IncrementalKeyedRef>,
+    /// Where each key group's sections lie in the shared files of [`incremental`]
+    /// (appended in metadata layout 8; empty before, and for chains written without it):
+    /// what lets a restore from object storage leave the files there and fetch a key group
+    /// on its first access (issue 25 item 4).
+    ///
+    /// [`incremental`]: Self::incremental
+    pub incremental_index: Vec<ChainIndex>,
+}
+
+/// The index of every file of one subtask's chain (metadata layout 8), base first, in the
+/// order of [`IncrementalKeyedRef::files`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainIndex {
+    /// The operator's uid.
+    pub uid: String,
+    /// The subtask.
+    pub subtask: u32,
+    /// One index per file of the chain.
+    pub files: Vec<crate::state::keyed::FileIndex>,
 }
 
 /// A state file in the job folder's `shared/` folder, referenced by one or more
@@ -311,6 +330,22 @@ struct Layout6 {
     schemas: Vec<OperatorSchemas>,
 }
 
+/// Layout 7 appended the incremental keyed state; layout 8 then its sections' index.
+#[derive(Deserialize)]
+struct Layout7 {
+    layout6: Layout6,
+    incremental: Vec<IncrementalKeyedRef>,
+}
+
+impl From<Layout7> for CheckpointMetadata {
+    fn from(v7: Layout7) -> Self {
+        CheckpointMetadata {
+            incremental: v7.incremental,
+            ..v7.layout6.into()
+        }
+    }
+}
+
 impl From<Layout6> for CheckpointMetadata {
     fn from(v6: Layout6) -> Self {
         CheckpointMetadata {
@@ -370,6 +405,7 @@ impl From<Layout3> for CheckpointMetadata {
             unaligned_tasks: 0,
             schemas: Vec::new(),
             incremental: Vec::new(),
+            incremental_index: Vec::new(),
         }
     }
 }
@@ -380,6 +416,9 @@ impl CheckpointMetadata {
     pub fn decode(payload: &[u8]) -> Result<Self, postcard::Error> {
         if let Ok(meta) = postcard::from_bytes::<CheckpointMetadata>(payload) {
             return Ok(meta);
+        }
+        if let Ok(v7) = postcard::from_bytes::<Layout7>(payload) {
+            return Ok(v7.into());
         }
         if let Ok(v6) = postcard::from_bytes::<Layout6>(payload) {
             return Ok(v6.into());
@@ -445,6 +484,19 @@ impl CheckpointMetadata {
         self.incremental
             .iter()
             .find(|r| r.uid == uid && r.subtask == subtask)
+    }
+
+    /// The index of each file of subtask `subtask` of operator `uid`'s chain (base first),
+    /// if the checkpoint recorded one for every file of it (metadata layout 8).
+    pub fn incremental_index_of(
+        &self,
+        chain: &IncrementalKeyedRef,
+    ) -> Option<&[crate::state::keyed::FileIndex]> {
+        let index = self
+            .incremental_index
+            .iter()
+            .find(|i| i.uid == chain.uid && i.subtask == chain.subtask)?;
+        (index.files.len() == chain.files().count()).then_some(index.files.as_slice())
     }
 
     /// Every shared file the checkpoint references (empty for a full checkpoint).

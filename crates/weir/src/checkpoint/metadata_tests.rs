@@ -22,6 +22,7 @@ fn sample_meta(sources: Vec<SourceProgress>) -> CheckpointMetadata {
         unaligned_tasks: 0,
         schemas: Vec::new(),
         incremental: Vec::new(),
+        incremental_index: Vec::new(),
     }
 }
 
@@ -104,6 +105,54 @@ fn layout_7_round_trips_its_chains_and_counts_new_and_shared_bytes() {
     assert_eq!(chain.new_and_shared_bytes(7), (20, 1030));
     assert!(back.incremental_of("count", 0).is_none());
     assert_eq!(back.shared_files().count(), 3);
+}
+
+#[test]
+fn layout_8_round_trips_its_index_and_layout_7_decodes_without_one() {
+    use crate::state::keyed::{FileIndex, GroupSpans, SectionSpan};
+    use crate::state::StateKind;
+    let mut meta = sample_meta(Vec::new());
+    meta.run_id = "run-a".into();
+    let chain = IncrementalKeyedRef {
+        uid: "count".into(),
+        subtask: 0,
+        base: shared("shared/count/chk-3-kg-0-63", 3, 1000),
+        deltas: vec![shared("shared/count/chk-5-kgd-0-63", 5, 30)],
+    };
+    meta.incremental = vec![chain.clone()];
+    // Layout 7: the chains, and nothing after them.
+    let layout_7 = postcard::to_allocvec(&meta).unwrap();
+    let index = FileIndex {
+        states: vec![("n".into(), StateKind::Value)],
+        ttl: vec![false],
+        groups: vec![GroupSpans {
+            group: 4,
+            sections: vec![SectionSpan {
+                offset: 40,
+                len: 12,
+                crc32c: 7,
+            }],
+        }],
+    };
+    meta.incremental_index = vec![ChainIndex {
+        uid: "count".into(),
+        subtask: 0,
+        files: vec![index.clone(), FileIndex::default()],
+    }];
+    let back = CheckpointMetadata::decode(&postcard::to_allocvec(&meta).unwrap()).unwrap();
+    assert_eq!(back, meta);
+    assert_eq!(
+        back.incremental_index_of(&chain),
+        Some(&[index, FileIndex::default()][..])
+    );
+    // An index that does not cover every file of the chain is not used.
+    let mut short = back.clone();
+    short.incremental_index[0].files.pop();
+    assert_eq!(short.incremental_index_of(&chain), None);
+    let old = CheckpointMetadata::decode(&layout_7[..layout_7.len() - 1]).unwrap();
+    assert_eq!(old.incremental, meta.incremental);
+    assert!(old.incremental_index.is_empty());
+    assert_eq!(old.incremental_index_of(&chain), None);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -21,10 +22,14 @@ use super::shared_bytes::SharedBytes;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{RestoredKeyedState, RestoredState};
+use crate::state::keyed::{
+    self as remote, FileIndex, GroupRead, RemoteFile, RemoteSection, RestoredKeyedState,
+    RestoredState,
+};
 use crate::state::operator::{redistribute, AssignedLists};
 use crate::state::schema::StateSchema;
 use crate::state::StateKind;
+use crate::storage::format::{HEADER_LEN, TRAILER_LEN};
 
 /// A fully loaded and verified checkpoint.
 pub struct RestoredCheckpoint {
@@ -43,6 +48,30 @@ pub struct RestoredCheckpoint {
     /// Keyed states (uid, name) a run drops rather than restores: incompatible with the
     /// job's new types, dropped because `--allow-non-restored-state` said so.
     dropped: std::collections::HashSet<(String, String)>,
+    /// Chains of incremental checkpoints left in storage by a lazy restore, by operator
+    /// (issue 25 item 4): their files were checked by size, not read.
+    remote_chains: HashMap<String, Vec<RemoteChain>>,
+}
+
+/// One subtask's chain left in the checkpoint storage: each file with its index, base
+/// first.
+struct RemoteChain {
+    range: KeyGroupRange,
+    files: Vec<(Arc<RemoteFile>, Arc<FileIndex>, bool)>,
+}
+
+/// Whether a restore leaves the shared files of incremental checkpoints in storage and
+/// fetches key groups on first access: by default when the checkpoint storage is remote
+/// (an object store, where reading the whole state first is what costs), as Flink's ForSt
+/// backend does; `WEIR_LAZY_RESTORE=true|false` forces it either way (tests, benchmarks).
+fn lazy_restore(store: &dyn crate::storage::backend::StorageBackend) -> bool {
+    match std::env::var("WEIR_LAZY_RESTORE").as_deref() {
+        Ok("true" | "1") => true,
+        Ok("false" | "0") => false,
+        _ => store
+            .local_file(crate::storage::METADATA_FILE_NAME)
+            .is_none(),
+    }
 }
 
 /// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
@@ -100,8 +129,16 @@ fn expected_crc(path: &Path, meta: &CheckpointMetadata, relative: &str) -> Resul
     })
 }
 
-/// Loads and verifies the checkpoint (or savepoint) in folder `path`.
+/// Loads and verifies the checkpoint (or savepoint) in folder `path`. The shared files of
+/// an incremental checkpoint on remote storage are checked by size and left there, their
+/// key groups fetched on first access ([`lazy_restore`]).
 pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
+    load_with(path, None)
+}
+
+/// [`load`], with a lazy restore forced on or off (`lazy`), or decided as [`load`] does
+/// (`None`).
+pub(crate) fn load_with(path: &Path, lazy: Option<bool>) -> Result<RestoredCheckpoint> {
     let meta_bytes = read_metadata(path)?;
     let meta = CheckpointMetadata::decode(&meta_bytes).map_err(|e| Error::StateDecode {
         what: format!(
@@ -113,6 +150,8 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
     let mut operator_state = HashMap::new();
     let mut keyed_state: HashMap<String, Vec<LoadedKeyedFile>> = HashMap::new();
     let mut keyed_deltas: HashMap<String, Vec<LoadedKeyedFile>> = HashMap::new();
+    let mut remote_chains: HashMap<String, Vec<RemoteChain>> = HashMap::new();
+    let mut lazy_store = None;
     for op in &meta.operators {
         let mut per_subtask: Vec<Option<OperatorStateFile>> = vec![None; op.parallelism as usize];
         for st in &op.subtasks {
@@ -134,6 +173,28 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
                 per_subtask[st.subtask as usize] = Some(lists);
             }
             if let Some(chain) = meta.incremental_of(&op.uid, st.subtask) {
+                if let Some(index) = meta.incremental_index_of(chain) {
+                    let store = match &lazy_store {
+                        Some(s) => Some(Arc::clone(s)),
+                        None => {
+                            let job = job_folder(path)?;
+                            let store: Arc<dyn crate::storage::backend::StorageBackend> =
+                                Arc::from(crate::storage::open_backend(job)?);
+                            lazy.unwrap_or_else(|| lazy_restore(&*store)).then(|| {
+                                lazy_store = Some(Arc::clone(&store));
+                                store
+                            })
+                        }
+                    };
+                    if let Some(store) = store {
+                        let remote = check_remote_chain(path, &meta, chain, index, store)?;
+                        remote_chains
+                            .entry(op.uid.clone())
+                            .or_default()
+                            .push(remote);
+                        continue;
+                    }
+                }
                 let (base, deltas) = load_chain(path, &meta, chain)?;
                 keyed_state.entry(op.uid.clone()).or_default().push(base);
                 keyed_deltas
@@ -163,7 +224,117 @@ pub fn load(path: &Path) -> Result<RestoredCheckpoint> {
         keyed_deltas,
         channel_state,
         dropped: Default::default(),
+        remote_chains,
     })
+}
+
+/// The job folder of the checkpoint folder `path`, where the shared files of incremental
+/// checkpoints live.
+fn job_folder(path: &Path) -> Result<&Path> {
+    path.parent().ok_or_else(|| {
+        Error::Restore(format!(
+            "{}: an incremental checkpoint's shared files live in its job folder, and this \
+             path has none; restore from the checkpoint folder inside its job folder",
+            path.display()
+        ))
+    })
+}
+
+/// Checks one subtask's chain without reading it (a lazy restore): every file must exist
+/// with the size `_metadata` recorded and must not have failed a fetch earlier in this
+/// process, and its index must fit its size and the checkpoint's key groups. What this
+/// cannot see (a file damaged in place) is found by each section's checksum when fetched.
+fn check_remote_chain(
+    path: &Path,
+    meta: &CheckpointMetadata,
+    chain: &IncrementalKeyedRef,
+    index: &[FileIndex],
+    store: Arc<dyn crate::storage::backend::StorageBackend>,
+) -> Result<RemoteChain> {
+    let job = job_folder(path)?;
+    let mut files = Vec::with_capacity(index.len());
+    let mut range = None;
+    for (i, (f, idx)) in chain.files().zip(index).enumerate() {
+        let shown = job.join(&f.path);
+        let fail = |why: String| {
+            Error::Restore(format!(
+                "shared state file {} of checkpoint {} (written for checkpoint {}): {why}; \
+                 restore from another checkpoint",
+                shown.display(),
+                meta.checkpoint_id,
+                f.checkpoint_id
+            ))
+        };
+        if remote::is_known_bad(&shown) {
+            return Err(fail(
+                "a fetch of its key groups failed earlier in this run (see above)".into(),
+            ));
+        }
+        let size = store.size(&f.path).map_err(|e| {
+            if e.is_not_found() {
+                fail(
+                    "it is missing: the checkpoint is incomplete or its shared files were \
+                      deleted"
+                        .into(),
+                )
+            } else {
+                fail(e.to_string())
+            }
+        })?;
+        if size != f.size {
+            return Err(fail(format!(
+                "it has {size} bytes where the checkpoint recorded {}: it is damaged or was \
+                 replaced",
+                f.size
+            )));
+        }
+        let body_end = f.size.saturating_sub(TRAILER_LEN as u64);
+        let states = idx.states.len();
+        for g in &idx.groups {
+            let bad = g.sections.len() != states
+                || g.group >= meta.max_parallelism
+                || g.sections.iter().any(|s| {
+                    s.offset < HEADER_LEN as u64 || s.offset.saturating_add(s.len) > body_end
+                });
+            if bad {
+                return Err(fail(format!(
+                    "its index in _metadata does not fit the file (key group {}); the \
+                     metadata is damaged",
+                    g.group
+                )));
+            }
+        }
+        let file_range = idx.groups.first().zip(idx.groups.last());
+        if i == 0 {
+            range = file_range.map(|(a, b)| (a.group, b.group));
+        }
+        files.push((
+            Arc::new(RemoteFile {
+                store: Arc::clone(&store),
+                key: f.path.clone(),
+                shown,
+                checkpoint_id: meta.checkpoint_id,
+            }),
+            Arc::new(idx.clone()),
+            i > 0,
+        ));
+    }
+    // The chain's range: what its subtask owned (the keyed file reference records it).
+    let range = meta
+        .operators
+        .iter()
+        .find(|o| o.uid == chain.uid)
+        .and_then(|o| o.subtasks.iter().find(|s| s.subtask == chain.subtask))
+        .and_then(|s| s.keyed_state.as_ref())
+        .map(|k| k.range)
+        .or_else(|| {
+            range.map(|(a, b)| KeyGroupRange {
+                start: a,
+                end: b + 1,
+            })
+        })
+        .unwrap_or(KeyGroupRange { start: 0, end: 0 });
+    Ok(RemoteChain { range, files })
 }
 
 /// Reads and checks one subtask's chain of an incremental checkpoint (in the job folder's
@@ -175,13 +346,7 @@ fn load_chain(
     meta: &CheckpointMetadata,
     chain: &IncrementalKeyedRef,
 ) -> Result<(LoadedKeyedFile, Vec<LoadedKeyedFile>)> {
-    let job = path.parent().ok_or_else(|| {
-        Error::Restore(format!(
-            "{}: an incremental checkpoint's shared files live in its job folder, and this \
-             path has none; restore from the checkpoint folder inside its job folder",
-            path.display()
-        ))
-    })?;
+    let job = job_folder(path)?;
     let read = |f: &SharedFile, kind| -> Result<LoadedKeyedFile> {
         let payload = read_state_payload(job, &f.path, kind, Some(f.crc32c)).map_err(|e| {
             Error::Restore(format!(
@@ -441,7 +606,79 @@ impl RestoredCheckpoint {
         self.collect_keyed(&mut keyed, uid, mine, &self.keyed_deltas, |s| {
             &mut s.changes
         });
+        self.collect_remote(&mut keyed, uid, mine);
         Ok((lists, keyed))
+    }
+
+    /// Appends to `keyed` the sections of operator `uid`'s chains left in storage for the
+    /// key groups of `mine`: per key group, the base's then each delta's, in chain order.
+    fn collect_remote(&self, keyed: &mut RestoredKeyedState, uid: &str, mine: KeyGroupRange) {
+        for chain in self.remote_chains.get(uid).into_iter().flatten() {
+            if !layout::file_holds_groups_of(chain.range, mine) {
+                continue;
+            }
+            for group in mine.start..mine.end {
+                for (file, index, delta) in &chain.files {
+                    let Ok(at) = index.groups.binary_search_by_key(&group, |g| g.group) else {
+                        continue;
+                    };
+                    let spans = &index.groups[at].sections;
+                    let wanted: Vec<_> = index
+                        .states
+                        .iter()
+                        .zip(spans)
+                        .enumerate()
+                        .filter(|(_, ((name, _), span))| {
+                            span.len > 0 && !self.is_dropped(uid, name)
+                        })
+                        .collect();
+                    // One read of the group for every state that wants a section of it.
+                    let wanted_spans: Vec<_> = wanted.iter().map(|(_, (_, s))| **s).collect();
+                    let shared = GroupRead::new(&wanted_spans).filter(|_| wanted.len() > 1);
+                    for (i, ((name, kind), span)) in wanted {
+                        let ttl = index.ttl.get(i).copied().unwrap_or(false);
+                        let state = self.restored_state(keyed, uid, ttl, name, *kind);
+                        state.remote.push(RemoteSection {
+                            file: Arc::clone(file),
+                            group,
+                            span: *span,
+                            delta: *delta,
+                            shared: shared.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The notice of a lazy restore: how much keyed state stays in `shared` (the job's
+    /// shared folder) to be fetched on first access; `None` if the restore read it all.
+    pub fn lazy_notice(&self, shared: &Path) -> Option<String> {
+        let remote = self.remote_bytes();
+        (remote > 0).then(|| {
+            format!(
+                "restoring lazily: {remote} bytes of keyed state stay in {} and are fetched \
+                 by key group on first access",
+                shared.display()
+            )
+        })
+    }
+
+    /// Bytes of shared files a lazy restore left in storage (0: it read everything).
+    pub fn remote_bytes(&self) -> u64 {
+        self.remote_chains
+            .values()
+            .flatten()
+            .flat_map(|c| &c.files)
+            .map(|(_, index, _)| {
+                index
+                    .groups
+                    .iter()
+                    .flat_map(|g| &g.sections)
+                    .map(|s| s.len)
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// Appends to `keyed` the bytes `files` hold for operator `uid` in the key groups of
@@ -465,7 +702,8 @@ impl RestoredCheckpoint {
                 }
                 for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
                     if !bytes.is_empty() && !self.is_dropped(uid, name) {
-                        let state = self.restored_state(keyed, uid, file, i, name, *kind);
+                        let ttl = file.ttl.get(i).copied().unwrap_or(false);
+                        let state = self.restored_state(keyed, uid, ttl, name, *kind);
                         into(state).push(bytes.clone());
                     }
                 }
@@ -473,13 +711,13 @@ impl RestoredCheckpoint {
         }
     }
 
-    /// The entry of `keyed` for state `name` (the `i`-th of `file`), made if missing.
+    /// The entry of `keyed` for state `name` (of `kind`, with TTL stamps if `ttl`), made
+    /// if missing.
     fn restored_state<'k>(
         &self,
         keyed: &'k mut RestoredKeyedState,
         uid: &str,
-        file: &LoadedKeyedFile,
-        i: usize,
+        ttl: bool,
         name: &str,
         kind: StateKind,
     ) -> &'k mut RestoredState {
@@ -487,10 +725,11 @@ impl RestoredCheckpoint {
             .entry(name.to_string())
             .or_insert_with(|| RestoredState {
                 kind,
-                ttl: file.ttl.get(i).copied().unwrap_or(false),
+                ttl,
                 sections: Vec::new(),
                 changes: Vec::new(),
                 schema: self.meta.state_schema(uid, name).cloned(),
+                remote: Vec::new(),
             })
     }
 }
@@ -510,13 +749,15 @@ impl RestoredCheckpoint {
             .chain(deltas)
         {
             for (i, (name, kind)) in file.states.iter().enumerate() {
-                out.entry(name.clone()).or_insert_with(|| RestoredState {
-                    kind: *kind,
-                    ttl: file.ttl.get(i).copied().unwrap_or(false),
-                    sections: Vec::new(),
-                    changes: Vec::new(),
-                    schema: self.meta.state_schema(uid, name).cloned(),
-                });
+                let ttl = file.ttl.get(i).copied().unwrap_or(false);
+                self.restored_state(&mut out, uid, ttl, name, *kind);
+            }
+        }
+        let remote = self.remote_chains.get(uid).into_iter().flatten();
+        for (_, index, _) in remote.flat_map(|c| &c.files) {
+            for (i, (name, kind)) in index.states.iter().enumerate() {
+                let ttl = index.ttl.get(i).copied().unwrap_or(false);
+                self.restored_state(&mut out, uid, ttl, name, *kind);
             }
         }
         out

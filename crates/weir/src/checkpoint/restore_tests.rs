@@ -61,12 +61,14 @@ fn restored(uids: &[&str], max_parallelism: u32) -> RestoredCheckpoint {
             unaligned_tasks: 0,
             schemas: Vec::new(),
             incremental: Vec::new(),
+            incremental_index: Vec::new(),
         },
         operator_state: HashMap::new(),
         keyed_state: HashMap::new(),
         keyed_deltas: HashMap::new(),
         channel_state: HashMap::new(),
         dropped: Default::default(),
+        remote_chains: Default::default(),
     }
 }
 

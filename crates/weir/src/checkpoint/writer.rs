@@ -24,8 +24,9 @@ use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{ChainFile, IncrementalSnapshot, KeyedSnapshot};
+use crate::state::keyed::{ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot};
 use crate::state::operator::OperatorStateSnapshot;
+use crate::storage::format::HEADER_LEN;
 
 /// A task's state on its way to storage: captured at a barrier (encoded by the writer
 /// thread), or already encoded — the final state of a finished source, which stands in for
@@ -166,6 +167,10 @@ pub struct OperatorAck {
     /// With an incremental checkpoint: the chain of shared files the subtask's keyed state
     /// is (base and deltas, the last one possibly written for this checkpoint).
     pub incremental: Option<IncrementalKeyedRef>,
+    /// With an incremental checkpoint: the index of each file of the chain (base first),
+    /// if every one has one; `_metadata` records it so a restore can fetch a key group
+    /// alone (issue 25 item 4).
+    pub incremental_index: Option<Vec<FileIndex>>,
 }
 
 /// One state's encoded size in one subtask's snapshot.
@@ -315,13 +320,16 @@ fn write_part(
         meta.operator_state = Some(record(storage, id, file, ack));
     }
     let mut incremental = None;
+    let mut incremental_index = None;
     if let Some(KeyedSource::Captured(snapshot)) = &keyed {
         if let Some(inc) = &snapshot.incremental {
             let at = (id, uid, job.subtask);
-            let (keyed_ref, chain, sizes) = write_incremental(storage, at, snapshot, inc, ack)?;
+            let (keyed_ref, chain, index, sizes) =
+                write_incremental(storage, at, snapshot, inc, ack)?;
             states.splice(0..0, sizes);
             meta.keyed_state = Some(keyed_ref);
             incremental = Some(chain);
+            incremental_index = index;
         }
     }
     if let Some(keyed) = keyed.filter(|_| incremental.is_none()) {
@@ -339,6 +347,7 @@ fn write_part(
                 let keyed::Streamed {
                     entries,
                     states: sizes,
+                    ..
                 } = streamed;
                 states.splice(0..0, sizes);
                 (file, range, entries)
@@ -364,8 +373,18 @@ fn write_part(
         state: meta,
         states,
         incremental,
+        incremental_index,
     })
 }
+
+/// What [`write_incremental`] wrote: the subtask's keyed-state reference, its chain, the
+/// index of each file of the chain (if every one has one) and each state's new bytes.
+type WrittenChain = (
+    KeyedFileRef,
+    IncrementalKeyedRef,
+    Option<Vec<FileIndex>>,
+    Vec<StateBytes>,
+);
 
 /// Writes an incremental checkpoint's keyed file for `snapshot` into the job's `shared/`
 /// folder — a new base, or a delta (none when no key changed: the chain is reused as it
@@ -379,7 +398,7 @@ fn write_incremental(
     snapshot: &KeyedSnapshot,
     inc: &IncrementalSnapshot,
     ack: &mut TaskAck,
-) -> Result<(KeyedFileRef, IncrementalKeyedRef, Vec<StateBytes>)> {
+) -> Result<WrittenChain> {
     let range = snapshot.range;
     let mut chain = inc.chain.clone();
     let mut entries = 0;
@@ -403,15 +422,24 @@ fn write_incremental(
         if !inc.delta {
             chain.clear();
         }
+        let mut index = streamed.index;
+        // The sink counted from the payload's start; the index counts from the file's.
+        for g in &mut index.groups {
+            for span in &mut g.sections {
+                span.offset += HEADER_LEN as u64;
+            }
+        }
         chain.push(ChainFile {
             path: file.path,
             size: file.size,
             crc32c: file.crc32c,
             checkpoint_id: id,
             run_id: storage.run_id().to_string(),
+            index: Some(Arc::new(index)),
         });
     }
     *inc.written.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain.clone());
+    let index: Option<Vec<FileIndex>> = chain.iter().map(|f| f.index.as_deref().cloned()).collect();
     let mut files = chain.into_iter().map(|f| SharedFile {
         path: f.path,
         size: f.size,
@@ -439,7 +467,7 @@ fn write_incremental(
         base,
         deltas: files.collect(),
     };
-    Ok((keyed_ref, chain, sizes))
+    Ok((keyed_ref, chain, index, sizes))
 }
 
 /// Writes every file of `job`; the acknowledgement lists them. A captured snapshot is

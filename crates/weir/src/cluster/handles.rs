@@ -5,7 +5,8 @@
 //! What crosses: per operator its files (path, size, crc32c), key-group range, entries,
 //! parallelism and state sizes; with incremental checkpoints the chain of shared files its
 //! keyed state is (base and ordered deltas, each with its owner checkpoint, run, size and
-//! crc32c: `_metadata` lists them as they come); channel state; timings; the source's
+//! crc32c: `_metadata` lists them as they come) and each file's index of key-group sections,
+//! which a restore from remote storage fetches one key group at a time by; channel state; timings; the source's
 //! position; whether the snapshot froze the subtask's state. What does not: the frozen snapshot itself (the worker
 //! keeps it, [`Frozen::OnWorker`]) and the phase instants of the dashboard's timeline. Every
 //! file is recorded under the checkpoint it was written for and the coordinator's run id,
@@ -18,6 +19,8 @@ use crate::checkpoint::metadata::{
 };
 use crate::checkpoint::writer::{Frozen, OperatorAck, StateBytes, TaskAck};
 use crate::state::key_group::KeyGroupRange;
+use crate::state::keyed::{FileIndex, GroupSpans, SectionSpan};
+use crate::state::StateKind;
 
 use super::proto;
 
@@ -75,6 +78,9 @@ pub fn to_proto(attempt: u32, checkpoint: u64, of: &SubtaskRef, ack: &TaskAck) -
                 .map(|chain| proto::IncrementalChain {
                     base: Some(shared_to_proto(&chain.base)),
                     deltas: chain.deltas.iter().map(shared_to_proto).collect(),
+                    index: (op.incremental_index.iter().flatten())
+                        .map(index_to_proto)
+                        .collect(),
                 }),
         })
         .collect();
@@ -188,6 +194,12 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
                     bytes: s.bytes,
                 })
                 .collect(),
+            incremental_index: match (&op.incremental, &incremental) {
+                (Some(wire), Some(chain)) if !wire.index.is_empty() => {
+                    Some(index_from_proto(&wire.index, chain, ack, of)?)
+                }
+                _ => None,
+            },
             incremental,
         });
     }
@@ -291,6 +303,110 @@ fn chain_from_proto(
     })
 }
 
+/// One shared file's index (issue 25 item 4) as the Ack carries it.
+fn index_to_proto(index: &FileIndex) -> proto::SharedFileIndex {
+    proto::SharedFileIndex {
+        states: (index.states.iter().zip(&index.ttl))
+            .map(|((name, kind), ttl)| proto::IndexedState {
+                name: name.clone(),
+                kind: kind.name().to_string(),
+                ttl: *ttl,
+            })
+            .collect(),
+        groups: (index.groups.iter())
+            .map(|g| proto::KeyGroupSections {
+                group: g.group,
+                sections: (g.sections.iter())
+                    .map(|s| proto::SectionSpan {
+                        offset: s.offset,
+                        len: s.len,
+                        crc32c: s.crc32c,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The indexes of `chain`'s files from the Ack. One per file of the chain, each state of a
+/// known kind and each key group with a section per state, or the ack is refused naming
+/// the subtask: `_metadata` must never list an index a restore would misread (a restore
+/// without one reads the files whole, so a worker sends none rather than a partial one).
+fn index_from_proto(
+    wire: &[proto::SharedFileIndex],
+    chain: &IncrementalKeyedRef,
+    ack: &proto::Ack,
+    of: &SubtaskRef,
+) -> Result<Vec<FileIndex>, String> {
+    let refused = |what: String| {
+        format!(
+            "the acknowledgement of {}[{}] for checkpoint {} has an index of operator '{}' \
+             {what}",
+            of.task_uid, of.subtask, ack.checkpoint_id, chain.uid
+        )
+    };
+    let files = 1 + chain.deltas.len();
+    if wire.len() != files {
+        return Err(refused(format!(
+            "for {} file(s), but its chain has {files}",
+            wire.len()
+        )));
+    }
+    wire.iter()
+        .map(|f| {
+            let mut states = Vec::with_capacity(f.states.len());
+            for s in &f.states {
+                let kind = STATE_KINDS
+                    .into_iter()
+                    .find(|k| k.name() == s.kind)
+                    .ok_or_else(|| refused(format!("with a state of unknown kind {:?}", s.kind)))?;
+                states.push((s.name.clone(), kind));
+            }
+            let mut groups = Vec::with_capacity(f.groups.len());
+            for g in &f.groups {
+                if g.sections.len() != states.len() {
+                    return Err(refused(format!(
+                        "whose key group {} has {} section(s) for {} state(s)",
+                        g.group,
+                        g.sections.len(),
+                        states.len()
+                    )));
+                }
+                groups.push(GroupSpans {
+                    group: g.group,
+                    sections: (g.sections.iter())
+                        .map(|s| SectionSpan {
+                            offset: s.offset,
+                            len: s.len,
+                            crc32c: s.crc32c,
+                        })
+                        .collect(),
+                });
+            }
+            Ok(FileIndex {
+                ttl: f.states.iter().map(|s| s.ttl).collect(),
+                states,
+                groups,
+            })
+        })
+        .collect()
+}
+
+/// Every [`StateKind`], to read one back by its name.
+const STATE_KINDS: [StateKind; 11] = [
+    StateKind::Value,
+    StateKind::OperatorList,
+    StateKind::UnionList,
+    StateKind::List,
+    StateKind::Reducing,
+    StateKind::Aggregating,
+    StateKind::Map,
+    StateKind::ProcessingTimers,
+    StateKind::Broadcast,
+    StateKind::EventTimers,
+    StateKind::Window,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +456,7 @@ mod tests {
                     bytes: 40,
                 }],
                 incremental: None,
+                incremental_index: None,
             }],
             stats: TaskCheckpointStats {
                 sync_micros: 1,
@@ -438,6 +555,86 @@ mod tests {
         // The base is listed by the chain, not as a file written for this checkpoint.
         let paths: Vec<&str> = got.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["count/op-1"]);
+    }
+
+    /// The index of one file of [`incremental_ack`]'s chain: two states, two key groups.
+    fn file_index(seed: u64) -> FileIndex {
+        let span = |i: u64| SectionSpan {
+            offset: seed * 100 + i * 10,
+            len: i,
+            crc32c: (seed + i) as u32,
+        };
+        FileIndex {
+            states: vec![
+                ("count".into(), StateKind::Value),
+                ("timers".into(), StateKind::EventTimers),
+            ],
+            ttl: vec![true, false],
+            groups: vec![
+                GroupSpans {
+                    group: 64,
+                    sections: vec![span(1), span(0)],
+                },
+                GroupSpans {
+                    group: 100,
+                    sections: vec![span(2), span(3)],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_chains_index_crosses_whole_or_is_refused_naming_the_subtask() {
+        let mut sent = incremental_ack();
+        sent.operators[0].incremental_index = Some((0..3).map(file_index).collect());
+        let wire = to_proto(3, 7, &subtask(), &sent);
+        let got = from_proto(&wire, &subtask(), "run-c").unwrap();
+        assert_eq!(
+            got.operators[0].incremental_index,
+            sent.operators[0].incremental_index
+        );
+        // Without an index, none (a restore reads the files whole).
+        let plain = to_proto(3, 7, &subtask(), &incremental_ack());
+        let got = from_proto(&plain, &subtask(), "run-c").unwrap();
+        assert_eq!(got.operators[0].incremental_index, None);
+        // One index short of the chain's files.
+        let mut short = wire.clone();
+        short.operators[0].incremental.as_mut().unwrap().index.pop();
+        let e = from_proto(&short, &subtask(), "run-c").unwrap_err();
+        assert!(e.contains("count[1]") && e.contains("2 file(s)"), "{e}");
+        // A key group with a section short, and a kind this binary does not know.
+        let mut torn = wire.clone();
+        let index = &mut torn.operators[0].incremental.as_mut().unwrap().index;
+        index[1].groups[0].sections.pop();
+        let e = from_proto(&torn, &subtask(), "run-c").unwrap_err();
+        assert!(e.contains("key group 64 has 1 section(s)"), "{e}");
+        let mut foreign = wire;
+        let index = &mut foreign.operators[0].incremental.as_mut().unwrap().index;
+        index[2].states[0].kind = "queue".into();
+        let e = from_proto(&foreign, &subtask(), "run-c").unwrap_err();
+        assert!(e.contains("unknown kind \"queue\""), "{e}");
+    }
+
+    #[test]
+    fn every_state_kind_is_read_back_by_its_name() {
+        for kind in STATE_KINDS {
+            // Exhaustive: a new kind fails to compile here until it is listed.
+            match kind {
+                StateKind::Value
+                | StateKind::OperatorList
+                | StateKind::UnionList
+                | StateKind::List
+                | StateKind::Reducing
+                | StateKind::Aggregating
+                | StateKind::Map
+                | StateKind::ProcessingTimers
+                | StateKind::Broadcast
+                | StateKind::EventTimers
+                | StateKind::Window => {}
+            }
+            let back = STATE_KINDS.into_iter().filter(|k| k.name() == kind.name());
+            assert_eq!(back.collect::<Vec<_>>(), [kind]);
+        }
     }
 
     #[test]

@@ -287,6 +287,9 @@ fn run_job(
             metrics.notice(&mut result, notice);
         }
         result.restored_from = Some(r.path.clone());
+        if let Some(n) = r.lazy_notice(&storage.root().join(crate::storage::SHARED_DIR)) {
+            metrics.notice(&mut result, n);
+        }
     }
     // Every keyed state decided against the checkpoint, also before any thread starts
     // (issue 26); the job's schemas go into every checkpoint it writes.
@@ -459,7 +462,12 @@ fn run_job(
         control.update(|s| s.on_attempt_ended(&summary, wall_ms()));
         result.history.push(summary);
         match end {
-            AttemptEnd::Finished => break Ok(()),
+            AttemptEnd::Finished => {
+                if let Some(n) = crate::state::keyed::fetch_report() {
+                    metrics.notice(&mut result, n);
+                }
+                break Ok(());
+            }
             AttemptEnd::Failed(err) => {
                 control.update(|s| s.state = "restarting".into());
                 match restart_delay {

@@ -147,6 +147,7 @@ fn write_sample(dir: &Path) -> PathBuf {
         unaligned_tasks: 0,
         schemas: Vec::new(),
         incremental: Vec::new(),
+        incremental_index: Vec::new(),
     };
     storage
         .write_metadata(1, &postcard::to_stdvec(&meta).unwrap())

@@ -22,7 +22,10 @@
 //! delta has the layout of a keyed file; each of its entries is `postcard((key,
 //! Option<value>))`, so a key changed since the previous file of the chain carries its new
 //! value and a deleted one `None`. A restore applies base then deltas in order, key group
-//! by key group, so rescaling works as for full files.
+//! by key group, so rescaling works as for full files. `_metadata` (layout 8) also records
+//! where each state's section of each key group lies in every shared file, with its
+//! CRC-32C ([`FileIndex`](crate::state::keyed::FileIndex)), so a restore from object
+//! storage can read one key group alone.
 //!
 //! **How key groups map to files.** Subtask `i` of `p` owns the key groups
 //! [`KeyGroupRange::for_subtask`]`(i, p, max_parallelism)` and writes them all into one

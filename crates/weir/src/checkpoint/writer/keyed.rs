@@ -5,7 +5,7 @@ use super::super::layout::KeyedFileEncoder;
 use super::super::storage::{PayloadWriter, SpillFile};
 use super::StateBytes;
 use crate::error::Result;
-use crate::state::keyed::{EncodedShard, KeyedSnapshot};
+use crate::state::keyed::{EncodedShard, FileIndex, GroupSpans, KeyedSnapshot, SectionSpan};
 use crate::state::StateKind;
 
 /// Where an encoded keyed-state payload goes: a file being written, or memory.
@@ -127,6 +127,11 @@ impl<S: Spill> Regroup<S> {
     }
 
     /// Whether key group index `g` has entries in any table.
+    /// The length of table `t`'s section of key group index `g`.
+    fn section_len(&self, t: usize, g: usize) -> usize {
+        self.spilled[t][g].iter().map(|(_, len)| len).sum::<usize>() + self.batch[t][g].len()
+    }
+
     fn has(&self, g: usize) -> bool {
         (0..self.batch.len())
             .any(|t| !self.batch[t][g].is_empty() || !self.spilled[t][g].is_empty())
@@ -134,6 +139,7 @@ impl<S: Spill> Regroup<S> {
 
     /// Writes table `t`'s section of key group index `g` (its length, then its bytes) to
     /// `sink`, after `frame`.
+    /// Returns the section's length and CRC-32C (for the file's index).
     fn write_section(
         &mut self,
         t: usize,
@@ -141,20 +147,38 @@ impl<S: Spill> Regroup<S> {
         frame: &mut Vec<u8>,
         buf: &mut Vec<u8>,
         sink: &mut impl Sink,
-    ) -> Result<()> {
+    ) -> Result<(u64, u32)> {
         let spilled = &self.spilled[t][g];
         let len = spilled.iter().map(|(_, len)| len).sum::<usize>() + self.batch[t][g].len();
         KeyedFileEncoder::section(len, frame);
         sink.put(frame)?;
         frame.clear();
+        let mut crc = 0;
         for &(at, len) in spilled {
             if let Some(spill) = &mut self.spill {
                 buf.resize(len, 0);
                 spill.read_at(at, buf)?;
+                crc = crc32c::crc32c_append(crc, buf);
                 sink.put(buf)?;
             }
         }
-        sink.put(&std::mem::take(&mut self.batch[t][g]))
+        let rest = std::mem::take(&mut self.batch[t][g]);
+        crc = crc32c::crc32c_append(crc, &rest);
+        sink.put(&rest)?;
+        Ok((len as u64, crc))
+    }
+}
+
+/// A sink that counts the bytes put through it: where each section starts, for the index.
+struct Counted<'a, S> {
+    inner: &'a mut S,
+    at: u64,
+}
+
+impl<S: Sink> Sink for Counted<'_, S> {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.at += bytes.len() as u64;
+        self.inner.put(bytes)
     }
 }
 
@@ -166,6 +190,8 @@ pub(super) struct Streamed {
     /// Per state (the snapshot's tables, in order): its name and its encoded bytes, for
     /// the dashboard's state sizes.
     pub(super) states: Vec<StateBytes>,
+    /// Where each key group's sections lie, offsets counted from the payload's start.
+    pub(super) index: FileIndex,
 }
 
 /// Encodes `keyed` into `sink` as the payload of a keyed-state file
@@ -223,11 +249,25 @@ pub(super) fn stream_keyed<S: Spill>(
         &mut frame,
     )?;
     let mut buf = Vec::new();
+    let mut sink = Counted { inner: sink, at: 0 };
+    let mut spans = Vec::with_capacity(groups.len());
     for g in groups {
-        KeyedFileEncoder::group(range.start + g as u32, keyed.tables.len(), &mut frame);
+        let group = range.start + g as u32;
+        KeyedFileEncoder::group(group, keyed.tables.len(), &mut frame);
+        let mut sections = Vec::with_capacity(keyed.tables.len());
         for t in 0..keyed.tables.len() {
-            regroup.write_section(t, g, &mut frame, &mut buf, sink)?;
+            let mut len_prefix = Vec::new();
+            KeyedFileEncoder::section(regroup.section_len(t, g), &mut len_prefix);
+            // The section's bytes start after what is framed before them and their length.
+            let offset = sink.at + (frame.len() + len_prefix.len()) as u64;
+            let (len, crc32c) = regroup.write_section(t, g, &mut frame, &mut buf, &mut sink)?;
+            sections.push(SectionSpan {
+                offset,
+                len,
+                crc32c,
+            });
         }
+        spans.push(GroupSpans { group, sections });
     }
     let ttl: Vec<bool> = keyed.tables.iter().map(|t| t.ttl).collect();
     KeyedFileEncoder::trailer(&ttl, &mut frame)?;
@@ -235,5 +275,13 @@ pub(super) fn stream_keyed<S: Spill>(
     Ok(Streamed {
         entries,
         states: sizes,
+        index: FileIndex {
+            states: states
+                .iter()
+                .map(|(name, kind)| (name.to_string(), *kind))
+                .collect(),
+            ttl,
+            groups: spans,
+        },
     })
 }

@@ -258,6 +258,49 @@ pub struct IncrementalChain {
     pub base: ::core::option::Option<SharedFileHandle>,
     #[prost(message, repeated, tag = "2")]
     pub deltas: ::prost::alloc::vec::Vec<SharedFileHandle>,
+    /// Per file of the chain (base first, then the deltas, in order): where each key
+    /// group's sections lie, so that a restore from remote storage fetches a key group alone
+    /// (issue 25 item 4). Empty when a file has no index: a restore then reads the files whole.
+    #[prost(message, repeated, tag = "3")]
+    pub index: ::prost::alloc::vec::Vec<SharedFileIndex>,
+}
+/// The shape of one shared keyed file: its states and where each key group's sections lie.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct SharedFileIndex {
+    #[prost(message, repeated, tag = "1")]
+    pub states: ::prost::alloc::vec::Vec<IndexedState>,
+    #[prost(message, repeated, tag = "2")]
+    pub groups: ::prost::alloc::vec::Vec<KeyGroupSections>,
+}
+/// One state of a shared keyed file, as its header names it.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct IndexedState {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    /// StateKind's name ("value", "map", ...), as `weir state ls` prints it.
+    #[prost(string, tag = "2")]
+    pub kind: ::prost::alloc::string::String,
+    /// Whether its entries carry a TTL stamp.
+    #[prost(bool, tag = "3")]
+    pub ttl: bool,
+}
+/// Where one key group's sections lie, one per state in the order of `states`.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct KeyGroupSections {
+    #[prost(uint32, tag = "1")]
+    pub group: u32,
+    #[prost(message, repeated, tag = "2")]
+    pub sections: ::prost::alloc::vec::Vec<SectionSpan>,
+}
+/// A byte range of a shared keyed file and its CRC-32C (length 0: no entry).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SectionSpan {
+    #[prost(uint64, tag = "1")]
+    pub offset: u64,
+    #[prost(uint64, tag = "2")]
+    pub len: u64,
+    #[prost(uint32, tag = "3")]
+    pub crc32c: u32,
 }
 /// A file in the job folder's shared/ (path relative to the job folder), with the
 /// checkpoint it was written for and the run that wrote it (a chain outlives runs).

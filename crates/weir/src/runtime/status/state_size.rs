@@ -117,6 +117,7 @@ mod tests {
                         })
                         .collect(),
                     incremental: None,
+                    incremental_index: None,
                 })
                 .collect(),
             ..Default::default()

@@ -35,6 +35,7 @@ use super::incremental::{ChangeSet, DeferredKeys};
 use super::table::TableSnapshot;
 use super::ttl::{Ttl, SWEEP_EVERY};
 
+mod lazy;
 mod timer_order;
 mod views;
 mod writeback;
@@ -313,6 +314,7 @@ impl DiskStore {
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
             key_buf: Vec::new(),
+            remote: None,
             _s: std::marker::PhantomData,
         })
     }
@@ -340,6 +342,8 @@ pub(crate) struct DiskTier<K, S> {
     capacity: usize,
     max_parallelism: u32,
     key_buf: Vec<u8>,
+    /// Key groups a lazy restore left in storage (`None`: none, the usual case).
+    remote: Option<Box<lazy::Remote>>,
     _s: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -444,6 +448,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         if self.pending.iter().any(|w| w.dirty.contains(key)) {
             return Ok(());
         }
+        if self.remote.is_some() {
+            self.fetch_group_of(key)?;
+        }
         let mut buf = std::mem::take(&mut self.key_buf);
         self.encode_key(key, &mut buf)?;
         let found = self.ks.get(&buf).map_err(|e| self.err(e));
@@ -504,6 +511,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Whether the state has no entry (after a write-back: exact).
     pub(crate) fn is_empty(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<bool> {
+        self.fetch_all_remote()?;
         self.write_back(map, ttl)?;
         match self.ks.prefix(&self.prefix).next() {
             None => Ok(true),
@@ -513,6 +521,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Number of entries (after a write-back; a full scan: tests and tools only).
     pub(crate) fn len(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<usize> {
+        self.fetch_all_remote()?;
         self.write_back(map, ttl)?;
         let mut n = 0;
         for guard in self.ks.prefix(&self.prefix) {
@@ -524,6 +533,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Every key with state (after a write-back).
     pub(crate) fn keys(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<Vec<K>> {
+        self.fetch_all_remote()?;
         self.write_back(map, ttl)?;
         let mut keys = Vec::new();
         for guard in self.ks.prefix(&self.prefix) {
@@ -541,6 +551,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         ttl: Option<&Ttl<K>>,
         mut f: impl FnMut(&K, &S, Option<u64>),
     ) -> Result<()> {
+        self.fetch_all_remote()?;
         self.write_back(map, ttl)?;
         for guard in self.ks.prefix(&self.prefix) {
             let (k, v) = guard.into_inner().map_err(|e| self.err(e))?;
@@ -592,6 +603,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Removes every entry of the tier from the LSM (a window's pane dropped whole); the
     /// caller drops the cache.
     pub(crate) fn clear(&mut self) -> Result<()> {
+        self.drop_remote();
         self.settle()?;
         self.dirty.clear();
         let mut batch = self.store.db.batch().durability(None);
@@ -617,6 +629,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         ttl: Option<&Ttl<K>>,
         now: u64,
     ) -> Result<impl Iterator<Item = (K, S)> + use<K, S>> {
+        self.fetch_all_remote()?;
         self.write_back(map, ttl)?;
         let ttl_ms = ttl.map(|t| t.cfg.ttl_ms());
         let dir = self.store.dir.clone();
@@ -648,6 +661,8 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         ttl: Option<&mut Ttl<K>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        // A full snapshot reads the whole state: what is still in storage comes first.
+        self.fetch_all_remote()?;
         // A cache with an entry is a state with one; an empty cache (rare: the state is
         // empty, or every cached key was deleted) is checked against the LSM, after writing
         // back what is dirty — deletes only.

@@ -155,4 +155,16 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<()> {
         self.never()
     }
+    #[cfg(test)]
+    pub(crate) fn remote_groups(&self) -> usize {
+        self.never()
+    }
+    pub(crate) fn set_remote(
+        &mut self,
+        _what: String,
+        _remote: Vec<super::RemoteSection>,
+        _ttl: bool,
+    ) {
+        self.never()
+    }
 }

@@ -159,6 +159,9 @@ pub struct ChainFile {
     pub checkpoint_id: u64,
     /// The run that wrote it.
     pub run_id: String,
+    /// Where its key groups' sections lie (`None`: not known, as for a file of a chain
+    /// restored from a checkpoint without an index).
+    pub index: Option<Arc<super::remote::FileIndex>>,
 }
 
 /// Where the writer reports the chain a snapshot produced (base first), once its file is
@@ -312,6 +315,7 @@ mod tests {
             crc32c: 0,
             checkpoint_id: id,
             run_id: "r".into(),
+            index: None,
         }
     }
 

@@ -24,6 +24,7 @@ mod disk;
 mod evolve;
 mod handles;
 mod incremental;
+mod remote;
 mod table;
 mod timers;
 mod ttl;
@@ -38,6 +39,10 @@ pub use handles::{
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
 };
 pub use incremental::{ChainFile, IncrementalSnapshot};
+pub use remote::{
+    fetch_report, is_known_bad, FileIndex, GroupRead, GroupSpans, RemoteFile, RemoteSection,
+    SectionSpan,
+};
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
 pub(crate) use windows::WindowState;
@@ -71,6 +76,10 @@ pub struct RestoredState {
     /// The schema it was written with (`None`: a checkpoint from before schemas were
     /// recorded, restored as unversioned).
     pub schema: Option<crate::state::schema::StateSchema>,
+    /// Sections left in the checkpoint storage by a lazy restore (issue 25 item 4), per key
+    /// group in chain order (base, then deltas): the disk backend fetches a group's on its
+    /// first access; the memory backend, and a state whose schema migrates, at declaration.
+    pub remote: Vec<RemoteSection>,
 }
 
 /// Encoded keyed state restored for this subtask, by state name.
@@ -265,6 +274,17 @@ impl<K: Key> KeyedStateBackend<K> {
         }
     }
 
+    /// Key groups a lazy restore left in storage and no table fetched yet, per state, for
+    /// tests.
+    #[cfg(test)]
+    pub(crate) fn remote_groups(&self) -> Vec<(String, usize)> {
+        self.names
+            .iter()
+            .zip(&self.tables)
+            .map(|(n, t)| (n.clone(), t.remote_groups()))
+            .collect()
+    }
+
     /// Number of keys with state, per state, for tests.
     #[cfg(test)]
     pub fn sizes(&mut self) -> Vec<(String, usize)> {
@@ -338,7 +358,8 @@ impl<K: Key> KeyedStateBackend<K> {
             ),
             _ => Table::new(kind, ttl),
         };
-        let restored = self.restored.remove(name);
+        let mut restored = self.restored.remove(name);
+        let remote = self.take_remote::<S>(&mut restored, version, table.is_on_disk())?;
         if let Some(r) = &restored {
             let mismatch = if r.kind != kind {
                 Some(format!(
@@ -371,6 +392,9 @@ impl<K: Key> KeyedStateBackend<K> {
             self.evolve::<S>(name, kind, version, ttl, restored, migration)?;
         if !sections.is_empty() || !changes.is_empty() {
             table.restore(name, &sections, &changes)?;
+        }
+        if !remote.is_empty() {
+            table.set_remote(name, remote);
         }
         self.names.push(name.to_string());
         self.table_types.push(TypeId::of::<Table<K, S>>());

@@ -63,6 +63,11 @@ pub(crate) trait StateTable<K>: Send {
     fn len(&mut self) -> Result<usize>;
     /// Every key that has state in this table (for `apply_to_all_keys`).
     fn keys(&mut self) -> Result<Vec<K>>;
+    /// Key groups a lazy restore left in storage that this table has not fetched yet.
+    #[cfg(test)]
+    fn remote_groups(&self) -> usize {
+        0
+    }
 }
 
 /// The encoded entries of one shard of a table's view, grouped by key group: the writer
@@ -134,6 +139,22 @@ impl<K: Key, S: StateValue> Table<K, S> {
             ttl,
             disk: None,
             hooks,
+        }
+    }
+
+    /// Whether the table's entries live on disk (the map caching them).
+    pub fn is_on_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// Hands the disk tier the sections a lazy restore left in storage (state `name`),
+    /// fetched by key group on first access. Only called for a table on disk
+    /// ([`Table::is_on_disk`]); elsewhere it does nothing.
+    pub fn set_remote(&mut self, name: &str, remote: Vec<super::RemoteSection>) {
+        let what = format!("keyed {} state '{name}'", self.kind.name());
+        let ttl = self.ttl.is_some();
+        if let Some(disk) = &mut self.disk {
+            disk.set_remote(what, remote, ttl);
         }
     }
 
@@ -246,6 +267,10 @@ impl<K: Key, S: StateValue> Table<K, S> {
 }
 
 impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
+    #[cfg(test)]
+    fn remote_groups(&self) -> usize {
+        self.disk.as_ref().map_or(0, |d| d.remote_groups())
+    }
     fn kind(&self) -> StateKind {
         self.kind
     }

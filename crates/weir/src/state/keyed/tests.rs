@@ -67,6 +67,7 @@ fn value_state_round_trips_through_a_snapshot(on: On) {
             sections: groups.into_iter().map(Into::into).collect(),
             changes: Vec::new(),
             schema: None,
+            remote: Vec::new(),
         },
     );
     let mut b2 = backend(on, restored);
@@ -121,6 +122,7 @@ fn wrong_type_on_restore_is_a_clear_error(on: On) {
             sections: vec![vec![1u8].into()],
             changes: Vec::new(),
             schema: None,
+            remote: Vec::new(),
         },
     );
     let mut b = backend(on, restored);
@@ -151,6 +153,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>) -> RestoredKeyedState {
                 sections: groups.into_iter().map(Into::into).collect(),
                 changes: Vec::new(),
                 schema: None,
+                remote: Vec::new(),
             },
         );
     }
@@ -418,6 +421,7 @@ fn unclaimed_states_are_reported_once_and_let_go(on: On) {
             sections: vec![vec![1u8, 2].into()],
             changes: Vec::new(),
             schema: None,
+            remote: Vec::new(),
         },
     );
     let mut b = backend(on, restored);
@@ -687,6 +691,7 @@ fn a_failed_disk_restore_leaves_no_entry_behind() {
             sections: vec![section.into()],
             changes: Vec::new(),
             schema: None,
+            remote: Vec::new(),
         },
     );
     let mut b = backend(On::Disk { cache: 4 }, restored);

@@ -378,7 +378,9 @@ impl<K: Key> KeyedStateBackend<K> {
                 max_parallelism: self.max_parallelism,
             }),
         };
-        let restored = self.restored.remove(name);
+        let mut restored = self.restored.remove(name);
+        // Panes are dropped whole by window end, not fetched by key group: eager.
+        self.take_remote::<WindowSlot<ACC>>(&mut restored, 0, false)?;
         if let Some(r) = restored
             .as_ref()
             .filter(|r| r.kind != StateKind::Window || r.ttl)

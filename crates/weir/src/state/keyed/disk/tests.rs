@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::state::keyed::RemoteSection;
 
 /// A tier of `u64` counts over key groups 0..16 of 16, caching `cache` keys, in a folder
 /// of its own (kept alive by the returned guard).
@@ -145,4 +146,110 @@ fn write_backs_reach_the_lsm_in_barrier_order_whoever_runs_them() {
     t.encode_key(&1, &mut key).unwrap();
     let live = t.ks.get(&key).unwrap().map(|v| v.to_vec());
     assert_eq!(live, Some(vec![3]), "the newest value is the LSM's");
+}
+
+/// A shared file in `dir` holding, per key group of 16, a base section of keys `0..400`
+/// (`k → k`) and a delta section setting every 5th key to `k + 1` and deleting every 7th:
+/// the sections a lazy restore hands the tier, and the state they make.
+fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, u64>) {
+    use crate::state::keyed::{RemoteFile, SectionSpan};
+    let mut bytes = b"header bytes no section covers".to_vec();
+    let mut spans = Vec::new();
+    let mut truth = BTreeMap::new();
+    for g in 0..16u32 {
+        let keys: Vec<u64> = (0..400).filter(|k| key_group(k, 16) == g).collect();
+        let mut base = Vec::new();
+        let mut delta = Vec::new();
+        for &k in &keys {
+            base.extend(postcard::to_stdvec(&(k, k)).unwrap());
+            truth.insert(k, k);
+            if k % 7 == 0 {
+                delta.extend(postcard::to_stdvec(&(k, None::<u64>)).unwrap());
+                truth.remove(&k);
+            } else if k % 5 == 0 {
+                delta.extend(postcard::to_stdvec(&(k, Some(k + 1))).unwrap());
+                truth.insert(k, k + 1);
+            }
+        }
+        for (section, is_delta) in [(base, false), (delta, true)] {
+            let span = SectionSpan {
+                offset: bytes.len() as u64,
+                len: section.len() as u64,
+                crc32c: crc32c::crc32c(&section),
+            };
+            bytes.extend(section);
+            spans.push((g, span, is_delta));
+        }
+    }
+    std::fs::write(dir.join("shared-file"), bytes).unwrap();
+    let file = std::sync::Arc::new(RemoteFile {
+        store: std::sync::Arc::from(crate::storage::open_backend(dir).unwrap()),
+        key: "shared-file".into(),
+        shown: dir.join("shared-file"),
+        checkpoint_id: 7,
+    });
+    let sections = spans
+        .into_iter()
+        .map(|(group, span, delta)| RemoteSection {
+            file: file.clone(),
+            group,
+            span,
+            delta,
+            shared: None,
+        })
+        .collect();
+    (sections, truth)
+}
+
+#[test]
+fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
+    let (mut t, mut map, dir) = tier(1000);
+    let (sections, mut truth) = remote_sections(dir.path());
+    t.set_remote("keyed value state 'x'".into(), sections, false);
+    assert_eq!((t.remote_groups(), written(&t)), (16, 0));
+    // A read fetches its key's group (base and delta), nothing else.
+    let k = 10u64;
+    assert_eq!(get(&mut t, &mut map, k), truth.get(&k).copied());
+    let in_group = truth
+        .keys()
+        .filter(|o| key_group(*o, 16) == key_group(&k, 16))
+        .count();
+    assert_eq!((t.remote_groups(), written(&t)), (15, in_group));
+    // A write to a key of another group lands on top of that group's restored entries.
+    let other = (0..400u64)
+        .find(|o| key_group(o, 16) != key_group(&k, 16) && truth.contains_key(o))
+        .unwrap();
+    put(&mut t, &mut map, other, 9999);
+    truth.insert(other, 9999);
+    assert_eq!(t.remote_groups(), 14);
+    // A snapshot reads the whole state: the rest is fetched first, and it is exact.
+    let view = snapshot(&mut t, &mut map);
+    assert_eq!(t.remote_groups(), 0);
+    assert_eq!(read(&*view), truth);
+}
+
+#[test]
+fn a_damaged_remote_section_fails_the_access_naming_the_file_and_a_clear_forgets_the_rest() {
+    let (mut t, mut map, dir) = tier(1000);
+    let (sections, _) = remote_sections(dir.path());
+    let victim = sections.iter().find(|s| s.span.len > 0).unwrap().clone();
+    let path = dir.path().join("shared-file");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[victim.span.offset as usize] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let k = (0..400u64)
+        .find(|k| key_group(k, 16) == victim.group)
+        .unwrap();
+    let e = t
+        .fault_in(&mut map, None, &k, false)
+        .expect_err("the damaged section fails its fetch")
+        .to_string();
+    assert!(
+        e.contains(&path.display().to_string()) && e.contains("checksum"),
+        "{e}"
+    );
+    assert!(crate::state::keyed::is_known_bad(&path));
+    t.clear().unwrap();
+    assert_eq!((t.remote_groups(), written(&t)), (0, 0));
 }

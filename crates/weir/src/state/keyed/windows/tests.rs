@@ -82,6 +82,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredK
                 sections,
                 changes: Vec::new(),
                 schema: None,
+                remote: Vec::new(),
             },
         );
     }

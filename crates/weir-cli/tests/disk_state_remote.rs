@@ -1,0 +1,223 @@
+//! Keyed state on disk whose durable copy stays in object storage (issue 25 item 4), end to
+//! end on a moto S3 server: keyed-count with `--state-backend disk --incremental-checkpoints
+//! --checkpoint-dir s3://…`, stopped once a checkpoint with a delta completed and SIGKILLed,
+//! resumes with `--restore latest` lazily — the restore reads no shared file, and no byte
+//! of keyed state is fetched before the first record touches a key group (the run's own
+//! report of what it fetched on demand) — and ends exact (`--verify`). A shared file
+//! deleted from the bucket afterwards is named when the next restore skips the checkpoint.
+#![cfg(feature = "s3")]
+
+mod common;
+
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::moto;
+use common::*;
+use weir::storage::open_backend;
+
+/// How long the killed run's lease on the job folder lasts (renewed every third of it).
+const LEASE_SECONDS: u64 = 4;
+
+/// Complete checkpoints (ids) of the job folder at `url`.
+fn complete_on_s3(url: &str) -> Vec<u64> {
+    let store = open_backend(Path::new(url)).expect("the S3 location opens");
+    let mut ids: Vec<u64> = store
+        .list("")
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
+        .filter(|id| store.size(&format!("chk-{id}/_metadata")).is_ok())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The chains of checkpoint `id` of the job folder at `url` (`None`: unreadable, e.g.
+/// removed by retention meanwhile).
+fn chains(url: &str, id: u64) -> Option<Vec<weir::inspect::IncrementalKeyedRef>> {
+    weir::inspect::incremental_chains(Path::new(&format!("{url}/chk-{id}"))).ok()
+}
+
+fn has_delta(url: &str, id: u64) -> bool {
+    chains(url, id).is_some_and(|c| c.iter().any(|c| !c.deltas.is_empty()))
+}
+
+fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// The number after `prefix` on a line of `text` (e.g. `"restoring lazily: "` → bytes).
+fn number_after(text: &str, prefix: &str) -> Option<u64> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// keyed-count on the disk backend with incremental checkpoints into bucket `bucket`:
+/// the arguments of a run (`restore`: resumed with `--restore latest --verify`).
+struct Job {
+    tmp: tempfile::TempDir,
+    dir: String,
+    /// The job folder (`s3://<bucket>/chk/keyed-count`).
+    url: String,
+}
+
+impl Job {
+    const EVENTS: u64 = 300_000;
+    const KEYS: u64 = 4000;
+
+    fn new(bucket: &str) -> Job {
+        moto::make_bucket(bucket);
+        let dir = format!("s3://{bucket}/chk");
+        Job {
+            tmp: tempfile::tempdir().unwrap(),
+            url: format!("{dir}/keyed-count"),
+            dir,
+        }
+    }
+
+    fn out(&self) -> std::path::PathBuf {
+        self.tmp.path().join("out")
+    }
+
+    fn command(&self, restore: bool) -> std::process::Command {
+        let (st, out) = (s(&self.tmp.path().join("state")), s(&self.out()));
+        let extra = [
+            "--rate",
+            if restore { "2000000" } else { "20000" },
+            // The resumed run takes no checkpoint before its end (the first checkpoint of
+            // an attempt is a new base, which fetches every key group still remote): so
+            // what it fetched before its first record is what the restore itself read.
+            "--checkpoint-interval",
+            if restore { "1h" } else { "100ms" },
+            "--checkpoint-dir",
+            &self.dir,
+            "--state-backend",
+            "disk",
+            "--state-dir",
+            &st,
+            "--incremental-checkpoints",
+            "--value-bytes",
+            "512",
+            "--output",
+            &out,
+        ];
+        let mut c = weir(
+            self.tmp.path(),
+            keyed_count_args(Job::EVENTS, Job::KEYS, &extra, restore),
+        );
+        c.envs(moto::child_env())
+            .env("WEIR_S3_LEASE_SECONDS", LEASE_SECONDS.to_string());
+        c
+    }
+
+    /// Runs the job, stops it (SIGSTOP) once its newest complete checkpoint is a chain
+    /// with a delta — so no newer one completes between the look and the kill — SIGKILLs
+    /// it, waits until its lease on the job folder expired, and returns that checkpoint.
+    fn kill_at_a_delta(&self) -> u64 {
+        let mut child = spawn_logged(&mut self.command(false), &self.tmp.path().join("first.log"));
+        // The 120 s limit is a safety net, not a pass condition.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let newest = loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                panic!("the run exited ({st}) before a checkpoint with a delta completed");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no checkpoint with a delta completed"
+            );
+            let last = complete_on_s3(&self.url).last().copied();
+            if last.is_some_and(|id| has_delta(&self.url, id)) {
+                signal(&child, libc::SIGSTOP);
+                let last = complete_on_s3(&self.url).last().copied();
+                match last.filter(|&id| has_delta(&self.url, id)) {
+                    Some(id) => break id,
+                    None => signal(&child, libc::SIGCONT),
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        sigkill_running(&mut child, "the run checkpointing to S3");
+        let expired =
+            Instant::now() + Duration::from_secs(LEASE_SECONDS) + Duration::from_millis(500);
+        thread::sleep(expired.saturating_duration_since(Instant::now()));
+        newest
+    }
+}
+
+#[test]
+fn a_restore_from_s3_fetches_key_groups_on_first_access_and_is_exact() {
+    let job = Job::new("lazy-restore");
+    let newest = job.kill_at_a_delta();
+    let chain_bytes: u64 = chains(&job.url, newest)
+        .expect("the newest checkpoint reads")
+        .iter()
+        .flat_map(|c| std::iter::once(&c.base).chain(&c.deltas))
+        .map(|f| f.size)
+        .sum();
+    let resumed = run(&mut job.command(true));
+    resumed.assert_success();
+    assert!(
+        resumed.stdout.contains("verify: OK"),
+        "{}",
+        resumed.describe()
+    );
+    let attempts = assert_resumed(&resumed, Job::EVENTS);
+    let (id, _, _) = attempts[0].restored.clone().expect("it restored");
+    assert_eq!(id, newest, "{}", resumed.describe());
+    // The restore left the state in the bucket…
+    let remote = number_after(&resumed.stderr, "restoring lazily: ")
+        .unwrap_or_else(|| panic!("no lazy restore\n{}", resumed.describe()));
+    assert!(
+        remote > 0 && remote <= chain_bytes,
+        "{remote} bytes left remote of {chain_bytes}\n{}",
+        resumed.describe()
+    );
+    // …and nothing was fetched before a record touched a key group; the rest was fetched
+    // on demand (the final checkpoint fetched what no record touched).
+    let fetched = number_after(&resumed.stderr, "key-group sections (")
+        .unwrap_or_else(|| panic!("no report of what was fetched\n{}", resumed.describe()));
+    // (Reads of a key group for several states also read the lengths between sections.)
+    assert!(
+        fetched >= remote,
+        "{fetched} of {remote}\n{}",
+        resumed.describe()
+    );
+    let before = number_after(
+        &resumed.stderr,
+        "ms) from the checkpoint storage on demand; ",
+    );
+    assert_eq!(before, Some(0), "{}", resumed.describe());
+    assert_keyed_count_exact(&job.out(), Job::EVENTS, Job::KEYS);
+}
+
+#[test]
+fn a_shared_file_deleted_from_the_bucket_is_named_when_the_restore_skips_its_checkpoint() {
+    let job = Job::new("lazy-deleted");
+    let newest = job.kill_at_a_delta();
+    let chain = chains(&job.url, newest).expect("the newest checkpoint reads");
+    let base = &chain[0].base.path;
+    let store = open_backend(Path::new(&job.url)).unwrap();
+    store.delete(base).expect("the base is deleted");
+    // Restoring that checkpoint by path fails at once, naming the file.
+    let path = format!("{}/chk-{newest}", job.url);
+    let mut by_path = job.command(false);
+    by_path.args(["--restore", &path]);
+    let r = run(&mut by_path);
+    assert_clean_error(&r, 1, &[base.as_str(), "missing"]);
+    // `--restore latest` skips it (and every checkpoint sharing that base), naming it.
+    let r = run(&mut job.command(true));
+    assert!(
+        r.stderr.contains(&format!("skipping checkpoint {newest}"))
+            && r.stderr.contains(base.as_str())
+            && r.stderr.contains("missing"),
+        "{}",
+        r.describe()
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.describe());
+}

@@ -1,0 +1,361 @@
+//! Keyed state whose durable copy stays in the checkpoint storage (issue 25 item 4): a
+//! restore of an incremental checkpoint from remote storage reads no shared file up front;
+//! each state's section of a key group is fetched — one ranged read per file of the chain,
+//! checked against the checksum the writer recorded for that section — when the key group
+//! is first accessed (docs/design-notes.md, "Durable copy in object storage").
+//!
+//! The writer records, per shared keyed file, where each state's section of each key group
+//! lies and its CRC-32C ([`FileIndex`], in `_metadata` layout 8). The checkpoint layer
+//! hands each state of a subtask the sections of its key groups still in storage
+//! ([`RemoteSection`], in `RestoredState::remote`); the disk tier fetches a group's sections
+//! before it first reads a key of it, and every section before it reads the whole state.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::state::StateKind;
+use crate::storage::backend::StorageBackend;
+use crate::storage::shared_bytes::SharedBytes;
+
+/// Where one state's section of one key group lies in a shared keyed file: its bytes (the
+/// section's entries, without their length prefix) from `offset` (from the start of the
+/// file, envelope header included) for `len` bytes, and their CRC-32C — what lets a ranged
+/// read be checked without reading the whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionSpan {
+    /// Offset of the section's first byte in the file.
+    pub offset: u64,
+    /// Its length in bytes (0: the state has no entry in the group).
+    pub len: u64,
+    /// CRC-32C of its bytes.
+    pub crc32c: u32,
+}
+
+/// The sections of one key group of a shared keyed file, one per state in the order of
+/// [`FileIndex::states`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSpans {
+    /// The key group.
+    pub group: u32,
+    /// One span per state.
+    pub sections: Vec<SectionSpan>,
+}
+
+/// The index of a shared keyed file (a base or a delta): its header's states and TTL
+/// flags and where each key group's sections lie. With it a restore knows a file's shape
+/// without reading it, and can read any one section alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIndex {
+    /// `(name, kind)` of each state, as in the file's header.
+    pub states: Vec<(String, StateKind)>,
+    /// Per state: whether its entries carry a TTL stamp.
+    pub ttl: Vec<bool>,
+    /// Non-empty key groups, ascending.
+    pub groups: Vec<GroupSpans>,
+}
+
+/// A shared keyed file left in storage by a restore: where to read it and how to name it.
+#[derive(Debug)]
+pub struct RemoteFile {
+    /// The job folder's storage.
+    pub store: Arc<dyn StorageBackend>,
+    /// The file's key in `store` (`shared/<uid>/<file>`).
+    pub key: String,
+    /// The file's full path, for messages.
+    pub shown: PathBuf,
+    /// The checkpoint the restore started from, for messages.
+    pub checkpoint_id: u64,
+}
+
+/// One state's section of one key group still in storage: applied (a base's) or applied
+/// on top (a delta's, in chain order) when fetched.
+#[derive(Debug, Clone)]
+pub struct RemoteSection {
+    /// The file holding it.
+    pub file: Arc<RemoteFile>,
+    /// The key group.
+    pub group: u32,
+    /// Where it lies.
+    pub span: SectionSpan,
+    /// Whether it is a delta's (entries `(key, Option<value>)`).
+    pub delta: bool,
+    /// The read of its key group's sections of every state of the subtask that needs one
+    /// (`None`: read alone).
+    pub shared: Option<Arc<GroupRead>>,
+}
+
+/// One key group's sections in one file, for every state of a subtask that needs one:
+/// read with one ranged GET by the first state that needs its section, the others taking
+/// theirs from the same buffer (a record usually touches every state of its key, so the
+/// states of a key group are wanted together). The buffer is freed once every section
+/// holding this read was loaded (or dropped).
+#[derive(Debug)]
+pub struct GroupRead {
+    /// The bytes of the file covering every wanted section.
+    range: std::ops::Range<u64>,
+    /// What the read gave: the bytes, or why it failed and whether the file is bad.
+    read: OnceLock<ReadResult>,
+}
+
+/// A ranged read's bytes, or why it failed and whether that makes the file bad (missing
+/// or damaged, rather than the store out of reach).
+type ReadResult = std::result::Result<Arc<Vec<u8>>, (String, bool)>;
+
+impl GroupRead {
+    /// A read of `spans`' key group, not yet made.
+    pub fn new(spans: &[SectionSpan]) -> Option<Arc<GroupRead>> {
+        let wanted = spans.iter().filter(|s| s.len > 0);
+        let start = wanted.clone().map(|s| s.offset).min()?;
+        let end = wanted.map(|s| s.offset + s.len).max()?;
+        Some(Arc::new(GroupRead {
+            range: start..end,
+            read: OnceLock::new(),
+        }))
+    }
+}
+
+/// Bytes fetched on demand by this process, and key-group sections fetched (for the
+/// run's report and the tests).
+static FETCHED_BYTES: AtomicU64 = AtomicU64::new(0);
+static FETCHED_SECTIONS: AtomicU64 = AtomicU64::new(0);
+/// Ranged reads made for them.
+static FETCH_REQUESTS: AtomicU64 = AtomicU64::new(0);
+/// Time spent in those fetches (microseconds, summed over threads).
+static FETCH_MICROS: AtomicU64 = AtomicU64::new(0);
+/// [`FETCHED_BYTES`] when the first key group was fetched because a key of it was
+/// accessed (`u64::MAX`: not yet): what was read before any record touched the state.
+static BEFORE_FIRST_ACCESS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Shared files a fetch found missing or damaged in this process: a restart must not
+/// restore a checkpoint listing them again (its restore would fail the same way, over and
+/// over), so [`is_known_bad`] makes the checkpoint unusable, as a damaged file found by an
+/// eager restore does.
+fn known_bad() -> &'static Mutex<HashSet<PathBuf>> {
+    static BAD: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    BAD.get_or_init(Default::default)
+}
+
+/// Why the shared file `shown` cannot be used, if a fetch of this process found it missing
+/// or damaged.
+pub fn is_known_bad(shown: &std::path::Path) -> bool {
+    known_bad()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(shown)
+}
+
+/// What this process fetched on demand (for the run's report and the tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchStats {
+    /// Sections fetched (one state's part of one key group of one file each).
+    pub sections: u64,
+    /// Ranged reads made for them (one per key group and file, shared by its states).
+    pub requests: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Time spent fetching them, in microseconds.
+    pub micros: u64,
+    /// Bytes fetched before the first key group was fetched for an access of one of its
+    /// keys (`None`: none was).
+    pub before_first_access: Option<u64>,
+}
+
+/// What this process fetched on demand so far.
+pub fn fetch_stats() -> FetchStats {
+    let before = BEFORE_FIRST_ACCESS.load(Ordering::Relaxed);
+    FetchStats {
+        sections: FETCHED_SECTIONS.load(Ordering::Relaxed),
+        requests: FETCH_REQUESTS.load(Ordering::Relaxed),
+        bytes: FETCHED_BYTES.load(Ordering::Relaxed),
+        micros: FETCH_MICROS.load(Ordering::Relaxed),
+        before_first_access: (before != u64::MAX).then_some(before),
+    }
+}
+
+/// What the run reports at its end about a lazy restore (`None`: nothing was fetched on
+/// demand): sections, bytes, reads and time, and the bytes fetched before any record
+/// touched a key group — zero unless timers or a migrating state needed theirs first.
+pub fn fetch_report() -> Option<String> {
+    let f = fetch_stats();
+    (f.sections > 0).then(|| {
+        format!(
+            "lazy restore: fetched {} key-group sections ({} bytes in {} reads, {} ms) from \
+             the checkpoint storage on demand; {} bytes before the first access of a key group",
+            f.sections,
+            f.bytes,
+            f.requests,
+            f.micros / 1000,
+            f.before_first_access.unwrap_or(f.bytes)
+        )
+    })
+}
+
+/// Records that a key group is being fetched because one of its keys was accessed.
+pub(crate) fn note_access_fetch() {
+    let now = FETCHED_BYTES.load(Ordering::Relaxed);
+    let _ =
+        BEFORE_FIRST_ACCESS.compare_exchange(u64::MAX, now, Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// Reads `section` from storage (one ranged read) and checks it against its recorded
+/// checksum. A missing or damaged file fails with an error naming it and the way out, and
+/// is remembered ([`is_known_bad`]) so the restart that follows does not restore from it
+/// again.
+pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
+    let span = section.span;
+    let file = &section.file;
+    if span.len == 0 {
+        return Ok(SharedBytes::from(Vec::new()));
+    }
+    // `bad`: the file is missing or damaged (not the store out of reach, which a restart
+    // waits out): remembered, so no restart of this process restores from it again.
+    let fail = |why: String, bad: bool| {
+        if bad {
+            known_bad()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(file.shown.clone());
+        }
+        let way_out = if bad {
+            "the checkpoint cannot be restored from: restore from an earlier one \
+             (--restore latest skips checkpoints whose files are missing)"
+        } else {
+            "the checkpoint storage may be out of reach: the task restarts and fetches again"
+        };
+        Error::Restore(format!(
+            "shared state file {} of checkpoint {} (key group {}, fetched on first access): \
+             {why}; {way_out}",
+            file.shown.display(),
+            file.checkpoint_id,
+            section.group
+        ))
+    };
+    // One ranged read; counted (bytes, time) once however many sections share it.
+    let read = |range: std::ops::Range<u64>| {
+        let started = std::time::Instant::now();
+        let len = range.end - range.start;
+        let got = file.store.get(&file.key, Some(range)).map_err(|e| {
+            let bad = e.is_not_found();
+            (e.to_string(), bad)
+        })?;
+        if got.len() as u64 != len {
+            return Err((
+                format!(
+                    "read {} bytes where the checkpoint recorded {len}: the file is truncated",
+                    got.len()
+                ),
+                true,
+            ));
+        }
+        let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
+        FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
+        FETCHED_BYTES.fetch_add(len, Ordering::Relaxed);
+        FETCH_REQUESTS.fetch_add(1, Ordering::Relaxed);
+        Ok(got)
+    };
+    let bytes = match &section.shared {
+        Some(group) => {
+            let buf = group
+                .read
+                .get_or_init(|| read(group.range.clone()).map(Arc::new))
+                .clone()
+                .map_err(|(why, bad)| fail(why, bad))?;
+            let at = span.offset.checked_sub(group.range.start);
+            let within = at.and_then(|at| {
+                let at = usize::try_from(at).ok()?;
+                SharedBytes::new(buf, at..at.checked_add(usize::try_from(span.len).ok()?)?)
+            });
+            within.ok_or_else(|| {
+                fail(
+                    "the section lies outside its key group's read (the index is damaged)".into(),
+                    true,
+                )
+            })?
+        }
+        None => SharedBytes::from(
+            read(span.offset..span.offset + span.len).map_err(|(why, bad)| fail(why, bad))?,
+        ),
+    };
+    if bytes.len() as u64 != span.len {
+        return Err(fail(
+            format!(
+                "read {} bytes where the checkpoint recorded {}: the file is truncated",
+                bytes.len(),
+                span.len
+            ),
+            true,
+        ));
+    }
+    let crc = crc32c::crc32c(&bytes);
+    if crc != span.crc32c {
+        return Err(fail(
+            format!(
+                "the section's checksum is {crc:08x}, the checkpoint recorded {:08x}: the \
+                 file is damaged or was replaced",
+                span.crc32c
+            ),
+            true,
+        ));
+    }
+    FETCHED_SECTIONS.fetch_add(1, Ordering::Relaxed);
+    Ok(bytes)
+}
+
+/// Fetches every section of `remote` (in their order), splitting them into a base's and
+/// the deltas' — what an eager restore hands a table: for the memory backend, and for a
+/// state whose schema migrates (its bytes are re-encoded before loading).
+pub fn fetch_all(remote: &[RemoteSection]) -> Result<(Vec<SharedBytes>, Vec<SharedBytes>)> {
+    let (mut sections, mut changes) = (Vec::new(), Vec::new());
+    for s in remote {
+        let bytes = fetch(s)?;
+        if bytes.is_empty() {
+            continue;
+        }
+        if s.delta {
+            changes.push(bytes);
+        } else {
+            sections.push(bytes);
+        }
+    }
+    Ok((sections, changes))
+}
+
+impl<K: crate::state::Key> super::KeyedStateBackend<K> {
+    /// Takes the sections `restored` left in storage, before the state is decided and
+    /// loaded: returns them when the table will fetch them by key group on access (`lazy`:
+    /// a table on disk); otherwise fetches them now into `restored`'s sections and
+    /// changes — for the memory backend, a window state, and a state whose schema differs
+    /// from the recorded one (a migration re-encodes every entry before loading). A probe
+    /// loads nothing, so fetches nothing.
+    pub(super) fn take_remote<S: crate::state::StateValue>(
+        &mut self,
+        restored: &mut Option<super::RestoredState>,
+        version: u32,
+        lazy: bool,
+    ) -> Result<Vec<RemoteSection>> {
+        let Some(r) = restored.as_mut().filter(|r| !r.remote.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        if self.probing {
+            r.remote.clear();
+            return Ok(Vec::new());
+        }
+        let same_schema = r
+            .schema
+            .as_ref()
+            .is_none_or(|old| *old == crate::state::schema::schema_of::<S>(version));
+        if lazy && self.disk.is_some() && same_schema {
+            return Ok(std::mem::take(&mut r.remote));
+        }
+        let (sections, changes) = fetch_all(&r.remote)?;
+        r.remote.clear();
+        r.sections.extend(sections);
+        r.changes.extend(changes);
+        Ok(Vec::new())
+    }
+}
