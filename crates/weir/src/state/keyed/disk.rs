@@ -485,25 +485,25 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         if self.dirty.is_empty() {
             return Ok(());
         }
-        let mut batch = self.store.db.batch().durability(None);
-        let (mut key, mut bytes) = (Vec::new(), 0);
-        for k in self.dirty.drain() {
-            lsm_key(&self.prefix, &k, self.max_parallelism, &mut key)?;
-            if let Some(changes) = &mut self.changes {
-                changes.record(&key, self.capacity);
-            }
-            bytes += key.len();
-            match map.get(&k) {
-                None => batch.remove(&self.ks, key.as_slice()),
-                Some(v) => {
-                    // A value without a stamp is not live (as in memory): stamp 0.
-                    let stamp = ttl.map(|t| t.stamps.get(&k).copied().unwrap_or(0));
-                    let value = lsm_value(v, stamp)?;
-                    bytes += value.len();
-                    batch.insert(&self.ks, key.as_slice(), value);
+        let dirty: Vec<K> = self.dirty.drain().collect();
+        let (capacity, changes) = (self.capacity, &mut self.changes);
+        let (batch, bytes) = writeback::sorted_batch(
+            &self.store,
+            &self.ks,
+            (&self.prefix, self.max_parallelism),
+            dirty.iter(),
+            // A value without a stamp is not live (as in memory): stamp 0.
+            |k| {
+                (map.get(k))
+                    .map(|v| lsm_value(v, ttl.map(|t| t.stamps.get(k).copied().unwrap_or(0))))
+                    .transpose()
+            },
+            |key| {
+                if let Some(changes) = changes.as_mut() {
+                    changes.record(key, capacity);
                 }
-            }
-        }
+            },
+        )?;
         self.store.commit(&self.ks, batch, bytes)?;
         self.store.hold_for_views();
         Ok(())
