@@ -90,9 +90,10 @@ impl Job {
         let extra = [
             "--rate",
             if restore { "2000000" } else { "20000" },
-            // The resumed run takes no checkpoint before its end (the first checkpoint of
-            // an attempt is a new base, which fetches every key group still remote): so
-            // what it fetched before its first record is what the restore itself read.
+            // The resumed run takes no checkpoint before its end (its first continues the
+            // restored chain as a delta, but a chain due for a new base would fetch every
+            // key group still remote): so what it fetched before its first record is what
+            // the restore itself read.
             "--checkpoint-interval",
             if restore { "1h" } else { "100ms" },
             "--checkpoint-dir",
@@ -179,7 +180,8 @@ fn a_restore_from_s3_fetches_key_groups_on_first_access_and_is_exact() {
         resumed.describe()
     );
     // …and nothing was fetched before a record touched a key group; the rest was fetched
-    // on demand (the final checkpoint fetched what no record touched).
+    // on demand (keyed-count emits every count at the end of input, and the final
+    // checkpoint's snapshot of a finished task is full: both read every key group).
     let fetched = number_after(&resumed.stderr, "key-group sections (")
         .unwrap_or_else(|| panic!("no report of what was fetched\n{}", resumed.describe()));
     // (Reads of a key group for several states also read the lengths between sections.)
