@@ -180,7 +180,7 @@ fn from_another_folder_the_first_checkpoint_is_a_new_base() {
 }
 
 #[test]
-fn a_restored_state_left_undeclared_is_not_continued() {
+fn a_restored_state_left_undeclared_or_dropped_is_not_continued() {
     let job = base_and_delta_of_two();
     let path = job.storage.checkpoint_path(2);
     let checkpoint = restore::load(&path).unwrap();
@@ -204,4 +204,10 @@ fn a_restored_state_left_undeclared_is_not_continued() {
     );
     let chain = checkpoint.own_chain(UID, 0, 2, MAXP, job.storage.root());
     assert!(!s.backend.continue_restored_chain(chain, &[]));
+    // Nor a chain with a state this run drops (--allow-non-restored-state).
+    let mut checkpoint = checkpoint;
+    checkpoint.drop_state(UID, "aged");
+    assert!(checkpoint
+        .own_chain(UID, 0, 2, MAXP, job.storage.root())
+        .is_none());
 }
