@@ -10,7 +10,8 @@
 //! base and deltas); each later one changes a few keys, so the checkpoint after it is a
 //! delta on the confirmed chain. Once the newest checkpoint of a hold lists a delta, a
 //! worker is SIGKILLed there — the kill lands at a known position whatever the machine's
-//! speed — and the restarted attempt resumes from a checkpoint of that hold, exactly. The
+//! speed — and the restarted attempt resumes from a checkpoint of that hold, exactly, its
+//! first checkpoint continuing the restored chains on both workers (a delta). The
 //! finished run leaves no shared file that no retained checkpoint lists, and the same
 //! checkpoint restores exactly in one process at parallelism 3 and on three workers. With
 //! `--retained-checkpoints 3`, the coordinator's retention removes every shared file the
@@ -200,6 +201,32 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
     // The input is held: every checkpoint from here lists that chain.
     c.kill_worker("w2");
     c.add_worker("w2-again");
+    // The restarted attempt counts its holds afresh: released up to hold `i`, it holds at
+    // the next, so its first checkpoint is taken before the end of input (not a finished
+    // task's full snapshot).
+    for r in 0..=i {
+        fs::write(dir.join(release_file(r)), b"go").unwrap();
+    }
+    let held = P * (hold(i) + hold(i + 1));
+    let deadline = Instant::now() + TIMEOUT;
+    while !(completed_checkpoints(&job).iter())
+        .any(|id| position(&job.join(format!("chk-{id}"))) == Some(held))
+    {
+        if let Some(st) = c.coordinator.try_wait().expect("try_wait") {
+            panic!(
+                "the coordinator exited ({st}) after the restart:
+{}",
+                c.text()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of the restarted attempt at its hold ({held} records):
+{}",
+            c.text()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
     for i in 0..HOLDS {
         fs::write(dir.join(release_file(i)), b"go").unwrap();
     }
@@ -228,6 +255,32 @@ fn incremental_checkpoints_on_two_workers_survive_a_worker_sigkill_at_a_delta_ex
         "{} lists no delta",
         path.display()
     );
+    // The restarted attempt's first checkpoint continues each restored chain (none was
+    // due for a new base: `settled_delta`): the restored files, then a delta of what
+    // changed since — on the replacement worker too.
+    let restored_chains = chains(&dir.join(&path)).expect("the restored checkpoint reads");
+    let first = (completed_checkpoints(&job).into_iter())
+        .find(|&c| c > id)
+        .expect("the restarted attempt completed a checkpoint");
+    let first_chains = chains(&job.join(format!("chk-{first}"))).expect("it reads");
+    assert_eq!(first_chains.len(), restored_chains.len(), "chk-{first}");
+    for (new, old) in first_chains.iter().zip(&restored_chains) {
+        assert_eq!(
+            (new.subtask, &new.base),
+            (old.subtask, &old.base),
+            "chk-{first}"
+        );
+        assert_eq!(
+            new.deltas[..old.deltas.len()],
+            old.deltas[..],
+            "chk-{first}"
+        );
+        assert_eq!(
+            new.deltas.len(),
+            old.deltas.len() + 1,
+            "chk-{first}: {new:?}"
+        );
+    }
     let again = (ended.workers.iter())
         .find(|(name, _, _)| name == "w2-again")
         .expect("the replacement's log");

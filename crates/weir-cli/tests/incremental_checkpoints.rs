@@ -2,7 +2,9 @@
 //! keyed-count SIGKILLed once its newest checkpoint is a chain with a delta, then resumed
 //! with `--restore latest` from that very checkpoint — at the same parallelism, and
 //! rescaled from 2 to 3 — is exact (`--verify`), and the finished run leaves every shared
-//! file listed by a retained checkpoint.
+//! file listed by a retained checkpoint. At the same parallelism the resumed run's first
+//! checkpoint continues the restored chains (a delta after the restored files); rescaled
+//! it is a new base.
 //!
 //! The checkpoint layer's own tests (`crates/weir/src/checkpoint/incremental_tests.rs`)
 //! cover the byte counts, retention and the fallback past damaged shared files.
@@ -75,14 +77,20 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
             "--state-dir",
             &st,
             "--incremental-checkpoints",
-            "--retained-checkpoints",
-            "3",
         ]
         .into_iter()
         .map(String::from)
         .collect();
+        if !restore {
+            a.extend(["--retained-checkpoints", "3"].map(String::from));
+        }
         if restore {
             a.extend(["--restore", "latest", "--verify"].map(String::from));
+            // Each generator subtask holds after 100 events of the resumed run until the
+            // test has read the run's first checkpoint (every one is retained until then).
+            let release = s(&tmp.path().join("release"));
+            a.extend(["--hold-at", "100", "--release-file", &release].map(String::from));
+            a.extend(["--retained-checkpoints", "1000"].map(String::from));
         }
         a
     };
@@ -119,11 +127,22 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
         Some(newest),
         "nothing completed after the stop"
     );
+    let restored = chains(&job, newest).expect("the restored checkpoint reads");
+    let first = {
+        let (job, release) = (job.clone(), tmp.path().join("release"));
+        let at = position(&job, newest).expect("the restored checkpoint reads");
+        // The generator keeps its splits (one per subtask of the first run) when rescaled:
+        // that many subtasks hold after 100 events each.
+        let held = at + u64::from(p) * 100;
+        thread::spawn(move || first_checkpoint_after(&job, newest, held, &release))
+    };
     let run = resume_from(
         &mut weir(tmp.path(), args(resume_p, true)),
         newest,
         "incremental checkpoints",
     );
+    let (first, first_chains) = first.join().expect("the watcher read the first checkpoint");
+    assert_continues(&restored, first, &first_chains, p == resume_p);
     assert!(run.stdout.contains("verify: OK"), "{}", run.describe());
     assert!(
         run.stdout.contains(&format!("parallelism {resume_p}")) || resume_p == p,
@@ -165,6 +184,85 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
             for f in std::fs::read_dir(uid.unwrap().path()).unwrap() {
                 let f = f.unwrap().path();
                 assert!(listed.contains(&f), "orphaned shared file {}", f.display());
+            }
+        }
+    }
+}
+
+/// Records the sources of checkpoint `id` of `job` had read (`None`: unreadable).
+fn position(job: &Path, id: u64) -> Option<u64> {
+    let path = job.join(format!("chk-{id}"));
+    let sources = weir::inspect::source_progress(&path).ok()?;
+    Some(sources.iter().map(|s| s.records).sum())
+}
+
+/// Waits until the resumed run (restored from checkpoint `restored` of `job`) completed a
+/// checkpoint at its hold (`held` records read), then returns the first checkpoint it
+/// completed and that one's chains, and releases the hold (also on failure, so the run
+/// ends either way).
+fn first_checkpoint_after(
+    job: &Path,
+    restored: u64,
+    held: u64,
+    release: &Path,
+) -> (u64, Vec<weir::inspect::IncrementalKeyedRef>) {
+    struct Release<'a>(&'a Path);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0, b"");
+        }
+    }
+    let _release = Release(release);
+    // The 120 s limit is a safety net, not a pass condition.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done: Vec<u64> = completed_checkpoints(job)
+            .into_iter()
+            .filter(|&id| id > restored)
+            .collect();
+        if done.iter().any(|&id| position(job, id) == Some(held)) {
+            let first = done[0];
+            return (first, chains(job, first).expect("it is retained"));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of the resumed run at its hold"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The resumed run's first checkpoint `first` (its `chains`) against the chains `restored`
+/// of the checkpoint it restored: at the same parallelism (`same_p`) each subtask continues
+/// its restored chain — a delta after the restored files — unless that chain was due for a
+/// new base (its deltas past half the base, or 16 of them: `state/keyed/incremental.rs`);
+/// rescaled, every chain is a new base.
+fn assert_continues(
+    restored: &[weir::inspect::IncrementalKeyedRef],
+    first: u64,
+    chains: &[weir::inspect::IncrementalKeyedRef],
+    same_p: bool,
+) {
+    let due = |c: &weir::inspect::IncrementalKeyedRef| {
+        let deltas: u64 = c.deltas.iter().map(|d| d.size).sum();
+        c.deltas.len() >= 16 || 2 * deltas > c.base.size
+    };
+    assert!(!chains.is_empty());
+    for chain in chains {
+        let old = restored.iter().find(|c| c.subtask == chain.subtask);
+        match old.filter(|c| same_p && !due(c)) {
+            Some(old) => {
+                assert_eq!(chain.base, old.base, "subtask {}", chain.subtask);
+                assert_eq!(chain.deltas[..old.deltas.len()], old.deltas[..]);
+                assert_eq!(
+                    chain.deltas.len(),
+                    old.deltas.len() + 1,
+                    "checkpoint {first}: a delta of what changed since the restore: {chain:?}"
+                );
+            }
+            None => {
+                assert!(chain.deltas.is_empty(), "a new base: {chain:?}");
+                assert_eq!(chain.base.checkpoint_id, first);
             }
         }
     }

@@ -646,3 +646,6 @@ fn a_half_written_shared_file_is_swept_with_the_orphans() {
 
 #[path = "lazy_restore_tests.rs"]
 mod lazy_restore;
+
+#[path = "claim_tests.rs"]
+mod claim;

@@ -774,6 +774,9 @@ impl RestoredCheckpoint {
     }
 }
 
+#[path = "restore_claim.rs"]
+mod claim;
+
 #[cfg(test)]
 #[path = "restore_tests.rs"]
 mod tests;

@@ -14,7 +14,7 @@ use crate::runtime::watermark::WatermarkStatus;
 use crate::state::broadcast::{
     BroadcastContext, BroadcastStateStore, BroadcastStore, ReadOnlyBroadcastContext,
 };
-use crate::state::keyed::{RestoredKeyedState, StateBackendKind};
+use crate::state::keyed::{ChainFile, RestoredKeyedState, StateBackendKind};
 use crate::state::operator::{AssignedLists, InitContext, OperatorIdentity, SnapshotContext};
 
 mod keyed;
@@ -36,6 +36,9 @@ pub struct OperatorContext {
     pub operator_state: AssignedLists,
     /// Keyed state sections for this subtask's key groups.
     pub keyed_state: RestoredKeyedState,
+    /// This subtask's own chain of an incremental checkpoint it restores (same key groups,
+    /// this job's folder), which its backend continues instead of starting a new base.
+    pub(crate) restored_chain: Option<Vec<ChainFile>>,
     /// The job's name.
     pub job_name: String,
     /// Where a keyed operator keeps this subtask's keyed state.

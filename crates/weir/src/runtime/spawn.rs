@@ -121,6 +121,15 @@ impl Executor<'_> {
             Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,
             None => Default::default(),
         };
+        let restored_chain = restore.and_then(|r| {
+            r.own_chain(
+                &uid,
+                subtask,
+                p,
+                self.cfg.max_parallelism,
+                self.storage.root(),
+            )
+        });
         Ok(OperatorContext {
             uid,
             subtask,
@@ -129,6 +138,7 @@ impl Executor<'_> {
             restored: restore.is_some(),
             operator_state,
             keyed_state,
+            restored_chain,
             job_name: self.cfg.name.clone(),
             state_backend: self
                 .state_backend

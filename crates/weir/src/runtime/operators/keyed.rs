@@ -60,13 +60,15 @@ impl<K: Key, O, F, KS> KeyedProcessOp<K, O, F, KS> {
         backend.set_owner(&ctx.uid);
         backend.init_timers()?;
         f.open(&mut KeyedStateStore::new(&mut backend))?;
-        for name in backend.unclaimed() {
+        let unclaimed = backend.unclaimed();
+        for name in &unclaimed {
             eprintln!(
                 "weir: warning: operator '{}' no longer declares keyed state '{name}'; \
                  its restored entries are dropped",
                 ctx.uid
             );
         }
+        backend.continue_restored_chain(ctx.restored_chain.take(), &unclaimed);
         Ok(KeyedProcessOp {
             uid: ctx.uid,
             f,

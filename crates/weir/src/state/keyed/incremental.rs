@@ -11,10 +11,15 @@
 //!   checkpoints only. A checkpoint that is aborted, or never confirmed, changes nothing:
 //!   its set stays in the union until a later checkpoint is confirmed (its changes are
 //!   "merged back").
+//! * A restore of this subtask's own chain (same key groups, this job's folder) continues
+//!   it ([`Tracker::continue_restored`]): the restored checkpoint is complete, so its chain
+//!   is confirmed, and the first checkpoint after the restore is a delta of what changed
+//!   since (what the restore loaded is not a change). Any other restore starts without one.
 //! * A base (full file) is written when there is no confirmed chain (the first checkpoint
-//!   of an attempt: a restore never continues a chain), when a set overflowed its bound (its
-//!   keys are unknown), or when the chain's deltas grew past [`MATERIALIZE_RATIO`] of the
-//!   base or past [`MAX_DELTAS`] files ("materialisation"), bounding restore work and disk.
+//!   of an attempt that did not continue a restored chain), when a set overflowed its bound
+//!   (its keys are unknown), or when the chain's deltas grew past [`MATERIALIZE_RATIO`] of
+//!   the base or past [`MAX_DELTAS`] files ("materialisation"), bounding restore work and
+//!   disk; the restored chain's deltas count like any others.
 //! * Savepoints never touch any of this: they are full and canonical.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -202,13 +207,26 @@ pub(crate) enum Plan {
 /// The incremental-checkpoint bookkeeping of one keyed backend (one operator subtask).
 #[derive(Debug, Default)]
 pub(crate) struct Tracker {
-    /// The chain of the newest confirmed checkpoint of this attempt (base first).
+    /// The chain of the newest confirmed checkpoint of this attempt, or the restored chain
+    /// it continues (base first).
     confirmed: Option<Vec<ChainFile>>,
     /// Snapshots since, ascending by id.
     pending: Vec<Pending>,
 }
 
 impl Tracker {
+    /// Continues `chain`, this subtask's own chain as the restored checkpoint lists it
+    /// (Flink's claim mode): it becomes the confirmed chain, so the next checkpoint is a
+    /// delta on it holding only the keys changed since the restore. Safe because that
+    /// checkpoint is complete (its `_metadata` exists), so every file of its chain is
+    /// confirmed by definition, and retention keeps them while a checkpoint lists them.
+    /// Only before the first snapshot: a chain confirmed in this attempt is never replaced.
+    pub(crate) fn continue_restored(&mut self, chain: Vec<ChainFile>) {
+        if self.confirmed.is_none() && self.pending.is_empty() && !chain.is_empty() {
+            self.confirmed = Some(chain);
+        }
+    }
+
     /// At checkpoint `id`'s snapshot: records `sets` (each state's keys changed since the
     /// previous snapshot) and decides between a base and a delta. `union_limit` bounds the
     /// keys a delta may hold per state (past it a base is cheaper to reason about).
@@ -413,6 +431,40 @@ mod tests {
         };
         assert_eq!(s5.chain, vec![file(1, 1000), file(4, 30)]);
         assert_eq!(delta_keys(&p5), [b"w".to_vec()]);
+    }
+
+    #[test]
+    fn a_continued_restored_chain_is_confirmed_and_counts_toward_materialisation() {
+        let mut t = Tracker::default();
+        let restored = vec![file(4, 1000), file(5, 100), file(6, 100)];
+        t.continue_restored(restored.clone());
+        let p = t.plan(7, vec![Some(set(&[b"a"]))], 100);
+        let Plan::Delta(s, _) = &p else {
+            panic!("{p:?}")
+        };
+        assert_eq!(
+            s.chain, restored,
+            "the first checkpoint after the restore is a delta"
+        );
+        assert_eq!(delta_keys(&p), [b"a".to_vec()]);
+        // Once planned, a later restored chain changes nothing (none can come, but still).
+        t.continue_restored(vec![file(9, 1)]);
+        let p = t.plan(8, vec![Some(set(&[b"b"]))], 100);
+        let Plan::Delta(s, _) = &p else {
+            panic!("{p:?}")
+        };
+        assert_eq!(s.chain, restored);
+        // The restored deltas count: past half the base, the next is a base.
+        let mut t = Tracker::default();
+        t.continue_restored(vec![file(4, 1000), file(5, 300), file(6, 300)]);
+        let p = t.plan(7, vec![Some(set(&[b"a"]))], 100);
+        assert!(matches!(p, Plan::Base(_)), "{p:?}");
+        // So do their number.
+        let mut t = Tracker::default();
+        let deltas = (1..=MAX_DELTAS as u64).map(|i| file(i, 1));
+        t.continue_restored(std::iter::once(file(0, 1_000_000)).chain(deltas).collect());
+        let p = t.plan(40, vec![Some(set(&[b"a"]))], 100);
+        assert!(matches!(p, Plan::Base(_)), "{p:?}");
     }
 
     #[test]

@@ -258,6 +258,37 @@ impl<K: Key> KeyedStateBackend<K> {
         }
     }
 
+    /// Once every state is declared (after [`KeyedStateBackend::unclaimed`], which returned
+    /// `unclaimed`): continues `chain`, this subtask's own chain in the restored checkpoint
+    /// (`RestoredCheckpoint::own_chain` decided it is: same key groups, this job's folder),
+    /// so the first checkpoint after the restore is a delta rather than a new base that
+    /// reads every key group (a lazy restore's too). Not with incremental checkpoints off,
+    /// and not when the chain's entries are not what a delta in this job may follow: a
+    /// restored state dropped or left undeclared (the chain would bring its entries back),
+    /// or re-encoded by a migration (the chain holds the old encoding). Returns whether it
+    /// continued.
+    pub(crate) fn continue_restored_chain(
+        &mut self,
+        chain: Option<Vec<ChainFile>>,
+        unclaimed: &[String],
+    ) -> bool {
+        use crate::state::schema::Decision;
+        let (Some(chain), Some((tracker, _))) = (chain, &mut self.incremental) else {
+            return false;
+        };
+        let as_written = self.declared.iter().all(|d| {
+            matches!(
+                d.decision,
+                Decision::AsIs | Decision::Unversioned | Decision::New
+            )
+        });
+        if !unclaimed.is_empty() || !as_written || self.probing {
+            return false;
+        }
+        tracker.continue_restored(chain);
+        true
+    }
+
     /// Checkpoint `id` completed: with incremental checkpoints, the chain it wrote is the
     /// one later deltas build on.
     pub(crate) fn notify_complete(&mut self, id: u64) {
