@@ -195,6 +195,7 @@ impl ControlHub {
     }
 
     /// A cluster's coordinator: the status lists `board`'s workers from now on.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn set_board(&self, board: Arc<dyn WorkerBoard>) {
         *self.board.lock().unwrap_or_else(|p| p.into_inner()) = Board(Some(board));
     }

@@ -155,7 +155,7 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<()> {
         self.never()
     }
-    #[cfg(test)]
+    #[cfg(all(test, feature = "disk-state"))]
     pub(crate) fn remote_groups(&self) -> usize {
         self.never()
     }

@@ -307,7 +307,7 @@ impl<K: Key> KeyedStateBackend<K> {
 
     /// Key groups a lazy restore left in storage and no table fetched yet, per state, for
     /// tests.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "disk-state"))]
     pub(crate) fn remote_groups(&self) -> Vec<(String, usize)> {
         self.names
             .iter()

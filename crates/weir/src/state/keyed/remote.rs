@@ -196,6 +196,7 @@ pub fn fetch_report() -> Option<String> {
 }
 
 /// Records that a key group is being fetched because one of its keys was accessed.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
 pub(crate) fn note_access_fetch() {
     let now = FETCHED_BYTES.load(Ordering::Relaxed);
     let _ =

@@ -64,7 +64,7 @@ pub(crate) trait StateTable<K>: Send {
     /// Every key that has state in this table (for `apply_to_all_keys`).
     fn keys(&mut self) -> Result<Vec<K>>;
     /// Key groups a lazy restore left in storage that this table has not fetched yet.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "disk-state"))]
     fn remote_groups(&self) -> usize {
         0
     }
@@ -267,7 +267,7 @@ impl<K: Key, S: StateValue> Table<K, S> {
 }
 
 impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
-    #[cfg(test)]
+    #[cfg(all(test, feature = "disk-state"))]
     fn remote_groups(&self) -> usize {
         self.disk.as_ref().map_or(0, |d| d.remote_groups())
     }
