@@ -24,16 +24,7 @@ const LEASE_SECONDS: u64 = 4;
 
 /// Complete checkpoints (ids) of the job folder at `url`.
 fn complete_on_s3(url: &str) -> Vec<u64> {
-    let store = open_backend(Path::new(url)).expect("the S3 location opens");
-    let mut ids: Vec<u64> = store
-        .list("")
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|n| n.strip_prefix("chk-")?.parse().ok())
-        .filter(|id| store.size(&format!("chk-{id}/_metadata")).is_ok())
-        .collect();
-    ids.sort_unstable();
-    ids
+    complete_checkpoint_ids(Path::new(url))
 }
 
 /// The chains of checkpoint `id` of the job folder at `url` (`None`: unreadable, e.g.

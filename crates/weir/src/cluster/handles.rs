@@ -356,9 +356,7 @@ fn index_from_proto(
         .map(|f| {
             let mut states = Vec::with_capacity(f.states.len());
             for s in &f.states {
-                let kind = STATE_KINDS
-                    .into_iter()
-                    .find(|k| k.name() == s.kind)
+                let kind = StateKind::from_name(&s.kind)
                     .ok_or_else(|| refused(format!("with a state of unknown kind {:?}", s.kind)))?;
                 states.push((s.name.clone(), kind));
             }
@@ -391,21 +389,6 @@ fn index_from_proto(
         })
         .collect()
 }
-
-/// Every [`StateKind`], to read one back by its name.
-const STATE_KINDS: [StateKind; 11] = [
-    StateKind::Value,
-    StateKind::OperatorList,
-    StateKind::UnionList,
-    StateKind::List,
-    StateKind::Reducing,
-    StateKind::Aggregating,
-    StateKind::Map,
-    StateKind::ProcessingTimers,
-    StateKind::Broadcast,
-    StateKind::EventTimers,
-    StateKind::Window,
-];
 
 #[cfg(test)]
 mod tests {
@@ -617,7 +600,7 @@ mod tests {
 
     #[test]
     fn every_state_kind_is_read_back_by_its_name() {
-        for kind in STATE_KINDS {
+        for kind in StateKind::ALL {
             // Exhaustive: a new kind fails to compile here until it is listed.
             match kind {
                 StateKind::Value
@@ -632,8 +615,11 @@ mod tests {
                 | StateKind::EventTimers
                 | StateKind::Window => {}
             }
-            let back = STATE_KINDS.into_iter().filter(|k| k.name() == kind.name());
+            let back = StateKind::ALL
+                .into_iter()
+                .filter(|k| k.name() == kind.name());
             assert_eq!(back.collect::<Vec<_>>(), [kind]);
+            assert_eq!(StateKind::from_name(kind.name()), Some(kind));
         }
     }
 

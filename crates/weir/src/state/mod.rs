@@ -88,6 +88,27 @@ pub enum StateKind {
 }
 
 impl StateKind {
+    /// Every kind, in variant order: to read one back by its [`name`](Self::name) where a
+    /// format carries the name (the cluster's `Ack`), and to test that names stay distinct.
+    pub const ALL: [StateKind; 11] = [
+        StateKind::Value,
+        StateKind::OperatorList,
+        StateKind::UnionList,
+        StateKind::List,
+        StateKind::Reducing,
+        StateKind::Aggregating,
+        StateKind::Map,
+        StateKind::ProcessingTimers,
+        StateKind::Broadcast,
+        StateKind::EventTimers,
+        StateKind::Window,
+    ];
+
+    /// The kind whose [`name`](Self::name) is `name`, if any.
+    pub fn from_name(name: &str) -> Option<StateKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// A short lowercase name for messages and tools.
     pub fn name(self) -> &'static str {
         match self {

@@ -34,7 +34,7 @@ fn start_in(worker: WorkerId, run: &str) -> Exchange {
 }
 
 /// Worker 1 dials worker 2.
-fn pair() -> (Exchange, Exchange) {
+pub(crate) fn pair() -> (Exchange, Exchange) {
     let a = start(1, "secret");
     let b = start(2, "secret");
     a.connect(2, &b.local_addr().to_string()).unwrap();
@@ -42,7 +42,7 @@ fn pair() -> (Exchange, Exchange) {
 }
 
 /// Waits until `cond` holds; fails naming `what` after a minute (a hang, not a slow machine).
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
+pub(crate) fn wait_until(what: &str, cond: impl Fn() -> bool) {
     let start = Instant::now();
     while !cond() {
         assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");

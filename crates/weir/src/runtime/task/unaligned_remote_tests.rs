@@ -5,45 +5,22 @@
 //! send out of permits gives its batch back once a barrier waits. Every wait is for a state,
 //! never for a time.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::super::test_support::{context, LogChain};
 use super::*;
 use crate::checkpoint::writer::SnapshotPayload;
 use crate::runtime::alignment::CheckpointingMode;
 use crate::runtime::codec::TypeRegistry;
-use crate::runtime::exchange::{ChannelBound, Exchange, ExchangeConfig};
+use crate::runtime::exchange::tests::{pair, wait_until};
+use crate::runtime::exchange::ChannelBound;
 use crate::runtime::remote::{Inlet, Outlet};
 
 fn codec() -> Arc<dyn RecordCodec<u64>> {
     TypeRegistry::with_common_types().codec::<u64>().unwrap()
-}
-
-/// Workers 1 and 2 on loopback, 1 dialled 2 (keep-alive lenient: a starved CI host is no
-/// lost peer here).
-fn pair() -> (Exchange, Exchange) {
-    let start = |worker| {
-        let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut config = ExchangeConfig::new(worker, listen, "secret");
-        config.keepalive_timeout = Duration::from_secs(600);
-        Exchange::start(config).unwrap()
-    };
-    let (a, b) = (start(1), start(2));
-    a.connect(2, &b.local_addr().to_string()).unwrap();
-    (a, b)
-}
-
-/// Waits until `cond` holds; fails naming `what` after a minute (a hang, not a slow machine).
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Batches of 100 records the sender queues before its snapshot.
