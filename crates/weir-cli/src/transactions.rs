@@ -186,28 +186,53 @@ fn latest_checkpoints(
     let rows = checkpoints::list(dir)?;
     let mut latest: BTreeMap<String, (u64, PathBuf)> = BTreeMap::new();
     let mut seen = BTreeSet::new();
+    // Checkpoints with a `_metadata` that cannot be read (corrupt, foreign, truncated).
+    let mut unreadable: Vec<(String, u64, String)> = Vec::new();
     for r in rows {
         if job.is_some_and(|j| j != r.job) {
             continue;
         }
         seen.insert(r.job.clone());
-        if let Status::Complete(..) = r.status {
-            let e = latest
-                .entry(r.job.clone())
-                .or_insert((r.id, r.path.clone()));
-            if r.id >= e.0 {
-                *e = (r.id, r.path.clone());
+        match r.status {
+            Status::Complete(..) => {
+                let e = latest
+                    .entry(r.job.clone())
+                    .or_insert((r.id, r.path.clone()));
+                if r.id >= e.0 {
+                    *e = (r.id, r.path.clone());
+                }
             }
+            Status::Unreadable(cause) => unreadable.push((r.job.clone(), r.id, cause)),
+            Status::Incomplete => {}
         }
     }
     let missing: Vec<&String> = seen.iter().filter(|j| !latest.contains_key(*j)).collect();
     if let Some(j) = missing.first() {
+        let damaged: Vec<String> = unreadable
+            .iter()
+            .filter(|(job, ..)| job == *j)
+            .map(|(_, id, cause)| format!("chk-{id}: {cause}"))
+            .collect();
         bail!(
-            "job `{j}` has no completed checkpoint in {}, so nothing says which of its \
+            "job `{j}` has no completed checkpoint in {}{}, so nothing says which of its \
              transactions to commit; restart the job from a savepoint instead, or roll its \
              transactions back by hand",
-            dir.display()
+            dir.display(),
+            match damaged.is_empty() {
+                true => String::new(),
+                false => format!(" (unreadable: {})", damaged.join("; ")),
+            }
         );
+    }
+    // A newer checkpoint that cannot be read is passed over, as `--restore latest` passes
+    // over it: say so, since the verdicts then follow an older checkpoint.
+    for (j, id, cause) in &unreadable {
+        if let Some((used, _)) = latest.get(j).filter(|(used, _)| used < id) {
+            notes.push(format!(
+                "job `{j}`: chk-{id} is unreadable ({cause}); judged by chk-{used}, the \
+                 newest readable checkpoint, which `--restore latest` would restore"
+            ));
+        }
     }
     if latest.is_empty() {
         bail!(

@@ -91,3 +91,59 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
     assert!(orphans.stdout.contains(&format!("deleted {ORPHAN}")));
     assert_eq!(hidden_files(&out), vec![FOREIGN.to_string()]);
 }
+
+/// A checkpoint whose `_metadata` cannot be read (here: a foreign file) is never taken for
+/// the job's word: a newer one is passed over with a note naming it (the verdicts follow
+/// the newest readable checkpoint, as `--restore latest` would), and a job with no
+/// readable checkpoint is an error naming the unreadable one and the way out.
+#[test]
+fn an_unreadable_checkpoint_is_passed_over_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk");
+    let out = tmp.path().join("out");
+    let sink = format!("files:{}", s(&out));
+    let done = run(&mut weir(
+        tmp.path(),
+        keyed_count_updates(&chk, &sink, 2_000, 7, &[]),
+    ));
+    done.assert_success();
+    let newest = *completed_checkpoints(&chk.join("keyed-count"))
+        .last()
+        .expect("the final checkpoint");
+    let foreign = newest + 1;
+    let job_dir = checkpoint_dir(&chk).join("keyed-count");
+    write_object(
+        &job_dir.join(format!("chk-{foreign}/_metadata")),
+        b"{\"json\": true}",
+    );
+    let chk_arg = checkpoint_arg(&chk);
+    let list = transactions(tmp.path(), "list", &chk_arg, &sink, &[]);
+    list.assert_success();
+    for needle in [
+        &format!("chk-{foreign} is unreadable"),
+        &format!("judged by chk-{newest}"),
+    ] {
+        assert!(
+            list.stdout.contains(needle.as_str()),
+            "{needle}: {}",
+            list.describe()
+        );
+    }
+
+    // Only the foreign checkpoint: nothing says what to commit.
+    let alone = tmp.path().join("alone");
+    write_object(
+        &checkpoint_dir(&alone).join("keyed-count/chk-1/_metadata"),
+        b"{\"json\": true}",
+    );
+    let none = transactions(tmp.path(), "list", &checkpoint_arg(&alone), &sink, &[]);
+    assert_clean_error(
+        &none,
+        1,
+        &[
+            "no completed checkpoint",
+            "unreadable: chk-1",
+            "restart the job from a savepoint",
+        ],
+    );
+}

@@ -528,9 +528,38 @@ fn weir_savepoint_check_holds_a_checkpoint_against_a_built_in_job() {
         ],
     ));
     assert_eq!(other.code(), Some(1), "{}", other.describe());
+    for row in ["state without an operator", "operator without state"] {
+        assert!(other.stdout.contains(row), "{row}: {}", other.describe());
+    }
     assert!(
-        other.stdout.contains("state without an operator"),
+        other.stdout.contains("--allow-non-restored-state"),
+        "the way out: {}",
+        other.describe()
+    );
+    // Its `count` operator keys by word: a changed key type, refused too.
+    assert!(
+        other.stdout.contains("key type changed") && other.stdout.contains("(2 reasons)"),
         "{}",
         other.describe()
+    );
+    // --allow-non-restored-state drops the state without an operator, but never keyed
+    // state under a changed key type: one reason left, still exit 1.
+    let allowed = run(&mut weir(
+        t,
+        [
+            "savepoint",
+            "check",
+            &chk,
+            "wordcount",
+            "--input",
+            "words.txt",
+            "--allow-non-restored-state",
+        ],
+    ));
+    assert_eq!(allowed.code(), Some(1), "{}", allowed.describe());
+    assert!(
+        allowed.stdout.contains("(1 reason)") && allowed.stdout.contains("key type changed"),
+        "{}",
+        allowed.describe()
     );
 }

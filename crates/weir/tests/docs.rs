@@ -172,3 +172,76 @@ fn every_path_the_readme_and_docs_cite_exists() {
         "cited paths that do not exist: {missing:#?}"
     );
 }
+
+/// The text of every Rust file under `dir` (the build folders skipped), appended to `out`.
+fn rust_sources(dir: &Path, out: &mut String) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            if !p.ends_with("target") {
+                rust_sources(&p, out);
+            }
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push_str(&read(&p));
+        }
+    }
+}
+
+/// The README's "Upgrading a job" compatibility table (issue 26) says which test proves
+/// each row: every test it names exists (a `fn` of that name in the workspace, or a test
+/// file under `crates/*/tests/`), and every row names one, so a row cannot outlive its
+/// proof.
+#[test]
+fn every_test_the_upgrade_table_names_exists() {
+    let readme = read(&root().join("README.md"));
+    let start = readme
+        .find("### Upgrading a job")
+        .expect("README.md has an `### Upgrading a job` section");
+    let section = &readme[start..];
+    // Up to the next heading (`#` lines inside fenced blocks are shell comments).
+    let end = ["\n## ", "\n### "]
+        .iter()
+        .filter_map(|h| section[4..].find(h))
+        .min()
+        .map_or(section.len(), |i| i + 4);
+    let section = &section[..end];
+    let mut sources = String::new();
+    rust_sources(&root().join("crates"), &mut sources);
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
+        .skip(1) // the header
+        .collect();
+    assert!(
+        rows.len() >= 8,
+        "the table has {} rows: parsing broken",
+        rows.len()
+    );
+    let mut missing = Vec::new();
+    for row in rows {
+        let tested_by = row
+            .trim_end()
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .unwrap();
+        let mut named = 0;
+        for span in code_spans(tested_by) {
+            let exists = match span.strip_suffix(".rs") {
+                Some(file) if !file.contains('/') => std::fs::read_dir(root().join("crates"))
+                    .expect("crates/")
+                    .any(|c| c.unwrap().path().join("tests").join(&span).exists()),
+                Some(_) => root().join(&span).exists(),
+                None => sources.contains(&format!("fn {span}(")),
+            };
+            named += 1;
+            if !exists {
+                missing.push(format!("`{span}` in: {row}"));
+            }
+        }
+        if named == 0 {
+            missing.push(format!("no test named in: {row}"));
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+}

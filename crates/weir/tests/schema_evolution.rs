@@ -67,6 +67,12 @@ struct AccRetyped {
     count: String,
 }
 
+/// v2 counting in a state of another name (`tally`): v1's `acc` is no longer declared.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Tally {
+    count: u64,
+}
+
 /// What the counting function needs of its state type.
 trait Acc: StateValue {
     fn fresh(key: u64) -> Self;
@@ -204,6 +210,24 @@ impl Acc for AccRetyped {
     }
     fn consistent(&self, _: u64) -> bool {
         true
+    }
+}
+
+impl Acc for Tally {
+    fn fresh(_: u64) -> Self {
+        Tally { count: 0 }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, _: u64) -> bool {
+        true
+    }
+    fn declare(states: &mut KeyedStateStore<'_, u64>) -> Result<ValueState<Self>> {
+        states.value_state("tally")
     }
 }
 
@@ -447,4 +471,114 @@ fn a_folder_that_is_no_checkpoint_is_a_clear_error() {
     let env = job::<AccV1, _>(cfg(dir.path(), 2), GeneratorSource::new(N), &out);
     let e = env.check_savepoint(dir.path()).unwrap_err().to_string();
     assert!(e.contains("_metadata"), "{e}");
+}
+
+/// The records v1's checkpoint covered, as the restored run reports them.
+fn covered(r: &JobResult) -> u64 {
+    r.history[0].restored.as_ref().unwrap().source_records
+}
+
+/// The sum of the per-key counts a counting job emitted at its end.
+fn counted(out: &CollectSink<(u64, u64)>) -> u64 {
+    out.take().into_iter().map(|(_, c)| c).sum()
+}
+
+#[test]
+fn check_lists_state_without_an_operator_and_an_operator_without_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    for allow in [false, true] {
+        let mut c = cfg(dir.path(), 2);
+        c.restore = RestoreFrom::Path(mid.clone());
+        c.restart = RestartStrategy::None;
+        c.allow_non_restored_state = allow;
+        // v2 counts under a new uid: v1's `count` has no operator to go to.
+        let out = CollectSink::new();
+        let env = StreamEnvironment::new(c);
+        env.add_source("events", GeneratorSource::new(N))
+            .uid("events")
+            .key_by(|i: &u64| i % KEYS)
+            .process(Counter::<AccV1>::default())
+            .uid("count-v2")
+            .add_sink("collect", out.clone())
+            .uid("sink");
+        let report = env.check_savepoint(&mid).unwrap();
+        let gone = row(&report, "count", "");
+        assert_eq!(
+            gone.verdict,
+            "state without an operator",
+            "{}",
+            report.table()
+        );
+        let new = row(&report, "count-v2", "");
+        assert_eq!(
+            new.verdict,
+            "operator without state (starts empty)",
+            "{}",
+            report.table()
+        );
+        if !allow {
+            let refusals = report.refusals(false);
+            assert_eq!(refusals.len(), 1, "{}", report.table());
+            let parts = ["'count'", "--allow-non-restored-state"];
+            assert_names(refusals[0], &parts);
+            let e = env.execute().unwrap_err().to_string();
+            assert_names(&e, &["count", "--allow-non-restored-state"]);
+            assert!(out.take().is_empty(), "nothing may run");
+            continue;
+        }
+        assert!(report.refusals(true).is_empty(), "{}", report.table());
+        // v1's counts are dropped; the sources resume, so v2 counts what follows them.
+        let r = env.execute().unwrap();
+        assert_eq!(counted(&out), N - covered(&r));
+    }
+}
+
+#[test]
+fn check_lists_a_state_no_longer_declared_and_the_run_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let mut c = cfg(dir.path(), 2);
+    c.restore = RestoreFrom::Path(mid.clone());
+    c.restart = RestartStrategy::None;
+    let out = CollectSink::new();
+    let env = job::<Tally, _>(c, GeneratorSource::new(N), &out);
+    let report = env.check_savepoint(&mid).unwrap();
+    assert!(report.refusals(false).is_empty(), "{}", report.table());
+    let acc = row(&report, "count", "acc");
+    assert_eq!(
+        acc.verdict,
+        "no longer declared (dropped)",
+        "{}",
+        report.table()
+    );
+    assert!(acc.old.as_ref().unwrap().type_name.ends_with("AccV1"));
+    let tally = row(&report, "count", "tally");
+    assert_eq!(
+        tally.verdict,
+        "new state (starts empty)",
+        "{}",
+        report.table()
+    );
+    let r = env.execute().unwrap();
+    common::assert_resumed_mid_run(&r, &mid, N);
+    assert_eq!(
+        counted(&out),
+        N - covered(&r),
+        "tally counts what follows the checkpoint"
+    );
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let out = CollectSink::new();
+    let env = job::<AccV1, _>(cfg(dir.path(), 2), GeneratorSource::new(N), &out);
+    common::write_object(&mid.join("_metadata"), b"{\"json\": true}");
+    let e = env.check_savepoint(&mid).unwrap_err().to_string();
+    assert!(
+        e.contains("_metadata") && e.contains("not a Weir checkpoint file"),
+        "{e}"
+    );
 }

@@ -6,10 +6,18 @@
 //! list, both types and the ways out. `check_savepoint` lists the list with its recorded
 //! schema (operator state is decided when the function reads it, since `initialize_state`
 //! may reach external systems and is not probed).
+//!
+//! Broadcast state likewise: v1 keeps its rules in a broadcast map of a struct; v2's map
+//! gains a field with a default, is restored at parallelism 3 and at 1, and every subtask
+//! ends with every rule read from v1's checkpoint through the migration and the exact
+//! count; a field whose type changed is refused before any record, naming the operator,
+//! the broadcast state, both types and the ways out.
 
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -205,4 +213,306 @@ fn an_operator_list_whose_field_changed_type_is_refused_naming_it() {
     ];
     assert_names(&e, &parts);
     assert!(out.take().is_empty(), "no record may be counted");
+}
+
+// ---- Broadcast state ----------------------------------------------------------------
+
+/// The broadcast rules: rule `r` maps to `r²`.
+const RULES: u64 = 20;
+
+/// v1's broadcast value.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RuleV1 {
+    square: u64,
+}
+
+/// v2: a field added with a default; a value v2 writes itself says so.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RuleAdded {
+    square: u64,
+    #[serde(default)]
+    written_by_v2: bool,
+}
+
+/// v2: a field whose type changed, no migration: incompatible.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RuleRetyped {
+    square: String,
+}
+
+/// What the broadcast function needs of its value type.
+trait Rule: StateValue {
+    fn new(r: u64) -> Self;
+    fn square(&self) -> u64;
+    /// Whether the value came from v1's checkpoint (through a migration).
+    fn migrated(&self) -> bool;
+}
+
+impl Rule for RuleV1 {
+    fn new(r: u64) -> Self {
+        RuleV1 { square: r * r }
+    }
+    fn square(&self) -> u64 {
+        self.square
+    }
+    fn migrated(&self) -> bool {
+        false
+    }
+}
+
+impl Rule for RuleAdded {
+    fn new(r: u64) -> Self {
+        RuleAdded {
+            square: r * r,
+            written_by_v2: true,
+        }
+    }
+    fn square(&self) -> u64 {
+        self.square
+    }
+    fn migrated(&self) -> bool {
+        !self.written_by_v2
+    }
+}
+
+impl Rule for RuleRetyped {
+    fn new(r: u64) -> Self {
+        RuleRetyped {
+            square: (r * r).to_string(),
+        }
+    }
+    fn square(&self) -> u64 {
+        self.square.parse().unwrap_or(0)
+    }
+    fn migrated(&self) -> bool {
+        false
+    }
+}
+
+/// Per subtask at end of input: its rules `(r, r², migrated)` and its share of the count.
+type Summary = (Vec<(u64, u64, bool)>, u64);
+
+/// Keeps the rules in the broadcast map `rules` (counting in `applied` how many every
+/// subtask took in) and counts main records in the union list `seen` (subtask 0 takes the
+/// union's total on restore, so the sum is kept at any parallelism).
+struct Rules<R: Rule> {
+    rules: Option<BroadcastState<u64, R>>,
+    seen: u64,
+    applied: Arc<AtomicU64>,
+}
+
+impl<R: Rule> Clone for Rules<R> {
+    fn clone(&self) -> Self {
+        Rules {
+            rules: self.rules,
+            seen: self.seen,
+            applied: self.applied.clone(),
+        }
+    }
+}
+
+impl<R: Rule> CheckpointedFunction for Rules<R> {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        let all: Vec<u64> = ctx.list("seen")?;
+        self.seen = if ctx.subtask_index() == 0 {
+            all.iter().sum()
+        } else {
+            0
+        };
+        Ok(())
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        ctx.set_union_list("seen", &[self.seen])
+    }
+}
+
+impl<R: Rule> BroadcastProcessFunction<u64, u64, Summary> for Rules<R> {
+    fn open(&mut self, states: &mut BroadcastStateStore<'_>) -> Result<()> {
+        self.rules = Some(states.map_state("rules")?);
+        Ok(())
+    }
+    fn process_element(
+        &mut self,
+        _: u64,
+        _: &ReadOnlyBroadcastContext<'_>,
+        _: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        self.seen += 1;
+        Ok(())
+    }
+    fn process_broadcast_element(
+        &mut self,
+        r: u64,
+        ctx: &mut BroadcastContext<'_>,
+        _: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        ctx.get_mut(self.rules.unwrap()).insert(r, R::new(r));
+        self.applied.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn on_end_of_input(
+        &mut self,
+        ctx: &ReadOnlyBroadcastContext<'_>,
+        out: &mut Collector<'_, Summary>,
+    ) -> Result<()> {
+        let mut rules: Vec<(u64, u64, bool)> = ctx
+            .get(self.rules.unwrap())
+            .iter()
+            .map(|(r, v)| (*r, v.square(), v.migrated()))
+            .collect();
+        rules.sort_unstable();
+        out.collect((rules, self.seen));
+        Ok(())
+    }
+}
+
+/// A source that emits nothing until every broadcast subtask took in every rule, then
+/// what `inner` emits: v1's checkpoint (taken once its events stopped mid-input, so after
+/// this) holds all the rules, on any machine.
+struct AfterRules<S> {
+    inner: S,
+    applied: Arc<AtomicU64>,
+    want: u64,
+}
+
+impl<S: Clone> Clone for AfterRules<S> {
+    fn clone(&self) -> Self {
+        AfterRules {
+            inner: self.inner.clone(),
+            applied: self.applied.clone(),
+            want: self.want,
+        }
+    }
+}
+
+impl<S: CheckpointedFunction> CheckpointedFunction for AfterRules<S> {
+    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+        self.inner.initialize_state(ctx)
+    }
+    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+        self.inner.snapshot_state(ctx)
+    }
+    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_complete(id)
+    }
+    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
+        self.inner.notify_checkpoint_aborted(id)
+    }
+}
+
+impl<S: SourceFunction<u64>> SourceFunction<u64> for AfterRules<S> {
+    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
+        if self.applied.load(Ordering::SeqCst) < self.want {
+            return Ok(SourceStatus::Idle);
+        }
+        self.inner.poll(out, max)
+    }
+}
+
+/// The broadcast job (value type `R`) at `cfg.parallelism`: rules (uid `rules`,
+/// parallelism 1) broadcast to `events` (uid `events`), the function's uid `rules-fn`.
+fn broadcast_job<R: Rule, S: SourceFunction<u64>>(
+    cfg: JobConfig,
+    events: S,
+    applied: &Arc<AtomicU64>,
+    out: &CollectSink<Summary>,
+) -> StreamEnvironment {
+    let p = cfg.parallelism;
+    let env = StreamEnvironment::new(cfg);
+    let rules = env
+        .add_source("rules", GeneratorSource::new(RULES))
+        .uid("rules")
+        .set_parallelism(1);
+    let f = Rules::<R> {
+        rules: None,
+        seen: 0,
+        applied: applied.clone(),
+    };
+    env.add_source("events", events)
+        .uid("events")
+        .connect_broadcast(rules)
+        .process(f)
+        .uid("rules-fn")
+        .set_parallelism(p)
+        .add_sink("collect", out.clone())
+        .uid("sink");
+    env
+}
+
+fn broadcast_cfg(dir: &Path) -> JobConfig {
+    config("upgrade-bcast", dir, 2, CheckpointingMode::ExactlyOnce)
+}
+
+/// v1 (`RuleV1`) stopped mid-input after every subtask took in every rule; its newest
+/// checkpoint.
+fn broadcast_v1_checkpoint(dir: &Path) -> PathBuf {
+    let mut c = broadcast_cfg(dir);
+    c.restart = RestartStrategy::None;
+    let applied = Arc::new(AtomicU64::new(0));
+    let events = AfterRules {
+        inner: GeneratorSource::new(N),
+        applied: applied.clone(),
+        want: RULES * u64::from(c.parallelism),
+    };
+    let out = CollectSink::new();
+    let env = broadcast_job::<RuleV1, _>(c, StopMidRun::new(events, STOP), &applied, &out);
+    stop_mid_run(env, dir, "upgrade-bcast")
+}
+
+#[test]
+fn broadcast_state_with_a_field_added_migrates_at_3_and_1_and_the_run_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = broadcast_v1_checkpoint(dir.path());
+    for p in [3, 1] {
+        let mut c = broadcast_cfg(dir.path());
+        c.parallelism = p;
+        c.restore = RestoreFrom::Path(mid.clone());
+        c.restart = RestartStrategy::None;
+        let out = CollectSink::new();
+        let applied = Arc::default();
+        let env = broadcast_job::<RuleAdded, _>(c, GeneratorSource::new(N), &applied, &out);
+        let report = env.check_savepoint(&mid).unwrap();
+        let rules = row(&report, "rules-fn", "rules");
+        assert_eq!(
+            rules.verdict,
+            "operator state: decided when read",
+            "{}",
+            report.table()
+        );
+        assert!(rules.old.as_ref().unwrap().type_name.contains("RuleV1"));
+        assert!(report.refusals(false).is_empty(), "{}", report.table());
+        let r = env.execute().unwrap();
+        common::assert_resumed_mid_run(&r, &mid, N + RULES);
+        let got = out.take();
+        assert_eq!(got.len(), p as usize, "one summary per subtask");
+        // Every rule came from v1's checkpoint, read through the migration: v2 wrote none
+        // itself (the rules source was restored at its end).
+        let want: Vec<(u64, u64, bool)> = (0..RULES).map(|r| (r, r * r, true)).collect();
+        for (rules, _) in &got {
+            assert_eq!(rules, &want, "parallelism {p}");
+        }
+        assert_eq!(got.iter().map(|g| g.1).sum::<u64>(), N, "parallelism {p}");
+    }
+}
+
+#[test]
+fn broadcast_state_whose_field_changed_type_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = broadcast_v1_checkpoint(dir.path());
+    let mut c = broadcast_cfg(dir.path());
+    c.restore = RestoreFrom::Path(mid);
+    c.restart = RestartStrategy::None;
+    let out = CollectSink::new();
+    let env = broadcast_job::<RuleRetyped, _>(c, GeneratorSource::new(N), &Arc::default(), &out);
+    let e = env.execute().unwrap_err().to_string();
+    let parts = [
+        "operator 'rules-fn'",
+        "broadcast state 'rules'",
+        "RuleV1",
+        "RuleRetyped",
+        "--allow-non-restored-state",
+        "fresh",
+    ];
+    assert_names(&e, &parts);
+    assert!(out.take().is_empty(), "no summary may be emitted");
 }
