@@ -8,6 +8,8 @@ mod common;
 mod connectors_support;
 
 use std::fs;
+use std::io::Write;
+use std::process::Stdio;
 
 use common::*;
 use connectors_support::*;
@@ -146,4 +148,65 @@ fn an_unreadable_checkpoint_is_passed_over_by_name() {
             "restart the job from a savepoint",
         ],
     );
+}
+
+/// `settle` without `--yes` asks first, on stderr: an answer other than yes settles
+/// nothing (exit 1), `y` settles.
+#[test]
+fn settle_asks_before_it_touches_anything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk");
+    let out = tmp.path().join("out");
+    let sink = format!("files:{}", s(&out));
+    let done = run(&mut weir(
+        tmp.path(),
+        keyed_count_updates(&chk, &sink, 2_000, 7, &[]),
+    ));
+    done.assert_success();
+    // A part of the job's sink no completed checkpoint lists: to delete.
+    fs::write(out.join(AFTER_CHECKPOINT), "888888\t1\n").unwrap();
+    let chk_arg = checkpoint_arg(&chk);
+    let answered = |answer: &str| {
+        let args = [
+            "transactions",
+            "settle",
+            "--checkpoint-dir",
+            &chk_arg,
+            "--sink",
+            &sink,
+        ];
+        let mut child = weir(tmp.path(), args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(answer.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        );
+        assert!(
+            stderr.contains("roll back 1 transaction(s)? [y/N]"),
+            "{stdout}\n{stderr}"
+        );
+        (o.status.code(), stdout)
+    };
+    let (code, stdout) = answered("no\n");
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("nothing settled"), "{stdout}");
+    assert!(out.join(AFTER_CHECKPOINT).exists(), "settled without a yes");
+    let (code, stdout) = answered("y\n");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains(&format!("deleted {AFTER_CHECKPOINT}")),
+        "{stdout}"
+    );
+    assert!(!out.join(AFTER_CHECKPOINT).exists());
 }
