@@ -475,11 +475,12 @@ fn broadcast_state_with_a_field_added_migrates_at_3_and_1_and_the_run_is_exact()
         let rules = row(&report, "rules-fn", "rules");
         assert_eq!(
             rules.verdict,
-            "operator state: decided when read",
+            "broadcast state: migrates (serde)",
             "{}",
             report.table()
         );
         assert!(rules.old.as_ref().unwrap().type_name.contains("RuleV1"));
+        assert!(rules.new.as_ref().unwrap().type_name.contains("RuleAdded"));
         assert!(report.refusals(false).is_empty(), "{}", report.table());
         let r = env.execute().unwrap();
         common::assert_resumed_mid_run(&r, &mid, N + RULES);
@@ -500,11 +501,21 @@ fn broadcast_state_whose_field_changed_type_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let mid = broadcast_v1_checkpoint(dir.path());
     let mut c = broadcast_cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid);
+    c.restore = RestoreFrom::Path(mid.clone());
     c.restart = RestartStrategy::None;
     let out = CollectSink::new();
     let env = broadcast_job::<RuleRetyped, _>(c, GeneratorSource::new(N), &Arc::default(), &out);
+    // `savepoint check` says so beforehand, with the same message.
+    let report = env.check_savepoint(&mid).unwrap();
+    let refusals = report.refusals(true);
+    assert_eq!(refusals.len(), 1, "{}", report.table());
     let e = env.execute().unwrap_err().to_string();
+    assert_eq!(
+        refusals[0],
+        e.trim_start_matches("cannot restore: "),
+        "{}",
+        report.table()
+    );
     let parts = [
         "operator 'rules-fn'",
         "broadcast state 'rules'",

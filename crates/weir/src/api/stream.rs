@@ -605,13 +605,18 @@ impl<T: Data, B: Data> BroadcastConnectedStream<T, B> {
             .map(Connected::<T, B>::Broadcast)
             .name("connect-broadcast")
             .broadcast();
-        main.union(side).then(
+        let probe = crate::runtime::schema_check::broadcast_probe::<T, B, O, F>(&f);
+        let out = main.union(side).then(
             "broadcast_process",
             Arc::new(move |ctx: OperatorContext, next: AnyBox| {
                 let op = BroadcastProcessOp::new::<T, B>(f.clone(), ctx, unbox::<O>(next))?;
                 Ok(rebox::<Connected<T, B>>(Box::new(op)))
             }),
-        )
+        );
+        if let Some(&(node, _)) = out.nodes.first() {
+            out.graph.borrow_mut().broadcast_probes.push((node, probe));
+        }
+        out
     }
 }
 

@@ -508,4 +508,7 @@ pub(crate) struct JobGraph {
     /// Per keyed operator (by node), the probe that finds its declared states and their
     /// schemas before any task starts (issue 26, [`super::schema_check`]).
     pub schema_probes: Vec<(usize, super::schema_check::SchemaProbe)>,
+    /// Per broadcast process operator (by node), the probe that decides its broadcast
+    /// maps against a checkpoint for `savepoint check` ([`super::schema_check`]).
+    pub broadcast_probes: Vec<(usize, super::schema_check::BroadcastProbe)>,
 }

@@ -9,6 +9,9 @@
 //! real restore will decide it (the same code, [`crate::state::keyed`]), and recorded. The
 //! probes' schemas are also what every checkpoint of the run records in `_metadata`.
 //! `open` is meant to declare state only (as in Flink), which is what makes this safe.
+//! A broadcast process function declares its broadcast maps in `open` too: its probe
+//! ([`BroadcastProbe`]) opens a clone on the checkpoint's lists and decodes them as the run
+//! will, so an incompatible map is refused before anything runs, and the check says so.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -17,13 +20,14 @@ use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
 use crate::runtime::codec::channel_state_refusal;
-use crate::runtime::functions::KeyedProcessFunction;
+use crate::runtime::functions::{BroadcastProcessFunction, KeyedProcessFunction};
 use crate::runtime::graph::JobGraph;
+use crate::state::broadcast::{BroadcastStateStore, BroadcastStore};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{KeyedStateBackend, KeyedStateStore, RestoredKeyedState};
 use crate::state::schema::{
-    decide_key, incompatible_message, schema_of, Decision, DeclaredOperator, OperatorSchemas,
-    StateSchema,
+    decide_key, incompatible_message, schema_of, Decision, DeclaredOperator, DeclaredState,
+    OperatorSchemas, StateSchema,
 };
 use crate::state::Key;
 
@@ -62,6 +66,39 @@ where
             key: Some(schema_of::<K>(0)),
             states: backend.declared().to_vec(),
         })
+    })
+}
+
+/// Opens a clone of a broadcast process function (uid, the restored operator lists of
+/// its subtask) on a store holding those lists, and returns the broadcast maps it
+/// declared with their decisions, or the refusal its restore would fail with.
+pub(crate) type BroadcastProbe = Arc<
+    dyn Fn(&str, crate::state::operator::AssignedLists) -> Result<Vec<DeclaredState>> + Send + Sync,
+>;
+
+/// The probe of a broadcast process operator running `f`. Its `open` declares the maps
+/// (as a keyed function's declares its states); `initialize_state` is not called, as it
+/// may reach external systems (the module docs of `state::schema::elements`).
+pub(crate) fn broadcast_probe<I, B, O, F>(f: &F) -> BroadcastProbe
+where
+    F: BroadcastProcessFunction<I, B, O>,
+{
+    let f = Mutex::new(f.clone());
+    Arc::new(move |uid, lists| {
+        let mut f = f.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut store = BroadcastStore::new(uid, lists);
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f.open(&mut BroadcastStateStore { store: &mut store })
+        }));
+        match opened {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(Error::InvalidJob(
+                    "the function's open panicked when called only to declare its state".into(),
+                ))
+            }
+        }
+        Ok(store.declared().to_vec())
     })
 }
 
@@ -228,10 +265,49 @@ pub(crate) fn check(
     let Some(r) = restored else {
         return Ok(report);
     };
+    // Broadcast maps: decided by a probe of `open`, as the run decides them.
+    let mut broadcast: BTreeSet<(String, String)> = BTreeSet::new();
+    for (node, probe) in &graph.broadcast_probes {
+        let uid = &uids[*node];
+        if r.operator_lists(uid).is_empty() {
+            continue; // no state: the operator row below says so
+        }
+        // Another max parallelism is refused on its own (`check_compatible`).
+        let Ok((lists, _)) = r.state_for(uid, 0, 1, max_parallelism) else {
+            continue;
+        };
+        let old_of = |name: &str| lists.get(name).and_then(|l| l.schema.clone());
+        let declared = match probe(uid, lists.clone()) {
+            Ok(declared) => declared,
+            Err(e) => {
+                // The refusal a run would give (`map_state` names the operator, the state,
+                // both schemas and the ways out); which map is in the message.
+                let mut row = operator_row(uid, "incompatible (broadcast state)");
+                row.refusal = Some(match e {
+                    Error::Restore(why) => why,
+                    other => other.to_string(),
+                });
+                report.rows.push(row);
+                for name in lists.keys() {
+                    broadcast.insert((uid.clone(), name.clone()));
+                }
+                continue;
+            }
+        };
+        for s in declared {
+            broadcast.insert((uid.clone(), s.name.clone()));
+            let old = old_of(&s.name);
+            let mut row = row(uid, &s.name, &s.decision, old, Some(s.schema), false);
+            row.verdict = format!("broadcast state: {}", row.verdict);
+            report.rows.push(row);
+        }
+    }
     for (node, uid) in uids.iter().enumerate() {
-        let lists = r.operator_lists(uid);
+        let mut lists = r.operator_lists(uid);
+        let stateless = lists.is_empty();
+        lists.retain(|name, _| !broadcast.contains(&(uid.clone(), name.clone())));
         let channel = r.channel_state_of(uid);
-        if lists.is_empty() && !probed.contains(uid.as_str()) {
+        if stateless && !probed.contains(uid.as_str()) {
             // Channel state alone gets its own row below.
             let has = r.meta.operators.iter().any(|o| &o.uid == uid);
             if has {

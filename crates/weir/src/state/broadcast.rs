@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use rustc_hash::FxBuildHasher;
 
 use super::operator::{AssignedLists, ListSnapshot, OperatorStateSnapshot};
-use super::schema::{decode_elements, schema_of, StateSchema};
+use super::schema::{decide, decode_elements, schema_of, Decision, DeclaredState, StateSchema};
 use super::{Key, StateKind, StateValue};
 use crate::error::{Error, Result};
 
@@ -71,6 +71,8 @@ pub(crate) struct BroadcastStore {
     names: Vec<String>,
     tables: Vec<Box<dyn BroadcastTable>>,
     restored: AssignedLists,
+    /// Each declared map with the decision its restore took, for `savepoint check`.
+    declared: Vec<DeclaredState>,
 }
 
 impl BroadcastStore {
@@ -82,7 +84,14 @@ impl BroadcastStore {
             names: Vec::new(),
             tables: Vec::new(),
             restored,
+            declared: Vec::new(),
         }
+    }
+
+    /// The maps declared so far, each with the decision its restore took (an
+    /// incompatible one is also the error `map_state` returned).
+    pub(crate) fn declared(&self) -> &[DeclaredState] {
+        &self.declared
     }
 
     /// Adds every map to `snapshot` as a broadcast list.
@@ -140,7 +149,23 @@ impl BroadcastStateStore<'_> {
             )));
         }
         let mut map = BroadcastMap::<UK, UV>::default();
-        if let Some(list) = self.store.restored.remove(name) {
+        let schema = schema_of::<(UK, UV)>(0);
+        let restored = self.store.restored.remove(name);
+        let decision = match restored
+            .as_ref()
+            .map(|l| (&l.schema, l.elements.is_empty()))
+        {
+            None | Some((_, true)) => Decision::New,
+            Some((None, false)) => Decision::Unversioned,
+            Some((Some(old), false)) => decide::<(UK, UV)>(old, &schema, None),
+        };
+        self.store.declared.push(DeclaredState {
+            name: name.to_string(),
+            kind: StateKind::Broadcast,
+            schema,
+            decision,
+        });
+        if let Some(list) = restored {
             let what = ("broadcast state", self.store.uid.as_str(), name);
             for (k, v) in decode_elements::<(UK, UV)>(what, list.schema.as_ref(), &list.elements)? {
                 map.insert(k, v);

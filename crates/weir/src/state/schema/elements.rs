@@ -4,8 +4,9 @@
 //! while it builds an attempt's chains, before it starts any task thread, so a refusal
 //! still comes before any record.
 //!
-//! Keyed state is also decided before the attempt is built, through a probe of the
-//! function's `open`, which is what `savepoint check` shows. Operator state cannot be:
+//! Keyed and broadcast state are also decided before the attempt is built, through a
+//! probe of the function's `open` (`runtime::schema_check`), which is what `savepoint
+//! check` shows. Operator list state cannot be:
 //! `initialize_state` may connect to external systems (sources do) or commit restored
 //! transactions (two-phase-commit sinks), so it is not called on a probe. `savepoint
 //! check` lists these states with their recorded schema instead.
