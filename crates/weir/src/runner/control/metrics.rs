@@ -518,6 +518,10 @@ mod tests {
                 operators: vec![OperatorStateSize {
                     uid: "map".into(),
                     bytes: 640,
+                    new_bytes: 700,
+                    shared_bytes: 0,
+                    local_disk_bytes: 0,
+                    memory_entries: 10,
                     states: vec![StateSize {
                         name: "seen".into(),
                         scope: "keyed".into(),
