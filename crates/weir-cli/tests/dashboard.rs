@@ -378,6 +378,27 @@ fn the_api_and_metrics_follow_a_running_job() {
         .map(|s| s.value)
         .sum();
     assert!(state_bytes > 0.0, "{text}");
+    // Per operator: what that checkpoint wrote for the counter, and where its state lived
+    // (in memory: no local disk, its keys decoded).
+    let of = |name: &str, files: Option<&str>| -> Vec<f64> {
+        (samples.iter())
+            .filter(|s| s.name == name && s.labels["operator"] == "count")
+            .filter(|s| files.is_none_or(|f| s.labels["files"] == f))
+            .map(|s| s.value)
+            .collect()
+    };
+    assert_eq!(types["weir_state_checkpoint_bytes"], "gauge", "{text}");
+    assert!(
+        of("weir_state_checkpoint_bytes", Some("new"))[0] > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("weir_state_checkpoint_bytes", Some("shared")),
+        [0.0],
+        "{text}"
+    );
+    assert_eq!(of("weir_state_local_disk_bytes", None), [0.0], "{text}");
+    assert!(of("weir_state_memory_entries", None)[0] > 0.0, "{text}");
 
     // Stop through the API: the job ends with its savepoint.
     let (status, body) = post(&job.url("/stop"), &action);

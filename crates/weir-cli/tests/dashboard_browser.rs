@@ -207,6 +207,18 @@ fn the_dashboard_shows_the_running_job_in_a_browser() {
             .any(|r| r[..3] == ["count", "count", "keyed"] && r[3].ends_with('B') && r[3] != "0 B"),
         "no state-size row of count:\n{state:?}"
     );
+    // What that checkpoint wrote for the counter, and where its state lived (in memory: no
+    // local disk, every key decoded).
+    let storage = rows(section(
+        &overview,
+        "<table id=\"state-storage\"",
+        "</table>",
+    ));
+    let count = storage.iter().find(|r| r[0] == "count");
+    assert!(
+        count.is_some_and(|r| r[1] != "0 B" && r[2] == "0 B" && r[3] == "0 B" && number(&r[4]) > 0),
+        "no storage row of count:\n{storage:?}"
+    );
     // Restarts with their causes: none here, the running attempt is shown.
     let attempts = rows(section(&overview, "<table id=\"attempts\"", "</table>"));
     assert_eq!(attempts.len(), 1, "{attempts:?}");

@@ -230,16 +230,73 @@ fn position(url: &str, id: u64) -> Option<u64> {
     Some(sources.iter().map(|s| s.records).sum())
 }
 
-/// The first checkpoint after a lazy restore continues the restored chain: held after 10
-/// events per generator subtask (20 of the 4000 keys touched), the resumed run's first
-/// checkpoint lists the restored files and one small delta — not a new base, which would
-/// have fetched every key group from the bucket at its barrier. (The end-of-run report
-/// cannot show the groups left unfetched: keyed-count emits every count at the end of
-/// input and a finished task's final snapshot is full, both reading every group.)
+/// Whether chain `c` is due for a new base at the next checkpoint (the materialisation
+/// rule of `weir::state::keyed::incremental`): its deltas past half the base, or too many.
+fn due(c: &weir::inspect::IncrementalKeyedRef) -> bool {
+    let deltas: u64 = c.deltas.iter().map(|d| d.size).sum();
+    c.deltas.len() >= 16 || 2 * deltas > c.base.size
+}
+
+impl Job {
+    /// Runs the job held after `hold` events per generator subtask (never released), waits
+    /// until its newest complete checkpoint is at the hold and no subtask's chain is due for
+    /// a new base, SIGKILLs it, waits out its lease and returns that checkpoint.
+    /// Deterministic: once held nothing changes, so a checkpoint whose chain is due writes a
+    /// new base (not due), and one whose chain is not due reuses it (no key changed): every
+    /// checkpoint after the first at the hold that follows a new base is one such, and so is
+    /// every later one — the kill cannot land on a chain due for a base.
+    fn kill_at_a_settled_hold(&self, hold: u64) -> u64 {
+        let never = self.tmp.path().join("never-released");
+        let (h, r) = (hold.to_string(), s(&never));
+        let more = ["--hold-at", h.as_str(), "--release-file", r.as_str()];
+        let mut child = spawn_logged(
+            &mut self.command_with(false, "100ms", &more),
+            &self.tmp.path().join("first.log"),
+        );
+        let settled = |id: u64| {
+            position(&self.url, id) == Some(2 * hold)
+                && chains(&self.url, id).is_some_and(|c| !c.is_empty() && !c.iter().any(due))
+        };
+        // The 120 s limit is a safety net, not a pass condition.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !complete_on_s3(&self.url)
+            .last()
+            .is_some_and(|&id| settled(id))
+        {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                panic!("the run exited ({st}) while held");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no settled checkpoint at the hold"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        sigkill_running(&mut child, "the run held at its hold");
+        let expired =
+            Instant::now() + Duration::from_secs(LEASE_SECONDS) + Duration::from_millis(500);
+        thread::sleep(expired.saturating_duration_since(Instant::now()));
+        let newest = *complete_on_s3(&self.url)
+            .last()
+            .expect("a complete checkpoint");
+        assert!(settled(newest), "chk-{newest} changed after the hold");
+        newest
+    }
+}
+
+/// The first checkpoint after a lazy restore continues the restored chain: the first run
+/// is killed held after 3000 events per generator subtask, at a checkpoint whose chains
+/// are not due for a new base (every subtask's: [`Job::kill_at_a_settled_hold`]); held
+/// again after 10 more events per generator subtask (20 of the 4000 keys touched), the
+/// resumed run's first checkpoint lists every restored chain's files and one small delta —
+/// not a new base, which would have fetched every key group from the bucket at its barrier.
+/// (The end-of-run report cannot show the groups left unfetched: keyed-count emits every
+/// count at the end of input and a finished task's final snapshot is full, both reading
+/// every group.)
 #[test]
 fn the_first_checkpoint_after_a_lazy_restore_is_a_small_delta_on_the_restored_chain() {
     let job = Job::new("lazy-claim");
-    let newest = job.kill_at_a_delta();
+    let newest = job.kill_at_a_settled_hold(3000);
     let restored = chains(&job.url, newest).expect("the newest checkpoint reads");
     let held = position(&job.url, newest).expect("it reads") + 2 * 10;
     let release = job.tmp.path().join("release");
@@ -269,17 +326,16 @@ fn the_first_checkpoint_after_a_lazy_restore_is_a_small_delta_on_the_restored_ch
     let status = wait_deadline(&mut child, RUN_TIMEOUT, "the resumed run");
     assert!(status.success(), "the resumed run failed ({status})");
     assert_keyed_count_exact(&job.out(), Job::EVENTS, Job::KEYS);
-    let due = |c: &weir::inspect::IncrementalKeyedRef| {
-        let deltas: u64 = c.deltas.iter().map(|d| d.size).sum();
-        c.deltas.len() >= 16 || 2 * deltas > c.base.size
-    };
+    // Every restored chain is checked (none was due: nothing is skipped).
+    assert_eq!(
+        chains_now.len(),
+        restored.len(),
+        "chk-{first}: {chains_now:?}"
+    );
     for chain in &chains_now {
         let old = (restored.iter())
             .find(|c| c.subtask == chain.subtask)
             .expect("the same subtasks");
-        if due(old) {
-            continue;
-        }
         assert_eq!(chain.base, old.base, "chk-{first}");
         assert_eq!(chain.deltas[..old.deltas.len()], old.deltas[..]);
         let new: u64 = chain.deltas[old.deltas.len()..]

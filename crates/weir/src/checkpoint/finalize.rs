@@ -176,6 +176,7 @@ mod tests {
                 states: Vec::new(),
                 incremental: None,
                 incremental_index: None,
+                local: Default::default(),
             }],
             stats: TaskCheckpointStats {
                 sync_micros: sync,

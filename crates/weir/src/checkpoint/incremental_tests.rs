@@ -649,3 +649,58 @@ mod lazy_restore;
 
 #[path = "claim_tests.rs"]
 mod claim;
+
+/// What the dashboard's state table is made of (issue 25 item 6;
+/// `runtime/status/state_size.rs` adds it up): each acknowledgement of a delta names its
+/// chain — the base written for the first checkpoint (shared), the delta for this one
+/// (new) — and where the state lived at the barrier: the LSM's bytes on local disk, the
+/// caches' entries in memory.
+#[test]
+fn an_ack_names_its_chain_files_owners_and_where_the_state_lived() {
+    let mut job = Job::new(2);
+    for k in 0..4000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    for k in 0..20 {
+        job.set(k, k + 1);
+    }
+    let acks = job.snapshot(2);
+    job.complete(2, &acks).unwrap();
+    for ack in &acks {
+        let op = &ack.operators[0];
+        let chain = op.incremental.as_ref().expect("a chain");
+        assert_eq!(chain.base.checkpoint_id, 1, "the shared base");
+        let owners: Vec<u64> = chain.deltas.iter().map(|d| d.checkpoint_id).collect();
+        assert_eq!(owners, [2], "the new delta");
+        let delta = chain.deltas[0].size;
+        assert!(
+            delta > 0 && delta < chain.base.size / 10,
+            "{delta} against {}",
+            chain.base.size
+        );
+        // Both states' 2000-odd keys went through caches of 500 entries each: the LSM holds
+        // them on disk, the caches at most 2 × 500.
+        assert!(op.local.disk_bytes > 0, "{:?}", op.local);
+        assert!(
+            (1..=1000).contains(&op.local.memory_entries),
+            "{:?}",
+            op.local
+        );
+    }
+    // In memory: nothing on disk, every entry decoded.
+    let range = KeyGroupRange::for_subtask(0, 1, MAXP);
+    let mut s = declare(KeyedStateBackend::new(range, MAXP, BTreeMap::new()));
+    KeyedContext {
+        key: &5,
+        backend: &mut s.backend,
+    }
+    .set(s.plain, 1);
+    assert_eq!(
+        s.backend.local_size(),
+        crate::state::keyed::LocalStateSize {
+            disk_bytes: 0,
+            memory_entries: 1
+        }
+    );
+}

@@ -7,8 +7,13 @@
 //!
 //! Keyed state is not copied after the read: each file stays one buffer, its envelope and
 //! layout checked, and every key-group section handed to a subtask is a range of it
-//! ([`SharedBytes`]). The entries themselves are decoded when the operator declares the
-//! state (`Table::restore`), where their types are known.
+//! ([`SharedBytes`](super::shared_bytes::SharedBytes)). The entries themselves are decoded
+//! when the operator declares the state (`Table::restore`), where their types are known.
+//!
+//! Here: loading, fallback and what is not keyed state; `restore_keyed.rs` reads the keyed
+//! files and chains and hands each subtask its key groups, `restore_lazy.rs` checks the
+//! chains a lazy restore leaves in storage, `restore_claim.rs` picks the chain a subtask
+//! continues.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,20 +21,13 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::layout::{self, ChannelStateFile, KeyedStateFileRef, OperatorStateFile};
-use super::metadata::{CheckpointMetadata, IncrementalKeyedRef, SharedFile};
-use super::shared_bytes::SharedBytes;
+use super::layout::{self, ChannelStateFile, OperatorStateFile};
+use super::metadata::CheckpointMetadata;
 use super::storage::{read_metadata, read_state_file, read_state_payload, CheckpointStorage};
 use crate::error::{Error, Result};
-use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{
-    self as remote, FileIndex, GroupRead, RemoteFile, RemoteSection, RestoredKeyedState,
-    RestoredState,
-};
-use crate::state::operator::{redistribute, AssignedLists};
 use crate::state::schema::StateSchema;
-use crate::state::StateKind;
-use crate::storage::format::{HEADER_LEN, TRAILER_LEN};
+use keyed::{load_chain, LoadedKeyedFile};
+use lazy::{check_remote_chain, lazy_restore, RemoteChain};
 
 /// A fully loaded and verified checkpoint.
 pub struct RestoredCheckpoint {
@@ -51,62 +49,6 @@ pub struct RestoredCheckpoint {
     /// Chains of incremental checkpoints left in storage by a lazy restore, by operator
     /// (issue 25 item 4): their files were checked by size, not read.
     remote_chains: HashMap<String, Vec<RemoteChain>>,
-}
-
-/// One subtask's chain left in the checkpoint storage: each file with its index, base
-/// first.
-struct RemoteChain {
-    range: KeyGroupRange,
-    files: Vec<(Arc<RemoteFile>, Arc<FileIndex>, bool)>,
-}
-
-/// Whether a restore leaves the shared files of incremental checkpoints in storage and
-/// fetches key groups on first access: by default when the checkpoint storage is remote
-/// (an object store, where reading the whole state first is what costs), as Flink's ForSt
-/// backend does; `WEIR_LAZY_RESTORE=true|false` forces it either way (tests, benchmarks).
-fn lazy_restore(store: &dyn crate::storage::backend::StorageBackend) -> bool {
-    match std::env::var("WEIR_LAZY_RESTORE").as_deref() {
-        Ok("true" | "1") => true,
-        Ok("false" | "0") => false,
-        _ => store
-            .local_file(crate::storage::METADATA_FILE_NAME)
-            .is_none(),
-    }
-}
-
-/// A keyed-state file ([`KeyedStateFile`](super::layout::KeyedStateFile)) as loaded: its header fields,
-/// and per key group one range of the file's buffer per state.
-struct LoadedKeyedFile {
-    range: KeyGroupRange,
-    states: Vec<(String, StateKind)>,
-    ttl: Vec<bool>,
-    groups: Vec<(u32, Vec<SharedBytes>)>,
-}
-
-impl LoadedKeyedFile {
-    /// Decodes the keyed-state file payload `payload` (read from `path`), keeping its
-    /// sections as ranges of `payload`'s buffer, and checks its shape against a checkpoint
-    /// of `max_parallelism` key groups ([`layout::check_keyed_file`]).
-    fn decode(path: &Path, payload: &SharedBytes, max_parallelism: u32) -> Result<LoadedKeyedFile> {
-        let file: KeyedStateFileRef<'_> = decode(path, "keyed state", payload)?;
-        file.check(max_parallelism)
-            .map_err(|e| Error::Restore(format!("{}: {e}", path.display())))?;
-        let share = |bytes: &[u8]| {
-            payload
-                .slice_ref(bytes)
-                .expect("postcard borrows sections from the payload it decodes")
-        };
-        Ok(LoadedKeyedFile {
-            range: file.range,
-            states: file.states,
-            ttl: file.ttl,
-            groups: file
-                .groups
-                .into_iter()
-                .map(|s| (s.group, s.states.into_iter().map(share).collect()))
-                .collect(),
-        })
-    }
 }
 
 fn decode<'a, T: Deserialize<'a>>(path: &Path, what: &str, bytes: &'a [u8]) -> Result<T> {
@@ -238,144 +180,6 @@ fn job_folder(path: &Path) -> Result<&Path> {
             path.display()
         ))
     })
-}
-
-/// Checks one subtask's chain without reading it (a lazy restore): every file must exist
-/// with the size `_metadata` recorded and must not have failed a fetch earlier in this
-/// process, and its index must fit its size and the checkpoint's key groups. What this
-/// cannot see (a file damaged in place) is found by each section's checksum when fetched.
-fn check_remote_chain(
-    path: &Path,
-    meta: &CheckpointMetadata,
-    chain: &IncrementalKeyedRef,
-    index: &[FileIndex],
-    store: Arc<dyn crate::storage::backend::StorageBackend>,
-) -> Result<RemoteChain> {
-    let job = job_folder(path)?;
-    let mut files = Vec::with_capacity(index.len());
-    let mut range = None;
-    for (i, (f, idx)) in chain.files().zip(index).enumerate() {
-        let shown = job.join(&f.path);
-        let fail = |why: String| {
-            Error::Restore(format!(
-                "shared state file {} of checkpoint {} (written for checkpoint {}): {why}; \
-                 restore from another checkpoint",
-                shown.display(),
-                meta.checkpoint_id,
-                f.checkpoint_id
-            ))
-        };
-        if remote::is_known_bad(&shown) {
-            return Err(fail(
-                "a fetch of its key groups failed earlier in this run (see above)".into(),
-            ));
-        }
-        let size = store.size(&f.path).map_err(|e| {
-            if e.is_not_found() {
-                fail(
-                    "it is missing: the checkpoint is incomplete or its shared files were \
-                      deleted"
-                        .into(),
-                )
-            } else {
-                fail(e.to_string())
-            }
-        })?;
-        if size != f.size {
-            return Err(fail(format!(
-                "it has {size} bytes where the checkpoint recorded {}: it is damaged or was \
-                 replaced",
-                f.size
-            )));
-        }
-        let body_end = f.size.saturating_sub(TRAILER_LEN as u64);
-        let states = idx.states.len();
-        for g in &idx.groups {
-            let bad = g.sections.len() != states
-                || g.group >= meta.max_parallelism
-                || g.sections.iter().any(|s| {
-                    s.offset < HEADER_LEN as u64 || s.offset.saturating_add(s.len) > body_end
-                });
-            if bad {
-                return Err(fail(format!(
-                    "its index in _metadata does not fit the file (key group {}); the \
-                     metadata is damaged",
-                    g.group
-                )));
-            }
-        }
-        let file_range = idx.groups.first().zip(idx.groups.last());
-        if i == 0 {
-            range = file_range.map(|(a, b)| (a.group, b.group));
-        }
-        files.push((
-            Arc::new(RemoteFile {
-                store: Arc::clone(&store),
-                key: f.path.clone(),
-                shown,
-                checkpoint_id: meta.checkpoint_id,
-            }),
-            Arc::new(idx.clone()),
-            i > 0,
-        ));
-    }
-    // The chain's range: what its subtask owned (the keyed file reference records it).
-    let range = meta
-        .operators
-        .iter()
-        .find(|o| o.uid == chain.uid)
-        .and_then(|o| o.subtasks.iter().find(|s| s.subtask == chain.subtask))
-        .and_then(|s| s.keyed_state.as_ref())
-        .map(|k| k.range)
-        .or_else(|| {
-            range.map(|(a, b)| KeyGroupRange {
-                start: a,
-                end: b + 1,
-            })
-        })
-        .unwrap_or(KeyGroupRange { start: 0, end: 0 });
-    Ok(RemoteChain { range, files })
-}
-
-/// Reads and checks one subtask's chain of an incremental checkpoint (in the job folder's
-/// `shared/`, beside the checkpoint folder at `path`): its base and its deltas, each against
-/// the checksum `_metadata` recorded. A missing or damaged file fails the whole checkpoint,
-/// naming the file, so [`load_latest`] falls back to an earlier one.
-fn load_chain(
-    path: &Path,
-    meta: &CheckpointMetadata,
-    chain: &IncrementalKeyedRef,
-) -> Result<(LoadedKeyedFile, Vec<LoadedKeyedFile>)> {
-    let job = job_folder(path)?;
-    let read = |f: &SharedFile, kind| -> Result<LoadedKeyedFile> {
-        let payload = read_state_payload(job, &f.path, kind, Some(f.crc32c)).map_err(|e| {
-            Error::Restore(format!(
-                "shared state file {} of checkpoint {} (written for checkpoint {}): {e}",
-                job.join(&f.path).display(),
-                meta.checkpoint_id,
-                f.checkpoint_id
-            ))
-        })?;
-        LoadedKeyedFile::decode(&job.join(&f.path), &payload, meta.max_parallelism)
-    };
-    let base = read(&chain.base, layout::KEYED_STATE_KIND)?;
-    let mut deltas = Vec::with_capacity(chain.deltas.len());
-    for d in &chain.deltas {
-        let delta = read(d, layout::KEYED_DELTA_KIND)?;
-        if delta.range != base.range {
-            return Err(Error::Restore(format!(
-                "{}: a delta for key groups {}..{} chained on a base for {}..{}; the \
-                 checkpoint's metadata is damaged, restore from another checkpoint",
-                job.join(&d.path).display(),
-                delta.range.start,
-                delta.range.end,
-                base.range.start,
-                base.range.end
-            )));
-        }
-        deltas.push(delta);
-    }
-    Ok((base, deltas))
 }
 
 /// Reads, verifies and decodes every channel-state file `meta` names (metadata layout 5),
@@ -569,213 +373,14 @@ impl RestoredCheckpoint {
             .cloned()
             .collect()
     }
-
-    /// Subtask `subtask` of `parallelism`'s share of operator `uid`'s state: its operator
-    /// state lists (redistributed) and the keyed-state sections of its key groups.
-    pub fn state_for(
-        &self,
-        uid: &str,
-        subtask: u32,
-        parallelism: u32,
-        max_parallelism: u32,
-    ) -> Result<(AssignedLists, RestoredKeyedState)> {
-        if max_parallelism != self.meta.max_parallelism {
-            return Err(Error::Restore(format!(
-                "{} was taken with max parallelism {}, the job uses {}; key groups cannot be \
-                 remapped, so run with --max-parallelism {}",
-                self.path.display(),
-                self.meta.max_parallelism,
-                max_parallelism,
-                self.meta.max_parallelism
-            )));
-        }
-        let lists = match self.operator_state.get(uid) {
-            Some(old) => {
-                let refs: Vec<_> = old.iter().map(|o| o.as_ref()).collect();
-                redistribute(&refs, subtask, parallelism)
-            }
-            None => BTreeMap::new(),
-        };
-        let mut keyed: RestoredKeyedState = BTreeMap::new();
-        let mine = KeyGroupRange::for_subtask(subtask, parallelism, max_parallelism);
-        // The full snapshots' sections first, then each chain's deltas, oldest first, for
-        // the same key groups.
-        self.collect_keyed(&mut keyed, uid, mine, &self.keyed_state, |s| {
-            &mut s.sections
-        });
-        self.collect_keyed(&mut keyed, uid, mine, &self.keyed_deltas, |s| {
-            &mut s.changes
-        });
-        self.collect_remote(&mut keyed, uid, mine);
-        Ok((lists, keyed))
-    }
-
-    /// Appends to `keyed` the sections of operator `uid`'s chains left in storage for the
-    /// key groups of `mine`: per key group, the base's then each delta's, in chain order.
-    fn collect_remote(&self, keyed: &mut RestoredKeyedState, uid: &str, mine: KeyGroupRange) {
-        for chain in self.remote_chains.get(uid).into_iter().flatten() {
-            if !layout::file_holds_groups_of(chain.range, mine) {
-                continue;
-            }
-            for group in mine.start..mine.end {
-                for (file, index, delta) in &chain.files {
-                    let Ok(at) = index.groups.binary_search_by_key(&group, |g| g.group) else {
-                        continue;
-                    };
-                    let spans = &index.groups[at].sections;
-                    let wanted: Vec<_> = index
-                        .states
-                        .iter()
-                        .zip(spans)
-                        .enumerate()
-                        .filter(|(_, ((name, _), span))| {
-                            span.len > 0 && !self.is_dropped(uid, name)
-                        })
-                        .collect();
-                    // One read of the group for every state that wants a section of it.
-                    let wanted_spans: Vec<_> = wanted.iter().map(|(_, (_, s))| **s).collect();
-                    let shared = GroupRead::new(&wanted_spans).filter(|_| wanted.len() > 1);
-                    for (i, ((name, kind), span)) in wanted {
-                        let ttl = index.ttl.get(i).copied().unwrap_or(false);
-                        let state = self.restored_state(keyed, uid, ttl, name, *kind);
-                        state.remote.push(RemoteSection {
-                            file: Arc::clone(file),
-                            group,
-                            span: *span,
-                            delta: *delta,
-                            shared: shared.clone(),
-                        });
-                    }
-                }
-            }
-        }
-    }
-
-    /// The notice of a lazy restore: how much keyed state stays in `shared` (the job's
-    /// shared folder) to be fetched on first access; `None` if the restore read it all.
-    pub fn lazy_notice(&self, shared: &Path) -> Option<String> {
-        let remote = self.remote_bytes();
-        (remote > 0).then(|| {
-            format!(
-                "restoring lazily: {remote} bytes of keyed state stay in {} and are fetched \
-                 by key group on first access",
-                shared.display()
-            )
-        })
-    }
-
-    /// Bytes of shared files a lazy restore left in storage (0: it read everything).
-    pub fn remote_bytes(&self) -> u64 {
-        self.remote_chains
-            .values()
-            .flatten()
-            .flat_map(|c| &c.files)
-            .map(|(_, index, _)| {
-                index
-                    .groups
-                    .iter()
-                    .flat_map(|g| &g.sections)
-                    .map(|s| s.len)
-                    .sum::<u64>()
-            })
-            .sum()
-    }
-
-    /// Appends to `keyed` the bytes `files` hold for operator `uid` in the key groups of
-    /// `mine`, each state's into the list `into` picks (full sections or deltas): one walk
-    /// for both, so a base and its chain always select the same key groups and states.
-    fn collect_keyed(
-        &self,
-        keyed: &mut RestoredKeyedState,
-        uid: &str,
-        mine: KeyGroupRange,
-        files: &HashMap<String, Vec<LoadedKeyedFile>>,
-        into: fn(&mut RestoredState) -> &mut Vec<SharedBytes>,
-    ) {
-        for file in files.get(uid).into_iter().flatten() {
-            if !layout::file_holds_groups_of(file.range, mine) {
-                continue;
-            }
-            for (group, sections) in &file.groups {
-                if !mine.contains(*group) {
-                    continue;
-                }
-                for (i, ((name, kind), bytes)) in file.states.iter().zip(sections).enumerate() {
-                    if !bytes.is_empty() && !self.is_dropped(uid, name) {
-                        let ttl = file.ttl.get(i).copied().unwrap_or(false);
-                        let state = self.restored_state(keyed, uid, ttl, name, *kind);
-                        into(state).push(bytes.clone());
-                    }
-                }
-            }
-        }
-    }
-
-    /// The entry of `keyed` for state `name` (of `kind`, with TTL stamps if `ttl`), made
-    /// if missing.
-    fn restored_state<'k>(
-        &self,
-        keyed: &'k mut RestoredKeyedState,
-        uid: &str,
-        ttl: bool,
-        name: &str,
-        kind: StateKind,
-    ) -> &'k mut RestoredState {
-        keyed
-            .entry(name.to_string())
-            .or_insert_with(|| RestoredState {
-                kind,
-                ttl,
-                sections: Vec::new(),
-                changes: Vec::new(),
-                schema: self.meta.state_schema(uid, name).cloned(),
-                remote: Vec::new(),
-            })
-    }
-}
-
-impl RestoredCheckpoint {
-    /// Every keyed state the checkpoint holds for operator `uid`, with its kind, TTL and
-    /// recorded schema but no entries: what a probe backend declares against to decide
-    /// each state before any task starts.
-    pub fn recorded_keyed_states(&self, uid: &str) -> RestoredKeyedState {
-        let mut out: RestoredKeyedState = BTreeMap::new();
-        let deltas = self.keyed_deltas.get(uid).into_iter().flatten();
-        for file in self
-            .keyed_state
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .chain(deltas)
-        {
-            for (i, (name, kind)) in file.states.iter().enumerate() {
-                let ttl = file.ttl.get(i).copied().unwrap_or(false);
-                self.restored_state(&mut out, uid, ttl, name, *kind);
-            }
-        }
-        let remote = self.remote_chains.get(uid).into_iter().flatten();
-        for (_, index, _) in remote.flat_map(|c| &c.files) {
-            for (i, (name, kind)) in index.states.iter().enumerate() {
-                let ttl = index.ttl.get(i).copied().unwrap_or(false);
-                self.restored_state(&mut out, uid, ttl, name, *kind);
-            }
-        }
-        out
-    }
-
-    /// Drops keyed state `name` of operator `uid` from what subtasks are handed: it starts
-    /// empty (an incompatible state under `--allow-non-restored-state`).
-    pub fn drop_state(&mut self, uid: &str, name: &str) {
-        self.dropped.insert((uid.to_string(), name.to_string()));
-    }
-
-    fn is_dropped(&self, uid: &str, name: &str) -> bool {
-        !self.dropped.is_empty() && self.dropped.contains(&(uid.to_string(), name.to_string()))
-    }
 }
 
 #[path = "restore_claim.rs"]
 mod claim;
+#[path = "restore_keyed.rs"]
+mod keyed;
+#[path = "restore_lazy.rs"]
+mod lazy;
 
 #[cfg(test)]
 #[path = "restore_tests.rs"]

@@ -3,6 +3,7 @@
 use super::*;
 use crate::checkpoint::layout::tests::{sample_file, sections_of};
 use crate::checkpoint::layout::KeyedStateFile;
+use crate::checkpoint::shared_bytes::SharedBytes;
 
 fn sample() -> KeyedStateFile {
     sample_file(9, 16, 7)

@@ -24,7 +24,9 @@ use super::storage::{CheckpointStorage, PayloadWriter, SpillFile, StoredFile};
 use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot};
+use crate::state::keyed::{
+    ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot, LocalStateSize,
+};
 use crate::state::operator::OperatorStateSnapshot;
 use crate::storage::format::HEADER_LEN;
 
@@ -102,6 +104,7 @@ struct FrozenKeyed {
     range: KeyGroupRange,
     entries: u64,
     states: Vec<StateBytes>,
+    local: LocalStateSize,
 }
 
 /// Bytes copied at a time from a frozen payload into a state file.
@@ -171,6 +174,9 @@ pub struct OperatorAck {
     /// if every one has one; `_metadata` records it so a restore can fetch a key group
     /// alone (issue 25 item 4).
     pub incremental_index: Option<Vec<FileIndex>>,
+    /// Where the subtask's keyed state lived at the barrier (local disk, memory): for the
+    /// dashboard beside the checkpoint's sizes; not persisted in `_metadata`.
+    pub local: LocalStateSize,
 }
 
 /// One state's encoded size in one subtask's snapshot.
@@ -260,6 +266,7 @@ fn encode_snapshot(
                     range: keyed.range,
                     entries: streamed.entries,
                     states: streamed.states,
+                    local: keyed.local,
                 })
             }
         };
@@ -321,6 +328,11 @@ fn write_part(
     }
     let mut incremental = None;
     let mut incremental_index = None;
+    let local = match &keyed {
+        Some(KeyedSource::Captured(snapshot)) => snapshot.local,
+        Some(KeyedSource::Encoded(frozen)) => frozen.local,
+        None => LocalStateSize::default(),
+    };
     if let Some(KeyedSource::Captured(snapshot)) = &keyed {
         if let Some(inc) = &snapshot.incremental {
             let at = (id, uid, job.subtask);
@@ -374,6 +386,7 @@ fn write_part(
         states,
         incremental,
         incremental_index,
+        local,
     })
 }
 

@@ -19,7 +19,7 @@ use crate::checkpoint::metadata::{
 };
 use crate::checkpoint::writer::{Frozen, OperatorAck, StateBytes, TaskAck};
 use crate::state::key_group::KeyGroupRange;
-use crate::state::keyed::{FileIndex, GroupSpans, SectionSpan};
+use crate::state::keyed::{FileIndex, GroupSpans, LocalStateSize, SectionSpan};
 use crate::state::StateKind;
 
 use super::proto;
@@ -82,6 +82,8 @@ pub fn to_proto(attempt: u32, checkpoint: u64, of: &SubtaskRef, ack: &TaskAck) -
                         .map(index_to_proto)
                         .collect(),
                 }),
+            local_disk_bytes: op.local.disk_bytes,
+            memory_entries: op.local.memory_entries,
         })
         .collect();
     let channel_state = ack
@@ -201,6 +203,10 @@ pub fn from_proto(ack: &proto::Ack, of: &SubtaskRef, run_id: &str) -> Result<Tas
                 _ => None,
             },
             incremental,
+            local: LocalStateSize {
+                disk_bytes: op.local_disk_bytes,
+                memory_entries: op.memory_entries,
+            },
         });
     }
     let mut channel_state = Vec::with_capacity(ack.channel_state.len());
@@ -440,6 +446,10 @@ mod tests {
                 }],
                 incremental: None,
                 incremental_index: None,
+                local: LocalStateSize {
+                    disk_bytes: 4096,
+                    memory_entries: 3,
+                },
             }],
             stats: TaskCheckpointStats {
                 sync_micros: 1,
@@ -466,6 +476,10 @@ mod tests {
         assert_eq!(got.operators[0].state, sent.operators[0].state);
         assert_eq!(got.operators[0].states, sent.operators[0].states);
         assert_eq!(got.operators[0].parallelism, 2);
+        assert_eq!(
+            got.operators[0].local, sent.operators[0].local,
+            "the dashboard's"
+        );
         let mut files = got.files.clone();
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let mut want = sent.files.clone();

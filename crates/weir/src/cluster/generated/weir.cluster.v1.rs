@@ -249,6 +249,13 @@ pub struct OperatorStateHandle {
     /// its base as `../shared/...`, and key_groups its range). Absent for a full snapshot.
     #[prost(message, optional, tag = "9")]
     pub incremental: ::core::option::Option<IncrementalChain>,
+    /// Bytes the subtask's keyed state occupied on local disk at the barrier (the disk
+    /// backend's LSM; 0 in memory), for the dashboard.
+    #[prost(uint64, tag = "10")]
+    pub local_disk_bytes: u64,
+    /// Keyed-state entries held decoded in memory at the barrier, for the dashboard.
+    #[prost(uint64, tag = "11")]
+    pub memory_entries: u64,
 }
 /// The keyed state of one operator subtask in an incremental checkpoint: a full base and
 /// the deltas written since, applied in order; _metadata lists them as they come.

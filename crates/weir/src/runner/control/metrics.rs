@@ -22,6 +22,8 @@
 //! | `weir_operator_busy_seconds_total` | counter (an operator's share of its task's busy time) | `operator`, `chain`, `subtask` |
 //! | `weir_operator_watermark_lag_seconds` | gauge (wall clock minus the operator's current watermark; event-time operators only) | `operator`, `chain`, `subtask` |
 //! | `weir_state_size_bytes` | gauge (state in the newest completed checkpoint) | `operator`, `state`, `scope` (`keyed`, `operator`) |
+//! | `weir_state_checkpoint_bytes` | gauge (files the newest completed checkpoint wrote for the operator, `new`, or lists from earlier ones, `shared`) | `operator`, `files` (`new`, `shared`) |
+//! | `weir_state_local_disk_bytes`, `weir_state_memory_entries` | gauge (keyed state on local disk, entries decoded in memory, at that checkpoint's barrier) | `operator` |
 //! | `weir_worker_slots`, `weir_worker_subtasks` | gauge (slots a worker offers, subtasks it runs) | `worker` |
 //! | `weir_worker_heartbeat_age_seconds` | gauge (since the coordinator last heard from the worker; cluster only) | `worker` |
 //! | `weir_exchange_sent_bytes_total`, `weir_exchange_received_bytes_total` | counter (encoded bytes on one exchange stream since it opened) | `worker`, `peer` |
@@ -375,7 +377,8 @@ fn per_operator(
     Ok(())
 }
 
-/// `weir_state_size_bytes`: per operator and state, from the newest completed checkpoint.
+/// `weir_state_size_bytes`: per operator and state, from the newest completed checkpoint;
+/// per operator that checkpoint's new and shared file bytes, and where its state lived.
 fn state_sizes(e: &mut DescriptorEncoder, s: &JobStatus) -> Result<(), FmtError> {
     if s.state_sizes.operators.is_empty() {
         return Ok(());
@@ -396,6 +399,42 @@ fn state_sizes(e: &mut DescriptorEncoder, s: &JobStatus) -> Result<(), FmtError>
             ];
             ConstGauge::new(st.bytes as i64).encode(family.encode_family(&labels)?)?;
         }
+    }
+    // Per operator: what the checkpoint's files cost, and where its state lived.
+    let mut family = e.encode_descriptor(
+        "weir_state_checkpoint",
+        "Bytes of the files the newest completed checkpoint wrote for an operator (new) and \
+         of earlier checkpoints' shared files it lists (shared), summed over subtasks",
+        Some(&Unit::Bytes),
+        MetricType::Gauge,
+    )?;
+    for op in &s.state_sizes.operators {
+        for (files, bytes) in [("new", op.new_bytes), ("shared", op.shared_bytes)] {
+            let labels = vec![("operator", op.uid.clone()), ("files", files.into())];
+            ConstGauge::new(bytes as i64).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let mut family = e.encode_descriptor(
+        "weir_state_local_disk",
+        "Bytes an operator's keyed state occupied on local disk at the newest completed \
+         checkpoint's barrier (the disk backend's LSMs), summed over subtasks",
+        Some(&Unit::Bytes),
+        MetricType::Gauge,
+    )?;
+    for op in &s.state_sizes.operators {
+        let labels = vec![("operator", op.uid.clone())];
+        ConstGauge::new(op.local_disk_bytes as i64).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = e.encode_descriptor(
+        "weir_state_memory_entries",
+        "Keyed-state entries an operator held decoded in memory at the newest completed \
+         checkpoint's barrier (on disk: its caches'), summed over subtasks",
+        None,
+        MetricType::Gauge,
+    )?;
+    for op in &s.state_sizes.operators {
+        let labels = vec![("operator", op.uid.clone())];
+        ConstGauge::new(op.memory_entries as i64).encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }
@@ -518,6 +557,10 @@ mod tests {
                 operators: vec![OperatorStateSize {
                     uid: "map".into(),
                     bytes: 640,
+                    new_bytes: 700,
+                    shared_bytes: 0,
+                    local_disk_bytes: 0,
+                    memory_entries: 10,
                     states: vec![StateSize {
                         name: "seen".into(),
                         scope: "keyed".into(),
@@ -598,6 +641,10 @@ mod tests {
             "weir_operator_busy_seconds_total{chain=\"source -> map\",operator=\"src\",subtask=\"1\",worker=\"w1\"} 1.0",
             "weir_operator_watermark_lag_seconds{chain=\"source -> map\",operator=\"map\",subtask=\"1\",worker=\"w1\"} 1.25",
             "weir_state_size_bytes{operator=\"map\",state=\"seen\",scope=\"keyed\"} 640",
+            "weir_state_checkpoint_bytes{operator=\"map\",files=\"new\"} 700",
+            "weir_state_checkpoint_bytes{operator=\"map\",files=\"shared\"} 0",
+            "weir_state_local_disk_bytes{operator=\"map\"} 0",
+            "weir_state_memory_entries{operator=\"map\"} 10",
             "weir_worker_slots{worker=\"w1\"} 2.0",
             "weir_worker_subtasks{worker=\"w1\"} 1.0",
             "weir_worker_heartbeat_age_seconds{worker=\"w1\"} 0.25",

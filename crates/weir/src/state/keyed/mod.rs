@@ -210,7 +210,19 @@ impl<K: Key> KeyedStateBackend<K> {
             max_parallelism: self.max_parallelism,
             tables,
             incremental: None,
+            local: self.local_size(),
         })
+    }
+
+    /// Where the state lives at this moment: the bytes its LSM occupies on local disk (0
+    /// on the memory backend) and the entries held decoded in memory (on disk: the
+    /// write-back caches; in memory: every entry). Cheap (the LSM keeps its tables'
+    /// sizes): taken at each checkpoint's barrier for the dashboard (issue 25 item 6).
+    pub(crate) fn local_size(&self) -> LocalStateSize {
+        LocalStateSize {
+            disk_bytes: self.disk.as_ref().map_or(0, |d| d.disk_bytes()),
+            memory_entries: self.tables.iter().map(|t| t.memory_entries() as u64).sum(),
+        }
     }
 
     /// Synchronous phase of checkpoint `id`'s snapshot (not a savepoint's: those are always
@@ -253,6 +265,7 @@ impl<K: Key> KeyedStateBackend<K> {
                     max_parallelism: self.max_parallelism,
                     tables,
                     incremental: Some(plan),
+                    local: self.local_size(),
                 })
             }
         }
@@ -446,6 +459,31 @@ pub struct KeyedSnapshot {
     /// confirmed chain a delta applies to, and where the writer reports the chain written.
     /// `None`: a full snapshot written into the checkpoint's own folder.
     pub incremental: Option<IncrementalSnapshot>,
+    /// Where the state lived at the barrier (local disk, memory): not part of the
+    /// checkpoint, shown beside its sizes by the dashboard.
+    pub local: LocalStateSize,
+}
+
+/// Where one subtask's keyed state lives locally at a moment: what the checkpoint's own
+/// sizes (its encoded bytes, its new and shared files) cannot tell — with the disk backend
+/// the state's working copy is an LSM on local disk with a bounded cache of decoded
+/// entries in front, and after a lazy restore part of it is still only in the checkpoint
+/// storage (issue 25 item 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LocalStateSize {
+    /// Bytes the subtask's LSM occupies on local disk (table files, journal); 0 on the
+    /// memory backend.
+    pub disk_bytes: u64,
+    /// Entries held decoded in memory: on disk the write-back caches' entries, in memory
+    /// every entry.
+    pub memory_entries: u64,
+}
+
+impl std::ops::AddAssign for LocalStateSize {
+    fn add_assign(&mut self, o: Self) {
+        self.disk_bytes += o.disk_bytes;
+        self.memory_entries += o.memory_entries;
+    }
 }
 
 /// The captured view of one state.

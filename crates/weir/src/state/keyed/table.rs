@@ -63,6 +63,8 @@ pub(crate) trait StateTable<K>: Send {
     fn len(&mut self) -> Result<usize>;
     /// Every key that has state in this table (for `apply_to_all_keys`).
     fn keys(&mut self) -> Result<Vec<K>>;
+    /// Entries held decoded in memory (on disk: the cache's; in memory: all of them).
+    fn memory_entries(&self) -> usize;
     /// Key groups a lazy restore left in storage that this table has not fetched yet.
     #[cfg(all(test, feature = "disk-state"))]
     fn remote_groups(&self) -> usize {
@@ -348,6 +350,9 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
             Some(disk) => disk.keys(&self.map, self.ttl.as_ref()),
             None => Ok(self.map.iter().map(|(k, _)| k.clone()).collect()),
         }
+    }
+    fn memory_entries(&self) -> usize {
+        self.map.len()
     }
 }
 

@@ -309,6 +309,9 @@ impl<K: Key, ACC: StateValue> StateTable<K> for WindowTable<K, ACC> {
         }
         Ok(n)
     }
+    fn memory_entries(&self) -> usize {
+        self.panes.iter().map(|p| p.table.map.len()).sum()
+    }
     fn keys(&mut self) -> Result<Vec<K>> {
         let mut seen = FxHashSet::default();
         for p in &mut self.panes {

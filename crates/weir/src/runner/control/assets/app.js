@@ -159,6 +159,10 @@ function showState(z) {
   }
   text($("state-of"), z && z.checkpoint_id !== null ? "(checkpoint " + z.checkpoint_id + ")" : "(no checkpoint completed yet)");
   fill("state-sizes", rows);
+  fill("state-storage", ((z && z.operators) || []).map((o) => [
+    o.uid, bytes(o.new_bytes), bytes(o.shared_bytes), bytes(o.local_disk_bytes),
+    o.memory_entries.toLocaleString("en"),
+  ]));
 }
 
 // Per task, records in and out and where the last refresh interval went: the shares are
