@@ -1,6 +1,6 @@
 //! The gRPC edge of a worker's task side (issue 24): build this worker's subtasks of
 //! the deployed attempt (`runtime::placement`) with the same
-//! [`WorkerTasks`](crate::runtime::worker::WorkerTasks) `run` uses in one process, then
+//! `runtime::worker::WorkerTasks` `run` uses in one process, then
 //! relay — the coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel to the
 //! subtasks, their acknowledgements (state files already written to the checkpoint
 //! storage by this worker's writers, the handles in [`to_proto`]), declines, ended inputs,

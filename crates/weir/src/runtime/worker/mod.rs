@@ -20,7 +20,7 @@
 //!   them, so once it is gone no state file of any checkpoint can appear any more (the
 //!   coordinator's end sweeps rely on it).
 //! * A frozen snapshot (FLIP-147: the state of a subtask whose input ended) is written by
-//!   these writers only, into the checkpoint the coordinator names ([`Self::write_frozen`]).
+//!   these writers only, into the checkpoint the coordinator names ([`WorkerTasks::write_frozen`]).
 
 mod spawn;
 
