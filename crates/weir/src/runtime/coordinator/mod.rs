@@ -7,6 +7,7 @@
 //! * `hosts` — the `TaskHosts` interface every attempt is deployed through.
 //! * `in_memory` — the cluster of one: `run` in one process deploys on one in-process
 //!   worker (`runtime::worker`), the same task side a worker process runs.
+//! * `recovery` — reading back the checkpoint a run or a restart resumes from.
 //! * [`restart`] — restart strategies.
 //!
 //! The task side — building a worker's subtasks, its snapshot writers and frozen
@@ -20,4 +21,5 @@ pub(crate) mod attempt;
 pub mod executor;
 pub(crate) mod hosts;
 pub(crate) mod in_memory;
+mod recovery;
 pub mod restart;
