@@ -35,17 +35,17 @@ if [ $# -eq 0 ]; then
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
-exe=crates/weir/src/runtime/executor.rs
-spawn=crates/weir/src/runtime/spawn.rs
+exe=crates/weir/src/runtime/coordinator/executor.rs
+spawn=crates/weir/src/runtime/worker/spawn.rs
 stream=crates/weir/src/api/stream.rs
 declare -A file=([a]=$exe [b]=$spawn [c]=$stream)
 declare -A from=(
-    [a]='            .and_then(|()| exec.spawn(attempt_no, restore.as_ref()))'
+    [a]='            .and_then(|()| exec.deploy(attempt_no, restore.as_ref()))'
     [b]='            Some(r) => r.state_for(&uid, subtask, p, self.cfg.max_parallelism)?,'
     [c]='                ctx.init_function(&mut s)?;'
 )
 declare -A to=(
-    [a]='            .and_then(|()| exec.spawn(attempt_no, None))'
+    [a]='            .and_then(|()| exec.deploy(attempt_no, None))'
     [b]='            Some(r) if matches!(self.graph.nodes[node].kind, NodeKind::Source(_)) => r.state_for(\&uid, subtask, p, self.cfg.max_parallelism)?, Some(_) => Default::default(),'
     [c]='                ctx.operator_state.clear(); ctx.init_function(\&mut s)?;'
 )

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use crate::api::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
 use crate::api::stream::StreamEnvironment;
 use crate::error::Result;
-use crate::runtime::executor::JobResult;
+use crate::runtime::coordinator::executor::JobResult;
 use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore, ValueState};
 use std::io::Write;
 use std::sync::mpsc;

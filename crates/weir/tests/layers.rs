@@ -325,7 +325,7 @@ pub(crate) fn g() {}
 
 #[test]
 fn an_upward_import_fails_with_file_line_and_the_order() {
-    let src = "use crate::error::Result;\nfn f() -> u64 { crate::runtime::executor::wall_ms() }\n";
+    let src = "use crate::error::Result;\nfn f() -> u64 { crate::runtime::coordinator::executor::wall_ms() }\n";
     let found = check_file("crates/weir/src/state/x.rs", "state", src);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(

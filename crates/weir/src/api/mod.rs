@@ -64,8 +64,8 @@ pub mod config {
     pub use crate::checkpoint::barrier::CheckpointingMode;
     pub use crate::checkpoint::coordinator::CheckpointConfig;
     pub use crate::runtime::config::{DiskStateMemory, JobConfig, RestoreFrom};
+    pub use crate::runtime::coordinator::restart::RestartStrategy;
     pub use crate::runtime::fault::FailureInjection;
-    pub use crate::runtime::restart::RestartStrategy;
     pub use crate::runtime::state_backend::StateBackend;
 }
 

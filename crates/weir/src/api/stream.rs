@@ -35,7 +35,7 @@ use crate::api::windowed::WindowedStream;
 use crate::error::Result;
 use crate::runtime::config::JobConfig;
 use crate::runtime::control::{ControlHub, JobControl};
-use crate::runtime::executor::{self, JobMetrics, JobResult};
+use crate::runtime::coordinator::executor::{self, JobMetrics, JobResult};
 use crate::runtime::functions::{
     BroadcastProcessFunction, CheckpointedFunction, Collector, KeyedProcessFunction,
     ProcessFunction, SinkFunction, SourceFunction,
@@ -254,7 +254,7 @@ impl StreamEnvironment {
     #[cfg(feature = "cluster")]
     pub(crate) fn execute_hosted(
         self,
-        hosts: Arc<dyn crate::runtime::hosts::TaskHosts>,
+        hosts: Arc<dyn crate::runtime::coordinator::hosts::TaskHosts>,
     ) -> Result<JobResult> {
         let graph = Rc::try_unwrap(self.graph)
             .map(RefCell::into_inner)

@@ -11,7 +11,7 @@
 //!
 //! **The roles.** [`coordinator`] serves the workers' control streams — token,
 //! registration, refusal of another binary, the deploy handshake — and, as the
-//! `runtime::hosts::TaskHosts` of the executor, deploys every attempt on its workers,
+//! `runtime::coordinator::hosts::TaskHosts` of the executor, deploys every attempt on its workers,
 //! forwards the checkpoint coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel,
 //! and turns the workers' reports (Ack with state handles, [`handles`]) into the executor's
 //! task events; a lost worker fails the attempt, which restarts on the workers at hand.

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::prelude::{AttemptSummary, JobConfig, JobResult};
-use crate::runtime::executor::JobMetrics;
+use crate::runtime::coordinator::executor::JobMetrics;
 
 /// A background thread that prints the job's notices as they happen (always) and redraws
 /// one status line every half second (only when stderr is a terminal).

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::checkpoint::coordinator::CheckpointConfig;
+use crate::runtime::coordinator::restart::RestartStrategy;
 use crate::runtime::fault::FailureInjection;
-use crate::runtime::restart::RestartStrategy;
 use crate::runtime::state_backend::StateBackend;
 use crate::state::key_group::DEFAULT_MAX_PARALLELISM;
 

@@ -23,36 +23,35 @@
 //! * [`task`] — the loops a task thread runs (source tasks and input tasks).
 //! * [`fault`] — seeded failure injection for tests and demos.
 //! * [`finishing`] — when a task may end: the final checkpoint and stop-with-savepoint (pure).
-//! * [`restart`] — restart strategies.
 //! * [`plan`] — chains operators into tasks.
 //! * `footprint` — a plan's memory before any record flows; refuses one that cannot fit.
-//! * `spawn` — starts an attempt's tasks, one thread each.
-//! * `attempt` — the event loop of one job attempt: the I/O edge of the checkpoint protocol.
 //! * [`control`] — savepoints, checkpoints and stop on request, status.
 //! * [`status`] — the status's graph, task counters, attempts and checkpoint history.
-//! * [`executor`] — plans the physical graph, runs attempts, drives the coordinator.
+//! * [`coordinator`] — the coordinator side: [`executor`] (plans, deploys attempts,
+//!   restarts), the attempt loop (the I/O edge of the checkpoint protocol), the
+//!   `TaskHosts` interface and the in-memory hosts (`run` as a cluster of one),
+//!   [`restart`] strategies.
+//! * `worker` — the task side: a worker's share of an attempt (its subtasks, channels,
+//!   snapshot writers, frozen snapshots), the same in one process and on a cluster.
 //!
 //! The runtime owns the contract it executes — the function traits, the configuration and
 //! the job graph — so it never imports the API above it; `api` re-exports `functions` and
 //! `config` under their user-facing paths.
 
 pub mod alignment;
-pub(crate) mod attempt;
 pub mod co_process;
 pub mod codec;
 pub mod config;
 pub mod control;
+pub mod coordinator;
 pub mod event;
 #[cfg(feature = "cluster")]
 pub mod exchange;
-pub mod executor;
 pub mod fault;
 pub mod finishing;
 pub(crate) mod footprint;
 pub mod functions;
 pub(crate) mod graph;
-#[cfg(feature = "cluster")]
-pub(crate) mod hosts;
 pub mod interval_join;
 pub mod load;
 pub mod network;
@@ -63,10 +62,8 @@ pub mod output;
 pub(crate) mod placement;
 pub mod plan;
 pub mod remote;
-pub mod restart;
 pub mod result;
 pub mod schema_check;
-pub(crate) mod spawn;
 pub mod state_backend;
 pub mod status;
 pub mod task;
@@ -74,6 +71,7 @@ pub mod unaligned;
 pub mod watermark;
 pub mod window_join;
 pub mod windows;
+pub(crate) mod worker;
 
 /// Records per batch on a channel. Batching amortises the channel's per-message cost
 /// (measured: ~6–7× throughput versus one record per message). Under backpressure every

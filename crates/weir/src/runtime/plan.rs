@@ -15,6 +15,7 @@ use crate::runtime::graph::{JobGraph, Partitioning};
 use crate::state::key_group::MAX_MAX_PARALLELISM;
 
 /// A task of the physical graph.
+#[derive(Clone)]
 pub(crate) struct TaskPlan {
     pub chain: Vec<usize>,
     pub subtask: u32,
@@ -23,6 +24,7 @@ pub(crate) struct TaskPlan {
 }
 
 /// The resolved physical plan.
+#[derive(Clone)]
 pub(crate) struct Plan {
     pub uids: Vec<String>,
     pub parallelism: Vec<u32>,

@@ -1,5 +1,5 @@
 //! The checkpoint rules of one job attempt, free of threads and I/O: what the attempt's
-//! event loop (`runtime::attempt`) does with each event it receives, decided here and
+//! event loop (`runtime::coordinator::attempt`) does with each event it receives, decided here and
 //! returned as [`AttemptAction`]s for the loop to carry out (Flink's
 //! `CheckpointCoordinator` receiving acknowledgements, declines, finished tasks and
 //! savepoint requests). Built around the core [`Coordinator`], which decides when to

@@ -18,12 +18,13 @@ use crossbeam_channel::{unbounded, Receiver, Select};
 use super::pool::{send, ToWorkerTx};
 use crate::checkpoint::barrier::BarrierKind;
 use crate::checkpoint::storage::CheckpointStorage;
+use crate::checkpoint::writer::Frozen;
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, SnapshotKind};
 use crate::error::{Error, Result};
+use crate::runtime::coordinator::hosts::HostedAttempt;
 use crate::runtime::exchange::WorkerId;
 use crate::runtime::fault::FailureInjector;
-use crate::runtime::hosts::HostedAttempt;
 use crate::runtime::task::Control;
 
 /// A control as the protocol carries it to one worker: what it is and for which
@@ -135,7 +136,8 @@ pub(crate) fn start(
             )
         })
         .map_err(|e| Error::Cluster(format!("cannot start the control forwarder: {e}")))?;
-    let write_frozen = Box::new(move |task: usize, id: u64| {
+    // The worker that ran the task kept its snapshot (the Ack said `Frozen::OnWorker`).
+    let write_frozen = Box::new(move |task: usize, id: u64, _kept: Frozen| {
         if let Some((stream, uid, subtask)) = to.get(task) {
             let m = proto::WriteFrozen {
                 attempt: u64::from(attempt),

@@ -24,13 +24,14 @@ use tonic::Status;
 use super::member::{Injected, Member, Reply, Reported, Route};
 use super::suspects::{Standing, Suspects};
 use super::{deploy_message, schedule_plan, CoordinatorEndpoint, DeploySpec, Offer};
+use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::checkpoint::storage::CheckpointStorage;
 use crate::cluster::fingerprint::PlanFingerprint;
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, CoordinatorMessage};
 use crate::error::{Error, Result};
+use crate::runtime::coordinator::hosts::{HostedAttempt, PlantedFailure, TaskHosts};
 use crate::runtime::exchange::WorkerId;
-use crate::runtime::hosts::{HostedAttempt, PlantedFailure, TaskHosts};
 use crate::runtime::plan::Plan;
 use crate::runtime::status::{WorkerBoard, WorkerStatus};
 use crate::runtime::task::{TaskEvent, TaskMetrics};
@@ -402,7 +403,7 @@ impl TaskHosts for WorkerPool {
         &self,
         plan: &Plan,
         attempt: u32,
-        restore: Option<&Path>,
+        restore: Option<&RestoredCheckpoint>,
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
@@ -412,7 +413,7 @@ impl TaskHosts for WorkerPool {
         let tried = self.try_deploy(
             plan,
             attempt,
-            restore,
+            restore.map(|r| r.path.as_path()),
             events,
             storage,
             metrics,
@@ -435,7 +436,7 @@ impl TaskHosts for WorkerPool {
                         .map(|_| crossbeam_channel::unbounded().0)
                         .collect(),
                     handles: Vec::new(),
-                    write_frozen: Box::new(|_, _| {}),
+                    write_frozen: Box::new(|_, _, _| {}),
                 })
             }
         }

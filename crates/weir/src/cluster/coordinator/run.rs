@@ -12,7 +12,7 @@ use super::{CoordinatorConfig, CoordinatorEndpoint};
 use crate::api::stream::StreamEnvironment;
 use crate::cluster::fingerprint::{binary_version, PlanFingerprint};
 use crate::error::{Error, Result};
-use crate::runtime::executor::JobResult;
+use crate::runtime::coordinator::executor::JobResult;
 
 /// How a coordinator runs its job: the cluster's flags.
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
-//! The task side of one attempt on a worker (issue 24): build this worker's subtasks of
-//! the deployed attempt (`runtime::placement`, through the executor's own `spawn`), then
+//! The gRPC edge of a worker's task side (issue 24): build this worker's subtasks of
+//! the deployed attempt (`runtime::placement`) with the same
+//! `runtime::worker::WorkerTasks` `run` uses in one process, then
 //! relay — the coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel to the
 //! subtasks, their acknowledgements (state files already written to the checkpoint
 //! storage by this worker's writers, the handles in [`to_proto`]), declines, ended inputs,
@@ -14,29 +15,26 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_channel::{unbounded, Receiver, Select, Sender};
+use crossbeam_channel::{unbounded, Receiver, Select};
 
 use super::send;
 use crate::checkpoint::barrier::{BarrierKind, CheckpointBarrier};
 use crate::checkpoint::restore;
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{spawn_writers, EncodedSnapshot, Frozen, SnapshotJob};
+use crate::checkpoint::writer::{EncodedSnapshot, Frozen};
 use crate::cluster::handles::{to_proto, SubtaskRef};
 use crate::cluster::proto::coordinator_message::Kind as FromCoordinator;
 use crate::cluster::proto::worker_message::Kind as ToCoordinator;
 use crate::cluster::proto::{self, SnapshotKind, WorkerMessage};
 use crate::error::{Error, Result};
-use crate::runtime::attempt::frozen_job;
 use crate::runtime::config::JobConfig;
-use crate::runtime::control::ControlHub;
 use crate::runtime::exchange::{Exchange, WorkerId};
-use crate::runtime::executor::{Attempt, Executor, JobMetrics};
 use crate::runtime::fault::FailureInjector;
-use crate::runtime::graph::{JobGraph, NodeKind};
+use crate::runtime::graph::JobGraph;
 use crate::runtime::placement::{Hosting, Placement};
-use crate::runtime::plan::Plan;
 use crate::runtime::state_backend::JobStateBackend;
 use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
+use crate::runtime::worker::{Subtasks, WorkerTasks};
 
 /// What the coordinator's stream brought, or why it ended.
 pub(crate) type Inbox = Receiver<std::result::Result<FromCoordinator, String>>;
@@ -52,25 +50,17 @@ pub(crate) enum Next {
 }
 
 /// A worker's job, built once from the first deploy's arguments, and what outlives its
-/// attempts: the checkpoint storage (the coordinator's folder, under its run id), the
-/// snapshot writers and the state backend.
+/// attempts: its task side ([`WorkerTasks`]: the checkpoint storage — the coordinator's
+/// folder, under its run id —, the snapshot writers, the state backend, the counters).
 pub(crate) struct Host {
     pub(crate) id: WorkerId,
     /// `worker N (name) at ADDRESS`.
     pub(crate) described: String,
-    graph: JobGraph,
-    cfg: JobConfig,
-    plan: Plan,
-    storage: CheckpointStorage,
-    state_backend: JobStateBackend,
+    tasks: WorkerTasks,
     exchange: Arc<Exchange>,
-    events_tx: Sender<TaskEvent>,
+    /// What this worker's subtasks and writers report, relayed to the coordinator.
     events: Receiver<TaskEvent>,
-    writer_tx: Option<Sender<SnapshotJob>>,
-    writers: Vec<std::thread::JoinHandle<()>>,
     to_coordinator: tokio::sync::mpsc::UnboundedSender<WorkerMessage>,
-    /// Per task of the plan, its counters over every attempt this worker ran it in.
-    task_metrics: Vec<Arc<TaskMetrics>>,
     /// Testing: while this file exists, wait before dialing (`WorkerConfig`).
     pause_before_dial: Option<std::path::PathBuf>,
 }
@@ -104,26 +94,26 @@ impl Host {
             .incremental(incremental)
             .memory(cfg.disk_state);
         let (events_tx, events) = unbounded::<TaskEvent>();
-        let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
-        let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
         let task_metrics = (plan.tasks.iter())
             .map(|_| Arc::new(TaskMetrics::default()))
             .collect();
-        Ok(Host {
-            id,
-            described,
-            graph,
+        let tasks = WorkerTasks::new(
+            std::rc::Rc::new(graph),
             cfg,
             plan,
             storage,
             state_backend,
-            exchange,
             events_tx,
-            events,
-            writer_tx: Some(writer_tx),
-            writers,
-            to_coordinator,
             task_metrics,
+            None,
+        );
+        Ok(Host {
+            id,
+            described,
+            tasks,
+            exchange,
+            events,
+            to_coordinator,
             pause_before_dial: None,
         })
     }
@@ -140,9 +130,9 @@ impl Host {
     }
 
     fn subtask(&self, task: usize) -> SubtaskRef {
-        let t = &self.plan.tasks[task];
+        let t = &self.tasks.plan.tasks[task];
         SubtaskRef {
-            task_uid: self.plan.uids[t.chain[0]].clone(),
+            task_uid: self.tasks.plan.uids[t.chain[0]].clone(),
             subtask: t.subtask,
             parallelism: t.parallelism,
         }
@@ -164,9 +154,13 @@ impl Host {
             ))
         });
         let started = self.start(deploy).and_then(|(placement, restored)| {
-            let exec = self.executor(placement, injector.clone())?;
-            exec.state_backend.prepare_attempt()?;
-            let a = exec.spawn(attempt, restored.as_ref())?;
+            self.tasks.state_backend.prepare_attempt()?;
+            let a = (self.tasks).spawn(
+                attempt,
+                restored.as_ref(),
+                injector.as_ref(),
+                Some(&placement),
+            )?;
             Ok((a, restored.map(|r| r.path)))
         });
         let (mut tasks, restored) = match started {
@@ -193,7 +187,7 @@ impl Host {
         }));
         // The tasks of other workers count as finished from the start.
         let local: Vec<bool> = tasks.finished.iter().map(|f| !f).collect();
-        let mine: Vec<String> = (0..self.plan.tasks.len())
+        let mine: Vec<String> = (0..self.tasks.plan.tasks.len())
             .filter(|&t| local[t])
             .map(|t| {
                 let s = self.subtask(t);
@@ -248,40 +242,10 @@ impl Host {
             workers: deploy.workers.iter().map(|w| w.worker_id).collect(),
             hosted: [(self.id, self.exchange.clone())].into(),
         };
-        Ok((Arc::new(Placement::schedule(&self.plan, hosting)), restored))
-    }
-
-    /// The executor that builds this worker's subtasks of one attempt (it runs no
-    /// checkpoint coordinator here: the relay does what its loop would).
-    fn executor(
-        &self,
-        placement: Arc<Placement>,
-        injector: Option<Arc<FailureInjector>>,
-    ) -> Result<Executor<'_>> {
-        let task_metrics = self.task_metrics.clone();
-        let source_metrics = (self.plan.tasks.iter().zip(&task_metrics))
-            .filter(|(t, _)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
-            .map(|(_, m)| m.clone())
-            .collect();
-        Ok(Executor {
-            graph: &self.graph,
-            cfg: &self.cfg,
-            plan: crate::runtime::plan::plan(&self.graph, &self.cfg)?,
-            storage: self.storage.clone(),
-            metrics: Arc::new(JobMetrics::default()),
-            injector,
-            events_tx: self.events_tx.clone(),
-            writer_tx: self.writer_tx.clone().expect("the writers live until drop"),
-            task_metrics,
-            chain_metrics: None,
-            source_metrics,
-            control: Arc::new(ControlHub::default()),
-            schemas: Vec::new(),
-            state_backend: self.state_backend.clone(),
-            placement: Some(placement),
-            hosts: None,
-            shared: Default::default(),
-        })
+        Ok((
+            Arc::new(Placement::schedule(&self.tasks.plan, hosting)),
+            restored,
+        ))
     }
 
     /// Relays between the coordinator and attempt `attempt`'s subtasks; see the module docs.
@@ -289,7 +253,7 @@ impl Host {
     fn relay(
         &self,
         attempt: u32,
-        tasks: &mut Attempt,
+        tasks: &mut Subtasks,
         local: &[bool],
         inbox: &Inbox,
         injector: Option<&FailureInjector>,
@@ -337,8 +301,11 @@ impl Host {
                     // Where the files go first: this worker's writers wait for it.
                     let folder = (!t.savepoint_folder.is_empty())
                         .then(|| std::path::Path::new(&t.savepoint_folder));
-                    let announced =
-                        (self.storage).announce(barrier.id, &self.cfg.savepoint_dir, folder);
+                    let announced = (self.tasks.storage).announce(
+                        barrier.id,
+                        &self.tasks.cfg.savepoint_dir,
+                        folder,
+                    );
                     if let Err(e) = announced {
                         self.send(ToCoordinator::Decline(proto::Decline {
                             attempt: t.attempt,
@@ -355,8 +322,9 @@ impl Host {
                     }
                     for &s in tasks.sources.iter().filter(|&&s| !tasks.finished[s]) {
                         // Unaligned: a source waiting for room or permits stops waiting
-                        // (as in one process, `runtime::attempt`).
-                        (self.task_metrics[s].barrier_requested).store(true, Ordering::Relaxed);
+                        // (as in one process, `runtime::coordinator::attempt`).
+                        (self.tasks.task_metrics[s].barrier_requested)
+                            .store(true, Ordering::Relaxed);
                         let _ = tasks.controls[s].send(Control::Trigger(barrier));
                     }
                 }
@@ -388,7 +356,7 @@ impl Host {
         &self,
         attempt: u32,
         event: TaskEvent,
-        tasks: &mut Attempt,
+        tasks: &mut Subtasks,
         local: &[bool],
         frozen: &mut HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
         injector: Option<&FailureInjector>,
@@ -448,7 +416,7 @@ impl Host {
                 let s = self.subtask(task);
                 let (task_name, cause) = match &error {
                     Error::TaskFailed { task, cause } => (task.clone(), cause.clone()),
-                    e => (self.plan.tasks[task].name.clone(), e.to_string()),
+                    e => (self.tasks.plan.tasks[task].name.clone(), e.to_string()),
                 };
                 ToCoordinator::TaskFailed(proto::TaskFailed {
                     attempt: a,
@@ -469,14 +437,16 @@ impl Host {
     /// Reports the records of the subtasks this attempt runs here (`local`; a finished
     /// one's count is final) and the figures of this worker's exchange streams.
     fn progress(&self, local: &[bool]) {
-        let subtasks = (0..self.plan.tasks.len())
+        let subtasks = (0..self.tasks.plan.tasks.len())
             .filter(|&t| local[t])
             .map(|t| {
                 let s = self.subtask(t);
                 proto::SubtaskRecords {
                     task_uid: s.task_uid,
                     subtask: s.subtask,
-                    records_in: self.task_metrics[t].records_in.load(Ordering::Relaxed),
+                    records_in: self.tasks.task_metrics[t]
+                        .records_in
+                        .load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -505,12 +475,12 @@ impl Host {
         w: &proto::WriteFrozen,
         frozen: &HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
     ) {
-        let task = (0..self.plan.tasks.len()).find(|&t| {
+        let task = (0..self.tasks.plan.tasks.len()).find(|&t| {
             let s = self.subtask(t);
             s.task_uid == w.task_uid && s.subtask == w.subtask
         });
         let held = task.and_then(|t| frozen.get(&t).map(|(s, _)| (t, s.clone())));
-        let (Some((task, snapshot)), Some(writers)) = (held, &self.writer_tx) else {
+        let Some((task, snapshot)) = held else {
             self.send(ToCoordinator::Decline(proto::Decline {
                 attempt: w.attempt,
                 checkpoint_id: w.checkpoint_id,
@@ -523,18 +493,15 @@ impl Host {
             }));
             return;
         };
-        let t = &self.plan.tasks[task];
-        let _ = writers.send(frozen_job(attempt, task, t, w.checkpoint_id, snapshot));
+        (self.tasks).write_frozen(attempt, task, w.checkpoint_id, snapshot);
     }
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        drop(self.writer_tx.take()); // closes the writers' queue
-        for w in self.writers.drain(..) {
-            let _ = w.join();
-        }
-        self.state_backend.finish();
+        self.tasks.close_writers();
+        // No subtask and no writer reads the LSMs any more.
+        self.tasks.state_backend.finish();
     }
 }
 

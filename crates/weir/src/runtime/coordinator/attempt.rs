@@ -7,13 +7,17 @@
 //! requests, delete folders. The rules themselves (and their tests) live in
 //! `checkpoint::coordinator`; what stays here is threads, channels, storage and metrics.
 //! It returns when every task finished or one failed; the executor decides about restarts.
+//!
+//! Invariant: the loop reaches tasks only through an [`Attempt`]'s control senders and its
+//! `write_frozen`, and hears them only through [`TaskEvent`]s — the same for tasks in this
+//! process (`in_memory.rs`) and on a cluster's workers.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
 
 use crate::checkpoint::coordinator::attempt::{
     Answer, AttemptAction, AttemptCoordinator, JobPhase,
@@ -21,19 +25,54 @@ use crate::checkpoint::coordinator::attempt::{
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::metadata::{SnapshotKind, SourceProgress};
 use crate::checkpoint::shared;
-use crate::checkpoint::writer::{
-    EncodedSnapshot, Frozen, PhaseTimes, SnapshotJob, SnapshotPayload, TaskAck,
-};
+use crate::checkpoint::writer::{Frozen, TaskAck};
 use crate::error::Error;
 use crate::runtime::control::{
     confine, savepoint_folder_name, CheckpointStatus, ControlError, ControlErrorKind, Reply,
     Request, SnapshotDone,
 };
-use crate::runtime::event::{BarrierKind, CheckpointBarrier};
-use crate::runtime::executor::{
-    wall_ms, Attempt, AttemptEnd, CompletedCheckpointStats, Executor, JobResult, PROGRESS_TICK,
+use crate::runtime::coordinator::executor::{
+    wall_ms, AttemptEnd, CompletedCheckpointStats, Executor, JobResult, PROGRESS_TICK,
 };
+use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 use crate::runtime::task::{Control, TaskEvent};
+
+/// A deployed attempt, as its loop drives it: per task of the plan, the sender of its
+/// controls, whether it ended, and how its frozen snapshot gets written.
+pub(crate) struct Attempt {
+    pub(crate) controls: Vec<Sender<Control>>,
+    /// The source tasks, which checkpoints are triggered at.
+    pub(crate) sources: Vec<usize>,
+    /// The tasks' threads (or the threads forwarding their controls to their workers);
+    /// they end once every control sender is dropped.
+    pub(crate) handles: Vec<JoinHandle<()>>,
+    pub(crate) finished: Vec<bool>,
+    /// Has exited task `task`'s frozen snapshot written into checkpoint `id`
+    /// ([`crate::runtime::coordinator::hosts::HostedAttempt::write_frozen`]).
+    #[allow(clippy::type_complexity)]
+    pub(crate) write_frozen: Box<dyn Fn(usize, u64, Frozen)>,
+}
+
+impl Attempt {
+    /// Sends `c` to every task still running.
+    pub(crate) fn broadcast(&self, c: Control) {
+        for (i, tx) in self.controls.iter().enumerate() {
+            if !self.finished[i] {
+                let _ = tx.send(c); // a task that already exited needs no message
+            }
+        }
+    }
+
+    /// Cancels every task and waits for its thread to end.
+    pub(crate) fn cancel_and_join(self) {
+        self.broadcast(Control::Cancel);
+        drop(self.controls);
+        drop(self.write_frozen);
+        for h in self.handles {
+            let _ = h.join(); // task panics were caught inside the thread
+        }
+    }
+}
 
 /// The attempt's checkpoint decisions: acknowledgements are [`TaskAck`]s, frozen state is
 /// encoded once and shared (or kept by a worker), requests are answered on their [`Reply`]
@@ -97,39 +136,6 @@ impl Executor<'_> {
         let answers = run.checkpoints.end(&why);
         run.carry_out(answers);
         (run.attempt, end)
-    }
-}
-
-/// The writers' job for exited task `task` (planned as `t`) of attempt `attempt`: write
-/// its frozen `snapshot` into checkpoint `id`, where it acknowledges for the task. Also
-/// what a worker does when its coordinator asks for a task it ran (issue 24).
-pub(crate) fn frozen_job(
-    attempt: u32,
-    task: usize,
-    t: &crate::runtime::plan::TaskPlan,
-    id: u64,
-    snapshot: Arc<EncodedSnapshot>,
-) -> SnapshotJob {
-    SnapshotJob {
-        attempt,
-        task,
-        subtask: t.subtask,
-        parallelism: t.parallelism,
-        checkpoint_id: id,
-        snapshot: SnapshotPayload::Encoded(snapshot),
-        sync: Duration::ZERO,
-        alignment: Duration::ZERO,
-        frozen: false,
-        times: {
-            // The task exited: its barrier, capture and handover are this instant.
-            let now = crate::clock::wall_us();
-            PhaseTimes {
-                barrier_us: now,
-                sync_start_us: now,
-                sync_end_us: now,
-                ..PhaseTimes::default()
-            }
-        },
     }
 }
 
@@ -404,23 +410,10 @@ impl AttemptRun<'_, '_> {
         let _ = self.exec.shared.release(&self.exec.storage, oldest);
     }
 
-    /// Hands exited task `task`'s frozen state to the writers, for checkpoint `id` (or asks
-    /// the worker that kept it to).
+    /// Has exited task `task`'s frozen state written into checkpoint `id` by the worker
+    /// that ran the task (and, on a cluster, kept it).
     fn write_frozen(&self, task: usize, id: u64, snapshot: Frozen) {
-        match snapshot {
-            Frozen::Here(snapshot) => {
-                let t = &self.exec.plan.tasks[task];
-                let attempt = self.checkpoints.attempt();
-                let job = frozen_job(attempt, task, t, id, snapshot);
-                let _ = self.exec.writer_tx.send(job);
-            }
-            #[cfg(feature = "cluster")]
-            Frozen::OnWorker => {
-                if let Some(write) = &self.attempt.write_frozen_remote {
-                    write(task, id);
-                }
-            }
-        }
+        (self.attempt.write_frozen)(task, id, snapshot);
     }
 
     /// A request's answer, as the control channel carries it.

@@ -1,22 +1,30 @@
-//! Tasks that run in other processes (issue 24, docs/cluster.md): how the executor of a
-//! cluster's coordinator, which runs no task itself, starts an attempt on its workers and
-//! reaches their tasks.
+//! The workers an attempt's tasks run on, as the coordinator sees them (issue 24,
+//! docs/cluster.md): the executor runs no task itself, in one process as on a cluster; it
+//! deploys every attempt through a [`TaskHosts`] and drives it with [`Control`]s and
+//! [`TaskEvent`]s.
 //!
-//! The executor's attempt loop (`runtime::attempt`) stays what it is for one process: it
-//! sends [`Control`]s to tasks and receives [`TaskEvent`]s. A [`TaskHosts`] gives it, per
-//! task of the plan, a control sender whose messages reach the task's worker (Trigger,
-//! Complete, Abort, Cancel on the control stream), and turns what the workers report (Ack,
-//! Decline, InputEnded, Finished, TaskFailed, a lost worker) into the same events. The
-//! implementation lives with the coordinator role (`cluster::coordinator`), above this
-//! layer; the runtime only names what it needs.
+//! A [`TaskHosts`] gives the attempt loop (`runtime::coordinator::attempt`), per task of
+//! the plan, a control sender whose messages reach the task (Trigger, Complete, Abort,
+//! Cancel), turns what the workers report (Ack, Decline, InputEnded, Finished, Failed, a
+//! lost worker) into events, and has a frozen snapshot written where it is kept. Two
+//! implementations:
+//! * `in_memory` — the cluster of one: `run` in one process hands each attempt to one
+//!   in-process worker ([`crate::runtime::worker::WorkerTasks`]); the controls and events
+//!   are the tasks' own channels, nothing is translated.
+//! * `cluster::coordinator` (feature `cluster`, above this layer) — workers in other
+//!   processes, reached over gRPC; each worker runs the same `WorkerTasks` behind its edge.
+//!
+//! Invariant: what crosses this interface is Rust values ([`Control`], [`TaskEvent`],
+//! [`Frozen`]); protocol messages exist only inside the gRPC edge.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
+use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::checkpoint::storage::CheckpointStorage;
+use crate::checkpoint::writer::Frozen;
 use crate::error::Result;
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
@@ -24,8 +32,8 @@ use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
 /// The workers an attempt's tasks run on; see the module docs.
 pub(crate) trait TaskHosts {
     /// Deploys attempt `attempt` of `plan` on the workers (waiting, bounded, until enough
-    /// of them are registered), restored from the checkpoint at `restore` (`None`: a fresh
-    /// start). The tasks' events arrive on `events`, tagged with `attempt`; the workers
+    /// of them are registered), restored from `restore` (`None`: a fresh start; a worker
+    /// process reads it again from its path). The tasks' events arrive on `events`, tagged with `attempt`; the workers
     /// write state files under the run id of `storage`, the coordinator's checkpoint
     /// folder, and into the savepoint folders it redirects checkpoints to (its Trigger
     /// names them).
@@ -37,7 +45,7 @@ pub(crate) trait TaskHosts {
         &self,
         plan: &Plan,
         attempt: u32,
-        restore: Option<&Path>,
+        restore: Option<&RestoredCheckpoint>,
         events: &Sender<TaskEvent>,
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
@@ -69,9 +77,39 @@ pub(crate) trait TaskHosts {
     }
 }
 
+/// A cluster's hosts, shared with what else watches its workers (the status board).
+#[cfg(feature = "cluster")]
+impl TaskHosts for Arc<dyn TaskHosts> {
+    fn deploy(
+        &self,
+        plan: &Plan,
+        attempt: u32,
+        restore: Option<&RestoredCheckpoint>,
+        events: &Sender<TaskEvent>,
+        storage: &CheckpointStorage,
+        metrics: &[Arc<TaskMetrics>],
+        planted: Option<PlantedFailure>,
+    ) -> Result<HostedAttempt> {
+        (**self).deploy(plan, attempt, restore, events, storage, metrics, planted)
+    }
+
+    fn injected_failure(&self, attempt: u32) -> bool {
+        (**self).injected_failure(attempt)
+    }
+
+    fn uncounted_failure(&self, attempt: u32) -> bool {
+        (**self).uncounted_failure(attempt)
+    }
+
+    fn end_job(&self, outcome: std::result::Result<(), &crate::error::Error>) {
+        (**self).end_job(outcome)
+    }
+}
+
 /// The injected failure (`--inject-failures`) an attempt's workers are to fire: the
 /// coordinator holds the job's plan, one worker fires it inside one of its tasks.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))] // in one process the tasks fire the injector
 pub(crate) struct PlantedFailure {
     /// Its number among the job's failures (1-based).
     pub(crate) number: usize,
@@ -88,12 +126,14 @@ pub(crate) struct PlantedFailure {
 }
 
 /// An attempt deployed on the workers, as the executor drives it.
+#[allow(clippy::type_complexity)]
 pub(crate) struct HostedAttempt {
     /// Per task of the plan, the sender whose controls reach the task on its worker.
     pub(crate) controls: Vec<Sender<Control>>,
     /// The threads forwarding the controls; they end once every control sender is dropped.
     pub(crate) handles: Vec<JoinHandle<()>>,
-    /// Asks the worker that ran exited task `task` to write the frozen snapshot it kept
-    /// into checkpoint `id` (FLIP-147; the state never travels through the coordinator).
-    pub(crate) write_frozen: Box<dyn Fn(usize, u64)>,
+    /// Has exited task `task`'s frozen snapshot (its Ack's [`Frozen`]) written into
+    /// checkpoint `id` by the worker that ran it (FLIP-147; on a cluster the state never
+    /// travels through the coordinator).
+    pub(crate) write_frozen: Box<dyn Fn(usize, u64, Frozen) + 'static>,
 }

@@ -1,13 +1,15 @@
-//! Runs a job: plans the physical graph, spawns task threads, drives the checkpoint
-//! coordinator, and restarts from the latest completed checkpoint after a failure
-//! (docs/architecture.md §1, §4, §7).
+//! Runs a job as its coordinator: plans the physical graph, deploys each attempt on the
+//! job's workers, drives the checkpoint coordinator, and restarts from the latest
+//! completed checkpoint after a failure (docs/architecture.md §1, §4, §7).
 //!
 //! Planning: a node is *chained* to its input when the edge is forward with equal
 //! parallelism and neither side fans in or out; each chain × subtask is one task on its
 //! own thread. Non-chained edges get one bounded channel per (sender, receiver) pair.
 //!
-//! With `attempt` (one attempt's event loop) and `spawn` (an attempt's threads), this
-//! module is the I/O edge of the checkpoint protocol: the pure coordinator
+//! The executor never starts a task itself: every attempt goes through a [`TaskHosts`]
+//! (`hosts.rs`) — in one process the in-memory hosts (`in_memory.rs`, the cluster of
+//! one), on a cluster the coordinator's worker pool. With `attempt` (one attempt's event
+//! loop), this module is the I/O edge of the checkpoint protocol: the pure coordinator
 //! (`checkpoint::coordinator`) decides; they send triggers and notifications, write
 //! metadata and delete folders. Writing snapshots and assembling `_metadata` belong to the
 //! checkpoint layer (`checkpoint::writer`, `checkpoint::finalize`).
@@ -19,6 +21,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Sender};
 
+use super::attempt::Attempt;
+use super::hosts::{PlantedFailure, TaskHosts};
+use super::in_memory::InMemoryHosts;
+use super::recovery::{reload_checkpoint, rewind_notice, Reload};
+
+use super::restart::{Failure, RestartDecision, RestartTracker};
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::finalize;
 use crate::checkpoint::metadata::{
@@ -26,7 +34,7 @@ use crate::checkpoint::metadata::{
 };
 use crate::checkpoint::restore::{self, RestoredCheckpoint};
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{spawn_writers, SnapshotJob, SnapshotWritten, TaskAck};
+use crate::checkpoint::writer::{SnapshotWritten, TaskAck};
 use crate::error::{Error, Result};
 use crate::runtime::codec::{check_network_edges, NetworkEdge};
 use crate::runtime::config::{JobConfig, RestoreFrom};
@@ -36,10 +44,10 @@ use crate::runtime::footprint::{available_memory, check_fits, Footprint};
 use crate::runtime::graph::{JobGraph, NodeKind};
 use crate::runtime::operator_metrics::{self, ChainMetrics};
 use crate::runtime::plan::{plan, Plan};
-use crate::runtime::restart::{Failure, RestartDecision, RestartTracker};
 use crate::runtime::schema_check;
 use crate::runtime::state_backend::JobStateBackend;
 use crate::runtime::task::{TaskEvent, TaskMetrics};
+use crate::runtime::worker::WorkerTasks;
 
 pub use crate::runtime::result::{
     AttemptSummary, CompletedCheckpointStats, JobMetrics, JobResult, RestoreInfo,
@@ -49,7 +57,6 @@ pub use crate::runtime::result::{
 pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
 pub(crate) use crate::clock::wall_ms;
-pub(crate) use crate::runtime::spawn::Attempt;
 
 pub(crate) struct Executor<'a> {
     pub(crate) graph: &'a JobGraph,
@@ -58,11 +65,9 @@ pub(crate) struct Executor<'a> {
     pub(crate) storage: CheckpointStorage,
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) injector: Option<Arc<FailureInjector>>,
+    /// Where the tasks (through their workers) and the writers report.
     pub(crate) events_tx: Sender<TaskEvent>,
-    pub(crate) writer_tx: Sender<SnapshotJob>,
     pub(crate) task_metrics: Vec<Arc<TaskMetrics>>,
-    /// Per task, its chain's per-operator counters; `None` when metering is off.
-    pub(crate) chain_metrics: Option<Vec<Arc<ChainMetrics>>>,
     /// The counters of the source tasks (the plan does not change between attempts).
     pub(crate) source_metrics: Vec<Arc<TaskMetrics>>,
     pub(crate) control: Arc<ControlHub>,
@@ -73,13 +78,9 @@ pub(crate) struct Executor<'a> {
     /// Shared files of incremental checkpoints that retention released, held until no
     /// checkpoint in flight can build on them (`checkpoint/shared.rs`).
     pub(crate) shared: crate::checkpoint::shared::Deferred,
-    /// This worker's share of the job when it runs across workers (issue 24); `None`: the
-    /// whole job runs here.
-    #[cfg(feature = "cluster")]
-    pub(crate) placement: Option<Arc<crate::runtime::placement::Placement>>,
-    /// (A cluster's coordinator) the workers every task runs on; `None`: tasks run here.
-    #[cfg(feature = "cluster")]
-    pub(crate) hosts: Option<Arc<dyn crate::runtime::hosts::TaskHosts>>,
+    /// The workers every task runs on: one in-process worker (`in_memory.rs`) or a
+    /// cluster's.
+    pub(crate) hosts: Box<dyn TaskHosts>,
 }
 
 /// Outcome of one attempt.
@@ -95,14 +96,7 @@ pub(crate) fn execute(
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
 ) -> Result<JobResult> {
-    let result = run_job(
-        graph,
-        cfg,
-        metrics,
-        &control,
-        #[cfg(feature = "cluster")]
-        Where::Here(None),
-    );
+    let result = run_job(graph, cfg, metrics, &control, Where::Here);
     control.close();
     if result.is_err() {
         control.update(|s| s.state = "failed".into());
@@ -155,7 +149,7 @@ pub(crate) fn execute_placed(
     control: Arc<ControlHub>,
     hosting: crate::runtime::placement::Hosting,
 ) -> Result<JobResult> {
-    let result = run_job(graph, cfg, metrics, &control, Where::Here(Some(hosting)));
+    let result = run_job(graph, cfg, metrics, &control, Where::Placed(hosting));
     control.close();
     result
 }
@@ -170,7 +164,7 @@ pub(crate) fn execute_hosted(
     cfg: &JobConfig,
     metrics: Arc<JobMetrics>,
     control: Arc<ControlHub>,
-    hosts: Arc<dyn crate::runtime::hosts::TaskHosts>,
+    hosts: Arc<dyn TaskHosts>,
 ) -> Result<JobResult> {
     let result = run_job(graph, cfg, metrics, &control, Where::Workers(hosts));
     control.close();
@@ -181,12 +175,16 @@ pub(crate) fn execute_hosted(
 }
 
 /// Where a job's tasks run.
-#[cfg(feature = "cluster")]
 enum Where {
-    /// In this process: all of them, or (`Some`) those of the workers it hosts.
-    Here(Option<crate::runtime::placement::Hosting>),
+    /// On one in-process worker (the cluster of one), every channel in memory.
+    Here,
+    /// On in-process workers placed by `Hosting`, channels between two of them crossing
+    /// their exchanges.
+    #[cfg(feature = "cluster")]
+    Placed(crate::runtime::placement::Hosting),
     /// On other processes, the workers of a cluster.
-    Workers(Arc<dyn crate::runtime::hosts::TaskHosts>),
+    #[cfg(feature = "cluster")]
+    Workers(Arc<dyn TaskHosts>),
 }
 
 fn run_job(
@@ -194,16 +192,19 @@ fn run_job(
     cfg: &JobConfig,
     metrics: Arc<JobMetrics>,
     control: &Arc<ControlHub>,
-    #[cfg(feature = "cluster")] tasks_at: Where,
+    tasks_at: Where,
 ) -> Result<JobResult> {
     let started = Instant::now();
+    let graph = std::rc::Rc::new(graph);
     let plan = plan(&graph, cfg)?;
     #[cfg(feature = "cluster")]
-    let (placement, hosts) = match tasks_at {
-        Where::Here(Some(h)) => (Some(Arc::new(place(&plan, h)?)), None),
-        Where::Here(None) => (None, None),
+    let (placement, remote) = match tasks_at {
+        Where::Placed(h) => (Some(Arc::new(place(&plan, h)?)), None),
+        Where::Here => (None, None),
         Where::Workers(hosts) => (None, Some(hosts)),
     };
+    #[cfg(not(feature = "cluster"))]
+    let Where::Here = tasks_at;
     check_unaligned(&graph, &plan, cfg)?;
     let state_backend = JobStateBackend::new(cfg.state_backend, &cfg.state_dir, &cfg.name)?
         .incremental(crate::runtime::state_backend::incremental_checkpoints(
@@ -320,8 +321,6 @@ fn run_job(
     let mut latest_path: Option<PathBuf> = restore.as_ref().map(|r| r.path.clone());
 
     let (events_tx, events_rx) = unbounded::<TaskEvent>();
-    let (writer_tx, writer_rx) = unbounded::<SnapshotJob>();
-    let writers = spawn_writers(&storage, writer_rx, events_tx.clone(), 2);
     let injector = cfg
         .failure_injection
         .map(|f| Arc::new(FailureInjector::new(f)));
@@ -344,6 +343,31 @@ fn run_job(
             .collect()
     });
     control.observe_plan(&graph, &plan, &task_metrics, chain_metrics.as_deref());
+    // The cluster of one: a single in-process worker, sharing this process's counters and
+    // failure injector (`in_memory.rs`).
+    let in_memory = || -> Box<dyn TaskHosts> {
+        let worker = WorkerTasks::new(
+            graph.clone(),
+            cfg.clone(),
+            plan.clone(),
+            storage.clone(),
+            state_backend.clone(),
+            events_tx.clone(),
+            task_metrics.clone(),
+            chain_metrics.clone(),
+        );
+        let hosts = InMemoryHosts::new(worker, injector.clone());
+        #[cfg(feature = "cluster")]
+        let hosts = hosts.placed(placement.clone());
+        Box::new(hosts)
+    };
+    #[cfg(feature = "cluster")]
+    let hosts = match remote {
+        Some(hosts) => Box::new(hosts),
+        None => in_memory(),
+    };
+    #[cfg(not(feature = "cluster"))]
+    let hosts = in_memory();
     let exec = Executor {
         graph: &graph,
         cfg,
@@ -352,17 +376,12 @@ fn run_job(
         metrics: metrics.clone(),
         injector: injector.clone(),
         events_tx,
-        writer_tx,
         task_metrics,
-        chain_metrics,
         source_metrics,
         control: control.clone(),
         schemas: schema_report.schemas.clone(),
         state_backend,
         shared: Default::default(),
-        #[cfg(feature = "cluster")]
-        placement,
-        #[cfg(feature = "cluster")]
         hosts,
     };
     let mut coordinator = Coordinator::<TaskAck>::new(cfg.checkpointing.clone(), first_id);
@@ -398,7 +417,7 @@ fn run_job(
         let attempt = match exec
             .state_backend
             .prepare_attempt()
-            .and_then(|()| exec.spawn(attempt_no, restore.as_ref()))
+            .and_then(|()| exec.deploy(attempt_no, restore.as_ref()))
         {
             Ok(a) => a,
             Err(e) => break Err(e),
@@ -534,16 +553,11 @@ fn run_job(
         .source_records
         .store(exec.source_records(), Ordering::Relaxed);
     let state_backend = exec.state_backend.clone();
-    // On a cluster the workers' writers are gone once the workers were told the job ended
-    // (each closes its stream after its writers): then the sweeps below see every file.
-    #[cfg(feature = "cluster")]
-    if let Some(hosts) = &exec.hosts {
-        hosts.end_job(outcome.as_ref().map(|_| ()));
-    }
-    drop(exec); // closes the writers' queue
-    for w in writers {
-        let _ = w.join();
-    }
+    // The workers' writers are gone once the workers were told the job ended (on a
+    // cluster each closes its stream after its writers) and the hosts are dropped (the
+    // in-process worker joins its writers): then the sweeps below see every file.
+    exec.hosts.end_job(outcome.as_ref().map(|_| ()));
+    drop(exec);
     // No task and no writer reads the LSMs any more.
     state_backend.finish();
     control.update(|s| {
@@ -617,6 +631,58 @@ impl From<SnapshotWritten> for TaskEvent {
 }
 
 impl Executor<'_> {
+    /// Deploys attempt `attempt` (restored from `restore`) on the job's workers: the
+    /// executor runs no task itself, in one process as on a cluster.
+    pub(crate) fn deploy(
+        &self,
+        attempt: u32,
+        restore: Option<&RestoredCheckpoint>,
+    ) -> Result<Attempt> {
+        let metrics = &self.task_metrics;
+        let planted = self.injector.as_ref().and_then(|injector| {
+            let (number, point) = injector.next_due()?;
+            let done: u64 = (metrics.iter())
+                .map(|m| m.records_in.load(Ordering::Relaxed))
+                .sum();
+            Some(PlantedFailure {
+                number,
+                planned: injector.planned(),
+                records_to_go: point.saturating_sub(done),
+                seed: self.cfg.failure_injection.map_or(0, |f| f.seed),
+                injector: injector.clone(),
+            })
+        });
+        let hosted = self.hosts.deploy(
+            &self.plan,
+            attempt,
+            restore,
+            &self.events_tx,
+            &self.storage,
+            metrics,
+            planted,
+        )?;
+        let sources = (self.plan.tasks.iter().enumerate())
+            .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
+            .map(|(i, _)| i)
+            .collect();
+        Ok(Attempt {
+            controls: hosted.controls,
+            sources,
+            handles: hosted.handles,
+            finished: vec![false; self.plan.tasks.len()],
+            write_frozen: hosted.write_frozen,
+        })
+    }
+
+    /// How attempt `attempt` failed on the workers: by an injected failure a worker fired
+    /// ([`TaskHosts::injected_failure`]), and by a peer's first report of a lost worker
+    /// ([`TaskHosts::uncounted_failure`]); `(false, false)` in one process, where the
+    /// executor sees its own injector fire.
+    pub(crate) fn hosted_failure(&self, attempt: u32) -> (bool, bool) {
+        let h = &self.hosts;
+        (h.injected_failure(attempt), h.uncounted_failure(attempt))
+    }
+
     /// Records the source tasks emitted so far, replays included. Task counters live as
     /// long as the job (plans do not change between attempts), so their sum is the total.
     pub(crate) fn source_records(&self) -> u64 {
@@ -677,93 +743,5 @@ impl Executor<'_> {
             .map_err(Error::CheckpointFailures)?;
         finalize::write(&self.storage, &done.meta)?;
         Ok((done.stats, done.source_records))
-    }
-}
-
-/// The notice for a restore from checkpoint or savepoint `restored` while the job's folder
-/// holds newer complete checkpoints: the restore rewinds the sources past them, so what
-/// transactional sinks committed after `restored` is produced and committed again — as in
-/// Flink, where exactly-once holds for resuming from the latest checkpoint. Saying so
-/// keeps a user who forks or re-runs from an old point from mistaking the repeat for a bug.
-fn rewind_notice(storage: &CheckpointStorage, restored: u64) -> Option<String> {
-    let newer: Vec<u64> = storage
-        .completed_checkpoints()
-        .ok()?
-        .into_iter()
-        .filter(|&id| id > restored)
-        .collect();
-    let newest = *newer.last()?;
-    Some(format!(
-        "restoring checkpoint {restored}, older than the {} newer complete checkpoint(s) up to \
-         {newest} in {}: the sources replay from checkpoint {restored}, so output that \
-         transactional sinks committed after it is written again (restore `latest` to \
-         continue without repeating output)",
-        newer.len(),
-        storage.root().display()
-    ))
-}
-
-/// Why a restart could not read back the checkpoint it resumes from.
-enum Reload {
-    /// The checkpoint store stayed out of reach longer than the restart strategy waits:
-    /// the last error, and why the strategy gave up (empty when it ran out of restarts).
-    GaveUp(Error, String),
-    /// The checkpoint reads, but not cleanly (damaged, foreign): reading it again cannot
-    /// help, and the job refuses to guess another one.
-    Unreadable(Error),
-}
-
-/// Reads back the checkpoint a restart resumes from. A store out of reach (an outage:
-/// [`Error::is_transient`]) is a failure like any other: the restart strategy decides
-/// whether and when to try again, with its backoff, so a short outage costs time, not the
-/// job. `notice` tells the user about every try that failed.
-fn reload_checkpoint(
-    mut loading: restore::Prefetch,
-    restarts: &mut RestartTracker,
-    progress: Option<u64>,
-    mut notice: impl FnMut(String),
-) -> std::result::Result<RestoredCheckpoint, Reload> {
-    loop {
-        let (path, e) = match loading.wait() {
-            Ok(r) => return Ok(r),
-            Err(failed) => failed,
-        };
-        if !e.is_transient() {
-            // The checkpoint we wrote no longer reads: refuse to guess; the user decides
-            // where to resume from.
-            return Err(Reload::Unreadable(Error::Restore(format!(
-                "cannot reload checkpoint {} after a failure: {e}; restart with --restore \
-                 latest (it skips unreadable checkpoints)",
-                path.display()
-            ))));
-        }
-        let decision = restarts.on_failure(Failure {
-            at: Instant::now(),
-            message: &e.to_string(),
-            injected: false,
-            transient: true,
-            membership: false,
-            progress,
-            ran_for: Duration::ZERO,
-        });
-        match decision {
-            RestartDecision::Restart(delay) => {
-                notice(format!(
-                    "cannot reload checkpoint {} (the checkpoint storage is out of reach: {e}); \
-                     trying again in {delay:?}",
-                    path.display()
-                ));
-                std::thread::sleep(delay);
-                loading = restore::Prefetch::start(path);
-            }
-            RestartDecision::GiveUp(why) => {
-                let last = Error::Restore(format!(
-                    "cannot reload checkpoint {} after a failure: {e}; once the checkpoint \
-                     storage is back, resume with --restore latest",
-                    path.display()
-                ));
-                return Err(Reload::GaveUp(last, why));
-            }
-        }
     }
 }

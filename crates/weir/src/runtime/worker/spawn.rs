@@ -1,6 +1,10 @@
-//! Starting a job attempt: the channels of every non-chained edge, each task's operator
-//! chain (restored from a checkpoint when there is one), and one thread per task whose
-//! end — success, error or panic — becomes a [`TaskEvent`] for the attempt's loop.
+//! Starting a worker's share of a job attempt: the channels of every non-chained edge,
+//! each task's operator chain (restored from a checkpoint when there is one), and one
+//! thread per task whose end — success, error or panic — becomes a [`TaskEvent`].
+//!
+//! Invariant: each channel end, lane and control receiver goes to exactly one task; a task
+//! another worker runs gets a control sender nobody reads, so the indices of
+//! [`Subtasks`]' vectors stay those of the plan's tasks.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,7 +17,7 @@ use crossbeam_channel::{unbounded, Sender};
 use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
-use crate::runtime::executor::Executor;
+use crate::runtime::fault::FailureInjector;
 use crate::runtime::graph::{
     AnyBox, InputSetup, NodeKind, Partitioning, TaskBody, UnalignedWiring,
 };
@@ -21,20 +25,28 @@ use crate::runtime::operators::OperatorContext;
 use crate::runtime::task::{Control, TaskContext, TaskEvent};
 use crate::runtime::unaligned::capture::ChannelOrigin;
 use crate::runtime::unaligned::lane::{lane, LaneReceiver, LaneSender};
+use crate::runtime::worker::WorkerTasks;
 
-/// A running attempt: the control channels and threads of its tasks.
-pub(crate) struct Attempt {
+/// This worker's running subtasks of one attempt: their control channels and threads.
+pub(crate) struct Subtasks {
+    /// Per task of the plan, the sender of its controls (read by nobody for a task this
+    /// worker does not run).
     pub(crate) controls: Vec<Sender<Control>>,
+    /// The source tasks this worker runs (a worker process triggers checkpoints at them;
+    /// in one process the coordinator knows them from the plan).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) sources: Vec<usize>,
     pub(crate) handles: Vec<JoinHandle<()>>,
+    /// Per task of the plan, whether it ended; a task of another worker counts as ended
+    /// from the start.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) finished: Vec<bool>,
-    /// (Tasks on other processes) asks a task's worker to write the frozen snapshot it
-    /// kept into a checkpoint ([`crate::runtime::hosts::HostedAttempt::write_frozen`]).
-    #[cfg(feature = "cluster")]
-    pub(crate) write_frozen_remote: Option<Box<dyn Fn(usize, u64)>>,
 }
 
-impl Attempt {
+/// What a worker process's gRPC edge does with its subtasks (in one process the
+/// coordinator's `Attempt` does it through the same control senders).
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+impl Subtasks {
     /// Sends `c` to every task still running.
     pub(crate) fn broadcast(&self, c: Control) {
         for (i, tx) in self.controls.iter().enumerate() {
@@ -108,7 +120,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-impl Executor<'_> {
+impl WorkerTasks {
     fn operator_context(
         &self,
         node: usize,
@@ -158,7 +170,7 @@ impl Executor<'_> {
         parallelism: u32,
         rerouted: &mut HashMap<usize, Vec<Vec<ChannelStateFile>>>,
     ) -> Result<Vec<ChannelStateFile>> {
-        let g = self.graph;
+        let g = &*self.graph;
         let uid = &self.plan.uids[head];
         let Some((old, files)) = r.channel_state_of(uid) else {
             return Ok(Vec::new());
@@ -181,28 +193,24 @@ impl Executor<'_> {
         Ok(std::mem::take(&mut parts[subtask as usize]))
     }
 
-    /// Builds attempt `attempt`'s tasks (restored from `restore`) and starts one thread
-    /// per task.
+    /// Builds this worker's tasks of attempt `attempt` (restored from `restore`; with
+    /// `placement`, only those placed on the workers this process hosts) and starts one
+    /// thread per task. `injector`: the failure injection its tasks fire.
     pub(crate) fn spawn(
         &self,
         attempt: u32,
         restore: Option<&RestoredCheckpoint>,
-    ) -> Result<Attempt> {
-        #[cfg(feature = "cluster")]
-        if let Some(hosts) = &self.hosts {
-            return self.spawn_hosted(hosts.as_ref(), attempt, restore);
-        }
-        let g = self.graph;
+        injector: Option<&Arc<FailureInjector>>,
+        #[cfg(feature = "cluster")] placement: Option<&crate::runtime::placement::Placement>,
+    ) -> Result<Subtasks> {
+        let g = &*self.graph;
         let unaligned = self.cfg.checkpointing.unaligned;
         // Channels for every non-chained edge (and, unaligned, a priority lane beside each).
         let mut senders: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut receivers: Vec<Vec<Option<AnyBox>>> = Vec::new();
         let mut lanes: Vec<EdgeLanes> = Vec::new();
         #[cfg(feature = "cluster")]
-        let placed = self
-            .placement
-            .as_ref()
-            .map(|p| (p, p.node_workers(&self.plan)));
+        let placed = placement.map(|p| (p, p.node_workers(&self.plan)));
         // Each attempt numbers its remote channels afresh (`ChannelWiring::first_channel`):
         // attempts take consecutive ranges of the plan's channel count.
         #[cfg(feature = "cluster")]
@@ -261,7 +269,11 @@ impl Executor<'_> {
         let mut sources = Vec::new();
         let mut local = vec![true; self.plan.tasks.len()];
         for (ti, t) in self.plan.tasks.iter().enumerate() {
-            if !self.runs_here(ti) {
+            #[cfg(feature = "cluster")]
+            let here = placement.is_none_or(|p| p.is_local(ti));
+            #[cfg(not(feature = "cluster"))]
+            let here = true;
+            if !here {
                 // Another worker runs it: a control channel nobody reads keeps the
                 // indices of the attempt's vectors those of the plan's tasks.
                 local[ti] = false;
@@ -325,8 +337,8 @@ impl Executor<'_> {
                 mode: self.cfg.checkpointing.mode,
                 buffer_timeout: self.cfg.buffer_timeout,
                 control: ctl_rx,
-                writer: self.writer_tx.clone(),
-                injector: self.injector.clone(),
+                writer: self.writers().clone(),
+                injector: injector.cloned(),
                 metrics: self.task_metrics[ti].clone(),
                 events: self.events_tx.clone(),
             };
@@ -436,90 +448,12 @@ impl Executor<'_> {
                 .map_err(|e| Error::InvalidJob(format!("cannot start a task thread: {e}")))?;
             handles.push(h);
         }
-        Ok(Attempt {
+        Ok(Subtasks {
             controls,
             sources,
             handles,
             // A task of another worker never reports here: it counts as finished.
             finished: local.iter().map(|&l| !l).collect(),
-            #[cfg(feature = "cluster")]
-            write_frozen_remote: None,
         })
-    }
-
-    /// (A cluster's coordinator) how attempt `attempt` failed on the workers: by an injected
-    /// failure a worker fired ([`TaskHosts::injected_failure`]), and by a peer's first
-    /// report of a lost worker ([`TaskHosts::uncounted_failure`]); `(false, false)` when
-    /// the tasks run in this process.
-    ///
-    /// [`TaskHosts::injected_failure`]: crate::runtime::hosts::TaskHosts::injected_failure
-    /// [`TaskHosts::uncounted_failure`]: crate::runtime::hosts::TaskHosts::uncounted_failure
-    #[cfg(feature = "cluster")]
-    pub(crate) fn hosted_failure(&self, attempt: u32) -> (bool, bool) {
-        self.hosts.as_ref().map_or((false, false), |h| {
-            (h.injected_failure(attempt), h.uncounted_failure(attempt))
-        })
-    }
-
-    /// Without the `cluster` feature every task runs in this process.
-    #[cfg(not(feature = "cluster"))]
-    pub(crate) fn hosted_failure(&self, _attempt: u32) -> (bool, bool) {
-        (false, false)
-    }
-
-    /// Deploys attempt `attempt` on the workers of `hosts` (a coordinator runs no task
-    /// itself): every task is remote, reached through its worker's control stream.
-    #[cfg(feature = "cluster")]
-    fn spawn_hosted(
-        &self,
-        hosts: &dyn crate::runtime::hosts::TaskHosts,
-        attempt: u32,
-        restore: Option<&RestoredCheckpoint>,
-    ) -> Result<Attempt> {
-        let restore = restore.map(|r| r.path.as_path());
-        let metrics = &self.task_metrics;
-        let planted = self.injector.as_ref().and_then(|injector| {
-            let (number, point) = injector.next_due()?;
-            let done: u64 = (metrics.iter())
-                .map(|m| m.records_in.load(std::sync::atomic::Ordering::Relaxed))
-                .sum();
-            Some(crate::runtime::hosts::PlantedFailure {
-                number,
-                planned: injector.planned(),
-                records_to_go: point.saturating_sub(done),
-                seed: self.cfg.failure_injection.map_or(0, |f| f.seed),
-                injector: injector.clone(),
-            })
-        });
-        let hosted = hosts.deploy(
-            &self.plan,
-            attempt,
-            restore,
-            &self.events_tx,
-            &self.storage,
-            metrics,
-            planted,
-        )?;
-        let sources = (self.plan.tasks.iter().enumerate())
-            .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
-            .map(|(i, _)| i)
-            .collect();
-        Ok(Attempt {
-            controls: hosted.controls,
-            sources,
-            handles: hosted.handles,
-            finished: vec![false; self.plan.tasks.len()],
-            write_frozen_remote: Some(hosted.write_frozen),
-        })
-    }
-
-    /// Whether task `task` of the plan runs in this process (always, without a placement).
-    fn runs_here(&self, task: usize) -> bool {
-        #[cfg(feature = "cluster")]
-        if let Some(p) = &self.placement {
-            return p.is_local(task);
-        }
-        let _ = task;
-        true
     }
 }
