@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::state::cow_map::CowMap;
+use crate::state::key_group::{key_group, KeyGroupRange};
+use crate::state::keyed::table::TableSnapshot;
 use crate::state::keyed::RemoteSection;
 
 /// A tier of `u64` counts over key groups 0..16 of 16, caching `cache` keys, in a folder

@@ -1,0 +1,99 @@
+//! The synchronous phase of a tier's snapshots: a full snapshot's view, the changed keys of
+//! an incremental checkpoint, and a delta's view — each only freezes the cache.
+
+use std::sync::Arc;
+
+use super::super::super::cow_map::CowMap;
+use super::super::super::key_group::KeyGroupRange;
+use super::super::incremental::ChangeSet;
+use super::super::table::TableSnapshot;
+use super::super::ttl::Ttl;
+use super::views::{DeltaView, DiskView};
+use super::{DiskTier, Key, StateValue, ViewPin};
+use crate::error::Result;
+
+impl<K: Key, S: StateValue> DiskTier<K, S> {
+    /// Synchronous phase of a snapshot: freezes the cache ([`DiskTier::freeze`]); the view
+    /// runs the write-back and reads the LSM pinned right after it, off the processing
+    /// thread. `None` if the state is empty.
+    pub(crate) fn snapshot(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
+        range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        // A full snapshot reads the whole state: what is still in storage comes first.
+        self.fetch_all_remote()?;
+        // A cache with an entry is a state with one; an empty cache (rare: the state is
+        // empty, or every cached key was deleted) is checked against the LSM, after writing
+        // back what is dirty — deletes only.
+        if map.is_empty() && self.is_empty(map, ttl.as_deref())? {
+            return Ok(None);
+        }
+        let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
+        let (job, _) = self.freeze(map, ttl);
+        Ok(Some(Box::new(DiskView::<S> {
+            _pin: ViewPin::new(&self.store),
+            pinned: job,
+            ks: self.ks.clone(),
+            prefix: self.prefix.clone(),
+            dir: self.store.dir.clone(),
+            range,
+            ttl: ttl_now,
+            _s: std::marker::PhantomData,
+        })))
+    }
+
+    /// With incremental checkpoints, at a checkpoint's snapshot: the keys changed since the
+    /// previous one, which start again from none — those written back since, and those of
+    /// the write-back this freezes (counted now, listed when it runs). `None` without.
+    pub(crate) fn take_changes(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
+    ) -> Result<Option<ChangeSet>> {
+        if self.changes.is_none() {
+            return Ok(None);
+        }
+        let (_, keys) = self.freeze(map, ttl);
+        let capacity = self.capacity;
+        Ok(self.changes.as_mut().map(|changes| {
+            let mut set = std::mem::take(changes);
+            if let Some(keys) = keys {
+                set.defer(keys, capacity);
+            }
+            set
+        }))
+    }
+
+    /// Synchronous phase of an incremental checkpoint's delta (after
+    /// [`DiskTier::take_changes`] froze the cache): the view holds, per key group, every key
+    /// of `sets` with its value at the barrier or a tombstone (`postcard((k, Option<v>))`),
+    /// read off the processing thread once the write-backs ran. `None` if no key changed.
+    pub(crate) fn delta_snapshot(
+        &mut self,
+        map: &mut CowMap<K, S>,
+        ttl: Option<&mut Ttl<K>>,
+        sets: Vec<Arc<ChangeSet>>,
+        range: KeyGroupRange,
+    ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        if sets.iter().all(|s| s.is_empty()) {
+            return Ok(None);
+        }
+        let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
+        // Nothing is dirty since `take_changes`: an empty write-back after the pending ones,
+        // whose pinned snapshot is the state at this barrier.
+        let (job, _) = self.freeze(map, ttl);
+        Ok(Some(Box::new(DeltaView::<S> {
+            _pin: ViewPin::new(&self.store),
+            pinned: job,
+            ks: self.ks.clone(),
+            dir: self.store.dir.clone(),
+            range,
+            ttl: ttl_now,
+            sets,
+            groups: std::sync::OnceLock::new(),
+            _s: std::marker::PhantomData,
+        })))
+    }
+}

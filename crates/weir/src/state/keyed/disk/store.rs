@@ -1,0 +1,256 @@
+//! The LSM of one operator subtask ([`DiskStore`]) and how it is set up ([`DiskOptions`]):
+//! opening it, committing write batches with its memory kept bounded, and handing out one
+//! tier per state.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
+use super::super::incremental::ChangeSet;
+use super::{DiskTier, Key, StateValue};
+use crate::error::{Error, Result};
+
+/// How the disk backend of one operator subtask is set up.
+#[derive(Debug, Clone)]
+pub struct DiskOptions {
+    /// The folder under which the subtask's LSM gets a folder of its own (created, and
+    /// removed when the backend is dropped; nothing else in `dir` is touched).
+    pub dir: PathBuf,
+    /// Most keys each state keeps decoded in memory (its write-back cache).
+    pub cache_entries: usize,
+    /// Bytes of the LSM's block cache (shared by the subtask's states).
+    pub block_cache_bytes: u64,
+    /// Bytes of each state's LSM write buffer (memtable) before it is flushed.
+    pub write_buffer_bytes: u64,
+    /// Incremental checkpoints (`--incremental-checkpoints`): each state records the keys
+    /// it changes, so a checkpoint writes only those (docs/design-notes.md).
+    pub incremental: bool,
+}
+
+impl DiskOptions {
+    /// Defaults for a folder: 1 M cached keys per state, a 64 MiB block cache, 64 MiB
+    /// write buffers (`JobConfig::disk_state`'s defaults).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DiskOptions {
+            dir: dir.into(),
+            cache_entries: 1 << 20,
+            block_cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
+            incremental: false,
+        }
+    }
+
+    /// The options of each keyspace (one per state): its write buffer, and table files of
+    /// at most that size (fjall's default is 64 MiB, the default write buffer): a table is
+    /// dirty page cache until it is synced whole, so under a memory limit its size counts.
+    pub(super) fn keyspace(&self) -> fjall::KeyspaceCreateOptions {
+        let leveled =
+            fjall::compaction::Leveled::default().with_table_target_size(self.write_buffer_bytes);
+        fjall::KeyspaceCreateOptions::default()
+            .max_memtable_size(self.write_buffer_bytes)
+            .compaction_strategy(Arc::new(leveled))
+    }
+}
+
+/// Bytes written to the LSM (its journal) between two syncs of the journal
+/// ([`DiskStore::commit`]).
+const JOURNAL_SYNC_BYTES: u64 = 8 << 20;
+
+/// The LSM of one operator subtask, shared by its states' tiers.
+pub(crate) struct DiskStore {
+    pub(super) db: fjall::Database,
+    pub(super) dir: PathBuf,
+    pub(super) options: DiskOptions,
+    /// Bytes committed since the journal was last synced.
+    unsynced: std::sync::atomic::AtomicU64,
+    /// Snapshot views alive (a checkpoint's writer reading a pinned LSM snapshot), and the
+    /// bytes committed since the first of them was made ([`DiskStore::hold_for_views`]).
+    views: std::sync::Mutex<(usize, u64)>,
+    /// Signalled when the last view is dropped.
+    views_gone: std::sync::Condvar,
+}
+
+/// A snapshot view's share of [`DiskStore::views`]: counted while it lives.
+pub(super) struct ViewPin(Arc<DiskStore>);
+
+impl ViewPin {
+    pub(super) fn new(store: &Arc<DiskStore>) -> ViewPin {
+        store.views.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+        ViewPin(store.clone())
+    }
+}
+
+impl Drop for ViewPin {
+    fn drop(&mut self) {
+        let mut views = self.0.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.0 -= 1;
+        if views.0 == 0 {
+            views.1 = 0;
+            self.0.views_gone.notify_all();
+        }
+    }
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore").field("dir", &self.dir).finish()
+    }
+}
+
+/// An LSM error as the engine reports it: an I/O error naming the folder.
+pub(super) fn lsm_error(dir: &Path, e: impl std::fmt::Display) -> Error {
+    Error::io(
+        "keyed state on disk",
+        dir,
+        std::io::Error::other(e.to_string()),
+    )
+}
+
+impl DiskStore {
+    /// Opens a fresh LSM in a new folder under `options.dir` (a restore starts from a
+    /// checkpoint, never from a working folder, so nothing is reused).
+    pub(crate) fn open(options: DiskOptions) -> Result<Arc<Self>> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        std::fs::create_dir_all(&options.dir)
+            .map_err(|e| Error::io("cannot create the keyed-state folder", &options.dir, e))?;
+        let dir = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = options
+                .dir
+                .join(format!("weir-keyed-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                // Left by an earlier process with the same id: take the next name.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io("cannot create the keyed-state folder", &dir, e)),
+            }
+        };
+        let db = fjall::Database::builder(&dir)
+            .cache_size(options.block_cache_bytes)
+            // Durability comes from checkpoints: the LSM's own journal is never synced.
+            .manual_journal_persist(true)
+            // The folder is removed when the database is dropped.
+            .temporary(true)
+            // One background thread per subtask's LSM: with two, fjall's first worker
+            // re-queues compaction requests to itself in a loop while the second works
+            // (to keep itself free for flushes), spinning a core — 18 % of a debug run's
+            // CPU in `worker_tick` and `flume::send` (perf; docs/design-notes.md, "Memory
+            // of the disk backend").
+            .worker_threads(1)
+            .open()
+            .map_err(|e| lsm_error(&dir, e))?;
+        Ok(Arc::new(DiskStore {
+            db,
+            dir,
+            options,
+            unsynced: Default::default(),
+            views: Default::default(),
+            views_gone: Default::default(),
+        }))
+    }
+
+    /// Commits `batch` (writes to `ks`, about `bytes` of keys and values) and keeps the
+    /// LSM's memory and dirty page cache bounded, which fjall alone does not
+    /// (docs/design-notes.md, "Memory of the disk backend"):
+    ///
+    /// * *Write buffers.* fjall rotates a full memtable on a background worker; while its
+    ///   workers flush and compact, rotations wait in their queue and the active memtable
+    ///   grows past `max_memtable_size` without limit — measured, 800 MB of 64 KiB values
+    ///   written in batches held 500 MB of memtables. When the memtables of the subtask
+    ///   pass one write buffer per state and one more, this rotates `ks`'s memtable and waits
+    ///   until it is flushed: backpressure on the processing thread, as fjall's own write
+    ///   stall gives when it sees sealed memtables pile up.
+    /// * *Journal.* Every [`JOURNAL_SYNC_BYTES`] it syncs the journal. Not for durability
+    ///   (checkpoints give that; the journal is never read back): unsynced, the journal is
+    ///   dirty page cache, which a memory cgroup charges to the process and cannot reclaim
+    ///   until it is written out. Synced, its pages are clean and reclaimable.
+    pub(super) fn commit(
+        &self,
+        ks: &fjall::Keyspace,
+        batch: fjall::OwnedWriteBatch,
+        bytes: usize,
+    ) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let err = |e| lsm_error(&self.dir, e);
+        batch.commit().map_err(err)?;
+        let budget =
+            (self.options.write_buffer_bytes).saturating_mul(self.db.keyspace_count() as u64 + 1);
+        if self.db.write_buffer_size() > budget {
+            ks.rotate_memtable_and_wait().map_err(err)?;
+        }
+        {
+            let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+            if views.0 > 0 {
+                views.1 += bytes as u64;
+            }
+        }
+        let unsynced = self.unsynced.fetch_add(bytes as u64, Relaxed) + bytes as u64;
+        if unsynced >= JOURNAL_SYNC_BYTES {
+            self.unsynced.store(0, Relaxed);
+            self.db.persist(fjall::PersistMode::SyncData).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Waits (on the processing thread, after it wrote to the LSM) while snapshot views are
+    /// alive and more than a write buffer per state (and one more) was written since the
+    /// first was made. fjall frees a flushed memtable only once no MVCC snapshot older than
+    /// it is open, and a checkpoint's view keeps its snapshot open until the writer has read
+    /// the whole state: everything written meanwhile stayed in memory — measured, 58 MB of a
+    /// 64 MB state at its peak (docs/design-notes.md, "Memory of the disk backend"). Waiting
+    /// for the writer to finish bounds that, at the cost of processing while a checkpoint of
+    /// a large state is written (Flink's RocksDB backend has no such cost: its snapshots do
+    /// not hold memtables). The writer never waits for the processing thread.
+    pub(super) fn hold_for_views(&self) {
+        let budget =
+            (self.options.write_buffer_bytes).saturating_mul(self.db.keyspace_count() as u64 + 1);
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        while views.0 > 0 && views.1 > budget {
+            views = self
+                .views_gone
+                .wait(views)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The tier of the state at `index` (one keyspace per state).
+    pub(crate) fn tier<K: Key, S: StateValue>(
+        self: &Arc<Self>,
+        index: usize,
+        max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
+        self.tier_in(index, None, max_parallelism)
+    }
+
+    /// The tier of namespace `ns` of the state at `index`: its entries are keyed
+    /// `ns (8 bytes, big-endian) ‖ key_group ‖ postcard(key)` in the state's keyspace, so
+    /// one namespace (a window's pane) is one key range — fired, and dropped, by one scan.
+    pub(crate) fn tier_in<K: Key, S: StateValue>(
+        self: &Arc<Self>,
+        index: usize,
+        ns: Option<u64>,
+        max_parallelism: u32,
+    ) -> Result<DiskTier<K, S>> {
+        let ks = self
+            .db
+            .keyspace(&format!("s{index}"), || self.options.keyspace())
+            .map_err(|e| lsm_error(&self.dir, e))?;
+        Ok(DiskTier {
+            store: self.clone(),
+            ks,
+            prefix: ns.map(|n| n.to_be_bytes().to_vec()).unwrap_or_default(),
+            sweep_from: Vec::new(),
+            accesses: 0,
+            dirty: FxHashSet::default(),
+            // Window panes (a namespace each) are always written whole.
+            changes: (self.options.incremental && ns.is_none()).then(ChangeSet::default),
+            pending: Vec::new(),
+            capacity: self.options.cache_entries.max(1),
+            max_parallelism,
+            key_buf: Vec::new(),
+            remote: None,
+            _s: std::marker::PhantomData,
+        })
+    }
+}
