@@ -38,7 +38,8 @@ use serde_reflection::{Format, Registry, Tracer, TracerConfig};
 
 use super::StateKind;
 
-pub(crate) use elements::decode_elements;
+pub use elements::OperatorListDeclaration;
+pub(crate) use elements::{decode_elements, list_refusal};
 pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
 
 /// The schema of one state's stored type (or of a key type), as recorded in a checkpoint.
