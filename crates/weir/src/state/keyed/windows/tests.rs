@@ -260,3 +260,19 @@ backend_tests!(
     a_restored_state_of_another_kind_is_refused_by_name,
     a_legacy_map_state_moves_in_with_its_timers,
 );
+
+#[test]
+fn a_migration_returning_another_type_than_the_accumulator_is_refused_naming_both() {
+    let mut b = backend(On::Memory, all(), RestoredKeyedState::default());
+    let mut store = KeyedStateStore::new(&mut b);
+    let evolution = AccEvolution::default()
+        .with_version(2)
+        .with_migration(|old: u32| i64::from(old));
+    let e = store
+        .window_state::<u64>("w", &evolution)
+        .err()
+        .expect("an i64 migration cannot fill u64 accumulators")
+        .to_string();
+    assert!(e.contains("i64") && e.contains("u64"), "{e}");
+    assert!(e.contains("make it return that type"), "{e}");
+}
