@@ -257,3 +257,39 @@ fn a_migration_function_on_the_windowed_stream_reads_what_serde_cannot_at_3_and_
         "every window once, with v1's part of its count read by the migration"
     );
 }
+
+#[test]
+fn session_windows_refuse_a_migration_function_at_start_naming_the_ways_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path());
+    c.restart = RestartStrategy::None;
+    let env = StreamEnvironment::new(c);
+    let out = CollectSink::new();
+    let migrate: fn(TallyV1) -> TallyRetyped = |old| TallyRetyped {
+        count: old.count.to_string(),
+        sum: old.sum,
+    };
+    let windows = env
+        .add_source_with_watermarks("gen", GeneratorSource::new(N), strategy(BOUND_MS))
+        .uid("gen")
+        .key_by(|i: &u64| i % KEYS)
+        .window(EventTimeSessionWindows::with_gap(Duration::from_millis(WINDOW_MS)).unwrap())
+        .with_migration(migrate)
+        .aggregate_with_window(
+            Counting::<TallyRetyped>(Default::default()),
+            |k: &u64, w: TimeWindow, count: u64| (*k, w.start, count),
+        )
+        .uid("windows");
+    gather(windows, &out);
+    let e = env.execute().unwrap_err().to_string();
+    assert_names(
+        &e,
+        &[
+            "session windows",
+            "map state",
+            "serde",
+            "--allow-non-restored-state",
+        ],
+    );
+    assert!(out.take().is_empty(), "nothing may run");
+}
