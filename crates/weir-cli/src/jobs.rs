@@ -350,6 +350,9 @@ impl CheckpointedFunction for HeldGenerator {
     fn notify_checkpoint_aborted(&mut self, id: u64) -> weir::error::Result<()> {
         self.inner.notify_checkpoint_aborted(id)
     }
+    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
+        self.inner.operator_state()
+    }
 }
 
 impl SourceFunction<u64> for HeldGenerator {

@@ -153,6 +153,7 @@ pub mod prelude {
     pub use crate::connectors::collect::{CollectSink, DiscardSink};
     pub use crate::connectors::files::{FileLineSource, FileSink, FileSource, TextFileSink};
     pub use crate::connectors::generator::GeneratorSource;
+    pub use crate::state::schema::OperatorListDeclaration;
     pub use crate::state::{
         AggregateFunction, AggregatingState, BroadcastContext, BroadcastState, BroadcastStateStore,
         InitContext, KeyedContext, KeyedEndContext, KeyedStateStore, ListState, MapState,

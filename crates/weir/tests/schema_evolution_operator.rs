@@ -3,9 +3,10 @@
 //! checkpoint; v2's source reads the list as a changed struct. A field added with a default
 //! migrates through serde and the run ends exact (proof that every position was read and
 //! kept); a field whose type changed is refused before any record, naming the operator, the
-//! list, both types and the ways out. `check_savepoint` lists the list with its recorded
-//! schema (operator state is decided when the function reads it, since `initialize_state`
-//! may reach external systems and is not probed).
+//! list, both types and the ways out. A source that declares its list
+//! (`CheckpointedFunction::operator_state`) has it decided ahead by `check_savepoint` and by
+//! the run with the same message (`initialize_state` may reach external systems and is
+//! never probed); one that declares nothing has it decided when read, and the check says so.
 //!
 //! Broadcast state likewise: v1 keeps its rules in a broadcast map of a struct; v2's map
 //! gains a field with a default, is restored at parallelism 3 and at 1, and every subtask
@@ -95,14 +96,18 @@ impl Pos for PosRetyped {
 }
 
 /// Emits every number below `N` once, split by `n % SPLITS`, its positions in the
-/// operator list `pos`.
+/// operator list `pos`, which it declares ahead when `declare`.
 struct Numbers<P> {
     splits: Vec<P>,
+    declare: bool,
 }
 
 impl<P> Clone for Numbers<P> {
     fn clone(&self) -> Self {
-        Numbers { splits: Vec::new() }
+        Numbers {
+            splits: Vec::new(),
+            declare: self.declare,
+        }
     }
 }
 
@@ -118,6 +123,12 @@ impl<P: Pos> CheckpointedFunction for Numbers<P> {
     }
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
         ctx.set_operator_list("pos", &self.splits)
+    }
+    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
+        match self.declare {
+            true => vec![OperatorListDeclaration::of::<P>("pos")],
+            false => Vec::new(),
+        }
     }
 }
 
@@ -154,8 +165,20 @@ fn job<S: SourceFunction<u64>>(
     env
 }
 
+/// A source that declares its list.
 fn numbers<P: Pos>() -> Numbers<P> {
-    Numbers { splits: Vec::new() }
+    Numbers {
+        splits: Vec::new(),
+        declare: true,
+    }
+}
+
+/// A source that declares nothing: its list is decided when `initialize_state` reads it.
+fn undeclared<P: Pos>() -> Numbers<P> {
+    Numbers {
+        splits: Vec::new(),
+        declare: false,
+    }
 }
 
 fn cfg(dir: &Path) -> JobConfig {
@@ -182,24 +205,82 @@ fn an_operator_list_with_a_field_added_migrates_and_the_run_is_exact() {
     let row = row(&report, "events", "pos");
     assert_eq!(
         row.verdict,
-        "operator state: decided when read",
+        "operator state: migrates (serde)",
         "{}",
         report.table()
     );
     assert!(row.old.as_ref().unwrap().type_name.ends_with("PosV1"));
+    assert!(row.new.as_ref().unwrap().type_name.ends_with("PosAdded"));
     assert!(report.refusals(false).is_empty(), "{}", report.table());
     assert_resumes_exactly(env, &mid, &out, (N, KEYS), "exact after the upgrade");
 }
 
 #[test]
-fn an_operator_list_whose_field_changed_type_is_refused_naming_it() {
+fn an_undeclared_operator_list_is_decided_at_start_and_the_check_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let mut c = cfg(dir.path());
+    c.restore = RestoreFrom::Path(mid.clone());
+    let out = CollectSink::new();
+    let env = job(c, undeclared::<PosAdded>(), &out);
+    let report = env.check_savepoint(&mid).unwrap();
+    let row = row(&report, "events", "pos");
+    assert_eq!(
+        row.verdict,
+        "operator state: decided at start (not declared)",
+        "{}",
+        report.table()
+    );
+    assert!(row.old.as_ref().unwrap().type_name.ends_with("PosV1"));
+    assert!(row.new.is_none(), "{}", report.table());
+    assert!(report.refusals(false).is_empty(), "{}", report.table());
+    assert_resumes_exactly(env, &mid, &out, (N, KEYS), "exact after the upgrade");
+}
+
+#[test]
+fn a_declared_operator_list_whose_field_changed_type_is_refused_by_the_check_as_by_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let mut c = cfg(dir.path());
+    c.restore = RestoreFrom::Path(mid.clone());
+    c.restart = RestartStrategy::None;
+    let out = CollectSink::new();
+    let env = job(c, numbers::<PosRetyped>(), &out);
+    // `savepoint check` refuses (exit 1), even with --allow-non-restored-state, and says
+    // what the run says.
+    let report = env.check_savepoint(&mid).unwrap();
+    let row = row(&report, "events", "pos");
+    assert_eq!(
+        row.verdict,
+        "operator state: incompatible",
+        "{}",
+        report.table()
+    );
+    let refusals = report.refusals(true);
+    assert_eq!(refusals.len(), 1, "{}", report.table());
+    let e = env.execute().unwrap_err().to_string();
+    assert_eq!(refusals[0], e.trim_start_matches("cannot restore: "));
+    let parts = [
+        "operator 'events'",
+        "operator state 'pos'",
+        "PosV1",
+        "PosRetyped",
+        "--allow-non-restored-state",
+        "fresh",
+    ];
+    assert_names(&e, &parts);
+    assert!(out.take().is_empty(), "no record may be counted");
+}
+
+#[test]
+fn an_undeclared_operator_list_whose_field_changed_type_is_refused_when_read() {
     let dir = tempfile::tempdir().unwrap();
     let mid = v1_checkpoint(dir.path());
     let mut c = cfg(dir.path());
     c.restore = RestoreFrom::Path(mid);
     c.restart = RestartStrategy::None;
     let out = CollectSink::new();
-    let e = job(c, numbers::<PosRetyped>(), &out)
+    let e = job(c, undeclared::<PosRetyped>(), &out)
         .execute()
         .unwrap_err()
         .to_string();

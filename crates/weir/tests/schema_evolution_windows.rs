@@ -6,8 +6,9 @@
 //! parallelism 3 and at 1, and every window comes out once with its exact count (proof
 //! that the open windows' accumulators were read, migrated and kept); a field whose type
 //! changed is refused before anything runs, and `check_savepoint` says both beforehand.
-//! (Window accumulators are declared by the engine, so they migrate through serde only: a
-//! job cannot attach a migration function to them.)
+//! The same change with a migration function attached on the windowed stream
+//! (`with_version(2).with_migration(|old: TallyV1| …)`, what serde alone cannot do)
+//! migrates, restored at parallelism 3, and every window is exact.
 
 mod common;
 
@@ -113,12 +114,27 @@ fn job<A: Tally, S: SourceFunction<u64>>(
     source: S,
     out: &CollectSink<Gathered<u64>>,
 ) -> StreamEnvironment {
+    job_migrating::<A, S>(cfg, source, None, out)
+}
+
+/// [`job`], its accumulators at version 2 with migration function `migrate` when given.
+fn job_migrating<A: Tally, S: SourceFunction<u64>>(
+    cfg: JobConfig,
+    source: S,
+    migrate: Option<fn(TallyV1) -> A>,
+    out: &CollectSink<Gathered<u64>>,
+) -> StreamEnvironment {
     let env = StreamEnvironment::new(cfg);
-    let windows = env
+    let windowed = env
         .add_source_with_watermarks("gen", source, strategy(BOUND_MS))
         .uid("gen")
         .key_by(|i: &u64| i % KEYS)
-        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap())
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS)).unwrap());
+    let windowed = match migrate {
+        Some(f) => windowed.with_version(2).with_migration(f),
+        None => windowed,
+    };
+    let windows = windowed
         .aggregate_with_window(
             Counting::<A>(Default::default()),
             |k: &u64, w: TimeWindow, count: u64| (*k, w.start, count),
@@ -202,5 +218,78 @@ fn an_accumulator_whose_field_changed_type_is_refused_and_check_says_so() {
     ];
     assert_names(&e, &parts);
     assert_names(refusals[0], &parts);
+    assert!(out.take().is_empty(), "nothing may run");
+}
+
+#[test]
+fn a_migration_function_on_the_windowed_stream_reads_what_serde_cannot_at_3_and_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint(dir.path());
+    let out = CollectSink::new();
+    let mut c = cfg(dir.path());
+    c.parallelism = 3;
+    c.restore = RestoreFrom::Path(mid.clone());
+    c.restart = RestartStrategy::None;
+    // `count` changed type: serde cannot read a u64 as a String, the function can.
+    let migrate: fn(TallyV1) -> TallyRetyped = |old| TallyRetyped {
+        count: old.count.to_string(),
+        sum: old.sum,
+    };
+    let env = job_migrating(c, GeneratorSource::new(N), Some(migrate), &out);
+    let report = env.check_savepoint(&mid).unwrap();
+    assert!(report.refusals(false).is_empty(), "{}", report.table());
+    let w = row(&report, "windows", WINDOW_STATE);
+    assert_eq!(
+        w.verdict,
+        "migrates (migration function)",
+        "{}",
+        report.table()
+    );
+    assert!(w.old.as_ref().unwrap().type_name.contains("TallyV1"));
+    let new = w.new.as_ref().unwrap();
+    assert!(new.type_name.contains("TallyRetyped"), "{}", report.table());
+    assert_eq!(new.version, 2, "{}", report.table());
+    let r = env.execute().unwrap();
+    common::assert_resumed_mid_run(&r, &mid, N);
+    assert_eq!(
+        exactly_once(out.take()),
+        counts(N, WINDOW_MS),
+        "every window once, with v1's part of its count read by the migration"
+    );
+}
+
+#[test]
+fn session_windows_refuse_a_migration_function_at_start_naming_the_ways_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path());
+    c.restart = RestartStrategy::None;
+    let env = StreamEnvironment::new(c);
+    let out = CollectSink::new();
+    let migrate: fn(TallyV1) -> TallyRetyped = |old| TallyRetyped {
+        count: old.count.to_string(),
+        sum: old.sum,
+    };
+    let windows = env
+        .add_source_with_watermarks("gen", GeneratorSource::new(N), strategy(BOUND_MS))
+        .uid("gen")
+        .key_by(|i: &u64| i % KEYS)
+        .window(EventTimeSessionWindows::with_gap(Duration::from_millis(WINDOW_MS)).unwrap())
+        .with_migration(migrate)
+        .aggregate_with_window(
+            Counting::<TallyRetyped>(Default::default()),
+            |k: &u64, w: TimeWindow, count: u64| (*k, w.start, count),
+        )
+        .uid("windows");
+    gather(windows, &out);
+    let e = env.execute().unwrap_err().to_string();
+    assert_names(
+        &e,
+        &[
+            "session windows",
+            "map state",
+            "serde",
+            "--allow-non-restored-state",
+        ],
+    );
     assert!(out.take().is_empty(), "nothing may run");
 }

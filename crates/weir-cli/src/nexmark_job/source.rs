@@ -97,6 +97,10 @@ impl CheckpointedFunction for EventFileSource {
         let list: Vec<FilePosition> = self.position.into_iter().collect();
         ctx.set_operator_list(POSITION, &list)
     }
+
+    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
+        vec![OperatorListDeclaration::of::<FilePosition>(POSITION)]
+    }
 }
 
 impl SourceFunction<Event> for EventFileSource {

@@ -232,6 +232,10 @@ impl<T> CheckpointedFunction for JetStreamSource<T> {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
         ctx.set_operator_list(SPLITS_STATE, &self.splits)
     }
+
+    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
+        vec![OperatorListDeclaration::of::<Split>(SPLITS_STATE)]
+    }
 }
 
 impl<T: Send + 'static> SourceFunction<T> for JetStreamSource<T> {

@@ -129,6 +129,7 @@ impl StreamEnvironment {
         name: &str,
         source: S,
     ) -> DataStream<T> {
+        let lists = source.operator_state();
         let builder = Arc::new(
             move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
                 let chain = unbox::<T>(chain);
@@ -139,6 +140,7 @@ impl StreamEnvironment {
             },
         );
         let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
+        declare_lists(&self.graph, id, lists);
         DataStream::single(self.graph.clone(), id, self.settings())
     }
 
@@ -157,6 +159,7 @@ impl StreamEnvironment {
             let mut groups = self.alignment_groups.borrow_mut();
             groups.entry(name.to_string()).or_default().clone()
         });
+        let lists = source.operator_state();
         let builder = Arc::new(
             move |mut ctx: OperatorContext, chain: AnyBox, task: TaskContext| {
                 let chain = unbox::<T>(chain);
@@ -174,6 +177,7 @@ impl StreamEnvironment {
             },
         );
         let id = add_node::<T>(&self.graph, name, NodeKind::Source(builder), &[], None);
+        declare_lists(&self.graph, id, lists);
         DataStream::single(self.graph.clone(), id, self.settings())
     }
 
@@ -506,7 +510,8 @@ impl<T: Data> DataStream<T> {
 
     /// Applies a [`ProcessFunction`], which may keep operator state.
     pub fn process<O: Data, F: ProcessFunction<T, O>>(self, f: F) -> DataStream<O> {
-        self.then(
+        let lists = f.operator_state();
+        let out = self.then(
             "process",
             Arc::new(move |mut ctx: OperatorContext, next| {
                 let mut f = f.clone();
@@ -519,7 +524,8 @@ impl<T: Data> DataStream<T> {
                     next: unbox::<O>(next),
                 })))
             }),
-        )
+        );
+        out.declare_lists(lists)
     }
 
     /// Gives the records timestamps and the stream watermarks from `strategy` (Flink's
@@ -579,6 +585,7 @@ impl<T: Data> DataStream<T> {
     /// Ends the stream in a sink. Returns the sink's stream handle so `uid`/`set_parallelism`
     /// can be set on it.
     pub fn add_sink<S: SinkFunction<T>>(self, name: &str, sink: S) -> DataStream<()> {
+        let lists = sink.operator_state();
         self.then(
             name,
             Arc::new(move |mut ctx: OperatorContext, _next| {
@@ -587,6 +594,17 @@ impl<T: Data> DataStream<T> {
                 Ok(rebox::<T>(Box::new(SinkOp { uid: ctx.uid, f })))
             }),
         )
+        .declare_lists(lists)
+    }
+
+    /// Records the operator lists this stream's function declares
+    /// ([`CheckpointedFunction::operator_state`](crate::api::functions::CheckpointedFunction::operator_state)),
+    /// decided ahead by `savepoint check` and a run.
+    fn declare_lists(self, lists: Vec<crate::state::schema::OperatorListDeclaration>) -> Self {
+        if let Some(&(node, _)) = self.nodes.first() {
+            declare_lists(&self.graph, node, lists);
+        }
+        self
     }
 }
 
@@ -710,5 +728,16 @@ impl<K: Key, T: StateValue, R: Fn(T, T) -> T + Clone + Send + Sync + 'static>
         ctx.set(state, next.clone());
         out.collect(next);
         Ok(())
+    }
+}
+
+/// Records the operator lists node `node`'s function declares (none: nothing to record).
+fn declare_lists(
+    graph: &Rc<RefCell<JobGraph>>,
+    node: usize,
+    lists: Vec<crate::state::schema::OperatorListDeclaration>,
+) {
+    if !lists.is_empty() {
+        graph.borrow_mut().operator_lists.push((node, lists));
     }
 }

@@ -200,6 +200,13 @@ impl<T, S: TwoPhaseCommitSink<T>> CheckpointedFunction for TwoPhaseCommit<T, S> 
         snap.set_union_list(PENDING_TRANSACTIONS, &self.pending)
     }
 
+    fn operator_state(&self) -> Vec<crate::state::schema::OperatorListDeclaration> {
+        vec![crate::state::schema::OperatorListDeclaration::of::<(
+            u64,
+            S::Committable,
+        )>(PENDING_TRANSACTIONS)]
+    }
+
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         self.commit_up_to(checkpoint_id)
     }

@@ -64,7 +64,7 @@ pub use crate::runtime::windows::ProcessWindowFunction;
 use crate::runtime::windows::{
     NeverTrigger, ProcessingTimeTrigger, TimeWindow, Trigger, WindowAssigner,
 };
-use crate::state::keyed::{AggregateFunction, TimeDomain};
+use crate::state::keyed::{AccEvolution, AggregateFunction, TimeDomain};
 use crate::state::{Data, Key, StateValue};
 
 /// A keyed stream with a window assigner ([`KeyedStream::window`]) and a trigger
@@ -77,6 +77,8 @@ pub struct WindowedStream<K, T, F, A, TR = DefaultTrigger> {
     lateness_ms: u64,
     /// The window operator's parallelism: 1 for [`DataStream::window_all`].
     parallelism: Option<u32>,
+    /// The accumulators' declared version and migration function.
+    evolution: AccEvolution,
 }
 
 impl<K, T, F, A> WindowedStream<K, T, F, A>
@@ -95,6 +97,7 @@ where
             trigger: DefaultTrigger,
             lateness_ms: 0,
             parallelism: None,
+            evolution: AccEvolution::default(),
         }
     }
 }
@@ -124,7 +127,34 @@ where
             trigger: WithTrigger(trigger),
             lateness_ms: self.lateness_ms,
             parallelism: self.parallelism,
+            evolution: self.evolution,
         }
+    }
+
+    /// Declares the version of the window's accumulator state, recorded with its schema in
+    /// every checkpoint (as `states.with_version(v)` does for keyed state): the engine
+    /// declares that state, so the version is set here.
+    pub fn with_version(mut self, version: u32) -> Self {
+        self.evolution = self.evolution.with_version(version);
+        self
+    }
+
+    /// Gives the window's accumulator state a migration function from `Old`, the
+    /// accumulator type the restored checkpoint recorded (as `states.with_migration` does
+    /// for keyed state): a restore whose recorded accumulator shape is `Old`'s reads each
+    /// open window's accumulator as `Old` and keeps `migrate(old)`. For changes serde
+    /// cannot read (a field whose type changed, values recomputed); a field added with a
+    /// default, removed, or renamed with an alias migrates without one. `ACC` must be the
+    /// aggregate's accumulator (the job fails at start saying so otherwise). Taken by
+    /// fixed-size event-time windows under their default trigger; session windows and
+    /// windows under a trigger of their own keep their accumulators in a map state, which
+    /// takes no migration function (they refuse one when the operator opens).
+    pub fn with_migration<Old: StateValue, ACC: StateValue>(
+        mut self,
+        migrate: impl Fn(Old) -> ACC + Send + Sync + 'static,
+    ) -> Self {
+        self.evolution = self.evolution.with_migration(migrate);
+        self
     }
 
     /// Keeps every window `lateness` after the watermark passed its end (Flink's
@@ -199,6 +229,7 @@ where
             window_fn,
             lateness_ms: self.lateness_ms,
             late: None,
+            evolution: self.evolution,
             _acc: PhantomData,
         });
         with_parallelism(window, self.parallelism)
@@ -277,6 +308,8 @@ struct Parts<K, T, F, A, ACC, OUT, AGG, W, R> {
     window_fn: W,
     lateness_ms: u64,
     late: Option<fn(T) -> R>,
+    /// The accumulators' declared version and migration function.
+    evolution: AccEvolution,
     /// The aggregate's accumulator and result types.
     _acc: PhantomData<fn() -> (ACC, OUT)>,
 }
@@ -312,18 +345,21 @@ where
             window_fn,
             lateness_ms,
             late,
+            evolution,
             _acc,
         } = self;
         let stream = if assigner.size_ms().is_some() {
-            let mut f =
-                WindowAggregate::new(assigner, aggregate, window_fn).with_lateness(lateness_ms);
+            let mut f = WindowAggregate::new(assigner, aggregate, window_fn)
+                .with_lateness(lateness_ms)
+                .with_evolution(evolution);
             if let Some(late) = late {
                 f = f.with_late_output(late);
             }
             keyed.process(f)
         } else {
             let (aggregate, window_fn) = (Arc::new(aggregate), Arc::new(window_fn));
-            let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late);
+            let f = SessionWindowAggregate::new(assigner, aggregate, window_fn, lateness_ms, late)
+                .with_evolution(evolution);
             keyed.process(f)
         };
         stream.name("window")
@@ -338,7 +374,8 @@ where
             window_fn,
             self.lateness_ms,
             self.late,
-        );
+        )
+        .with_evolution(self.evolution);
         self.keyed.process(f).name("window")
     }
 }
@@ -580,6 +617,7 @@ where
             trigger,
             lateness_ms,
             parallelism,
+            evolution,
         } = self.windowed;
         let tagged = move |k: &K, w: TimeWindow, r: OUT| WindowRecord::Result(window_fn(k, w, r));
         let late: fn(T) -> WindowRecord<X, T> = WindowRecord::Late;
@@ -590,6 +628,7 @@ where
             window_fn: tagged,
             lateness_ms,
             late: Some(late),
+            evolution,
             _acc: PhantomData,
         });
         let window = with_parallelism(window, parallelism);

@@ -325,6 +325,15 @@ impl RestoredCheckpoint {
         out
     }
 
+    /// Whether any subtask stored elements in operator `uid`'s list `name` (a list with
+    /// none restores whatever its type, as `decode_elements` reads it).
+    pub fn operator_list_has_elements(&self, uid: &str, name: &str) -> bool {
+        let files = self.operator_state.get(uid).into_iter().flatten().flatten();
+        files
+            .filter_map(|file| file.iter().find(|(n, _)| n.as_str() == name))
+            .any(|(_, list)| !list.elements.is_empty())
+    }
+
     /// The uids that have state in this checkpoint (channel state included).
     pub fn uids(&self) -> impl Iterator<Item = &str> {
         let stateless = self

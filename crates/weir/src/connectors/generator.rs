@@ -82,6 +82,12 @@ impl CheckpointedFunction for GeneratorSource {
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
         ctx.set_operator_list("splits", &self.splits)
     }
+
+    fn operator_state(&self) -> Vec<crate::state::schema::OperatorListDeclaration> {
+        vec![crate::state::schema::OperatorListDeclaration::of::<Split>(
+            "splits",
+        )]
+    }
 }
 
 impl SourceFunction<u64> for GeneratorSource {

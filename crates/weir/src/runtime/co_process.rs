@@ -116,6 +116,9 @@ impl<F: CheckpointedFunction, I1, I2> CheckpointedFunction for CoAdapter<F, I1, 
     fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
         self.f.initialize_state(ctx)
     }
+    fn operator_state(&self) -> Vec<crate::state::schema::OperatorListDeclaration> {
+        self.f.operator_state()
+    }
     fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
         self.f.snapshot_state(ctx)
     }

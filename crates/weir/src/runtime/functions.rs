@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::state::broadcast::{BroadcastContext, BroadcastStateStore, ReadOnlyBroadcastContext};
 use crate::state::keyed::{KeyedContext, KeyedEndContext, KeyedStateStore};
 use crate::state::operator::{InitContext, SnapshotContext};
+use crate::state::schema::OperatorListDeclaration;
 use crate::state::Key;
 
 /// State hooks every user function can implement (Flink's `CheckpointedFunction` and
@@ -28,6 +29,15 @@ pub trait CheckpointedFunction {
     /// Restores (or initialises) the function's own operator state.
     fn initialize_state(&mut self, _ctx: &InitContext) -> Result<()> {
         Ok(())
+    }
+    /// Names the operator lists `initialize_state` reads, with their element types
+    /// (`OperatorListDeclaration::of::<T>("name")`), so that `savepoint check` and a run
+    /// decide them against a checkpoint before anything runs, without calling
+    /// `initialize_state` (which may reach external systems). Default: none; an undeclared
+    /// list is decided only when `initialize_state` reads it, and `savepoint check` says
+    /// "decided at start (not declared)".
+    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
+        Vec::new()
     }
     /// Records the function's operator state for a checkpoint.
     fn snapshot_state(&mut self, _ctx: &mut SnapshotContext) -> Result<()> {

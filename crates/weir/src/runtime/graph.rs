@@ -511,4 +511,7 @@ pub(crate) struct JobGraph {
     /// Per broadcast process operator (by node), the probe that decides its broadcast
     /// maps against a checkpoint for `savepoint check` ([`super::schema_check`]).
     pub broadcast_probes: Vec<(usize, super::schema_check::BroadcastProbe)>,
+    /// Per operator whose function declares operator lists (by node), those lists: what
+    /// `savepoint check` and a run decide them by ([`super::schema_check`]).
+    pub operator_lists: Vec<(usize, Vec<crate::state::schema::OperatorListDeclaration>)>,
 }

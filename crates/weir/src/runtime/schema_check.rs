@@ -12,6 +12,9 @@
 //! A broadcast process function declares its broadcast maps in `open` too: its probe
 //! ([`BroadcastProbe`]) opens a clone on the checkpoint's lists and decodes them as the run
 //! will, so an incompatible map is refused before anything runs, and the check says so.
+//! Operator lists are decided from the function's declaration
+//! ([`OperatorListDeclaration`], `CheckpointedFunction::operator_state`), since
+//! `initialize_state` is never probed; an undeclared list is decided when it is read.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -26,8 +29,8 @@ use crate::state::broadcast::{BroadcastStateStore, BroadcastStore};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{KeyedStateBackend, KeyedStateStore, RestoredKeyedState};
 use crate::state::schema::{
-    decide_key, incompatible_message, schema_of, Decision, DeclaredOperator, DeclaredState,
-    OperatorSchemas, StateSchema,
+    decide_key, incompatible_message, list_refusal, schema_of, Decision, DeclaredOperator,
+    DeclaredState, OperatorListDeclaration, OperatorSchemas, StateSchema,
 };
 use crate::state::Key;
 
@@ -324,22 +327,20 @@ pub(crate) fn check(
         if let Some((_, files)) = channel {
             report.rows.push(channel_row(graph, node, uid, files));
         }
-        // Decided when the function reads it (module docs of `state::schema::elements`):
-        // `initialize_state` may reach external systems, so it is not probed.
+        // Decided from the function's declaration where it names the list; otherwise when
+        // `initialize_state` reads it, which may reach external systems and so is never
+        // called here (module docs of `state::schema::elements`).
+        let declared = graph
+            .operator_lists
+            .iter()
+            .filter(|(n, _)| *n == node)
+            .flat_map(|(_, lists)| lists);
+        let declared: Vec<&OperatorListDeclaration> = declared.collect();
         for (name, schema) in lists {
-            let verdict = match schema {
-                Some(_) => "operator state: decided when read",
-                None => "operator state (unversioned)",
-            };
-            report.rows.push(SchemaRow {
-                uid: uid.clone(),
-                state: name,
-                verdict: verdict.into(),
-                old: schema,
-                new: None,
-                refusal: None,
-                droppable: false,
-            });
+            let decl = declared.iter().find(|d| d.name() == name);
+            report
+                .rows
+                .push(operator_list_row(r, uid, name, schema, decl.copied()));
         }
     }
     for uid in r.uids().filter(|u| !uids.iter().any(|p| p == u)) {
@@ -383,6 +384,49 @@ fn channel_row(graph: &JobGraph, node: usize, uid: &str, files: &[ChannelStateFi
     }
     row.old = old;
     row.new = decided.map(|(new, _)| new);
+    row
+}
+
+/// The row of operator `uid`'s list `name` (recorded with `old`): decided from the
+/// function's declaration `decl` as `decode_elements` will decide it, with its refusal.
+fn operator_list_row(
+    r: &RestoredCheckpoint,
+    uid: &str,
+    name: String,
+    old: Option<StateSchema>,
+    decl: Option<&OperatorListDeclaration>,
+) -> SchemaRow {
+    let mut row = operator_row(uid, "");
+    let (verdict, refusal) = match (&old, decl) {
+        (None, _) => ("operator state (unversioned)".to_string(), None),
+        (Some(_), None) => (
+            "operator state: decided at start (not declared)".into(),
+            None,
+        ),
+        (Some(_), Some(_)) if !r.operator_list_has_elements(uid, &name) => {
+            ("operator state: restorable (no elements)".into(), None)
+        }
+        (Some(old), Some(d)) => {
+            let decision = d.decide(old);
+            let refusal = match &decision {
+                Decision::Incompatible(why) => Some(list_refusal(
+                    "operator state",
+                    uid,
+                    &name,
+                    old,
+                    d.schema(),
+                    why,
+                )),
+                _ => None,
+            };
+            (format!("operator state: {}", decision.label()), refusal)
+        }
+    };
+    row.state = name;
+    row.verdict = verdict;
+    row.new = decl.map(|d| d.schema().clone());
+    row.old = old;
+    row.refusal = refusal;
     row
 }
 

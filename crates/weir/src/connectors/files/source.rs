@@ -251,6 +251,13 @@ impl CheckpointedFunction for FileSource {
         }
         Ok(())
     }
+
+    fn operator_state(&self) -> Vec<crate::state::schema::OperatorListDeclaration> {
+        vec![
+            crate::state::schema::OperatorListDeclaration::of::<FileSplit>(FILES),
+            crate::state::schema::OperatorListDeclaration::of::<String>(SEEN),
+        ]
+    }
 }
 
 impl SourceFunction<String> for FileSource {

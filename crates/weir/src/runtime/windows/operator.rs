@@ -29,6 +29,7 @@ use std::sync::Arc;
 use super::{TimeWindow, WindowAssigner};
 use crate::error::Result;
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
+use crate::state::keyed::AccEvolution;
 use crate::state::keyed::{
     AggregateFunction, KeyedContext, KeyedEndContext, KeyedStateStore, MapState, WindowState,
 };
@@ -54,6 +55,8 @@ pub struct WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     /// Wraps a late record into the output (the late-data side output); `None` drops it.
     late: Option<fn(T) -> R>,
     state: Option<WindowState<ACC>>,
+    /// The accumulators' declared version and migration function.
+    evolution: AccEvolution,
     windows: Vec<TimeWindow>,
     /// The (timestamp, watermark) `windows` were assigned and filtered at, when the
     /// assigner places records by timestamp alone: the next record with both the same
@@ -71,6 +74,7 @@ impl<A: Clone, AGG, WF, ACC, OUT, T, R> Clone for WindowAggregate<A, AGG, WF, AC
             lateness: self.lateness,
             late: self.late,
             state: None,
+            evolution: self.evolution.clone(),
             windows: Vec::new(),
             assigned_at: None,
             _acc: PhantomData,
@@ -89,6 +93,7 @@ impl<A, AGG, WF, ACC, OUT, T, R> WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
             lateness: 0,
             late: None,
             state: None,
+            evolution: AccEvolution::default(),
             windows: Vec::new(),
             assigned_at: None,
             _acc: PhantomData,
@@ -99,6 +104,12 @@ impl<A, AGG, WF, ACC, OUT, T, R> WindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     /// every record that arrives in that time.
     pub fn with_lateness(mut self, lateness_ms: u64) -> Self {
         self.lateness = lateness_ms;
+        self
+    }
+
+    /// Declares the accumulators' version and migration function (issue 26).
+    pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
+        self.evolution = evolution;
         self
     }
 
@@ -128,7 +139,7 @@ where
     R: 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
-        let state = states.window_state(WINDOW_STATE)?;
+        let state = states.window_state(WINDOW_STATE, &self.evolution)?;
         if states.restored_kind(LEGACY_WINDOW_STATE) == Some(StateKind::Map) {
             let legacy: MapState<u64, ACC> = states.map_state(LEGACY_WINDOW_STATE)?;
             states.migrate_window_map(&legacy, state, self.lateness)?;

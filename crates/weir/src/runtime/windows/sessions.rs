@@ -20,7 +20,9 @@ use super::assigners::millis;
 use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
-use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain};
+use crate::state::keyed::{
+    AccEvolution, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
+};
 use crate::state::{Key, StateValue};
 
 /// Sessions of records with a fixed gap: a key's session ends when no record arrives for
@@ -102,6 +104,8 @@ pub struct SessionWindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     lateness: u64,
     late: Option<fn(T) -> R>,
     state: Option<MapState<u64, (u64, ACC)>>,
+    /// The accumulators' declared version (a migration function is refused).
+    evolution: AccEvolution,
     windows: Vec<TimeWindow>,
     _acc: PhantomData<fn() -> (ACC, OUT)>,
 }
@@ -117,6 +121,7 @@ impl<A: Clone, AGG, WF, ACC, OUT, T, R> Clone
             lateness: self.lateness,
             late: self.late,
             state: None,
+            evolution: self.evolution.clone(),
             windows: Vec::new(),
             _acc: PhantomData,
         }
@@ -124,6 +129,13 @@ impl<A: Clone, AGG, WF, ACC, OUT, T, R> Clone
 }
 
 impl<A, AGG, WF, ACC, OUT, T, R> SessionWindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
+    /// Declares the accumulators' version (issue 26); a migration function is refused when
+    /// the operator opens.
+    pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
+        self.evolution = evolution;
+        self
+    }
+
     /// Sessions from `assigner` aggregated by `aggregate` (which must merge), emitted
     /// through `window_fn`, kept `lateness_ms` after they fire, late records through `late`.
     pub fn new(
@@ -140,6 +152,7 @@ impl<A, AGG, WF, ACC, OUT, T, R> SessionWindowAggregate<A, AGG, WF, ACC, OUT, T,
             lateness: lateness_ms,
             late,
             state: None,
+            evolution: AccEvolution::default(),
             windows: Vec::new(),
             _acc: PhantomData,
         }
@@ -164,6 +177,17 @@ where
     R: 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
+        if self.evolution.has_migration() {
+            return Err(crate::error::Error::InvalidJob(format!(
+                "a migration function for window accumulators is taken by fixed-size \
+                 event-time windows under their default trigger; {} keep their accumulators \
+                 in a map state, which takes none: change the accumulator only in ways serde \
+                 reads (a field added with a default, removed, or renamed with an alias), or \
+                 give the window operator a new uid and pass --allow-non-restored-state",
+                "session windows"
+            )));
+        }
+        states.with_version(self.evolution.version());
         self.state = Some(states.map_state(SESSION_STATE)?);
         Ok(())
     }

@@ -25,7 +25,9 @@ use super::triggers::{Trigger, TriggerContext, TriggerResult, WindowContext};
 use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
-use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain};
+use crate::state::keyed::{
+    AccEvolution, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
+};
 use crate::state::{Key, StateValue};
 
 /// The map state of a triggered window operator holding each window's start and trigger
@@ -47,6 +49,8 @@ pub struct TriggeredWindowAggregate<A, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R> 
     late: Option<fn(T) -> R>,
     #[allow(clippy::type_complexity)]
     states: Option<(MapState<u64, (u64, TR::State)>, MapState<u64, ACC>)>,
+    /// The accumulators' declared version (a migration function is refused).
+    evolution: AccEvolution,
     windows: Vec<TimeWindow>,
     _acc: PhantomData<fn() -> OUT>,
 }
@@ -63,6 +67,7 @@ impl<A: Clone, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R> Clone
             lateness: self.lateness,
             late: self.late,
             states: None,
+            evolution: self.evolution.clone(),
             windows: Vec::new(),
             _acc: PhantomData,
         }
@@ -72,6 +77,13 @@ impl<A: Clone, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R> Clone
 impl<A, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R>
     TriggeredWindowAggregate<A, TR, AGG, WF, ACC, OUT, T, R>
 {
+    /// Declares the accumulators' version (issue 26); a migration function is refused when
+    /// the operator opens.
+    pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
+        self.evolution = evolution;
+        self
+    }
+
     /// The operator; `lateness_ms` applies to event-time windows only (as in Flink).
     pub fn new(
         assigner: A,
@@ -89,6 +101,7 @@ impl<A, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R>
             lateness: lateness_ms,
             late,
             states: None,
+            evolution: AccEvolution::default(),
             windows: Vec::new(),
             _acc: PhantomData,
         }
@@ -240,10 +253,19 @@ where
                     .into(),
             ));
         }
-        self.states = Some((
-            states.map_state(TRIGGER_STATE)?,
-            states.map_state(TRIGGERED_CONTENTS_STATE)?,
-        ));
+        if self.evolution.has_migration() {
+            return Err(crate::error::Error::InvalidJob(format!(
+                "a migration function for window accumulators is taken by fixed-size \
+                 event-time windows under their default trigger; {} keep their accumulators \
+                 in a map state, which takes none: change the accumulator only in ways serde \
+                 reads (a field added with a default, removed, or renamed with an alias), or \
+                 give the window operator a new uid and pass --allow-non-restored-state",
+                "windows under a trigger of their own"
+            )));
+        }
+        let triggers = states.map_state(TRIGGER_STATE)?;
+        states.with_version(self.evolution.version());
+        self.states = Some((triggers, states.map_state(TRIGGERED_CONTENTS_STATE)?));
         Ok(())
     }
 

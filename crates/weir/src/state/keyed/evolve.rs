@@ -90,6 +90,13 @@ impl<K: Key> KeyedStateStore<'_, K> {
     }
 }
 
+impl<S> Migration<S> {
+    /// A migration reading values of recorded shape `from` through `decode`.
+    pub(super) fn new(from: StateSchema, decode: ValueDecoder<S>) -> Self {
+        Migration { from, decode }
+    }
+}
+
 impl<V: StateValue> MigrationFns<V> {
     /// For a state storing `V` itself.
     pub(super) fn for_value(self) -> Migration<V> {

@@ -21,12 +21,15 @@
 //! event-time timer per (key, window); [`KeyedStateStore::migrate_window_map`] moves such a
 //! restored state into this table.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
+use super::evolve::Migration;
 use super::handles::{MapState, StateHandle, UserMap};
 use super::table::{
     decode_sections, restore_threads, EncodedShard, StateTable, Table, TableSnapshot,
@@ -34,8 +37,90 @@ use super::table::{
 use super::{KeyedContext, KeyedEndContext, KeyedStateBackend, KeyedStateStore};
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
+use crate::state::schema::{schema_of, ValueDecoder};
 use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
+
+/// A window accumulator's declared version and migration function (issue 26), set on the
+/// windowed stream (`WindowedStream::with_version` / `with_migration`) because the engine,
+/// not the job, declares the window state. Sendable: it travels with the operator and builds
+/// its (task-local) decoder when the operator opens.
+#[derive(Clone, Default)]
+pub(crate) struct AccEvolution {
+    version: u32,
+    /// Builds the `Migration<WindowSlot<ACC>>` of the accumulator type it returns.
+    make: Option<Arc<dyn Fn() -> Box<dyn Any> + Send + Sync>>,
+    /// The accumulator type the migration returns, for the error when it is not the
+    /// aggregate's.
+    acc_type: &'static str,
+}
+
+impl std::fmt::Debug for AccEvolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccEvolution")
+            .field("version", &self.version)
+            .field("migration", &self.make.as_ref().map(|_| self.acc_type))
+            .finish()
+    }
+}
+
+impl AccEvolution {
+    /// With declared version `version` (recorded with the accumulators' schema).
+    pub(crate) fn with_version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// With a migration from accumulators of type `Old` (as the checkpoint recorded them).
+    pub(crate) fn with_migration<Old: StateValue, ACC: StateValue>(
+        mut self,
+        migrate: impl Fn(Old) -> ACC + Send + Sync + 'static,
+    ) -> Self {
+        let migrate = Arc::new(migrate);
+        self.make = Some(Arc::new(move || {
+            let f = migrate.clone();
+            let decode: ValueDecoder<WindowSlot<ACC>> = Rc::new(move |de| {
+                WindowSlot::<Old>::deserialize(de)
+                    .map(|s| WindowSlot {
+                        end: s.end,
+                        acc: f(s.acc),
+                        pending: s.pending,
+                    })
+                    .map_err(|e| e.to_string())
+            });
+            let from = schema_of::<WindowSlot<Old>>(0);
+            Box::new(Migration::new(from, decode)) as Box<dyn Any>
+        }));
+        self.acc_type = std::any::type_name::<ACC>();
+        self
+    }
+
+    /// Whether a migration function is attached.
+    pub(crate) fn has_migration(&self) -> bool {
+        self.make.is_some()
+    }
+
+    /// The declared version.
+    pub(crate) fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The migration for accumulators `ACC`, or why the attached one does not fit them.
+    fn migration<ACC: StateValue>(&self) -> Result<Option<Migration<WindowSlot<ACC>>>> {
+        let Some(make) = &self.make else {
+            return Ok(None);
+        };
+        match make().downcast::<Migration<WindowSlot<ACC>>>() {
+            Ok(m) => Ok(Some(*m)),
+            Err(_) => Err(Error::InvalidJob(format!(
+                "the migration function attached to the window accumulators returns {}, but \
+                 the window's aggregate accumulates {}; make it return that type",
+                self.acc_type,
+                std::any::type_name::<ACC>()
+            ))),
+        }
+    }
+}
 
 /// A window state of a keyed operator: per (key, window end) an accumulator `ACC`.
 pub(crate) struct WindowState<ACC> {
@@ -366,7 +451,12 @@ impl<K: Key> KeyedStateBackend<K> {
         unsafe { &mut *(t as *mut dyn StateTable<K>).cast::<WindowTable<K, ACC>>() }
     }
 
-    fn declare_window<ACC: StateValue>(&mut self, name: &str) -> Result<usize> {
+    fn declare_window<ACC: StateValue>(
+        &mut self,
+        name: &str,
+        version: u32,
+        migration: Option<Migration<WindowSlot<ACC>>>,
+    ) -> Result<usize> {
         if self.names.iter().any(|n| n == name) {
             return Err(Error::InvalidJob(format!(
                 "keyed state '{name}' declared twice in one operator"
@@ -396,7 +486,7 @@ impl<K: Key> KeyedStateBackend<K> {
             self.refuse::<WindowSlot<ACC>>(name, StateKind::Window, 0, why)?;
         } else {
             let (sections, changes) =
-                self.evolve::<WindowSlot<ACC>>(name, StateKind::Window, 0, false, restored, None)?;
+                self.evolve(name, StateKind::Window, version, false, restored, migration)?;
             if !sections.is_empty() || !changes.is_empty() {
                 table.restore(name, &sections, &changes)?;
             }
@@ -410,9 +500,16 @@ impl<K: Key> KeyedStateBackend<K> {
 
 impl<K: Key> KeyedStateStore<'_, K> {
     /// Declares window state `name` (an engine state: the window operator's).
-    pub(crate) fn window_state<ACC: StateValue>(&mut self, name: &str) -> Result<WindowState<ACC>> {
+    pub(crate) fn window_state<ACC: StateValue>(
+        &mut self,
+        name: &str,
+        evolution: &AccEvolution,
+    ) -> Result<WindowState<ACC>> {
+        let migration = evolution.migration::<ACC>()?;
         Ok(WindowState {
-            index: self.backend.declare_window::<ACC>(name)?,
+            index: self
+                .backend
+                .declare_window::<ACC>(name, evolution.version, migration)?,
             _acc: PhantomData,
         })
     }

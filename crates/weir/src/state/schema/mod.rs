@@ -38,7 +38,8 @@ use serde_reflection::{Format, Registry, Tracer, TracerConfig};
 
 use super::StateKind;
 
-pub(crate) use elements::decode_elements;
+pub use elements::OperatorListDeclaration;
+pub(crate) use elements::{decode_elements, list_refusal};
 pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
 
 /// The schema of one state's stored type (or of a key type), as recorded in a checkpoint.
@@ -231,10 +232,9 @@ pub fn incompatible_message(
     format!(
         "operator '{uid}', state '{state}': cannot restore {} into {}: {reason}. Ways out: \
          declare a migration function from the old type (KeyedStateStore::with_migration; \
-         for state the engine declares, such as a window's accumulators, change the type \
-         only in ways serde reads: a field added with a default, removed, or renamed with \
-         an alias), or pass --allow-non-restored-state to drop this state and start it \
-         empty, or start fresh without --restore",
+         for a window's accumulators, WindowedStream::with_migration), or pass \
+         --allow-non-restored-state to drop this state and start it empty, or start fresh \
+         without --restore",
         show(old),
         show(new)
     )

@@ -92,7 +92,7 @@ fn round_trip(b: &mut KeyedStateBackend<u64>, range: KeyGroupRange) -> RestoredK
 fn whole_windows_fire_in_order_and_are_removed(on: On) {
     let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
-        .window_state::<u64>("w")
+        .window_state::<u64>("w", &Default::default())
         .unwrap();
     for k in 0..3 {
         add(&mut b, s, k, 2000, 10 + k, false);
@@ -131,7 +131,7 @@ fn whole_windows_fire_in_order_and_are_removed(on: On) {
 fn lateness_keeps_fired_windows_until_cleanup(on: On) {
     let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
-        .window_state::<u64>("w")
+        .window_state::<u64>("w", &Default::default())
         .unwrap();
     add(&mut b, s, 1, 1000, 5, false);
     add(&mut b, s, 2, 1000, 6, false);
@@ -155,7 +155,7 @@ fn lateness_keeps_fired_windows_until_cleanup(on: On) {
 fn windows_restore_by_key_group_with_their_pending_marks(on: On) {
     let mut b = backend(on, all(), BTreeMap::new());
     let s = KeyedStateStore::new(&mut b)
-        .window_state::<u64>("w")
+        .window_state::<u64>("w", &Default::default())
         .unwrap();
     for k in 0..200 {
         add(&mut b, s, k, 1000, k, false);
@@ -174,7 +174,7 @@ fn windows_restore_by_key_group_with_their_pending_marks(on: On) {
     for range in halves {
         let mut r = backend(on, range, round_trip(&mut b, range));
         let s = KeyedStateStore::new(&mut r)
-            .window_state::<u64>("w")
+            .window_state::<u64>("w", &Default::default())
             .unwrap();
         assert!(r.unclaimed().is_empty());
         fired.extend(fire(&mut r, s, u64::MAX, 10_000));
@@ -200,7 +200,7 @@ fn a_restored_state_of_another_kind_is_refused_by_name(on: On) {
     let restored = round_trip(&mut b, all());
     let mut r = backend(on, all(), restored);
     let e = KeyedStateStore::new(&mut r)
-        .window_state::<u64>("w")
+        .window_state::<u64>("w", &Default::default())
         .err()
         .unwrap()
         .to_string();
@@ -234,7 +234,7 @@ fn a_legacy_map_state_moves_in_with_its_timers(on: On) {
     let restored = round_trip(&mut b, all());
     let mut r = backend(on, all(), restored);
     let mut store = KeyedStateStore::new(&mut r);
-    let s = store.window_state::<u64>("w").unwrap();
+    let s = store.window_state::<u64>("w", &Default::default()).unwrap();
     assert_eq!(store.restored_kind("legacy"), Some(StateKind::Map));
     let m = store.map_state::<u64, u64>("legacy").unwrap();
     store.migrate_window_map(&m, s, 100).unwrap();
@@ -260,3 +260,19 @@ backend_tests!(
     a_restored_state_of_another_kind_is_refused_by_name,
     a_legacy_map_state_moves_in_with_its_timers,
 );
+
+#[test]
+fn a_migration_returning_another_type_than_the_accumulator_is_refused_naming_both() {
+    let mut b = backend(On::Memory, all(), RestoredKeyedState::default());
+    let mut store = KeyedStateStore::new(&mut b);
+    let evolution = AccEvolution::default()
+        .with_version(2)
+        .with_migration(|old: u32| i64::from(old));
+    let e = store
+        .window_state::<u64>("w", &evolution)
+        .err()
+        .expect("an i64 migration cannot fill u64 accumulators")
+        .to_string();
+    assert!(e.contains("i64") && e.contains("u64"), "{e}");
+    assert!(e.contains("make it return that type"), "{e}");
+}
