@@ -42,6 +42,17 @@ fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
     tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(2, 0)))
         .unwrap();
     drop(tx1);
+    // Both snapshots reach the writer before checkpoint 2 is completed: a completion the
+    // task receives before it took the snapshot it confirms would be one it never waits
+    // for again (on a loaded machine the task can be that far behind).
+    let frozen: Vec<bool> = (0..2)
+        .map(|_| {
+            writer_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the task submits checkpoints 1 and 2")
+                .frozen
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(50));
     assert!(
         !task.is_finished(),
@@ -49,7 +60,10 @@ fn run_two_inputs(mode: CheckpointingMode) -> Vec<String> {
     );
     ctl_tx.send(Control::Complete(2)).unwrap();
     task.join().unwrap().unwrap();
-    let frozen: Vec<bool> = writer_rx.try_iter().map(|j| j.frozen).collect();
+    assert!(
+        writer_rx.try_recv().is_err(),
+        "no snapshot after the final one"
+    );
     assert_eq!(
         frozen,
         [false, true],
@@ -81,8 +95,7 @@ fn the_task_watermark_is_the_minimum_over_active_inputs() {
     use crate::runtime::watermark::WatermarkStatus::{Active, Idle};
     let (tx0, rx0) = crossbeam_channel::unbounded();
     let (tx1, rx1) = crossbeam_channel::unbounded();
-    // No snapshot job is read: the writer's receiver is dropped at once.
-    let (ctx, ctl_tx, _) = context(CheckpointingMode::ExactlyOnce);
+    let (ctx, ctl_tx, writer_rx) = context(CheckpointingMode::ExactlyOnce);
     let log = Arc::new(Mutex::new(Vec::new()));
     let chain = Box::new(LogChain::new(&log));
     let (probe0, probe1) = (rx0.clone(), rx1.clone());
@@ -114,7 +127,11 @@ fn the_task_watermark_is_the_minimum_over_active_inputs() {
     tx1.send(Event::Barrier(CheckpointBarrier::checkpoint(1, 0)))
         .unwrap();
     drop((tx0, tx1));
-    std::thread::sleep(Duration::from_millis(20));
+    // Completed only once the task took its snapshot: a completion that arrives before it
+    // is one the task would never wait for again.
+    writer_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the task submits checkpoint 1");
     ctl_tx.send(Control::Complete(1)).unwrap();
     task.join().unwrap().unwrap();
     let log = log.lock().unwrap().clone();
