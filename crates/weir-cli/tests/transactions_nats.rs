@@ -86,10 +86,16 @@ fn jetstream_commits_are_listed_and_settled_as_the_checkpoint_says() {
         let done = completed_checkpoints(&job_dir).last().copied().unwrap_or(0) > before;
         done && log_text().contains("committing transaction")
     });
-    match child.try_wait().expect("try_wait") {
-        None => sigkill_running(&mut child, "the job whose commits fail"),
-        Some(st) => assert!(!st.success(), "the job ended well:\n{}", log_text()),
-    }
+    // The process may end by itself at any moment now, even between a check that it runs
+    // and the kill: a kill of one that already exited is harmless, and either end counts
+    // (a signal, or a failure exit), never a clean one.
+    let _ = child.kill();
+    let st = child.wait().expect("wait for the job whose commits fail");
+    assert!(
+        st.code().is_none() || !st.success(),
+        "the job ended well:\n{}",
+        log_text()
+    );
     let newest = *completed_checkpoints(&job_dir).last().unwrap();
     assert!(newest > before, "no checkpoint completed after the release");
     assert_eq!(
