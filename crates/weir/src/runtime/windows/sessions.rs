@@ -177,16 +177,7 @@ where
     R: 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
-        if self.evolution.has_migration() {
-            return Err(crate::error::Error::InvalidJob(format!(
-                "a migration function for window accumulators is taken by fixed-size \
-                 event-time windows under their default trigger; {} keep their accumulators \
-                 in a map state, which takes none: change the accumulator only in ways serde \
-                 reads (a field added with a default, removed, or renamed with an alias), or \
-                 give the window operator a new uid and pass --allow-non-restored-state",
-                "session windows"
-            )));
-        }
+        self.evolution.refuse_migration("session windows")?;
         states.with_version(self.evolution.version());
         self.state = Some(states.map_state(SESSION_STATE)?);
         Ok(())

@@ -253,16 +253,8 @@ where
                     .into(),
             ));
         }
-        if self.evolution.has_migration() {
-            return Err(crate::error::Error::InvalidJob(format!(
-                "a migration function for window accumulators is taken by fixed-size \
-                 event-time windows under their default trigger; {} keep their accumulators \
-                 in a map state, which takes none: change the accumulator only in ways serde \
-                 reads (a field added with a default, removed, or renamed with an alias), or \
-                 give the window operator a new uid and pass --allow-non-restored-state",
-                "windows under a trigger of their own"
-            )));
-        }
+        self.evolution
+            .refuse_migration("windows under a trigger of their own")?;
         let triggers = states.map_state(TRIGGER_STATE)?;
         states.with_version(self.evolution.version());
         self.states = Some((triggers, states.map_state(TRIGGERED_CONTENTS_STATE)?));

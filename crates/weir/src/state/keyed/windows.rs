@@ -100,6 +100,22 @@ impl AccEvolution {
         self.make.is_some()
     }
 
+    /// Refuses an attached migration function for `windows` (e.g. "session windows"),
+    /// which keep their accumulators in a map state, and map states take none: one
+    /// message, naming the ways out, for every window operator that cannot take one.
+    pub(crate) fn refuse_migration(&self, windows: &str) -> crate::error::Result<()> {
+        if !self.has_migration() {
+            return Ok(());
+        }
+        Err(crate::error::Error::InvalidJob(format!(
+            "a migration function for window accumulators is taken by fixed-size \
+             event-time windows under their default trigger; {windows} keep their accumulators \
+             in a map state, which takes none: change the accumulator only in ways serde \
+             reads (a field added with a default, removed, or renamed with an alias), or \
+             give the window operator a new uid and pass --allow-non-restored-state"
+        )))
+    }
+
     /// The declared version.
     pub(crate) fn version(&self) -> u32 {
         self.version
