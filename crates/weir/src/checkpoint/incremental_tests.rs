@@ -588,8 +588,8 @@ fn savepoints_and_checkpoints_without_the_flag_stay_full() {
 }
 
 #[test]
-fn the_inspect_tools_tell_new_from_shared_bytes_and_refuse_to_dump_a_chain() {
-    use super::inspect::{describe, raw_state, InspectError};
+fn the_inspect_tools_tell_new_from_shared_bytes_and_dump_a_chain_merged() {
+    use super::inspect::{describe, raw_state};
     let mut job = Job::new(1);
     for k in 0..500 {
         job.set(k, k);
@@ -609,12 +609,54 @@ fn the_inspect_tools_tell_new_from_shared_bytes_and_refuse_to_dump_a_chain() {
     assert_eq!(shared, first.stats.bytes);
     assert_eq!(chained.state_file_bytes, new + shared);
     assert_eq!(chained.operators[0].files, 2, "the base and one delta");
-    match raw_state(&job.storage.checkpoint_path(2), UID, "plain") {
-        Err(e @ InspectError::Incremental { .. }) => {
-            assert!(e.to_string().contains("take a savepoint"), "{e}")
-        }
-        other => panic!("{:?}", other.map(|_| ())),
+    // A chain dumps as the base with its deltas applied: changed, removed and new keys
+    // (on two subtasks, so a group may live in the deltas only), and the TTL state's
+    // entries with their stamps.
+    let mut job = Job::new(2);
+    for k in 0..300 {
+        job.set(k, k);
     }
+    job.checkpoint(1);
+    job.set(7, 70);
+    job.remove(8);
+    job.set(1_000, 1);
+    job.checkpoint(2);
+    job.remove(9);
+    job.set(7, 71);
+    job.set(2_001, 2);
+    job.checkpoint(3);
+    let chk = job.storage.checkpoint_path(3);
+    let raw = raw_state(&chk, UID, "plain").unwrap();
+    let crate::inspect::RawEntries::Keyed(groups) = &raw.entries else {
+        panic!("keyed")
+    };
+    assert!(groups.iter().any(|g| !g.changes.is_empty()), "a chain");
+    let mut dumped: Vec<(u64, u64)> = raw
+        .keyed_entries::<u64, u64>()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key, e.value))
+        .collect();
+    dumped.sort();
+    let truth: Vec<(u64, u64)> = job.truth.iter().map(|(k, v)| (*k, *v)).collect();
+    assert_eq!(dumped, truth);
+    let aged = raw_state(&chk, UID, "aged").unwrap();
+    let mut aged: Vec<(u64, u64)> = aged
+        .keyed_entries::<u64, (u64, u64)>()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key, e.value.0))
+        .collect();
+    aged.sort();
+    let truth: Vec<(u64, u64)> = truth
+        .iter()
+        .filter(|(k, _)| k.is_multiple_of(3))
+        .map(|(k, v)| (*k, v + 1))
+        .collect();
+    assert_eq!(aged, truth);
+    // The wrong types are reported, in a delta as in a base.
+    let err = raw.keyed_entries::<String, u64>().unwrap_err().to_string();
+    assert!(err.contains("cannot decode state 'plain'"), "{err}");
 }
 
 /// A shared file a writer was killed in the middle of (its temp name) is not a shared file,

@@ -94,22 +94,6 @@ pub enum InspectError {
         /// What went wrong.
         cause: String,
     },
-    /// The state lives in an incremental checkpoint's chain (a base plus deltas of changed
-    /// keys), which cannot be merged entry by entry without the job's types.
-    #[error(
-        "state '{state}' of operator '{uid}' in {} is kept incrementally (a base and the \
-         changes since, in the job folder's shared/), which cannot be dumped entry by entry; \
-         take a savepoint (always full) and dump that",
-        .checkpoint.display()
-    )]
-    Incremental {
-        /// The checkpoint folder.
-        checkpoint: PathBuf,
-        /// The operator's uid.
-        uid: String,
-        /// The state's name.
-        state: String,
-    },
 }
 
 /// "its states are: a, b" or "it has none".

@@ -93,9 +93,9 @@ pub(super) struct KeyedFile {
     /// Entries across all its states, from the metadata.
     pub(super) entries: u64,
     pub(super) content: KeyedStateFile,
-    /// Incremental: the number of deltas applied on top of this base (whose entries the
-    /// metadata does not count); 0 for a full file.
-    pub(super) deltas: usize,
+    /// Incremental: the deltas applied on top of this base (whose entries the metadata
+    /// does not count), oldest first; empty for a full file.
+    pub(super) deltas: Vec<KeyedStateFile>,
 }
 
 /// Reads, verifies and decodes every state file of `op`, checking that keyed files agree
@@ -133,6 +133,7 @@ pub(super) fn op_files(
             // its recorded checksum; the base describes the states.
             let job = path.parent().unwrap_or(path);
             let mut content = None;
+            let mut deltas = Vec::with_capacity(chain.deltas.len());
             for (n, f) in chain.files().enumerate() {
                 let kind = if n == 0 {
                     layout::KEYED_STATE_KIND
@@ -149,14 +150,18 @@ pub(super) fn op_files(
                         cause: e.to_string(),
                     })?;
                 check_keyed(&file, meta, &decoded)?;
-                content.get_or_insert(decoded);
+                if n == 0 {
+                    content = Some(decoded);
+                } else {
+                    deltas.push(decoded);
+                }
             }
             if let Some(content) = content {
                 out.keyed.push(KeyedFile {
                     subtask: st.subtask,
                     entries: 0,
                     content,
-                    deltas: chain.deltas.len(),
+                    deltas,
                 });
             }
         } else if let Some(k) = &st.keyed_state {
@@ -175,7 +180,7 @@ pub(super) fn op_files(
                 subtask: st.subtask,
                 entries: k.entries,
                 content,
-                deltas: 0,
+                deltas: Vec::new(),
             });
         }
     }

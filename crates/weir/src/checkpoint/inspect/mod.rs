@@ -242,7 +242,7 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
                         continue;
                     }
                     // A chain's entries are the base's changed by its deltas: not counted.
-                    d.entries = if holders == 1 && file.deltas == 0 {
+                    d.entries = if holders == 1 && file.deltas.is_empty() {
                         d.entries.map(|n| n + file.entries)
                     } else {
                         None
@@ -250,7 +250,7 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
                 }
             }
         }
-        let chained: u64 = files.keyed.iter().map(|f| f.deltas as u64).sum();
+        let chained: u64 = files.keyed.iter().map(|f| f.deltas.len() as u64).sum();
         let n_files = (files.operator.len() + files.keyed.len()) as u64 + chained;
         state_files += n_files;
         state_file_bytes += files.bytes;
@@ -321,27 +321,35 @@ pub fn raw_state(path: &Path, uid: &str, state: &str) -> Result<RawState> {
     let mut keyed_kind = None;
     let mut groups = Vec::new();
     for file in &files.keyed {
-        let Some(i) = file.content.states.iter().position(|(n, _)| n == state) else {
-            continue;
-        };
-        if file.deltas > 0 {
-            return Err(InspectError::Incremental {
-                checkpoint: path.to_path_buf(),
-                uid: uid.to_string(),
-                state: state.to_string(),
-            });
-        }
-        keyed_kind.get_or_insert(file.content.states[i].1);
-        for section in &file.content.groups {
-            let bytes = &section.states[i];
-            if !bytes.is_empty() {
-                groups.push(RawKeyGroup {
-                    subtask: file.subtask,
-                    key_group: section.group,
-                    bytes: bytes.clone(),
-                });
+        // A state made after the base appears in the deltas only.
+        let mut by_group: BTreeMap<u32, RawKeyGroup> = BTreeMap::new();
+        let chain = std::iter::once(&file.content).chain(&file.deltas);
+        for (n, content) in chain.enumerate() {
+            let Some(i) = content.states.iter().position(|(name, _)| name == state) else {
+                continue;
+            };
+            keyed_kind.get_or_insert(content.states[i].1);
+            for section in &content.groups {
+                let bytes = &section.states[i];
+                if bytes.is_empty() {
+                    continue;
+                }
+                let g = by_group
+                    .entry(section.group)
+                    .or_insert_with(|| RawKeyGroup {
+                        subtask: file.subtask,
+                        key_group: section.group,
+                        bytes: Vec::new(),
+                        changes: Vec::new(),
+                    });
+                if n == 0 {
+                    g.bytes = bytes.clone();
+                } else {
+                    g.changes.push(bytes.clone());
+                }
             }
         }
+        groups.extend(by_group.into_values());
     }
     if let Some(kind) = keyed_kind {
         groups.sort_by_key(|g| (g.key_group, g.subtask));

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use std::collections::HashMap;
+
 use serde::de::DeserializeOwned;
 
 use super::{InspectError, Result, StateScope};
@@ -35,7 +37,9 @@ pub struct RawState {
 pub enum RawEntries {
     /// Keyed state: one blob per non-empty key group, ascending by group. A blob is a
     /// concatenation of postcard-encoded `(key, value)` pairs with no framing, so it can
-    /// only be split by decoding it with the right types.
+    /// only be split by decoding it with the right types. In an incremental checkpoint a
+    /// group also carries the changes of the chain's deltas ([`RawKeyGroup::changes`]),
+    /// which [`RawState::keyed_entries`] applies.
     Keyed(Vec<RawKeyGroup>),
     /// Operator state: each subtask's elements, ascending by subtask; each element is
     /// encoded separately.
@@ -49,8 +53,13 @@ pub struct RawKeyGroup {
     pub subtask: u32,
     /// The key group.
     pub key_group: u32,
-    /// The concatenated encoded `(key, value)` pairs (never empty).
+    /// The concatenated encoded `(key, value)` pairs of a full snapshot or of an
+    /// incremental chain's base (empty if the group only appears in the deltas).
     pub bytes: Vec<u8>,
+    /// An incremental chain's deltas for this group, oldest first, each a concatenation
+    /// of encoded `(key, Option<value>)` changes (`None` removed the key); empty for a
+    /// full snapshot. Kept apart because merging them needs the key's type.
+    pub changes: Vec<Vec<u8>>,
 }
 
 /// One subtask's elements of an operator list.
@@ -112,27 +121,77 @@ impl RawState {
         };
         let mut out = Vec::new();
         for g in groups {
-            let mut rest: &[u8] = &g.bytes;
-            while !rest.is_empty() {
-                let ((key, value), after): ((K, V), &[u8]) = postcard::take_from_bytes(rest)
-                    .map_err(|e| {
-                        self.wrong_type::<(K, V)>(&format!(
-                            "key group {} of subtask {}, byte {}: {e}",
-                            g.key_group,
-                            g.subtask,
-                            g.bytes.len() - rest.len()
-                        ))
-                    })?;
-                out.push(KeyedEntry {
-                    subtask: g.subtask,
-                    key_group: g.key_group,
-                    key,
-                    value,
-                });
-                rest = after;
+            if g.changes.is_empty() {
+                self.decode_group(g, &g.bytes, false, |key, _, value: Option<V>| {
+                    out.extend(value.map(|value| KeyedEntry {
+                        subtask: g.subtask,
+                        key_group: g.key_group,
+                        key,
+                        value,
+                    }))
+                })?;
+                continue;
             }
+            // A chain: the base's entries changed by each delta, keys compared by their
+            // encoding (postcard's is canonical), base order kept and new keys appended.
+            let mut merged: Vec<Option<(K, V)>> = Vec::new();
+            let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
+            let mut apply = |key: K, encoded: &[u8], value: Option<V>| match at.get(encoded) {
+                Some(&i) => merged[i] = value.map(|v| (key, v)),
+                None => {
+                    if let Some(v) = value {
+                        at.insert(encoded.to_vec(), merged.len());
+                        merged.push(Some((key, v)));
+                    }
+                }
+            };
+            self.decode_group(g, &g.bytes, false, &mut apply)?;
+            for delta in &g.changes {
+                self.decode_group(g, delta, true, &mut apply)?;
+            }
+            out.extend(merged.into_iter().flatten().map(|(key, value)| KeyedEntry {
+                subtask: g.subtask,
+                key_group: g.key_group,
+                key,
+                value,
+            }));
         }
         Ok(out)
+    }
+
+    /// Decodes the entries of one blob of group `g` (`(key, value)` pairs, or with
+    /// `changes` `(key, Option<value>)`), handing each to `each` with its key's encoding.
+    fn decode_group<K: DeserializeOwned, V: DeserializeOwned>(
+        &self,
+        g: &RawKeyGroup,
+        blob: &[u8],
+        changes: bool,
+        mut each: impl FnMut(K, &[u8], Option<V>),
+    ) -> Result<()> {
+        let mut rest: &[u8] = blob;
+        while !rest.is_empty() {
+            let fail = |e: postcard::Error, rest: &[u8]| {
+                let what = if changes { "a delta of " } else { "" };
+                self.wrong_type::<(K, V)>(&format!(
+                    "{what}key group {} of subtask {}, byte {}: {e}",
+                    g.key_group,
+                    g.subtask,
+                    blob.len() - rest.len()
+                ))
+            };
+            let (key, after_key): (K, &[u8]) =
+                postcard::take_from_bytes(rest).map_err(|e| fail(e, rest))?;
+            let encoded = &rest[..rest.len() - after_key.len()];
+            let (value, after): (Option<V>, &[u8]) = if changes {
+                postcard::take_from_bytes(after_key).map_err(|e| fail(e, rest))?
+            } else {
+                let (v, after) = postcard::take_from_bytes(after_key).map_err(|e| fail(e, rest))?;
+                (Some(v), after)
+            };
+            each(key, encoded, value);
+            rest = after;
+        }
+        Ok(())
     }
 
     /// Decodes operator-list elements as `T`, in subtask then list order. Fails (never
