@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, Sequence, StopMidRun};
+use common::{
+    assert_resumed_mid_run, assert_stopped_mid_run, config, PauseForCheckpoints, Sequence,
+    StopMidRun,
+};
 use weir::connectors::files::{
     tab_separated, FileCommittable, FileSink, FileSource, FileTransaction, JsonLines, LinesWith,
 };
@@ -123,17 +126,37 @@ fn run_sink_job_at<S: TwoPhaseCommitSink<(u64, u64)>>(
     sink: S,
     rate: f64,
 ) -> JobResult {
+    let source = GeneratorSource::new(n).with_rate(Some(common::paced(rate)));
+    run_sink_job_from(cfg, source, keys, sink)
+}
+
+/// [`run_sink_job`] whose source pauses for a completed checkpoint after every `every`
+/// records per subtask ([`PauseForCheckpoints`]): commits along the way on any machine.
+fn run_sink_job_pausing<S: TwoPhaseCommitSink<(u64, u64)>>(
+    cfg: JobConfig,
+    n: u64,
+    keys: u64,
+    sink: S,
+    every: u64,
+) -> JobResult {
+    let source = PauseForCheckpoints::new(GeneratorSource::new(n), every);
+    run_sink_job_from(cfg, source, keys, sink)
+}
+
+fn run_sink_job_from<S: TwoPhaseCommitSink<(u64, u64)>>(
+    cfg: JobConfig,
+    source: impl SourceFunction<u64>,
+    keys: u64,
+    sink: S,
+) -> JobResult {
     let env = StreamEnvironment::new(cfg);
-    env.add_source(
-        "events",
-        GeneratorSource::new(n).with_rate(Some(common::paced(rate))),
-    )
-    .uid("events")
-    .key_by(move |i: &u64| i % keys)
-    .process(Sequence::default())
-    .uid("seq")
-    .add_sink("files", TwoPhaseCommit::new(sink))
-    .uid("files");
+    env.add_source("events", source)
+        .uid("events")
+        .key_by(move |i: &u64| i % keys)
+        .process(Sequence::default())
+        .uid("seq")
+        .add_sink("files", TwoPhaseCommit::new(sink))
+        .uid("files");
     env.execute().unwrap()
 }
 
@@ -286,7 +309,9 @@ fn recovery_commits_what_a_crash_around_the_commit_left_pending() {
         crashed: Default::default(),
         limit: 6,
     };
-    let r = run_sink_job(cfg, n, keys, sink);
+    // 20 pauses per subtask, each for a checkpoint holding the records before it: at least
+    // six commits (each crashing once) happen on any machine, before the input ends.
+    let r = run_sink_job_pausing(cfg, n, keys, sink, n / 40);
     let plan = plan.lock().unwrap().clone();
     assert!(
         plan.len() >= 4,

@@ -627,7 +627,7 @@ fn the_inspect_tools_tell_new_from_shared_bytes_and_dump_a_chain_merged() {
     job.checkpoint(3);
     let chk = job.storage.checkpoint_path(3);
     let raw = raw_state(&chk, UID, "plain").unwrap();
-    let crate::inspect::RawEntries::Keyed(groups) = &raw.entries else {
+    let super::inspect::RawEntries::Keyed(groups) = &raw.entries else {
         panic!("keyed")
     };
     assert!(groups.iter().any(|g| !g.changes.is_empty()), "a chain");
