@@ -61,6 +61,12 @@ impl<K: Key> KeyedStateStore<'_, K> {
         self
     }
 
+    /// Sets the pending migration to `fns`, a `MigrationFns` built elsewhere (by a window
+    /// operator's `AccEvolution`, which knows the old type), for the next declared state.
+    pub(super) fn set_migration(&mut self, fns: Box<dyn Any>) {
+        self.migration = Some(fns);
+    }
+
     /// The pending migration function, for a state `name` storing `V` (or a list of `V`
     /// when `list`).
     pub(super) fn take_migration<V: StateValue>(

@@ -45,7 +45,7 @@ pub use remote::{
 };
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
-pub(crate) use windows::{AccEvolution, WindowState};
+pub(crate) use windows::{AccEvolution, AccShape, WindowState};
 
 #[cfg(feature = "disk-state")]
 pub use disk::DiskOptions;
