@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use common::recovery::*;
-use common::upgrade::{assert_names, row};
+use common::upgrade::{assert_refused_by_check_and_run, row, Upgrade};
 use common::{config, StopMidRun};
 use weir::prelude::*;
 use weir::state::StateValue;
@@ -232,50 +232,41 @@ fn cfg(dir: &Path) -> JobConfig {
     c
 }
 
-/// v2's environment (accumulator `A`) restoring `mid` at `parallelism`.
+/// v2's environment (accumulator `A`, fixed-size windows) restoring v1's checkpoint of
+/// `up` at `parallelism`.
 fn v2<A: Tally>(
-    dir: &Path,
-    mid: &Path,
+    up: &Upgrade,
     parallelism: u32,
     out: &CollectSink<Gathered<u64>>,
 ) -> StreamEnvironment {
-    let mut c = cfg(dir);
+    let mut c = up.v2();
     c.parallelism = parallelism;
-    c.restore = RestoreFrom::Path(mid.to_path_buf());
-    c.restart = RestartStrategy::None;
     job::<A, _>(c, GeneratorSource::new(N), out)
 }
 
-/// v1 stopped mid-input with every window open; its newest checkpoint.
-fn v1_checkpoint(dir: &Path) -> std::path::PathBuf {
-    v1_checkpoint_of(Kind::Fixed, dir)
-}
-
-/// [`v1_checkpoint`] of a job with windows of `kind`.
-fn v1_checkpoint_of(kind: Kind, dir: &Path) -> std::path::PathBuf {
-    let mut c = cfg(dir);
-    c.restart = RestartStrategy::None;
-    let out = CollectSink::new();
-    let source = StopMidRun::new(GeneratorSource::new(N), STOP);
-    let env = job_migrating::<TallyV1, _>(kind, c, source, None, &out);
-    common::upgrade::stop_mid_run(env, dir, "upgrade-windows")
+/// v1 with windows of `kind` stopped mid-input, every window still open.
+fn upgrade(kind: Kind) -> Upgrade {
+    Upgrade::after_v1(cfg, |c| {
+        let source = StopMidRun::new(GeneratorSource::new(N), STOP);
+        job_migrating::<TallyV1, _>(kind, c, source, None, &CollectSink::new())
+    })
 }
 
 #[test]
 fn open_windows_whose_accumulator_gained_a_field_migrate_at_3_and_1_and_are_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
+    let up = upgrade(Kind::Fixed);
+    let mid = &up.mid;
     for p in [3, 1] {
         let out = CollectSink::new();
-        let env = v2::<TallyAdded>(dir.path(), &mid, p, &out);
-        let report = env.check_savepoint(&mid).unwrap();
+        let env = v2::<TallyAdded>(&up, p, &out);
+        let report = env.check_savepoint(mid).unwrap();
         assert!(report.refusals(false).is_empty(), "{}", report.table());
         let w = row(&report, "windows", WINDOW_STATE);
         assert_eq!(w.verdict, "migrates (serde)", "{}", report.table());
         assert!(w.old.as_ref().unwrap().type_name.contains("TallyV1"));
         assert!(w.new.as_ref().unwrap().type_name.contains("TallyAdded"));
         let r = env.execute().unwrap();
-        common::assert_resumed_mid_run(&r, &mid, N);
+        common::assert_resumed_mid_run(&r, mid, N);
         assert_eq!(
             exactly_once(out.take()),
             counts(N, WINDOW_MS),
@@ -286,16 +277,12 @@ fn open_windows_whose_accumulator_gained_a_field_migrate_at_3_and_1_and_are_exac
 
 #[test]
 fn an_accumulator_whose_field_changed_type_is_refused_and_check_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
+    let up = upgrade(Kind::Fixed);
     let out = CollectSink::new();
-    let env = v2::<TallyRetyped>(dir.path(), &mid, 2, &out);
-    let report = env.check_savepoint(&mid).unwrap();
+    let env = v2::<TallyRetyped>(&up, 2, &out);
+    let report = env.check_savepoint(&up.mid).unwrap();
     let w = row(&report, "windows", WINDOW_STATE);
     assert_eq!(w.verdict, "incompatible", "{}", report.table());
-    let refusals = report.refusals(false);
-    assert_eq!(refusals.len(), 1, "{}", report.table());
-    let e = env.execute().unwrap_err().to_string();
     let parts = [
         "operator 'windows'",
         "state 'window-accumulators'",
@@ -304,29 +291,25 @@ fn an_accumulator_whose_field_changed_type_is_refused_and_check_says_so() {
         "--allow-non-restored-state",
         "fresh",
     ];
-    assert_names(&e, &parts);
-    assert_names(refusals[0], &parts);
-    assert!(out.take().is_empty(), "nothing may run");
+    assert_refused_by_check_and_run(env, &up.mid, false, &out, &parts);
 }
 
 /// v1 with windows of `kind` stopped mid-input; v2 restores it at parallelism 3 with
 /// `count` retyped, which serde cannot read and the windowed stream's migration function
 /// can: `savepoint check` says so first, and every window comes out once, exact.
 fn a_migration_function_migrates_open_windows_of(kind: Kind) {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint_of(kind, dir.path());
+    let up = upgrade(kind);
+    let mid = &up.mid;
     let out = CollectSink::new();
-    let mut c = cfg(dir.path());
+    let mut c = up.v2();
     c.parallelism = 3;
-    c.restore = RestoreFrom::Path(mid.clone());
-    c.restart = RestartStrategy::None;
     // `count` changed type: serde cannot read a u64 as a String, the function can.
     let migrate: fn(TallyV1) -> TallyRetyped = |old| TallyRetyped {
         count: old.count.to_string(),
         sum: old.sum,
     };
     let env = job_migrating(kind, c, GeneratorSource::new(N), Some(migrate), &out);
-    let report = env.check_savepoint(&mid).unwrap();
+    let report = env.check_savepoint(mid).unwrap();
     assert!(report.refusals(false).is_empty(), "{}", report.table());
     let w = row(&report, "windows", kind.state());
     assert_eq!(
@@ -340,7 +323,7 @@ fn a_migration_function_migrates_open_windows_of(kind: Kind) {
     assert!(new.type_name.contains("TallyRetyped"), "{}", report.table());
     assert_eq!(new.version, 2, "{}", report.table());
     let r = env.execute().unwrap();
-    common::assert_resumed_mid_run(&r, &mid, N);
+    common::assert_resumed_mid_run(&r, mid, N);
     assert_eq!(
         exactly_once(out.take()),
         kind.expected(),
@@ -397,28 +380,25 @@ const COUNT_SIZE: u64 = 1_000;
 
 #[test]
 fn open_count_windows_migrate_through_a_function_at_3_and_every_window_is_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
-    c.restart = RestartStrategy::None;
     let v1_out = CollectSink::new();
-    let source = StopMidRun::new(GeneratorSource::new(N), STOP);
-    let env = count_windows::<TallyV1, _>(c, source, None, &v1_out);
-    let mid = common::upgrade::stop_mid_run(env, dir.path(), "upgrade-windows");
+    let up = Upgrade::after_v1(cfg, |c| {
+        let source = StopMidRun::new(GeneratorSource::new(N), STOP);
+        count_windows::<TallyV1, _>(c, source, None, &v1_out)
+    });
+    let mid = &up.mid;
     assert!(
         v1_out.take().is_empty(),
         "v1 stops before any window is full"
     );
-    let mut c = cfg(dir.path());
+    let mut c = up.v2();
     c.parallelism = 3;
-    c.restore = RestoreFrom::Path(mid.clone());
-    c.restart = RestartStrategy::None;
     let migrate: fn(TallyV1) -> TallyRetyped = |old| TallyRetyped {
         count: old.count.to_string(),
         sum: old.sum,
     };
     let out = CollectSink::new();
     let env = count_windows(c, GeneratorSource::new(N), Some(migrate), &out);
-    let report = env.check_savepoint(&mid).unwrap();
+    let report = env.check_savepoint(mid).unwrap();
     assert!(report.refusals(false).is_empty(), "{}", report.table());
     let w = row(&report, "windows", "count-window");
     assert_eq!(
@@ -429,7 +409,7 @@ fn open_count_windows_migrate_through_a_function_at_3_and_every_window_is_whole(
     );
     assert_eq!(w.new.as_ref().unwrap().version, 2, "{}", report.table());
     let r = env.execute().unwrap();
-    common::assert_resumed_mid_run(&r, &mid, N);
+    common::assert_resumed_mid_run(&r, mid, N);
     // A window open at the stop counts v1's records only if the migration read them.
     assert_eq!(
         out.take(),
@@ -468,26 +448,24 @@ const SLIDE: u64 = 500;
 /// have, v1's migrated ones included.
 #[test]
 fn sliding_count_windows_migrate_their_kept_records_through_a_function_at_3() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = cfg(dir.path());
-    c.restart = RestartStrategy::None;
     let v1_out = CollectSink::new();
-    let env = StreamEnvironment::new(c);
-    env.add_source("gen", StopMidRun::new(GeneratorSource::new(N), STOP))
-        .uid("gen")
-        .key_by(|i: &u64| i % KEYS)
-        .count_window_sliding(COUNT_SIZE, SLIDE)
-        .unwrap()
-        .aggregate(CountRecords)
-        .uid("windows")
-        .add_sink("collect", v1_out.clone())
-        .uid("sink");
-    let mid = common::upgrade::stop_mid_run(env, dir.path(), "upgrade-windows");
+    let up = Upgrade::after_v1(cfg, |c| {
+        let env = StreamEnvironment::new(c);
+        env.add_source("gen", StopMidRun::new(GeneratorSource::new(N), STOP))
+            .uid("gen")
+            .key_by(|i: &u64| i % KEYS)
+            .count_window_sliding(COUNT_SIZE, SLIDE)
+            .unwrap()
+            .aggregate(CountRecords)
+            .uid("windows")
+            .add_sink("collect", v1_out.clone())
+            .uid("sink");
+        env
+    });
+    let mid = &up.mid;
     assert!(v1_out.take().is_empty(), "v1 stops before any key fired");
-    let mut c = cfg(dir.path());
+    let mut c = up.v2();
     c.parallelism = 3;
-    c.restore = RestoreFrom::Path(mid.clone());
-    c.restart = RestartStrategy::None;
     let env = StreamEnvironment::new(c);
     let out = CollectSink::new();
     env.add_source("gen", GeneratorSource::new(N))
@@ -502,7 +480,7 @@ fn sliding_count_windows_migrate_their_kept_records_through_a_function_at_3() {
         .uid("windows")
         .add_sink("collect", out.clone())
         .uid("sink");
-    let report = env.check_savepoint(&mid).unwrap();
+    let report = env.check_savepoint(mid).unwrap();
     assert!(report.refusals(false).is_empty(), "{}", report.table());
     let w = row(&report, "windows", "sliding-count-window");
     assert_eq!(
@@ -512,7 +490,7 @@ fn sliding_count_windows_migrate_their_kept_records_through_a_function_at_3() {
         report.table()
     );
     let r = env.execute().unwrap();
-    common::assert_resumed_mid_run(&r, &mid, N);
+    common::assert_resumed_mid_run(&r, mid, N);
     // Per key: a first firing over SLIDE records, then every SLIDE records a full window.
     let per_key = N / KEYS / SLIDE;
     let mut want = vec![SLIDE; KEYS as usize];

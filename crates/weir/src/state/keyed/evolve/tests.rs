@@ -10,6 +10,7 @@ use super::super::tests::{backend_for, backend_tests, On};
 use super::super::{KeyedContext, KeyedStateBackend, MapState, RestoredKeyedState};
 use super::*;
 use crate::state::key_group::KeyGroupRange;
+use crate::storage::shared_bytes::SharedBytes;
 
 /// The map's value type in the checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +46,46 @@ fn all() -> KeyGroupRange {
 
 const KEYS: u64 = 40;
 
+/// Sets `key`'s map in `m` to user keys `uks`, each with its v1 value.
+fn put(b: &mut KeyedStateBackend<u64>, m: &MapState<u64, PriceV1>, key: u64, uks: &[u64]) {
+    let mut ctx = KeyedContext {
+        key: &key,
+        backend: b,
+    };
+    let mut map = ctx.map(m);
+    map.clear();
+    for &uk in uks {
+        map.put(uk, v1(key, uk));
+    }
+}
+
+/// The entries of the (only) state of `snap`, one section per key group.
+fn encode(snap: &super::super::KeyedSnapshot) -> Vec<SharedBytes> {
+    let mut groups = vec![Vec::new(); 16];
+    snap.tables[0]
+        .view
+        .encode_groups(16, snap.range, &mut groups)
+        .unwrap();
+    groups.into_iter().map(Into::into).collect()
+}
+
+/// The map state `m` restored from `sections` and `changes`, recorded with `schema`.
+fn restored_map(
+    sections: Vec<SharedBytes>,
+    changes: Vec<SharedBytes>,
+    schema: StateSchema,
+) -> RestoredKeyedState {
+    let state = RestoredState {
+        kind: StateKind::Map,
+        ttl: false,
+        sections,
+        changes,
+        schema: Some(schema),
+        remote: Vec::new(),
+    };
+    BTreeMap::from([("m".to_string(), state)])
+}
+
 /// A v1 backend's map state `m`, every key holding user keys 0..3, restorable: its full
 /// sections, plus one delta that changes key 3 (user key 9 only) and deletes key 4, all
 /// recorded with v1's schema.
@@ -52,36 +93,27 @@ fn v1_checkpoint(on: On) -> RestoredKeyedState {
     let mut b = backend_for(on, all(), BTreeMap::new());
     let m: MapState<u64, PriceV1> = KeyedStateStore::new(&mut b).map_state("m").unwrap();
     for key in 0..KEYS {
-        let mut ctx = KeyedContext {
-            key: &key,
-            backend: &mut b,
-        };
-        for uk in 0..3 {
-            ctx.map(&m).put(uk, v1(key, uk));
-        }
+        put(&mut b, &m, key, &[0, 1, 2]);
     }
-    let snap = b.snapshot().unwrap();
-    let mut groups = vec![Vec::new(); 16];
-    snap.tables[0]
-        .view
-        .encode_groups(16, snap.range, &mut groups)
-        .unwrap();
     let changed: UserMap<u64, PriceV1> = [(9, v1(3, 9))].into_iter().collect();
     let mut delta = postcard::to_extend(&(3u64, Some(changed)), Vec::new()).unwrap();
     delta = postcard::to_extend(&(4u64, Option::<UserMap<u64, PriceV1>>::None), delta).unwrap();
-    let mut restored = BTreeMap::new();
-    restored.insert(
-        "m".to_string(),
-        RestoredState {
-            kind: StateKind::Map,
-            ttl: false,
-            sections: groups.into_iter().map(Into::into).collect(),
-            changes: vec![delta.into()],
-            schema: Some(schema_of::<UserMap<u64, PriceV1>>(0)),
-            remote: Vec::new(),
-        },
-    );
-    restored
+    let sections = encode(&b.snapshot().unwrap());
+    let schema = schema_of::<UserMap<u64, PriceV1>>(0);
+    restored_map(sections, vec![delta.into()], schema)
+}
+
+/// Asserts that `m` holds v1's checkpoint through the migration: every key's user keys
+/// 0..3 migrated, key 3 as the delta left it (user key 9), key 4 deleted by it.
+fn assert_migrated(b: &mut KeyedStateBackend<u64>, m: &MapState<u64, Price>, on: On) {
+    for key in 0..KEYS {
+        let want: Vec<(u64, Price)> = match key {
+            3 => vec![(9, migrate(v1(3, 9)))],
+            4 => Vec::new(),
+            _ => (0..3).map(|uk| (uk, migrate(v1(key, uk)))).collect(),
+        };
+        assert_eq!(map_of(b, m, key), want, "key {key} on {on:?}");
+    }
 }
 
 /// Key `key`'s map in `m`, sorted by user key.
@@ -108,33 +140,10 @@ fn a_map_state_migrates_its_values_through_the_function_base_and_delta(on: On) {
         .unwrap();
     assert_eq!(b.declared()[0].decision, Decision::MigratesByFunction);
     assert_eq!(b.declared()[0].schema.version, 2);
-    for key in 0..KEYS {
-        let want: Vec<(u64, Price)> = match key {
-            3 => vec![(9, migrate(v1(3, 9)))],
-            4 => Vec::new(),
-            _ => (0..3).map(|uk| (uk, migrate(v1(key, uk)))).collect(),
-        };
-        assert_eq!(map_of(&mut b, &m, key), want, "key {key} on {on:?}");
-    }
+    assert_migrated(&mut b, &m, on);
     // Re-encoded in the new shape: the next checkpoint restores as is.
-    let snap = b.snapshot().unwrap();
-    let mut groups = vec![Vec::new(); 16];
-    snap.tables[0]
-        .view
-        .encode_groups(16, snap.range, &mut groups)
-        .unwrap();
-    let mut again = BTreeMap::new();
-    again.insert(
-        "m".to_string(),
-        RestoredState {
-            kind: StateKind::Map,
-            ttl: false,
-            sections: groups.into_iter().map(Into::into).collect(),
-            changes: Vec::new(),
-            schema: Some(b.declared()[0].schema.clone()),
-            remote: Vec::new(),
-        },
-    );
+    let sections = encode(&b.snapshot().unwrap());
+    let again = restored_map(sections, Vec::new(), b.declared()[0].schema.clone());
     let mut b2 = backend_for(on, all(), again);
     let m2: MapState<u64, Price> = KeyedStateStore::new(&mut b2).map_state("m").unwrap();
     assert_eq!(b2.declared()[0].decision, Decision::AsIs);
@@ -223,28 +232,9 @@ fn an_incremental_chain_whose_delta_holds_old_values_migrates_on_disk() {
     let kind = StateBackendKind::Disk(options);
     let mut b = KeyedStateBackend::<u64>::with_kind(&kind, all(), 16, BTreeMap::new()).unwrap();
     let m: MapState<u64, PriceV1> = KeyedStateStore::new(&mut b).map_state("m").unwrap();
-    let put = |b: &mut KeyedStateBackend<u64>, key: u64, uks: &[u64]| {
-        let mut ctx = KeyedContext {
-            key: &key,
-            backend: b,
-        };
-        let mut map = ctx.map(&m);
-        map.clear();
-        for &uk in uks {
-            map.put(uk, v1(key, uk));
-        }
-    };
     for key in 0..KEYS {
-        put(&mut b, key, &[0, 1, 2]);
+        put(&mut b, &m, key, &[0, 1, 2]);
     }
-    let encode = |snap: &super::super::KeyedSnapshot| {
-        let mut groups = vec![Vec::new(); 16];
-        snap.tables[0]
-            .view
-            .encode_groups(16, snap.range, &mut groups)
-            .unwrap();
-        groups.into_iter().map(Into::into).collect::<Vec<_>>()
-    };
     let base = b.snapshot_checkpoint(1).unwrap();
     let plan = base.incremental.as_ref().unwrap();
     assert!(!plan.delta, "the first is a base");
@@ -259,34 +249,17 @@ fn an_incremental_chain_whose_delta_holds_old_values_migrates_on_disk() {
     }]);
     let sections = encode(&base);
     b.notify_complete(1);
-    put(&mut b, 3, &[9]);
-    put(&mut b, 4, &[]);
+    put(&mut b, &m, 3, &[9]);
+    put(&mut b, &m, 4, &[]);
     let delta = b.snapshot_checkpoint(2).unwrap();
     assert!(delta.incremental.as_ref().unwrap().delta, "then a delta");
-    let changes = encode(&delta);
-    let mut restored = BTreeMap::new();
-    restored.insert(
-        "m".to_string(),
-        RestoredState {
-            kind: StateKind::Map,
-            ttl: false,
-            sections,
-            changes,
-            schema: Some(schema_of::<UserMap<u64, PriceV1>>(0)),
-            remote: Vec::new(),
-        },
-    );
-    let mut b2 = backend_for(On::Disk { cache: 4 }, all(), restored);
+    let schema = schema_of::<UserMap<u64, PriceV1>>(0);
+    let restored = restored_map(sections, encode(&delta), schema);
+    let on = On::Disk { cache: 4 };
+    let mut b2 = backend_for(on, all(), restored);
     let m2: MapState<u64, Price> = KeyedStateStore::new(&mut b2)
         .with_migration(migrate)
         .map_state("m")
         .unwrap();
-    for key in 0..KEYS {
-        let want: Vec<(u64, Price)> = match key {
-            3 => vec![(9, migrate(v1(3, 9)))],
-            4 => Vec::new(),
-            _ => (0..3).map(|uk| (uk, migrate(v1(key, uk)))).collect(),
-        };
-        assert_eq!(map_of(&mut b2, &m2, key), want, "key {key}");
-    }
+    assert_migrated(&mut b2, &m2, on);
 }
