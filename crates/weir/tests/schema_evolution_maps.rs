@@ -285,4 +285,21 @@ fn a_map_whose_user_key_type_changed_is_refused_naming_the_state_and_check_says_
         "fresh",
     ];
     assert_refused_by_check_and_run(env, &up.mid, false, &out, &parts);
+    // The way out: drop the map. The run restores the rest and counts afresh.
+    let mut c = up.v2();
+    c.allow_non_restored_state = true;
+    let env = job::<String, BucketRetyped, _>(c, GeneratorSource::new(N), &out);
+    let r = env.execute().unwrap();
+    assert!(
+        r.notices
+            .iter()
+            .any(|n| n.contains("dropping keyed state 'buckets'")),
+        "{:?}",
+        r.notices
+    );
+    let counted: u64 = out.take().into_iter().map(|(_, c)| c).sum();
+    assert!(
+        counted < N,
+        "the dropped buckets started from zero: {counted}"
+    );
 }

@@ -232,8 +232,8 @@ pub fn incompatible_message(
 ) -> String {
     let show = |s: Option<&StateSchema>| s.map_or("(none)".to_string(), |s| s.to_string());
     let first_way = if reason.starts_with(maps::USER_KEY_CHANGED) {
-        "keep the map's old user-key type, or declare the map under a new state name (it \
-         starts empty) and pass --allow-non-restored-state to drop the old one"
+        "keep the map's old user-key type, or pass --allow-non-restored-state to drop this \
+         map and start it empty"
     } else {
         "declare a migration function from the old type (KeyedStateStore::with_migration; \
          for a window's accumulators, WindowedStream::with_migration), or pass \
