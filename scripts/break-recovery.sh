@@ -23,7 +23,7 @@ if [ $# -eq 0 ]; then
         -p weir --test exactly_once --test state_kinds --test timers --test rescale \
         --test hooks --test file_connectors --test corrupt --test savepoints \
         --test memory_storage --test s3 --test schema_evolution --test schema_evolution_channel \
-        --test schema_evolution_operator --test schema_evolution_windows \
+        --test schema_evolution_operator --test schema_evolution_windows --test schema_evolution_maps \
         -p weir-connectors --test postgres_job --test nats_sink --test nats_source \
         --test postgres_kill \
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \

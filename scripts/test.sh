@@ -71,7 +71,8 @@ scripts/test-s3.sh --ci 2>&1 | sed -u 's/^test \(.*\) FAILED$/test \1 FAILED (ch
 disk_suites=(state_kinds timers event_time connected interval_join window_join windows
     windows_all windows_count windows_late windows_process windows_processing_time
     windows_sessions windows_triggers rescale savepoints restart exactly_once hooks
-    schema_evolution schema_evolution_operator schema_evolution_windows unaligned_replay)
+    schema_evolution schema_evolution_maps schema_evolution_operator schema_evolution_windows
+    unaligned_replay)
 disk_args=()
 for t in "${disk_suites[@]}"; do disk_args+=(--test "$t"); done
 WEIR_STATE_BACKEND=disk WEIR_INCREMENTAL_CHECKPOINTS=true \

@@ -9,6 +9,7 @@ mod connectors_support;
 
 use std::fs;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use common::*;
@@ -21,12 +22,45 @@ const ORPHAN: &str = ".part-keyed-count~old-sink~0-1-0.tsv.pending";
 /// Another job's: never listed, never touched.
 const FOREIGN: &str = ".part-other-job~sink-files~0-1-0.tsv.pending";
 
+/// keyed-count with a file sink, in a temporary folder: where its checkpoints go, where
+/// its sink writes, and the `--sink` argument naming that folder.
+struct FileSinkJob {
+    tmp: tempfile::TempDir,
+    chk: PathBuf,
+    out: PathBuf,
+    sink: String,
+}
+
+impl FileSinkJob {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let (chk, out) = (tmp.path().join("chk"), tmp.path().join("out"));
+        let sink = format!("files:{}", s(&out));
+        FileSinkJob {
+            tmp,
+            chk,
+            out,
+            sink,
+        }
+    }
+
+    /// The job, after a run of keyed-count to its end (its final checkpoint completed).
+    fn finished() -> Self {
+        let job = FileSinkJob::new();
+        let args = keyed_count_updates(&job.chk, &job.sink, 2_000, 7, &[]);
+        run(&mut weir(job.tmp.path(), args)).assert_success();
+        job
+    }
+}
+
 #[test]
 fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
-    let tmp = tempfile::tempdir().unwrap();
-    let chk = tmp.path().join("chk");
-    let out = tmp.path().join("out");
-    let sink = format!("files:{}", s(&out));
+    let FileSinkJob {
+        tmp,
+        chk,
+        out,
+        sink,
+    } = FileSinkJob::new();
     let (n, keys) = (400_000u64, 37u64);
     let args = killed_after_a_checkpoint(tmp.path(), &chk, &sink, (n, keys), 0x7b);
     eprintln!("hidden parts after the kill: {:?}", hidden_files(&out));
@@ -100,15 +134,7 @@ fn file_parts_are_listed_and_settled_as_the_checkpoint_says() {
 /// readable checkpoint is an error naming the unreadable one and the way out.
 #[test]
 fn an_unreadable_checkpoint_is_passed_over_by_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let chk = tmp.path().join("chk");
-    let out = tmp.path().join("out");
-    let sink = format!("files:{}", s(&out));
-    let done = run(&mut weir(
-        tmp.path(),
-        keyed_count_updates(&chk, &sink, 2_000, 7, &[]),
-    ));
-    done.assert_success();
+    let FileSinkJob { tmp, chk, sink, .. } = FileSinkJob::finished();
     let newest = *completed_checkpoints(&chk.join("keyed-count"))
         .last()
         .expect("the final checkpoint");
@@ -154,15 +180,12 @@ fn an_unreadable_checkpoint_is_passed_over_by_name() {
 /// nothing (exit 1), `y` settles.
 #[test]
 fn settle_asks_before_it_touches_anything() {
-    let tmp = tempfile::tempdir().unwrap();
-    let chk = tmp.path().join("chk");
-    let out = tmp.path().join("out");
-    let sink = format!("files:{}", s(&out));
-    let done = run(&mut weir(
-        tmp.path(),
-        keyed_count_updates(&chk, &sink, 2_000, 7, &[]),
-    ));
-    done.assert_success();
+    let FileSinkJob {
+        tmp,
+        chk,
+        out,
+        sink,
+    } = FileSinkJob::finished();
     // A part of the job's sink no completed checkpoint lists: to delete.
     fs::write(out.join(AFTER_CHECKPOINT), "888888\t1\n").unwrap();
     let chk_arg = checkpoint_arg(&chk);

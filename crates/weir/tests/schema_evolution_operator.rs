@@ -16,14 +16,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use common::upgrade::{
-    assert_names, assert_resumes_exactly, keyed_count, row, stop_mid_run, KEYS, N, STOP,
+    assert_names, assert_refused_by_check_and_run, assert_resumes_exactly, keyed_count, row,
+    Upgrade, KEYS, N, STOP,
 };
 use common::{config, CountPerKey, StopMidRun};
 use weir::prelude::*;
@@ -185,23 +186,33 @@ fn cfg(dir: &Path) -> JobConfig {
     config("upgrade-op", dir, 2, CheckpointingMode::ExactlyOnce)
 }
 
-fn v1_checkpoint(dir: &Path) -> PathBuf {
-    let mut c = cfg(dir);
-    c.restart = RestartStrategy::None;
-    let out = CollectSink::new();
-    let env = job(c, StopMidRun::new(numbers::<PosV1>(), STOP), &out);
-    stop_mid_run(env, dir, "upgrade-op")
+/// v1 (positions `PosV1`, declared) stopped mid-input.
+fn upgrade() -> Upgrade {
+    Upgrade::after_v1(cfg, |c| {
+        job(
+            c,
+            StopMidRun::new(numbers::<PosV1>(), STOP),
+            &CollectSink::new(),
+        )
+    })
 }
+
+/// What a refusal of the list `pos` must name.
+const POS_REFUSAL: [&str; 6] = [
+    "operator 'events'",
+    "operator state 'pos'",
+    "PosV1",
+    "PosRetyped",
+    "--allow-non-restored-state",
+    "fresh",
+];
 
 #[test]
 fn an_operator_list_with_a_field_added_migrates_and_the_run_is_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
-    let mut c = cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid.clone());
+    let up = upgrade();
     let out = CollectSink::new();
-    let env = job(c, numbers::<PosAdded>(), &out);
-    let report = env.check_savepoint(&mid).unwrap();
+    let env = job(up.v2(), numbers::<PosAdded>(), &out);
+    let report = env.check_savepoint(&up.mid).unwrap();
     let row = row(&report, "events", "pos");
     assert_eq!(
         row.verdict,
@@ -212,18 +223,15 @@ fn an_operator_list_with_a_field_added_migrates_and_the_run_is_exact() {
     assert!(row.old.as_ref().unwrap().type_name.ends_with("PosV1"));
     assert!(row.new.as_ref().unwrap().type_name.ends_with("PosAdded"));
     assert!(report.refusals(false).is_empty(), "{}", report.table());
-    assert_resumes_exactly(env, &mid, &out, (N, KEYS), "exact after the upgrade");
+    assert_resumes_exactly(env, &up.mid, &out, (N, KEYS), "exact after the upgrade");
 }
 
 #[test]
 fn an_undeclared_operator_list_is_decided_at_start_and_the_check_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
-    let mut c = cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid.clone());
+    let up = upgrade();
     let out = CollectSink::new();
-    let env = job(c, undeclared::<PosAdded>(), &out);
-    let report = env.check_savepoint(&mid).unwrap();
+    let env = job(up.v2(), undeclared::<PosAdded>(), &out);
+    let report = env.check_savepoint(&up.mid).unwrap();
     let row = row(&report, "events", "pos");
     assert_eq!(
         row.verdict,
@@ -234,21 +242,15 @@ fn an_undeclared_operator_list_is_decided_at_start_and_the_check_says_so() {
     assert!(row.old.as_ref().unwrap().type_name.ends_with("PosV1"));
     assert!(row.new.is_none(), "{}", report.table());
     assert!(report.refusals(false).is_empty(), "{}", report.table());
-    assert_resumes_exactly(env, &mid, &out, (N, KEYS), "exact after the upgrade");
+    assert_resumes_exactly(env, &up.mid, &out, (N, KEYS), "exact after the upgrade");
 }
 
 #[test]
 fn a_declared_operator_list_whose_field_changed_type_is_refused_by_the_check_as_by_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
-    let mut c = cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid.clone());
-    c.restart = RestartStrategy::None;
+    let up = upgrade();
     let out = CollectSink::new();
-    let env = job(c, numbers::<PosRetyped>(), &out);
-    // `savepoint check` refuses (exit 1), even with --allow-non-restored-state, and says
-    // what the run says.
-    let report = env.check_savepoint(&mid).unwrap();
+    let env = job(up.v2(), numbers::<PosRetyped>(), &out);
+    let report = env.check_savepoint(&up.mid).unwrap();
     let row = row(&report, "events", "pos");
     assert_eq!(
         row.verdict,
@@ -256,43 +258,21 @@ fn a_declared_operator_list_whose_field_changed_type_is_refused_by_the_check_as_
         "{}",
         report.table()
     );
-    let refusals = report.refusals(true);
-    assert_eq!(refusals.len(), 1, "{}", report.table());
-    let e = env.execute().unwrap_err().to_string();
-    assert_eq!(refusals[0], e.trim_start_matches("cannot restore: "));
-    let parts = [
-        "operator 'events'",
-        "operator state 'pos'",
-        "PosV1",
-        "PosRetyped",
-        "--allow-non-restored-state",
-        "fresh",
-    ];
-    assert_names(&e, &parts);
-    assert!(out.take().is_empty(), "no record may be counted");
+    // `savepoint check` refuses (exit 1), even with --allow-non-restored-state, and says
+    // what the run says.
+    let (refusal, e) = assert_refused_by_check_and_run(env, &up.mid, true, &out, &POS_REFUSAL);
+    assert_eq!(refusal, e.trim_start_matches("cannot restore: "));
 }
 
 #[test]
 fn an_undeclared_operator_list_whose_field_changed_type_is_refused_when_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = v1_checkpoint(dir.path());
-    let mut c = cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid);
-    c.restart = RestartStrategy::None;
+    let up = upgrade();
     let out = CollectSink::new();
-    let e = job(c, undeclared::<PosRetyped>(), &out)
+    let e = job(up.v2(), undeclared::<PosRetyped>(), &out)
         .execute()
         .unwrap_err()
         .to_string();
-    let parts = [
-        "operator 'events'",
-        "operator state 'pos'",
-        "PosV1",
-        "PosRetyped",
-        "--allow-non-restored-state",
-        "fresh",
-    ];
-    assert_names(&e, &parts);
+    assert_names(&e, &POS_REFUSAL);
     assert!(out.take().is_empty(), "no record may be counted");
 }
 
@@ -524,35 +504,31 @@ fn broadcast_cfg(dir: &Path) -> JobConfig {
     config("upgrade-bcast", dir, 2, CheckpointingMode::ExactlyOnce)
 }
 
-/// v1 (`RuleV1`) stopped mid-input after every subtask took in every rule; its newest
-/// checkpoint.
-fn broadcast_v1_checkpoint(dir: &Path) -> PathBuf {
-    let mut c = broadcast_cfg(dir);
-    c.restart = RestartStrategy::None;
-    let applied = Arc::new(AtomicU64::new(0));
-    let events = AfterRules {
-        inner: GeneratorSource::new(N),
-        applied: applied.clone(),
-        want: RULES * u64::from(c.parallelism),
-    };
-    let out = CollectSink::new();
-    let env = broadcast_job::<RuleV1, _>(c, StopMidRun::new(events, STOP), &applied, &out);
-    stop_mid_run(env, dir, "upgrade-bcast")
+/// v1 (`RuleV1`) stopped mid-input after every subtask took in every rule.
+fn broadcast_upgrade() -> Upgrade {
+    Upgrade::after_v1(broadcast_cfg, |c| {
+        let applied = Arc::new(AtomicU64::new(0));
+        let events = AfterRules {
+            inner: GeneratorSource::new(N),
+            applied: applied.clone(),
+            want: RULES * u64::from(c.parallelism),
+        };
+        let out = CollectSink::new();
+        broadcast_job::<RuleV1, _>(c, StopMidRun::new(events, STOP), &applied, &out)
+    })
 }
 
 #[test]
 fn broadcast_state_with_a_field_added_migrates_at_3_and_1_and_the_run_is_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = broadcast_v1_checkpoint(dir.path());
+    let up = broadcast_upgrade();
+    let mid = &up.mid;
     for p in [3, 1] {
-        let mut c = broadcast_cfg(dir.path());
+        let mut c = up.v2();
         c.parallelism = p;
-        c.restore = RestoreFrom::Path(mid.clone());
-        c.restart = RestartStrategy::None;
         let out = CollectSink::new();
         let applied = Arc::default();
         let env = broadcast_job::<RuleAdded, _>(c, GeneratorSource::new(N), &applied, &out);
-        let report = env.check_savepoint(&mid).unwrap();
+        let report = env.check_savepoint(mid).unwrap();
         let rules = row(&report, "rules-fn", "rules");
         assert_eq!(
             rules.verdict,
@@ -564,7 +540,7 @@ fn broadcast_state_with_a_field_added_migrates_at_3_and_1_and_the_run_is_exact()
         assert!(rules.new.as_ref().unwrap().type_name.contains("RuleAdded"));
         assert!(report.refusals(false).is_empty(), "{}", report.table());
         let r = env.execute().unwrap();
-        common::assert_resumed_mid_run(&r, &mid, N + RULES);
+        common::assert_resumed_mid_run(&r, mid, N + RULES);
         let got = out.take();
         assert_eq!(got.len(), p as usize, "one summary per subtask");
         // Every rule came from v1's checkpoint, read through the migration: v2 wrote none
@@ -579,24 +555,10 @@ fn broadcast_state_with_a_field_added_migrates_at_3_and_1_and_the_run_is_exact()
 
 #[test]
 fn broadcast_state_whose_field_changed_type_is_refused_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mid = broadcast_v1_checkpoint(dir.path());
-    let mut c = broadcast_cfg(dir.path());
-    c.restore = RestoreFrom::Path(mid.clone());
-    c.restart = RestartStrategy::None;
+    let up = broadcast_upgrade();
     let out = CollectSink::new();
-    let env = broadcast_job::<RuleRetyped, _>(c, GeneratorSource::new(N), &Arc::default(), &out);
-    // `savepoint check` says so beforehand, with the same message.
-    let report = env.check_savepoint(&mid).unwrap();
-    let refusals = report.refusals(true);
-    assert_eq!(refusals.len(), 1, "{}", report.table());
-    let e = env.execute().unwrap_err().to_string();
-    assert_eq!(
-        refusals[0],
-        e.trim_start_matches("cannot restore: "),
-        "{}",
-        report.table()
-    );
+    let env =
+        broadcast_job::<RuleRetyped, _>(up.v2(), GeneratorSource::new(N), &Arc::default(), &out);
     let parts = [
         "operator 'rules-fn'",
         "broadcast state 'rules'",
@@ -605,6 +567,7 @@ fn broadcast_state_whose_field_changed_type_is_refused_naming_it() {
         "--allow-non-restored-state",
         "fresh",
     ];
-    assert_names(&e, &parts);
-    assert!(out.take().is_empty(), "no summary may be emitted");
+    // `savepoint check` says so beforehand, with the same message.
+    let (refusal, e) = assert_refused_by_check_and_run(env, &up.mid, true, &out, &parts);
+    assert_eq!(refusal, e.trim_start_matches("cannot restore: "));
 }

@@ -145,10 +145,10 @@ where
     /// open window's accumulator as `Old` and keeps `migrate(old)`. For changes serde
     /// cannot read (a field whose type changed, values recomputed); a field added with a
     /// default, removed, or renamed with an alias migrates without one. `ACC` must be the
-    /// aggregate's accumulator (the job fails at start saying so otherwise). Taken by
-    /// fixed-size event-time windows under their default trigger; session windows and
-    /// windows under a trigger of their own keep their accumulators in a map state, which
-    /// takes no migration function (they refuse one when the operator opens).
+    /// aggregate's accumulator (the job fails at start saying so otherwise). Every kind of
+    /// window takes it: fixed-size windows, sessions (each open session keeps its start and
+    /// `migrate(old)`), and windows under a trigger of their own (their contents migrate;
+    /// the trigger's own state is the trigger's type, not the accumulator).
     pub fn with_migration<Old: StateValue, ACC: StateValue>(
         mut self,
         migrate: impl Fn(Old) -> ACC + Send + Sync + 'static,
@@ -401,6 +401,7 @@ where
         Ok(CountWindowedStream {
             keyed: self,
             size: check_size(size)?,
+            evolution: AccEvolution::default(),
         })
     }
 
@@ -420,6 +421,7 @@ where
             keyed: self,
             size,
             slide: check_slide(size, slide)?,
+            evolution: AccEvolution::default(),
         })
     }
 }
@@ -428,6 +430,8 @@ where
 pub struct CountWindowedStream<K, T, F> {
     keyed: KeyedStream<K, T, F>,
     size: u64,
+    /// The accumulators' declared version and migration function.
+    evolution: AccEvolution,
 }
 
 impl<K, T, F> CountWindowedStream<K, T, F>
@@ -436,6 +440,27 @@ where
     T: Data,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
 {
+    /// Declares the version of the count windows' state (each key's open window: its
+    /// records so far and its accumulator), recorded with its schema in every checkpoint,
+    /// as [`WindowedStream::with_version`] does for time windows.
+    pub fn with_version(mut self, version: u32) -> Self {
+        self.evolution = self.evolution.with_version(version);
+        self
+    }
+
+    /// Gives the open count windows' accumulators a migration function from `Old`, the
+    /// accumulator type the restored checkpoint recorded, as
+    /// [`WindowedStream::with_migration`] does for time windows: each open window keeps its
+    /// count of records and `migrate(old)`. `ACC` must be the aggregate's accumulator (the
+    /// job fails at start saying so otherwise).
+    pub fn with_migration<Old: StateValue, ACC: StateValue>(
+        mut self,
+        migrate: impl Fn(Old) -> ACC + Send + Sync + 'static,
+    ) -> Self {
+        self.evolution = self.evolution.with_migration(migrate);
+        self
+    }
+
     /// Folds each window's records with `f` and emits the result when the window is full.
     pub fn reduce<R>(self, f: R) -> DataStream<T>
     where
@@ -453,7 +478,7 @@ where
         OUT: Data,
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
     {
-        let f = CountWindowAggregate::new(self.size, aggregate);
+        let f = CountWindowAggregate::new(self.size, aggregate).with_evolution(self.evolution);
         self.keyed.process(f).name("count-window")
     }
 }
@@ -463,6 +488,8 @@ pub struct SlidingCountWindowedStream<K, T, F> {
     keyed: KeyedStream<K, T, F>,
     size: u64,
     slide: u64,
+    /// The kept records' declared version and migration function.
+    evolution: AccEvolution,
 }
 
 impl<K, T, F> SlidingCountWindowedStream<K, T, F>
@@ -471,6 +498,26 @@ where
     T: StateValue,
     F: Fn(&T) -> K + Clone + Send + Sync + 'static,
 {
+    /// Declares the version of the sliding count windows' state (each key's last records),
+    /// recorded with its schema in every checkpoint.
+    pub fn with_version(mut self, version: u32) -> Self {
+        self.evolution = self.evolution.with_version(version);
+        self
+    }
+
+    /// Gives the records the windows keep a migration function from `Old`, the record type
+    /// the restored checkpoint recorded (a sliding count window keeps records, not an
+    /// accumulator): each kept record is read as `Old` and kept as `migrate(old)`. For
+    /// changes serde cannot read; a field added with a default, removed, or renamed with an
+    /// alias migrates without one.
+    pub fn with_migration<Old: StateValue>(
+        mut self,
+        migrate: impl Fn(Old) -> T + Send + Sync + 'static,
+    ) -> Self {
+        self.evolution = self.evolution.with_migration(migrate);
+        self
+    }
+
     /// Folds each window's records with `f` and emits the result when the window fires.
     pub fn reduce<R>(self, f: R) -> DataStream<T>
     where
@@ -486,7 +533,8 @@ where
         OUT: Data,
         AGG: AggregateFunction<T, ACC, OUT> + 'static,
     {
-        let f = SlidingCountWindowAggregate::new(self.size, self.slide, aggregate);
+        let f = SlidingCountWindowAggregate::new(self.size, self.slide, aggregate)
+            .with_evolution(self.evolution);
         self.keyed.process(f).name("sliding-count-window")
     }
 }

@@ -1,12 +1,16 @@
-//! What the upgrade tests (`schema_evolution*`: keyed, operator and channel state whose type
-//! changed between v1 and v2 of a job) share, written once: the keyed count that ends each
-//! job with the uids v1 and v2 must agree on, v1's mid-run checkpoint, the row
-//! `check_savepoint` gives one state, v2's exact resume, and the parts a refusal must name.
+//! What the upgrade tests (`schema_evolution*`: keyed, map, window, operator and channel
+//! state whose type changed between v1 and v2 of a job) share, written once: the keyed
+//! count that ends each job with the uids v1 and v2 must agree on, v1's mid-run checkpoint
+//! and v2's settings restoring it ([`Upgrade`]), the row `check_savepoint` gives one
+//! state, v2's exact resume, and a refusal that the check and the run must both give,
+//! naming what a user needs to act on it.
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
 
 use weir::api::execution::{SchemaReport, SchemaRow};
 use weir::prelude::*;
@@ -82,4 +86,66 @@ pub fn assert_names(refusal: &str, parts: &[&str]) {
     for part in parts {
         assert!(refusal.contains(part), "'{part}' missing from: {refusal}");
     }
+}
+
+/// One upgrade test's setup, written once: a temporary folder, the settings every run of
+/// the job takes in it, and v1's mid-run checkpoint there — what each v2 restores.
+pub struct Upgrade {
+    dir: TempDir,
+    cfg: fn(&Path) -> JobConfig,
+    /// v1's newest checkpoint: mid-run, with input left for v2.
+    pub mid: PathBuf,
+}
+
+impl Upgrade {
+    /// Runs v1 — the job `v1` builds from the settings `cfg` gives in a new temporary
+    /// folder, without restarts, its source wrapped in [`StopMidRun`](super::StopMidRun) —
+    /// until it stops mid-input, and keeps its newest checkpoint.
+    pub fn after_v1(
+        cfg: fn(&Path) -> JobConfig,
+        v1: impl FnOnce(JobConfig) -> StreamEnvironment,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path());
+        c.restart = RestartStrategy::None;
+        let name = c.name.clone();
+        let mid = stop_mid_run(v1(c), dir.path(), &name);
+        Upgrade { dir, cfg, mid }
+    }
+
+    /// v2's settings: the job's, restoring v1's checkpoint, without restarts (a refusal
+    /// must end the run, and an exact run needs none).
+    pub fn v2(&self) -> JobConfig {
+        let mut c = (self.cfg)(self.dir.path());
+        c.restore = RestoreFrom::Path(self.mid.clone());
+        c.restart = RestartStrategy::None;
+        c
+    }
+
+    /// The temporary folder the runs work in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Asserts that `check_savepoint` of `env` against v1's checkpoint `mid` refuses exactly
+/// once (with `--allow-non-restored-state` when `allow`), that running `env` then fails
+/// before anything reaches `out`, and that both messages name every one of `parts`.
+/// Returns the check's refusal and the run's error.
+pub fn assert_refused_by_check_and_run<T: Data>(
+    env: StreamEnvironment,
+    mid: &Path,
+    allow: bool,
+    out: &CollectSink<T>,
+    parts: &[&str],
+) -> (String, String) {
+    let report = env.check_savepoint(mid).unwrap();
+    let refusals = report.refusals(allow);
+    assert_eq!(refusals.len(), 1, "{}", report.table());
+    let refusal = refusals[0].to_string();
+    let e = env.execute().unwrap_err().to_string();
+    assert_names(&e, parts);
+    assert_names(&refusal, parts);
+    assert!(out.take().is_empty(), "nothing may reach the sink");
+    (refusal, e)
 }

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
-use crate::state::keyed::{AggregateFunction, KeyedContext, KeyedStateStore, ValueState};
+use crate::state::keyed::{
+    AccEvolution, AccShape, AggregateFunction, KeyedContext, KeyedStateStore, ValueState,
+};
 use crate::state::{Key, StateValue};
 
 /// The name of the value state holding each key's open count window.
@@ -36,6 +38,8 @@ pub struct CountWindowAggregate<AGG, ACC, OUT> {
     size: u64,
     aggregate: Arc<AGG>,
     state: Option<ValueState<(u64, ACC)>>,
+    /// The accumulators' declared version and migration function.
+    evolution: AccEvolution,
     _acc: PhantomData<fn() -> OUT>,
 }
 
@@ -45,6 +49,7 @@ impl<AGG, ACC, OUT> Clone for CountWindowAggregate<AGG, ACC, OUT> {
             size: self.size,
             aggregate: self.aggregate.clone(),
             state: None,
+            evolution: self.evolution.clone(),
             _acc: PhantomData,
         }
     }
@@ -57,8 +62,16 @@ impl<AGG, ACC, OUT> CountWindowAggregate<AGG, ACC, OUT> {
             size,
             aggregate: Arc::new(aggregate),
             state: None,
+            evolution: AccEvolution::default(),
             _acc: PhantomData,
         }
+    }
+
+    /// Declares the accumulators' version and migration function (issue 26): a key's
+    /// `(records so far, accumulator)` is migrated as `(records so far, migrate(old))`.
+    pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
+        self.evolution = evolution;
+        self
     }
 }
 
@@ -72,6 +85,7 @@ where
     AGG: AggregateFunction<T, ACC, OUT> + 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
+        states.with_window_evolution::<ACC>(&self.evolution, AccShape::Counted)?;
         self.state = Some(states.value_state(COUNT_WINDOW_STATE)?);
         Ok(())
     }
@@ -127,6 +141,8 @@ pub struct SlidingCountWindowAggregate<AGG, T, ACC, OUT> {
     slide: u64,
     aggregate: Arc<AGG>,
     state: Option<ValueState<(u64, VecDeque<T>)>>,
+    /// The records' declared version and migration function.
+    evolution: AccEvolution,
     _acc: PhantomData<fn() -> (ACC, OUT)>,
 }
 
@@ -137,6 +153,7 @@ impl<AGG, T, ACC, OUT> Clone for SlidingCountWindowAggregate<AGG, T, ACC, OUT> {
             slide: self.slide,
             aggregate: self.aggregate.clone(),
             state: None,
+            evolution: self.evolution.clone(),
             _acc: PhantomData,
         }
     }
@@ -151,8 +168,16 @@ impl<AGG, T, ACC, OUT> SlidingCountWindowAggregate<AGG, T, ACC, OUT> {
             slide,
             aggregate: Arc::new(aggregate),
             state: None,
+            evolution: AccEvolution::default(),
             _acc: PhantomData,
         }
+    }
+
+    /// Declares the kept records' version and migration function (issue 26): a key's
+    /// `(records since the last firing, last records)` is migrated record by record.
+    pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
+        self.evolution = evolution;
+        self
     }
 }
 
@@ -168,6 +193,7 @@ where
     AGG: AggregateFunction<T, ACC, OUT> + 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
+        states.with_window_evolution::<T>(&self.evolution, AccShape::Records)?;
         self.state = Some(states.value_state(SLIDING_COUNT_WINDOW_STATE)?);
         Ok(())
     }

@@ -21,7 +21,7 @@ use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
 use crate::state::keyed::{
-    AccEvolution, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
+    AccEvolution, AccShape, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
 };
 use crate::state::{Key, StateValue};
 
@@ -104,7 +104,7 @@ pub struct SessionWindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
     lateness: u64,
     late: Option<fn(T) -> R>,
     state: Option<MapState<u64, (u64, ACC)>>,
-    /// The accumulators' declared version (a migration function is refused).
+    /// The accumulators' declared version and migration function.
     evolution: AccEvolution,
     windows: Vec<TimeWindow>,
     _acc: PhantomData<fn() -> (ACC, OUT)>,
@@ -129,8 +129,8 @@ impl<A: Clone, AGG, WF, ACC, OUT, T, R> Clone
 }
 
 impl<A, AGG, WF, ACC, OUT, T, R> SessionWindowAggregate<A, AGG, WF, ACC, OUT, T, R> {
-    /// Declares the accumulators' version (issue 26); a migration function is refused when
-    /// the operator opens.
+    /// Declares the accumulators' version and migration function (issue 26): a session's
+    /// `(start, accumulator)` is migrated as `(start, migrate(old))`.
     pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
         self.evolution = evolution;
         self
@@ -177,8 +177,7 @@ where
     R: 'static,
 {
     fn open(&mut self, states: &mut KeyedStateStore<'_, K>) -> Result<()> {
-        self.evolution.refuse_migration("session windows")?;
-        states.with_version(self.evolution.version());
+        states.with_window_evolution::<ACC>(&self.evolution, AccShape::Counted)?;
         self.state = Some(states.map_state(SESSION_STATE)?);
         Ok(())
     }

@@ -26,7 +26,7 @@ use super::{TimeWindow, WindowAssigner};
 use crate::error::{Error, Result};
 use crate::runtime::functions::{CheckpointedFunction, Collector, KeyedProcessFunction};
 use crate::state::keyed::{
-    AccEvolution, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
+    AccEvolution, AccShape, AggregateFunction, KeyedContext, KeyedStateStore, MapState, TimeDomain,
 };
 use crate::state::{Key, StateValue};
 
@@ -49,7 +49,7 @@ pub struct TriggeredWindowAggregate<A, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R> 
     late: Option<fn(T) -> R>,
     #[allow(clippy::type_complexity)]
     states: Option<(MapState<u64, (u64, TR::State)>, MapState<u64, ACC>)>,
-    /// The accumulators' declared version (a migration function is refused).
+    /// The accumulators' declared version and migration function.
     evolution: AccEvolution,
     windows: Vec<TimeWindow>,
     _acc: PhantomData<fn() -> OUT>,
@@ -77,8 +77,8 @@ impl<A: Clone, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R> Clone
 impl<A, TR: Trigger<T>, AGG, WF, ACC, OUT, T, R>
     TriggeredWindowAggregate<A, TR, AGG, WF, ACC, OUT, T, R>
 {
-    /// Declares the accumulators' version (issue 26); a migration function is refused when
-    /// the operator opens.
+    /// Declares the accumulators' version and migration function (issue 26), which apply
+    /// to the window contents (not to the trigger's own state).
     pub(crate) fn with_evolution(mut self, evolution: AccEvolution) -> Self {
         self.evolution = evolution;
         self
@@ -253,10 +253,8 @@ where
                     .into(),
             ));
         }
-        self.evolution
-            .refuse_migration("windows under a trigger of their own")?;
         let triggers = states.map_state(TRIGGER_STATE)?;
-        states.with_version(self.evolution.version());
+        states.with_window_evolution::<ACC>(&self.evolution, AccShape::Plain)?;
         self.states = Some((triggers, states.map_state(TRIGGERED_CONTENTS_STATE)?));
         Ok(())
     }

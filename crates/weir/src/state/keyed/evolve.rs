@@ -9,18 +9,19 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 
+use super::handles::UserMap;
 use super::{KeyedStateBackend, KeyedStateStore, RestoredState};
 use crate::error::{Error, Result};
 use crate::state::schema::{
-    decide, incompatible_message, schema_of, serde_decoder, transcode, transcode_changes, Decision,
-    DeclaredState, StateSchema, ValueDecoder,
+    decide, incompatible_message, map_schema, schema_of, serde_decoder, transcode,
+    transcode_changes, user_key_change, Decision, DeclaredState, StateSchema, ValueDecoder,
 };
 use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
 
 /// A migration function, type-erased until the state it belongs to is declared: it reads
-/// values of the old type `Old` and returns the new type `V`, for a state storing `V` or
-/// a list of `V`.
+/// values of the old type `Old` and returns the new type `V`, for a state storing `V`, a
+/// list of `V`, or a map to `V`.
 pub(super) struct MigrationFns<V> {
     one_from: StateSchema,
     many_from: StateSchema,
@@ -49,25 +50,21 @@ impl<K: Key> KeyedStateStore<'_, K> {
     /// serde cannot bridge (a field whose type changed, a new field without a default,
     /// values recomputed); fields added with `#[serde(default)]`, removed, or renamed with
     /// `#[serde(alias)]` migrate without one. For a list state, the function maps each
-    /// element. Map states take no migration function yet.
+    /// element; for a map state, each value (`V` is the map's value type): its user keys
+    /// stay as they are, and a map whose user-key type changed is refused, since user keys
+    /// identify its entries.
     pub fn with_migration<Old: StateValue, V: StateValue>(
         &mut self,
         migrate: impl Fn(Old) -> V + 'static,
     ) -> &mut Self {
-        let f = Rc::new(migrate);
-        let g = f.clone();
-        let fns = MigrationFns::<V> {
-            one_from: schema_of::<Old>(0),
-            many_from: schema_of::<Vec<Old>>(0),
-            one: Rc::new(move |de| Old::deserialize(de).map(&*f).map_err(|e| e.to_string())),
-            many: Rc::new(move |de| {
-                Vec::<Old>::deserialize(de)
-                    .map(|olds| olds.into_iter().map(&*g).collect())
-                    .map_err(|e| e.to_string())
-            }),
-        };
-        self.migration = Some(Box::new(fns));
+        self.migration = Some(Box::new(MigrationFns::<V>::new(migrate)));
         self
+    }
+
+    /// Sets the pending migration to `fns`, a `MigrationFns` built elsewhere (by a window
+    /// operator's `AccEvolution`, which knows the old type), for the next declared state.
+    pub(super) fn set_migration(&mut self, fns: Box<dyn Any>) {
+        self.migration = Some(fns);
     }
 
     /// The pending migration function, for a state `name` storing `V` (or a list of `V`
@@ -98,6 +95,46 @@ impl<S> Migration<S> {
 }
 
 impl<V: StateValue> MigrationFns<V> {
+    /// The migration function `migrate` from `Old`, for a state of any kind storing `V`.
+    pub(super) fn new<Old: StateValue>(migrate: impl Fn(Old) -> V + 'static) -> Self {
+        let f = Rc::new(migrate);
+        let g = f.clone();
+        MigrationFns {
+            one_from: schema_of::<Old>(0),
+            many_from: schema_of::<Vec<Old>>(0),
+            one: Rc::new(move |de| Old::deserialize(de).map(&*f).map_err(|e| e.to_string())),
+            many: Rc::new(move |de| {
+                Vec::<Old>::deserialize(de)
+                    .map(|olds| olds.into_iter().map(&*g).collect())
+                    .map_err(|e| e.to_string())
+            }),
+        }
+    }
+
+    /// For a map state from user keys `UK` to `V`: reads the old map entry by entry, each
+    /// user key as it is and each value through the function. The shape it reads is the
+    /// map from `UK` to `Old`, composed from the two ([`map_schema`]): a restored map whose
+    /// user keys had another shape is not one it reads (and is refused before this runs).
+    pub(super) fn for_map<UK: Key>(self) -> Migration<UserMap<UK, V>> {
+        let one = self.one;
+        let decode: ValueDecoder<UserMap<UK, V>> = Rc::new(move |de| {
+            let len = usize::deserialize(&mut *de)
+                .map_err(|e| format!("reading the length of a map: {e}"))?;
+            // The length comes from the checkpoint: reserve at most 1024 entries up front.
+            let mut map = UserMap::with_capacity_and_hasher(len.min(1 << 10), Default::default());
+            for _ in 0..len {
+                let key = UK::deserialize(&mut *de)
+                    .map_err(|e| format!("reading a user key of a map: {e}"))?;
+                map.insert(key, one(de)?);
+            }
+            Ok(map)
+        });
+        Migration {
+            from: map_schema(&schema_of::<UK>(0), &self.one_from),
+            decode,
+        }
+    }
+
     /// For a state storing `V` itself.
     pub(super) fn for_value(self) -> Migration<V> {
         Migration {
@@ -178,7 +215,11 @@ impl<K: Key> KeyedStateBackend<K> {
         };
         let decision = match &restored.schema {
             None => Decision::Unversioned,
-            Some(old) => decide::<S>(old, &schema, migration.as_ref().map(|m| &m.from)),
+            // A map's user keys identify its entries: they must keep their shape.
+            Some(old) => match user_key_change(old, &schema).filter(|_| kind == StateKind::Map) {
+                Some(why) => Decision::Incompatible(why),
+                None => decide::<S>(old, &schema, migration.as_ref().map(|m| &m.from)),
+            },
         };
         self.declared.push(DeclaredState {
             name: name.to_string(),
@@ -216,3 +257,6 @@ impl<K: Key> KeyedStateBackend<K> {
         Ok((sections, changes))
     }
 }
+
+#[cfg(test)]
+mod tests;

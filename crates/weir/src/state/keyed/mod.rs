@@ -45,7 +45,7 @@ pub use remote::{
 };
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
-pub(crate) use windows::{AccEvolution, WindowState};
+pub(crate) use windows::{AccEvolution, AccShape, WindowState};
 
 #[cfg(feature = "disk-state")]
 pub use disk::DiskOptions;
@@ -566,16 +566,12 @@ impl<'a, K: Key> KeyedStateStore<'a, K> {
         Ok(ListState::new(index))
     }
 
-    /// A map per key (Flink's `MapState`).
+    /// A map per key (Flink's `MapState`). A migration function
+    /// ([`KeyedStateStore::with_migration`]) migrates its values; its user-key type must
+    /// stay.
     pub fn map_state<UK: Key, UV: StateValue>(&mut self, name: &str) -> Result<MapState<UK, UV>> {
-        if self.migration.take().is_some() {
-            return Err(Error::InvalidJob(format!(
-                "keyed map state '{name}': map states take no migration function yet; values \
-                 that serde can read (fields added with a default, removed, or renamed with an \
-                 alias) migrate without one"
-            )));
-        }
-        let index = self.declare::<handles::UserMap<UK, UV>>(name, StateKind::Map, None)?;
+        let migration = self.take_migration::<UV>(name)?.map(|m| m.for_map::<UK>());
+        let index = self.declare::<handles::UserMap<UK, UV>>(name, StateKind::Map, migration)?;
         Ok(MapState::new(index))
     }
 

@@ -22,6 +22,7 @@
 //! restored state into this table.
 
 use std::any::{Any, TypeId};
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
-use super::evolve::Migration;
+use super::evolve::{Migration, MigrationFns};
 use super::handles::{MapState, StateHandle, UserMap};
 use super::table::{
     decode_sections, restore_threads, EncodedShard, StateTable, Table, TableSnapshot,
@@ -42,17 +43,41 @@ use crate::state::{Key, StateKind, StateValue};
 use crate::storage::shared_bytes::SharedBytes;
 
 /// A window accumulator's declared version and migration function (issue 26), set on the
-/// windowed stream (`WindowedStream::with_version` / `with_migration`) because the engine,
-/// not the job, declares the window state. Sendable: it travels with the operator and builds
-/// its (task-local) decoder when the operator opens.
+/// windowed stream (`WindowedStream::with_version` / `with_migration`, and the count
+/// windows' own) because the engine, not the job, declares the window state. Sendable: it
+/// travels with the operator and builds its (task-local) decoder when the operator opens,
+/// for the state the operator keeps its accumulators in ([`AccShape`]).
 #[derive(Clone, Default)]
 pub(crate) struct AccEvolution {
     version: u32,
-    /// Builds the `Migration<WindowSlot<ACC>>` of the accumulator type it returns.
-    make: Option<Arc<dyn Fn() -> Box<dyn Any> + Send + Sync>>,
+    /// Builds, for a shape, the migration of the accumulator type it returns: a
+    /// `Migration<WindowSlot<ACC>>` for [`AccShape::Slot`], else a `MigrationFns` of
+    /// `ACC` or `(u64, ACC)` (set as the next keyed state's migration).
+    make: Option<MakeMigration>,
     /// The accumulator type the migration returns, for the error when it is not the
     /// aggregate's.
     acc_type: &'static str,
+}
+
+/// Builds a window operator's migration for the shape it keeps its accumulators in (the
+/// old type erased): sendable, so it travels with the operator to its tasks.
+type MakeMigration = Arc<dyn Fn(AccShape) -> Box<dyn Any> + Send + Sync>;
+
+/// Where a window operator keeps its accumulators `ACC`, which decides what a migration
+/// function from `Old` to `ACC` has to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AccShape {
+    /// Window state (fixed-size event-time windows): `(end, ACC, pending)` per window.
+    Slot,
+    /// `ACC` itself: the values of a map state (a custom trigger's window contents, by
+    /// window end).
+    Plain,
+    /// `(u64, ACC)`: a map state's values (a session's start and accumulator, by session
+    /// end) or a value state (a count window's records so far and accumulator).
+    Counted,
+    /// `(u64, VecDeque<ACC>)`: a value state of records, not accumulators (a sliding count
+    /// window's records since it last fired and its last records, `ACC` the record type).
+    Records,
 }
 
 impl std::fmt::Debug for AccEvolution {
@@ -77,43 +102,40 @@ impl AccEvolution {
         migrate: impl Fn(Old) -> ACC + Send + Sync + 'static,
     ) -> Self {
         let migrate = Arc::new(migrate);
-        self.make = Some(Arc::new(move || {
+        self.make = Some(Arc::new(move |shape| {
             let f = migrate.clone();
-            let decode: ValueDecoder<WindowSlot<ACC>> = Rc::new(move |de| {
-                WindowSlot::<Old>::deserialize(de)
-                    .map(|s| WindowSlot {
-                        end: s.end,
-                        acc: f(s.acc),
-                        pending: s.pending,
-                    })
-                    .map_err(|e| e.to_string())
-            });
-            let from = schema_of::<WindowSlot<Old>>(0);
-            Box::new(Migration::new(from, decode)) as Box<dyn Any>
+            match shape {
+                AccShape::Slot => {
+                    let decode: ValueDecoder<WindowSlot<ACC>> = Rc::new(move |de| {
+                        WindowSlot::<Old>::deserialize(de)
+                            .map(|s| WindowSlot {
+                                end: s.end,
+                                acc: f(s.acc),
+                                pending: s.pending,
+                            })
+                            .map_err(|e| e.to_string())
+                    });
+                    let from = schema_of::<WindowSlot<Old>>(0);
+                    Box::new(Migration::new(from, decode)) as Box<dyn Any>
+                }
+                AccShape::Plain => Box::new(MigrationFns::new(move |old: Old| f(old))),
+                AccShape::Counted => {
+                    Box::new(MigrationFns::new(move |(n, old): (u64, Old)| (n, f(old))))
+                }
+                AccShape::Records => {
+                    Box::new(MigrationFns::new(move |(n, olds): (u64, VecDeque<Old>)| {
+                        (
+                            n,
+                            olds.into_iter()
+                                .map(|old| f(old))
+                                .collect::<VecDeque<ACC>>(),
+                        )
+                    }))
+                }
+            }
         }));
         self.acc_type = std::any::type_name::<ACC>();
         self
-    }
-
-    /// Whether a migration function is attached.
-    pub(crate) fn has_migration(&self) -> bool {
-        self.make.is_some()
-    }
-
-    /// Refuses an attached migration function for `windows` (e.g. "session windows"),
-    /// which keep their accumulators in a map state, and map states take none: one
-    /// message, naming the ways out, for every window operator that cannot take one.
-    pub(crate) fn refuse_migration(&self, windows: &str) -> crate::error::Result<()> {
-        if !self.has_migration() {
-            return Ok(());
-        }
-        Err(crate::error::Error::InvalidJob(format!(
-            "a migration function for window accumulators is taken by fixed-size \
-             event-time windows under their default trigger; {windows} keep their accumulators \
-             in a map state, which takes none: change the accumulator only in ways serde \
-             reads (a field added with a default, removed, or renamed with an alias), or \
-             give the window operator a new uid and pass --allow-non-restored-state"
-        )))
     }
 
     /// The declared version.
@@ -121,16 +143,21 @@ impl AccEvolution {
         self.version
     }
 
-    /// The migration for accumulators `ACC`, or why the attached one does not fit them.
-    fn migration<ACC: StateValue>(&self) -> Result<Option<Migration<WindowSlot<ACC>>>> {
+    /// The migration for accumulators `ACC` kept in `shape`, as `X` (what `make` builds
+    /// for that shape), or why the attached one does not fit them.
+    fn migration<ACC: StateValue, X: 'static>(&self, shape: AccShape) -> Result<Option<X>> {
         let Some(make) = &self.make else {
             return Ok(None);
         };
-        match make().downcast::<Migration<WindowSlot<ACC>>>() {
+        let (what, kept) = match shape {
+            AccShape::Records => ("records", "the window keeps records of type"),
+            _ => ("accumulators", "the window's aggregate accumulates"),
+        };
+        match make(shape).downcast::<X>() {
             Ok(m) => Ok(Some(*m)),
             Err(_) => Err(Error::InvalidJob(format!(
-                "the migration function attached to the window accumulators returns {}, but \
-                 the window's aggregate accumulates {}; make it return that type",
+                "the migration function attached to the window {what} returns {}, but {kept} \
+                 {}; make it return that type",
                 self.acc_type,
                 std::any::type_name::<ACC>()
             ))),
@@ -521,13 +548,44 @@ impl<K: Key> KeyedStateStore<'_, K> {
         name: &str,
         evolution: &AccEvolution,
     ) -> Result<WindowState<ACC>> {
-        let migration = evolution.migration::<ACC>()?;
+        let migration = evolution.migration::<ACC, Migration<WindowSlot<ACC>>>(AccShape::Slot)?;
         Ok(WindowState {
             index: self
                 .backend
                 .declare_window::<ACC>(name, evolution.version, migration)?,
             _acc: PhantomData,
         })
+    }
+
+    /// Gives the next declared state — the keyed state a window operator keeps its
+    /// accumulators `ACC` in, as `shape` says (not [`AccShape::Slot`]: that is
+    /// [`KeyedStateStore::window_state`]'s) — the version and migration of `evolution`.
+    pub(crate) fn with_window_evolution<ACC: StateValue>(
+        &mut self,
+        evolution: &AccEvolution,
+        shape: AccShape,
+    ) -> Result<&mut Self> {
+        let fns: Option<Box<dyn Any>> = match shape {
+            AccShape::Plain => evolution
+                .migration::<ACC, MigrationFns<ACC>>(shape)?
+                .map(|m| Box::new(m) as Box<dyn Any>),
+            AccShape::Counted => evolution
+                .migration::<ACC, MigrationFns<(u64, ACC)>>(shape)?
+                .map(|m| Box::new(m) as Box<dyn Any>),
+            AccShape::Records => evolution
+                .migration::<ACC, MigrationFns<(u64, VecDeque<ACC>)>>(shape)?
+                .map(|m| Box::new(m) as Box<dyn Any>),
+            AccShape::Slot => {
+                return Err(Error::InvalidJob(
+                    "window state takes its evolution where it is declared (window_state)".into(),
+                ))
+            }
+        };
+        self.with_version(evolution.version());
+        if let Some(fns) = fns {
+            self.set_migration(fns);
+        }
+        Ok(self)
     }
 
     /// The kind state `name` was restored as, if the checkpoint had it and nothing

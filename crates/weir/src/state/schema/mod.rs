@@ -24,6 +24,7 @@
 //! into the new type, as before.
 
 mod elements;
+mod maps;
 mod migrate;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ use super::StateKind;
 
 pub use elements::OperatorListDeclaration;
 pub(crate) use elements::{decode_elements, list_refusal};
+pub(crate) use maps::{map_schema, user_key_change};
 pub(crate) use migrate::{check_reads, serde_decoder, transcode, transcode_changes, ValueDecoder};
 
 /// The schema of one state's stored type (or of a key type), as recorded in a checkpoint.
@@ -229,12 +231,17 @@ pub fn incompatible_message(
     reason: &str,
 ) -> String {
     let show = |s: Option<&StateSchema>| s.map_or("(none)".to_string(), |s| s.to_string());
+    let first_way = if reason.starts_with(maps::USER_KEY_CHANGED) {
+        "keep the map's old user-key type, or pass --allow-non-restored-state to drop this \
+         map and start it empty"
+    } else {
+        "declare a migration function from the old type (KeyedStateStore::with_migration; \
+         for a window's accumulators, WindowedStream::with_migration), or pass \
+         --allow-non-restored-state to drop this state and start it empty"
+    };
     format!(
         "operator '{uid}', state '{state}': cannot restore {} into {}: {reason}. Ways out: \
-         declare a migration function from the old type (KeyedStateStore::with_migration; \
-         for a window's accumulators, WindowedStream::with_migration), or pass \
-         --allow-non-restored-state to drop this state and start it empty, or start fresh \
-         without --restore",
+         {first_way}, or start fresh without --restore",
         show(old),
         show(new)
     )

@@ -165,3 +165,68 @@ fn the_refusal_names_operator_state_schemas_and_ways_out() {
         assert!(m.contains(part), "{part} in {m}");
     }
 }
+
+/// A user key of a shape of its own, to compose with a value naming containers too.
+/// (Structs: an enum nested in another type is not traced, top-level enums are.)
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+struct Region {
+    code: u8,
+    name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Holder {
+    v1: V1,
+    region: Option<Region>,
+}
+
+type FxMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+/// The shape a map state's migration function reads is composed from the user-key and
+/// the old value type; a restore compares it by fingerprint with the shape recorded by
+/// tracing the map type itself, so the two must be identical.
+#[test]
+fn a_composed_map_shape_is_the_traced_map_shape() {
+    fn same<K, V>()
+    where
+        K: Serialize + serde::de::DeserializeOwned + Eq + std::hash::Hash + 'static,
+        V: Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        let composed = map_schema(&schema_of::<K>(0), &schema_of::<V>(0));
+        let traced = schema_of::<FxMap<K, V>>(0);
+        assert!(traced.traced(), "{traced:?}");
+        assert_eq!(composed.format, traced.format);
+        assert_eq!(composed.fingerprint, traced.fingerprint);
+    }
+    same::<u64, V1>();
+    same::<String, (u64, V1)>();
+    same::<Region, Holder>();
+    same::<(u32, Region), Vec<Holder>>();
+    let untraceable = StateSchema {
+        type_name: "T".into(),
+        version: 0,
+        fingerprint: 0,
+        format: String::new(),
+    };
+    assert!(!map_schema(&schema_of::<u64>(0), &untraceable).traced());
+}
+
+#[test]
+fn a_changed_user_key_is_found_and_a_changed_value_is_not() {
+    let old = schema_of::<FxMap<u64, V1>>(0);
+    assert_eq!(user_key_change(&old, &schema_of::<FxMap<u64, V2>>(0)), None);
+    assert_eq!(user_key_change(&old, &old), None);
+    let why = user_key_change(&old, &schema_of::<FxMap<Region, V1>>(0)).unwrap();
+    assert!(why.starts_with("the map's user-key type changed"), "{why}");
+    assert!(why.contains("u64") && why.contains("Region"), "{why}");
+    let why = user_key_change(&old, &schema_of::<FxMap<(u32, String), V1>>(0)).unwrap();
+    assert!(why.contains("(u32, String)"), "{why}");
+    // Not maps: nothing to say (a value state decides as always).
+    assert_eq!(
+        user_key_change(&schema_of::<V1>(0), &schema_of::<V2>(0)),
+        None
+    );
+    let m = incompatible_message("op", "m", Some(&old), None, &why);
+    assert!(m.contains("keep the map's old user-key type"), "{m}");
+    assert!(!m.contains("with_migration"), "{m}");
+}
