@@ -9,6 +9,7 @@
 //! later snapshot see only the new shape. This runs once per restore, and only for states
 //! whose shape changed.
 
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use postcard::de_flavors::Slice;
@@ -17,7 +18,7 @@ use serde::de::DeserializeSeed;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_reflection::json_converter::{DeserializationContext, EmptyEnvironment};
-use serde_reflection::{ContainerFormat, Format, Registry, VariantFormat};
+use serde_reflection::{ContainerFormat, Format, Named, Registry, VariantFormat};
 
 use super::StateSchema;
 use crate::state::{Key, StateValue};
@@ -125,101 +126,196 @@ fn read_stamp<'b>(
         .map_err(|e| format!("reading a TTL stamp: {e}"))
 }
 
-/// Whether `S` can read values of the recorded shape `old` through serde, tried on a
-/// sample value of that shape (every field present, one element per sequence and map,
-/// the first variant of each enum, `Some` for options). A field the new type requires and
-/// the old shape lacks, or a field whose type changed, fails here, before any task starts.
+/// Whether `S` can read values of the recorded shape `old` through serde, tried on sample
+/// values of that shape (every field present, one element per sequence and map, `Some`
+/// for options): one sample per variant of every enum in the shape, wherever it is nested,
+/// so that a variant the new type lost (and old values may hold) fails here too. A field
+/// the new type requires and the old shape lacks, or a field whose type changed, fails
+/// here, before any task starts.
 pub(crate) fn check_reads<S: DeserializeOwned>(old: &StateSchema) -> Result<(), String> {
     let (format, registry) = old.shape()?;
-    let sample = sample(&format, &registry, 0);
-    S::deserialize(sample)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let mut targets: Vec<Option<(&str, usize)>> = vec![None];
+    for (name, container) in &registry {
+        if let ContainerFormat::Enum(variants) = container {
+            targets.extend((0..variants.len()).map(|i| Some((name.as_str(), i))));
+        }
+    }
+    for target in targets {
+        let sampler = Sampler {
+            registry: &registry,
+            target,
+        };
+        S::deserialize(sampler.sample(&format, 0)).map_err(|e| match target {
+            Some((name, i)) => {
+                let variant = match registry.get(name) {
+                    Some(ContainerFormat::Enum(v)) => v.values().nth(i).map(|v| v.name.clone()),
+                    _ => None,
+                };
+                format!("{e} (reading {name}::{})", variant.unwrap_or_default())
+            }
+            None => e.to_string(),
+        })?;
+    }
+    Ok(())
 }
 
 /// Deeper than this, a (recursive) shape's sample stops with `null`.
 const MAX_SAMPLE_DEPTH: usize = 24;
 
-/// A value of shape `format` as the serde path's JSON represents it.
-fn sample(format: &Format, registry: &Registry, depth: usize) -> Value {
-    if depth > MAX_SAMPLE_DEPTH {
-        return Value::Null;
-    }
-    let d = depth + 1;
-    match format {
-        Format::Variable(_) | Format::Unit => Value::Null,
-        Format::TypeName(name) => match registry.get(name) {
-            Some(container) => sample_container(container, registry, d),
-            None => Value::Null,
-        },
-        Format::Bool => Value::Bool(false),
-        Format::I8
-        | Format::I16
-        | Format::I32
-        | Format::I64
-        | Format::I128
-        | Format::U8
-        | Format::U16
-        | Format::U32
-        | Format::U64
-        | Format::U128 => Value::from(0u8),
-        Format::F32 | Format::F64 => Value::from(0.0),
-        Format::Char => Value::from("a"),
-        Format::Str => Value::from(""),
-        Format::Bytes => Value::Array(Vec::new()),
-        Format::Option(inner) => sample(inner, registry, d),
-        Format::Seq(inner) => Value::Array(vec![sample(inner, registry, d)]),
-        Format::Map { key, value } => {
-            let key = match sample(key, registry, d) {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            let mut map = serde_json::Map::new();
-            map.insert(key, sample(value, registry, d));
-            Value::Object(map)
-        }
-        Format::Tuple(items) => {
-            Value::Array(items.iter().map(|f| sample(f, registry, d)).collect())
-        }
-        Format::TupleArray { content, size } => {
-            Value::Array((0..*size).map(|_| sample(content, registry, d)).collect())
-        }
-    }
+/// Makes sample values of a recorded shape, as the serde path's JSON represents them.
+/// With a `target` enum variant, the sample holds that variant: the target enum takes it,
+/// and every other enum takes its first variant that leads to the target enum (its first
+/// variant when none does).
+struct Sampler<'r> {
+    registry: &'r Registry,
+    target: Option<(&'r str, usize)>,
 }
 
-fn sample_container(container: &ContainerFormat, registry: &Registry, d: usize) -> Value {
-    match container {
-        ContainerFormat::UnitStruct => Value::Null,
-        ContainerFormat::NewTypeStruct(inner) => sample(inner, registry, d),
-        ContainerFormat::TupleStruct(items) => {
-            Value::Array(items.iter().map(|f| sample(f, registry, d)).collect())
+impl Sampler<'_> {
+    /// A value of shape `format`.
+    fn sample(&self, format: &Format, depth: usize) -> Value {
+        if depth > MAX_SAMPLE_DEPTH {
+            return Value::Null;
         }
-        ContainerFormat::Struct(fields) => Value::Object(
+        let d = depth + 1;
+        match format {
+            Format::Variable(_) | Format::Unit => Value::Null,
+            Format::TypeName(name) => match self.registry.get(name) {
+                Some(container) => self.container(name, container, d),
+                None => Value::Null,
+            },
+            Format::Bool => Value::Bool(false),
+            Format::I8
+            | Format::I16
+            | Format::I32
+            | Format::I64
+            | Format::I128
+            | Format::U8
+            | Format::U16
+            | Format::U32
+            | Format::U64
+            | Format::U128 => Value::from(0u8),
+            Format::F32 | Format::F64 => Value::from(0.0),
+            Format::Char => Value::from("a"),
+            Format::Str => Value::from(""),
+            Format::Bytes => Value::Array(Vec::new()),
+            Format::Option(inner) => self.sample(inner, d),
+            Format::Seq(inner) => Value::Array(vec![self.sample(inner, d)]),
+            Format::Map { key, value } => {
+                let key = match self.sample(key, d) {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let mut map = serde_json::Map::new();
+                map.insert(key, self.sample(value, d));
+                Value::Object(map)
+            }
+            Format::Tuple(items) => self.all(items, d),
+            Format::TupleArray { content, size } => {
+                Value::Array((0..*size).map(|_| self.sample(content, d)).collect())
+            }
+        }
+    }
+
+    fn all(&self, items: &[Format], d: usize) -> Value {
+        Value::Array(items.iter().map(|f| self.sample(f, d)).collect())
+    }
+
+    fn fields(&self, fields: &[Named<Format>], d: usize) -> Value {
+        Value::Object(
             fields
                 .iter()
-                .map(|f| (f.name.clone(), sample(&f.value, registry, d)))
+                .map(|f| (f.name.clone(), self.sample(&f.value, d)))
                 .collect(),
-        ),
-        ContainerFormat::Enum(variants) => {
-            let Some(first) = variants.values().next() else {
-                return Value::Null;
-            };
-            let content = match &first.value {
-                VariantFormat::Variable(_) | VariantFormat::Unit => Value::Null,
-                VariantFormat::NewType(inner) => sample(inner, registry, d),
-                VariantFormat::Tuple(items) => {
-                    Value::Array(items.iter().map(|f| sample(f, registry, d)).collect())
+        )
+    }
+
+    fn container(&self, name: &str, container: &ContainerFormat, d: usize) -> Value {
+        match container {
+            ContainerFormat::UnitStruct => Value::Null,
+            ContainerFormat::NewTypeStruct(inner) => self.sample(inner, d),
+            ContainerFormat::TupleStruct(items) => self.all(items, d),
+            ContainerFormat::Struct(fields) => self.fields(fields, d),
+            ContainerFormat::Enum(variants) => {
+                let chosen = match self.target {
+                    Some((target, i)) if target == name => variants.values().nth(i),
+                    Some((target, _)) => variants
+                        .values()
+                        .find(|v| self.variant_reaches(&v.value, target, &mut BTreeSet::new()))
+                        .or_else(|| variants.values().next()),
+                    None => variants.values().next(),
+                };
+                let Some(chosen) = chosen else {
+                    return Value::Null;
+                };
+                let content = match &chosen.value {
+                    VariantFormat::Variable(_) | VariantFormat::Unit => Value::Null,
+                    VariantFormat::NewType(inner) => self.sample(inner, d),
+                    VariantFormat::Tuple(items) => self.all(items, d),
+                    VariantFormat::Struct(fields) => self.fields(fields, d),
+                };
+                let mut map = serde_json::Map::new();
+                map.insert(chosen.name.clone(), content);
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// Whether a value of this variant can hold the enum named `target`.
+    fn variant_reaches<'a>(
+        &'a self,
+        variant: &'a VariantFormat,
+        target: &str,
+        seen: &mut BTreeSet<&'a str>,
+    ) -> bool {
+        match variant {
+            VariantFormat::Variable(_) | VariantFormat::Unit => false,
+            VariantFormat::NewType(inner) => self.reaches(inner, target, seen),
+            VariantFormat::Tuple(items) => items.iter().any(|f| self.reaches(f, target, seen)),
+            VariantFormat::Struct(fields) => {
+                fields.iter().any(|f| self.reaches(&f.value, target, seen))
+            }
+        }
+    }
+
+    /// Whether a value of shape `format` can hold the enum named `target`.
+    fn reaches<'a>(
+        &'a self,
+        format: &'a Format,
+        target: &str,
+        seen: &mut BTreeSet<&'a str>,
+    ) -> bool {
+        match format {
+            Format::TypeName(name) => {
+                if name == target {
+                    return true;
                 }
-                VariantFormat::Struct(fields) => Value::Object(
-                    fields
-                        .iter()
-                        .map(|f| (f.name.clone(), sample(&f.value, registry, d)))
-                        .collect(),
-                ),
-            };
-            let mut map = serde_json::Map::new();
-            map.insert(first.name.clone(), content);
-            Value::Object(map)
+                if !seen.insert(name.as_str()) {
+                    return false;
+                }
+                match self.registry.get(name) {
+                    None | Some(ContainerFormat::UnitStruct) => false,
+                    Some(ContainerFormat::NewTypeStruct(inner)) => {
+                        self.reaches(inner, target, seen)
+                    }
+                    Some(ContainerFormat::TupleStruct(items)) => {
+                        items.iter().any(|f| self.reaches(f, target, seen))
+                    }
+                    Some(ContainerFormat::Struct(fields)) => {
+                        fields.iter().any(|f| self.reaches(&f.value, target, seen))
+                    }
+                    Some(ContainerFormat::Enum(variants)) => variants
+                        .values()
+                        .any(|v| self.variant_reaches(&v.value, target, seen)),
+                }
+            }
+            Format::Option(inner) | Format::Seq(inner) => self.reaches(inner, target, seen),
+            Format::TupleArray { content, .. } => self.reaches(content, target, seen),
+            Format::Map { key, value } => {
+                self.reaches(key, target, seen) || self.reaches(value, target, seen)
+            }
+            Format::Tuple(items) => items.iter().any(|f| self.reaches(f, target, seen)),
+            _ => false,
         }
     }
 }

@@ -24,6 +24,7 @@
 //! into the new type, as before.
 
 mod elements;
+mod explore;
 mod maps;
 mod migrate;
 #[cfg(test)]
@@ -35,7 +36,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_reflection::{Format, Registry, Tracer, TracerConfig};
+use serde_reflection::{Format, FormatHolder, Registry, Tracer, TracerConfig};
 
 use super::StateKind;
 
@@ -173,19 +174,48 @@ pub fn schema_of<T: Serialize + DeserializeOwned + 'static>(version: u32) -> Sta
 /// Traces `T`'s shape: its fingerprint and JSON, or `(0, "")` when serde-reflection cannot
 /// trace it (a type whose `Deserialize` validates its input, for one): such a state is then
 /// compared by type name only and cannot migrate without a migration function.
-fn trace<T: DeserializeOwned>() -> (u32, String) {
+///
+/// Enums nested anywhere in `T` (a struct's `Status` field, an `Option` or `Vec` of an
+/// enum, a map's enum values) are traced in full: see [`trace_all_variants`].
+fn trace<T: Serialize + DeserializeOwned>() -> (u32, String) {
     // A hand-written `Deserialize` may panic on the tracer's made-up input: untraced then.
-    std::panic::catch_unwind(|| {
-        let mut tracer = Tracer::new(TracerConfig::default());
-        let (format, _) = tracer.trace_simple_type::<T>().ok()?;
-        let registry = tracer.registry().ok()?;
-        serde_json::to_string(&(format, registry)).ok()
-    })
-    .ok()
-    .flatten()
-    .map_or((0, String::new()), |json| {
-        (crc32c::crc32c(json.as_bytes()), json)
-    })
+    std::panic::catch_unwind(trace_all_variants::<T>)
+        .ok()
+        .flatten()
+        .map_or((0, String::new()), |json| {
+            (crc32c::crc32c(json.as_bytes()), json)
+        })
+}
+
+/// `T`'s `(Format, Registry)` as JSON, with every variant of every enum in it, or `None`
+/// when that cannot be found.
+///
+/// First serde-reflection's `trace_simple_type`, as before nested enums were traced: it
+/// finds every variant of `T` itself, and its registry refuses (`MissingVariants`) when an
+/// enum nested in `T` is left incomplete. When it succeeds its shape is complete, and it is
+/// the shape (and fingerprint) existing checkpoints recorded. When it refuses, the crate's
+/// docs ask to trace each nested enum by its Rust type, which a generic `T` does not name:
+/// so values of `T` holding every variant of every enum are made instead
+/// ([`explore::values_with_every_variant`]) and their serialization is traced, which
+/// records each variant by its index and name, with its fields.
+fn trace_all_variants<T: Serialize + DeserializeOwned>() -> Option<String> {
+    let mut tracer = Tracer::new(TracerConfig::default());
+    if let Ok((format, _)) = tracer.trace_simple_type::<T>() {
+        if let Ok(registry) = tracer.registry() {
+            return serde_json::to_string(&(format, registry)).ok();
+        }
+    }
+    let values = explore::values_with_every_variant::<T>().ok()?;
+    let mut tracer = Tracer::new(TracerConfig::default());
+    let mut samples = serde_reflection::Samples::new();
+    let mut format = Format::unknown();
+    for value in &values {
+        let (traced, _) = tracer.trace_value(&mut samples, value).ok()?;
+        format.unify(traced).ok()?;
+    }
+    format.normalize().ok()?;
+    let registry = tracer.registry().ok()?;
+    serde_json::to_string(&(format, registry)).ok()
 }
 
 /// Decides how state recorded with schema `old` restores into type `S` (schema `new`),

@@ -167,7 +167,6 @@ fn the_refusal_names_operator_state_schemas_and_ways_out() {
 }
 
 /// A user key of a shape of its own, to compose with a value naming containers too.
-/// (Structs: an enum nested in another type is not traced, top-level enums are.)
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct Region {
     code: u8,
@@ -202,6 +201,8 @@ fn a_composed_map_shape_is_the_traced_map_shape() {
     same::<String, (u64, V1)>();
     same::<Region, Holder>();
     same::<(u32, Region), Vec<Holder>>();
+    same::<u64, Order>();
+    same::<Region, Vec<Option<Status>>>();
     let untraceable = StateSchema {
         type_name: "T".into(),
         version: 0,
@@ -229,4 +230,233 @@ fn a_changed_user_key_is_found_and_a_changed_value_is_not() {
     let m = incompatible_message("op", "m", Some(&old), None, &why);
     assert!(m.contains("keep the map's old user-key type"), "{m}");
     assert!(!m.contains("with_migration"), "{m}");
+}
+
+/// A top-level enum: traced in full before nested enums were (its fingerprint is pinned).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Shape {
+    Dot,
+    Line(u32),
+    Rect { w: u32, h: u32 },
+}
+
+/// Fingerprints computed on main before nested enums were traced: a checkpoint recorded
+/// them, so a type that traced then must keep its shape to restore "as is".
+#[test]
+fn fingerprints_of_types_traced_before_nested_enums_stay() {
+    for (name, now, then) in [
+        ("u64", schema_of::<u64>(0).fingerprint, 0xbbcc1a8c),
+        ("String", schema_of::<String>(0).fingerprint, 0x7dca652a),
+        ("V1", schema_of::<V1>(0).fingerprint, 0x9aeb4404),
+        ("Holder", schema_of::<Holder>(0).fingerprint, 0x60803026),
+        (
+            "(u64, Option<String>)",
+            schema_of::<(u64, Option<String>)>(0).fingerprint,
+            0x4a49291f,
+        ),
+        ("Shape", schema_of::<Shape>(0).fingerprint, 0x926e8b26),
+        (
+            "FxMap<Region, Holder>",
+            schema_of::<FxMap<Region, Holder>>(0).fingerprint,
+            0x04d0d228,
+        ),
+        (
+            "Vec<(u32, Region)>",
+            schema_of::<Vec<(u32, Region)>>(0).fingerprint,
+            0xa2f6e863,
+        ),
+    ] {
+        assert_eq!(now, then, "{name}: 0x{now:08x}");
+    }
+}
+
+/// An order's status, v1.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum Status {
+    Open,
+    Shipped { days: u32 },
+    Closed(u8),
+}
+
+/// v2 of the status: a variant added before the others (indexes shift; names decide).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum StatusAdded {
+    Draft,
+    Open,
+    Shipped { days: u32 },
+    Closed(u8),
+}
+
+/// v2 of the status without `Closed`, which old values may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum StatusRemoved {
+    Open,
+    Shipped { days: u32 },
+}
+
+/// A priority, added as a field with a default in v2.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+enum Priority {
+    #[default]
+    Normal,
+    Urgent,
+}
+
+/// A struct holding its enum every common way: a field, an option, a sequence, a map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    status: Status,
+    previous: Option<Status>,
+    history: Vec<Status>,
+    by_site: std::collections::BTreeMap<String, Status>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct OrderAdded {
+    id: u64,
+    status: StatusAdded,
+    previous: Option<StatusAdded>,
+    history: Vec<StatusAdded>,
+    by_site: std::collections::BTreeMap<String, StatusAdded>,
+    #[serde(default)]
+    priority: Priority,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct OrderRemoved {
+    id: u64,
+    status: StatusRemoved,
+    previous: Option<StatusRemoved>,
+    history: Vec<StatusRemoved>,
+    by_site: std::collections::BTreeMap<String, StatusRemoved>,
+}
+
+/// The variants the recorded shape of `T` lists for the enum `name`.
+fn variants_of<T: Serialize + DeserializeOwned + 'static>(name: &str) -> Vec<String> {
+    let (_, registry) = schema_of::<T>(0).shape().unwrap();
+    match registry.get(name) {
+        Some(serde_reflection::ContainerFormat::Enum(v)) => {
+            v.values().map(|v| v.name.clone()).collect()
+        }
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+#[test]
+fn enums_nested_in_structs_options_sequences_and_maps_trace_every_variant() {
+    let all = ["Open", "Shipped", "Closed"];
+    assert_eq!(variants_of::<Order>("Status"), all);
+    assert_eq!(variants_of::<Option<Status>>("Status"), all);
+    assert_eq!(variants_of::<Vec<Status>>("Status"), all);
+    assert_eq!(variants_of::<FxMap<u64, Status>>("Status"), all);
+    assert_eq!(variants_of::<(u64, Vec<Option<Status>>)>("Status"), all);
+    // Behind an option, a sequence or a map in a struct's field only (the tracer's own
+    // passes visit those once).
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Behind {
+        maybe: Option<Status>,
+    }
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Listed {
+        all: Vec<(u8, Status)>,
+        by_id: std::collections::BTreeMap<u64, Option<Status>>,
+    }
+    assert_eq!(variants_of::<Behind>("Status"), all);
+    assert_eq!(variants_of::<Listed>("Status"), all);
+    assert_eq!(variants_of::<FxMap<u64, Behind>>("Status"), all);
+    // An enum only reachable through another enum's later variant, and recursion.
+    #[derive(Debug, Serialize, Deserialize)]
+    enum Outer {
+        Nothing,
+        Later(Vec<Status>),
+        Nested(Box<Outer>),
+    }
+    assert_eq!(variants_of::<Vec<Outer>>("Status"), all);
+    assert_eq!(
+        variants_of::<Vec<Outer>>("Outer"),
+        ["Nothing", "Later", "Nested"]
+    );
+    // A struct whose alias made the tracer's passes fail is traced from its values, by
+    // its serialized field names.
+    let (_, registry) = schema_of::<V2>(0).shape().unwrap();
+    match registry.get("V2") {
+        Some(serde_reflection::ContainerFormat::Struct(fields)) => assert_eq!(
+            fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["count", "name", "added"]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Different enums, different shapes; the same, the same.
+    assert!(schema_of::<Order>(0).traced());
+    assert_ne!(
+        schema_of::<Order>(0).fingerprint,
+        schema_of::<OrderRemoved>(0).fingerprint
+    );
+    assert_eq!(
+        decide::<Order>(&schema_of::<Order>(1), &schema_of::<Order>(2), None),
+        Decision::AsIs
+    );
+}
+
+fn order() -> Order {
+    Order {
+        id: 7,
+        status: Status::Closed(3),
+        previous: Some(Status::Shipped { days: 2 }),
+        history: vec![Status::Open, Status::Shipped { days: 2 }, Status::Closed(3)],
+        by_site: [("a".to_string(), Status::Closed(1))].into(),
+    }
+}
+
+#[test]
+fn an_enum_field_and_a_variant_added_migrate_by_serde_and_values_keep_their_variants() {
+    let old = schema_of::<Order>(1);
+    assert_eq!(
+        decide::<OrderAdded>(&old, &schema_of::<OrderAdded>(2), None),
+        Decision::MigratesBySerde
+    );
+    let bytes = postcard::to_extend(&(1u64, order()), Vec::new()).unwrap();
+    let decoder = serde_decoder::<OrderAdded>(&old).unwrap();
+    let out = transcode::<u64, OrderAdded>(&[SharedBytes::from(bytes)], false, &decoder).unwrap();
+    let (_, back): (u64, OrderAdded) = postcard::from_bytes(&out[0]).unwrap();
+    assert_eq!(
+        back,
+        OrderAdded {
+            id: 7,
+            status: StatusAdded::Closed(3),
+            previous: Some(StatusAdded::Shipped { days: 2 }),
+            history: vec![
+                StatusAdded::Open,
+                StatusAdded::Shipped { days: 2 },
+                StatusAdded::Closed(3)
+            ],
+            by_site: [("a".to_string(), StatusAdded::Closed(1))].into(),
+            priority: Priority::Normal,
+        }
+    );
+}
+
+#[test]
+fn a_removed_variant_old_values_may_hold_is_incompatible_unless_a_function_reads_them() {
+    let old = schema_of::<Order>(1);
+    let new = schema_of::<OrderRemoved>(2);
+    match decide::<OrderRemoved>(&old, &new, None) {
+        Decision::Incompatible(why) => assert!(why.contains("Status::Closed"), "{why}"),
+        d => panic!("{d:?}"),
+    }
+    // A top-level enum that lost a variant (not its first) too.
+    assert!(matches!(
+        decide::<StatusRemoved>(
+            &schema_of::<Status>(1),
+            &schema_of::<StatusRemoved>(2),
+            None
+        ),
+        Decision::Incompatible(_)
+    ));
+    // A migration function from the struct-with-enum type reads them.
+    assert_eq!(
+        decide::<OrderRemoved>(&old, &new, Some(&schema_of::<Order>(0))),
+        Decision::MigratesByFunction
+    );
 }
