@@ -73,6 +73,69 @@ struct Tally {
     count: u64,
 }
 
+/// The kind of a key's records, v1: an enum held in a field, an option and a list of the
+/// state struct (nested enums, traced in full since issue 26's follow-up).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+enum Kind {
+    Small,
+    Medium(u8),
+    Large { weight: u32 },
+}
+
+/// v2 of the kind: a variant added *first*, so every old variant's index shifts (postcard
+/// writes indexes; the serde path reads old values by variant name).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+enum KindAdded {
+    Tiny,
+    Small,
+    Medium(u8),
+    Large { weight: u32 },
+}
+
+/// A mark, added to v2's state as an enum field with a default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+enum Mark {
+    #[default]
+    Unmarked,
+    Marked,
+}
+
+/// v1's state with a nested enum.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccKind {
+    count: u64,
+    kind: Kind,
+    first: Option<Kind>,
+    seen: Vec<Kind>,
+}
+
+/// v2: a variant added to the nested enum, and an enum field added with a default.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct AccKindAdded {
+    count: u64,
+    kind: KindAdded,
+    first: Option<KindAdded>,
+    seen: Vec<KindAdded>,
+    #[serde(default)]
+    mark: Mark,
+}
+
+fn kind_of(key: u64) -> Kind {
+    match key % 3 {
+        0 => Kind::Small,
+        1 => Kind::Medium(key as u8),
+        _ => Kind::Large { weight: key as u32 },
+    }
+}
+
+fn kind_added_of(key: u64) -> KindAdded {
+    match kind_of(key) {
+        Kind::Small => KindAdded::Small,
+        Kind::Medium(m) => KindAdded::Medium(m),
+        Kind::Large { weight } => KindAdded::Large { weight },
+    }
+}
+
 /// What the counting function needs of its state type.
 trait Acc: StateValue {
     fn fresh(key: u64) -> Self;
@@ -213,6 +276,52 @@ impl Acc for AccRetyped {
     }
 }
 
+impl Acc for AccKind {
+    fn fresh(key: u64) -> Self {
+        AccKind {
+            count: 0,
+            kind: kind_of(key),
+            first: Some(kind_of(key)),
+            seen: vec![kind_of(key)],
+        }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        let k = kind_of(key);
+        self.kind == k && self.first == Some(k) && self.seen == [k]
+    }
+}
+
+impl Acc for AccKindAdded {
+    fn fresh(key: u64) -> Self {
+        AccKindAdded {
+            count: 0,
+            kind: kind_added_of(key),
+            first: Some(kind_added_of(key)),
+            seen: vec![kind_added_of(key)],
+            mark: Mark::Marked,
+        }
+    }
+    fn bump(&mut self, _: u64) {
+        self.count += 1;
+    }
+    fn count(&self) -> u64 {
+        self.count
+    }
+    fn consistent(&self, key: u64) -> bool {
+        // Every old variant read by its name (an index would have shifted it), and the
+        // restored values carry the added field's default: v1 kept every key, so none is
+        // fresh.
+        let k = kind_added_of(key);
+        self.kind == k && self.first == Some(k) && self.seen == [k] && self.mark == Mark::Unmarked
+    }
+}
+
 impl Acc for Tally {
     fn fresh(_: u64) -> Self {
         Tally { count: 0 }
@@ -324,10 +433,16 @@ fn job<A: Acc, S: SourceFunction<u64>>(
 
 /// Runs v1 until it stops mid-input; returns its newest (mid-run) checkpoint.
 fn v1_checkpoint(dir: &Path) -> PathBuf {
+    v1_checkpoint_of::<AccV1>(dir)
+}
+
+/// Runs v1 with state type `A` until it stops mid-input; returns its newest (mid-run)
+/// checkpoint.
+fn v1_checkpoint_of<A: Acc>(dir: &Path) -> PathBuf {
     let mut c = cfg(dir, 2);
     c.restart = RestartStrategy::None;
     let out = CollectSink::new();
-    let env = job::<AccV1, _>(c, StopMidRun::new(GeneratorSource::new(N), STOP), &out);
+    let env = job::<A, _>(c, StopMidRun::new(GeneratorSource::new(N), STOP), &out);
     stop_mid_run(env, dir, "upgrade")
 }
 
@@ -376,6 +491,15 @@ fn a_field_renamed_with_an_alias_migrates() {
 #[test]
 fn a_migration_function_reads_what_serde_cannot() {
     evolves::<AccMigrated>("migrates (migration function)");
+}
+
+#[test]
+fn a_nested_enum_that_gained_a_variant_and_an_enum_field_added_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mid = v1_checkpoint_of::<AccKind>(dir.path());
+    for p in [2, 3] {
+        v2_restores_exactly::<AccKindAdded>(dir.path(), &mid, p, "migrates (serde)");
+    }
 }
 
 #[test]
