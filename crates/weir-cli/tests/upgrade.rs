@@ -6,7 +6,10 @@
 //! when a run would refuse); each migrating v2 restores it at another parallelism, is
 //! SIGKILLed after its first checkpoint, and resumes with `--restore latest` to an exactly
 //! once output: every key's running counts, committed by a two-phase-commit file sink
-//! across v1 and v2, are exactly 1..=n.
+//! across v1 and v2, are exactly 1..=n. Both v1 and the killed v2 run sources that hold
+//! after a few records (`common::held`): v1's savepoint is taken once they all hold, and
+//! v2 cannot end before the kill, on any machine. Map-state and window migrations under
+//! the same kill are in `upgrade_kill.rs`.
 
 mod common;
 
@@ -20,7 +23,8 @@ use weir::prelude::*;
 use weir::runner::{clap, BoxError, Job};
 use weir::state::StateValue;
 
-use common::running::{wait_for_a_checkpoint, Running};
+use common::held::{wait_until_held, Held};
+use common::running::Running;
 use common::*;
 
 const CHILD: &str = "WEIR_UPGRADE_TEST_JOB";
@@ -36,9 +40,12 @@ struct Args {
     /// Events to generate.
     #[arg(long, default_value_t = EVENTS)]
     events: u64,
-    /// Events per second over all subtasks.
+    /// Each source subtask reads this many records in this attempt, then holds.
     #[arg(long)]
-    rate: Option<f64>,
+    hold_after: Option<u64>,
+    /// Where a holding source subtask writes its marker (`held-<subtask>`).
+    #[arg(long, default_value = "held")]
+    marks: std::path::PathBuf,
     /// Folder for the `key,count` lines.
     #[arg(long, default_value = "out")]
     output: std::path::PathBuf,
@@ -51,7 +58,11 @@ fn build(job: &mut Job, args: &Args) -> Result<(), BoxError> {
     let events = job
         .add_source(
             "events",
-            GeneratorSource::new(args.events).with_rate(args.rate),
+            Held::new(
+                GeneratorSource::new(args.events),
+                args.hold_after,
+                &args.marks,
+            ),
         )
         .uid("events");
     let line = |r: &(u64, u64), l: &mut String| l.push_str(&format!("{},{}", r.0, r.1));
@@ -323,13 +334,16 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Runs v1 until a checkpoint completed, stops it with a savepoint; returns the savepoint.
+/// Runs v1 until both source subtasks hold, stops it with a savepoint (which so covers
+/// exactly the records read); returns the savepoint.
 fn v1_savepoint(t: &Path) -> String {
     let args = [
         "--state",
         "v1",
-        "--rate",
+        "--hold-after",
         "20000",
+        "--marks",
+        "held-v1",
         "--parallelism",
         "2",
         "--checkpoint-dir",
@@ -339,8 +353,8 @@ fn v1_savepoint(t: &Path) -> String {
         "--output",
         "out-v1",
     ];
-    let running = Running::start(&mut job(t, &args), t.join("v1.log"));
-    wait_for_a_checkpoint(&t.join("ck-v1/upgrade"));
+    let mut running = Running::start(&mut job(t, &args), t.join("v1.log"));
+    wait_until_held(&mut running.child, &t.join("held-v1"), 2);
     let stop = run(&mut weir(t, ["stop", "--job", &running.addr]));
     stop.assert_success();
     let (code, log) = running.finish();
@@ -399,9 +413,11 @@ fn each_migrating_build_checks_restores_rescaled_survives_a_sigkill_and_is_exact
             "--parallelism",
             "3",
         ];
-        // Restore the savepoint, throttled; SIGKILL once a checkpoint of v2 completed.
+        // Restore the savepoint; the sources hold after a few records, so the job still
+        // runs when its first checkpoint completed: SIGKILL then.
+        let marks = format!("held-{state}");
         let mut first: Vec<&str> = flags.to_vec();
-        first.extend(["--restore", &sp, "--rate", "20000"]);
+        first.extend(["--restore", &sp, "--hold-after", "10000", "--marks", &marks]);
         let mut child = spawn_logged(&mut job(t, &first), &t.join(format!("{state}.log")));
         wait_for_checkpoints(&mut child, &t.join(&ck).join("upgrade"), 1, RUN_TIMEOUT);
         sigkill_running(&mut child, state);

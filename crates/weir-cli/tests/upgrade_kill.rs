@@ -24,7 +24,6 @@ mod common;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use weir::connectors::files::LinesWith;
@@ -32,6 +31,7 @@ use weir::prelude::*;
 use weir::runner::{clap, BoxError, Job};
 use weir::state::{Key, StateValue};
 
+use common::held::{wait_until_held, Held};
 use common::running::Running;
 use common::*;
 
@@ -66,14 +66,11 @@ struct Args {
 }
 
 fn build(job: &mut Job, args: &Args) -> Result<(), BoxError> {
-    let source = Held {
-        inner: GeneratorSource::new(args.events),
-        hold_after: args.hold_after,
-        emitted: 0,
-        marks: args.marks.clone(),
-        subtask: 0,
-        marked: false,
-    };
+    let source = Held::new(
+        GeneratorSource::new(args.events),
+        args.hold_after,
+        &args.marks,
+    );
     let keyed = job
         .add_source("events", source)
         .uid("events")
@@ -97,60 +94,6 @@ fn build(job: &mut Job, args: &Args) -> Result<(), BoxError> {
     let sink = TwoPhaseCommit::new(FileSink::new(&args.output, LinesWith::new(line)));
     counts.uid("count").add_sink("out", sink).uid("out");
     Ok(())
-}
-
-/// The generator, holding after `hold_after` records of this attempt (see the module doc).
-#[derive(Clone)]
-struct Held {
-    inner: GeneratorSource,
-    hold_after: Option<u64>,
-    emitted: u64,
-    marks: PathBuf,
-    subtask: u32,
-    marked: bool,
-}
-
-impl CheckpointedFunction for Held {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.subtask = ctx.subtask_index();
-        self.inner.initialize_state(ctx)
-    }
-    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
-        self.inner.operator_state()
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_complete(id)
-    }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl SourceFunction<u64> for Held {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        let Some(hold_after) = self.hold_after else {
-            return self.inner.poll(out, max);
-        };
-        let left = hold_after.saturating_sub(self.emitted);
-        if left == 0 {
-            if !self.marked {
-                self.marked = true;
-                std::fs::create_dir_all(&self.marks)
-                    .and_then(|()| {
-                        std::fs::write(self.marks.join(format!("held-{}", self.subtask)), "")
-                    })
-                    .map_err(|e| Error::user(format!("writing the hold marker: {e}")))?;
-            }
-            return Ok(SourceStatus::Idle);
-        }
-        let before = out.len();
-        let status = self.inner.poll(out, max.min(left as usize))?;
-        self.emitted += (out.len() - before) as u64;
-        Ok(status)
-    }
 }
 
 fn label(key: u64, bucket: u64) -> String {
@@ -430,22 +373,6 @@ fn counted<A: Tally>(
 /// The job as a command run in `cwd` with `args`.
 fn job(cwd: &Path, args: &[&str]) -> Command {
     child_job::command(CHILD, "upgrade-kill", cwd, args)
-}
-
-/// Polls until every one of `subtasks` source subtasks wrote its hold marker in `marks`;
-/// fails if `running` exits first or the run's timeout passes.
-fn wait_until_held(child: &mut std::process::Child, marks: &Path, subtasks: u32) {
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        if (0..subtasks).all(|i| marks.join(format!("held-{i}")).exists()) {
-            return;
-        }
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            panic!("the job exited ({st}) before its sources held");
-        }
-        assert!(Instant::now() < deadline, "the sources did not hold");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Each key's committed counts in `dir` are exactly 1..=n.
