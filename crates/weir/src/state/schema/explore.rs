@@ -11,7 +11,7 @@
 //! found only inside another enum's later variant.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 
@@ -50,10 +50,11 @@ type Met = RefCell<BTreeMap<&'static str, u32>>;
 /// error when `T` cannot be made this way.
 pub(crate) fn values_with_every_variant<T: DeserializeOwned>() -> Result<Vec<T>, Refused> {
     let mut values = Vec::new();
-    // (route, enums met under it) still to explore.
+    // Routes still to explore, those explored, and the enums already given a route per
+    // variant (an enum's variants are recorded by name, wherever it sits, so once is enough).
     let mut pending: Vec<Route> = vec![Route::new()];
-    let mut explored: std::collections::BTreeSet<Route> = Default::default();
-    let mut routed: BTreeMap<&'static str, Route> = BTreeMap::new();
+    let mut explored: BTreeSet<Route> = BTreeSet::new();
+    let mut routed: BTreeSet<&'static str> = BTreeSet::new();
     while let Some(route) = pending.pop() {
         if !explored.insert(route.clone()) {
             continue;
@@ -68,11 +69,11 @@ pub(crate) fn values_with_every_variant<T: DeserializeOwned>() -> Result<Vec<T>,
             depth: 0,
         })?);
         for (name, count) in met.into_inner() {
-            // An enum first met under this route: each of its variants, on the same route.
-            if routed.contains_key(name) {
+            // An enum first met under this route: each of its variants, on the same route
+            // (which leads to it).
+            if !routed.insert(name) {
                 continue;
             }
-            routed.insert(name, route.clone());
             for variant in 0..count {
                 let mut next = route.clone();
                 next.insert(name, variant);

@@ -460,3 +460,26 @@ fn a_removed_variant_old_values_may_hold_is_incompatible_unless_a_function_reads
         Decision::MigratesByFunction
     );
 }
+
+/// A type whose `Deserialize` refuses made-up input (zero), holding a nested enum: neither
+/// the tracer's passes nor invented values can trace it, so it stays untraced (compared
+/// by name), as such types were before.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct NonZero(u32, Status);
+
+impl<'de> Deserialize<'de> for NonZero {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (n, s) = <(u32, Status)>::deserialize(d)?;
+        if n == 0 {
+            return Err(serde::de::Error::custom("zero"));
+        }
+        Ok(NonZero(n, s))
+    }
+}
+
+#[test]
+fn a_type_refusing_made_up_input_stays_untraced() {
+    let s = schema_of::<Vec<NonZero>>(0);
+    assert!(!s.traced(), "{s:?}");
+    assert_eq!(s.fingerprint, 0);
+}
