@@ -29,7 +29,8 @@ if [ $# -eq 0 ]; then
         -p weir-cli --test cli --test kill_restore --test control --test state_inspect \
         --test connectors_files --test connectors_postgres --test connectors_nats \
         --test runner --test examples --test example_postgres --test s3 --test kill_every_job \
-        --test disk_state --test upgrade --test incremental_checkpoints --test cluster \
+        --test disk_state --test upgrade --test upgrade_kill --test incremental_checkpoints \
+        --test cluster \
         --test cluster_jobs --test cluster_postgres --test state_larger_than_memory \
         --test cluster_incremental --test cluster_unaligned --test disk_state_remote
 fi
