@@ -654,6 +654,29 @@ fn the_inspect_tools_tell_new_from_shared_bytes_and_dump_a_chain_merged() {
         .map(|(k, v)| (*k, v + 1))
         .collect();
     assert_eq!(aged, truth);
+    // describe counts a chain's states over its base and deltas, entries unknown.
+    let described = describe(&chk).unwrap();
+    let plain = described.operators[0]
+        .states
+        .iter()
+        .find(|s| s.name == "plain")
+        .unwrap();
+    assert_eq!(plain.entries, None);
+    assert!(plain.key_groups > 0 && plain.bytes > 0);
+    // A base written before any key was set holds no state: the states then appear in the
+    // deltas only, and describe still lists them.
+    let mut late = Job::new(1);
+    late.checkpoint(1);
+    late.set(5, 5);
+    late.set(6, 6);
+    late.checkpoint(2);
+    let described = describe(&late.storage.checkpoint_path(2)).unwrap();
+    let names: Vec<&str> = described.operators[0]
+        .states
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(names.contains(&"plain"), "{names:?}");
     // The wrong types are reported, in a delta as in a base.
     let err = raw.keyed_entries::<String, u64>().unwrap_err().to_string();
     assert!(err.contains("cannot decode state 'plain'"), "{err}");

@@ -14,7 +14,7 @@
 //! a missing, foreign, corrupt or inconsistent checkpoint is an [`InspectError`] that names
 //! the file and the way out. The checkpoint is read as untrusted input, like a restore does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -208,46 +208,46 @@ pub fn describe(path: &Path) -> Result<CheckpointDescription> {
             }
         }
         for file in &files.keyed {
-            // Entries of the file are attributable only when at most one state has any.
-            let mut non_empty = vec![false; file.content.states.len()];
-            for (i, (name, kind)) in file.content.states.iter().enumerate() {
-                let idx = match keyed.iter().position(|d| &d.name == name) {
-                    Some(idx) => idx,
-                    None => {
-                        keyed.push(StateDescription {
-                            name: name.clone(),
-                            scope: StateScope::Keyed,
-                            kind: *kind,
-                            entries: Some(0),
-                            bytes: 0,
-                            key_groups: 0,
-                        });
-                        keyed.len() - 1
-                    }
-                };
-                let d = &mut keyed[idx];
-                for section in &file.content.groups {
-                    let len = section.states[i].len() as u64;
-                    if len > 0 {
-                        d.bytes += len;
-                        d.key_groups += 1;
-                        non_empty[i] = true;
+            // Each state's non-empty key groups in this file, or for a chain in its base and
+            // deltas together (a state made after the base appears in the deltas only).
+            let mut groups: BTreeMap<usize, BTreeSet<u32>> = BTreeMap::new();
+            let chain = std::iter::once(&file.content).chain(&file.deltas);
+            for content in chain {
+                for (i, (name, kind)) in content.states.iter().enumerate() {
+                    let idx = match keyed.iter().position(|d| &d.name == name) {
+                        Some(idx) => idx,
+                        None => {
+                            keyed.push(StateDescription {
+                                name: name.clone(),
+                                scope: StateScope::Keyed,
+                                kind: *kind,
+                                entries: Some(0),
+                                bytes: 0,
+                                key_groups: 0,
+                            });
+                            keyed.len() - 1
+                        }
+                    };
+                    for section in &content.groups {
+                        let len = section.states[i].len() as u64;
+                        if len > 0 {
+                            keyed[idx].bytes += len;
+                            groups.entry(idx).or_default().insert(section.group);
+                        }
                     }
                 }
             }
-            let holders = non_empty.iter().filter(|b| **b).count();
-            for (i, (name, _)) in file.content.states.iter().enumerate() {
-                if let Some(d) = keyed.iter_mut().find(|d| &d.name == name) {
-                    if !non_empty[i] {
-                        continue;
-                    }
-                    // A chain's entries are the base's changed by its deltas: not counted.
-                    d.entries = if holders == 1 && file.deltas.is_empty() {
-                        d.entries.map(|n| n + file.entries)
-                    } else {
-                        None
-                    };
-                }
+            // Entries of a full file are attributable only when at most one state has any;
+            // a chain's are the base's changed by its deltas: not counted.
+            let holders = groups.len();
+            for (idx, set) in groups {
+                let d = &mut keyed[idx];
+                d.key_groups += set.len() as u32;
+                d.entries = if holders == 1 && file.deltas.is_empty() {
+                    d.entries.map(|n| n + file.entries)
+                } else {
+                    None
+                };
             }
         }
         let chained: u64 = files.keyed.iter().map(|f| f.deltas.len() as u64).sum();
