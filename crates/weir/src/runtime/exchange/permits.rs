@@ -120,12 +120,15 @@ impl SendWindow {
         }
         s.batches += i64::from(cost.batches);
         s.records += cost.records as i64;
+        // Under the lock: a send that takes these permits comes after the wakeup, so a
+        // watch after that send drops it rather than waking on permits already spent.
+        self.wake_watcher();
         drop(s);
         self.changed.notify_all();
-        self.wake_watcher();
     }
 
     /// Readies [`SendWindow::watch`]'s receiver (one token is enough: it only wakes).
+    /// Called with the state locked, never blocks.
     fn wake_watcher(&self) {
         let _ = self.room_tx.try_send(());
     }
@@ -138,7 +141,7 @@ impl SendWindow {
     pub fn watch(&self) -> &Receiver<()> {
         while self.room_rx.try_recv().is_ok() {}
         // A grant between the caller's look and the line above left no token behind:
-        // look again, under the lock the grant takes.
+        // look again, under the lock the grant sends its token under.
         let s = self.lock();
         let ready = s.failed.is_some() || s.fits(ONE_RECORD);
         drop(s);
@@ -154,9 +157,9 @@ impl SendWindow {
         if s.failed.is_none() {
             s.failed = Some(e);
         }
+        self.wake_watcher();
         drop(s);
         self.changed.notify_all();
-        self.wake_watcher();
     }
 
     /// Takes `cost` if it fits now, without waiting.
