@@ -11,7 +11,10 @@
 //! outlives: an input once its sender's Close arrived (the last frame of the channel), a
 //! sending channel once its sender was dropped *and* the receiver's release arrived (the
 //! last permits of the channel, sent when its input was dropped). Frames in flight for a
-//! channel that is still known are never a protocol error.
+//! channel that is still known are never a protocol error. One case stays known until the
+//! peer fails: an input registered after its sender's Close passed (the sending attempt
+//! was cancelled before the receiver registered) — a few bytes per cancelled channel, only
+//! on a failure.
 //!
 //! When the stream breaks or ends, or the peer breaks the protocol, the peer *fails*, once:
 //! its outbox closes (ending this side's half of the stream, so the peer learns it too),
