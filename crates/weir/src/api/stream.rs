@@ -237,8 +237,9 @@ impl StreamEnvironment {
     }
 
     /// The graph and configuration, for a cluster's worker, which runs its share of the
-    /// job's attempts itself (issue 24, `cluster::worker`).
-    #[cfg(feature = "cluster")]
+    /// job's attempts itself (issue 24, `cluster::worker`), and for tests of a worker's
+    /// parts.
+    #[cfg(any(test, feature = "cluster"))]
     pub(crate) fn into_parts(self) -> (JobGraph, JobConfig) {
         let graph = Rc::try_unwrap(self.graph)
             .map(RefCell::into_inner)

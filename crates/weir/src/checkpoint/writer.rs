@@ -133,6 +133,17 @@ pub struct EncodedSnapshot {
     source: Option<(String, u64)>,
 }
 
+impl EncodedSnapshot {
+    /// A snapshot of no state (tests of what carries snapshots around).
+    #[cfg(test)]
+    pub(crate) fn empty() -> Self {
+        EncodedSnapshot {
+            parts: Vec::new(),
+            source: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for EncodedSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let uids: Vec<&str> = self.parts.iter().map(|p| p.uid.as_str()).collect();
@@ -150,8 +161,7 @@ impl std::fmt::Debug for EncodedSnapshot {
 pub enum Frozen {
     /// Encoded here, ready to be written into any checkpoint.
     Here(Arc<EncodedSnapshot>),
-    /// Kept by the worker process that ran the task.
-    #[cfg(feature = "cluster")]
+    /// Kept by the worker that ran the task (its relay, `runtime::worker::relay`).
     OnWorker,
 }
 

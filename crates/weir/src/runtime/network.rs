@@ -238,16 +238,21 @@ impl<T> Channels<T> {
             })
     }
 
-    /// Adds a send on each full channel to `sel` ([`Output::watch_room`]); false when a
-    /// channel is short of room only because of its credit (no send can wake for it).
+    /// Adds a send on each full local channel, and the permit watch of each remote one out
+    /// of permits, to `sel` ([`Output::watch_room`]); false when a local channel is short
+    /// of room only because of its credit (no send can wake for it).
     fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
         let mut watched = true;
         for (h, s) in self.credits.iter().zip(&self.senders) {
-            let Some(s) = s.local() else {
-                // Permits come back on the exchange's stream: nothing to select on.
-                watched &= !s.remote_full();
+            let Some(local) = s.local() else {
+                // Permits come back on the exchange's stream, whose reader readies this
+                // when they do.
+                if let Some(room) = s.watch_remote_room() {
+                    sel.recv(room);
+                }
                 continue;
             };
+            let s = local;
             if crate::runtime::load::has_credit_room(s, h) {
                 continue;
             }

@@ -62,9 +62,10 @@ pub trait Output<T>: Send {
         true
     }
     /// (Network writers of unaligned jobs) adds to `sel` a send on each channel that is
-    /// full, so that a source waiting for room ([`Output::has_room`]) wakes the moment a
-    /// consumer takes an event — as a blocked send would — instead of waking on a timer
-    /// (polling cost unaligned W1 a fifth of its throughput on two cores: BENCHMARKS.md).
+    /// full (for a channel to another worker, the watch of its permits), so that a source
+    /// waiting for room ([`Output::has_room`]) wakes the moment a consumer takes an event —
+    /// as a blocked send would — instead of waking on a timer (polling cost unaligned W1 a
+    /// fifth of its throughput on two cores: BENCHMARKS.md).
     /// Returns whether every channel short of room is watched: a channel short only of
     /// credit (its consumer holds events read ahead, whose processing frees no slot)
     /// cannot wake a select, and the caller must look again after a moment. Other

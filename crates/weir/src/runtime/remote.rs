@@ -91,6 +91,18 @@ impl<T> Outlet<T> {
         }
     }
 
+    /// For a remote channel out of permits, what a task's `Select` waits on until they
+    /// return (or the peer is lost); `None` for a local channel, or a remote one with
+    /// room.
+    #[inline]
+    pub(crate) fn watch_remote_room(&self) -> Option<&crossbeam_channel::Receiver<()>> {
+        match self {
+            Outlet::Local(_) => None,
+            #[cfg(feature = "cluster")]
+            Outlet::Remote(r) => r.is_full().then(|| r.watch_room()),
+        }
+    }
+
     /// Sends `event` (a batch of `records` records, 0 for control), waiting for room; a
     /// send may be deferred as [`crate::runtime::load::send_or_defer`] describes
     /// (`Ok(Some(event))`) unless `no_defer`. `over_bound` (the flush ahead of a

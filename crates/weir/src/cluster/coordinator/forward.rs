@@ -3,7 +3,7 @@
 //! stream. The executor addresses tasks; the protocol addresses workers — a Trigger,
 //! Complete, Abort or Cancel reaches a worker once however many of its tasks the executor
 //! sent it to, and the worker hands it to its own tasks as the executor would have
-//! ([`dedupe`] is that rule, pure and unit-tested).
+//! (`hosts::dedupe` is that rule, pure and unit-tested here).
 //!
 //! A Trigger also tells where the checkpoint's files go (a savepoint's folder, which the
 //! executor created before it triggered): every other worker of the attempt gets it too,
@@ -22,33 +22,12 @@ use crate::checkpoint::writer::Frozen;
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, SnapshotKind};
 use crate::error::{Error, Result};
-use crate::runtime::coordinator::hosts::HostedAttempt;
+use crate::runtime::coordinator::attempt::Attempt;
+use crate::runtime::coordinator::hosts::{dedupe, Sent};
 use crate::runtime::exchange::WorkerId;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::task::Control;
-
-/// A control as the protocol carries it to one worker: what it is and for which
-/// checkpoint, so a repeat is recognised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Sent {
-    Trigger(u64),
-    Announce(u64),
-    Complete(u64),
-    Abort(u64),
-    Cancel,
-}
-
-/// Whether `control`, sent by the executor to a task on `worker`, still has to go to
-/// that worker (`seen` remembers what went).
-fn dedupe(seen: &mut HashSet<(WorkerId, Sent)>, worker: WorkerId, control: &Control) -> bool {
-    let sent = match control {
-        Control::Trigger(b) => Sent::Trigger(b.id),
-        Control::Complete(id) => Sent::Complete(*id),
-        Control::Aborted(id) => Sent::Abort(*id),
-        Control::Cancel => Sent::Cancel,
-    };
-    seen.insert((worker, sent))
-}
+use crate::runtime::worker::Subtasks;
 
 /// The workers of the attempt (`workers`, per task) that still have to hear of
 /// checkpoint `id` only as an announcement, once the Trigger for a task went to one of
@@ -112,7 +91,7 @@ pub(crate) fn start(
     workers: &[WorkerId],
     storage: CheckpointStorage,
     injector: Option<Arc<FailureInjector>>,
-) -> Result<HostedAttempt> {
+) -> Result<Attempt> {
     let mut controls = Vec::with_capacity(to.len());
     let mut receivers: Vec<Receiver<Control>> = Vec::with_capacity(to.len());
     for _ in &to {
@@ -148,9 +127,14 @@ pub(crate) fn start(
             send(stream, ToWorker::WriteFrozen(m));
         }
     });
-    Ok(HostedAttempt {
-        controls,
-        handles: vec![handle],
+    let tasks = controls.len();
+    Ok(Attempt {
+        subtasks: Subtasks {
+            controls,
+            sources: Vec::new(),
+            handles: vec![handle],
+            finished: vec![false; tasks],
+        },
         write_frozen,
     })
 }

@@ -30,7 +30,8 @@ use crate::cluster::fingerprint::PlanFingerprint;
 use crate::cluster::proto::coordinator_message::Kind as ToWorker;
 use crate::cluster::proto::{self, CoordinatorMessage};
 use crate::error::{Error, Result};
-use crate::runtime::coordinator::hosts::{HostedAttempt, PlantedFailure, TaskHosts};
+use crate::runtime::coordinator::attempt::Attempt;
+use crate::runtime::coordinator::hosts::{PlantedFailure, TaskHosts};
 use crate::runtime::exchange::WorkerId;
 use crate::runtime::plan::Plan;
 use crate::runtime::status::{WorkerBoard, WorkerStatus};
@@ -239,7 +240,7 @@ impl WorkerPool {
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
         planted: Option<&PlantedFailure>,
-    ) -> Result<std::result::Result<HostedAttempt, String>> {
+    ) -> Result<std::result::Result<Attempt, String>> {
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let offers: Vec<Offer> = members
             .iter()
@@ -408,7 +409,7 @@ impl TaskHosts for WorkerPool {
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
         planted: Option<PlantedFailure>,
-    ) -> Result<HostedAttempt> {
+    ) -> Result<Attempt> {
         self.fill(&storage.run_id().into())?;
         let tried = self.try_deploy(
             plan,
@@ -429,13 +430,15 @@ impl TaskHosts for WorkerPool {
                     attempt,
                     error: Error::Cluster(why),
                 });
-                Ok(HostedAttempt {
-                    controls: plan
-                        .tasks
-                        .iter()
-                        .map(|_| crossbeam_channel::unbounded().0)
-                        .collect(),
-                    handles: Vec::new(),
+                Ok(Attempt {
+                    subtasks: crate::runtime::worker::Subtasks {
+                        controls: (plan.tasks.iter())
+                            .map(|_| crossbeam_channel::unbounded().0)
+                            .collect(),
+                        sources: Vec::new(),
+                        handles: Vec::new(),
+                        finished: vec![false; plan.tasks.len()],
+                    },
                     write_frozen: Box::new(|_, _, _| {}),
                 })
             }

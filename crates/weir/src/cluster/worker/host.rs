@@ -1,17 +1,16 @@
 //! The gRPC edge of a worker's task side (issue 24): build this worker's subtasks of
 //! the deployed attempt (`runtime::placement`) with the same
-//! `runtime::worker::WorkerTasks` `run` uses in one process, then
-//! relay — the coordinator's Trigger, Complete, Abort, WriteFrozen and Cancel to the
-//! subtasks, their acknowledgements (state files already written to the checkpoint
-//! storage by this worker's writers, the handles in [`to_proto`]), declines, ended inputs,
-//! ends and failures to the coordinator — until the coordinator cancels the attempt,
-//! deploys the next one or ends the job.
+//! `runtime::worker::WorkerTasks` `run` uses in one process, then drive the same relay
+//! (`runtime::worker::relay`) — the coordinator's Trigger, Complete, Abort and WriteFrozen
+//! become its orders, its reports (acknowledgements, whose state files this worker's
+//! writers already wrote to the checkpoint storage, the handles in [`to_proto`]; declines,
+//! ended inputs, ends and failures) become messages to the coordinator — until the
+//! coordinator cancels the attempt, deploys the next one or ends the job. This edge only
+//! translates: what the relay does with an order or an event is the same in one process.
 //!
-//! What a subtask would hand the coordinator in memory in one process — the frozen
-//! snapshot of a task whose input ended (FLIP-147) — stays here: the Ack only says it
-//! exists, and the coordinator's WriteFrozen has this worker write it into a checkpoint.
+//! The frozen snapshot of a task whose input ended (FLIP-147) stays on this worker, in the
+//! relay: the Ack only says it exists, and the coordinator's WriteFrozen has it written.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -21,7 +20,6 @@ use super::send;
 use crate::checkpoint::barrier::{BarrierKind, CheckpointBarrier};
 use crate::checkpoint::restore;
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::{EncodedSnapshot, Frozen};
 use crate::cluster::handles::{to_proto, SubtaskRef};
 use crate::cluster::proto::coordinator_message::Kind as FromCoordinator;
 use crate::cluster::proto::worker_message::Kind as ToCoordinator;
@@ -33,8 +31,8 @@ use crate::runtime::fault::FailureInjector;
 use crate::runtime::graph::JobGraph;
 use crate::runtime::placement::{Hosting, Placement};
 use crate::runtime::state_backend::JobStateBackend;
-use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
-use crate::runtime::worker::{Subtasks, WorkerTasks};
+use crate::runtime::task::{TaskEvent, TaskMetrics};
+use crate::runtime::worker::{Order, Relay, Report, WorkerTasks};
 
 /// What the coordinator's stream brought, or why it ended.
 pub(crate) type Inbox = Receiver<std::result::Result<FromCoordinator, String>>;
@@ -163,7 +161,7 @@ impl Host {
             )?;
             Ok((a, restored.map(|r| r.path)))
         });
-        let (mut tasks, restored) = match started {
+        let (tasks, restored) = match started {
             Ok(s) => s,
             Err(e) => {
                 // Channels registered before the failure must not wait for peers.
@@ -185,8 +183,9 @@ impl Host {
             attempt: deploy.attempt,
             fingerprint: deploy.fingerprint.clone(),
         }));
+        let mut relay = (self.tasks).relay(attempt, tasks, injector, self.described.clone());
         // The tasks of other workers count as finished from the start.
-        let local: Vec<bool> = tasks.finished.iter().map(|f| !f).collect();
+        let local = relay.running();
         let mine: Vec<String> = (0..self.tasks.plan.tasks.len())
             .filter(|&t| local[t])
             .map(|t| {
@@ -200,11 +199,11 @@ impl Host {
             mine.join(", "),
             restored.map_or_else(String::new, |p| format!(", restored from {}", p.display()))
         );
-        let next = self.relay(attempt, &mut tasks, &local, inbox, injector.as_deref());
+        let next = self.relay(attempt, &mut relay, &local, inbox);
         // Before joining: a sender waiting for a channel to a peer that never connected
         // (hung or cut off before it dialled) wakes with an error instead of for ever.
         self.exchange.end_attempt(attempt);
-        tasks.cancel_and_join();
+        relay.cancel_and_join();
         self.progress(&local); // what the subtasks did up to their end
         next
     }
@@ -248,18 +247,16 @@ impl Host {
         ))
     }
 
-    /// Relays between the coordinator and attempt `attempt`'s subtasks; see the module docs.
-    /// `injector`: the failure planted here, armed by the coordinator's Complete.
+    /// Relays between the coordinator and attempt `attempt`'s subtasks through `relay`,
+    /// translating its orders from and its reports to protocol messages; see the module
+    /// docs.
     fn relay(
         &self,
         attempt: u32,
-        tasks: &mut Subtasks,
+        relay: &mut Relay,
         local: &[bool],
         inbox: &Inbox,
-        injector: Option<&FailureInjector>,
     ) -> Result<Next> {
-        // Per exited task, the newest frozen snapshot and the checkpoint it was taken for.
-        let mut frozen: HashMap<usize, (Arc<EncodedSnapshot>, u64)> = HashMap::new();
         // Reported every PROGRESS_EVERY however busy the stream is: a report only on a
         // quiet moment would never come while checkpoints are triggered more often.
         let mut next_progress = std::time::Instant::now() + PROGRESS_EVERY;
@@ -279,7 +276,9 @@ impl Host {
                 let Ok(event) = op.recv(&self.events) else {
                     return Err(Error::Cluster("the worker's event channel closed".into()));
                 };
-                self.report(attempt, event, tasks, local, &mut frozen, injector);
+                if let Some(report) = relay.event(event) {
+                    self.report(attempt, report, local);
+                }
                 continue;
             }
             let message = match op.recv(inbox) {
@@ -291,103 +290,87 @@ impl Host {
                     ))
                 }
             };
-            match message {
-                FromCoordinator::Trigger(t) if t.attempt == u64::from(attempt) => {
-                    let barrier = CheckpointBarrier {
+            let this = u64::from(attempt);
+            let order = match message {
+                FromCoordinator::Trigger(t) if t.attempt == this => Order::Trigger {
+                    barrier: CheckpointBarrier {
                         id: t.checkpoint_id,
                         timestamp_ms: t.timestamp_ms,
                         kind: barrier_kind(t.kind),
-                    };
-                    // Where the files go first: this worker's writers wait for it.
-                    let folder = (!t.savepoint_folder.is_empty())
-                        .then(|| std::path::Path::new(&t.savepoint_folder));
-                    let announced = (self.tasks.storage).announce(
-                        barrier.id,
-                        &self.tasks.cfg.savepoint_dir,
-                        folder,
-                    );
-                    if let Err(e) = announced {
-                        self.send(ToCoordinator::Decline(proto::Decline {
-                            attempt: t.attempt,
-                            checkpoint_id: t.checkpoint_id,
-                            cause: format!(
-                                "{} cannot write into {}: {e}",
-                                self.described, t.savepoint_folder
-                            ),
-                            ..Default::default()
-                        }));
+                    },
+                    folder: (!t.savepoint_folder.is_empty())
+                        .then(|| std::path::PathBuf::from(&t.savepoint_folder)),
+                    only_announce: t.only_announce,
+                },
+                FromCoordinator::Complete(c) if c.attempt == this => Order::Complete {
+                    checkpoint: c.checkpoint_id,
+                    arm_failure: c.arm_failure,
+                },
+                FromCoordinator::Abort(a) if a.attempt == this => Order::Abort(a.checkpoint_id),
+                FromCoordinator::WriteFrozen(w) if w.attempt == this => {
+                    match self.task_of(&w.task_uid, w.subtask) {
+                        Some(task) => Order::WriteFrozen {
+                            task,
+                            checkpoint: w.checkpoint_id,
+                        },
+                        None => {
+                            self.send(ToCoordinator::Decline(proto::Decline {
+                                attempt: w.attempt,
+                                checkpoint_id: w.checkpoint_id,
+                                task_uid: w.task_uid.clone(),
+                                subtask: w.subtask,
+                                cause: format!(
+                                    "{} runs no subtask {}[{}] of this plan",
+                                    self.described, w.task_uid, w.subtask
+                                ),
+                            }));
+                            continue;
+                        }
                     }
-                    if t.only_announce {
-                        continue;
-                    }
-                    for &s in tasks.sources.iter().filter(|&&s| !tasks.finished[s]) {
-                        // Unaligned: a source waiting for room or permits stops waiting
-                        // (as in one process, `runtime::coordinator::attempt`).
-                        (self.tasks.task_metrics[s].barrier_requested)
-                            .store(true, Ordering::Relaxed);
-                        let _ = tasks.controls[s].send(Control::Trigger(barrier));
-                    }
                 }
-                FromCoordinator::Complete(c) if c.attempt == u64::from(attempt) => {
-                    if let Some(injector) = injector.filter(|_| c.arm_failure) {
-                        injector.on_checkpoint_completed();
-                    }
-                    tasks.broadcast(Control::Complete(c.checkpoint_id));
-                }
-                FromCoordinator::Abort(a) if a.attempt == u64::from(attempt) => {
-                    tasks.broadcast(Control::Aborted(a.checkpoint_id));
-                }
-                FromCoordinator::WriteFrozen(w) if w.attempt == u64::from(attempt) => {
-                    self.write_frozen(attempt, &w, &frozen);
-                }
-                FromCoordinator::Cancel(c) if c.attempt == u64::from(attempt) => {
-                    return Ok(Next::Cancelled)
-                }
+                FromCoordinator::Cancel(c) if c.attempt == this => return Ok(Next::Cancelled),
                 FromCoordinator::Deploy(d) => return Ok(Next::Deploy(d)),
                 FromCoordinator::JobEnded(e) => return Ok(Next::Ended(e)),
-                _ => {} // heartbeats, and what an older attempt was sent
+                _ => continue, // heartbeats, and what an older attempt was sent
+            };
+            if let Some(report) = relay.order(order) {
+                self.report(attempt, report, local);
             }
         }
     }
 
-    /// Reports a subtask's (or writer's) event of attempt `attempt` to the coordinator; a
-    /// failure after `injector` fired is reported as injected.
-    fn report(
-        &self,
-        attempt: u32,
-        event: TaskEvent,
-        tasks: &mut Subtasks,
-        local: &[bool],
-        frozen: &mut HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
-        injector: Option<&FailureInjector>,
-    ) {
+    /// The task of the plan headed by `uid`'s subtask `subtask`.
+    fn task_of(&self, uid: &str, subtask: u32) -> Option<usize> {
+        (0..self.tasks.plan.tasks.len()).find(|&t| {
+            let s = self.subtask(t);
+            s.task_uid == uid && s.subtask == subtask
+        })
+    }
+
+    /// Sends the relay's `report` of attempt `attempt` to the coordinator.
+    fn report(&self, attempt: u32, report: Report, local: &[bool]) {
         let a = u64::from(attempt);
-        let kind = match event {
-            TaskEvent::Ack {
-                attempt: at,
+        let kind = match report {
+            Report::Ack {
                 task,
                 checkpoint,
                 ack,
-            } if at == attempt => {
-                if let Some(Frozen::Here(snapshot)) = &ack.frozen {
-                    let newer = frozen.get(&task).is_none_or(|(_, id)| *id < checkpoint);
-                    if newer {
-                        frozen.insert(task, (snapshot.clone(), checkpoint));
-                    }
-                }
-                ToCoordinator::Ack(to_proto(attempt, checkpoint, &self.subtask(task), &ack))
-            }
-            TaskEvent::Decline {
-                attempt: at,
+            } => ToCoordinator::Ack(to_proto(attempt, checkpoint, &self.subtask(task), &ack)),
+            Report::Decline {
                 checkpoint,
-                reason,
-            } if at == attempt => ToCoordinator::Decline(proto::Decline {
-                attempt: a,
-                checkpoint_id: checkpoint,
-                cause: reason,
-                ..Default::default()
-            }),
-            TaskEvent::InputEnded { attempt: at, task } if at == attempt => {
+                task,
+                cause,
+            } => {
+                let s = task.map(|t| self.subtask(t));
+                ToCoordinator::Decline(proto::Decline {
+                    attempt: a,
+                    checkpoint_id: checkpoint,
+                    cause,
+                    task_uid: s.as_ref().map_or_else(String::new, |s| s.task_uid.clone()),
+                    subtask: s.map_or(0, |s| s.subtask),
+                })
+            }
+            Report::InputEnded { task } => {
                 let s = self.subtask(task);
                 ToCoordinator::InputEnded(proto::InputEnded {
                     attempt: a,
@@ -395,11 +378,10 @@ impl Host {
                     subtask: s.subtask,
                 })
             }
-            TaskEvent::Finished { attempt: at, task } if at == attempt => {
+            Report::Finished { task } => {
                 // Its final count first: the coordinator's summary is read once every
                 // task finished.
                 self.progress(local);
-                tasks.finished[task] = true;
                 let s = self.subtask(task);
                 ToCoordinator::Finished(proto::Finished {
                     attempt: a,
@@ -407,12 +389,11 @@ impl Host {
                     subtask: s.subtask,
                 })
             }
-            TaskEvent::Failed {
-                attempt: at,
+            Report::Failed {
                 task,
                 error,
-            } if at == attempt => {
-                tasks.finished[task] = true;
+                injected,
+            } => {
                 let s = self.subtask(task);
                 let (task_name, cause) = match &error {
                     Error::TaskFailed { task, cause } => (task.clone(), cause.clone()),
@@ -425,11 +406,9 @@ impl Host {
                     task_uid: s.task_uid,
                     subtask: s.subtask,
                     cancelled: matches!(error, Error::Cancelled),
-                    injected: !matches!(error, Error::Cancelled)
-                        && injector.is_some_and(|i| i.fired() > 0),
+                    injected,
                 })
             }
-            _ => return, // an older attempt's
         };
         self.send(kind);
     }
@@ -465,35 +444,6 @@ impl Host {
             subtasks,
             streams,
         }));
-    }
-
-    /// Writes exited task's frozen snapshot into a checkpoint, as the coordinator asked;
-    /// a snapshot this worker does not hold declines the checkpoint, naming the subtask.
-    fn write_frozen(
-        &self,
-        attempt: u32,
-        w: &proto::WriteFrozen,
-        frozen: &HashMap<usize, (Arc<EncodedSnapshot>, u64)>,
-    ) {
-        let task = (0..self.tasks.plan.tasks.len()).find(|&t| {
-            let s = self.subtask(t);
-            s.task_uid == w.task_uid && s.subtask == w.subtask
-        });
-        let held = task.and_then(|t| frozen.get(&t).map(|(s, _)| (t, s.clone())));
-        let Some((task, snapshot)) = held else {
-            self.send(ToCoordinator::Decline(proto::Decline {
-                attempt: w.attempt,
-                checkpoint_id: w.checkpoint_id,
-                task_uid: w.task_uid.clone(),
-                subtask: w.subtask,
-                cause: format!(
-                    "{} holds no frozen snapshot of {}[{}]",
-                    self.described, w.task_uid, w.subtask
-                ),
-            }));
-            return;
-        };
-        (self.tasks).write_frozen(attempt, task, w.checkpoint_id, snapshot);
     }
 }
 

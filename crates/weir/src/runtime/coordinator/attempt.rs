@@ -10,14 +10,14 @@
 //!
 //! Invariant: the loop reaches tasks only through an [`Attempt`]'s control senders and its
 //! `write_frozen`, and hears them only through [`TaskEvent`]s — the same for tasks in this
-//! process (`in_memory.rs`) and on a cluster's workers.
+//! process (`in_memory.rs`) and on a cluster's workers, whose relay
+//! (`runtime::worker::relay`) stands between both.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
 use crate::checkpoint::coordinator::attempt::{
     Answer, AttemptAction, AttemptCoordinator, JobPhase,
@@ -36,41 +36,26 @@ use crate::runtime::coordinator::executor::{
 };
 use crate::runtime::event::{BarrierKind, CheckpointBarrier};
 use crate::runtime::task::{Control, TaskEvent};
+use crate::runtime::worker::Subtasks;
 
-/// A deployed attempt, as its loop drives it: per task of the plan, the sender of its
-/// controls, whether it ended, and how its frozen snapshot gets written.
+/// A deployed attempt, as its loop drives it: its tasks as the coordinator reaches them
+/// and how an exited task's frozen snapshot gets written.
 pub(crate) struct Attempt {
-    pub(crate) controls: Vec<Sender<Control>>,
-    /// The source tasks, which checkpoints are triggered at.
-    pub(crate) sources: Vec<usize>,
-    /// The tasks' threads (or the threads forwarding their controls to their workers);
-    /// they end once every control sender is dropped.
-    pub(crate) handles: Vec<JoinHandle<()>>,
-    pub(crate) finished: Vec<bool>,
-    /// Has exited task `task`'s frozen snapshot written into checkpoint `id`
-    /// ([`crate::runtime::coordinator::hosts::HostedAttempt::write_frozen`]).
+    /// Per task of the plan, the sender of its controls (they reach the task through its
+    /// worker's relay), the plan's source tasks, which tasks ended, and the threads that
+    /// carry the controls (they end once the attempt is cancelled).
+    pub(crate) subtasks: Subtasks,
+    /// Has exited task `task`'s frozen snapshot written into checkpoint `id` by the worker
+    /// that keeps it (FLIP-147; the state never travels through the coordinator).
     #[allow(clippy::type_complexity)]
     pub(crate) write_frozen: Box<dyn Fn(usize, u64, Frozen)>,
 }
 
 impl Attempt {
-    /// Sends `c` to every task still running.
-    pub(crate) fn broadcast(&self, c: Control) {
-        for (i, tx) in self.controls.iter().enumerate() {
-            if !self.finished[i] {
-                let _ = tx.send(c); // a task that already exited needs no message
-            }
-        }
-    }
-
-    /// Cancels every task and waits for its thread to end.
+    /// Cancels every task and waits for the threads that carry its controls.
     pub(crate) fn cancel_and_join(self) {
-        self.broadcast(Control::Cancel);
-        drop(self.controls);
         drop(self.write_frozen);
-        for h in self.handles {
-            let _ = h.join(); // task panics were caught inside the thread
-        }
+        self.subtasks.cancel_and_join();
     }
 }
 
@@ -114,7 +99,7 @@ impl Executor<'_> {
         latest_path: &mut Option<PathBuf>,
     ) -> (Attempt, AttemptEnd) {
         let tasks = self.plan.tasks.len();
-        let sources = attempt.sources.clone();
+        let sources = attempt.subtasks.sources.clone();
         let (checkpoints, stale) =
             Checkpoints::start(coordinator, attempt_no, tasks, sources, Instant::now());
         let mut run = AttemptRun {
@@ -141,8 +126,8 @@ impl Executor<'_> {
 
 impl AttemptRun<'_, '_> {
     fn drive(&mut self, events: &Receiver<TaskEvent>) -> AttemptEnd {
-        // Tasks of other workers hosted in this process count as finished from the start.
-        let mut remaining = self.attempt.finished.iter().filter(|f| !**f).count();
+        // Every task of the plan, wherever it runs, reports its end here.
+        let mut remaining = self.attempt.subtasks.finished.len();
         let mut cancelled = false;
         let current = self.checkpoints.attempt();
         loop {
@@ -210,7 +195,7 @@ impl AttemptRun<'_, '_> {
                     Vec::new()
                 }
                 Ok(TaskEvent::Finished { attempt, task }) if attempt == current => {
-                    self.attempt.finished[task] = true;
+                    self.attempt.subtasks.finished[task] = true;
                     remaining -= 1;
                     self.checkpoints.on_finished(attempt, task)
                 }
@@ -219,7 +204,7 @@ impl AttemptRun<'_, '_> {
                     task,
                     error,
                 }) if attempt == current => {
-                    self.attempt.finished[task] = true;
+                    self.attempt.subtasks.finished[task] = true;
                     self.checkpoints.on_failed(attempt, task);
                     remaining -= 1;
                     if !matches!(error, Error::Cancelled) {
@@ -332,7 +317,7 @@ impl AttemptRun<'_, '_> {
                         // Unaligned: a source blocked on a full channel stops waiting.
                         let m = &self.exec.task_metrics[s];
                         m.barrier_requested.store(true, Ordering::Relaxed);
-                        let _ = self.attempt.controls[s].send(Control::Trigger(barrier));
+                        let _ = self.attempt.subtasks.controls[s].send(Control::Trigger(barrier));
                     }
                     Vec::new()
                 }
@@ -373,14 +358,14 @@ impl AttemptRun<'_, '_> {
                 Step::Abort(id) => {
                     let now = wall_ms();
                     (self.exec.control).update(|s| s.on_checkpoint_given_up(id, now));
-                    self.attempt.broadcast(Control::Aborted(id));
+                    self.attempt.subtasks.broadcast(Control::Aborted(id));
                     // Never confirmed, so no task builds on its files: they go at once.
                     let _ = shared::discard(&self.exec.storage, id);
                     self.release_shared();
                     Vec::new()
                 }
                 Step::NotifyComplete(id) => {
-                    self.attempt.broadcast(Control::Complete(id));
+                    self.attempt.subtasks.broadcast(Control::Complete(id));
                     self.release_shared();
                     Vec::new()
                 }

@@ -80,7 +80,7 @@ pub(crate) struct Executor<'a> {
     pub(crate) shared: crate::checkpoint::shared::Deferred,
     /// The workers every task runs on: one in-process worker (`in_memory.rs`) or a
     /// cluster's.
-    pub(crate) hosts: Box<dyn TaskHosts>,
+    pub(crate) hosts: Arc<dyn TaskHosts>,
 }
 
 /// Outcome of one attempt.
@@ -345,25 +345,31 @@ fn run_job(
     control.observe_plan(&graph, &plan, &task_metrics, chain_metrics.as_deref());
     // The cluster of one: a single in-process worker, sharing this process's counters and
     // failure injector (`in_memory.rs`).
-    let in_memory = || -> Box<dyn TaskHosts> {
+    let in_memory = || -> Arc<dyn TaskHosts> {
+        // The worker's subtasks and writers report to its relay, which reports here.
+        let (worker_tx, worker_rx) = unbounded::<TaskEvent>();
         let worker = WorkerTasks::new(
             graph.clone(),
             cfg.clone(),
             plan.clone(),
             storage.clone(),
             state_backend.clone(),
-            events_tx.clone(),
+            worker_tx,
             task_metrics.clone(),
             chain_metrics.clone(),
         );
-        let hosts = InMemoryHosts::new(worker, injector.clone());
+        let hosts = InMemoryHosts::new(worker, worker_rx, injector.clone());
         #[cfg(feature = "cluster")]
         let hosts = hosts.placed(placement.clone());
-        Box::new(hosts)
+        // Shared like a cluster's hosts, but never across threads: the in-process worker
+        // holds the job graph, which lives on this thread.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let hosts = Arc::new(hosts);
+        hosts
     };
     #[cfg(feature = "cluster")]
     let hosts = match remote {
-        Some(hosts) => Box::new(hosts),
+        Some(hosts) => hosts,
         None => in_memory(),
     };
     #[cfg(not(feature = "cluster"))]
@@ -652,7 +658,7 @@ impl Executor<'_> {
                 injector: injector.clone(),
             })
         });
-        let hosted = self.hosts.deploy(
+        let mut attempt = self.hosts.deploy(
             &self.plan,
             attempt,
             restore,
@@ -661,17 +667,15 @@ impl Executor<'_> {
             metrics,
             planted,
         )?;
-        let sources = (self.plan.tasks.iter().enumerate())
+        // The coordinator triggers checkpoints at every source of the plan, wherever it
+        // runs, and hears every task end.
+        let s = &mut attempt.subtasks;
+        s.sources = (self.plan.tasks.iter().enumerate())
             .filter(|(_, t)| matches!(self.graph.nodes[t.chain[0]].kind, NodeKind::Source(_)))
             .map(|(i, _)| i)
             .collect();
-        Ok(Attempt {
-            controls: hosted.controls,
-            sources,
-            handles: hosted.handles,
-            finished: vec![false; self.plan.tasks.len()],
-            write_frozen: hosted.write_frozen,
-        })
+        s.finished = vec![false; self.plan.tasks.len()];
+        Ok(attempt)
     }
 
     /// How attempt `attempt` failed on the workers: by an injected failure a worker fired

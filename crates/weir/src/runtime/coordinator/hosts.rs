@@ -9,23 +9,28 @@
 //! lost worker) into events, and has a frozen snapshot written where it is kept. Two
 //! implementations:
 //! * `in_memory` — the cluster of one: `run` in one process hands each attempt to one
-//!   in-process worker ([`crate::runtime::worker::WorkerTasks`]); the controls and events
-//!   are the tasks' own channels, nothing is translated.
+//!   in-process worker ([`crate::runtime::worker::WorkerTasks`]) and its relay
+//!   (`runtime::worker::relay`), driven on a thread of the attempt; the controls become
+//!   the relay's orders and its reports task events, as Rust values.
 //! * `cluster::coordinator` (feature `cluster`, above this layer) — workers in other
-//!   processes, reached over gRPC; each worker runs the same `WorkerTasks` behind its edge.
+//!   processes, reached over gRPC; each worker runs the same `WorkerTasks` and relay behind
+//!   its edge, which translates to and from protocol messages only.
+//!
+//! Either way the attempt's [`Attempt`] holds, as its `Subtasks`, senders that reach the
+//! relay, not the tasks themselves, and the threads that drive it.
 //!
 //! Invariant: what crosses this interface is Rust values ([`Control`], [`TaskEvent`],
-//! [`Frozen`]); protocol messages exist only inside the gRPC edge.
+//! `Frozen`); protocol messages exist only inside the gRPC edge.
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::checkpoint::storage::CheckpointStorage;
-use crate::checkpoint::writer::Frozen;
 use crate::error::Result;
+use crate::runtime::coordinator::attempt::Attempt;
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
 
@@ -50,7 +55,7 @@ pub(crate) trait TaskHosts {
         storage: &CheckpointStorage,
         metrics: &[Arc<TaskMetrics>],
         planted: Option<PlantedFailure>,
-    ) -> Result<HostedAttempt>;
+    ) -> Result<Attempt>;
 
     /// Whether a worker reported that attempt `attempt` failed by an injected failure
     /// (the restart strategy counts it as one, as in one process).
@@ -77,35 +82,6 @@ pub(crate) trait TaskHosts {
     }
 }
 
-/// A cluster's hosts, shared with what else watches its workers (the status board).
-#[cfg(feature = "cluster")]
-impl TaskHosts for Arc<dyn TaskHosts> {
-    fn deploy(
-        &self,
-        plan: &Plan,
-        attempt: u32,
-        restore: Option<&RestoredCheckpoint>,
-        events: &Sender<TaskEvent>,
-        storage: &CheckpointStorage,
-        metrics: &[Arc<TaskMetrics>],
-        planted: Option<PlantedFailure>,
-    ) -> Result<HostedAttempt> {
-        (**self).deploy(plan, attempt, restore, events, storage, metrics, planted)
-    }
-
-    fn injected_failure(&self, attempt: u32) -> bool {
-        (**self).injected_failure(attempt)
-    }
-
-    fn uncounted_failure(&self, attempt: u32) -> bool {
-        (**self).uncounted_failure(attempt)
-    }
-
-    fn end_job(&self, outcome: std::result::Result<(), &crate::error::Error>) {
-        (**self).end_job(outcome)
-    }
-}
-
 /// The injected failure (`--inject-failures`) an attempt's workers are to fire: the
 /// coordinator holds the job's plan, one worker fires it inside one of its tasks.
 #[derive(Clone)]
@@ -125,15 +101,32 @@ pub(crate) struct PlantedFailure {
     pub(crate) injector: Arc<crate::runtime::fault::FailureInjector>,
 }
 
-/// An attempt deployed on the workers, as the executor drives it.
-#[allow(clippy::type_complexity)]
-pub(crate) struct HostedAttempt {
-    /// Per task of the plan, the sender whose controls reach the task on its worker.
-    pub(crate) controls: Vec<Sender<Control>>,
-    /// The threads forwarding the controls; they end once every control sender is dropped.
-    pub(crate) handles: Vec<JoinHandle<()>>,
-    /// Has exited task `task`'s frozen snapshot (its Ack's [`Frozen`]) written into
-    /// checkpoint `id` by the worker that ran it (FLIP-147; on a cluster the state never
-    /// travels through the coordinator).
-    pub(crate) write_frozen: Box<dyn Fn(usize, u64, Frozen) + 'static>,
+/// A control as a worker hears it: what it is and for which checkpoint, so that one sent
+/// to several of its tasks reaches the worker once (the worker hands it to its tasks, as
+/// its relay does, `runtime::worker::relay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Sent {
+    Trigger(u64),
+    /// Only where a checkpoint's files go (`cluster::coordinator::forward`).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Announce(u64),
+    Complete(u64),
+    Abort(u64),
+    Cancel,
+}
+
+/// Whether `control`, sent by the attempt loop to a task on `worker`, still has to go to
+/// that worker (`seen` remembers what went).
+pub(crate) fn dedupe<W: Eq + std::hash::Hash>(
+    seen: &mut HashSet<(W, Sent)>,
+    worker: W,
+    control: &Control,
+) -> bool {
+    let sent = match control {
+        Control::Trigger(b) => Sent::Trigger(b.id),
+        Control::Complete(id) => Sent::Complete(*id),
+        Control::Aborted(id) => Sent::Abort(*id),
+        Control::Cancel => Sent::Cancel,
+    };
+    seen.insert((worker, sent))
 }

@@ -45,6 +45,7 @@ impl<T> Drop for RemoteSender<T> {
     /// lost one by the end-of-input before it).
     fn drop(&mut self) {
         let _ = self.peer.outbox.push(wire::close(self.channel), false);
+        self.peer.close_output(self.channel);
     }
 }
 
@@ -130,6 +131,12 @@ impl<T> RemoteSender<T> {
     /// Whether a batch could not be sent now (out of permits, or not open yet).
     pub fn is_full(&self) -> bool {
         self.window.is_full()
+    }
+
+    /// What a task's `Select` waits on while this channel is out of permits: ready once
+    /// they return or the peer is lost ([`SendWindow::watch`]).
+    pub fn watch_room(&self) -> &Receiver<()> {
+        self.window.watch()
     }
 
     /// Sends that had to wait for permits, ever.

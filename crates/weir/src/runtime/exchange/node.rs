@@ -600,6 +600,12 @@ impl Exchange {
         p.is_attached() && p.failure().is_none()
     }
 
+    /// The channels with `peer` still known here: (inputs, sending channels). Those of
+    /// an ended attempt are forgotten once both ends closed them ([`Peer`]).
+    pub fn channels(&self, peer: WorkerId) -> (usize, usize) {
+        self.node.peer(peer).channels()
+    }
+
     /// Frames and bytes on the stream with `peer`.
     pub fn stats(&self, peer: WorkerId) -> PeerStats {
         peer_stats(&self.node.peer(peer))

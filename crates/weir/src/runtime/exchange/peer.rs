@@ -6,6 +6,16 @@
 //! by channel: permits to the sending channel's [`SendWindow`], events to the input's queue.
 //! It never waits for a task, so one slow channel cannot stall the stream.
 //!
+//! A channel is forgotten once both of its ends are done with it, so a peer's maps hold
+//! only the channels of attempts still running, however many attempts its stream
+//! outlives: an input once its sender's Close arrived (the last frame of the channel), a
+//! sending channel once its sender was dropped *and* the receiver's release arrived (the
+//! last permits of the channel, sent when its input was dropped). Frames in flight for a
+//! channel that is still known are never a protocol error. One case stays known until the
+//! peer fails: an input registered after its sender's Close passed (the sending attempt
+//! was cancelled before the receiver registered) — a few bytes per cancelled channel, only
+//! on a failure.
+//!
 //! When the stream breaks or ends, or the peer breaks the protocol, the peer *fails*, once:
 //! its outbox closes (ending this side's half of the stream, so the peer learns it too),
 //! every sending channel fails with the error, waking its waiting senders, and every input
@@ -33,6 +43,23 @@ pub trait InboundChannel: Send + Sync {
     fn close(&self);
 }
 
+/// A sending channel to the peer, and which of its ends are done with it.
+struct Output {
+    window: Arc<SendWindow>,
+    /// Its sender was dropped (its Close is queued).
+    sender_gone: bool,
+    /// The receiver released it (its input was dropped): no permits follow.
+    released: bool,
+}
+
+/// The permits a receiver grants a channel whose input is gone: without end, so a sender
+/// waiting for permits wakes and reaches its own cancellation. The last permits frame of
+/// the channel, recognised by its size.
+pub const RELEASE: Cost = Cost {
+    batches: u32::MAX / 2,
+    records: (i64::MAX / 4) as u64,
+};
+
 /// One peer worker.
 pub struct Peer {
     /// Frames to send to it.
@@ -51,7 +78,10 @@ struct PeerState {
     attached: bool,
     failed: Option<ExchangeError>,
     inputs: HashMap<ChannelId, Arc<dyn InboundChannel>>,
-    outputs: HashMap<ChannelId, Arc<SendWindow>>,
+    outputs: HashMap<ChannelId, Output>,
+    /// Permit waits of the sending channels forgotten (count, nanoseconds): the peer's
+    /// figures count every channel it ever had.
+    retired_waits: (u64, u64),
     /// What must live as long as the stream (the dialled side's client).
     keep: Option<Box<dyn std::any::Any + Send>>,
 }
@@ -112,10 +142,19 @@ impl Peer {
     /// Over every sending channel to this peer: sends that waited for permits, and how
     /// long they waited in all (nanoseconds).
     pub fn permit_waits(&self) -> (u64, u64) {
-        let windows: Vec<_> = self.lock().outputs.values().cloned().collect();
+        let s = self.lock();
+        let retired = s.retired_waits;
+        let windows: Vec<_> = s.outputs.values().map(|o| o.window.clone()).collect();
+        drop(s);
         windows
             .iter()
-            .fold((0, 0), |(n, ns), w| (n + w.waits(), ns + w.waited_ns()))
+            .fold(retired, |(n, ns), w| (n + w.waits(), ns + w.waited_ns()))
+    }
+
+    /// The channels known now: (inputs, sending channels).
+    pub fn channels(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.inputs.len(), s.outputs.len())
     }
 
     /// The permits of sending channel `channel`, made on first use (by its sender or by the
@@ -123,17 +162,19 @@ impl Peer {
     /// failed.
     pub fn window(&self, channel: ChannelId) -> Arc<SendWindow> {
         let mut s = self.lock();
-        let failed = s.failed.clone();
-        s.outputs
-            .entry(channel)
-            .or_insert_with(|| {
-                let w = SendWindow::new();
-                if let Some(e) = failed {
-                    w.fail(e);
-                }
-                Arc::new(w)
-            })
-            .clone()
+        s.output(channel).window.clone()
+    }
+
+    /// The sender of `channel` was dropped (after queueing its Close): the channel is
+    /// forgotten once its receiver released it too.
+    pub fn close_output(&self, channel: ChannelId) {
+        let mut s = self.lock();
+        if let Some(o) = s.outputs.get_mut(&channel) {
+            o.sender_gone = true;
+            if o.released {
+                s.forget_output(channel);
+            }
+        }
     }
 
     /// Registers the receiving end of `channel` and grants its sender `bound` (queued until
@@ -178,11 +219,7 @@ impl Peer {
         let failed = s.failed.is_some();
         drop(s);
         if !failed {
-            let release = Cost {
-                batches: u32::MAX / 2,
-                records: (i64::MAX / 4) as u64,
-            };
-            self.outbox.push(wire::permits(channel, release), true);
+            self.outbox.push(wire::permits(channel, RELEASE), true);
         }
     }
 
@@ -195,8 +232,8 @@ impl Peer {
         let s = self.lock();
         let peer = s.name.clone();
         let unopened: Vec<_> = (s.outputs.values())
-            .filter(|w| !w.is_open())
-            .cloned()
+            .filter(|o| !o.window.is_open())
+            .map(|o| o.window.clone())
             .collect();
         drop(s);
         for w in unopened {
@@ -216,16 +253,27 @@ impl Peer {
         };
         let channel = wire::channel_of(&kind);
         if let Kind::Permits(p) = kind {
-            self.window(channel).grant(Cost {
+            let cost = Cost {
                 batches: p.batches,
                 records: p.records,
-            });
+            };
+            let mut s = self.lock();
+            let o = s.output(channel);
+            let window = o.window.clone();
+            if cost == RELEASE {
+                o.released = true;
+                if o.sender_gone {
+                    s.forget_output(channel);
+                }
+            }
+            drop(s);
+            window.grant(cost);
             return Ok(());
         }
         if let Kind::Close(_) = kind {
-            // In order after the channel's frames; unknown (never registered here) or
-            // closed already: nothing to do.
-            let input = self.lock().inputs.get(&channel).cloned();
+            // In order after the channel's frames: its input is done with. Unknown (never
+            // registered here, or closed already): nothing to do.
+            let input = self.lock().inputs.remove(&channel);
             if let Some(input) = input {
                 input.close();
             }
@@ -254,7 +302,7 @@ impl Peer {
             return;
         }
         s.failed = Some(e.clone());
-        let outputs: Vec<_> = s.outputs.values().cloned().collect();
+        let outputs: Vec<_> = s.outputs.values().map(|o| o.window.clone()).collect();
         let inputs: Vec<_> = s.inputs.values().cloned().collect();
         let keep = s.keep.take();
         drop(s);
@@ -290,6 +338,33 @@ impl Peer {
     }
 }
 
+impl PeerState {
+    /// Sending channel `channel`, made on first use (by its sender or by the receiver's
+    /// grant, whichever comes first); failed if the peer is.
+    fn output(&mut self, channel: ChannelId) -> &mut Output {
+        let failed = self.failed.clone();
+        self.outputs.entry(channel).or_insert_with(|| {
+            let w = SendWindow::new();
+            if let Some(e) = failed {
+                w.fail(e);
+            }
+            Output {
+                window: Arc::new(w),
+                sender_gone: false,
+                released: false,
+            }
+        })
+    }
+
+    /// Both ends are done with sending channel `channel`: forget it, keeping its figures.
+    fn forget_output(&mut self, channel: ChannelId) {
+        if let Some(o) = self.outputs.remove(&channel) {
+            self.retired_waits.0 += o.window.waits();
+            self.retired_waits.1 += o.window.waited_ns();
+        }
+    }
+}
+
 /// A status as a cause: its message and, for transport errors, the chain below it.
 pub fn status_cause(status: &tonic::Status) -> String {
     let mut cause = status.message().to_string();
@@ -312,6 +387,7 @@ pub fn status_cause(status: &tonic::Status) -> String {
 mod tests {
     use super::*;
     use crate::runtime::event::Event;
+    use crate::runtime::exchange::permits::Taken;
 
     struct Nowhere;
     impl InboundChannel for Nowhere {
@@ -352,5 +428,57 @@ mod tests {
         // A failed peer fails windows made afterwards too.
         peer.fail(ExchangeError::Shutdown);
         assert_eq!(peer.window(6).failure(), Some(ExchangeError::Shutdown));
+    }
+
+    #[test]
+    fn a_channel_is_forgotten_once_both_ends_are_done_with_it() {
+        let peer = Peer::new(2);
+        assert!(peer.attach("worker 2".into()));
+        let grant = |c, cost| peer.on_frame(wire::permits(c, cost)).unwrap();
+        // Sending channel 1: the sender goes first, then the receiver's release.
+        let w1 = peer.window(1);
+        let one = Cost {
+            batches: 1,
+            records: 1,
+        };
+        grant(1, one);
+        assert_eq!(w1.try_take(one), Ok(Taken::Yes));
+        // A send that waits for permits: a figure the peer keeps after forgetting.
+        let waiting = w1.clone();
+        let sender = std::thread::spawn(move || waiting.take(one, None));
+        while w1.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        grant(1, one);
+        assert_eq!(sender.join().unwrap(), Ok(Taken::Yes));
+        peer.close_output(1);
+        assert_eq!(
+            peer.channels(),
+            (0, 1),
+            "the receiver may still return permits"
+        );
+        grant(1, one);
+        assert_eq!(peer.channels(), (0, 1));
+        grant(1, RELEASE);
+        assert_eq!(peer.channels(), (0, 0));
+        assert_eq!(peer.permit_waits().0, 1, "its figures stay the peer's");
+        // Sending channel 2: the receiver releases first (its task failed early).
+        peer.window(2);
+        grant(2, RELEASE);
+        assert_eq!(peer.channels(), (0, 1), "its sender still holds it");
+        peer.close_output(2);
+        assert_eq!(peer.channels(), (0, 0));
+        // Input 3: forgotten when its sender's Close arrives, the channel's last frame.
+        peer.add_input(3, Arc::new(Nowhere), ChannelBound::local(1))
+            .unwrap();
+        assert_eq!(peer.channels(), (1, 0));
+        peer.close_input(3); // its task went first: frames in flight are still fine
+        let codec = crate::runtime::codec::TypeRegistry::with_common_types()
+            .codec::<u64>()
+            .unwrap();
+        let late = wire::to_frame(3, Event::Batch(vec![1u64]), codec.as_ref()).unwrap();
+        peer.on_frame(late).unwrap();
+        peer.on_frame(wire::close(3)).unwrap();
+        assert_eq!(peer.channels(), (0, 0));
     }
 }

@@ -12,19 +12,40 @@
 //!
 //! Senders are task threads (blocking); grants come from the peer's reader task. A mutex
 //! and a condition variable join them: a send waits only when its channel is out of
-//! permits, and a failure of the peer wakes every waiting sender with the error.
+//! permits, and a failure of the peer wakes every waiting sender with the error. A task
+//! that must not block in a send (a source of an unaligned job waiting for room while it
+//! also waits for control messages) selects instead on [`SendWindow::watch`], which a
+//! grant or a failure makes ready.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::wire::Cost;
 use super::ExchangeError;
 
 /// One sending channel's permits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SendWindow {
     state: Mutex<WindowState>,
     changed: Condvar,
+    /// Holds a token once permits returned or the channel failed since the last
+    /// [`SendWindow::watch`]: what a task's `Select` waits on.
+    room_tx: Sender<()>,
+    room_rx: Receiver<()>,
+}
+
+impl Default for SendWindow {
+    fn default() -> Self {
+        let (room_tx, room_rx) = bounded(1);
+        SendWindow {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            room_tx,
+            room_rx,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +85,12 @@ impl WindowState {
     }
 }
 
+/// A batch of one record: what "room" means.
+const ONE_RECORD: Cost = Cost {
+    batches: 1,
+    records: 1,
+};
+
 /// The outcome of taking permits.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Taken {
@@ -93,8 +120,35 @@ impl SendWindow {
         }
         s.batches += i64::from(cost.batches);
         s.records += cost.records as i64;
+        // Under the lock: a send that takes these permits comes after the wakeup, so a
+        // watch after that send drops it rather than waking on permits already spent.
+        self.wake_watcher();
         drop(s);
         self.changed.notify_all();
+    }
+
+    /// Readies [`SendWindow::watch`]'s receiver (one token is enough: it only wakes).
+    /// Called with the state locked, never blocks.
+    fn wake_watcher(&self) {
+        let _ = self.room_tx.try_send(());
+    }
+
+    /// What a task selects on while this channel is out of permits and it must not block
+    /// in a send: ready once permits return or the channel fails after this call, or at
+    /// once when it has room (or failed) already. Wakeups from before the call are dropped,
+    /// so a select on it never spins while the channel stays full. The task takes nothing
+    /// from it: the next `watch` clears it. A channel has one sender, so one watcher.
+    pub fn watch(&self) -> &Receiver<()> {
+        while self.room_rx.try_recv().is_ok() {}
+        // A grant between the caller's look and the line above left no token behind:
+        // look again, under the lock the grant sends its token under.
+        let s = self.lock();
+        let ready = s.failed.is_some() || s.fits(ONE_RECORD);
+        drop(s);
+        if ready {
+            self.wake_watcher();
+        }
+        &self.room_rx
     }
 
     /// The peer is lost: every send from now on, and every waiting one, fails with `e`.
@@ -103,6 +157,7 @@ impl SendWindow {
         if s.failed.is_none() {
             s.failed = Some(e);
         }
+        self.wake_watcher();
         drop(s);
         self.changed.notify_all();
     }
@@ -169,10 +224,7 @@ impl SendWindow {
     /// Whether a batch of one record could not be sent now (closed, or out of permits):
     /// the remote counterpart of a full channel.
     pub fn is_full(&self) -> bool {
-        !self.lock().fits(Cost {
-            batches: 1,
-            records: 1,
-        })
+        !self.lock().fits(ONE_RECORD)
     }
 
     /// The permits held now: batches and records (records may be negative, see the module
@@ -291,6 +343,34 @@ mod tests {
         w.grant(batch(5));
         assert_eq!(w.available(), (2, 10));
         assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
+    }
+
+    #[test]
+    fn a_watch_is_ready_once_permits_return_or_the_channel_fails_and_not_before() {
+        let w = SendWindow::new();
+        assert!(w.watch().is_empty(), "not open: nothing to wait for yet");
+        w.grant(batch(2));
+        assert!(!w.watch().is_empty(), "room already: ready at once");
+        assert_eq!(w.try_take(batch(2)), Ok(Taken::Yes));
+        // The grant's wakeup is old news once the channel is full again.
+        assert!(w.watch().is_empty());
+        assert!(w.watch().is_empty(), "watching again does not wake either");
+        w.grant(batch(1));
+        let watched = w.watch();
+        assert!(!watched.is_empty(), "permits returned");
+        // A task's select wakes on it without taking it.
+        let mut sel = crossbeam_channel::Select::new();
+        sel.recv(watched);
+        assert_eq!(sel.try_ready(), Ok(0));
+        assert_eq!(w.try_take(batch(1)), Ok(Taken::Yes));
+        let watched = w.watch();
+        assert!(watched.is_empty());
+        w.fail(ExchangeError::Shutdown);
+        assert!(
+            !watched.is_empty(),
+            "a failure wakes it: the send reports it"
+        );
+        assert!(!w.watch().is_empty());
     }
 
     #[test]

@@ -414,6 +414,71 @@ fn a_task_selects_on_a_remote_input_as_on_a_local_channel_and_returns_permits_by
 }
 
 #[test]
+fn a_task_waiting_for_room_on_a_remote_channel_wakes_when_its_permits_return() {
+    let (a, b) = pair();
+    let tx = a.output(2, 11, codec());
+    let rx = b.input(1, 11, ChannelBound::local(1), codec()).unwrap();
+    tx.send(Event::Batch(vec![1])).unwrap();
+    assert!(tx.is_full());
+    // A source's wait for room: its select holds the channel's permit watch.
+    let mut sel = crossbeam_channel::Select::new();
+    sel.recv(tx.watch_room());
+    assert!(sel.try_ready().is_err(), "full: nothing wakes it yet");
+    // The receiver takes the batch: its permits come back on the stream and wake the
+    // select (no timer: the wait below ends only by the wakeup, or fails after a minute).
+    assert_eq!(records(rx.recv().unwrap()), [1]);
+    assert_eq!(sel.ready_timeout(Duration::from_secs(60)), Ok(0));
+    assert!(!tx.is_full());
+    // Watched again while full, it is not ready until the next return.
+    tx.send(Event::Batch(vec![2])).unwrap();
+    let mut sel = crossbeam_channel::Select::new();
+    sel.recv(tx.watch_room());
+    assert!(
+        sel.try_ready().is_err(),
+        "the earlier wakeup is not replayed"
+    );
+    assert_eq!(records(rx.recv().unwrap()), [2]);
+    assert_eq!(sel.ready_timeout(Duration::from_secs(60)), Ok(0));
+}
+
+#[test]
+fn the_channels_of_an_attempt_are_forgotten_on_both_workers_once_both_ends_closed() {
+    let (a, b) = pair();
+    // Channels both ways, as an attempt's: each sends, ends, and both ends go.
+    let mut ends = Vec::new();
+    for (from, to, c) in [(&a, &b, 20), (&a, &b, 21), (&b, &a, 22)] {
+        let tx = from.output(to.worker(), c, codec());
+        let rx = to
+            .input(from.worker(), c, ChannelBound::local(2), codec())
+            .unwrap();
+        tx.send(Event::Batch(vec![u64::from(c)])).unwrap();
+        tx.send(Event::EndOfInput).unwrap();
+        ends.push((tx, rx));
+    }
+    assert_eq!(a.channels(2), (1, 2));
+    assert_eq!(b.channels(1), (2, 1));
+    for (i, (tx, rx)) in ends.into_iter().enumerate() {
+        // The sender goes first on some channels, the input on others.
+        if i % 2 == 0 {
+            drop(tx);
+            assert_eq!(records(rx.recv().unwrap()), [20 + i as u64]);
+            drop(rx);
+        } else {
+            assert_eq!(records(rx.recv().unwrap()), [20 + i as u64]);
+            drop(rx);
+            drop(tx);
+        }
+    }
+    wait_until("worker 1 forgot them", || a.channels(2) == (0, 0));
+    wait_until("worker 2 forgot them", || b.channels(1) == (0, 0));
+    // The stream is still up and carries the next attempt's channels.
+    let tx = a.output(2, 30, codec());
+    let rx = b.input(1, 30, ChannelBound::local(2), codec()).unwrap();
+    tx.send(Event::Batch(vec![30])).unwrap();
+    assert_eq!(records(rx.recv().unwrap()), [30]);
+}
+
+#[test]
 fn a_dropped_sender_closes_its_input_after_what_it_sent_and_the_peer_stays_up() {
     let (a, b) = pair();
     let tx = a.output(2, 7, codec());

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{RecvTimeoutError, Select, TryRecvError};
 
 /// How long a source of an unaligned job waits for room under its consumers' credit
-/// before it looks again, when a channel is short only of credit: no send can wake it
-/// then (see [`SourceTask::wait_for_room`]).
+/// before it looks again, when a local channel is short only of credit: no send can wake
+/// it then (see [`SourceTask::wait_for_room`]). A remote channel short of permits wakes the
+/// source when they return instead (`exchange::permits::SendWindow::watch`).
 const CREDIT_WAIT: Duration = Duration::from_micros(50);
 
 /// The longest a source waits for room when every channel short of it is watched: a
@@ -66,8 +67,9 @@ impl SourceTask<'_> {
 
     /// Waits until a channel short of room gains some ([`Output::watch_room`]) or a
     /// control message arrives, and handles the message. A consumer taking an event wakes
-    /// the source as it would wake a blocked send, so an unaligned job's source keeps
-    /// pace with its consumers like an aligned one's, without polling on a timer. (A
+    /// the source as it would wake a blocked send (on another worker: its returned
+    /// permits do), so an unaligned job's source keeps pace with its consumers like an
+    /// aligned one's, without polling on a timer. (A
     /// consumer that failed leaves a full channel whose send is always "ready": the source
     /// then loops here until the executor's cancel, which this select also waits for.)
     fn wait_for_room<T, S: SourceFunction<T>>(

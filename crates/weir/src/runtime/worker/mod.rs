@@ -9,7 +9,8 @@
 //! counters. Per attempt, [`WorkerTasks::spawn`] (`spawn.rs`) builds the channels and
 //! operator chains of its subtasks and starts one thread per subtask; their ends, their
 //! acknowledgements and those of the writers arrive as [`TaskEvent`]s on the sender it was
-//! given.
+//! given. [`WorkerTasks::relay`] (`relay.rs`) then stands between the coordinator and
+//! those subtasks: the coordinator's orders in, reports out — one relay for both edges.
 //!
 //! Invariants:
 //! * Nothing of the coordinator lives here: no checkpoint coordinator, no `_metadata`, no
@@ -19,9 +20,11 @@
 //! * The writers live as long as this value: dropping it closes their queue and waits for
 //!   them, so once it is gone no state file of any checkpoint can appear any more (the
 //!   coordinator's end sweeps rely on it).
-//! * A frozen snapshot (FLIP-147: the state of a subtask whose input ended) is written by
-//!   these writers only, into the checkpoint the coordinator names ([`WorkerTasks::write_frozen`]).
+//! * A frozen snapshot (FLIP-147: the state of a subtask whose input ended) stays on its
+//!   worker, kept by the attempt's relay, and is written by these writers only, into the
+//!   checkpoint the coordinator names ([`Order::WriteFrozen`]).
 
+mod relay;
 mod spawn;
 
 use std::rc::Rc;
@@ -42,7 +45,7 @@ use crate::runtime::plan::{Plan, TaskPlan};
 use crate::runtime::state_backend::JobStateBackend;
 use crate::runtime::task::{TaskEvent, TaskMetrics};
 
-#[cfg(feature = "cluster")]
+pub(crate) use relay::{Order, Relay, Report};
 pub(crate) use spawn::Subtasks;
 
 /// How many writer threads a worker runs: snapshots are written off the task threads.
@@ -52,7 +55,7 @@ const WRITERS: usize = 2;
 pub(crate) struct WorkerTasks {
     pub(crate) graph: Rc<JobGraph>,
     pub(crate) cfg: JobConfig,
-    pub(crate) plan: Plan,
+    pub(crate) plan: Arc<Plan>,
     /// The coordinator's checkpoint folder (under its run id), where subtasks write.
     pub(crate) storage: CheckpointStorage,
     /// Where keyed operators keep their state.
@@ -90,7 +93,7 @@ impl WorkerTasks {
         WorkerTasks {
             graph,
             cfg,
-            plan,
+            plan: Arc::new(plan),
             storage,
             state_backend,
             events_tx: events,
@@ -107,21 +110,6 @@ impl WorkerTasks {
         self.writer_tx
             .as_ref()
             .expect("the writers live until the job ends")
-    }
-
-    /// Writes exited task `task`'s frozen `snapshot` (taken in attempt `attempt`) into
-    /// checkpoint `id`, where the writer acknowledges for the task (FLIP-147).
-    pub(crate) fn write_frozen(
-        &self,
-        attempt: u32,
-        task: usize,
-        id: u64,
-        snapshot: Arc<EncodedSnapshot>,
-    ) {
-        let t = &self.plan.tasks[task];
-        if let Some(writers) = &self.writer_tx {
-            let _ = writers.send(frozen_job(attempt, task, t, id, snapshot));
-        }
     }
 }
 

@@ -27,25 +27,25 @@ use crate::runtime::unaligned::capture::ChannelOrigin;
 use crate::runtime::unaligned::lane::{lane, LaneReceiver, LaneSender};
 use crate::runtime::worker::WorkerTasks;
 
-/// This worker's running subtasks of one attempt: their control channels and threads.
+/// The subtasks of one attempt as whoever drives them reaches them: per task of the plan a
+/// control sender, and the threads to join. A worker's relay holds its running subtasks
+/// (the controls go to their task threads); the coordinator's `Attempt` holds the same
+/// shape for every task of the plan, its controls going to the workers' relays.
 pub(crate) struct Subtasks {
     /// Per task of the plan, the sender of its controls (read by nobody for a task this
     /// worker does not run).
     pub(crate) controls: Vec<Sender<Control>>,
-    /// The source tasks this worker runs (a worker process triggers checkpoints at them;
-    /// in one process the coordinator knows them from the plan).
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    /// The source tasks, which checkpoints are triggered at (on a worker, those it runs).
     pub(crate) sources: Vec<usize>,
+    /// The threads to join once cancelled (task threads, or those carrying controls).
     pub(crate) handles: Vec<JoinHandle<()>>,
-    /// Per task of the plan, whether it ended; a task of another worker counts as ended
-    /// from the start.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    /// Per task of the plan, whether it ended; on a worker, a task of another worker
+    /// counts as ended from the start.
     pub(crate) finished: Vec<bool>,
 }
 
-/// What a worker process's gRPC edge does with its subtasks (in one process the
-/// coordinator's `Attempt` does it through the same control senders).
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+/// Reaching every task of the attempt (a worker's relay and the coordinator's attempt
+/// loop both do).
 impl Subtasks {
     /// Sends `c` to every task still running.
     pub(crate) fn broadcast(&self, c: Control) {
