@@ -517,17 +517,28 @@ where
 /// The encoded entries as rows: one per key group (keyed) or per element (lists).
 fn raw_rows(raw: &RawState) -> Vec<Row> {
     match &raw.entries {
-        RawEntries::Keyed(groups) => groups
-            .iter()
-            .map(|g| {
-                vec![
-                    ("key_group", json!(g.key_group)),
-                    ("subtask", json!(g.subtask)),
-                    ("bytes", json!(g.bytes.len())),
-                    ("hex", json!(hex(&g.bytes))),
-                ]
-            })
-            .collect(),
+        RawEntries::Keyed(groups) => {
+            // An incremental chain: each group's deltas too, oldest first, as they are
+            // applied on top of the base's pairs.
+            let chained = groups.iter().any(|g| !g.changes.is_empty());
+            groups
+                .iter()
+                .map(|g| {
+                    let mut row = vec![
+                        ("key_group", json!(g.key_group)),
+                        ("subtask", json!(g.subtask)),
+                        ("bytes", json!(g.bytes.len())),
+                        ("hex", json!(hex(&g.bytes))),
+                    ];
+                    if chained {
+                        let changes: Vec<String> = g.changes.iter().map(|c| hex(c)).collect();
+                        row.push(("deltas", json!(g.changes.len())));
+                        row.push(("changes_hex", json!(changes.join(" | "))));
+                    }
+                    row
+                })
+                .collect()
+        }
         RawEntries::Operator(lists) => lists
             .iter()
             .flat_map(|l| {
@@ -582,11 +593,18 @@ fn dump(args: &DumpArgs) -> Result<String> {
     let why = if args.raw { "--raw" } else { "types unknown" };
     let what = match (decoded_as, &raw.entries) {
         (Some(d), _) => format!("{}, decoded as {d}", plural(rows.len(), "entry", "entries")),
-        (None, RawEntries::Keyed(_)) => format!(
-            "{}, encoded ({why}; each line is one key group's concatenated \
-             (key, value) pairs)",
-            plural(rows.len(), "non-empty key group", "non-empty key groups")
-        ),
+        (None, RawEntries::Keyed(groups)) => {
+            let chain = if groups.iter().any(|g| !g.changes.is_empty()) {
+                ", then its incremental deltas' (key, Option<value>) changes, oldest first"
+            } else {
+                ""
+            };
+            format!(
+                "{}, encoded ({why}; each line is one key group's concatenated \
+                 (key, value) pairs{chain})",
+                plural(rows.len(), "non-empty key group", "non-empty key groups")
+            )
+        }
         (None, RawEntries::Operator(_)) => {
             let n = plural(rows.len(), "element", "elements");
             format!("{n}, encoded ({why})")

@@ -533,3 +533,115 @@ fn errors_are_one_line_and_exit_1() {
     ));
     assert_eq!(r.code(), Some(2), "{}", r.describe());
 }
+
+/// On the disk backend with incremental checkpoints, a checkpoint whose keyed state is a
+/// chain (a base and deltas): `state dump` shows the base with the deltas applied, exactly
+/// the counts of the records the sources had read, and `--raw` shows each group's deltas
+/// beside its base. The input is held at a series of points a few records apart, and a
+/// checkpoint is awaited at each: a delta comes within two points (a small change after a
+/// base is a delta; a chain whose deltas outgrew half its base gets a new base, and then
+/// the next point's change is a delta on it), whatever the machine's speed.
+#[test]
+fn ls_and_dump_read_an_incremental_chain() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut args = keyed_count_args(tmp.path(), EVENTS, 1_000_000, 2, None);
+    let state_dir = s(&tmp.path().join("state"));
+    // Per generator subtask: all keys by the first point, then 5 records per point.
+    let holds: Vec<u64> = (0..8).map(|i| EVENTS / 8 + 5 * i).collect();
+    let releases: Vec<PathBuf> = (0..holds.len())
+        .map(|i| tmp.path().join(format!("release-{i}")))
+        .collect();
+    let hold_arg = holds
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let release_arg = releases.iter().map(|r| s(r)).collect::<Vec<_>>().join(",");
+    args.extend(
+        [
+            "--state-backend",
+            "disk",
+            "--state-dir",
+            &state_dir,
+            "--incremental-checkpoints",
+            "--retained-checkpoints",
+            "1000",
+            "--hold-at",
+            &hold_arg,
+            "--release-file",
+            &release_arg,
+        ]
+        .map(String::from),
+    );
+    let job = checkpoint_dir(&tmp.path().join("ck")).join("keyed-count");
+    let mut child = spawn_logged(&mut weir(tmp.path(), args), &tmp.path().join("run.log"));
+    let dump = |c: &str, raw: bool| {
+        let mut a = vec!["state", "dump", c, "--uid", "count", "--state", "count"];
+        if raw {
+            a.push("--raw");
+        }
+        a.extend(["--format", "json"]);
+        json(&weir_ok(tmp.path(), &a))
+    };
+    // The deadline is a safety net, not a pace.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut found = None;
+    for (hold, release) in holds.iter().zip(&releases) {
+        // A checkpoint taken while both subtasks are held at this point.
+        let c = loop {
+            assert!(
+                child.try_wait().expect("try_wait").is_none(),
+                "the run ended"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint at {hold}"
+            );
+            if let Some(id) = completed_checkpoints(&job).last() {
+                let c = s(&job.join(format!("chk-{id}")));
+                let inspect = json(&weir_ok(
+                    tmp.path(),
+                    &["checkpoints", "inspect", &c, "--format", "json"],
+                ));
+                if u(&inspect["sources"][0]["records"]) == 2 * hold {
+                    break c;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let raw = dump(&c, true);
+        let groups = raw["entries"].as_array().expect("entries");
+        if groups
+            .iter()
+            .any(|g| g["deltas"].as_u64().is_some_and(|d| d > 0))
+        {
+            assert!(groups.iter().all(|g| g["changes_hex"].is_string()), "{raw}");
+            found = Some((c, 2 * hold));
+            break;
+        }
+        fs::write(release, b"").expect("release");
+    }
+    let (c, read) = found.expect("no checkpoint at the held points was a chain");
+    // The two subtasks emitted 0..read between them, each value once.
+    let mut truth: BTreeMap<u64, u64> = BTreeMap::new();
+    for v in 0..read {
+        *truth.entry(v % KEYS).or_default() += 1;
+    }
+    let got: BTreeMap<u64, u64> = dump(&c, false)["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| (u(&e["key"]), u(&e["count"])))
+        .collect();
+    assert_eq!(
+        got, truth,
+        "the counts at the chain, base and deltas merged"
+    );
+    let ls = json(&weir_ok(
+        tmp.path(),
+        &["state", "ls", &c, "--format", "json"],
+    ));
+    let count = ls_state(&ls, "count", "count");
+    assert!(u(&count["key_groups"]) > 0, "{count}");
+    sigkill_running(&mut child, "keyed-count");
+}
