@@ -36,7 +36,7 @@ mod timer_order;
 mod views;
 mod writeback;
 
-use codec::{lsm_key, lsm_value};
+use codec::{lsm_key, lsm_value_into};
 pub use store::DiskOptions;
 pub(crate) use store::DiskStore;
 use store::{lsm_error, ViewPin};

@@ -24,16 +24,26 @@ pub(super) fn lsm_key<K: Key>(
     Ok(())
 }
 
-/// Encodes an LSM value: `postcard(v)`, or with TTL (`stamp` set) `postcard((v, stamp))`.
-pub(super) fn lsm_value<S: StateValue>(v: &S, stamp: Option<u64>) -> Result<Vec<u8>> {
-    match stamp {
-        None => postcard::to_allocvec(v),
-        Some(stamp) => postcard::to_allocvec(&(v, stamp)),
+/// Encodes an LSM value into `buf` (cleared first): `postcard(v)`, or with TTL (`stamp`
+/// set) `postcard((v, stamp))`. Into a buffer the caller reuses, because the LSM copies the
+/// bytes anyway: a fresh `Vec` per value was one allocation and free per key written back.
+pub(super) fn lsm_value_into<S: StateValue>(
+    v: &S,
+    stamp: Option<u64>,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    buf.clear();
+    let taken = std::mem::take(buf);
+    let out = match stamp {
+        None => postcard::to_extend(v, taken),
+        Some(stamp) => postcard::to_extend(&(v, stamp), taken),
     }
     .map_err(|e| Error::StateDecode {
         what: "keyed state written to disk (encoding)".into(),
         cause: e.to_string(),
-    })
+    })?;
+    *buf = out;
+    Ok(())
 }
 
 /// Decodes one LSM entry: its key, its value and (`ttl`) its TTL stamp.

@@ -44,14 +44,29 @@ impl DiskOptions {
     /// The options of each keyspace (one per state): its write buffer, and table files of
     /// at most that size (fjall's default is 64 MiB, the default write buffer): a table is
     /// dirty page cache until it is synced whole, so under a memory limit its size counts.
+    ///
+    /// Data blocks carry a hash index ([`DATA_BLOCK_HASH_RATIO`]): a cache miss is a point
+    /// read, and without one each read binary-searched its block's restart points.
     pub(super) fn keyspace(&self) -> fjall::KeyspaceCreateOptions {
         let leveled =
             fjall::compaction::Leveled::default().with_table_target_size(self.write_buffer_bytes);
         fjall::KeyspaceCreateOptions::default()
             .max_memtable_size(self.write_buffer_bytes)
             .compaction_strategy(Arc::new(leveled))
+            .data_block_hash_ratio_policy(fjall::config::HashRatioPolicy::all(
+                DATA_BLOCK_HASH_RATIO,
+            ))
     }
 }
+
+/// Hash-index buckets per entry of each LSM data block. A point read (every cache miss of
+/// the disk backend, and each key of an incremental checkpoint's delta) then goes straight
+/// to its key's restart interval; without the index it binary-searched the block's restart
+/// points, decoding a key at each step — `parse_restart_key` was 6 % of W1's CPU on the disk
+/// backend, the largest part of reading a table (perf, BENCHMARKS.md). fjall builds it for
+/// its own metadata at 8 buckets per entry; 1.5 keeps conflicts (which fall back to the
+/// binary search) rare at about 1.5 bytes per entry (a few % of a block of small entries).
+const DATA_BLOCK_HASH_RATIO: f32 = 1.5;
 
 /// Bytes written to the LSM (its journal) between two syncs of the journal
 /// ([`DiskStore::commit`]).

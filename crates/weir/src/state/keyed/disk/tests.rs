@@ -256,3 +256,81 @@ fn a_damaged_remote_section_fails_the_access_naming_the_file_and_a_clear_forgets
     t.clear().unwrap();
     assert_eq!((t.remote_groups(), written(&t)), (0, 0));
 }
+
+#[test]
+fn a_write_back_that_ran_is_let_go_at_the_next_miss_and_its_deletes_stay_deleted() {
+    let (mut t, mut map, _dir) = tier(1000);
+    put(&mut t, &mut map, 7, 1);
+    put(&mut t, &mut map, 8, 1);
+    read(&*snapshot(&mut t, &mut map));
+    delete(&mut t, &mut map, 7);
+    let second = snapshot(&mut t, &mut map);
+    assert_eq!(read(&*second), BTreeMap::from([(8, 1)]), "ran the delete");
+    assert_eq!(t.pending.len(), 1, "kept until a miss or a freeze");
+    // A miss lets go of the write-back that ran: its keys are right in the LSM now.
+    assert_eq!(get(&mut t, &mut map, 100), None);
+    assert!(t.pending.is_empty());
+    assert_eq!(get(&mut t, &mut map, 7), None, "the delete reached the LSM");
+    assert_eq!(get(&mut t, &mut map, 8), Some(1));
+}
+
+#[test]
+fn a_miss_marks_only_a_write_dirty_and_a_hit_marks_a_clean_key_it_writes() {
+    let (mut t, mut map, _dir) = tier(1000);
+    assert_eq!(get(&mut t, &mut map, 1), None);
+    assert!(
+        t.dirty.is_empty(),
+        "a read of an absent key changed nothing"
+    );
+    put(&mut t, &mut map, 1, 5);
+    put(&mut t, &mut map, 1, 6);
+    assert_eq!(t.dirty.len(), 1);
+    read(&*snapshot(&mut t, &mut map));
+    // Cached and clean after the barrier: a read leaves it clean, a write marks it.
+    assert_eq!(get(&mut t, &mut map, 1), Some(6));
+    assert!(t.dirty.is_empty());
+    put(&mut t, &mut map, 1, 7);
+    assert!(t.dirty.contains(&1));
+    // Deleted through the cache: dirty, and not read back from the LSM (which has 6).
+    delete(&mut t, &mut map, 1);
+    assert_eq!(get(&mut t, &mut map, 1), None);
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let view = t.snapshot(&mut map, None, range).unwrap();
+    assert!(
+        view.is_none(),
+        "the delete was written back: the state is empty"
+    );
+}
+
+#[test]
+fn point_reads_find_every_key_in_flushed_tables() {
+    // Far more keys than the cache: most go through evictions, and once flushed every
+    // read of one is a point read in a table's data block (its hash index).
+    let (mut t, mut map, _dir) = tier(512);
+    for k in 0..20_000u64 {
+        put(&mut t, &mut map, k * 3, k);
+    }
+    t.write_back(&map, None).unwrap();
+    t.ks.rotate_memtable_and_wait().unwrap();
+    assert!(t.ks.table_count() > 0, "the keys are in tables");
+    map = CowMap::default();
+    for k in 0..20_000u64 {
+        assert_eq!(get(&mut t, &mut map, k * 3), Some(k), "key {}", k * 3);
+        assert_eq!(get(&mut t, &mut map, k * 3 + 1), None, "key {}", k * 3 + 1);
+    }
+}
+
+#[test]
+fn a_value_is_encoded_into_the_reused_buffer_alone() {
+    let mut buf = Vec::new();
+    codec::lsm_value_into(&u64::MAX, None, &mut buf).unwrap();
+    assert_eq!(buf, postcard::to_stdvec(&u64::MAX).unwrap());
+    codec::lsm_value_into(&1u64, Some(9), &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        postcard::to_stdvec(&(1u64, 9u64)).unwrap(),
+        "nothing left over"
+    );
+    let (k, v, stamp) = codec::decode_entry::<u64, u64>(&[0, 0, 4], 0, &buf, true).unwrap();
+    assert_eq!((k, v, stamp), (4, 1, Some(9)));
+}

@@ -12,7 +12,7 @@ use super::super::incremental::{ChangeSet, DeferredKeys};
 use super::super::ttl::Ttl;
 use super::codec::lsm_key;
 use super::writeback::{self, Target, WriteBack};
-use super::{lazy, lsm_error, lsm_value, DiskStore, Key, StateValue};
+use super::{lazy, lsm_error, lsm_value_into, DiskStore, Key, StateValue};
 use crate::error::{Error, Result};
 
 /// The disk side of one state's table: its keyspace and the cache's dirty keys.
@@ -110,6 +110,11 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Before an access to `key`: makes room if the cache is full, then loads `key`'s entry
     /// (and TTL stamp) from the LSM unless the cache has it; a `write` marks it dirty.
+    ///
+    /// Whether the cache has the key (its entry, or a delete through it) is asked once: on a
+    /// miss the key is known not to be dirty, so it is marked without asking again — each
+    /// question is a probe of a table of up to a cache's worth of keys, a likely cache miss
+    /// of the CPU's own.
     pub(crate) fn fault_in(
         &mut self,
         map: &mut CowMap<K, S>,
@@ -117,34 +122,46 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         key: &K,
         write: bool,
     ) -> Result<()> {
-        if map.len() >= self.capacity && map.get(key).is_none() && !self.dirty.contains(key) {
+        let cached = map.get(key).is_some();
+        if cached || self.dirty.contains(key) {
+            if write && cached && !self.dirty.contains(key) {
+                self.dirty.insert(key.clone());
+            }
+            return Ok(());
+        }
+        if map.len() >= self.capacity {
             self.write_back(map, ttl.as_deref())?;
             *map = CowMap::default();
             if let Some(t) = ttl.as_deref_mut() {
                 t.stamps = CowMap::default();
             }
         }
-        self.load(map, ttl, key)?;
-        if write && !self.dirty.contains(key) {
+        self.load_missing(map, ttl, key)?;
+        if write {
             self.dirty.insert(key.clone());
         }
         Ok(())
     }
 
-    /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache unless the cache has
-    /// it or it was deleted through the cache (whatever the cache's size).
-    pub(super) fn load(
+    /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache; `key` is neither in
+    /// the cache nor dirty (the caller asked), so it was not deleted through the cache since
+    /// the last write-back — unless by a write-back still pending, checked here.
+    fn load_missing(
         &mut self,
         map: &mut CowMap<K, S>,
         ttl: Option<&mut Ttl<K>>,
         key: &K,
     ) -> Result<()> {
-        if map.get(key).is_some() || self.dirty.contains(key) {
-            return Ok(());
+        // Those that ran are done with: their writes are in the LSM, which is right for
+        // their keys (as at a freeze); asking their dirty sets was a probe per miss for
+        // the whole interval after a barrier.
+        let ran = self.pending.iter().take_while(|w| w.succeeded()).count();
+        if ran > 0 {
+            self.pending.drain(..ran);
         }
-        // Dirty at a barrier whose write-back may not have run: the cache holds its value
-        // (the cache is only emptied once every write-back ran), so absent it was deleted
-        // (or expired) and the LSM's entry is stale.
+        // Dirty at a barrier whose write-back has not run: the cache holds its value (the
+        // cache is only emptied once every write-back ran), so absent it was deleted (or
+        // expired) and the LSM's entry is stale.
         if self.pending.iter().any(|w| w.dirty.contains(key)) {
             return Ok(());
         }
@@ -193,10 +210,13 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             (&self.prefix, self.max_parallelism),
             dirty.iter(),
             // A value without a stamp is not live (as in memory): stamp 0.
-            |k| {
-                (map.get(k))
-                    .map(|v| lsm_value(v, ttl.map(|t| t.stamps.get(k).copied().unwrap_or(0))))
-                    .transpose()
+            |k, buf| {
+                let Some(v) = map.get(k) else {
+                    return Ok(false);
+                };
+                let stamp = ttl.map(|t| t.stamps.get(k).copied().unwrap_or(0));
+                lsm_value_into(v, stamp, buf)?;
+                Ok(true)
             },
             |key| {
                 if let Some(changes) = changes.as_mut() {

@@ -32,7 +32,7 @@ use rustc_hash::FxHashSet;
 use super::super::super::cow_map::CowSnapshot;
 use super::super::super::{Key, StateValue};
 use super::super::incremental::DeferredKeys;
-use super::{lsm_error, lsm_key, lsm_value, DiskStore};
+use super::{lsm_error, lsm_key, lsm_value_into, DiskStore};
 use crate::error::Result;
 
 /// A pinned point of the LSM a snapshot view reads, once the write-back it waits for ran.
@@ -157,17 +157,17 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
             &self.ks,
             (&self.prefix, self.max_parallelism),
             self.dirty.iter(),
-            |k| {
-                map.get(k)
-                    .map(|v| {
-                        let stamp = self.ttl.then(|| {
-                            (w.stamps.as_ref())
-                                .and_then(|s| s.get(k).copied())
-                                .unwrap_or(0)
-                        });
-                        lsm_value(v, stamp)
-                    })
-                    .transpose()
+            |k, buf| {
+                let Some(v) = map.get(k) else {
+                    return Ok(false);
+                };
+                let stamp = self.ttl.then(|| {
+                    (w.stamps.as_ref())
+                        .and_then(|s| s.get(k).copied())
+                        .unwrap_or(0)
+                });
+                lsm_value_into(v, stamp, buf)?;
+                Ok(true)
             },
             |key| {
                 if track {
@@ -187,19 +187,20 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
 }
 
 /// A write batch of `keys` in the order of their LSM keys (`prefix`: the state's prefix and
-/// the max parallelism), each with `value_of` it (`None`: a delete), and its bytes; `each`
-/// sees every LSM key. Sorted because the memtable is a skip list: keys inserted in order
-/// find their place next to the previous one, in cache, where the dirty set's hash order
-/// sent every insert through cold nodes — the skip-list search was a third of a disk
-/// backend run's CPU (perf of W1 with 1 M keys, BENCHMARKS.md). The keys are encoded into
-/// one buffer and sorted by offset, so sorting costs a few bytes per key, not an
-/// allocation; values are encoded only as they go into the batch.
+/// the max parallelism), each put with the value `value_of` encodes into the buffer it is
+/// handed (returning `true`), or deleted (`false`); and the batch's bytes. `each` sees every
+/// LSM key. Sorted because the memtable is a skip list: keys inserted in order find their
+/// place next to the previous one, in cache, where the dirty set's hash order sent every
+/// insert through cold nodes — the skip-list search was a third of a disk backend run's CPU
+/// (perf of W1 with 1 M keys, BENCHMARKS.md). The keys are encoded into one buffer and
+/// sorted by offset, so sorting costs a few bytes per key, not an allocation; each value is
+/// encoded into one reused buffer as it goes into the batch (which copies it).
 pub(super) fn sorted_batch<'k, K: Key + 'k>(
     store: &DiskStore,
     ks: &fjall::Keyspace,
     (prefix, max_parallelism): (&[u8], u32),
     keys: impl ExactSizeIterator<Item = &'k K>,
-    mut value_of: impl FnMut(&K) -> Result<Option<Vec<u8>>>,
+    mut value_of: impl FnMut(&K, &mut Vec<u8>) -> Result<bool>,
     mut each: impl FnMut(&[u8]),
 ) -> Result<(fjall::OwnedWriteBatch, usize)> {
     let (mut arena, mut key) = (Vec::new(), Vec::new());
@@ -211,17 +212,16 @@ pub(super) fn sorted_batch<'k, K: Key + 'k>(
     }
     order.sort_unstable_by(|a, b| arena[a.0..a.0 + a.1].cmp(&arena[b.0..b.0 + b.1]));
     let mut batch = store.db.batch().durability(None);
-    let mut bytes = 0;
+    let (mut bytes, mut value) = (0, Vec::new());
     for (start, len, k) in order {
         let key = &arena[start..start + len];
         each(key);
         bytes += len;
-        match value_of(k)? {
-            None => batch.remove(ks, key),
-            Some(v) => {
-                bytes += v.len();
-                batch.insert(ks, key, v);
-            }
+        if value_of(k, &mut value)? {
+            bytes += value.len();
+            batch.insert(ks, key, value.as_slice());
+        } else {
+            batch.remove(ks, key);
         }
     }
     Ok((batch, bytes))
