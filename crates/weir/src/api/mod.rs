@@ -56,6 +56,11 @@ pub mod windowed;
 #[cfg(all(test, feature = "cluster"))]
 mod placement_tests;
 
+/// The worker's relay (`runtime/worker/relay.rs`) on a job built with this API, which is
+/// why its tests sit in the API's layer (with the cluster's side of a frozen snapshot).
+#[cfg(all(test, feature = "cluster"))]
+mod relay_tests;
+
 /// Job-wide settings a job runs under: one [`JobConfig`](config::JobConfig) holds them all.
 ///
 /// Re-exported from the runtime and the checkpoint protocol, which own them, so a job names

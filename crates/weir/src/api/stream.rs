@@ -239,7 +239,7 @@ impl StreamEnvironment {
     /// The graph and configuration, for a cluster's worker, which runs its share of the
     /// job's attempts itself (issue 24, `cluster::worker`), and for tests of a worker's
     /// parts.
-    #[cfg(any(test, feature = "cluster"))]
+    #[cfg(feature = "cluster")]
     pub(crate) fn into_parts(self) -> (JobGraph, JobConfig) {
         let graph = Rc::try_unwrap(self.graph)
             .map(RefCell::into_inner)

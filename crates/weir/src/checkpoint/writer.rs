@@ -135,7 +135,7 @@ pub struct EncodedSnapshot {
 
 impl EncodedSnapshot {
     /// A snapshot of no state (tests of what carries snapshots around).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "cluster"))]
     pub(crate) fn empty() -> Self {
         EncodedSnapshot {
             parts: Vec::new(),

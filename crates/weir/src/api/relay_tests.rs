@@ -4,11 +4,17 @@
 
 use crossbeam_channel::{unbounded, Receiver};
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use crate::checkpoint::barrier::CheckpointBarrier;
+use crate::checkpoint::storage::CheckpointStorage;
+use crate::checkpoint::writer::{EncodedSnapshot, Frozen, TaskAck};
 use crate::prelude::*;
 use crate::runtime::graph::NodeKind;
 use crate::runtime::state_backend::JobStateBackend;
+use crate::runtime::task::{Control, TaskEvent, TaskMetrics};
+use crate::runtime::worker::{Order, Relay, Report, Subtasks, WorkerTasks};
 
 /// A worker of a job with two tasks (a source chain, a keyed chain), its events, and
 /// stand-ins for attempt 3's subtasks: what their controls receive, per task.
