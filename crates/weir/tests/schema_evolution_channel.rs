@@ -321,11 +321,11 @@ fn v1_checkpoint(dir: &Path) -> (PathBuf, u64) {
     let mut c = cfg(dir);
     c.checkpointing.interval = None; // the test triggers the one checkpoint
     let out = CollectSink::new();
-    let gate = PauseOnce {
+    let pause = PauseOnce {
         emitted: 0,
         snapshotted: false,
     };
-    let source = Gated::new(GeneratorSource::new(N), gate);
+    let source = Gated::new(GeneratorSource::new(N), pause);
     let none = Arc::default();
     let held = Some(hold.clone());
     let env = job::<ClickV1, _>(c, source, (&seen, &gate), held, &none, &out);

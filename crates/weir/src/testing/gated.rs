@@ -112,7 +112,7 @@ impl<T, S: SourceFunction<T>, G: SourceGate> SourceFunction<T> for Gated<S, G> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connectors::GeneratorSource;
+    use crate::connectors::generator::GeneratorSource;
 
     /// Reads 5 records, then holds until a checkpoint snapshotted the hold completed.
     #[derive(Clone, Default)]
