@@ -11,9 +11,9 @@ use weir::prelude::*;
 #[allow(unused_imports)]
 use weir::storage::backend::StorageBackend;
 
+use weir::testing::{Admit, Gated, SourceGate};
 #[allow(unused_imports)] // each test crate uses a different subset
 pub use weir::testing::{CountPerKey, Sequence};
-use weir::testing::{Admit, Gated, SourceGate};
 
 #[path = "support/moto.rs"]
 pub mod moto;
@@ -220,7 +220,10 @@ impl SourceGate for PauseForCheckpoints {
     }
     fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
         self.emitted += emitted;
-        if status != SourceStatus::Finished && emitted > 0 && self.emitted.is_multiple_of(self.every) {
+        if status != SourceStatus::Finished
+            && emitted > 0
+            && self.emitted.is_multiple_of(self.every)
+        {
             self.holding = Some(None);
         }
         Ok(status)

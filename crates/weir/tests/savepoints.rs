@@ -85,7 +85,11 @@ struct SharedGate(Arc<Gate>);
 
 impl SourceGate for SharedGate {
     fn admit(&mut self) -> Result<Admit> {
-        Ok(if self.0.holds() { Admit::HOLD } else { Admit::ALL })
+        Ok(if self.0.holds() {
+            Admit::HOLD
+        } else {
+            Admit::ALL
+        })
     }
     fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
         self.0.emitted.fetch_add(emitted, Ordering::SeqCst);
@@ -94,8 +98,14 @@ impl SourceGate for SharedGate {
 }
 
 /// The generator behind a [`Gate`].
-fn gated_source(rate: Option<f64>, gate: &Arc<Gate>) -> weir::testing::Gated<GeneratorSource, SharedGate> {
-    weir::testing::Gated::new(GeneratorSource::new(N).with_rate(rate), SharedGate(gate.clone()))
+fn gated_source(
+    rate: Option<f64>,
+    gate: &Arc<Gate>,
+) -> weir::testing::Gated<GeneratorSource, SharedGate> {
+    weir::testing::Gated::new(
+        GeneratorSource::new(N).with_rate(rate),
+        SharedGate(gate.clone()),
+    )
 }
 
 /// Longest any wait of these tests may take (the job itself, its sources reaching a

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use common::upgrade::{assert_names, assert_resumes_exactly, keyed_count, row};
 use common::{checkpoint_dir, config, expected};
 use weir::prelude::*;
-use weir::testing::{Admit, Gated, SourceGate};
 use weir::state::StateValue;
+use weir::testing::{Admit, Gated, SourceGate};
 
 const N: u64 = 20_000;
 const KEYS: u64 = 10;

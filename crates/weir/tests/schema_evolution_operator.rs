@@ -27,9 +27,9 @@ use common::upgrade::{
     Upgrade, KEYS, N, STOP,
 };
 use common::{config, CountPerKey, StopMidRun};
-use weir::testing::{Admit, Gated, SourceGate};
 use weir::prelude::*;
 use weir::state::StateValue;
+use weir::testing::{Admit, Gated, SourceGate};
 
 /// The source's splits: split `s` emits `s, s + SPLITS, …` below `N`.
 const SPLITS: u64 = 2;

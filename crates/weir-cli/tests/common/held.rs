@@ -41,7 +41,9 @@ impl SourceGate for Held {
         if !self.marked {
             self.marked = true;
             std::fs::create_dir_all(&self.marks)
-                .and_then(|()| std::fs::write(self.marks.join(format!("held-{}", self.subtask)), ""))
+                .and_then(|()| {
+                    std::fs::write(self.marks.join(format!("held-{}", self.subtask)), "")
+                })
                 .map_err(|e| Error::user(format!("writing the hold marker: {e}")))?;
         }
         Ok(Admit::HOLD)

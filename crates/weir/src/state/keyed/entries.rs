@@ -64,8 +64,8 @@ impl<'a, K, V> Entries<'a, K, V> {
 impl<'a, K: DeserializeOwned, V: DeserializeOwned> Entries<'a, K, V> {
     fn decode(&self) -> Result<(Entry<'a, K, V>, &'a [u8]), String> {
         let rest = self.rest;
-        let (key, after_key) = postcard::take_from_bytes::<K>(rest)
-            .map_err(|e| format!("reading a key: {e}"))?;
+        let (key, after_key) =
+            postcard::take_from_bytes::<K>(rest).map_err(|e| format!("reading a key: {e}"))?;
         let key_bytes = &rest[..rest.len() - after_key.len()];
         let value_bytes = if self.delta {
             match after_key.split_first() {

@@ -13,8 +13,8 @@ use super::disk::DiskTier;
 use super::incremental::ChangeSet;
 use super::ttl::Ttl;
 use super::view::View;
-use crate::state::keyed::entries::{Entries, EntryError};
 use crate::error::{Error, Result};
+use crate::state::keyed::entries::{Entries, EntryError};
 use crate::storage::shared_bytes::SharedBytes;
 
 /// One state table, type-erased so a backend can hold states of different value types.

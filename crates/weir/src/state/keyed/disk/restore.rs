@@ -3,8 +3,8 @@
 
 use super::super::super::key_group::key_group;
 use super::{DiskTier, Key, StateValue};
-use crate::state::keyed::entries::Entries;
 use crate::error::{Error, Result};
+use crate::state::keyed::entries::Entries;
 use crate::storage::shared_bytes::SharedBytes;
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
