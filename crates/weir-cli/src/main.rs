@@ -82,6 +82,11 @@ enum Command {
     /// --cluster-listen ADDR`) deploys, until the job ends.
     #[cfg(feature = "cluster")]
     Worker(weir::runner::cluster::WorkerArgs),
+    /// Ask a coordinator's cluster port or a worker's exchange for its gRPC health status;
+    /// exit 0 only if it is SERVING (a health check for compose files and Kubernetes exec
+    /// probes, TLS included).
+    #[cfg(feature = "cluster")]
+    Health(weir::runner::health::HealthArgs),
 }
 
 /// The built-in jobs. Their flags are parsed by the runner (`weir::runner`), as any job's:
@@ -136,6 +141,8 @@ fn main() -> ExitCode {
         Command::Worker(a) => {
             return weir::runner::cluster::serve_worker(&a, &builtin::build_for_worker)
         }
+        #[cfg(feature = "cluster")]
+        Command::Health(a) => return weir::runner::health::check_health(&a),
     };
     match r {
         Ok(code) => code,

@@ -185,3 +185,48 @@ fn half_the_tls_flags_or_a_file_that_is_not_pem_is_a_usage_error() {
     let alone = run(&mut weir(dir, coordinator_args(0, &flags)));
     assert_clean_error(&alone, 2, &["applies to a job run on a cluster"]);
 }
+
+/// `weir health` checks a coordinator whose port speaks TLS only (what Kubernetes' own
+/// `grpc:` probes cannot): with a certificate of the cluster's CA it reads `SERVING` and
+/// exits 0, without TLS it fails naming TLS, and half the TLS flags are a usage error; a
+/// plaintext coordinator answers a plain check, and an unknown service is named.
+#[test]
+fn weir_health_reads_a_tls_coordinator_and_says_why_when_it_cannot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = Ca::new("weir test CA");
+    for name in ["coordinator", "probe"] {
+        ca.issue_files(dir, name, &ca);
+    }
+    let c = Waiting::start(dir, &tls_flags(dir, "coordinator"));
+    // The probe's TLS files, without the token (health checks need none).
+    let probe_tls = tls_flags(dir, "probe")[..6].to_vec();
+    let health = |flags: &[String]| {
+        let mut args = vec!["health".to_string(), c.address.clone()];
+        args.extend(flags.iter().cloned());
+        run(&mut weir(dir, &args))
+    };
+    let ok = health(&probe_tls);
+    assert_eq!(ok.code(), Some(0), "{}", ok.describe());
+    assert_eq!(ok.stdout.trim(), "SERVING", "{}", ok.describe());
+    let plain = health(&[]);
+    assert_clean_error(&plain, 1, &["speaks TLS", "--tls-cert", &c.address]);
+    let half = health(&probe_tls[..2]);
+    assert_clean_error(&half, 2, &["--tls-key and --tls-ca is missing"]);
+
+    let other = tempfile::tempdir().unwrap();
+    let p = Waiting::start(other.path(), &["--cluster-token".into(), TOKEN.into()]);
+    let args = [
+        "health",
+        &p.address,
+        "--service",
+        "weir.cluster.v1.Coordinator",
+    ];
+    let ok = run(&mut weir(dir, args));
+    assert_eq!(ok.code(), Some(0), "{}", ok.describe());
+    let unknown = run(&mut weir(
+        dir,
+        ["health", &p.address, "--service", "weir.nope"],
+    ));
+    assert_clean_error(&unknown, 1, &["no service named \"weir.nope\""]);
+}

@@ -385,7 +385,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("'{s}' is not a duration like 0s, 30s or 2m ({e})"))
 }
 
-fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err("must be longer than 0 (e.g. 2s, 10s)".into()),

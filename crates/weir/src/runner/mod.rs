@@ -60,6 +60,8 @@ mod check;
 pub mod cluster;
 pub mod control;
 pub mod flags;
+#[cfg(feature = "cluster")]
+pub mod health;
 mod output;
 mod progress;
 
