@@ -72,6 +72,85 @@ pub struct RemoteFile {
     pub checkpoint_id: u64,
 }
 
+/// Where a subtask's checkpoints write their shared files (the job folder), reported by
+/// the writer: key groups still in storage are re-pointed at a new base written there once
+/// it is confirmed ([`crate::state::keyed::KeyedStateBackend::notify_complete`]).
+#[derive(Debug, Clone)]
+pub struct SharedHome {
+    /// The job folder's storage.
+    pub store: Arc<dyn StorageBackend>,
+    /// The job folder's path, for messages.
+    pub root: PathBuf,
+}
+
+/// The chain of a subtask's newest confirmed checkpoint, as the sections its key groups
+/// still in storage point at ([`ConfirmedChain::sections`]). Once a checkpoint is
+/// confirmed, retention may delete the files of the chains before it, while its own chain
+/// holds each such group unchanged: a group still in storage has not been touched since
+/// before that checkpoint's barrier (the tier fetches a group before any access of it).
+#[derive(Debug)]
+pub(crate) struct ConfirmedChain {
+    /// Per file, base first: where it lies, its index, and per group of the index the
+    /// read its states share (`None`: one state has a section there).
+    files: Vec<(Arc<RemoteFile>, Arc<FileIndex>, Vec<Option<Arc<GroupRead>>>)>,
+}
+
+impl ConfirmedChain {
+    /// The chain `chain` of checkpoints written into `home`; `None` if a file of it has
+    /// no index (a chain restored from a checkpoint written before indexes were).
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn new(home: &SharedHome, chain: &[super::ChainFile]) -> Option<ConfirmedChain> {
+        let mut files = Vec::with_capacity(chain.len());
+        for f in chain {
+            let index = f.index.clone()?;
+            let reads = index
+                .groups
+                .iter()
+                .map(|g| {
+                    let wanted = g.sections.iter().filter(|s| s.len > 0).count();
+                    GroupRead::new(&g.sections).filter(|_| wanted > 1)
+                })
+                .collect();
+            let file = Arc::new(RemoteFile {
+                store: Arc::clone(&home.store),
+                key: f.path.clone(),
+                shown: home.root.join(&f.path),
+                checkpoint_id: f.checkpoint_id,
+            });
+            files.push((file, index, reads));
+        }
+        Some(ConfirmedChain { files })
+    }
+
+    /// State `name`'s sections of key group `group` in chain order (base, then deltas);
+    /// empty if the chain has no entry of it there.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn sections(&self, name: &str, group: u32) -> Vec<RemoteSection> {
+        let mut out = Vec::new();
+        for (i, (file, index, reads)) in self.files.iter().enumerate() {
+            let Some(state) = index.states.iter().position(|(n, _)| n == name) else {
+                continue;
+            };
+            let Ok(at) = index.groups.binary_search_by_key(&group, |g| g.group) else {
+                continue;
+            };
+            let Some(span) = index.groups[at].sections.get(state).copied() else {
+                continue;
+            };
+            if span.len > 0 {
+                out.push(RemoteSection {
+                    file: Arc::clone(file),
+                    group,
+                    span,
+                    delta: i > 0,
+                    shared: reads[at].clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
 /// One state's section of one key group still in storage: applied (a base's) or applied
 /// on top (a delta's, in chain order) when fetched.
 #[derive(Debug, Clone)]

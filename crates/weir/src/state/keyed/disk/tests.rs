@@ -225,10 +225,34 @@ fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
     put(&mut t, &mut map, other, 9999);
     truth.insert(other, 9999);
     assert_eq!(t.remote_groups(), 14);
-    // A snapshot reads the whole state: the rest is fetched first, and it is exact.
+    // A snapshot reads the groups still in storage from their chain, loading none of them
+    // into the LSM, and it is exact.
     let view = snapshot(&mut t, &mut map);
-    assert_eq!(t.remote_groups(), 0);
+    assert_eq!(t.remote_groups(), 14);
     assert_eq!(read(&*view), truth);
+    assert_eq!(
+        t.remote_groups(),
+        14,
+        "reading the view fetched nothing into the tier"
+    );
+}
+
+#[test]
+fn a_snapshot_with_remote_groups_is_the_state_at_its_barrier_when_a_record_fetches_one_after_it() {
+    let (mut t, mut map, dir) = tier(1000);
+    let (sections, truth) = remote_sections(dir.path());
+    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let view = snapshot(&mut t, &mut map);
+    // After the barrier, before the view's write-back ran: a record fetches a group into
+    // the LSM and changes it; the view still reads the group as it was at the barrier,
+    // once (not the chain's copy and the LSM's both).
+    let k = *truth.keys().next().unwrap();
+    put(&mut t, &mut map, k, 4242);
+    assert_eq!(t.remote_groups(), 15);
+    assert_eq!(read(&*view), truth);
+    let mut after = truth.clone();
+    after.insert(k, 4242);
+    assert_eq!(read(&*snapshot(&mut t, &mut map)), after);
 }
 
 #[test]
