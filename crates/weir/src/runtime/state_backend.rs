@@ -165,11 +165,16 @@ impl JobStateBackend {
             return Ok(());
         };
         let why = if self.backend != StateBackend::Disk {
-            "it bounds the disk backend's local files: pass --state-backend disk as well,              or drop --state-cache-size"
+            "it bounds the disk backend's local files: pass --state-backend disk as well, \
+             or drop --state-cache-size"
         } else if !self.incremental {
-            "a key group dropped locally is fetched back from the last checkpoint's              incremental chain: pass --incremental-checkpoints as well, or drop              --state-cache-size"
+            "a key group dropped locally is fetched back from the last checkpoint's \
+             incremental chain: pass --incremental-checkpoints as well, or drop \
+             --state-cache-size"
         } else if !crate::storage::is_remote(checkpoint_dir) {
-            "with a local --checkpoint-dir the dropped bytes would only move to the same              disk: checkpoint into object storage (--checkpoint-dir s3://…), or drop              --state-cache-size"
+            "with a local --checkpoint-dir the dropped bytes would only move to the same \
+             disk: checkpoint into object storage (--checkpoint-dir s3://…), or drop \
+             --state-cache-size"
         } else {
             return Ok(());
         };

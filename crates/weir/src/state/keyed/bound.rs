@@ -30,9 +30,11 @@ const LOW_WATER: f64 = 0.8;
 /// Key groups dropped from local disk in this process, and the bytes of their sections.
 static EVICTED_GROUPS: AtomicU64 = AtomicU64::new(0);
 static EVICTED_BYTES: AtomicU64 = AtomicU64::new(0);
-/// The largest LSM (bytes on local disk) a subtask with a bound had at a checkpoint's
-/// barrier in this process.
+/// The largest LSM (its tables' bytes on local disk) a subtask with a bound had at a
+/// checkpoint's barrier in this process.
 static MAX_LOCAL_AT_BARRIER: AtomicU64 = AtomicU64::new(0);
+/// The largest LSM a subtask left right after dropping key groups in this process.
+static MAX_LOCAL_AFTER_DROP: AtomicU64 = AtomicU64::new(0);
 
 /// What the run reports at its end about the bound (`None`: nothing was dropped).
 pub fn cache_report() -> Option<String> {
@@ -40,8 +42,10 @@ pub fn cache_report() -> Option<String> {
     (groups > 0).then(|| {
         format!(
             "state cache: dropped {groups} key-group sections ({} bytes) from local disk to \
-             the checkpoint storage; the largest local state at a checkpoint was {} bytes",
+             the checkpoint storage; the local state was at most {} bytes after a drop, {} \
+             at a checkpoint",
             EVICTED_BYTES.load(Ordering::Relaxed),
+            MAX_LOCAL_AFTER_DROP.load(Ordering::Relaxed),
             MAX_LOCAL_AT_BARRIER.load(Ordering::Relaxed)
         )
     })
@@ -70,7 +74,7 @@ impl<K: Key> KeyedStateBackend<K> {
         let Some(bound) = store.local_bound() else {
             return Ok(());
         };
-        let used = store.disk_bytes();
+        let used = store.table_bytes();
         if used <= bound {
             return Ok(());
         }
@@ -86,6 +90,7 @@ impl<K: Key> KeyedStateBackend<K> {
             let freed = table.evict(name, chain, &sets, self.range, to_free)?;
             to_free = to_free.saturating_sub(freed);
         }
+        MAX_LOCAL_AFTER_DROP.fetch_max(store.table_bytes(), Ordering::Relaxed);
         Ok(())
     }
 }

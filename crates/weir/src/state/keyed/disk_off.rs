@@ -53,6 +53,9 @@ impl DiskStore {
     pub(crate) fn local_bound(&self) -> Option<u64> {
         match *self {}
     }
+    pub(crate) fn table_bytes(&self) -> u64 {
+        match *self {}
+    }
     pub(crate) fn timer_order<K>(&self, _name: &str) -> Result<DiskTimerOrder<K>> {
         match *self {}
     }

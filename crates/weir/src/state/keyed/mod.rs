@@ -222,12 +222,8 @@ impl<K: Key> KeyedStateBackend<K> {
     /// sizes): taken at each checkpoint's barrier for the dashboard (issue 25 item 6).
     pub(crate) fn local_size(&self) -> LocalStateSize {
         let disk_bytes = self.disk.as_ref().map_or(0, |d| d.disk_bytes());
-        if self
-            .disk
-            .as_ref()
-            .is_some_and(|d| d.local_bound().is_some())
-        {
-            bound::note_local_at_barrier(disk_bytes);
+        if let Some(d) = self.disk.as_ref().filter(|d| d.local_bound().is_some()) {
+            bound::note_local_at_barrier(d.table_bytes());
         }
         LocalStateSize {
             disk_bytes,

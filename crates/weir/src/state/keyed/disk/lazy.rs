@@ -34,6 +34,14 @@ impl DiskStore {
         self.db.disk_space().unwrap_or(0)
     }
 
+    /// Bytes of the LSM's tables on local disk: what `--state-cache-size` bounds. The
+    /// journal is left out: fjall preallocates it (64 MiB) and bounds it itself, rotating
+    /// it as memtables are flushed.
+    pub(crate) fn table_bytes(&self) -> u64 {
+        let journal = self.db.journal_disk_space().unwrap_or(0);
+        self.disk_bytes().saturating_sub(journal)
+    }
+
     /// The most bytes the LSM should keep on local disk (`--state-cache-size`; `None`:
     /// unbounded).
     pub(crate) fn local_bound(&self) -> Option<u64> {
