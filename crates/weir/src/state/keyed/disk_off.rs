@@ -175,6 +175,7 @@ impl<K, S> DiskTier<K, S> {
     ) -> Result<()> {
         self.never()
     }
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn evict(
         &mut self,
         _map: &mut CowMap<K, S>,

@@ -90,10 +90,13 @@ pub struct SharedHome {
 /// before that checkpoint's barrier (the tier fetches a group before any access of it).
 #[derive(Debug)]
 pub(crate) struct ConfirmedChain {
-    /// Per file, base first: where it lies, its index, and per group of the index the
-    /// read its states share (`None`: one state has a section there).
-    files: Vec<(Arc<RemoteFile>, Arc<FileIndex>, Vec<Option<Arc<GroupRead>>>)>,
+    /// Per file, base first.
+    files: Vec<ChainedFile>,
 }
+
+/// One file of a [`ConfirmedChain`]: where it lies, its index, and per group of the index
+/// the read its states share (`None`: one state has a section there).
+type ChainedFile = (Arc<RemoteFile>, Arc<FileIndex>, Vec<Option<Arc<GroupRead>>>);
 
 impl ConfirmedChain {
     /// The chain `chain` of checkpoints written into `home`; `None` if a file of it has
@@ -195,6 +198,51 @@ impl GroupRead {
             range: start..end,
             read: OnceLock::new(),
         }))
+    }
+}
+
+/// Most bytes one read of [`coalesce`] covers: what a read of every remaining key group
+/// holds in memory at once.
+const COALESCED_READ_BYTES: u64 = 8 << 20;
+
+/// Re-plans the reads of `groups` (sections per key group, in chain order) for fetching
+/// them all, as before a read of the whole state: per file, the sections of consecutive
+/// groups share one ranged read of up to [`COALESCED_READ_BYTES`] (a file lays its groups
+/// out in order) instead of one read per group — thousands of requests for a state of many
+/// key groups, each a round trip. Each buffer is freed once its sections are loaded.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+pub(crate) fn coalesce(groups: &mut [Vec<RemoteSection>]) {
+    // Per file (by its key): the read being planned and the sections in it.
+    let mut open: std::collections::HashMap<String, (std::ops::Range<u64>, Vec<(usize, usize)>)> =
+        Default::default();
+    let mut plans: Vec<(std::ops::Range<u64>, Vec<(usize, usize)>)> = Vec::new();
+    for (g, sections) in groups.iter().enumerate() {
+        for (i, s) in sections.iter().enumerate() {
+            if s.span.len == 0 {
+                continue;
+            }
+            let (start, end) = (s.span.offset, s.span.offset + s.span.len);
+            let entry = open
+                .entry(s.file.key.clone())
+                .or_insert_with(|| (start..end, Vec::new()));
+            let merged = entry.0.start.min(start)..entry.0.end.max(end);
+            if merged.end - merged.start > COALESCED_READ_BYTES && !entry.1.is_empty() {
+                plans.push(std::mem::replace(entry, (start..end, Vec::new())));
+            } else {
+                entry.0 = merged;
+            }
+            entry.1.push((g, i));
+        }
+    }
+    plans.extend(open.into_values());
+    for (range, members) in plans {
+        let read = Arc::new(GroupRead {
+            range,
+            read: OnceLock::new(),
+        });
+        for (g, i) in members {
+            groups[g][i].shared = Some(Arc::clone(&read));
+        }
     }
 }
 

@@ -54,7 +54,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         // every write made before now.
         self.settle()?;
         let mut touched = BTreeSet::new();
-        let own = self.changes.as_ref().map(|c| std::slice::from_ref(c));
+        let own = self.changes.as_ref().map(std::slice::from_ref);
         for set in sets.iter().map(|s| &**s).chain(own.into_iter().flatten()) {
             let Some(deferred) = set.deferred_keys().filter(|_| !set.overflowed()) else {
                 return Ok(0);

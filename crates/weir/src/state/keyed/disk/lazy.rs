@@ -34,12 +34,13 @@ impl DiskStore {
         self.db.disk_space().unwrap_or(0)
     }
 
-    /// Bytes of the LSM's tables on local disk: what `--state-cache-size` bounds. The
-    /// journal is left out: fjall preallocates it (64 MiB) and bounds it itself, rotating
-    /// it as memtables are flushed.
+    /// Bytes of the LSM's tables on local disk and of its memtables (flushed to tables as
+    /// they fill): what `--state-cache-size` bounds. The journal is left out: fjall
+    /// preallocates it (64 MiB) and bounds it itself, rotating it as memtables are flushed.
     pub(crate) fn table_bytes(&self) -> u64 {
         let journal = self.db.journal_disk_space().unwrap_or(0);
-        self.disk_bytes().saturating_sub(journal)
+        let tables = self.disk_bytes().saturating_sub(journal);
+        tables + self.db.write_buffer_size()
     }
 
     /// The most bytes the LSM should keep on local disk (`--state-cache-size`; `None`:
@@ -157,14 +158,16 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     }
 
     /// Fetches and loads every key group still in storage: before anything reads the
-    /// whole state.
+    /// whole state. The groups' sections of each file are read together, a few MiB at a
+    /// time ([`remote::coalesce`]), not one request per group.
     pub(super) fn fetch_all_remote(&mut self) -> Result<()> {
-        while let Some(sections) = self
-            .remote
-            .as_mut()
-            .and_then(|r| r.groups.pop_first())
-            .map(|(_, s)| s)
-        {
+        let Some(remote) = &mut self.remote else {
+            return Ok(());
+        };
+        let groups = std::mem::take(&mut remote.groups);
+        let mut all: Vec<Vec<RemoteSection>> = groups.into_values().map(|s| s.to_vec()).collect();
+        remote::coalesce(&mut all);
+        for sections in all {
             self.load_sections(&sections)?;
         }
         self.remote = None;
