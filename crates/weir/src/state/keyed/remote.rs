@@ -205,6 +205,10 @@ impl GroupRead {
 /// holds in memory at once.
 const COALESCED_READ_BYTES: u64 = 8 << 20;
 
+/// One read [`coalesce`] plans: the file's bytes it covers, and the sections in it (by
+/// index of group, then of section).
+type Plan = (std::ops::Range<u64>, Vec<(usize, usize)>);
+
 /// Re-plans the reads of `groups` (sections per key group, in chain order) for fetching
 /// them all, as before a read of the whole state: per file, the sections of consecutive
 /// groups share one ranged read of up to [`COALESCED_READ_BYTES`] (a file lays its groups
@@ -213,9 +217,8 @@ const COALESCED_READ_BYTES: u64 = 8 << 20;
 #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
 pub(crate) fn coalesce(groups: &mut [Vec<RemoteSection>]) {
     // Per file (by its key): the read being planned and the sections in it.
-    let mut open: std::collections::HashMap<String, (std::ops::Range<u64>, Vec<(usize, usize)>)> =
-        Default::default();
-    let mut plans: Vec<(std::ops::Range<u64>, Vec<(usize, usize)>)> = Vec::new();
+    let mut open: std::collections::HashMap<String, Plan> = Default::default();
+    let mut plans: Vec<Plan> = Vec::new();
     for (g, sections) in groups.iter().enumerate() {
         for (i, s) in sections.iter().enumerate() {
             if s.span.len == 0 {
