@@ -130,7 +130,7 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
     let restored = chains(&job, newest).expect("the restored checkpoint reads");
     let first = {
         let (job, release) = (job.clone(), tmp.path().join("release"));
-        let at = position(&job, newest).expect("the restored checkpoint reads");
+        let at = records_at(&job, newest).expect("the restored checkpoint reads");
         // The generator keeps its splits (one per subtask of the first run) when rescaled:
         // that many subtasks hold after 100 events each.
         let held = at + u64::from(p) * 100;
@@ -189,13 +189,6 @@ fn kill_at_a_delta_then_resume(p: u32, resume_p: u32) {
     }
 }
 
-/// Records the sources of checkpoint `id` of `job` had read (`None`: unreadable).
-fn position(job: &Path, id: u64) -> Option<u64> {
-    let path = job.join(format!("chk-{id}"));
-    let sources = weir::inspect::source_progress(&path).ok()?;
-    Some(sources.iter().map(|s| s.records).sum())
-}
-
 /// Waits until the resumed run (restored from checkpoint `restored` of `job`) completed a
 /// checkpoint at its hold (`held` records read), then returns the first checkpoint it
 /// completed and that one's chains, and releases the hold (also on failure, so the run
@@ -213,23 +206,12 @@ fn first_checkpoint_after(
         }
     }
     let _release = Release(release);
-    // The 120 s limit is a safety net, not a pass condition.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done: Vec<u64> = completed_checkpoints(job)
-            .into_iter()
-            .filter(|&id| id > restored)
-            .collect();
-        if done.iter().any(|&id| position(job, id) == Some(held)) {
-            let first = done[0];
-            return (first, chains(job, first).expect("it is retained"));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no checkpoint of the resumed run at its hold"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_checkpoint_at(None, job, restored, held);
+    let first = completed_checkpoints(job)
+        .into_iter()
+        .find(|&id| id > restored)
+        .expect("a checkpoint after the restore");
+    (first, chains(job, first).expect("it is retained"))
 }
 
 /// The resumed run's first checkpoint `first` (its `chains`) against the chains `restored`

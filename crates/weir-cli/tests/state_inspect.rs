@@ -583,32 +583,11 @@ fn ls_and_dump_read_an_incremental_chain() {
         a.extend(["--format", "json"]);
         json(&weir_ok(tmp.path(), &a))
     };
-    // The deadline is a safety net, not a pace.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let mut found = None;
     for (hold, release) in holds.iter().zip(&releases) {
         // A checkpoint taken while both subtasks are held at this point.
-        let c = loop {
-            assert!(
-                child.try_wait().expect("try_wait").is_none(),
-                "the run ended"
-            );
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no checkpoint at {hold}"
-            );
-            if let Some(id) = completed_checkpoints(&job).last() {
-                let c = s(&job.join(format!("chk-{id}")));
-                let inspect = json(&weir_ok(
-                    tmp.path(),
-                    &["checkpoints", "inspect", &c, "--format", "json"],
-                ));
-                if u(&inspect["sources"][0]["records"]) == 2 * hold {
-                    break c;
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let id = wait_for_checkpoint_at(Some(&mut child), &job, 0, 2 * hold);
+        let c = s(&job.join(format!("chk-{id}")));
         let raw = dump(&c, true);
         let groups = raw["entries"].as_array().expect("entries");
         if groups

@@ -11,6 +11,7 @@ use weir::prelude::*;
 #[allow(unused_imports)]
 use weir::storage::backend::StorageBackend;
 
+use weir::testing::{Admit, Gated, SourceGate};
 #[allow(unused_imports)] // each test crate uses a different subset
 pub use weir::testing::{CountPerKey, Sequence};
 
@@ -162,8 +163,7 @@ pub fn final_counts(pairs: Vec<(u64, u64)>) -> HashMap<u64, u64> {
 /// barriers) until a checkpoint snapshotted during the hold has completed — and until
 /// `also()` holds, for a test that needs something more to happen meanwhile.
 #[derive(Clone)]
-pub struct PauseForCheckpoints<S> {
-    inner: S,
+pub struct PauseForCheckpoints {
     every: u64,
     emitted: u64,
     /// Holding at the boundary `emitted`; `Some(id)` once checkpoint `id` snapshotted it.
@@ -172,62 +172,57 @@ pub struct PauseForCheckpoints<S> {
     also: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
-impl<S> PauseForCheckpoints<S> {
-    pub fn new(inner: S, every: u64) -> Self {
+impl PauseForCheckpoints {
+    pub fn new<S>(inner: S, every: u64) -> Gated<S, Self> {
         Self::until(inner, every, || true)
     }
 
     /// [`PauseForCheckpoints::new`] whose holds also last until `also()` holds.
-    pub fn until(inner: S, every: u64, also: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+    pub fn until<S>(
+        inner: S,
+        every: u64,
+        also: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Gated<S, Self> {
         assert!(every > 0);
-        PauseForCheckpoints {
-            inner,
+        let gate = PauseForCheckpoints {
             every,
             emitted: 0,
             holding: None,
             released: false,
             also: Arc::new(also),
-        }
+        };
+        Gated::new(inner, gate)
     }
 }
 
-impl<S: CheckpointedFunction> CheckpointedFunction for PauseForCheckpoints<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+impl SourceGate for PauseForCheckpoints {
+    fn initialize(&mut self, _: &InitContext) {
         (self.emitted, self.holding, self.released) = (0, None, false);
-        self.inner.initialize_state(ctx)
     }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+    fn snapshotted(&mut self, id: u64) {
         if let Some(None) = self.holding {
-            self.holding = Some(Some(ctx.checkpoint_id()));
+            self.holding = Some(Some(id));
         }
-        self.inner.snapshot_state(ctx)
     }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+    fn completed(&mut self, id: u64) {
         if self.holding.flatten().is_some_and(|h| id >= h) {
             self.released = true;
         }
-        self.inner.notify_checkpoint_complete(id)
     }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl<T, S: SourceFunction<T>> SourceFunction<T> for PauseForCheckpoints<S> {
-    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
+    fn admit(&mut self) -> Result<Admit> {
         if self.holding.is_some() {
             if !(self.released && (self.also)()) {
-                return Ok(SourceStatus::Idle);
+                return Ok(Admit::HOLD);
             }
             (self.holding, self.released) = (None, false);
         }
-        let left = self.every - self.emitted % self.every;
-        let before = out.len();
-        let status = self.inner.poll(out, max.min(left as usize))?;
-        self.emitted += (out.len() - before) as u64;
+        Ok(Admit::Up((self.every - self.emitted % self.every) as usize))
+    }
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.emitted += emitted;
         if status != SourceStatus::Finished
+            && emitted > 0
             && self.emitted.is_multiple_of(self.every)
-            && out.len() > before
         {
             self.holding = Some(None);
         }

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use weir::prelude::*;
+use weir::testing::{Admit, Gated, SourceGate};
 
 #[test]
 fn counts_are_exact_without_failures() {
@@ -185,30 +186,19 @@ fn checkpoints_go_on_after_a_source_finishes() {
     assert_eq!(counts, expected(n_a + n_b, keys));
 }
 
-/// A generator that also counts every record it emits (replays included) in `emitted`.
+/// Counts every record its source emits (replays included) in `emitted`.
 #[derive(Clone)]
 struct Counted {
-    inner: GeneratorSource,
     emitted: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl CheckpointedFunction for Counted {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
+impl SourceGate for Counted {
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(Admit::ALL)
     }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-}
-
-impl SourceFunction<u64> for Counted {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        let before = out.len();
-        let status = self.inner.poll(out, max)?;
-        self.emitted.fetch_add(
-            (out.len() - before) as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.emitted
+            .fetch_add(emitted, std::sync::atomic::Ordering::Relaxed);
         Ok(status)
     }
 }
@@ -225,10 +215,12 @@ fn source_records_count_every_attempt_once() {
     let out = CollectSink::new();
     env.add_source(
         "events",
-        Counted {
-            inner: GeneratorSource::new(200_000).with_rate(Some(200_000.0)),
-            emitted: emitted.clone(),
-        },
+        Gated::new(
+            GeneratorSource::new(200_000).with_rate(Some(200_000.0)),
+            Counted {
+                emitted: emitted.clone(),
+            },
+        ),
     )
     .key_by(|i: &u64| i % 10)
     .process(common::CountPerKey::default())
@@ -246,35 +238,25 @@ fn source_records_count_every_attempt_once() {
     assert_eq!(counts, (0..10).map(|k| (k, 20_000)).collect::<Vec<_>>());
 }
 
-/// A generator that emits nothing until `idle_checkpoints` checkpoints have completed
-/// (they cover no progress at all): released by their completion, not by a time that a
-/// loaded machine may spend before its first checkpoint.
+/// Admits nothing until `idle_checkpoints` checkpoints have completed (they cover no
+/// progress at all): released by their completion, not by a time that a loaded machine
+/// may spend before its first checkpoint.
 #[derive(Clone)]
 struct SlowStart {
-    inner: GeneratorSource,
     idle_checkpoints: u64,
     completed: u64,
 }
 
-impl CheckpointedFunction for SlowStart {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+impl SourceGate for SlowStart {
+    fn completed(&mut self, _: u64) {
         self.completed += 1;
-        self.inner.notify_checkpoint_complete(id)
     }
-}
-
-impl SourceFunction<u64> for SlowStart {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        if self.completed < self.idle_checkpoints {
-            return Ok(SourceStatus::Idle);
-        }
-        self.inner.poll(out, max)
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(if self.completed < self.idle_checkpoints {
+            Admit::HOLD
+        } else {
+            Admit::ALL
+        })
     }
 }
 
@@ -292,11 +274,13 @@ fn a_failure_after_checkpoints_waits_for_one_past_the_beginning() {
     let out = CollectSink::new();
     env.add_source(
         "events",
-        SlowStart {
-            inner: GeneratorSource::new(n).with_rate(Some(100_000.0)),
-            idle_checkpoints: 3,
-            completed: 0,
-        },
+        Gated::new(
+            GeneratorSource::new(n).with_rate(Some(100_000.0)),
+            SlowStart {
+                idle_checkpoints: 3,
+                completed: 0,
+            },
+        ),
     )
     .uid("events")
     .key_by(|i: &u64| i % 10)

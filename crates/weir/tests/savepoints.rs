@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::{expected, CountPerKey};
 use weir::inspect::{CheckpointDescription, SnapshotKind};
 use weir::prelude::*;
+use weir::testing::{Admit, SourceGate};
 
 const N: u64 = 400_000;
 const KEYS: u64 = 40;
@@ -33,10 +34,7 @@ fn cfg(dir: &Path, parallelism: u32, restore: RestoreFrom) -> JobConfig {
 /// (to show a removed operator's state blocking the restore).
 fn job(cfg: JobConfig, rate: Option<f64>, out: &CollectSink<(u64, u64)>) -> Gated {
     let gate = Arc::new(Gate::default());
-    let source = GatedSource {
-        inner: GeneratorSource::new(N).with_rate(rate),
-        gate: gate.clone(),
-    };
+    let source = gated_source(rate, &gate);
     let env = StreamEnvironment::new(cfg);
     env.add_source("events", source)
         .uid("events")
@@ -54,7 +52,7 @@ struct Gated {
     gate: Arc<Gate>,
 }
 
-/// Where a [`GatedSource`] holds: once its subtasks emitted `after` records together, they
+/// Where a [`gated_source`] holds: once its subtasks emitted `after` records together, they
 /// emit nothing more (still answering barriers) until `released`. So a savepoint or stop
 /// asked for "mid-run" lands mid-run by construction, not because the control call beat
 /// the end of the input.
@@ -81,39 +79,33 @@ impl Gate {
     }
 }
 
-/// The generator behind a [`Gate`].
+/// A [`Gate`] as its generator's [`SourceGate`] (one shared by every subtask).
 #[derive(Clone)]
-struct GatedSource {
-    inner: GeneratorSource,
-    gate: Arc<Gate>,
-}
+struct SharedGate(Arc<Gate>);
 
-impl CheckpointedFunction for GatedSource {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
+impl SourceGate for SharedGate {
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(if self.0.holds() {
+            Admit::HOLD
+        } else {
+            Admit::ALL
+        })
     }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_complete(id)
-    }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl SourceFunction<u64> for GatedSource {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        if self.gate.holds() {
-            return Ok(SourceStatus::Idle);
-        }
-        let before = out.len();
-        let status = self.inner.poll(out, max)?;
-        let n = (out.len() - before) as u64;
-        self.gate.emitted.fetch_add(n, Ordering::SeqCst);
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.0.emitted.fetch_add(emitted, Ordering::SeqCst);
         Ok(status)
     }
+}
+
+/// The generator behind a [`Gate`].
+fn gated_source(
+    rate: Option<f64>,
+    gate: &Arc<Gate>,
+) -> weir::testing::Gated<GeneratorSource, SharedGate> {
+    weir::testing::Gated::new(
+        GeneratorSource::new(N).with_rate(rate),
+        SharedGate(gate.clone()),
+    )
 }
 
 /// Longest any wait of these tests may take (the job itself, its sources reaching a
@@ -479,10 +471,7 @@ fn a_link_swapped_in_mid_savepoint_leads_nothing_outside() {
     let f = SwapAtSnapshot::default();
     let swap = f.swap.clone();
     let gate = Arc::new(Gate::default());
-    let source = GatedSource {
-        inner: GeneratorSource::new(N).with_rate(Some(200_000.0)),
-        gate: gate.clone(),
-    };
+    let source = gated_source(Some(200_000.0), &gate);
     let env = StreamEnvironment::new(c);
     env.add_source("events", source)
         .uid("events")

@@ -30,6 +30,7 @@ use common::upgrade::{assert_names, assert_resumes_exactly, keyed_count, row};
 use common::{checkpoint_dir, config, expected};
 use weir::prelude::*;
 use weir::state::StateValue;
+use weir::testing::{Admit, Gated, SourceGate};
 
 const N: u64 = 20_000;
 const KEYS: u64 = 10;
@@ -119,37 +120,29 @@ impl Click for ClickRetyped {
     }
 }
 
-/// v1's source: the numbers below [`N`], pausing after [`THRESHOLD`] until a checkpoint
-/// has snapshotted it.
+/// The gate of v1's source (the numbers below [`N`]): it pauses after [`THRESHOLD`]
+/// until a checkpoint has snapshotted it.
 #[derive(Clone)]
 struct PauseOnce {
-    inner: GeneratorSource,
     emitted: u64,
     snapshotted: bool,
 }
 
-impl CheckpointedFunction for PauseOnce {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+impl SourceGate for PauseOnce {
+    fn snapshotted(&mut self, _: u64) {
         self.snapshotted |= self.emitted >= THRESHOLD;
-        self.inner.snapshot_state(ctx)
     }
-}
-
-impl SourceFunction<u64> for PauseOnce {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        let max = if self.snapshotted {
-            max
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(if self.snapshotted {
+            Admit::ALL
         } else if self.emitted < THRESHOLD {
-            max.min((THRESHOLD - self.emitted) as usize)
+            Admit::Up((THRESHOLD - self.emitted) as usize)
         } else {
-            return Ok(SourceStatus::Idle);
-        };
-        let before = out.len();
-        let status = self.inner.poll(out, max)?;
-        self.emitted += (out.len() - before) as u64;
+            Admit::HOLD
+        })
+    }
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.emitted += emitted;
         Ok(status)
     }
 }
@@ -328,11 +321,11 @@ fn v1_checkpoint(dir: &Path) -> (PathBuf, u64) {
     let mut c = cfg(dir);
     c.checkpointing.interval = None; // the test triggers the one checkpoint
     let out = CollectSink::new();
-    let source = PauseOnce {
-        inner: GeneratorSource::new(N),
+    let pause = PauseOnce {
         emitted: 0,
         snapshotted: false,
     };
+    let source = Gated::new(GeneratorSource::new(N), pause);
     let none = Arc::default();
     let held = Some(hold.clone());
     let env = job::<ClickV1, _>(c, source, (&seen, &gate), held, &none, &out);

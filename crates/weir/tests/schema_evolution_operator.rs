@@ -29,6 +29,7 @@ use common::upgrade::{
 use common::{config, CountPerKey, StopMidRun};
 use weir::prelude::*;
 use weir::state::StateValue;
+use weir::testing::{Admit, Gated, SourceGate};
 
 /// The source's splits: split `s` emits `s, s + SPLITS, …` below `N`.
 const SPLITS: u64 = 2;
@@ -427,46 +428,22 @@ impl<R: Rule> BroadcastProcessFunction<u64, u64, Summary> for Rules<R> {
     }
 }
 
-/// A source that emits nothing until every broadcast subtask took in every rule, then
-/// what `inner` emits: v1's checkpoint (taken once its events stopped mid-input, so after
+/// A source's gate that admits nothing until every broadcast subtask took in every rule,
+/// then everything: v1's checkpoint (taken once its events stopped mid-input, so after
 /// this) holds all the rules, on any machine.
-struct AfterRules<S> {
-    inner: S,
+#[derive(Clone)]
+struct AfterRules {
     applied: Arc<AtomicU64>,
     want: u64,
 }
 
-impl<S: Clone> Clone for AfterRules<S> {
-    fn clone(&self) -> Self {
-        AfterRules {
-            inner: self.inner.clone(),
-            applied: self.applied.clone(),
-            want: self.want,
-        }
-    }
-}
-
-impl<S: CheckpointedFunction> CheckpointedFunction for AfterRules<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_complete(id)
-    }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl<S: SourceFunction<u64>> SourceFunction<u64> for AfterRules<S> {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        if self.applied.load(Ordering::SeqCst) < self.want {
-            return Ok(SourceStatus::Idle);
-        }
-        self.inner.poll(out, max)
+impl SourceGate for AfterRules {
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(if self.applied.load(Ordering::SeqCst) < self.want {
+            Admit::HOLD
+        } else {
+            Admit::ALL
+        })
     }
 }
 
@@ -508,11 +485,11 @@ fn broadcast_cfg(dir: &Path) -> JobConfig {
 fn broadcast_upgrade() -> Upgrade {
     Upgrade::after_v1(broadcast_cfg, |c| {
         let applied = Arc::new(AtomicU64::new(0));
-        let events = AfterRules {
-            inner: GeneratorSource::new(N),
+        let gate = AfterRules {
             applied: applied.clone(),
             want: RULES * u64::from(c.parallelism),
         };
+        let events = Gated::new(GeneratorSource::new(N), gate);
         let out = CollectSink::new();
         broadcast_job::<RuleV1, _>(c, StopMidRun::new(events, STOP), &applied, &out)
     })

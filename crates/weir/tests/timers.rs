@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
+use weir::testing::{Admit, Gated, SourceGate};
 
 const KEYS: u64 = 40;
 
@@ -100,36 +101,37 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for TwoTimers {
 /// restored with timers pending must live until they are due — or a minute passed (the
 /// test's checks then fail, instead of hanging).
 #[derive(Clone)]
-struct UntilFired<S> {
-    inner: S,
+struct UntilFired {
     firings: Arc<AtomicU64>,
     want: u64,
     exhausted_at: Option<Instant>,
 }
 
-impl<S: CheckpointedFunction> CheckpointedFunction for UntilFired<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
+impl UntilFired {
+    /// Once exhausted: finished when the timers fired (or after the minute), else held.
+    fn after_input(&self) -> SourceStatus {
+        let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
+        if self.firings.load(Ordering::Relaxed) >= self.want || waited > Duration::from_secs(60) {
+            SourceStatus::Finished
+        } else {
+            SourceStatus::Idle
+        }
     }
 }
 
-impl<S: SourceFunction<u64>> SourceFunction<u64> for UntilFired<S> {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        if self.exhausted_at.is_none() {
-            match self.inner.poll(out, max)? {
-                SourceStatus::Finished => self.exhausted_at = Some(Instant::now()),
-                status => return Ok(status),
-            }
+impl SourceGate for UntilFired {
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(match self.exhausted_at {
+            None => Admit::ALL,
+            Some(_) => Admit::Report(self.after_input()),
+        })
+    }
+    fn polled(&mut self, _: u64, status: SourceStatus) -> Result<SourceStatus> {
+        if status != SourceStatus::Finished {
+            return Ok(status);
         }
-        let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
-        if self.firings.load(Ordering::Relaxed) >= self.want || waited > Duration::from_secs(60) {
-            Ok(SourceStatus::Finished)
-        } else {
-            Ok(SourceStatus::Idle)
-        }
+        self.exhausted_at = Some(Instant::now());
+        Ok(self.after_input())
     }
 }
 
@@ -224,12 +226,12 @@ fn pending_timers_survive_a_restore_at_another_parallelism() {
         c.restore = RestoreFrom::Path(mid.clone());
         let f = TwoTimers::new((1_500, 2_000));
         let (arms, firings) = (f.arms.clone(), f.firings.clone());
-        let source = UntilFired {
-            inner: GeneratorSource::new(n),
+        let gate = UntilFired {
             firings: firings.clone(),
             want: 2 * KEYS,
             exhausted_at: None,
         };
+        let source = Gated::new(GeneratorSource::new(n), gate);
         let (fired, r) = run_over(c, source, f);
         assert_resumed_mid_run(&r.unwrap(), &mid, n);
         assert_eq!(

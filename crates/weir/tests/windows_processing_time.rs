@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
+use weir::testing::{Admit, Gated, SourceGate};
 
 const KEYS: u64 = 10;
 
@@ -84,56 +85,56 @@ impl ProcessFunction<Row, Tallied> for Tally {
 /// task of the attempt, the tally included, has started and reset the count), or a minute
 /// passed (the test's checks then fail instead of hanging).
 #[derive(Clone)]
-struct HoldUntilCounted<S> {
-    inner: S,
+struct HoldUntilCounted {
     counted: Arc<AtomicU64>,
     want: u64,
     checkpointed: bool,
     exhausted_at: Option<Instant>,
 }
 
-impl<S> HoldUntilCounted<S> {
-    fn new(inner: S, counted: &Arc<AtomicU64>, want: u64) -> Self {
-        HoldUntilCounted {
-            inner,
+impl HoldUntilCounted {
+    fn new<S>(inner: S, counted: &Arc<AtomicU64>, want: u64) -> Gated<S, Self> {
+        let gate = HoldUntilCounted {
             counted: counted.clone(),
             want,
             checkpointed: false,
             exhausted_at: None,
-        }
+        };
+        Gated::new(inner, gate)
     }
-}
 
-impl<S: CheckpointedFunction> CheckpointedFunction for HoldUntilCounted<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
-        self.checkpointed = false;
-        self.exhausted_at = None;
-        self.inner.initialize_state(ctx)
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        self.checkpointed = true;
-        self.inner.notify_checkpoint_complete(id)
-    }
-}
-
-impl<S: SourceFunction<u64>> SourceFunction<u64> for HoldUntilCounted<S> {
-    fn poll(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus> {
-        if self.exhausted_at.is_none() {
-            match self.inner.poll(out, max)? {
-                SourceStatus::Finished => self.exhausted_at = Some(Instant::now()),
-                status => return Ok(status),
-            }
-        }
+    /// Once exhausted: finished when counted and checkpointed (or after the minute).
+    fn after_input(&self) -> SourceStatus {
         let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
         let done = self.checkpointed && self.counted.load(Ordering::SeqCst) >= self.want;
         if done || waited > Duration::from_secs(60) {
-            Ok(SourceStatus::Finished)
+            SourceStatus::Finished
         } else {
-            Ok(SourceStatus::Idle)
+            SourceStatus::Idle
         }
+    }
+}
+
+impl SourceGate for HoldUntilCounted {
+    fn initialize(&mut self, _: &InitContext) {
+        self.checkpointed = false;
+        self.exhausted_at = None;
+    }
+    fn completed(&mut self, _: u64) {
+        self.checkpointed = true;
+    }
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(match self.exhausted_at {
+            None => Admit::ALL,
+            Some(_) => Admit::Report(self.after_input()),
+        })
+    }
+    fn polled(&mut self, _: u64, status: SourceStatus) -> Result<SourceStatus> {
+        if status != SourceStatus::Finished {
+            return Ok(status);
+        }
+        self.exhausted_at = Some(Instant::now());
+        Ok(self.after_input())
     }
 }
 

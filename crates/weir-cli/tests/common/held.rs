@@ -10,14 +10,15 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use weir::prelude::*;
+use weir::testing::{Admit, Gated, SourceGate};
 
 use super::RUN_TIMEOUT;
 
-/// A source holding after `hold_after` records of this attempt: it then reads nothing and
-/// never ends, and writes `marks/held-<subtask>` once. Without `hold_after`, `inner` as is.
+/// A source's gate holding after `hold_after` records of this attempt: the source then
+/// reads nothing and never ends, and `marks/held-<subtask>` is written once. Without
+/// `hold_after`, the source as is.
 #[derive(Clone)]
-pub struct Held<S> {
-    inner: S,
+pub struct Held {
     hold_after: Option<u64>,
     emitted: u64,
     marks: PathBuf,
@@ -25,61 +26,48 @@ pub struct Held<S> {
     marked: bool,
 }
 
-impl<S: CheckpointedFunction> CheckpointedFunction for Held<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+impl SourceGate for Held {
+    fn initialize(&mut self, ctx: &InitContext) {
         self.subtask = ctx.subtask_index();
-        self.inner.initialize_state(ctx)
     }
-    fn operator_state(&self) -> Vec<OperatorListDeclaration> {
-        self.inner.operator_state()
-    }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
-        self.inner.snapshot_state(ctx)
-    }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_complete(id)
-    }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl<T, S: SourceFunction<T>> SourceFunction<T> for Held<S> {
-    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
+    fn admit(&mut self) -> Result<Admit> {
         let Some(hold_after) = self.hold_after else {
-            return self.inner.poll(out, max);
+            return Ok(Admit::ALL);
         };
         let left = hold_after.saturating_sub(self.emitted);
-        if left == 0 {
-            if !self.marked {
-                self.marked = true;
-                std::fs::create_dir_all(&self.marks)
-                    .and_then(|()| {
-                        std::fs::write(self.marks.join(format!("held-{}", self.subtask)), "")
-                    })
-                    .map_err(|e| Error::user(format!("writing the hold marker: {e}")))?;
-            }
-            return Ok(SourceStatus::Idle);
+        if left > 0 {
+            return Ok(Admit::Up(left as usize));
         }
-        let before = out.len();
-        let status = self.inner.poll(out, max.min(left as usize))?;
-        self.emitted += (out.len() - before) as u64;
+        if !self.marked {
+            self.marked = true;
+            std::fs::create_dir_all(&self.marks)
+                .and_then(|()| {
+                    std::fs::write(self.marks.join(format!("held-{}", self.subtask)), "")
+                })
+                .map_err(|e| Error::user(format!("writing the hold marker: {e}")))?;
+        }
+        Ok(Admit::HOLD)
+    }
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.emitted += emitted;
         Ok(status)
     }
 }
 
-impl<S> Held<S> {
+impl Held {
     /// `inner`, holding after `hold_after` records per subtask (never when `None`), its
     /// markers in `marks`.
-    pub fn new(inner: S, hold_after: Option<u64>, marks: &Path) -> Self {
-        Held {
+    pub fn new<S>(inner: S, hold_after: Option<u64>, marks: &Path) -> Gated<S, Held> {
+        Gated::new(
             inner,
-            hold_after,
-            emitted: 0,
-            marks: marks.to_path_buf(),
-            subtask: 0,
-            marked: false,
-        }
+            Held {
+                hold_after,
+                emitted: 0,
+                marks: marks.to_path_buf(),
+                subtask: 0,
+                marked: false,
+            },
+        )
     }
 }
 

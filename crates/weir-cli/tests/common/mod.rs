@@ -275,6 +275,47 @@ pub fn completed_checkpoints(job_dir: &Path) -> Vec<u64> {
     complete_checkpoint_ids(job_dir)
 }
 
+/// The records the sources had read in all at checkpoint `id` of the local `job_dir`
+/// (`None`: it does not read, e.g. not written yet).
+pub fn records_at(job_dir: &Path, id: u64) -> Option<u64> {
+    let path = job_dir.join(format!("chk-{id}"));
+    let sources = weir::inspect::source_progress(&path).ok()?;
+    Some(sources.iter().map(|s| s.records).sum())
+}
+
+/// Waits until a checkpoint of the local `job_dir` newer than `after` has completed with
+/// its sources at exactly `records` read in all — one taken while held sources wait at
+/// that point — and returns its id. Panics if `child` (when given) exits first; the 120 s
+/// limit is a safety net, not a pace.
+pub fn wait_for_checkpoint_at(
+    mut child: Option<&mut Child>,
+    job_dir: &Path,
+    after: u64,
+    records: u64,
+) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let at = completed_checkpoints(job_dir)
+            .into_iter()
+            .filter(|&id| id > after)
+            .find(|&id| records_at(job_dir, id) == Some(records));
+        if let Some(id) = at {
+            return id;
+        }
+        if let Some(child) = child.as_deref_mut() {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                panic!("weir exited ({st}) before a checkpoint at {records} records");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint at {records} records in {}",
+            job_dir.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Polls until `job_dir` holds at least `n` complete checkpoints; panics if `child` exits
 /// first or `timeout` passes.
 pub fn wait_for_checkpoints(child: &mut Child, job_dir: &Path, n: usize, timeout: Duration) {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use weir::prelude::*;
+use weir::testing::{Admit, Gated, SourceGate};
 
 /// A source that stops a job in the middle of its input, deterministically: each subtask
 /// emits what `inner` emits up to `stop_at` records (in this attempt), then holds (emits
@@ -18,8 +19,7 @@ use weir::prelude::*;
 /// final checkpoint of a finished run would replay nothing. (Waiting for every subtask
 /// matters: one subtask slow to start would otherwise have read nothing by the checkpoint.)
 #[derive(Clone)]
-pub struct StopMidRun<S> {
-    inner: S,
+pub struct StopMidRun {
     stop_at: u64,
     emitted: u64,
     /// The first checkpoint snapshotted while every subtask held.
@@ -33,10 +33,9 @@ pub struct StopMidRun<S> {
     parallelism: u32,
 }
 
-impl<S> StopMidRun<S> {
-    pub fn new(inner: S, stop_at: u64) -> Self {
-        StopMidRun {
-            inner,
+impl StopMidRun {
+    pub fn new<S>(inner: S, stop_at: u64) -> Gated<S, Self> {
+        let gate = StopMidRun {
             stop_at,
             emitted: 0,
             held_at_checkpoint: None,
@@ -44,7 +43,8 @@ impl<S> StopMidRun<S> {
             holding: Arc::default(),
             counted: false,
             parallelism: 1,
-        }
+        };
+        Gated::new(inner, gate)
     }
 
     fn hold(&mut self) {
@@ -58,42 +58,34 @@ impl<S> StopMidRun<S> {
 /// The message [`StopMidRun`] fails with.
 pub const STOPPED_MID_RUN: &str = "test source stopped mid-input";
 
-impl<S: CheckpointedFunction> CheckpointedFunction for StopMidRun<S> {
-    fn initialize_state(&mut self, ctx: &InitContext) -> Result<()> {
+impl SourceGate for StopMidRun {
+    fn initialize(&mut self, ctx: &InitContext) {
         self.parallelism = ctx.parallelism();
-        self.inner.initialize_state(ctx)
     }
-    fn snapshot_state(&mut self, ctx: &mut SnapshotContext) -> Result<()> {
+    fn snapshotted(&mut self, id: u64) {
         let all_hold = self.holding.load(Ordering::SeqCst) >= self.parallelism;
         if self.counted && all_hold && self.held_at_checkpoint.is_none() {
-            self.held_at_checkpoint = Some(ctx.checkpoint_id());
+            self.held_at_checkpoint = Some(id);
         }
-        self.inner.snapshot_state(ctx)
     }
-    fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+    fn completed(&mut self, id: u64) {
         if self.held_at_checkpoint.is_some_and(|h| id >= h) {
             self.fail = true;
         }
-        self.inner.notify_checkpoint_complete(id)
     }
-    fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
-        self.inner.notify_checkpoint_aborted(id)
-    }
-}
-
-impl<T, S: SourceFunction<T>> SourceFunction<T> for StopMidRun<S> {
-    fn poll(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus> {
+    fn admit(&mut self) -> Result<Admit> {
         if self.fail {
             return Err(Error::user(STOPPED_MID_RUN));
         }
         let left = self.stop_at - self.emitted.min(self.stop_at);
         if left == 0 {
             self.hold();
-            return Ok(SourceStatus::Idle);
+            return Ok(Admit::HOLD);
         }
-        let before = out.len();
-        let status = self.inner.poll(out, max.min(left as usize))?;
-        self.emitted += (out.len() - before) as u64;
+        Ok(Admit::Up(left as usize))
+    }
+    fn polled(&mut self, emitted: u64, status: SourceStatus) -> Result<SourceStatus> {
+        self.emitted += emitted;
         if status == SourceStatus::Finished {
             self.hold();
         }

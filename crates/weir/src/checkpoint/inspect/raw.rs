@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 
 use super::{InspectError, Result, StateScope};
+use crate::state::keyed::entries::Entries;
 use crate::state::StateKind;
 
 /// One state's entries, still encoded.
@@ -168,28 +169,20 @@ impl RawState {
         changes: bool,
         mut each: impl FnMut(K, &[u8], Option<V>),
     ) -> Result<()> {
-        let mut rest: &[u8] = blob;
-        while !rest.is_empty() {
-            let fail = |e: postcard::Error, rest: &[u8]| {
+        let entries = if changes {
+            Entries::<K, V>::delta(blob)
+        } else {
+            Entries::<K, V>::full(blob)
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| {
                 let what = if changes { "a delta of " } else { "" };
                 self.wrong_type::<(K, V)>(&format!(
-                    "{what}key group {} of subtask {}, byte {}: {e}",
-                    g.key_group,
-                    g.subtask,
-                    blob.len() - rest.len()
+                    "{what}key group {} of subtask {}, byte {}: {}",
+                    g.key_group, g.subtask, e.at, e.cause
                 ))
-            };
-            let (key, after_key): (K, &[u8]) =
-                postcard::take_from_bytes(rest).map_err(|e| fail(e, rest))?;
-            let encoded = &rest[..rest.len() - after_key.len()];
-            let (value, after): (Option<V>, &[u8]) = if changes {
-                postcard::take_from_bytes(after_key).map_err(|e| fail(e, rest))?
-            } else {
-                let (v, after) = postcard::take_from_bytes(after_key).map_err(|e| fail(e, rest))?;
-                (Some(v), after)
-            };
-            each(key, encoded, value);
-            rest = after;
+            })?;
+            each(entry.key, entry.key_bytes, entry.value.map(|(v, _)| v));
         }
         Ok(())
     }

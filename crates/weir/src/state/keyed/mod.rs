@@ -22,6 +22,7 @@ mod disk;
 #[cfg(not(feature = "disk-state"))]
 #[path = "disk_off.rs"]
 mod disk;
+pub(crate) mod entries;
 mod evolve;
 mod handles;
 mod incremental;

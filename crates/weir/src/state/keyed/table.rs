@@ -14,6 +14,7 @@ use super::incremental::ChangeSet;
 use super::ttl::Ttl;
 use super::view::View;
 use crate::error::{Error, Result};
+use crate::state::keyed::entries::{Entries, EntryError};
 use crate::storage::shared_bytes::SharedBytes;
 
 /// One state table, type-erased so a backend can hold states of different value types.
@@ -445,38 +446,34 @@ impl<K: Key, S: StateValue> Table<K, S> {
     /// Applies the deltas of an incremental checkpoint, in order (memory backend): each
     /// entry `(key, Some(value))` puts, `(key, None)` deletes.
     fn apply_changes_memory(&mut self, what: &str, changes: &[SharedBytes]) -> Result<()> {
-        let err = |e: postcard::Error| Error::StateDecode {
+        let err = |e: EntryError| Error::StateDecode {
             what: what.to_string(),
-            cause: e.to_string(),
+            cause: format!("byte {} of a delta's section: {}", e.at, e.cause),
         };
         for section in changes {
-            let mut rest: &[u8] = section;
-            while !rest.is_empty() {
-                match &mut self.ttl {
-                    None => {
-                        let ((k, v), after) =
-                            postcard::take_from_bytes::<(K, Option<S>)>(rest).map_err(err)?;
-                        match v {
-                            Some(v) => self.map.insert(k, v),
-                            None => self.map.remove(&k),
+            match &mut self.ttl {
+                None => {
+                    for entry in Entries::<K, S>::delta(section) {
+                        let entry = entry.map_err(err)?;
+                        match entry.value {
+                            Some((v, _)) => self.map.insert(entry.key, v),
+                            None => self.map.remove(&entry.key),
                         };
-                        rest = after;
                     }
-                    Some(ttl) => {
-                        let ((k, v), after) =
-                            postcard::take_from_bytes::<(K, Option<(S, u64)>)>(rest)
-                                .map_err(err)?;
-                        match v {
-                            Some((v, stamp)) => {
-                                ttl.stamps.insert(k.clone(), stamp);
-                                self.map.insert(k, v);
+                }
+                Some(ttl) => {
+                    for entry in Entries::<K, (S, u64)>::delta(section) {
+                        let entry = entry.map_err(err)?;
+                        match entry.value {
+                            Some(((v, stamp), _)) => {
+                                ttl.stamps.insert(entry.key.clone(), stamp);
+                                self.map.insert(entry.key, v);
                             }
                             None => {
-                                ttl.stamps.remove(&k);
-                                self.map.remove(&k);
+                                ttl.stamps.remove(&entry.key);
+                                self.map.remove(&entry.key);
                             }
                         }
-                        rest = after;
                     }
                 }
             }

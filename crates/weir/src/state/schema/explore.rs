@@ -248,6 +248,18 @@ struct Elements<'a> {
     left: usize,
 }
 
+impl Elements<'_> {
+    /// The next invented element (a sequence's element or a map's key), until `left` run
+    /// out: one body for both accessors.
+    fn next<'de, S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, Refused> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(self.explorer).map(Some)
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for Elements<'_> {
     type Error = Refused;
 
@@ -255,11 +267,7 @@ impl<'de> de::SeqAccess<'de> for Elements<'_> {
         &mut self,
         seed: S,
     ) -> Result<Option<S::Value>, Refused> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(self.explorer).map(Some)
+        self.next(seed)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -274,11 +282,7 @@ impl<'de> de::MapAccess<'de> for Elements<'_> {
         &mut self,
         seed: S,
     ) -> Result<Option<S::Value>, Refused> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(self.explorer).map(Some)
+        self.next(seed)
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Refused> {

@@ -4,6 +4,7 @@
 use super::super::super::key_group::key_group;
 use super::{DiskTier, Key, StateValue};
 use crate::error::{Error, Result};
+use crate::state::keyed::entries::Entries;
 use crate::storage::shared_bytes::SharedBytes;
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
@@ -29,52 +30,45 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         sections: &[SharedBytes],
         ttl: bool,
     ) -> Result<()> {
-        let err = |e: postcard::Error| Error::StateDecode {
-            what: what.to_string(),
-            cause: e.to_string(),
-        };
         let mut key = Vec::new();
         // One batch per section: a key appears at most once in a section, while later
         // sections (later deltas) must override earlier ones.
         for section in sections {
             let mut batch = self.store.db.batch().durability(None);
-            let mut rest: &[u8] = section;
-            while !rest.is_empty() {
-                let (k, after_key) = postcard::take_from_bytes::<K>(rest).map_err(err)?;
-                let key_len = rest.len() - after_key.len();
-                key.clear();
-                key.extend_from_slice(&self.prefix);
-                let g = key_group(&k, self.max_parallelism) as u16;
-                key.extend_from_slice(&g.to_be_bytes());
-                key.extend_from_slice(&rest[..key_len]);
-                let (&tag, value) = after_key.split_first().ok_or_else(|| Error::StateDecode {
-                    what: what.to_string(),
-                    cause: "an entry of a delta ends after its key".into(),
-                })?;
-                rest = match tag {
-                    0 => {
-                        batch.remove(&self.ks, key.as_slice());
-                        value
-                    }
-                    1 => {
-                        let after_value = if ttl {
-                            postcard::take_from_bytes::<(S, u64)>(value).map_err(err)?.1
-                        } else {
-                            postcard::take_from_bytes::<S>(value).map_err(err)?.1
-                        };
-                        let len = value.len() - after_value.len();
-                        batch.insert(&self.ks, key.as_slice(), &value[..len]);
-                        after_value
-                    }
-                    other => {
-                        return Err(Error::StateDecode {
-                            what: what.to_string(),
-                            cause: format!("an entry of a delta has the tag {other}, not 0 or 1"),
-                        })
-                    }
-                };
+            if ttl {
+                self.batch_changes::<(S, u64)>(what, section, &mut key, &mut batch)?;
+            } else {
+                self.batch_changes::<S>(what, section, &mut key, &mut batch)?;
             }
             batch.commit().map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Adds one delta section's changes to `batch`: a put of the stored bytes for
+    /// `(k, Some(v))` (`V`: the value as stored, with its stamp under TTL, decoded only to
+    /// check it), a remove for `(k, None)`.
+    fn batch_changes<V: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        section: &[u8],
+        key: &mut Vec<u8>,
+        batch: &mut fjall::OwnedWriteBatch,
+    ) -> Result<()> {
+        for entry in Entries::<K, V>::delta(section) {
+            let entry = entry.map_err(|e| Error::StateDecode {
+                what: what.to_string(),
+                cause: format!("byte {} of a delta's section: {}", e.at, e.cause),
+            })?;
+            key.clear();
+            key.extend_from_slice(&self.prefix);
+            let g = key_group(&entry.key, self.max_parallelism) as u16;
+            key.extend_from_slice(&g.to_be_bytes());
+            key.extend_from_slice(entry.key_bytes);
+            match entry.value {
+                Some((_, value)) => batch.insert(&self.ks, key.as_slice(), value),
+                None => batch.remove(&self.ks, key.as_slice()),
+            }
         }
         Ok(())
     }

@@ -7,6 +7,14 @@
 //! ignored its checkpoints and started over would give the same counts, so a recovery test
 //! also calls [`assert_resumed`]: the restarts restored completed checkpoints and the
 //! sources read only what those checkpoints had not covered.
+//!
+//! A test that must act at a known point of a running job (a checkpoint mid-input, a kill
+//! after it) holds its source there with a [`Gated`] source and a [`SourceGate`], never by
+//! waiting "long enough".
+
+mod gated;
+
+pub use gated::{Admit, Gated, SourceGate};
 
 use std::collections::HashMap;
 
