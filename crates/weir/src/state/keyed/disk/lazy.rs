@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::super::entries::Entries;
 use super::super::remote::{self, ConfirmedChain, RemoteSection};
 use super::super::table::EncodedShard;
 use super::super::ttl::StateTtlConfig;
@@ -271,58 +272,60 @@ fn merge_group<K: Key, S: StateValue>(
     ttl: bool,
     expiry: Option<(StateTtlConfig, u64)>,
 ) -> Result<(Vec<u8>, u64)> {
-    let err = |e: postcard::Error| Error::StateDecode {
-        what: what.to_string(),
-        cause: e.to_string(),
-    };
-    // postcard(key) → postcard(value) (with TTL postcard((value, stamp))).
-    let mut entries: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    if ttl {
+        merge_entries::<K, (S, u64)>(what, sections, |v| Some(v.1), expiry)
+    } else {
+        merge_entries::<K, S>(what, sections, |_| None, expiry)
+    }
+}
+
+/// [`merge_group`] for entries stored as `V` (the value, or `(value, stamp)` with TTL,
+/// whose stamp `stamp` gives).
+fn merge_entries<K: Key, V: serde::de::DeserializeOwned>(
+    what: &str,
+    sections: &[RemoteSection],
+    stamp: impl Fn(&V) -> Option<u64>,
+    expiry: Option<(StateTtlConfig, u64)>,
+) -> Result<(Vec<u8>, u64)> {
+    // postcard(key) → (postcard(value as stored), its stamp).
+    let mut entries: BTreeMap<Vec<u8>, (Vec<u8>, Option<u64>)> = BTreeMap::new();
     for s in sections {
         let alone = RemoteSection {
             shared: None,
             ..s.clone()
         };
         let bytes = remote::fetch(&alone)?;
-        let mut rest: &[u8] = &bytes;
-        while !rest.is_empty() {
-            let after_key = postcard::take_from_bytes::<K>(rest).map_err(err)?.1;
-            let key = rest[..rest.len() - after_key.len()].to_vec();
-            let value = if s.delta {
-                let (&tag, value) = after_key.split_first().ok_or_else(|| Error::StateDecode {
-                    what: what.to_string(),
-                    cause: "an entry of a delta ends after its key".into(),
-                })?;
-                match tag {
-                    0 => {
-                        entries.remove(&key);
-                        rest = value;
-                        continue;
-                    }
-                    1 => value,
-                    other => {
-                        return Err(Error::StateDecode {
-                            what: what.to_string(),
-                            cause: format!("an entry of a delta has the tag {other}, not 0 or 1"),
-                        })
-                    }
+        let read = if s.delta {
+            Entries::<K, V>::delta(&bytes)
+        } else {
+            Entries::<K, V>::full(&bytes)
+        };
+        for entry in read {
+            let entry = entry.map_err(|e| Error::StateDecode {
+                what: what.to_string(),
+                cause: format!(
+                    "byte {} of key group {}'s section in {}: {}",
+                    e.at,
+                    s.group,
+                    s.file.shown.display(),
+                    e.cause
+                ),
+            })?;
+            match entry.value {
+                Some((value, encoded)) => {
+                    let stamp = stamp(&value);
+                    entries.insert(entry.key_bytes.to_vec(), (encoded.to_vec(), stamp));
                 }
-            } else {
-                after_key
-            };
-            let after_value = if ttl {
-                postcard::take_from_bytes::<(S, u64)>(value).map_err(err)?.1
-            } else {
-                postcard::take_from_bytes::<S>(value).map_err(err)?.1
-            };
-            entries.insert(key, value[..value.len() - after_value.len()].to_vec());
-            rest = after_value;
+                None => {
+                    entries.remove(entry.key_bytes);
+                }
+            }
         }
     }
     let mut out = Vec::new();
     let mut written = 0;
-    for (k, v) in entries {
-        if let Some((cfg, now)) = &expiry {
-            let (_, stamp): (S, u64) = postcard::from_bytes(&v).map_err(err)?;
+    for (k, (v, stamp)) in entries {
+        if let (Some((cfg, now)), Some(stamp)) = (&expiry, stamp) {
             if *now >= stamp.saturating_add(cfg.ttl_ms()) {
                 continue;
             }
