@@ -603,6 +603,12 @@ impl CheckpointStorage {
         &self.root
     }
 
+    /// The job folder's storage: where a subtask reads back the shared files it wrote
+    /// (a lazy restore's key groups re-pointed at a new base, `state/keyed/remote.rs`).
+    pub fn backend(&self) -> &Arc<dyn StorageBackend> {
+        &self.backend
+    }
+
     /// This run's id: unique per [`CheckpointStorage::open`], recorded in the metadata with
     /// every file, so files of another run are told apart from this one's.
     pub fn run_id(&self) -> &str {

@@ -173,7 +173,7 @@ impl Job {
     /// Every subtask hears that checkpoint `id` completed.
     fn notify(&mut self, id: u64) {
         for s in &mut self.subtasks {
-            s.backend.notify_complete(id);
+            s.backend.notify_complete(id).unwrap();
         }
     }
 

@@ -12,6 +12,17 @@ use crate::state::keyed::KeyedContext;
 /// Restores the checkpoint at `path` lazily for subtask `i` of `p` on the disk backend in
 /// `dir`: the backend with its two states declared, nothing fetched.
 fn lazy_subtask(path: &std::path::Path, i: u32, p: u32, dir: &std::path::Path) -> Subtask {
+    lazy_subtask_with(path, i, p, dir, false)
+}
+
+/// [`lazy_subtask`], with incremental checkpoints on or off.
+fn lazy_subtask_with(
+    path: &std::path::Path,
+    i: u32,
+    p: u32,
+    dir: &std::path::Path,
+    incremental: bool,
+) -> Subtask {
     let checkpoint = restore::load_with(path, Some(true)).unwrap();
     assert!(
         checkpoint.remote_bytes() > 0,
@@ -19,7 +30,7 @@ fn lazy_subtask(path: &std::path::Path, i: u32, p: u32, dir: &std::path::Path) -
     );
     let (_, keyed) = checkpoint.state_for(UID, i, p, MAXP).unwrap();
     let range = KeyGroupRange::for_subtask(i, p, MAXP);
-    declare(KeyedStateBackend::with_kind(&kind(dir, false), range, MAXP, keyed).unwrap())
+    declare(KeyedStateBackend::with_kind(&kind(dir, incremental), range, MAXP, keyed).unwrap())
 }
 
 fn remote_groups(s: &Subtask) -> BTreeMap<String, usize> {
@@ -180,4 +191,209 @@ fn a_damaged_section_fails_its_fetch_naming_the_file_and_the_checkpoint_is_refus
         e.contains(&base.path) && e.contains("failed earlier"),
         "{e}"
     );
+}
+
+/// Written at parallelism 2 (a base and a delta with updates and deletes), for a rescaled
+/// lazy restore at parallelism 1, whose first checkpoint is then a new base.
+fn two_subtasks_base_and_delta() -> Job {
+    let mut job = Job::new(2);
+    for k in 0..3000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    for k in (0..3000).step_by(7) {
+        job.set(k, k * 2);
+    }
+    for k in (0..3000).step_by(11) {
+        job.remove(k);
+    }
+    job.checkpoint(2);
+    job
+}
+
+/// The CRC-32C of every state's section of every key group of the base checkpoint `id`
+/// wrote for subtask 0 (from `_metadata`'s index): equal for two bases iff their sections
+/// are byte for byte the same.
+fn base_sections(storage: &CheckpointStorage, id: u64) -> Vec<(u32, Vec<u32>)> {
+    let meta = meta_of(storage, id);
+    let chain = meta.incremental_of(UID, 0).expect("an incremental chain");
+    assert!(chain.deltas.is_empty(), "checkpoint {id} is a base");
+    assert_eq!(chain.base.checkpoint_id, id, "written for checkpoint {id}");
+    let index = &meta.incremental_index_of(chain).expect("indexed")[0];
+    index
+        .groups
+        .iter()
+        .map(|g| (g.group, g.sections.iter().map(|s| s.crc32c).collect()))
+        .collect()
+}
+
+#[test]
+fn a_new_base_after_a_lazy_restore_streams_untouched_groups_from_the_chain_and_they_follow_it() {
+    let mut job = two_subtasks_base_and_delta();
+    let path = job.storage.checkpoint_path(2);
+    let old = meta_of_chain_files(&path);
+    let all = MAXP as usize;
+    // Rescaled to one subtask: no chain of its own to continue, so checkpoint 3 is a base.
+    job.subtasks = vec![lazy_subtask_with(
+        &path,
+        0,
+        1,
+        &job.state_dir.join("a"),
+        true,
+    )];
+    job.p = 1;
+    job.set(5, 55);
+    job.remove(6);
+    let touched = remote_groups(&job.subtasks[0]);
+    assert_eq!(touched["plain"], all - 2);
+    job.checkpoint(3);
+    assert_eq!(
+        remote_groups(&job.subtasks[0]),
+        touched,
+        "the base loaded no untouched key group into the LSM"
+    );
+    let streamed = base_sections(&job.storage, 3);
+    // The same state loaded whole (every group fetched into the LSM first) writes the
+    // same bytes: the streamed sections come out in the LSM's order.
+    let mut loaded = lazy_subtask_with(&path, 0, 1, &job.state_dir.join("b"), true);
+    for k in [5u64, 6] {
+        let mut ctx = KeyedContext {
+            key: &k,
+            backend: &mut loaded.backend,
+        };
+        if k == 5 {
+            ctx.set(loaded.plain, 55);
+        } else {
+            ctx.clear(loaded.plain);
+            ctx.clear(loaded.aged);
+        }
+    }
+    let _: Vec<_> = KeyedEndContext {
+        backend: &mut loaded.backend,
+    }
+    .entries(loaded.plain)
+    .collect();
+    let _: Vec<_> = KeyedEndContext {
+        backend: &mut loaded.backend,
+    }
+    .entries(loaded.aged)
+    .collect();
+    assert!(remote_groups(&loaded).values().all(|&n| n == 0));
+    let streamed_live = std::mem::replace(&mut job.subtasks[0], loaded);
+    job.checkpoint(4);
+    assert_eq!(base_sections(&job.storage, 4), streamed, "byte for byte");
+    job.subtasks[0] = streamed_live;
+    // The base restores exactly, eagerly on disk and in memory, also rescaled.
+    let third = job.storage.checkpoint_path(3);
+    let dir = job.state_dir.join("eager");
+    assert_eq!(restored(&third, 1, Some(&dir)).unwrap(), job.truth);
+    assert_eq!(restored(&third, 3, None).unwrap(), job.truth);
+    // Retention drops checkpoints 1 and 2 and every file of the chain the restore read:
+    // the groups still in storage follow the confirmed base, and read back exact.
+    job.retain(2);
+    job.assert_no_orphan_and_nothing_missing();
+    assert!(old.iter().all(|f| !job.storage.shared_file_exists(f)));
+    let s = &mut job.subtasks[0];
+    let (plain, aged) = (s.plain, s.aged);
+    let mut end = KeyedEndContext {
+        backend: &mut s.backend,
+    };
+    let now: BTreeMap<u64, u64> = end.entries(plain).collect();
+    assert_eq!(now, job.truth);
+    let aged_now: BTreeMap<u64, u64> = end.entries(aged).collect();
+    let aged_truth: BTreeMap<u64, u64> = (job.truth.iter())
+        .filter(|(k, _)| k.is_multiple_of(3))
+        .map(|(k, v)| (*k, v + 1))
+        .collect();
+    assert_eq!(aged_now, aged_truth);
+}
+
+/// The shared files the checkpoint at `path` lists (read before retention removes it).
+fn meta_of_chain_files(path: &std::path::Path) -> Vec<String> {
+    let meta = CheckpointMetadata::decode(&read_metadata(path).unwrap()).unwrap();
+    meta.shared_files().map(|f| f.path.clone()).collect()
+}
+
+/// One subtask at parallelism 1 whose LSM is bounded to `bound` bytes on local disk.
+fn bounded_job(bound: u64) -> Job {
+    let mut job = Job::new(1);
+    let range = KeyGroupRange::for_subtask(0, 1, MAXP);
+    let mut k = kind(&job.state_dir.join("bounded"), true);
+    if let StateBackendKind::Disk(o) = &mut k {
+        o.local_disk_bytes = Some(bound);
+    }
+    let backend = KeyedStateBackend::with_kind(&k, range, MAXP, BTreeMap::new()).unwrap();
+    job.subtasks = vec![declare(backend)];
+    job
+}
+
+/// Every entry of both states of subtask 0, read whole (which fetches every remote group
+/// back), checked against the truth.
+fn assert_exact(job: &mut Job) {
+    let truth = job.truth.clone();
+    let s = &mut job.subtasks[0];
+    let (plain, aged) = (s.plain, s.aged);
+    let mut end = KeyedEndContext {
+        backend: &mut s.backend,
+    };
+    let now: BTreeMap<u64, u64> = end.entries(plain).collect();
+    assert_eq!(now, truth);
+    let aged_now: BTreeMap<u64, u64> = end.entries(aged).collect();
+    let aged_truth: BTreeMap<u64, u64> = (truth.iter())
+        .filter(|(k, _)| k.is_multiple_of(3))
+        .map(|(k, v)| (*k, v + 1))
+        .collect();
+    assert_eq!(aged_now, aged_truth);
+}
+
+#[test]
+fn past_its_bound_a_subtask_drops_unchanged_groups_and_fetches_them_back_exact() {
+    // A bound of one byte: every key group nothing changed since the confirmed checkpoint
+    // is dropped at its confirmation.
+    let mut job = bounded_job(1);
+    let all = MAXP as usize;
+    for k in 0..3000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    assert_eq!(
+        remote_groups(&job.subtasks[0]),
+        BTreeMap::from([("aged".to_string(), all), ("plain".to_string(), all)]),
+        "every group was dropped: nothing changed since the barrier"
+    );
+    // A write fetches its group back. Checkpoint 2 is confirmed after another write: the
+    // group of 7 (changed before 2's barrier, so 2's chain holds it) is dropped again, the
+    // group of 8 (dirty since) stays.
+    job.set(7, 70);
+    assert_eq!(remote_groups(&job.subtasks[0])["plain"], all - 1);
+    let acks = job.snapshot(2);
+    job.set(8, 80);
+    job.complete(2, &acks).unwrap();
+    job.notify(2);
+    assert_eq!(remote_groups(&job.subtasks[0])["plain"], all - 1);
+    // Deltas, then a new base (past MAX_DELTAS): the base streams the dropped groups from
+    // the chain, and once confirmed they follow it; retention then deletes the old chain.
+    let mut id = 2;
+    for round in 0..20u64 {
+        id += 1;
+        for k in (round..3000).step_by(97) {
+            job.set(k, k + round);
+        }
+        job.checkpoint(id);
+        assert!(
+            remote_groups(&job.subtasks[0])["plain"] > 0,
+            "checkpoint {id}"
+        );
+    }
+    let meta = meta_of(&job.storage, id);
+    let chain = meta.incremental_of(UID, 0).unwrap();
+    assert!(chain.base.checkpoint_id > 2, "a new base was written");
+    job.retain(1);
+    job.assert_no_orphan_and_nothing_missing();
+    let dir = job.state_dir.join("eager");
+    assert_eq!(
+        restored(&job.storage.checkpoint_path(id), 1, Some(&dir)).unwrap(),
+        job.truth
+    );
+    assert_exact(&mut job);
 }

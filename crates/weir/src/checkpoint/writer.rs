@@ -25,7 +25,7 @@ use crate::checkpoint::snapshot::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::state::key_group::KeyGroupRange;
 use crate::state::keyed::{
-    ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot, LocalStateSize,
+    ChainFile, FileIndex, IncrementalSnapshot, KeyedSnapshot, LocalStateSize, SharedHome,
 };
 use crate::state::operator::OperatorStateSnapshot;
 use crate::storage::format::HEADER_LEN;
@@ -461,6 +461,10 @@ fn write_incremental(
             index: Some(Arc::new(index)),
         });
     }
+    let _ = inc.home.set(SharedHome {
+        store: Arc::clone(storage.backend()),
+        root: storage.root().to_path_buf(),
+    });
     *inc.written.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain.clone());
     let index: Option<Vec<FileIndex>> = chain.iter().map(|f| f.index.as_deref().cloned()).collect();
     let mut files = chain.into_iter().map(|f| SharedFile {

@@ -158,6 +158,13 @@ pub struct RunFlags {
     /// 512KiB; k, M, G are 1024-based too).
     #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
     pub state_block_cache: u64,
+    /// On the disk backend with --incremental-checkpoints into object storage
+    /// (--checkpoint-dir s3://…), the most bytes each keyed subtask's LSM keeps on local
+    /// disk (e.g. 2GiB): past it, key groups unchanged since the last completed checkpoint
+    /// are dropped locally and fetched again from the checkpoint storage when next
+    /// accessed. Default: unbounded.
+    #[arg(long, value_parser = parse_bytes)]
+    pub state_cache_size: Option<u64>,
     /// On the disk backend, the bytes of each keyed state's LSM write buffer (memtable),
     /// flushed to a file when full (e.g. 64MiB, 4MiB).
     #[arg(long, default_value = "64MiB", value_parser = parse_write_buffer)]
@@ -417,6 +424,7 @@ impl RunFlags {
             cache_entries: self.state_cache_entries,
             block_cache_bytes: self.state_block_cache,
             write_buffer_bytes: self.state_write_buffer,
+            local_disk_bytes: self.state_cache_size,
         };
         c
     }

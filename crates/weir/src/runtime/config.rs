@@ -101,6 +101,11 @@ pub struct DiskStateMemory {
     pub block_cache_bytes: u64,
     /// Bytes of each state's LSM write buffer (memtable) before it is flushed to a file.
     pub write_buffer_bytes: u64,
+    /// The most bytes each keyed subtask's LSM keeps on local disk (`--state-cache-size`):
+    /// past it, key groups unchanged since the last confirmed checkpoint are dropped from
+    /// the LSM and fetched again from the checkpoint storage when next accessed (issue 25
+    /// item 4). Needs incremental checkpoints into object storage; `None`: unbounded.
+    pub local_disk_bytes: Option<u64>,
 }
 
 impl Default for DiskStateMemory {
@@ -110,6 +115,7 @@ impl Default for DiskStateMemory {
             cache_entries: 1 << 20,
             block_cache_bytes: 64 << 20,
             write_buffer_bytes: 64 << 20,
+            local_disk_bytes: None,
         }
     }
 }

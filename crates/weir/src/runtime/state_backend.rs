@@ -156,6 +156,33 @@ impl JobStateBackend {
         self
     }
 
+    /// Refuses a bound on the local disk (`--state-cache-size`) where it cannot hold: the
+    /// memory backend has no local disk; without incremental checkpoints no checkpoint
+    /// holds a key group unchanged to fetch it back from; with a local `checkpoint_dir`
+    /// the dropped bytes would only move to the same disk. Each names the way out.
+    pub(crate) fn check_cache_size(&self, checkpoint_dir: &Path) -> Result<()> {
+        let Some(bound) = self.memory.local_disk_bytes else {
+            return Ok(());
+        };
+        let why = if self.backend != StateBackend::Disk {
+            "it bounds the disk backend's local files: pass --state-backend disk as well, \
+             or drop --state-cache-size"
+        } else if !self.incremental {
+            "a key group dropped locally is fetched back from the last checkpoint's \
+             incremental chain: pass --incremental-checkpoints as well, or drop \
+             --state-cache-size"
+        } else if !crate::storage::is_remote(checkpoint_dir) {
+            "with a local --checkpoint-dir the dropped bytes would only move to the same \
+             disk: checkpoint into object storage (--checkpoint-dir s3://…), or drop \
+             --state-cache-size"
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidJob(format!(
+            "--state-cache-size {bound}: {why}"
+        )))
+    }
+
     /// At the start of an attempt: on disk, an empty working folder for this run (what the
     /// previous attempt left removed, and so are the folders of runs of this job whose
     /// process is gone — a SIGKILL leaves them). Nothing in memory.
@@ -261,6 +288,7 @@ fn disk_kind(
     options.cache_entries = memory.cache_entries;
     options.block_cache_bytes = memory.block_cache_bytes;
     options.write_buffer_bytes = memory.write_buffer_bytes;
+    options.local_disk_bytes = memory.local_disk_bytes;
     StateBackendKind::Disk(options)
 }
 

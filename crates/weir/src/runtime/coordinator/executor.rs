@@ -211,6 +211,7 @@ fn run_job(
             cfg.incremental_checkpoints,
         )?)
         .memory(cfg.disk_state);
+    state_backend.check_cache_size(&cfg.checkpoint_dir)?;
     // Before any channel or thread exists: a plan whose channels alone cannot fit.
     let footprint = Footprint::of(&graph, &plan, cfg.checkpointing.unaligned);
     check_fits(footprint, available_memory(), cfg.parallelism)?;
@@ -489,6 +490,9 @@ fn run_job(
         match end {
             AttemptEnd::Finished => {
                 if let Some(n) = crate::state::keyed::fetch_report() {
+                    metrics.notice(&mut result, n);
+                }
+                if let Some(n) = crate::state::keyed::cache_report() {
                     metrics.notice(&mut result, n);
                 }
                 break Ok(());

@@ -251,7 +251,7 @@ where
         self.next.flush()
     }
     fn notify_complete(&mut self, id: u64) -> Result<()> {
-        self.backend.notify_complete(id);
+        self.backend.notify_complete(id)?;
         self.f.notify_checkpoint_complete(id)?;
         self.next.notify_complete(id)
     }

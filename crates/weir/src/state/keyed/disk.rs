@@ -26,6 +26,7 @@
 use super::super::{Key, StateValue};
 
 mod codec;
+mod evict;
 mod lazy;
 mod restore;
 mod scan;

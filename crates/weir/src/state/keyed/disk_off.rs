@@ -50,6 +50,12 @@ impl DiskStore {
     pub(crate) fn disk_bytes(&self) -> u64 {
         match *self {}
     }
+    pub(crate) fn local_bound(&self) -> Option<u64> {
+        match *self {}
+    }
+    pub(crate) fn table_bytes(&self) -> u64 {
+        match *self {}
+    }
     pub(crate) fn timer_order<K>(&self, _name: &str) -> Result<DiskTimerOrder<K>> {
         match *self {}
     }
@@ -160,6 +166,26 @@ impl<K, S> DiskTier<K, S> {
     }
     #[cfg(all(test, feature = "disk-state"))]
     pub(crate) fn remote_groups(&self) -> usize {
+        self.never()
+    }
+    pub(crate) fn repoint_remote(
+        &mut self,
+        _name: &str,
+        _chain: Option<&super::remote::ConfirmedChain>,
+    ) -> Result<()> {
+        self.never()
+    }
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn evict(
+        &mut self,
+        _map: &mut CowMap<K, S>,
+        _ttl: Option<&mut Ttl<K>>,
+        _state: (&str, &str, bool),
+        _chain: &super::remote::ConfirmedChain,
+        _sets: &[std::sync::Arc<ChangeSet>],
+        _range: KeyGroupRange,
+        _to_free: u64,
+    ) -> Result<u64> {
         self.never()
     }
     pub(crate) fn set_remote(

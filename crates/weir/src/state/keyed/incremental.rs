@@ -183,6 +183,19 @@ pub struct IncrementalSnapshot {
     pub chain: Vec<ChainFile>,
     /// Filled by the writer with the chain this checkpoint references.
     pub written: ChainSlot,
+    /// Filled by the writer with where it wrote the chain's new file: key groups a lazy
+    /// restore left in storage are re-pointed at a new base once it is confirmed.
+    pub home: Arc<OnceLock<super::remote::SharedHome>>,
+}
+
+/// A newly confirmed chain ([`Tracker::on_complete`]) and where its files lie (`None`: not
+/// known — cannot happen, the writer reports it with the chain).
+#[derive(Debug)]
+pub(crate) struct Confirmed {
+    /// The chain, base first.
+    pub chain: Vec<ChainFile>,
+    /// The job folder its files are in (a subtask's chain is always in its job's folder).
+    pub home: Option<super::remote::SharedHome>,
 }
 
 /// One snapshot taken since the last confirmed checkpoint.
@@ -193,6 +206,7 @@ struct Pending {
     /// previous one); `None` when the state cannot tell (it is written whole).
     sets: Vec<Option<Arc<ChangeSet>>>,
     written: ChainSlot,
+    home: Arc<OnceLock<super::remote::SharedHome>>,
 }
 
 /// What the next checkpoint of a backend writes ([`Tracker::plan`]).
@@ -237,16 +251,19 @@ impl Tracker {
         union_limit: usize,
     ) -> Plan {
         let written: ChainSlot = Arc::default();
+        let home: Arc<OnceLock<super::remote::SharedHome>> = Arc::default();
         let states = sets.len();
         self.pending.push(Pending {
             id,
             sets: sets.into_iter().map(|s| s.map(Arc::new)).collect(),
             written: written.clone(),
+            home: home.clone(),
         });
         let base = IncrementalSnapshot {
             delta: false,
             chain: Vec::new(),
             written: written.clone(),
+            home: home.clone(),
         };
         let Some(chain) = &self.confirmed else {
             return Plan::Base(base);
@@ -279,17 +296,18 @@ impl Tracker {
             delta: true,
             chain: chain.clone(),
             written,
+            home,
         };
         Plan::Delta(delta, per_state)
     }
 
     /// Checkpoint `id` is complete (and so is every earlier one): if this backend took a
     /// snapshot for it, its chain becomes the confirmed one and the sets it covered are
-    /// dropped. (A savepoint, which is not tracked, changes nothing.)
-    pub(crate) fn on_complete(&mut self, id: u64) {
-        let Some(at) = self.pending.iter().position(|p| p.id == id) else {
-            return;
-        };
+    /// dropped. (A savepoint, which is not tracked, changes nothing.) Returns the chain
+    /// confirmed: the one before it may be deleted by retention from now on, so whatever
+    /// pointed at its files must point at this one's.
+    pub(crate) fn on_complete(&mut self, id: u64) -> Option<Confirmed> {
+        let at = self.pending.iter().position(|p| p.id == id)?;
         let chain = self.pending[at]
             .written
             .lock()
@@ -297,10 +315,21 @@ impl Tracker {
             .take();
         // Without its chain reported (cannot happen: the acknowledgement follows the
         // write), the sets are kept, so nothing is lost.
-        if let Some(chain) = chain {
-            self.confirmed = Some(chain);
-            self.pending.drain(..=at);
-        }
+        let chain = chain?;
+        let home = self.pending[at].home.get().cloned();
+        self.confirmed = Some(chain.clone());
+        self.pending.drain(..=at);
+        Some(Confirmed { chain, home })
+    }
+
+    /// State `t`'s change sets of the snapshots taken since the confirmed checkpoint (what
+    /// its chain does not hold); `None` if one of them cannot tell (the state is written
+    /// whole, or was not declared yet then).
+    pub(crate) fn unconfirmed_sets(&self, t: usize) -> Option<Vec<Arc<ChangeSet>>> {
+        self.pending
+            .iter()
+            .map(|p| p.sets.get(t).cloned().flatten())
+            .collect()
     }
 
     /// Checkpoint `id` was aborted: its file is never referenced, and its set stays in

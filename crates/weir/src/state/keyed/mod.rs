@@ -16,6 +16,7 @@
 //! empty, or a map state whose map becomes empty, has no entry for that key any more.
 
 // Selected through `StateBackendKind` (the job's `--state-backend`, issue 25).
+mod bound;
 #[cfg(feature = "disk-state")]
 mod disk;
 #[cfg(not(feature = "disk-state"))]
@@ -35,6 +36,7 @@ mod windows;
 use std::any::TypeId;
 use std::collections::BTreeMap;
 
+pub use bound::cache_report;
 pub use handles::{
     AggregateFunction, AggregatingAccess, AggregatingState, ListAccess, ListState, MapAccess,
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,
@@ -42,7 +44,7 @@ pub use handles::{
 pub use incremental::{ChainFile, IncrementalSnapshot};
 pub use remote::{
     fetch_report, is_known_bad, FileIndex, GroupRead, GroupSpans, RemoteFile, RemoteSection,
-    SectionSpan,
+    SectionSpan, SharedHome,
 };
 pub use table::{EncodedShard, TableSnapshot};
 pub use ttl::{StateTtlConfig, TtlUpdate};
@@ -220,8 +222,12 @@ impl<K: Key> KeyedStateBackend<K> {
     /// write-back caches; in memory: every entry). Cheap (the LSM keeps its tables'
     /// sizes): taken at each checkpoint's barrier for the dashboard (issue 25 item 6).
     pub(crate) fn local_size(&self) -> LocalStateSize {
+        let disk_bytes = self.disk.as_ref().map_or(0, |d| d.disk_bytes());
+        if let Some(d) = self.disk.as_ref().filter(|d| d.local_bound().is_some()) {
+            bound::note_local_at_barrier(d.table_bytes());
+        }
         LocalStateSize {
-            disk_bytes: self.disk.as_ref().map_or(0, |d| d.disk_bytes()),
+            disk_bytes,
             memory_entries: self.tables.iter().map(|t| t.memory_entries() as u64).sum(),
         }
     }
@@ -304,10 +310,24 @@ impl<K: Key> KeyedStateBackend<K> {
     }
 
     /// Checkpoint `id` completed: with incremental checkpoints, the chain it wrote is the
-    /// one later deltas build on.
-    pub(crate) fn notify_complete(&mut self, id: u64) {
-        if let Some((tracker, _)) = &mut self.incremental {
-            tracker.on_complete(id);
+    /// one later deltas build on, and the key groups still in storage (a lazy restore's)
+    /// point at it from now on — retention may delete the chains before it. An error only
+    /// if the chain's index is unknown and fetching the groups instead fails.
+    pub(crate) fn notify_complete(&mut self, id: u64) -> Result<()> {
+        let Some((tracker, _)) = &mut self.incremental else {
+            return Ok(());
+        };
+        let Some(confirmed) = tracker.on_complete(id) else {
+            return Ok(());
+        };
+        let chain = (confirmed.home.as_ref())
+            .and_then(|home| remote::ConfirmedChain::new(home, &confirmed.chain));
+        for (name, t) in self.names.iter().zip(&mut self.tables) {
+            t.repoint_remote(name, chain.as_ref())?;
+        }
+        match &chain {
+            Some(chain) => self.hold_local_bound(chain),
+            None => Ok(()),
         }
     }
 

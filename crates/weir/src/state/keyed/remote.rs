@@ -72,6 +72,88 @@ pub struct RemoteFile {
     pub checkpoint_id: u64,
 }
 
+/// Where a subtask's checkpoints write their shared files (the job folder), reported by
+/// the writer: key groups still in storage are re-pointed at a new base written there once
+/// it is confirmed ([`crate::state::keyed::KeyedStateBackend::notify_complete`]).
+#[derive(Debug, Clone)]
+pub struct SharedHome {
+    /// The job folder's storage.
+    pub store: Arc<dyn StorageBackend>,
+    /// The job folder's path, for messages.
+    pub root: PathBuf,
+}
+
+/// The chain of a subtask's newest confirmed checkpoint, as the sections its key groups
+/// still in storage point at ([`ConfirmedChain::sections`]). Once a checkpoint is
+/// confirmed, retention may delete the files of the chains before it, while its own chain
+/// holds each such group unchanged: a group still in storage has not been touched since
+/// before that checkpoint's barrier (the tier fetches a group before any access of it).
+#[derive(Debug)]
+pub(crate) struct ConfirmedChain {
+    /// Per file, base first.
+    files: Vec<ChainedFile>,
+}
+
+/// One file of a [`ConfirmedChain`]: where it lies, its index, and per group of the index
+/// the read its states share (`None`: one state has a section there).
+type ChainedFile = (Arc<RemoteFile>, Arc<FileIndex>, Vec<Option<Arc<GroupRead>>>);
+
+impl ConfirmedChain {
+    /// The chain `chain` of checkpoints written into `home`; `None` if a file of it has
+    /// no index (a chain restored from a checkpoint written before indexes were).
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn new(home: &SharedHome, chain: &[super::ChainFile]) -> Option<ConfirmedChain> {
+        let mut files = Vec::with_capacity(chain.len());
+        for f in chain {
+            let index = f.index.clone()?;
+            let reads = index
+                .groups
+                .iter()
+                .map(|g| {
+                    let wanted = g.sections.iter().filter(|s| s.len > 0).count();
+                    GroupRead::new(&g.sections).filter(|_| wanted > 1)
+                })
+                .collect();
+            let file = Arc::new(RemoteFile {
+                store: Arc::clone(&home.store),
+                key: f.path.clone(),
+                shown: home.root.join(&f.path),
+                checkpoint_id: f.checkpoint_id,
+            });
+            files.push((file, index, reads));
+        }
+        Some(ConfirmedChain { files })
+    }
+
+    /// State `name`'s sections of key group `group` in chain order (base, then deltas);
+    /// empty if the chain has no entry of it there.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn sections(&self, name: &str, group: u32) -> Vec<RemoteSection> {
+        let mut out = Vec::new();
+        for (i, (file, index, reads)) in self.files.iter().enumerate() {
+            let Some(state) = index.states.iter().position(|(n, _)| n == name) else {
+                continue;
+            };
+            let Ok(at) = index.groups.binary_search_by_key(&group, |g| g.group) else {
+                continue;
+            };
+            let Some(span) = index.groups[at].sections.get(state).copied() else {
+                continue;
+            };
+            if span.len > 0 {
+                out.push(RemoteSection {
+                    file: Arc::clone(file),
+                    group,
+                    span,
+                    delta: i > 0,
+                    shared: reads[at].clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
 /// One state's section of one key group still in storage: applied (a base's) or applied
 /// on top (a delta's, in chain order) when fetched.
 #[derive(Debug, Clone)]
@@ -116,6 +198,54 @@ impl GroupRead {
             range: start..end,
             read: OnceLock::new(),
         }))
+    }
+}
+
+/// Most bytes one read of [`coalesce`] covers: what a read of every remaining key group
+/// holds in memory at once.
+const COALESCED_READ_BYTES: u64 = 8 << 20;
+
+/// One read [`coalesce`] plans: the file's bytes it covers, and the sections in it (by
+/// index of group, then of section).
+type Plan = (std::ops::Range<u64>, Vec<(usize, usize)>);
+
+/// Re-plans the reads of `groups` (sections per key group, in chain order) for fetching
+/// them all, as before a read of the whole state: per file, the sections of consecutive
+/// groups share one ranged read of up to [`COALESCED_READ_BYTES`] (a file lays its groups
+/// out in order) instead of one read per group — thousands of requests for a state of many
+/// key groups, each a round trip. Each buffer is freed once its sections are loaded.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+pub(crate) fn coalesce(groups: &mut [Vec<RemoteSection>]) {
+    // Per file (by its key): the read being planned and the sections in it.
+    let mut open: std::collections::HashMap<String, Plan> = Default::default();
+    let mut plans: Vec<Plan> = Vec::new();
+    for (g, sections) in groups.iter().enumerate() {
+        for (i, s) in sections.iter().enumerate() {
+            if s.span.len == 0 {
+                continue;
+            }
+            let (start, end) = (s.span.offset, s.span.offset + s.span.len);
+            let entry = open
+                .entry(s.file.key.clone())
+                .or_insert_with(|| (start..end, Vec::new()));
+            let merged = entry.0.start.min(start)..entry.0.end.max(end);
+            if merged.end - merged.start > COALESCED_READ_BYTES && !entry.1.is_empty() {
+                plans.push(std::mem::replace(entry, (start..end, Vec::new())));
+            } else {
+                entry.0 = merged;
+            }
+            entry.1.push((g, i));
+        }
+    }
+    plans.extend(open.into_values());
+    for (range, members) in plans {
+        let read = Arc::new(GroupRead {
+            range,
+            read: OnceLock::new(),
+        });
+        for (g, i) in members {
+            groups[g][i].shared = Some(Arc::clone(&read));
+        }
     }
 }
 

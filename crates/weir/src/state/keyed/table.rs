@@ -71,6 +71,29 @@ pub(crate) trait StateTable<K>: Send {
     fn remote_groups(&self) -> usize {
         0
     }
+    /// A checkpoint was confirmed: key groups still in storage point at its chain from now
+    /// on (`None`: its index is unknown, fetch them now). Only a table on disk has any.
+    fn repoint_remote(
+        &mut self,
+        _name: &str,
+        _chain: Option<&super::remote::ConfirmedChain>,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// Over the local disk's bound (`--state-cache-size`): drops key groups of `range`
+    /// unchanged since the confirmed checkpoint whose chain is `chain` (`sets`: the changes
+    /// of the snapshots taken since) until about `to_free` bytes are; returns the bytes
+    /// dropped. Only a table on disk drops any.
+    fn evict(
+        &mut self,
+        _name: &str,
+        _chain: &super::remote::ConfirmedChain,
+        _sets: &[Arc<ChangeSet>],
+        _range: KeyGroupRange,
+        _to_free: u64,
+    ) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// The encoded entries of one shard of a table's view, grouped by key group: the writer
@@ -273,6 +296,39 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
     #[cfg(all(test, feature = "disk-state"))]
     fn remote_groups(&self) -> usize {
         self.disk.as_ref().map_or(0, |d| d.remote_groups())
+    }
+    fn repoint_remote(
+        &mut self,
+        name: &str,
+        chain: Option<&super::remote::ConfirmedChain>,
+    ) -> Result<()> {
+        match &mut self.disk {
+            Some(disk) => disk.repoint_remote(name, chain),
+            None => Ok(()),
+        }
+    }
+    fn evict(
+        &mut self,
+        name: &str,
+        chain: &super::remote::ConfirmedChain,
+        sets: &[Arc<ChangeSet>],
+        range: KeyGroupRange,
+        to_free: u64,
+    ) -> Result<u64> {
+        let what = format!("keyed {} state '{name}'", self.kind.name());
+        let ttl = self.ttl.is_some();
+        match &mut self.disk {
+            Some(disk) => disk.evict(
+                &mut self.map,
+                self.ttl.as_mut(),
+                (name, &what, ttl),
+                chain,
+                sets,
+                range,
+                to_free,
+            ),
+            None => Ok(0),
+        }
     }
     fn kind(&self) -> StateKind {
         self.kind

@@ -7,12 +7,22 @@
 //! access loads its key first, [`DiskTier::fault_in`]), so it is in neither the cache nor a
 //! pending write-back, and writing the restored entries straight into the LSM orders them
 //! before every later write of those keys.
+//!
+//! A full snapshot (a new base, a savepoint) does *not* fetch them: its view captures the
+//! groups still in storage at the barrier ([`RemoteAtBarrier`]) and the writer thread
+//! produces each one's section from the chain, one key group at a time in memory
+//! ([`merge_group`]), without loading it into the LSM. Exact for the same reason: a group
+//! untouched before the barrier is exactly its chain's content at the barrier.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::super::remote::{self, RemoteSection};
+use super::super::entries::Entries;
+use super::super::remote::{self, ConfirmedChain, RemoteSection};
+use super::super::table::EncodedShard;
+use super::super::ttl::StateTtlConfig;
 use super::{DiskStore, DiskTier, Key, StateValue};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::key_group::key_group;
 
 impl DiskStore {
@@ -24,6 +34,21 @@ impl DiskStore {
         // out then rather than failing the checkpoint.
         self.db.disk_space().unwrap_or(0)
     }
+
+    /// Bytes of the LSM's tables on local disk and of its memtables (flushed to tables as
+    /// they fill): what `--state-cache-size` bounds. The journal is left out: fjall
+    /// preallocates it (64 MiB) and bounds it itself, rotating it as memtables are flushed.
+    pub(crate) fn table_bytes(&self) -> u64 {
+        let journal = self.db.journal_disk_space().unwrap_or(0);
+        let tables = self.disk_bytes().saturating_sub(journal);
+        tables + self.db.write_buffer_size()
+    }
+
+    /// The most bytes the LSM should keep on local disk (`--state-cache-size`; `None`:
+    /// unbounded).
+    pub(crate) fn local_bound(&self) -> Option<u64> {
+        self.options.local_disk_bytes
+    }
 }
 
 /// What a lazy restore left in storage for one state.
@@ -32,18 +57,86 @@ pub(super) struct Remote {
     what: String,
     /// Whether its entries carry TTL stamps.
     ttl: bool,
-    /// Per key group not yet fetched, its sections in chain order (base, then deltas).
-    groups: BTreeMap<u32, Vec<RemoteSection>>,
+    /// Per key group not yet fetched, its sections in chain order (base, then deltas):
+    /// shared with the views of full snapshots taken since (an `Arc` each, so capturing
+    /// them at a barrier copies no section).
+    groups: BTreeMap<u32, Arc<[RemoteSection]>>,
+}
+
+/// The key groups of one state still in storage at a full snapshot's barrier, which the
+/// snapshot's view reads from the chain instead of the LSM ([`merge_group`]).
+pub(super) struct RemoteAtBarrier {
+    /// The state, for messages.
+    what: String,
+    /// Whether its entries carry TTL stamps.
+    ttl: bool,
+    /// Per key group still in storage at the barrier, its sections in chain order.
+    groups: BTreeMap<u32, Arc<[RemoteSection]>>,
+    /// [`merge_group`] for the state's key and value types (the view knows neither).
+    merge: MergeFn,
+}
+
+/// [`merge_group`] for one state's key and value types.
+/// Returns the group's encoded entries and their number.
+type MergeFn =
+    fn(&str, &[RemoteSection], bool, Option<(StateTtlConfig, u64)>) -> Result<(Vec<u8>, u64)>;
+
+impl RemoteAtBarrier {
+    /// Key group `g`'s entries as a full snapshot writes them, if `g` was still in storage
+    /// at the barrier (`None`: read the LSM). `expiry`: with TTL, the config and the
+    /// snapshot's time (expired entries are left out, as the LSM path leaves them out).
+    pub(super) fn shard(
+        &self,
+        g: u32,
+        expiry: Option<(StateTtlConfig, u64)>,
+    ) -> Option<Result<EncodedShard>> {
+        let sections = self.groups.get(&g)?;
+        Some(
+            (self.merge)(&self.what, sections, self.ttl, expiry).map(|(bytes, entries)| {
+                let runs = if bytes.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![(g, bytes.len())]
+                };
+                EncodedShard {
+                    bytes,
+                    runs,
+                    entries,
+                }
+            }),
+        )
+    }
+}
+
+impl Remote {
+    /// Whether key group `g` is still in storage.
+    pub(super) fn has(&self, g: u32) -> bool {
+        self.groups.contains_key(&g)
+    }
 }
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Takes the sections of a lazy restore (state `what`, with TTL stamps if `ttl`).
     pub(crate) fn set_remote(&mut self, what: String, sections: Vec<RemoteSection>, ttl: bool) {
-        let mut groups: BTreeMap<u32, Vec<RemoteSection>> = BTreeMap::new();
+        let mut by_group: BTreeMap<u32, Vec<RemoteSection>> = BTreeMap::new();
         for s in sections {
-            groups.entry(s.group).or_default().push(s);
+            by_group.entry(s.group).or_default().push(s);
         }
+        let groups: BTreeMap<u32, Arc<[RemoteSection]>> =
+            by_group.into_iter().map(|(g, s)| (g, s.into())).collect();
         self.remote = (!groups.is_empty()).then(|| Box::new(Remote { what, ttl, groups }));
+    }
+
+    /// At a full snapshot's barrier: the key groups still in storage (`None`: none), which
+    /// its view reads from the chain. Cheap: a copy of the map of `Arc`s.
+    pub(super) fn remote_at_barrier(&self) -> Option<RemoteAtBarrier> {
+        let r = self.remote.as_ref()?;
+        Some(RemoteAtBarrier {
+            what: r.what.clone(),
+            ttl: r.ttl,
+            groups: r.groups.clone(),
+            merge: merge_group::<K, S>,
+        })
     }
 
     /// Before `key` is read from the LSM: fetches and loads its key group if it is still
@@ -58,7 +151,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         };
         remote::note_access_fetch();
         let done = remote.groups.is_empty();
-        self.load_sections(sections)?;
+        self.load_sections(&sections)?;
         if done {
             self.remote = None;
         }
@@ -66,18 +159,71 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     }
 
     /// Fetches and loads every key group still in storage: before anything reads the
-    /// whole state.
+    /// whole state. The groups' sections of each file are read together, a few MiB at a
+    /// time ([`remote::coalesce`]), not one request per group.
     pub(super) fn fetch_all_remote(&mut self) -> Result<()> {
-        while let Some(sections) = self
-            .remote
-            .as_mut()
-            .and_then(|r| r.groups.pop_first())
-            .map(|(_, s)| s)
-        {
-            self.load_sections(sections)?;
+        let Some(remote) = &mut self.remote else {
+            return Ok(());
+        };
+        let groups = std::mem::take(&mut remote.groups);
+        let mut all: Vec<Vec<RemoteSection>> = groups.into_values().map(|s| s.to_vec()).collect();
+        remote::coalesce(&mut all);
+        for sections in all {
+            self.load_sections(&sections)?;
         }
         self.remote = None;
         Ok(())
+    }
+
+    /// A checkpoint was confirmed: the key groups still in storage point at its chain from
+    /// now on (`chain`, state `name`), since retention may delete the chains before it. Its
+    /// chain holds each unchanged: a group still in storage has not been touched since
+    /// before that checkpoint's barrier ([`DiskTier::fault_in`] fetches it before any
+    /// access), so the chain's sections of it are what it was then and is now. Without the
+    /// chain's index (`None`; a chain this Weir writes always has one) they are fetched now
+    /// instead.
+    pub(crate) fn repoint_remote(
+        &mut self,
+        name: &str,
+        chain: Option<&ConfirmedChain>,
+    ) -> Result<()> {
+        let Some(remote) = &mut self.remote else {
+            return Ok(());
+        };
+        let Some(chain) = chain else {
+            return self.fetch_all_remote();
+        };
+        let groups = std::mem::take(&mut remote.groups);
+        for g in groups.into_keys() {
+            // A group the chain has no entry of is empty: nothing to fetch.
+            let sections = chain.sections(name, g);
+            if !sections.is_empty() {
+                remote.groups.insert(g, sections.into());
+            }
+        }
+        if remote.groups.is_empty() {
+            self.remote = None;
+        }
+        Ok(())
+    }
+
+    /// Makes key group `g` remote again with `sections` (in chain order): it was dropped
+    /// from the LSM ([`DiskTier::evict`]). `what` and `ttl` name and decode the state.
+    pub(super) fn add_remote(
+        &mut self,
+        what: &str,
+        ttl: bool,
+        g: u32,
+        sections: Vec<RemoteSection>,
+    ) {
+        let remote = self.remote.get_or_insert_with(|| {
+            Box::new(Remote {
+                what: what.to_string(),
+                ttl,
+                groups: BTreeMap::new(),
+            })
+        });
+        remote.groups.insert(g, sections.into());
     }
 
     /// Forgets the key groups still in storage: the state is being cleared whole.
@@ -93,13 +239,13 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Fetches one key group's sections (in chain order) and loads them into the LSM: the
     /// base's entries put, each delta's applied on top.
-    fn load_sections(&mut self, sections: Vec<RemoteSection>) -> Result<()> {
+    fn load_sections(&mut self, sections: &[RemoteSection]) -> Result<()> {
         let (what, ttl) = match &self.remote {
             Some(r) => (r.what.clone(), r.ttl),
             None => return Ok(()),
         };
         for s in sections {
-            let bytes = remote::fetch(&s)?;
+            let bytes = remote::fetch(s)?;
             if s.delta {
                 self.apply_changes_inner(&what, &[bytes], ttl)?;
             } else {
@@ -108,4 +254,86 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         }
         Ok(())
     }
+}
+
+/// One key group of one state as a full snapshot writes it, from its sections in chain
+/// order (the base's entries, each delta's applied on top), with TTL (`expiry`) the
+/// entries expired at the snapshot's time left out — what loading the group into the LSM
+/// and reading it back gives, without the LSM: in memory, one key group at a time.
+///
+/// Entries come out ordered by their key's postcard bytes, the order the LSM holds them in
+/// (its keys are `key group ‖ postcard(key)`), so the file is byte for byte what the LSM
+/// path writes. Each section is read alone (not through the [`remote::GroupRead`] the tier
+/// shares between its states): a buffer this filled would stay held by the tier's sections
+/// for as long as the group stays in storage.
+fn merge_group<K: Key, S: StateValue>(
+    what: &str,
+    sections: &[RemoteSection],
+    ttl: bool,
+    expiry: Option<(StateTtlConfig, u64)>,
+) -> Result<(Vec<u8>, u64)> {
+    if ttl {
+        merge_entries::<K, (S, u64)>(what, sections, |v| Some(v.1), expiry)
+    } else {
+        merge_entries::<K, S>(what, sections, |_| None, expiry)
+    }
+}
+
+/// [`merge_group`] for entries stored as `V` (the value, or `(value, stamp)` with TTL,
+/// whose stamp `stamp` gives).
+fn merge_entries<K: Key, V: serde::de::DeserializeOwned>(
+    what: &str,
+    sections: &[RemoteSection],
+    stamp: impl Fn(&V) -> Option<u64>,
+    expiry: Option<(StateTtlConfig, u64)>,
+) -> Result<(Vec<u8>, u64)> {
+    // postcard(key) → (postcard(value as stored), its stamp).
+    let mut entries: BTreeMap<Vec<u8>, (Vec<u8>, Option<u64>)> = BTreeMap::new();
+    for s in sections {
+        let alone = RemoteSection {
+            shared: None,
+            ..s.clone()
+        };
+        let bytes = remote::fetch(&alone)?;
+        let read = if s.delta {
+            Entries::<K, V>::delta(&bytes)
+        } else {
+            Entries::<K, V>::full(&bytes)
+        };
+        for entry in read {
+            let entry = entry.map_err(|e| Error::StateDecode {
+                what: what.to_string(),
+                cause: format!(
+                    "byte {} of key group {}'s section in {}: {}",
+                    e.at,
+                    s.group,
+                    s.file.shown.display(),
+                    e.cause
+                ),
+            })?;
+            match entry.value {
+                Some((value, encoded)) => {
+                    let stamp = stamp(&value);
+                    entries.insert(entry.key_bytes.to_vec(), (encoded.to_vec(), stamp));
+                }
+                None => {
+                    entries.remove(entry.key_bytes);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut written = 0;
+    for (k, (v, stamp)) in entries {
+        if let (Some((cfg, now)), Some(stamp)) = (&expiry, stamp) {
+            if *now >= stamp.saturating_add(cfg.ttl_ms()) {
+                continue;
+            }
+        }
+        // postcard((k, v)) is postcard(k) ‖ postcard(v).
+        out.extend_from_slice(&k);
+        out.extend_from_slice(&v);
+        written += 1;
+    }
+    Ok((out, written))
 }

@@ -15,19 +15,22 @@ use crate::error::Result;
 impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Synchronous phase of a snapshot: freezes the cache ([`DiskTier::freeze`]); the view
     /// runs the write-back and reads the LSM pinned right after it, off the processing
-    /// thread. `None` if the state is empty.
+    /// thread — and the key groups a lazy restore left in storage from their chain,
+    /// captured here ([`DiskTier::remote_at_barrier`]). `None` if the state is empty.
     pub(crate) fn snapshot(
         &mut self,
         map: &mut CowMap<K, S>,
         ttl: Option<&mut Ttl<K>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
-        // A full snapshot reads the whole state: what is still in storage comes first.
-        self.fetch_all_remote()?;
-        // A cache with an entry is a state with one; an empty cache (rare: the state is
-        // empty, or every cached key was deleted) is checked against the LSM, after writing
-        // back what is dirty — deletes only.
-        if map.is_empty() && self.is_empty(map, ttl.as_deref())? {
+        // The key groups still in storage stay there: the view reads them from the chain
+        // (lazy.rs), so a new base after a lazy restore fetches nothing into the LSM.
+        let remote = self.remote_at_barrier();
+        // A cache with an entry is a state with one, and so is one with key groups in
+        // storage; an empty cache (rare: the state is empty, or every cached key was
+        // deleted) is checked against the LSM, after writing back what is dirty — deletes
+        // only.
+        if remote.is_none() && map.is_empty() && self.is_empty(map, ttl.as_deref())? {
             return Ok(None);
         }
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
@@ -40,6 +43,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             dir: self.store.dir.clone(),
             range,
             ttl: ttl_now,
+            remote,
             _s: std::marker::PhantomData,
         })))
     }

@@ -26,6 +26,10 @@ pub struct DiskOptions {
     /// Incremental checkpoints (`--incremental-checkpoints`): each state records the keys
     /// it changes, so a checkpoint writes only those (docs/design-notes.md).
     pub incremental: bool,
+    /// The most bytes the LSM keeps on local disk (`--state-cache-size`; `None`:
+    /// unbounded): past it, after a confirmed checkpoint, key groups its chain holds
+    /// unchanged are dropped and fetched again on access (`state/keyed/bound.rs`).
+    pub local_disk_bytes: Option<u64>,
 }
 
 impl DiskOptions {
@@ -38,6 +42,7 @@ impl DiskOptions {
             block_cache_bytes: 64 << 20,
             write_buffer_bytes: 64 << 20,
             incremental: false,
+            local_disk_bytes: None,
         }
     }
 

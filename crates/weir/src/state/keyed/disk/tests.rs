@@ -225,10 +225,34 @@ fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
     put(&mut t, &mut map, other, 9999);
     truth.insert(other, 9999);
     assert_eq!(t.remote_groups(), 14);
-    // A snapshot reads the whole state: the rest is fetched first, and it is exact.
+    // A snapshot reads the groups still in storage from their chain, loading none of them
+    // into the LSM, and it is exact.
     let view = snapshot(&mut t, &mut map);
-    assert_eq!(t.remote_groups(), 0);
+    assert_eq!(t.remote_groups(), 14);
     assert_eq!(read(&*view), truth);
+    assert_eq!(
+        t.remote_groups(),
+        14,
+        "reading the view fetched nothing into the tier"
+    );
+}
+
+#[test]
+fn a_snapshot_with_remote_groups_is_the_state_at_its_barrier_when_a_record_fetches_one_after_it() {
+    let (mut t, mut map, dir) = tier(1000);
+    let (sections, truth) = remote_sections(dir.path());
+    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let view = snapshot(&mut t, &mut map);
+    // After the barrier, before the view's write-back ran: a record fetches a group into
+    // the LSM and changes it; the view still reads the group as it was at the barrier,
+    // once (not the chain's copy and the LSM's both).
+    let k = *truth.keys().next().unwrap();
+    put(&mut t, &mut map, k, 4242);
+    assert_eq!(t.remote_groups(), 15);
+    assert_eq!(read(&*view), truth);
+    let mut after = truth.clone();
+    after.insert(k, 4242);
+    assert_eq!(read(&*snapshot(&mut t, &mut map)), after);
 }
 
 #[test]
@@ -333,4 +357,71 @@ fn a_value_is_encoded_into_the_reused_buffer_alone() {
     );
     let (k, v, stamp) = codec::decode_entry::<u64, u64>(&[0, 0, 4], 0, &buf, true).unwrap();
     assert_eq!((k, v, stamp), (4, 1, Some(9)));
+}
+
+#[test]
+fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
+    use crate::state::keyed::ttl::{StateTtlConfig, Ttl};
+    use crate::state::keyed::{RemoteFile, SectionSpan};
+    let (mut t, mut map, dir) = tier(1000);
+    // One key group's base section with TTL stamps: even keys stamped now, odd ones at 0
+    // (long expired); a delta refreshes key 1 (stamped now) and deletes key 2.
+    let now = crate::clock::wall_ms();
+    let keys: Vec<u64> = (0..400).filter(|k| key_group(k, 16) == 3).collect();
+    let mut base = Vec::new();
+    let mut truth = BTreeMap::new();
+    for &k in &keys {
+        let stamp = if k % 2 == 0 { now } else { 0 };
+        base.extend(postcard::to_stdvec(&(k, (k, stamp))).unwrap());
+        if k % 2 == 0 {
+            truth.insert(k, k);
+        }
+    }
+    let (one, two) = (keys[1], keys[2]);
+    let mut delta = postcard::to_stdvec(&(one, Some((7u64, now)))).unwrap();
+    delta.extend(postcard::to_stdvec(&(two, None::<(u64, u64)>)).unwrap());
+    truth.insert(one, 7);
+    truth.remove(&two);
+    let mut bytes = b"header".to_vec();
+    let mut sections = Vec::new();
+    let file = std::sync::Arc::new(RemoteFile {
+        store: std::sync::Arc::from(crate::storage::open_backend(dir.path()).unwrap()),
+        key: "ttl-file".into(),
+        shown: dir.path().join("ttl-file"),
+        checkpoint_id: 1,
+    });
+    for (section, is_delta) in [(base, false), (delta, true)] {
+        let span = SectionSpan {
+            offset: bytes.len() as u64,
+            len: section.len() as u64,
+            crc32c: crc32c::crc32c(&section),
+        };
+        bytes.extend(section);
+        sections.push(RemoteSection {
+            file: file.clone(),
+            group: 3,
+            span,
+            delta: is_delta,
+            shared: None,
+        });
+    }
+    std::fs::write(dir.path().join("ttl-file"), bytes).unwrap();
+    t.set_remote("keyed value state 'x'".into(), sections, true);
+    let mut ttl = Ttl::new(StateTtlConfig::new(std::time::Duration::from_secs(3600)));
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let view = t
+        .snapshot(&mut map, Some(&mut ttl), range)
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.remote_groups(), 1, "streamed, not loaded");
+    let mut groups = vec![Vec::new(); 16];
+    view.encode_groups(16, range, &mut groups).unwrap();
+    let mut got = BTreeMap::new();
+    let mut rest: &[u8] = &groups[3];
+    while !rest.is_empty() {
+        let ((k, (v, _)), after): ((u64, (u64, u64)), _) = postcard::take_from_bytes(rest).unwrap();
+        got.insert(k, v);
+        rest = after;
+    }
+    assert_eq!(got, truth);
 }

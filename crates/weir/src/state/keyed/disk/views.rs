@@ -11,6 +11,7 @@ use super::super::super::StateValue;
 use super::super::incremental::ChangeSet;
 use super::super::table::{EncodedShard, TableSnapshot};
 use super::super::ttl::StateTtlConfig;
+use super::lazy::RemoteAtBarrier;
 use super::writeback::Pinned;
 use super::{lsm_error, ViewPin};
 use crate::error::{Error, Result};
@@ -29,6 +30,9 @@ pub(super) struct DiskView<S> {
     pub(super) range: KeyGroupRange,
     /// With TTL: the config and the time of the snapshot (expired entries are left out).
     pub(super) ttl: Option<(StateTtlConfig, u64)>,
+    /// The key groups still in storage at the barrier, read from their chain rather than
+    /// the LSM (which never loaded them, or loaded them after the barrier).
+    pub(super) remote: Option<RemoteAtBarrier>,
     pub(super) _s: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -40,6 +44,9 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
     fn take_shard(&self, shard: usize) -> Result<EncodedShard> {
         use fjall::Readable;
         let g = self.range.start + shard as u32;
+        if let Some(merged) = self.remote.as_ref().and_then(|r| r.shard(g, self.ttl)) {
+            return merged;
+        }
         let mut prefix = self.prefix.clone();
         prefix.extend_from_slice(&(g as u16).to_be_bytes());
         let skip = prefix.len();

@@ -248,7 +248,7 @@ fn an_incremental_chain_whose_delta_holds_old_values_migrates_on_disk() {
         index: None,
     }]);
     let sections = encode(&base);
-    b.notify_complete(1);
+    b.notify_complete(1).unwrap();
     put(&mut b, &m, 3, &[9]);
     put(&mut b, &m, 4, &[]);
     let delta = b.snapshot_checkpoint(2).unwrap();
