@@ -68,7 +68,7 @@ impl DeltaEntries {
     }
 
     /// Number of entries.
-    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
