@@ -21,25 +21,25 @@ use crate::state::keyed::{
     StateBackendKind, StateTtlConfig, ValueState,
 };
 
-const MAXP: u32 = 32;
-const UID: &str = "count";
+pub(super) const MAXP: u32 = 32;
+pub(super) const UID: &str = "count";
 
 /// One subtask of the keyed operator `count`: its backend and its two states.
-struct Subtask {
-    backend: KeyedStateBackend<u64>,
-    plain: ValueState<u64>,
-    aged: ValueState<u64>,
+pub(super) struct Subtask {
+    pub(super) backend: KeyedStateBackend<u64>,
+    pub(super) plain: ValueState<u64>,
+    pub(super) aged: ValueState<u64>,
 }
 
 /// Operator `count` at parallelism `p` on the disk backend with incremental checkpoints,
 /// writing into a job folder, and the truth every restore must give back.
-struct Job {
+pub(super) struct Job {
     _tmp: tempfile::TempDir,
-    storage: CheckpointStorage,
+    pub(super) storage: CheckpointStorage,
     p: u32,
-    subtasks: Vec<Subtask>,
-    truth: BTreeMap<u64, u64>,
-    state_dir: std::path::PathBuf,
+    pub(super) subtasks: Vec<Subtask>,
+    pub(super) truth: BTreeMap<u64, u64>,
+    pub(super) state_dir: std::path::PathBuf,
 }
 
 fn kind(dir: &std::path::Path, incremental: bool) -> StateBackendKind {
@@ -62,7 +62,7 @@ fn declare(mut backend: KeyedStateBackend<u64>) -> Subtask {
 }
 
 impl Job {
-    fn new(p: u32) -> Job {
+    pub(super) fn new(p: u32) -> Job {
         let tmp = tempfile::tempdir().unwrap();
         let storage = CheckpointStorage::open(&tmp.path().join("chk"), "job").unwrap();
         let state_dir = tmp.path().join("state");
@@ -92,7 +92,7 @@ impl Job {
     }
 
     /// Sets key `k` to `v` in both states (`aged` only on every third key).
-    fn set(&mut self, k: u64, v: u64) {
+    pub(super) fn set(&mut self, k: u64, v: u64) {
         let s = self.owner(k);
         let (plain, aged) = (s.plain, s.aged);
         let mut ctx = KeyedContext {
@@ -107,7 +107,7 @@ impl Job {
     }
 
     /// Removes key `k` from both states.
-    fn remove(&mut self, k: u64) {
+    pub(super) fn remove(&mut self, k: u64) {
         let s = self.owner(k);
         let (plain, aged) = (s.plain, s.aged);
         let mut ctx = KeyedContext {
@@ -120,7 +120,7 @@ impl Job {
     }
 
     /// Every subtask snapshots checkpoint `id` and writes it: the acknowledgements.
-    fn snapshot(&mut self, id: u64) -> Vec<TaskAck> {
+    pub(super) fn snapshot(&mut self, id: u64) -> Vec<TaskAck> {
         let p = self.p;
         let mut acks = Vec::new();
         for (i, s) in self.subtasks.iter_mut().enumerate() {
@@ -149,7 +149,11 @@ impl Job {
 
     /// Completes checkpoint `id` from `acks` as the executor does (the chain check, then
     /// `_metadata`); returns the metadata. The subtasks are told by [`Job::notify`].
-    fn complete(&mut self, id: u64, acks: &[TaskAck]) -> Result<CheckpointMetadata, String> {
+    pub(super) fn complete(
+        &mut self,
+        id: u64,
+        acks: &[TaskAck],
+    ) -> Result<CheckpointMetadata, String> {
         let names: Vec<String> = (0..self.p).map(|i| format!("count ({i})")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let info = CheckpointInfo {
@@ -171,21 +175,21 @@ impl Job {
     }
 
     /// Every subtask hears that checkpoint `id` completed.
-    fn notify(&mut self, id: u64) {
+    pub(super) fn notify(&mut self, id: u64) {
         for s in &mut self.subtasks {
             s.backend.notify_complete(id).unwrap();
         }
     }
 
     /// Every subtask hears that checkpoint `id` was aborted, and it is discarded.
-    fn abort(&mut self, id: u64) {
+    pub(super) fn abort(&mut self, id: u64) {
         for s in &mut self.subtasks {
             s.backend.notify_aborted(id);
         }
         shared::discard(&self.storage, id).unwrap();
     }
 
-    fn checkpoint(&mut self, id: u64) -> CheckpointMetadata {
+    pub(super) fn checkpoint(&mut self, id: u64) -> CheckpointMetadata {
         let acks = self.snapshot(id);
         let meta = self.complete(id, &acks).unwrap();
         self.notify(id);
@@ -222,13 +226,13 @@ impl Job {
     }
 }
 
-fn meta_of(storage: &CheckpointStorage, id: u64) -> CheckpointMetadata {
+pub(super) fn meta_of(storage: &CheckpointStorage, id: u64) -> CheckpointMetadata {
     CheckpointMetadata::decode(&read_metadata(&storage.checkpoint_path(id)).unwrap()).unwrap()
 }
 
 /// Every `(key, plain)` restored from the checkpoint at `path` at parallelism `p`, on the
 /// disk backend (`disk`) or in memory; also checks `aged` on every third key.
-fn restored(
+pub(super) fn restored(
     path: &std::path::Path,
     p: u32,
     disk: Option<&std::path::Path>,
@@ -384,7 +388,7 @@ fn an_aborted_checkpoint_is_never_chained_on_and_its_changes_reach_the_next() {
 }
 
 /// The owners of subtask 0's chain in `meta`, oldest first.
-fn chain_owners(meta: &CheckpointMetadata) -> Vec<u64> {
+pub(super) fn chain_owners(meta: &CheckpointMetadata) -> Vec<u64> {
     let chain = meta.incremental_of(UID, 0).unwrap();
     chain.files().map(|f| f.checkpoint_id).collect()
 }

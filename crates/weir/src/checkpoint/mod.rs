@@ -32,5 +32,8 @@ pub mod writer;
 pub(crate) use crate::storage::{self, format, shared_bytes};
 
 #[cfg(all(test, feature = "disk-state"))]
+#[path = "incremental_delta_tests.rs"]
+mod incremental_delta_tests;
+#[cfg(all(test, feature = "disk-state"))]
 #[path = "incremental_tests.rs"]
 mod incremental_tests;

@@ -26,6 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashSet;
 
+mod entries;
+pub use entries::DeltaEntries;
+
 /// A new base is written once the chain's deltas hold more bytes than this fraction of the
 /// base: a restore then reads at most 1.5× the state, and retention keeps about as much.
 pub const MATERIALIZE_RATIO: f64 = 0.5;
@@ -110,27 +113,56 @@ impl ChangeSet {
         self.keys.iter().map(|k| &**k)
     }
 
-    /// The keys of the barrier write-backs of this set; `None` if one has not run yet.
-    /// A delta reads them after its own write-back ran, which runs every earlier one of
-    /// its state first, so there they are all known.
+    /// The keys of the barrier write-backs of this set but `except` (the one whose delta
+    /// entries a delta took); `None` if one has not run yet. A delta reads them after its
+    /// own write-back ran, which runs every earlier one of its state first, so there they
+    /// are all known.
     #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
-    pub(crate) fn deferred_keys(&self) -> Option<impl Iterator<Item = &[u8]>> {
+    pub(crate) fn deferred_keys_except(
+        &self,
+        except: Option<&Arc<DeferredKeys>>,
+    ) -> Option<impl Iterator<Item = &[u8]>> {
         let lists: Option<Vec<&[Box<[u8]>]>> = self
             .deferred
             .iter()
+            .filter(|d| !except.is_some_and(|e| Arc::ptr_eq(d, e)))
             .map(|d| d.keys.get().map(Vec::as_slice))
             .collect();
         Some(lists?.into_iter().flatten().map(|k| &**k))
+    }
+
+    /// The keys of the barrier write-backs of this set; `None` if one has not run yet.
+    #[cfg(test)]
+    pub(crate) fn deferred_keys(&self) -> Option<impl Iterator<Item = &[u8]>> {
+        self.deferred_keys_except(None)
     }
 }
 
 /// The LSM keys of the dirty entries a barrier handed to the asynchronous write-back
 /// (`state/keyed/disk/writeback.rs`): counted at the barrier, listed by the write-back as
 /// it encodes them, so the barrier encodes nothing.
-#[derive(Debug, Default)]
+///
+/// The write-back also keeps each entry in a delta's encoding ([`DeltaEntries`]) while
+/// they are wanted: the delta of the checkpoint whose barrier this is takes them and looks
+/// none of these keys up in the LSM (their values are exactly those at the barrier). They
+/// are released — or never kept — once no delta will read them
+/// ([`DeferredKeys::release_entries`]); a delta that finds them gone looks the keys up.
+#[derive(Debug)]
 pub struct DeferredKeys {
     len: usize,
     keys: OnceLock<Vec<Box<[u8]>>>,
+    entries: Mutex<Captured>,
+}
+
+/// Where a write-back's delta entries stand.
+#[derive(Debug)]
+enum Captured {
+    /// Not written yet; the write-back keeps them.
+    Wanted,
+    /// Written, not taken yet.
+    Kept(DeltaEntries),
+    /// Taken by a delta, or released: not kept.
+    Gone,
 }
 
 impl DeferredKeys {
@@ -140,13 +172,47 @@ impl DeferredKeys {
         Arc::new(DeferredKeys {
             len,
             keys: OnceLock::new(),
+            entries: Mutex::new(Captured::Wanted),
         })
     }
 
-    /// The write-back's keys, once written (later calls change nothing).
+    /// The write-back's keys, once written, and its delta entries if it kept them (later
+    /// calls change nothing).
     #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
-    pub(crate) fn fill(&self, keys: Vec<Box<[u8]>>) {
-        let _ = self.keys.set(keys);
+    pub(crate) fn fill(&self, keys: Vec<Box<[u8]>>, entries: Option<DeltaEntries>) {
+        if self.keys.set(keys).is_err() {
+            return;
+        }
+        let mut captured = self.captured();
+        if matches!(*captured, Captured::Wanted) {
+            *captured = entries.map_or(Captured::Gone, Captured::Kept);
+        }
+    }
+
+    /// Whether the write-back should keep its delta entries (a delta may still read them).
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn wants_entries(&self) -> bool {
+        matches!(*self.captured(), Captured::Wanted)
+    }
+
+    /// Takes the delta entries (`None` if they were not kept, were released or taken):
+    /// only after the write-back ran.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn take_entries(&self) -> Option<DeltaEntries> {
+        match std::mem::replace(&mut *self.captured(), Captured::Gone) {
+            Captured::Kept(entries) => Some(entries),
+            Captured::Wanted | Captured::Gone => None,
+        }
+    }
+
+    /// No delta will read the entries: drops them, or tells the write-back not to keep them.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn release_entries(&self) {
+        *self.captured() = Captured::Gone;
+    }
+
+    fn captured(&self) -> std::sync::MutexGuard<'_, Captured> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -405,12 +471,42 @@ mod tests {
         s.defer(d.clone(), 10);
         assert_eq!(s.len(), 3, "counted before the write-back ran");
         assert!(s.deferred_keys().is_none(), "not listed before it ran");
-        d.fill(vec![b"b".to_vec().into(), b"c".to_vec().into()]);
+        d.fill(vec![b"b".to_vec().into(), b"c".to_vec().into()], None);
         let mut keys: Vec<&[u8]> = s.keys().chain(s.deferred_keys().unwrap()).collect();
         keys.sort();
         assert_eq!(keys, [&b"a"[..], b"b", b"c"]);
         s.defer(DeferredKeys::new(8), 10);
         assert!(s.overflowed() && s.deferred_keys().unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_write_backs_delta_entries_are_kept_until_taken_or_released() {
+        let d = DeferredKeys::new(1);
+        assert!(d.wants_entries());
+        let mut e = DeltaEntries::with_capacity(1);
+        e.push(&[0, 0, 1], Some(b"v"));
+        d.fill(vec![b"\0\0\x01".to_vec().into()], Some(e));
+        assert_eq!(
+            d.take_entries().map(|e| e.len()),
+            Some(1),
+            "kept once written"
+        );
+        assert!(d.take_entries().is_none(), "taken once");
+        let mut s = ChangeSet::default();
+        s.defer(d.clone(), 10);
+        assert_eq!(s.deferred_keys().unwrap().count(), 1);
+        assert_eq!(s.deferred_keys_except(Some(&d)).unwrap().count(), 0);
+        // Released before the write-back ran: it keeps none.
+        let d = DeferredKeys::new(1);
+        d.release_entries();
+        assert!(!d.wants_entries());
+        d.fill(Vec::new(), Some(DeltaEntries::default()));
+        assert!(d.take_entries().is_none());
+        // Released after: dropped.
+        let d = DeferredKeys::new(1);
+        d.fill(Vec::new(), Some(DeltaEntries::default()));
+        d.release_entries();
+        assert!(d.take_entries().is_none());
     }
 
     #[test]

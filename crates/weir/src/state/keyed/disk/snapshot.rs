@@ -34,7 +34,18 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(None);
         }
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
-        let (job, _) = self.freeze(map, ttl);
+        // A full snapshot is no delta: the last barrier's entries are not wanted any more.
+        if let Some(entries) = self.barrier_entries.take() {
+            entries.release_entries();
+        }
+        let (job, keys) = self.freeze(map, ttl);
+        // The keys it writes back changed since the last checkpoint's snapshot took the
+        // changes (this is a savepoint's, or a base's, for which nothing is dirty): the next
+        // delta must hold them too.
+        if let (Some(keys), Some(changes)) = (keys, self.changes.as_mut()) {
+            keys.release_entries();
+            changes.defer(keys, self.capacity);
+        }
         Ok(Some(Box::new(DiskView::<S> {
             _pin: ViewPin::new(&self.store),
             pinned: job,
@@ -60,6 +71,10 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(None);
         }
         let (_, keys) = self.freeze(map, ttl);
+        // Only this barrier's entries may feed a delta (a delta of this checkpoint).
+        if let Some(old) = std::mem::replace(&mut self.barrier_entries, keys.clone()) {
+            old.release_entries();
+        }
         let capacity = self.capacity;
         Ok(self.changes.as_mut().map(|changes| {
             let mut set = std::mem::take(changes);
@@ -81,7 +96,12 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         sets: Vec<Arc<ChangeSet>>,
         range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        // This barrier's write-back encodes the entries of its keys for the delta.
+        let captured = self.barrier_entries.take();
         if sets.iter().all(|s| s.is_empty()) {
+            if let Some(entries) = captured {
+                entries.release_entries();
+            }
             return Ok(None);
         }
         let ttl_now = ttl.as_deref().map(|t| (t.cfg, crate::clock::wall_ms()));
@@ -96,6 +116,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             range,
             ttl: ttl_now,
             sets,
+            captured,
             groups: std::sync::OnceLock::new(),
             _s: std::marker::PhantomData,
         })))

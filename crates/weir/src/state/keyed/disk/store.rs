@@ -266,6 +266,7 @@ impl DiskStore {
             // Window panes (a namespace each) are always written whole.
             changes: (self.options.incremental && ns.is_none()).then(ChangeSet::default),
             pending: Vec::new(),
+            barrier_entries: None,
             capacity: self.options.cache_entries.max(1),
             max_parallelism,
             key_buf: Vec::new(),

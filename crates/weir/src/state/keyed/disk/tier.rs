@@ -34,6 +34,10 @@ pub(crate) struct DiskTier<K, S> {
     /// Write-backs handed off at barriers and not known to have run, oldest first (each
     /// runs the one before it): see [`writeback`].
     pub(super) pending: Vec<Arc<WriteBack<K, S>>>,
+    /// With incremental checkpoints: the keys of the write-back the last checkpoint's
+    /// barrier froze ([`DiskTier::take_changes`]), whose delta entries that checkpoint's
+    /// delta takes ([`DiskTier::delta_snapshot`]); released when no delta will.
+    pub(super) barrier_entries: Option<Arc<DeferredKeys>>,
     pub(super) capacity: usize,
     pub(super) max_parallelism: u32,
     pub(super) key_buf: Vec<u8>,
@@ -218,7 +222,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 lsm_value_into(v, stamp, buf)?;
                 Ok(true)
             },
-            |key| {
+            |key, _| {
                 if let Some(changes) = changes.as_mut() {
                     changes.record(key, capacity);
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::super::super::key_group::KeyGroupRange;
 use super::super::super::StateValue;
-use super::super::incremental::ChangeSet;
+use super::super::incremental::{ChangeSet, DeferredKeys, DeltaEntries};
 use super::super::table::{EncodedShard, TableSnapshot};
 use super::super::ttl::StateTtlConfig;
 use super::lazy::RemoteAtBarrier;
@@ -76,9 +76,14 @@ impl<S: StateValue> TableSnapshot for DiskView<S> {
 }
 
 /// An incremental checkpoint's delta of one disk table: the keys changed since the last
-/// confirmed checkpoint, read from a pinned LSM snapshot key group by key group by the
-/// writer thread; each entry is `postcard((k, Some(v)))`, or `postcard((k, None))` for a key
-/// deleted (or expired) since.
+/// confirmed checkpoint, key group by key group, each entry `postcard((k, Some(v)))`, or
+/// `postcard((k, None))` for a key deleted (or expired) since — the state at the barrier.
+///
+/// The keys the barrier's own write-back wrote come as that write-back encoded them
+/// ([`DeltaEntries`]: their values at the barrier, no LSM read); the others — written back
+/// earlier in the interval (a full cache), swept, or changed before an unconfirmed
+/// checkpoint — are point lookups in the LSM snapshot pinned after the barrier's write-back.
+/// A key in both is taken from the entries: nothing after the barrier reached either.
 pub(super) struct DeltaView<S> {
     /// Counts the view as alive for the processing thread's memory bound.
     pub(super) _pin: ViewPin,
@@ -90,22 +95,37 @@ pub(super) struct DeltaView<S> {
     /// With TTL: the config and the time of the snapshot (expired entries become deletes).
     pub(super) ttl: Option<(StateTtlConfig, u64)>,
     pub(super) sets: Vec<Arc<ChangeSet>>,
-    /// The sets' keys by key group (index from `range.start`), sorted and deduplicated:
-    /// built by the writer at the first shard, off the processing thread.
-    pub(super) groups: std::sync::OnceLock<Vec<Vec<Box<[u8]>>>>,
+    /// The keys of this checkpoint's barrier write-back, and its delta entries (taken at
+    /// the first shard).
+    pub(super) captured: Option<Arc<DeferredKeys>>,
+    /// Built by the writer at the first shard, off the processing thread.
+    pub(super) groups: std::sync::OnceLock<Groups>,
     pub(super) _s: std::marker::PhantomData<fn() -> S>,
 }
 
-impl<S> DeltaView<S> {
-    /// The sets' keys by key group. Called after the barrier's write-back ran (which ran
-    /// every earlier write-back of the state), so the keys each deferred are known.
-    fn groups(&self) -> Result<&[Vec<Box<[u8]>>]> {
+/// What a delta reads, by key group.
+pub(super) struct Groups {
+    /// The keys to look up by key group (index from `range.start`), sorted and
+    /// deduplicated.
+    lookups: Vec<Vec<Box<[u8]>>>,
+    /// The barrier write-back's entries (`None`: not kept; their keys are in `lookups`).
+    entries: Option<DeltaEntries>,
+}
+
+impl<S: StateValue> DeltaView<S> {
+    /// The keys to look up and the entries to copy. Called after the barrier's write-back
+    /// ran (which ran every earlier write-back of the state), so the keys each deferred are
+    /// known and the barrier's entries are kept if they were wanted.
+    fn groups(&self) -> Result<&Groups> {
         if let Some(groups) = self.groups.get() {
             return Ok(groups);
         }
-        let mut groups = vec![Vec::new(); self.range.len() as usize];
+        let entries = self.captured.as_ref().and_then(|d| d.take_entries());
+        // Their keys need no lookup; without them they are looked up like the others.
+        let except = self.captured.as_ref().filter(|_| entries.is_some());
+        let mut lookups = vec![Vec::new(); self.range.len() as usize];
         for set in &self.sets {
-            let deferred = set.deferred_keys().ok_or_else(|| {
+            let deferred = set.deferred_keys_except(except).ok_or_else(|| {
                 lsm_error(
                     &self.dir,
                     "internal: a delta read before the write-back of its keys (a bug in \
@@ -120,15 +140,46 @@ impl<S> DeltaView<S> {
                     continue;
                 };
                 if self.range.contains(g) {
-                    groups[(g - self.range.start) as usize].push(Box::<[u8]>::from(key));
+                    lookups[(g - self.range.start) as usize].push(Box::<[u8]>::from(key));
                 }
             }
         }
-        for keys in &mut groups {
+        for keys in &mut lookups {
             keys.sort_unstable();
             keys.dedup();
         }
-        Ok(self.groups.get_or_init(|| groups))
+        Ok(self.groups.get_or_init(|| Groups { lookups, entries }))
+    }
+
+    /// Whether an LSM value is live at the snapshot's time (always, without TTL).
+    fn live(&self, value: &[u8]) -> Result<bool> {
+        let Some((cfg, now)) = &self.ttl else {
+            return Ok(true);
+        };
+        let (_, stamp): (S, u64) = postcard::from_bytes(value).map_err(|e| Error::StateDecode {
+            what: "keyed state read from disk".into(),
+            cause: e.to_string(),
+        })?;
+        Ok(*now < stamp.saturating_add(cfg.ttl_ms()))
+    }
+
+    /// Appends the entry of key tail `key` with LSM value `value` (`None`, or expired: a
+    /// delete): `postcard((k, Option<v>))` is `postcard(k) ‖ tag ‖ postcard(v)`.
+    fn put(&self, out: &mut EncodedShard, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        out.bytes.extend_from_slice(key);
+        let live = match value {
+            Some(v) => self.live(v)?,
+            None => false,
+        };
+        match value.filter(|_| live) {
+            Some(v) => {
+                out.bytes.push(1);
+                out.bytes.extend_from_slice(v);
+            }
+            None => out.bytes.push(0),
+        }
+        out.entries += 1;
+        Ok(())
     }
 }
 
@@ -141,32 +192,34 @@ impl<S: StateValue> TableSnapshot for DeltaView<S> {
         use fjall::Readable;
         let g = self.range.start + shard as u32;
         let mut out = EncodedShard::default();
+        // First: it runs the barrier's write-back, which fills what `groups` reads.
         let snapshot = self.pinned.pinned()?;
-        for key in &self.groups()?[shard] {
+        let groups = self.groups()?;
+        let mut entries = groups
+            .entries
+            .as_ref()
+            .map(|e| e.group(g))
+            .into_iter()
+            .flatten()
+            .peekable();
+        // Both in key order: merged, so the delta stays sorted and a key is written once.
+        for key in &groups.lookups[shard] {
+            let tail = &key[2..];
+            let mut taken = false;
+            while let Some((k, v)) = entries.next_if(|(k, _)| *k <= tail) {
+                taken |= k == tail;
+                self.put(&mut out, k, v)?;
+            }
+            if taken {
+                continue;
+            }
             let value = snapshot
                 .get(&self.ks, key)
                 .map_err(|e| lsm_error(&self.dir, e))?;
-            let live = match (&value, &self.ttl) {
-                (Some(v), Some((cfg, now))) => {
-                    let (_, stamp): (S, u64) =
-                        postcard::from_bytes(v).map_err(|e| Error::StateDecode {
-                            what: "keyed state read from disk".into(),
-                            cause: e.to_string(),
-                        })?;
-                    *now < stamp.saturating_add(cfg.ttl_ms())
-                }
-                (v, _) => v.is_some(),
-            };
-            // postcard((k, Option<v>)) is postcard(k) ‖ tag ‖ postcard(v).
-            out.bytes.extend_from_slice(&key[2..]);
-            match value.filter(|_| live) {
-                Some(v) => {
-                    out.bytes.push(1);
-                    out.bytes.extend_from_slice(&v);
-                }
-                None => out.bytes.push(0),
-            }
-            out.entries += 1;
+            self.put(&mut out, tail, value.as_deref())?;
+        }
+        for (k, v) in entries {
+            self.put(&mut out, k, v)?;
         }
         if !out.bytes.is_empty() {
             out.runs.push((g, out.bytes.len()));

@@ -31,7 +31,7 @@ use rustc_hash::FxHashSet;
 
 use super::super::super::cow_map::CowSnapshot;
 use super::super::super::{Key, StateValue};
-use super::super::incremental::DeferredKeys;
+use super::super::incremental::{DeferredKeys, DeltaEntries};
 use super::{lsm_error, lsm_key, lsm_value_into, DiskStore};
 use crate::error::Result;
 
@@ -152,6 +152,11 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
         };
         let track = w.keys.is_some();
         let mut recorded = Vec::with_capacity(if track { self.dirty.len() } else { 0 });
+        // The delta of this barrier's checkpoint takes its entries from here (no lookup).
+        let mut entries = (w.keys.as_ref())
+            .filter(|k| k.wants_entries())
+            .map(|_| DeltaEntries::with_capacity(self.dirty.len()));
+        let skip = self.prefix.len();
         let (batch, bytes) = sorted_batch(
             &self.store,
             &self.ks,
@@ -169,9 +174,12 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
                 lsm_value_into(v, stamp, buf)?;
                 Ok(true)
             },
-            |key| {
+            |key, value| {
                 if track {
                     recorded.push(Box::<[u8]>::from(key));
+                }
+                if let Some(entries) = entries.as_mut() {
+                    entries.push(&key[skip..], value);
                 }
             },
         )?;
@@ -180,7 +188,7 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
         drop(map);
         drop(w.stamps);
         if let Some(keys) = w.keys {
-            keys.fill(recorded);
+            keys.fill(recorded, entries);
         }
         Ok(())
     }
@@ -189,7 +197,7 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
 /// A write batch of `keys` in the order of their LSM keys (`prefix`: the state's prefix and
 /// the max parallelism), each put with the value `value_of` encodes into the buffer it is
 /// handed (returning `true`), or deleted (`false`); and the batch's bytes. `each` sees every
-/// LSM key. Sorted because the memtable is a skip list: keys inserted in order find their
+/// LSM key with the value put (`None`: deleted), in that order. Sorted because the memtable is a skip list: keys inserted in order find their
 /// place next to the previous one, in cache, where the dirty set's hash order sent every
 /// insert through cold nodes — the skip-list search was a third of a disk backend run's CPU
 /// (perf of W1 with 1 M keys, BENCHMARKS.md). The keys are encoded into one buffer and
@@ -201,7 +209,7 @@ pub(super) fn sorted_batch<'k, K: Key + 'k>(
     (prefix, max_parallelism): (&[u8], u32),
     keys: impl ExactSizeIterator<Item = &'k K>,
     mut value_of: impl FnMut(&K, &mut Vec<u8>) -> Result<bool>,
-    mut each: impl FnMut(&[u8]),
+    mut each: impl FnMut(&[u8], Option<&[u8]>),
 ) -> Result<(fjall::OwnedWriteBatch, usize)> {
     let (mut arena, mut key) = (Vec::new(), Vec::new());
     let mut order = Vec::with_capacity(keys.len());
@@ -215,13 +223,14 @@ pub(super) fn sorted_batch<'k, K: Key + 'k>(
     let (mut bytes, mut value) = (0, Vec::new());
     for (start, len, k) in order {
         let key = &arena[start..start + len];
-        each(key);
         bytes += len;
         if value_of(k, &mut value)? {
             bytes += value.len();
             batch.insert(ks, key, value.as_slice());
+            each(key, Some(value.as_slice()));
         } else {
             batch.remove(ks, key);
+            each(key, None);
         }
     }
     Ok((batch, bytes))
