@@ -26,6 +26,7 @@
 use super::super::{Key, StateValue};
 
 mod codec;
+mod filter;
 mod lazy;
 mod restore;
 mod scan;
