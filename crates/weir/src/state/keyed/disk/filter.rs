@@ -154,6 +154,7 @@ impl KeyFilter {
     }
 
     /// Bytes the filter holds (its layers' bits).
+    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.layers.iter().map(|l| l.words.len() * 8).sum()
     }
