@@ -106,11 +106,26 @@ impl Layer {
     }
 }
 
+/// The most memory one tier's filter may hold: about 10 M keys at the bits per key the
+/// layers take. Past it the filter lets go of its layers and answers "may hold" for every
+/// key (as without a filter): the disk backend's memory must not grow with the number of
+/// keys, which is unbounded (RocksDB bounds its filters the same way, as blocks of its
+/// block cache).
+const MAX_BYTES: usize = 32 << 20;
+
 /// The keys a disk tier may hold (see the module docs). Empty until the first key: a
 /// tier that is only read costs nothing.
-#[derive(Default)]
 pub(crate) struct KeyFilter {
     layers: Vec<Layer>,
+    /// Past `max_bytes`: the layers are gone and every key may be held.
+    saturated: bool,
+    max_bytes: usize,
+}
+
+impl Default for KeyFilter {
+    fn default() -> Self {
+        KeyFilter::with_max_bytes(MAX_BYTES)
+    }
 }
 
 impl KeyFilter {
@@ -121,21 +136,40 @@ impl KeyFilter {
         xxh3_64(key)
     }
 
+    /// A filter that saturates past `max_bytes` of layers.
+    pub(crate) fn with_max_bytes(max_bytes: usize) -> Self {
+        KeyFilter {
+            layers: Vec::new(),
+            saturated: false,
+            max_bytes,
+        }
+    }
+
     /// Whether the key of `hash` may have been added; `false` means it never was.
     #[inline]
     pub(crate) fn may_contain(&self, hash: u64) -> bool {
         // The newest layer holds about half the keys: asked first.
-        self.layers.iter().rev().any(|l| l.contains(hash))
+        self.saturated || self.layers.iter().rev().any(|l| l.contains(hash))
     }
 
     /// Adds the key of `hash`, which [`KeyFilter::may_contain`] just denied (so each key
     /// counts once towards a layer's capacity).
     pub(crate) fn insert_new(&mut self, hash: u64) {
         let full = self.layers.last().is_none_or(|l| l.len >= l.capacity);
+        if self.saturated {
+            return;
+        }
         if full {
             let n = self.layers.len();
             let capacity = FIRST_CAPACITY << n.min(40);
             let rate = FALSE_POSITIVES * (1.0 - TIGHTENING) * TIGHTENING.powi(n as i32);
+            let held: usize = self.layers.iter().map(|l| l.words.len() * 8).sum();
+            let next = (capacity as f64 * bits_per_key(rate) / 8.0) as usize;
+            if held + next > self.max_bytes {
+                self.layers = Vec::new();
+                self.saturated = true;
+                return;
+            }
             let seed = (n as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             self.layers.push(Layer::new(capacity, rate, seed));
         }
@@ -253,5 +287,26 @@ mod tests {
         // A split-block filter on a cache line at 10 bits per key: about 1 %.
         assert!((0.009..0.012).contains(&rate(10.0)), "{}", rate(10.0));
         assert!(rate(bits_per_key(0.001)) <= 0.001);
+    }
+
+    /// Past its memory bound the filter lets go of its layers and reports every key, the
+    /// added ones included: it never denies a key it was given.
+    #[test]
+    fn past_its_bound_the_filter_saturates_and_denies_nothing() {
+        let mut f = KeyFilter::with_max_bytes(64 << 10);
+        let keys: Vec<Vec<u8>> = (0..200_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        for k in &keys {
+            f.insert(k);
+            assert!(f.bytes() <= 64 << 10, "held {} bytes", f.bytes());
+        }
+        assert!(f.saturated && f.bytes() == 0);
+        assert!(keys.iter().all(|k| f.may_contain(KeyFilter::hash(k))));
+        assert!(f.may_contain(KeyFilter::hash(b"never added")));
+        // Under the default bound 1 M keys fit: no saturation.
+        let mut f = KeyFilter::default();
+        for i in 0..1_000_000u32 {
+            f.insert(&i.to_be_bytes());
+        }
+        assert!(!f.saturated && f.bytes() <= MAX_BYTES);
     }
 }
