@@ -27,6 +27,7 @@ use super::super::{Key, StateValue};
 
 mod codec;
 mod evict;
+mod filter;
 mod lazy;
 mod restore;
 mod scan;

@@ -49,7 +49,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// `(k, Some(v))` (`V`: the value as stored, with its stamp under TTL, decoded only to
     /// check it), a remove for `(k, None)`.
     fn batch_changes<V: serde::de::DeserializeOwned>(
-        &self,
+        &mut self,
         what: &str,
         section: &[u8],
         key: &mut Vec<u8>,
@@ -66,7 +66,11 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             key.extend_from_slice(&g.to_be_bytes());
             key.extend_from_slice(entry.key_bytes);
             match entry.value {
-                Some((_, value)) => batch.insert(&self.ks, key.as_slice(), value),
+                Some((_, value)) => {
+                    // Before the LSM can hold it.
+                    self.filter.insert(key);
+                    batch.insert(&self.ks, key.as_slice(), value)
+                }
                 None => batch.remove(&self.ks, key.as_slice()),
             }
         }
@@ -124,6 +128,8 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 let g = key_group(&k, self.max_parallelism) as u16;
                 key.extend_from_slice(&g.to_be_bytes());
                 key.extend_from_slice(&rest[..key_len]);
+                // Before the LSM can hold it.
+                self.filter.insert(&key);
                 batch.insert(&self.ks, key.as_slice(), &after_key[..value_len]);
                 bytes += key.len() + value_len;
                 if batch.len() >= BATCH || bytes >= BATCH_BYTES {

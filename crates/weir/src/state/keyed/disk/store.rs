@@ -271,6 +271,7 @@ impl DiskStore {
             max_parallelism,
             key_buf: Vec::new(),
             remote: None,
+            filter: Default::default(),
             _s: std::marker::PhantomData,
         })
     }

@@ -8,7 +8,9 @@ use super::*;
 use crate::state::cow_map::CowMap;
 use crate::state::key_group::{key_group, KeyGroupRange};
 use crate::state::keyed::table::TableSnapshot;
+use crate::state::keyed::ttl::Ttl;
 use crate::state::keyed::RemoteSection;
+use crate::storage::shared_bytes::SharedBytes;
 
 /// A tier of `u64` counts over key groups 0..16 of 16, caching `cache` keys, in a folder
 /// of its own (kept alive by the returned guard).
@@ -152,7 +154,8 @@ fn write_backs_reach_the_lsm_in_barrier_order_whoever_runs_them() {
 }
 
 /// A shared file in `dir` holding, per key group of 16, a base section of keys `0..400`
-/// (`k → k`) and a delta section setting every 5th key to `k + 1` and deleting every 7th:
+/// (`k → k`) and a delta section putting every 10th key of `400..800` (`k → k`), setting
+/// every 5th key of the base to `k + 1` and deleting every 7th:
 /// the sections a lazy restore hands the tier, and the state they make.
 fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, u64>) {
     use crate::state::keyed::{RemoteFile, SectionSpan};
@@ -163,6 +166,11 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
         let keys: Vec<u64> = (0..400).filter(|k| key_group(k, 16) == g).collect();
         let mut base = Vec::new();
         let mut delta = Vec::new();
+        // Keys only a delta puts (the base never had them).
+        for k in (400..800u64).filter(|k| k % 10 == 0 && key_group(k, 16) == g) {
+            delta.extend(postcard::to_stdvec(&(k, Some(k))).unwrap());
+            truth.insert(k, k);
+        }
         for &k in &keys {
             base.extend(postcard::to_stdvec(&(k, k)).unwrap());
             truth.insert(k, k);
@@ -424,4 +432,192 @@ fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
         rest = after;
     }
     assert_eq!(got, truth);
+}
+
+/// Whether the tier's filter reports `k` (may the LSM hold it).
+fn in_filter(t: &DiskTier<u64, u64>, k: u64) -> bool {
+    let mut key = Vec::new();
+    t.encode_key(&k, &mut key).unwrap();
+    t.filter.may_contain(filter::KeyFilter::hash(&key))
+}
+
+/// Sections as a restore hands them: per key group of 16, `postcard((k, v))` of `entries`
+/// (with TTL, `postcard((k, (v, stamp)))`).
+fn sections_of(entries: &BTreeMap<u64, u64>, stamp: Option<u64>) -> Vec<SharedBytes> {
+    let mut groups = vec![Vec::new(); 16];
+    for (&k, &v) in entries {
+        let g = &mut groups[key_group(&k, 16) as usize];
+        match stamp {
+            None => g.extend(postcard::to_stdvec(&(k, v)).unwrap()),
+            Some(s) => g.extend(postcard::to_stdvec(&(k, (v, s))).unwrap()),
+        }
+    }
+    groups.into_iter().map(SharedBytes::from).collect()
+}
+
+#[test]
+fn a_miss_on_a_key_never_written_skips_the_lsm_and_a_written_one_is_read_back() {
+    // Cache of 4: every key is written back and evicted many times over.
+    let (mut t, mut map, _dir) = tier(4);
+    assert_eq!(get(&mut t, &mut map, 1), None);
+    assert!(!in_filter(&t, 1), "a read of an absent key adds nothing");
+    for k in 0..200u64 {
+        put(&mut t, &mut map, k * 2, k);
+    }
+    assert!(written(&t) > 150, "most were written back: {}", written(&t));
+    // The filter never denies a key the LSM holds (this fails if a write that misses the
+    // cache does not add its key: the written-back keys would read as absent).
+    for k in 0..200u64 {
+        assert!(in_filter(&t, k * 2), "key {} denied", k * 2);
+        assert_eq!(get(&mut t, &mut map, k * 2), Some(k), "key {}", k * 2);
+    }
+    // Keys never written: absent, most without a read (the filter denies them).
+    let denied = (0..200u64).filter(|k| !in_filter(&t, k * 2 + 1)).count();
+    assert!(denied > 190, "only {denied} of 200 absent keys denied");
+    for k in 0..200u64 {
+        assert_eq!(get(&mut t, &mut map, k * 2 + 1), None);
+    }
+    // Deleted keys stay in the filter (a read that finds nothing, as before).
+    delete(&mut t, &mut map, 0);
+    t.write_back(&map, None).unwrap();
+    map = CowMap::default();
+    assert!(in_filter(&t, 0));
+    assert_eq!(get(&mut t, &mut map, 0), None);
+}
+
+#[test]
+fn a_key_written_with_ttl_then_evicted_is_read_back_past_the_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DiskOptions {
+        cache_entries: 4,
+        block_cache_bytes: 1 << 20,
+        ..DiskOptions::new(dir.path())
+    };
+    let store = DiskStore::open(options).unwrap();
+    let mut t = store.tier::<u64, u64>(0, 16).unwrap();
+    let mut map = CowMap::default();
+    let cfg = crate::state::StateTtlConfig::new(std::time::Duration::from_secs(3600));
+    let mut ttl = Ttl::new(cfg);
+    for k in 0..100u64 {
+        t.fault_in(&mut map, Some(&mut ttl), &k, true).unwrap();
+        map.insert(k, k + 1);
+        ttl.stamps.insert(k, 1000);
+    }
+    assert!(written(&t) > 50);
+    for k in 0..100u64 {
+        t.fault_in(&mut map, Some(&mut ttl), &k, false).unwrap();
+        assert_eq!(map.get(&k), Some(&(k + 1)), "key {k}");
+        assert_eq!(ttl.stamps.get(&k), Some(&1000), "key {k}'s stamp");
+    }
+}
+
+#[test]
+fn keys_of_an_eager_restore_and_its_deltas_pass_the_filter() {
+    let (mut t, mut map, _dir) = tier(4);
+    let base: BTreeMap<u64, u64> = (0..300u64).map(|k| (k, k)).collect();
+    t.restore("keyed value state 'x'", &sections_of(&base, None), false)
+        .unwrap();
+    // A delta that puts keys the base never had (and changes one it had).
+    let mut delta = vec![Vec::new(); 16];
+    for (k, v) in [
+        (1000u64, Some(7u64)),
+        (1001, Some(8)),
+        (5, Some(50)),
+        (6, None),
+    ] {
+        delta[key_group(&k, 16) as usize].extend(postcard::to_stdvec(&(k, v)).unwrap());
+    }
+    let delta: Vec<SharedBytes> = delta.into_iter().map(SharedBytes::from).collect();
+    t.apply_changes("keyed value state 'x'", &delta, false)
+        .unwrap();
+    for k in (0..300u64).filter(|&k| k != 5 && k != 6) {
+        assert_eq!(get(&mut t, &mut map, k), Some(k), "key {k}");
+    }
+    assert_eq!(get(&mut t, &mut map, 5), Some(50));
+    assert_eq!(get(&mut t, &mut map, 6), None);
+    assert_eq!(
+        get(&mut t, &mut map, 1000),
+        Some(7),
+        "put by the delta alone"
+    );
+    assert_eq!(
+        get(&mut t, &mut map, 1001),
+        Some(8),
+        "put by the delta alone"
+    );
+}
+
+#[test]
+fn keys_of_a_lazily_fetched_key_group_pass_the_filter() {
+    let (mut t, mut map, dir) = tier(4);
+    let (sections, truth) = remote_sections(dir.path());
+    t.set_remote("keyed value state 'x'".into(), sections, false);
+    // Each first access of a group fetches it (base and delta) before the filter is asked.
+    for k in 0..800u64 {
+        assert_eq!(get(&mut t, &mut map, k), truth.get(&k).copied(), "key {k}");
+    }
+    assert_eq!(t.remote_groups(), 0);
+    // Again, every key from the LSM (the cache holds 4).
+    for (&k, &v) in &truth {
+        assert_eq!(get(&mut t, &mut map, k), Some(v), "key {k}");
+    }
+}
+
+#[test]
+fn a_rescale_restores_other_key_groups_past_the_filter() {
+    // Two subtasks' tiers (key groups 0..8 and 8..16), written through their caches, are
+    // snapshotted and restored into one tier of all 16 groups.
+    let (mut a, mut map_a, _da) = tier(4);
+    let (mut b, mut map_b, _db) = tier(4);
+    let mut truth = BTreeMap::new();
+    for k in 0..400u64 {
+        if key_group(&k, 16) < 8 {
+            put(&mut a, &mut map_a, k, k * 3);
+        } else {
+            put(&mut b, &mut map_b, k, k * 3);
+        }
+        truth.insert(k, k * 3);
+    }
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let mut groups = vec![Vec::new(); 16];
+    snapshot(&mut a, &mut map_a)
+        .encode_groups(16, range, &mut groups)
+        .unwrap();
+    snapshot(&mut b, &mut map_b)
+        .encode_groups(16, range, &mut groups)
+        .unwrap();
+    let sections: Vec<SharedBytes> = groups.into_iter().map(SharedBytes::from).collect();
+    let (mut t, mut map, _dir) = tier(4);
+    t.restore("keyed value state 'x'", &sections, false)
+        .unwrap();
+    for (&k, &v) in &truth {
+        assert_eq!(get(&mut t, &mut map, k), Some(v), "key {k}");
+    }
+    assert_eq!(get(&mut t, &mut map, 400), None);
+}
+
+#[test]
+fn a_restore_with_ttl_passes_the_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(DiskOptions {
+        cache_entries: 4,
+        block_cache_bytes: 1 << 20,
+        ..DiskOptions::new(dir.path())
+    })
+    .unwrap();
+    let mut t = store.tier::<u64, u64>(0, 16).unwrap();
+    let entries: BTreeMap<u64, u64> = (0..100u64).map(|k| (k, k + 7)).collect();
+    t.restore(
+        "keyed value state 'x'",
+        &sections_of(&entries, Some(500)),
+        true,
+    )
+    .unwrap();
+    let cfg = crate::state::StateTtlConfig::new(std::time::Duration::from_secs(3600));
+    let (mut map, mut ttl) = (CowMap::default(), Ttl::new(cfg));
+    for k in 0..100u64 {
+        t.fault_in(&mut map, Some(&mut ttl), &k, false).unwrap();
+        assert_eq!(map.get(&k), Some(&(k + 7)), "key {k}");
+        assert_eq!(ttl.stamps.get(&k), Some(&500));
+    }
 }

@@ -11,6 +11,7 @@ use super::super::super::cow_map::CowMap;
 use super::super::incremental::{ChangeSet, DeferredKeys};
 use super::super::ttl::Ttl;
 use super::codec::lsm_key;
+use super::filter::KeyFilter;
 use super::writeback::{self, Target, WriteBack};
 use super::{lazy, lsm_error, lsm_value_into, DiskStore, Key, StateValue};
 use crate::error::{Error, Result};
@@ -43,6 +44,12 @@ pub(crate) struct DiskTier<K, S> {
     pub(super) key_buf: Vec<u8>,
     /// Key groups a lazy restore left in storage (`None`: none, the usual case).
     pub(super) remote: Option<Box<lazy::Remote>>,
+    /// Every LSM key this tier may have put into its keyspace: a miss on a key it denies is
+    /// absent without a read of the LSM ([`filter`](super::filter)). Added to before the
+    /// LSM can hold a key: on a write that misses the cache (every key written back was
+    /// dirtied by one, or was in the cache, which holds only keys read from the LSM or
+    /// written after a miss) and on every entry a restore or a remote fetch puts.
+    pub(super) filter: KeyFilter,
     pub(super) _s: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -140,7 +147,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 t.stamps = CowMap::default();
             }
         }
-        self.load_missing(map, ttl, key)?;
+        self.load_missing(map, ttl, key, write)?;
         if write {
             self.dirty.insert(key.clone());
         }
@@ -149,12 +156,15 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
 
     /// Loads `key`'s entry (and TTL stamp) from the LSM into the cache; `key` is neither in
     /// the cache nor dirty (the caller asked), so it was not deleted through the cache since
-    /// the last write-back — unless by a write-back still pending, checked here.
+    /// the last write-back — unless by a write-back still pending, checked here. A key the
+    /// filter denies is absent without a read; a `write` adds it to the filter (the caller
+    /// marks it dirty, so the LSM will hold it).
     fn load_missing(
         &mut self,
         map: &mut CowMap<K, S>,
         ttl: Option<&mut Ttl<K>>,
         key: &K,
+        write: bool,
     ) -> Result<()> {
         // Those that ran are done with: their writes are in the LSM, which is right for
         // their keys (as at a freeze); asking their dirty sets was a probe per miss for
@@ -174,6 +184,15 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         }
         let mut buf = std::mem::take(&mut self.key_buf);
         self.encode_key(key, &mut buf)?;
+        let hash = KeyFilter::hash(&buf);
+        if !self.filter.may_contain(hash) {
+            // Never put into the LSM: absent. A write puts it there from now on.
+            self.key_buf = buf;
+            if write {
+                self.filter.insert_new(hash);
+            }
+            return Ok(());
+        }
         let found = self.ks.get(&buf).map_err(|e| self.err(e));
         self.key_buf = buf;
         let Some(bytes) = found? else {
