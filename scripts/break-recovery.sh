@@ -32,7 +32,8 @@ if [ $# -eq 0 ]; then
         --test disk_state --test upgrade --test upgrade_kill --test incremental_checkpoints \
         --test cluster \
         --test cluster_jobs --test cluster_postgres --test state_larger_than_memory \
-        --test cluster_incremental --test cluster_unaligned --test disk_state_remote
+        --test cluster_incremental --test cluster_unaligned --test disk_state_remote \
+        --test disk_state_bound
 fi
 
 # The edit each break makes: file, the line as it is, the line broken.
