@@ -56,7 +56,8 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         let mut touched = BTreeSet::new();
         let own = self.changes.as_ref().map(std::slice::from_ref);
         for set in sets.iter().map(|s| &**s).chain(own.into_iter().flatten()) {
-            let Some(deferred) = set.deferred_keys().filter(|_| !set.overflowed()) else {
+            let Some(deferred) = set.deferred_keys_except(None).filter(|_| !set.overflowed())
+            else {
                 return Ok(0);
             };
             touched.extend(set.keys().chain(deferred).filter_map(group_of));
