@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo bench -p weir-cli --bench backpressure                # full sizes, 3 rounds
-//! cargo bench -p weir-cli --bench backpressure -- --quick     # small: proves it runs (CI)
+//! cargo bench -p weir-cli --bench backpressure -- --quick     # small sizes in release (CI runs the smoke sizes: `cargo test --bench NAME`)
 //! cargo bench -p weir-cli --bench backpressure -- --runs 1 --only unaligned
 //! ```
 //!

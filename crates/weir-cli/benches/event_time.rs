@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench -p weir-cli --bench event_time                  # the issue's sizes, 3 runs
-//! cargo bench -p weir-cli --bench event_time -- --quick       # small: proves it runs (CI)
+//! cargo bench -p weir-cli --bench event_time -- --quick       # small sizes in release (CI runs the smoke sizes: `cargo test --bench NAME`)
 //! cargo bench -p weir-cli --bench event_time -- --runs 5 --only q0
 //! cargo bench -p weir-cli --bench event_time -- --events 20000000 --w2-events 200000000
 //! ```

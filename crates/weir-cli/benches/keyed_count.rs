@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench -p weir-cli --bench keyed_count                  # the issue's sizes, 3 runs
-//! cargo bench -p weir-cli --bench keyed_count -- --quick       # small: proves it runs (CI)
+//! cargo bench -p weir-cli --bench keyed_count -- --quick       # small sizes in release (CI runs the smoke sizes: `cargo test --bench NAME`)
 //! cargo bench -p weir-cli --bench keyed_count -- --runs 5 --only W1
 //! cargo bench -p weir-cli --bench keyed_count -- --events 200000000 --scramble-keys
 //! cargo bench -p weir-cli --bench keyed_count -- --ab OTHER_BENCH_BINARY --runs 5 --rows floor,p2-eo

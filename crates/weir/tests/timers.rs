@@ -6,11 +6,11 @@ mod common;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
-use weir::testing::{Admit, Gated, SourceGate};
+use weir::testing::{Gated, HoldOpen};
 
 const KEYS: u64 = 40;
 
@@ -93,45 +93,6 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for TwoTimers {
             out.collect((*c.key(), f, *c.get(seen).unwrap()));
             Ok(())
         })
-    }
-}
-
-/// A source that, once `inner` is exhausted, holds the job open (idle, unfinished) until
-/// `firings` reaches `want` — processing-time timers do not fire at end of input, so a run
-/// restored with timers pending must live until they are due — or a minute passed (the
-/// test's checks then fail, instead of hanging).
-#[derive(Clone)]
-struct UntilFired {
-    firings: Arc<AtomicU64>,
-    want: u64,
-    exhausted_at: Option<Instant>,
-}
-
-impl UntilFired {
-    /// Once exhausted: finished when the timers fired (or after the minute), else held.
-    fn after_input(&self) -> SourceStatus {
-        let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
-        if self.firings.load(Ordering::Relaxed) >= self.want || waited > Duration::from_secs(60) {
-            SourceStatus::Finished
-        } else {
-            SourceStatus::Idle
-        }
-    }
-}
-
-impl SourceGate for UntilFired {
-    fn admit(&mut self) -> Result<Admit> {
-        Ok(match self.exhausted_at {
-            None => Admit::ALL,
-            Some(_) => Admit::Report(self.after_input()),
-        })
-    }
-    fn polled(&mut self, _: u64, status: SourceStatus) -> Result<SourceStatus> {
-        if status != SourceStatus::Finished {
-            return Ok(status);
-        }
-        self.exhausted_at = Some(Instant::now());
-        Ok(self.after_input())
     }
 }
 
@@ -226,11 +187,10 @@ fn pending_timers_survive_a_restore_at_another_parallelism() {
         c.restore = RestoreFrom::Path(mid.clone());
         let f = TwoTimers::new((1_500, 2_000));
         let (arms, firings) = (f.arms.clone(), f.firings.clone());
-        let gate = UntilFired {
-            firings: firings.clone(),
-            want: 2 * KEYS,
-            exhausted_at: None,
-        };
+        // Processing-time timers do not fire at end of input: a run restored with timers
+        // pending stays open until they fired.
+        let fired = firings.clone();
+        let gate = HoldOpen::until(move || fired.load(Ordering::Relaxed) >= 2 * KEYS);
         let source = Gated::new(GeneratorSource::new(n), gate);
         let (fired, r) = run_over(c, source, f);
         assert_resumed_mid_run(&r.unwrap(), &mid, n);

@@ -6,7 +6,7 @@
 //!
 //! Processing-time windows do not fire at the end of input (as in Flink), so the source
 //! holds the job open until the windows' results, as the exactly-once state downstream
-//! holds them, cover the input ([`HoldUntilCounted`]): no assertion depends on timing.
+//! holds them, cover the input ([`hold_until_counted`]): no assertion depends on timing.
 //! Hand-computed results with a controlled clock are the unit tests of
 //! `runtime::windows::triggered`.
 
@@ -15,11 +15,11 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{assert_resumed_mid_run, assert_stopped_mid_run, config, StopMidRun};
 use weir::prelude::*;
-use weir::testing::{Admit, Gated, SourceGate};
+use weir::testing::{Gated, HoldOpen};
 
 const KEYS: u64 = 10;
 
@@ -80,62 +80,13 @@ impl ProcessFunction<Row, Tallied> for Tally {
     }
 }
 
-/// A source that, once `inner` is exhausted, holds the job open (idle) until the tally of
-/// this attempt counts `want` records and a checkpoint of this attempt completed (so every
-/// task of the attempt, the tally included, has started and reset the count), or a minute
-/// passed (the test's checks then fail instead of hanging).
-#[derive(Clone)]
-struct HoldUntilCounted {
-    counted: Arc<AtomicU64>,
-    want: u64,
-    checkpointed: bool,
-    exhausted_at: Option<Instant>,
-}
-
-impl HoldUntilCounted {
-    fn new<S>(inner: S, counted: &Arc<AtomicU64>, want: u64) -> Gated<S, Self> {
-        let gate = HoldUntilCounted {
-            counted: counted.clone(),
-            want,
-            checkpointed: false,
-            exhausted_at: None,
-        };
-        Gated::new(inner, gate)
-    }
-
-    /// Once exhausted: finished when counted and checkpointed (or after the minute).
-    fn after_input(&self) -> SourceStatus {
-        let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
-        let done = self.checkpointed && self.counted.load(Ordering::SeqCst) >= self.want;
-        if done || waited > Duration::from_secs(60) {
-            SourceStatus::Finished
-        } else {
-            SourceStatus::Idle
-        }
-    }
-}
-
-impl SourceGate for HoldUntilCounted {
-    fn initialize(&mut self, _: &InitContext) {
-        self.checkpointed = false;
-        self.exhausted_at = None;
-    }
-    fn completed(&mut self, _: u64) {
-        self.checkpointed = true;
-    }
-    fn admit(&mut self) -> Result<Admit> {
-        Ok(match self.exhausted_at {
-            None => Admit::ALL,
-            Some(_) => Admit::Report(self.after_input()),
-        })
-    }
-    fn polled(&mut self, _: u64, status: SourceStatus) -> Result<SourceStatus> {
-        if status != SourceStatus::Finished {
-            return Ok(status);
-        }
-        self.exhausted_at = Some(Instant::now());
-        Ok(self.after_input())
-    }
+/// `inner`, held open once exhausted until the tally of this attempt counts `want` records
+/// and a checkpoint of this attempt completed (so every task of the attempt, the tally
+/// included, has started and reset the count).
+fn hold_until_counted<S>(inner: S, counted: &Arc<AtomicU64>, want: u64) -> Gated<S, HoldOpen> {
+    let counted = counted.clone();
+    let gate = HoldOpen::until(move || counted.load(Ordering::SeqCst) >= want);
+    Gated::new(inner, gate.and_a_checkpoint())
 }
 
 struct Count;
@@ -216,7 +167,7 @@ const RATE: Option<f64> = Some(60_000.0);
 fn tumbling_processing_time_windows_count_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let counted = Arc::new(AtomicU64::new(0));
-    let source = HoldUntilCounted::new(GeneratorSource::new(N).with_rate(RATE), &counted, N);
+    let source = hold_until_counted(GeneratorSource::new(N).with_rate(RATE), &counted, N);
     let (rows, r) = run(job("pt-tumbling", dir.path()), source, &counted, |k| {
         k.window(TumblingProcessingTimeWindows::of(Duration::from_millis(40)).unwrap())
             .aggregate_with_window(Count, row)
@@ -238,7 +189,7 @@ fn tumbling_processing_time_windows_count_every_record_once() {
 fn sliding_processing_time_windows_count_every_record_in_each_of_its_windows() {
     let dir = tempfile::tempdir().unwrap();
     let counted = Arc::new(AtomicU64::new(0));
-    let source = HoldUntilCounted::new(GeneratorSource::new(N).with_rate(RATE), &counted, 3 * N);
+    let source = hold_until_counted(GeneratorSource::new(N).with_rate(RATE), &counted, 3 * N);
     let (rows, r) = run(job("pt-sliding", dir.path()), source, &counted, |k| {
         let ms = Duration::from_millis;
         k.window(SlidingProcessingTimeWindows::of(ms(60), ms(20)).unwrap())
@@ -260,7 +211,7 @@ fn processing_time_sessions_count_every_record_once() {
     for dynamic in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let counted = Arc::new(AtomicU64::new(0));
-        let source = HoldUntilCounted::new(GeneratorSource::new(N).with_rate(RATE), &counted, N);
+        let source = hold_until_counted(GeneratorSource::new(N).with_rate(RATE), &counted, N);
         let (rows, r) = run(job("pt-sessions", dir.path()), source, &counted, |k| {
             let gap = Duration::from_millis(30);
             if dynamic {
@@ -290,7 +241,7 @@ fn processing_time_sessions_count_every_record_once() {
 fn continuous_processing_time_trigger_on_global_windows_emits_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let counted = Arc::new(AtomicU64::new(0));
-    let source = HoldUntilCounted::new(GeneratorSource::new(N).with_rate(RATE), &counted, N);
+    let source = hold_until_counted(GeneratorSource::new(N).with_rate(RATE), &counted, N);
     let (rows, r) = run(job("pt-global", dir.path()), source, &counted, |k| {
         let every = ContinuousProcessingTimeTrigger::of(Duration::from_millis(25)).unwrap();
         k.window(GlobalWindows::create())
@@ -327,7 +278,7 @@ fn processing_time_windows_are_exactly_once_under_failures() {
     cfg.checkpointing.interval = Some(Duration::from_millis(10));
     cfg.failure_injection = Some(FailureInjection::after_checkpoints(3, 3, n / 4));
     let counted = Arc::new(AtomicU64::new(0));
-    let source = HoldUntilCounted::new(GeneratorSource::new(n).with_rate(RATE), &counted, n);
+    let source = hold_until_counted(GeneratorSource::new(n).with_rate(RATE), &counted, n);
     let (rows, r) = run(cfg, source, &counted, |k| {
         k.window(TumblingProcessingTimeWindows::of(Duration::from_millis(20)).unwrap())
             .aggregate_with_window(Count, row)
@@ -366,7 +317,7 @@ fn open_processing_time_windows_survive_a_restore_at_another_parallelism() {
         c.parallelism = p;
         c.restore = RestoreFrom::Path(mid.clone());
         let counted = Arc::new(AtomicU64::new(0));
-        let source = HoldUntilCounted::new(GeneratorSource::new(n), &counted, n);
+        let source = hold_until_counted(GeneratorSource::new(n), &counted, n);
         let (rows, r) = run(c, source, &counted, windows);
         assert_resumed_mid_run(&r.unwrap(), &mid, n);
         assert_counted(&rows, n, 1);

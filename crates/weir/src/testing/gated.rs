@@ -8,6 +8,9 @@
 //! lists then go undeclared) — and lets the [`SourceGate`] watch them. A gate is the only
 //! thing a test writes.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use crate::api::functions::{CheckpointedFunction, SourceFunction, SourceStatus};
 use crate::error::Result;
 use crate::state::operator::{InitContext, SnapshotContext};
@@ -109,10 +112,82 @@ impl<T, S: SourceFunction<T>, G: SourceGate> SourceFunction<T> for Gated<S, G> {
     }
 }
 
+/// How long a [`HoldOpen`] keeps a finished source open at most: past it the job ends
+/// and the test's checks fail, instead of the test hanging on a condition that never
+/// holds.
+pub const HOLD_OPEN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A gate that reads its source unhindered and, once the source is exhausted, keeps it
+/// open (idle, still answering barriers) until a condition the test watches holds —
+/// timers fired, a downstream tally counted everything — so that what must happen before
+/// the end of input happens whatever the machine's speed. Optionally it also waits for a
+/// checkpoint of the current attempt to complete (every task of the attempt has then
+/// started and reset what it counts). Past [`HOLD_OPEN_LIMIT`] it lets the source finish.
+#[derive(Clone)]
+pub struct HoldOpen {
+    done: Arc<dyn Fn() -> bool + Send + Sync>,
+    needs_checkpoint: bool,
+    checkpointed: bool,
+    exhausted_at: Option<Instant>,
+}
+
+impl HoldOpen {
+    /// Holds the finished source open until `done()` returns true.
+    pub fn until(done: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        HoldOpen {
+            done: Arc::new(done),
+            needs_checkpoint: false,
+            checkpointed: false,
+            exhausted_at: None,
+        }
+    }
+
+    /// Also holds until a checkpoint of the current attempt completed.
+    pub fn and_a_checkpoint(mut self) -> Self {
+        self.needs_checkpoint = true;
+        self
+    }
+
+    /// Once exhausted: finished when the condition holds (or past the limit), else idle.
+    fn after_input(&self) -> SourceStatus {
+        let waited = self.exhausted_at.map_or(Duration::ZERO, |t| t.elapsed());
+        let done = (self.checkpointed || !self.needs_checkpoint) && (self.done)();
+        if done || waited > HOLD_OPEN_LIMIT {
+            SourceStatus::Finished
+        } else {
+            SourceStatus::Idle
+        }
+    }
+}
+
+impl SourceGate for HoldOpen {
+    fn initialize(&mut self, _: &InitContext) {
+        self.checkpointed = false;
+        self.exhausted_at = None;
+    }
+    fn completed(&mut self, _: u64) {
+        self.checkpointed = true;
+    }
+    fn admit(&mut self) -> Result<Admit> {
+        Ok(match self.exhausted_at {
+            None => Admit::ALL,
+            Some(_) => Admit::Report(self.after_input()),
+        })
+    }
+    fn polled(&mut self, _: u64, status: SourceStatus) -> Result<SourceStatus> {
+        if status != SourceStatus::Finished {
+            return Ok(status);
+        }
+        self.exhausted_at = Some(Instant::now());
+        Ok(self.after_input())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::connectors::generator::GeneratorSource;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// Reads 5 records, then holds until a checkpoint snapshotted the hold completed.
     #[derive(Clone, Default)]
@@ -162,5 +237,28 @@ mod tests {
         while src.poll(&mut out, 100).unwrap() != SourceStatus::Finished {}
         assert_eq!(out, (0..8).collect::<Vec<u64>>());
         assert_eq!(src.gate().read, 8);
+    }
+
+    #[test]
+    fn hold_open_keeps_a_finished_source_open_until_its_condition_and_a_checkpoint() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        let gate = HoldOpen::until(move || f.load(Ordering::SeqCst)).and_a_checkpoint();
+        let mut src = Gated::new(GeneratorSource::new(3), gate);
+        let ctx = InitContext::new(false, 0, 1, std::collections::BTreeMap::new());
+        src.initialize_state(&ctx).unwrap();
+        let mut out = Vec::new();
+        while out.len() < 3 {
+            assert_ne!(src.poll(&mut out, 100).unwrap(), SourceStatus::Finished);
+        }
+        assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Idle, "exhausted, held");
+        flag.store(true, Ordering::SeqCst);
+        assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Idle, "no checkpoint yet");
+        src.notify_checkpoint_complete(1).unwrap();
+        assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Finished);
+        // A new attempt forgets the checkpoint of the one before.
+        src.initialize_state(&ctx).unwrap();
+        assert!(!src.gate().checkpointed);
+        assert_eq!(out, [0, 1, 2]);
     }
 }

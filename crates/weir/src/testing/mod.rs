@@ -14,7 +14,7 @@
 
 mod gated;
 
-pub use gated::{Admit, Gated, SourceGate};
+pub use gated::{Admit, Gated, HoldOpen, SourceGate, HOLD_OPEN_LIMIT};
 
 use std::collections::HashMap;
 
