@@ -230,6 +230,12 @@ fn the_bound_is_refused_where_it_cannot_hold() {
             "--checkpoint-dir",
             &local,
         ],
-        &["--state-cache-size", "local --checkpoint-dir", "s3://"],
+        &[
+            "--state-cache-size",
+            "local --checkpoint-dir",
+            "s3://",
+            // Without --max-parallelism, the bound's own default, said before the refusal.
+            "max parallelism 4096 (the default with --state-cache-size",
+        ],
     );
 }

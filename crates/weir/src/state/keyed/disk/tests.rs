@@ -216,7 +216,7 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
 fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
     let (mut t, mut map, dir) = tier(1000);
     let (sections, mut truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
     assert_eq!((t.remote_groups(), written(&t)), (16, 0));
     // A read fetches its key's group (base and delta), nothing else.
     let k = 10u64;
@@ -249,7 +249,7 @@ fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
 fn a_snapshot_with_remote_groups_is_the_state_at_its_barrier_when_a_record_fetches_one_after_it() {
     let (mut t, mut map, dir) = tier(1000);
     let (sections, truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
     let view = snapshot(&mut t, &mut map);
     // After the barrier, before the view's write-back ran: a record fetches a group into
     // the LSM and changes it; the view still reads the group as it was at the barrier,
@@ -272,7 +272,7 @@ fn a_damaged_remote_section_fails_the_access_naming_the_file_and_a_clear_forgets
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[victim.span.offset as usize] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
     let k = (0..400u64)
         .find(|k| key_group(k, 16) == victim.group)
         .unwrap();
@@ -414,7 +414,7 @@ fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
         });
     }
     std::fs::write(dir.path().join("ttl-file"), bytes).unwrap();
-    t.set_remote("keyed value state 'x'".into(), sections, true);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, true);
     let mut ttl = Ttl::new(StateTtlConfig::new(std::time::Duration::from_secs(3600)));
     let range = KeyGroupRange { start: 0, end: 16 };
     let view = t
@@ -551,7 +551,7 @@ fn keys_of_an_eager_restore_and_its_deltas_pass_the_filter() {
 fn keys_of_a_lazily_fetched_key_group_pass_the_filter() {
     let (mut t, mut map, dir) = tier(4);
     let (sections, truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
     // Each first access of a group fetches it (base and delta) before the filter is asked.
     for k in 0..800u64 {
         assert_eq!(get(&mut t, &mut map, k), truth.get(&k).copied(), "key {k}");
