@@ -141,8 +141,19 @@ fn reports(r: &Run) -> (u64, u64, u64, u64) {
 #[test]
 fn a_state_several_times_the_bound_stays_near_it_and_ends_exact() {
     let job = Job::new("bounded");
-    let r = run(&mut job.command(false, &[]));
+    // Only the newest checkpoint kept: retention deletes the chain the dropped groups
+    // point at as soon as a newer base completes, often before the subtask hears of it. A
+    // fetch in that window reads the group from the subtask's own newer snapshot instead
+    // of failing the task (`state/keyed/bound.rs`, "the retention race"): no restart. (The
+    // window is narrow and rarely hit here: the deterministic proof is
+    // `lazy_restore_tests::a_group_fetched_before_the_news_of_a_new_base_…`.)
+    let r = run(&mut job.command(false, &["--retained-checkpoints", "1"]));
     r.assert_success();
+    assert!(
+        !(r.stderr.lines()).any(|l| l.contains("attempt ") && l.contains(" failed: ")),
+        "a task failed\n{}",
+        r.describe()
+    );
     assert_keyed_count_exact(&job.out(), EVENTS, KEYS);
     let (dropped, after_drop, _at_barrier, fetched) = reports(&r);
     assert!(dropped > 0 && fetched > 0, "{}", r.describe());
