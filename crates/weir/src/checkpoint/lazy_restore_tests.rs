@@ -39,11 +39,7 @@ fn remote_groups(s: &Subtask) -> BTreeMap<String, usize> {
 
 /// A base and a delta of 2000 keys over every key group, one subtask.
 fn base_and_delta() -> Job {
-    let mut job = Job::new(1);
-    for k in 0..2000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 2000);
     for k in (0..2000).step_by(10) {
         if k % 30 == 0 {
             job.remove(k);
@@ -111,11 +107,7 @@ fn a_lazy_restore_fetches_a_key_group_on_its_first_access_and_only_it() {
 
 #[test]
 fn a_lazy_restore_is_exact_rescaled_and_on_the_memory_backend() {
-    let mut job = Job::new(2);
-    for k in 0..3000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(2, 3000);
     for k in (0..3000).step_by(7) {
         job.set(k, k * 2);
     }
@@ -196,11 +188,7 @@ fn a_damaged_section_fails_its_fetch_naming_the_file_and_the_checkpoint_is_refus
 /// Written at parallelism 2 (a base and a delta with updates and deletes), for a rescaled
 /// lazy restore at parallelism 1, whose first checkpoint is then a new base.
 fn two_subtasks_base_and_delta() -> Job {
-    let mut job = Job::new(2);
-    for k in 0..3000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(2, 3000);
     for k in (0..3000).step_by(7) {
         job.set(k, k * 2);
     }
@@ -398,18 +386,6 @@ fn past_its_bound_a_subtask_drops_unchanged_groups_and_fetches_them_back_exact()
     assert_exact(&mut job);
 }
 
-/// Key `k`'s value of `plain` on subtask 0 (fetching its key group if it is in storage).
-fn plain_of(job: &mut Job, k: u64) -> Option<u64> {
-    let s = &mut job.subtasks[0];
-    let plain = s.plain;
-    KeyedContext {
-        key: &k,
-        backend: &mut s.backend,
-    }
-    .get(plain)
-    .copied()
-}
-
 /// A bounded subtask of 3000 keys whose every group is in storage, then deltas of one key
 /// each until a checkpoint is a new base: that one is completed but the subtask is not
 /// told. Returns its id and the files of the chain before it.
@@ -448,7 +424,8 @@ fn a_group_fetched_before_the_news_of_a_new_base_reads_it_when_retention_removed
     let k = (0..3000u64)
         .find(|k| key_group(k, MAXP) != key_group(&base, MAXP))
         .unwrap();
-    assert_eq!(plain_of(&mut job, k), job.truth.get(&k).copied());
+    // (Its one subtask fetches the key's group if it is in storage.)
+    assert_eq!(job.get(k), job.truth.get(&k).copied());
     assert_eq!(remote_groups(&job.subtasks[0])["plain"], remote - 1);
     // Reading the whole state fetches every other group the same way.
     assert_exact(&mut job);
