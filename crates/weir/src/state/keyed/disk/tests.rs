@@ -220,16 +220,18 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
     (sections, truth)
 }
 
-/// A [`tier`] caching `cache` keys whose every group is still in storage: the sections of
-/// [`remote_sections`] handed to it as a lazy restore does, and the state they make.
-fn remote_tier(
-    cache: usize,
-) -> (
+/// What [`remote_tier`] returns: a [`tier`]'s tier, map and folder guard, and the state the
+/// tier holds.
+type RemoteTier = (
     DiskTier<u64, u64>,
     CowMap<u64, u64>,
     tempfile::TempDir,
     BTreeMap<u64, u64>,
-) {
+);
+
+/// A [`tier`] caching `cache` keys whose every group is still in storage: the sections of
+/// [`remote_sections`] handed to it as a lazy restore does, and the state they make.
+fn remote_tier(cache: usize) -> RemoteTier {
     let (mut t, map, dir) = tier(cache);
     let (sections, truth) = remote_sections(dir.path());
     t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
