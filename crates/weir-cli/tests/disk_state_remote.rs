@@ -15,12 +15,9 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::moto;
+use common::disk_s3::{number_after, position, DiskS3Job, LEASE_SECONDS};
 use common::*;
 use weir::storage::open_backend;
-
-/// How long the killed run's lease on the job folder lasts (renewed every third of it).
-const LEASE_SECONDS: u64 = 4;
 
 /// Complete checkpoints (ids) of the job folder at `url`.
 fn complete_on_s3(url: &str) -> Vec<u64> {
@@ -44,39 +41,13 @@ fn signal(child: &std::process::Child, sig: i32) {
     }
 }
 
-/// The number after `prefix` on a line of `text` (e.g. `"restoring lazily: "` → bytes).
-fn number_after(text: &str, prefix: &str) -> Option<u64> {
-    let rest = &text[text.find(prefix)? + prefix.len()..];
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
 /// keyed-count on the disk backend with incremental checkpoints into bucket `bucket`:
 /// the arguments of a run (`restore`: resumed with `--restore latest --verify`).
-struct Job {
-    tmp: tempfile::TempDir,
-    dir: String,
-    /// The job folder (`s3://<bucket>/chk/keyed-count`).
-    url: String,
-}
+type Job = DiskS3Job;
 
 impl Job {
     const EVENTS: u64 = 300_000;
     const KEYS: u64 = 4000;
-
-    fn new(bucket: &str) -> Job {
-        moto::make_bucket(bucket);
-        let dir = format!("s3://{bucket}/chk");
-        Job {
-            tmp: tempfile::tempdir().unwrap(),
-            url: format!("{dir}/keyed-count"),
-            dir,
-        }
-    }
-
-    fn out(&self) -> std::path::PathBuf {
-        self.tmp.path().join("out")
-    }
 
     fn command(&self, restore: bool) -> std::process::Command {
         // The resumed run takes no checkpoint before its end (its first continues the
@@ -88,32 +59,16 @@ impl Job {
 
     /// [`Job::command`] with checkpoints every `interval` and the flags `more`.
     fn command_with(&self, restore: bool, interval: &str, more: &[&str]) -> std::process::Command {
-        let (st, out) = (s(&self.tmp.path().join("state")), s(&self.out()));
         let mut extra = vec![
             "--rate",
             if restore { "2000000" } else { "20000" },
             "--checkpoint-interval",
             interval,
-            "--checkpoint-dir",
-            &self.dir,
-            "--state-backend",
-            "disk",
-            "--state-dir",
-            &st,
-            "--incremental-checkpoints",
             "--value-bytes",
             "512",
-            "--output",
-            &out,
         ];
         extra.extend_from_slice(more);
-        let mut c = weir(
-            self.tmp.path(),
-            keyed_count_args(Job::EVENTS, Job::KEYS, &extra, restore),
-        );
-        c.envs(moto::child_env())
-            .env("WEIR_S3_LEASE_SECONDS", LEASE_SECONDS.to_string());
-        c
+        self.keyed_count(Job::EVENTS, Job::KEYS, restore, &extra)
     }
 
     /// Runs the job, stops it (SIGSTOP) once its newest complete checkpoint is a chain
@@ -221,13 +176,6 @@ fn a_shared_file_deleted_from_the_bucket_is_named_when_the_restore_skips_its_che
         r.describe()
     );
     assert!(!r.stderr.contains("panicked"), "{}", r.describe());
-}
-
-/// Records the sources of checkpoint `id` of the job folder at `url` had read.
-fn position(url: &str, id: u64) -> Option<u64> {
-    let path = format!("{url}/chk-{id}");
-    let sources = weir::inspect::source_progress(Path::new(&path)).ok()?;
-    Some(sources.iter().map(|s| s.records).sum())
 }
 
 /// Whether chain `c` is due for a new base at the next checkpoint (the materialisation

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod child_job;
+pub mod disk_s3;
 pub mod held;
 pub mod kill_resume;
 #[path = "../../../weir/tests/support/moto.rs"]

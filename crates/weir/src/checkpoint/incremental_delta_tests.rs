@@ -7,19 +7,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::incremental_tests::{chain_owners, restored, Job};
-use crate::state::keyed::KeyedContext;
 
 /// Reads keys `keys` (state `plain`): each one the cache lacks is loaded, and once the
 /// 500-key cache is full it is written back and emptied — the dirty keys go to the LSM
 /// before the barrier, without counting as changed.
 fn read(job: &mut Job, keys: std::ops::Range<u64>) {
-    let s = &mut job.subtasks[0];
     for k in keys {
-        KeyedContext {
-            key: &k,
-            backend: &mut s.backend,
-        }
-        .get(s.plain);
+        job.get(k);
     }
 }
 
@@ -33,11 +27,7 @@ fn assert_restores_exactly(job: &Job, id: u64) {
 
 #[test]
 fn a_delta_holds_the_barrier_write_backs_entries_and_the_keys_evicted_before_exactly() {
-    let mut job = Job::new(1);
-    for k in 0..3000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 3000);
     // 200 keys changed, then written back by a full cache during the interval (the delta
     // looks them up), then 150 dirty at the barrier (the delta takes the write-back's
     // entries). Every seventh is deleted, on both paths. (Fewer than the 500 a set holds.)
@@ -80,11 +70,7 @@ fn a_delta_holds_the_barrier_write_backs_entries_and_the_keys_evicted_before_exa
 
 #[test]
 fn the_keys_of_an_aborted_or_unwritten_delta_reach_the_next_with_their_newest_values() {
-    let mut job = Job::new(1);
-    for k in 0..2000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 2000);
     // 2 is written (its delta takes its barrier's entries), then aborted.
     for k in 10..50 {
         job.set(k, 200 + k);
@@ -112,11 +98,7 @@ fn the_keys_of_an_aborted_or_unwritten_delta_reach_the_next_with_their_newest_va
 
 #[test]
 fn keys_a_savepoint_wrote_back_reach_the_next_delta() {
-    let mut job = Job::new(1);
-    for k in 0..1000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 1000);
     job.set(5, 55);
     job.remove(6);
     // A savepoint's snapshot freezes the dirty keys 5 and 6 for its own write-back, which
@@ -159,11 +141,7 @@ fn entries_expired_at_the_barrier_become_deletes_on_both_paths() {
     use crate::clock::manual::ManualClock;
     const T: u64 = 1_700_000_000_000;
     let clock = ManualClock::start_at(T);
-    let mut job = Job::new(1);
-    for k in 0..1000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 1000);
     // At T: keys 0..300 (`aged` on multiples of 3, TTL one hour); the first 150 are
     // written back by a full cache, the others stay dirty until the barrier.
     for k in 0..150 {

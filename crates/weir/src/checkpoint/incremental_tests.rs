@@ -83,6 +83,17 @@ impl Job {
         }
     }
 
+    /// [`Job::new`] with keys `0..keys` set to themselves and checkpoint 1 taken: the base
+    /// most tests change and checkpoint again.
+    pub(super) fn with_base(p: u32, keys: u64) -> Job {
+        let mut job = Job::new(p);
+        for k in 0..keys {
+            job.set(k, k);
+        }
+        job.checkpoint(1);
+        job
+    }
+
     fn owner(&mut self, k: u64) -> &mut Subtask {
         let g = key_group(&k, MAXP);
         let i = (0..self.p)
@@ -104,6 +115,19 @@ impl Job {
             ctx.set(aged, v + 1);
         }
         self.truth.insert(k, v);
+    }
+
+    /// Reads key `k` of state `plain`, as a record does: a key the cache lacks is loaded,
+    /// and a full cache is written back and emptied.
+    pub(super) fn get(&mut self, k: u64) -> Option<u64> {
+        let s = self.owner(k);
+        let plain = s.plain;
+        KeyedContext {
+            key: &k,
+            backend: &mut s.backend,
+        }
+        .get(plain)
+        .copied()
     }
 
     /// Removes key `k` from both states.

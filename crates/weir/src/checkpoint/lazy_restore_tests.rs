@@ -39,11 +39,7 @@ fn remote_groups(s: &Subtask) -> BTreeMap<String, usize> {
 
 /// A base and a delta of 2000 keys over every key group, one subtask.
 fn base_and_delta() -> Job {
-    let mut job = Job::new(1);
-    for k in 0..2000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(1, 2000);
     for k in (0..2000).step_by(10) {
         if k % 30 == 0 {
             job.remove(k);
@@ -111,11 +107,7 @@ fn a_lazy_restore_fetches_a_key_group_on_its_first_access_and_only_it() {
 
 #[test]
 fn a_lazy_restore_is_exact_rescaled_and_on_the_memory_backend() {
-    let mut job = Job::new(2);
-    for k in 0..3000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(2, 3000);
     for k in (0..3000).step_by(7) {
         job.set(k, k * 2);
     }
@@ -196,11 +188,7 @@ fn a_damaged_section_fails_its_fetch_naming_the_file_and_the_checkpoint_is_refus
 /// Written at parallelism 2 (a base and a delta with updates and deletes), for a rescaled
 /// lazy restore at parallelism 1, whose first checkpoint is then a new base.
 fn two_subtasks_base_and_delta() -> Job {
-    let mut job = Job::new(2);
-    for k in 0..3000 {
-        job.set(k, k);
-    }
-    job.checkpoint(1);
+    let mut job = Job::with_base(2, 3000);
     for k in (0..3000).step_by(7) {
         job.set(k, k * 2);
     }
@@ -396,4 +384,129 @@ fn past_its_bound_a_subtask_drops_unchanged_groups_and_fetches_them_back_exact()
         job.truth
     );
     assert_exact(&mut job);
+}
+
+/// A bounded subtask of 3000 keys whose every group is in storage, then deltas of one key
+/// each until a checkpoint is a new base: that one is completed but the subtask is not
+/// told. Returns its id and the files of the chain before it.
+fn a_new_base_not_yet_heard_of() -> (Job, u64, Vec<String>) {
+    let mut job = bounded_job(1);
+    for k in 0..3000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    let mut id = 1;
+    loop {
+        let older = meta_of_chain_files(&job.storage.checkpoint_path(id));
+        id += 1;
+        job.set(id, id * 10);
+        let acks = job.snapshot(id);
+        let meta = job.complete(id, &acks).unwrap();
+        if meta.incremental_of(UID, 0).unwrap().base.checkpoint_id == id {
+            return (job, id, older);
+        }
+        job.notify(id);
+    }
+}
+
+#[test]
+fn a_group_fetched_before_the_news_of_a_new_base_reads_it_when_retention_removed_its_chain() {
+    // Retention with --retained-checkpoints 1 deletes the chain the groups in storage
+    // point at as soon as the new base completes, before the subtask hears of it.
+    let (mut job, base, older) = a_new_base_not_yet_heard_of();
+    let remote = remote_groups(&job.subtasks[0])["plain"];
+    assert!(remote > 0, "groups are in storage");
+    job.retain(1);
+    job.assert_no_orphan_and_nothing_missing();
+    assert!(older.iter().all(|f| !job.storage.shared_file_exists(f)));
+    // A key of a group in storage (not the group of the key set last): its group is read
+    // from the new base's chain, exact.
+    let k = (0..3000u64)
+        .find(|k| key_group(k, MAXP) != key_group(&base, MAXP))
+        .unwrap();
+    // (Its one subtask fetches the key's group if it is in storage.)
+    assert_eq!(job.get(k), job.truth.get(&k).copied());
+    assert_eq!(remote_groups(&job.subtasks[0])["plain"], remote - 1);
+    // Reading the whole state fetches every other group the same way.
+    assert_exact(&mut job);
+    // The news arrives late; the job goes on and restores exact.
+    job.notify(base);
+    job.set(1, 1);
+    job.checkpoint(base + 1);
+    let dir = job.state_dir.join("eager");
+    let path = job.storage.checkpoint_path(base + 1);
+    assert_eq!(restored(&path, 1, Some(&dir)).unwrap(), job.truth);
+}
+
+#[test]
+fn a_missing_file_no_newer_snapshot_holds_fails_the_fetch_naming_it() {
+    let mut job = bounded_job(1);
+    for k in 0..3000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    // Checkpoint 2 is a delta on 1's chain: it holds no group without 1's base.
+    job.set(7, 70);
+    let _acks = job.snapshot(2);
+    let meta = meta_of(&job.storage, 1);
+    let base = &meta.incremental_of(UID, 0).unwrap().base;
+    std::fs::remove_file(job.storage.root().join(&base.path)).unwrap();
+    let s = &mut job.subtasks[0];
+    let plain = s.plain;
+    let e = KeyedEndContext {
+        backend: &mut s.backend,
+    }
+    .apply_to_all_keys(&plain, |_| Ok(()))
+    .expect_err("the fetch fails")
+    .to_string();
+    assert!(e.contains(&base.path) && e.contains("checkpoint 1"), "{e}");
+}
+
+/// Without `--max-parallelism`, a run restoring a checkpoint takes the checkpoint's key
+/// groups — also with `--state-cache-size`, whose own default would be refused by it.
+#[cfg(feature = "runner")]
+#[test]
+fn a_restored_checkpoint_fixes_the_max_parallelism_a_run_did_not_give() {
+    use crate::runner::{MaxParallelism, RunFlags};
+    use clap::{Args, FromArgMatches};
+    let mut job = Job::new(1);
+    job.set(1, 1);
+    job.checkpoint(1);
+    let dir = job
+        .storage
+        .root()
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let path = job.storage.checkpoint_path(1);
+    let path = path.to_str().unwrap();
+    let resolved = |more: &[&str]| {
+        let mut args = vec!["run", "--checkpoint-dir", &dir, "--job-name", "job"];
+        args.extend_from_slice(more);
+        let m = RunFlags::augment_args(clap::Command::new("run"))
+            .try_get_matches_from(args)
+            .unwrap();
+        RunFlags::from_arg_matches(&m)
+            .unwrap()
+            .resolved_max_parallelism("run")
+    };
+    let bound = ["--state-cache-size", "1GiB"];
+    for restore in [["--restore", "latest"], ["--restore", path]] {
+        let mut args = bound.to_vec();
+        args.extend(restore);
+        assert_eq!(
+            resolved(&args),
+            (MAXP, MaxParallelism::Restored),
+            "{args:?}"
+        );
+        args.extend(["--max-parallelism", "64"]);
+        assert_eq!(resolved(&args), (64, MaxParallelism::Given), "{args:?}");
+    }
+    assert_eq!(
+        resolved(&bound).1,
+        MaxParallelism::ForCache,
+        "nothing restored"
+    );
 }

@@ -249,6 +249,39 @@ impl Prefetch {
     }
 }
 
+/// The max parallelism of the checkpoint a run restoring `restore` would start from (its
+/// job folder `<checkpoint_dir>/<job>`), read from its `_metadata` alone, without taking the
+/// folder or creating anything: so that a job whose `--max-parallelism` was not given takes
+/// its key groups from its state, which fixes them (as Flink does). `None`: no restore, or
+/// nothing readable there — the run then reports why, or starts fresh.
+pub fn restored_max_parallelism(
+    checkpoint_dir: &Path,
+    job: &str,
+    restore: &crate::runtime::config::RestoreFrom,
+) -> Option<u32> {
+    use crate::runtime::config::RestoreFrom;
+    let of = |path: &Path| {
+        let bytes = read_metadata(path).ok()?;
+        Some(CheckpointMetadata::decode(&bytes).ok()?.max_parallelism)
+    };
+    match restore {
+        RestoreFrom::Nothing => None,
+        RestoreFrom::Path(p) => of(p),
+        RestoreFrom::Latest => {
+            crate::storage::validate_name("job id", job).ok()?;
+            let root = checkpoint_dir.join(job);
+            let backend = crate::storage::open_backend(&root).ok()?;
+            let mut ids: Vec<u64> = (backend.list("").ok()?.iter())
+                .filter_map(|n| crate::storage::parse_checkpoint_dir_name(n))
+                .collect();
+            ids.sort_unstable();
+            ids.iter()
+                .rev()
+                .find_map(|id| of(&root.join(format!("chk-{id}"))))
+        }
+    }
+}
+
 /// The newest complete checkpoint in `storage` that loads cleanly, with one message per
 /// newer checkpoint that was skipped and why. `None` if there is no usable checkpoint.
 pub fn load_latest(

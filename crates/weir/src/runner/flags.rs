@@ -15,7 +15,40 @@ use super::control::ControlArgs;
 use super::UsageError;
 use crate::api::config::{JobConfig, RestoreFrom, StateBackend};
 use crate::prelude::{CheckpointConfig, CheckpointingMode, FailureInjection, RestartStrategy};
-use crate::state::key_group::MAX_MAX_PARALLELISM;
+use crate::state::key_group::{DEFAULT_MAX_PARALLELISM, MAX_MAX_PARALLELISM};
+
+/// The max parallelism when `--state-cache-size` is given without `--max-parallelism` and
+/// no restored state fixes it: the bound drops and fetches whole key groups, and a subtask
+/// that touched one key of a group since the last checkpoint keeps it, so at 128 a busy
+/// subtask touches every group and nothing can be dropped. 4096 makes a group 1/4096 of the
+/// state (the key-group index each checkpoint records grows with it: about 25 bytes per
+/// group and chain file).
+pub const CACHE_MAX_PARALLELISM: u32 = 4096;
+
+/// Where the job's max parallelism came from ([`RunFlags::resolved_max_parallelism`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MaxParallelism {
+    /// `--max-parallelism`.
+    Given,
+    /// The checkpoint `--restore` starts from.
+    Restored,
+    /// [`CACHE_MAX_PARALLELISM`], for `--state-cache-size`.
+    ForCache,
+    /// [`DEFAULT_MAX_PARALLELISM`].
+    Default,
+}
+
+impl MaxParallelism {
+    /// For messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MaxParallelism::Given => "--max-parallelism",
+            MaxParallelism::Restored => "the restored checkpoint's",
+            MaxParallelism::ForCache => "the default with --state-cache-size",
+            MaxParallelism::Default => "the default",
+        }
+    }
+}
 
 /// Checkpointing mode, as a flag.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
@@ -57,9 +90,11 @@ pub struct RunFlags {
     #[arg(long, default_value_t = 1, value_parser = parse_parallelism)]
     pub parallelism: u32,
     /// Number of key groups: the most subtasks a keyed operator can have, fixed for the
-    /// life of the job's state.
-    #[arg(long, default_value_t = 128, value_parser = parse_parallelism)]
-    pub max_parallelism: u32,
+    /// life of the job's state. Default: the restored checkpoint's (with --restore); else
+    /// 4096 with --state-cache-size (it drops and fetches whole key groups, so they must be
+    /// small), else 128.
+    #[arg(long, value_parser = parse_parallelism)]
+    pub max_parallelism: Option<u32>,
     /// Folder for checkpoints (the job's checkpoints go in DIR/JOB/chk-N).
     #[arg(long, default_value = "weir-checkpoints", value_parser = parse_location)]
     pub checkpoint_dir: PathBuf,
@@ -298,12 +333,31 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
 impl RunFlags {
     /// Refuses combinations of flags that make no sense together, naming the flags.
     pub fn check(&self, default_name: &str) -> Result<(), UsageError> {
-        if self.parallelism > self.max_parallelism {
+        let (max_parallelism, source) = self.resolved_max_parallelism(default_name);
+        if self.parallelism > max_parallelism {
+            let (what, way_out) = match source {
+                MaxParallelism::Given => (
+                    format!("--max-parallelism {max_parallelism}"),
+                    "lower --parallelism or raise --max-parallelism (fixed for the life of \
+                     the job's state)",
+                ),
+                MaxParallelism::Restored => (
+                    format!("the restored checkpoint's max parallelism {max_parallelism}"),
+                    "lower --parallelism (the restored state fixes its key groups)",
+                ),
+                _ => (
+                    format!(
+                        "the max parallelism {max_parallelism} ({})",
+                        source.describe()
+                    ),
+                    "lower --parallelism or pass a larger --max-parallelism (fixed for the \
+                     life of the job's state)",
+                ),
+            };
             return Err(UsageError::new(format!(
-                "--parallelism {} is above --max-parallelism {}: a keyed operator cannot have \
-                 more subtasks than key groups; lower --parallelism or raise \
-                 --max-parallelism (fixed for the life of the job's state)",
-                self.parallelism, self.max_parallelism
+                "--parallelism {} is above {what}: a keyed operator cannot have more subtasks \
+                 than key groups; {way_out}",
+                self.parallelism
             )));
         }
         if self.inject_failures > 0 && self.checkpoint_interval.0.is_none() {
@@ -363,12 +417,44 @@ impl RunFlags {
         Ok(())
     }
 
+    /// The job's number of key groups and where it comes from: `--max-parallelism`; else
+    /// the restored checkpoint's (`--restore`; the state fixes it, and another value would be
+    /// refused); else [`CACHE_MAX_PARALLELISM`] with `--state-cache-size`; else
+    /// [`DEFAULT_MAX_PARALLELISM`].
+    pub fn resolved_max_parallelism(&self, default_name: &str) -> (u32, MaxParallelism) {
+        if let Some(n) = self.max_parallelism {
+            return (n, MaxParallelism::Given);
+        }
+        let name = self.job_name.as_deref().unwrap_or(default_name);
+        let restore = self.restore_from();
+        let restored = crate::checkpoint::restore::restored_max_parallelism(
+            &self.checkpoint_dir,
+            name,
+            &restore,
+        );
+        match restored {
+            Some(n) => (n, MaxParallelism::Restored),
+            None if self.state_cache_size.is_some() => {
+                (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
+            }
+            None => (DEFAULT_MAX_PARALLELISM, MaxParallelism::Default),
+        }
+    }
+
+    fn restore_from(&self) -> RestoreFrom {
+        match self.restore.as_deref() {
+            None => RestoreFrom::Nothing,
+            Some("latest") => RestoreFrom::Latest,
+            Some(p) => RestoreFrom::Path(PathBuf::from(p)),
+        }
+    }
+
     /// The job's configuration, without failure injection (which needs the job's size:
     /// [`RunFlags::failure_injection`]). Call [`RunFlags::check`] first.
     pub fn config(&self, default_name: &str) -> JobConfig {
         let mut c = JobConfig::new(self.job_name.as_deref().unwrap_or(default_name));
         c.parallelism = self.parallelism;
-        c.max_parallelism = self.max_parallelism;
+        c.max_parallelism = self.resolved_max_parallelism(default_name).0;
         c.checkpoint_dir = self.checkpoint_dir.clone();
         c.checkpointing = CheckpointConfig {
             interval: self.checkpoint_interval.0,
@@ -384,11 +470,7 @@ impl RunFlags {
             unaligned: self.unaligned,
             aligned_checkpoint_timeout: self.aligned_checkpoint_timeout,
         };
-        c.restore = match self.restore.as_deref() {
-            None => RestoreFrom::Nothing,
-            Some("latest") => RestoreFrom::Latest,
-            Some(p) => RestoreFrom::Path(PathBuf::from(p)),
-        };
+        c.restore = self.restore_from();
         c.allow_non_restored_state = self.allow_non_restored_state;
         c.auto_watermark_interval = self.auto_watermark_interval;
         self.control.apply(&mut c);
@@ -440,5 +522,54 @@ impl RunFlags {
                 (records / 2).max(2),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run flags parsed from `args`.
+    fn parse(args: &[&str]) -> RunFlags {
+        use clap::FromArgMatches;
+        let cmd = RunFlags::augment_args(clap::Command::new("job"));
+        let m = cmd
+            .try_get_matches_from(std::iter::once("job").chain(args.iter().copied()))
+            .unwrap();
+        RunFlags::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn the_bound_without_max_parallelism_gets_fine_key_groups_and_a_given_value_wins() {
+        let resolved = |args: &[&str]| parse(args).resolved_max_parallelism("job");
+        assert_eq!(
+            resolved(&[]),
+            (DEFAULT_MAX_PARALLELISM, MaxParallelism::Default)
+        );
+        assert_eq!(
+            resolved(&["--state-cache-size", "1GiB"]),
+            (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
+        );
+        assert_eq!(
+            resolved(&["--state-cache-size", "1GiB", "--max-parallelism", "256"]),
+            (256, MaxParallelism::Given)
+        );
+        // Nothing to restore in the folder: the default for the bound.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let args = ["--state-cache-size", "1GiB", "--restore", "latest"];
+        let mut with_dir = args.to_vec();
+        with_dir.extend(["--checkpoint-dir", dir]);
+        assert_eq!(
+            resolved(&with_dir),
+            (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
+        );
+        let mut flags = parse(&with_dir);
+        flags.parallelism = 5000;
+        let e = flags.check("job").unwrap_err().to_string();
+        assert!(
+            e.contains("max parallelism 4096") && e.contains("--state-cache-size"),
+            "{e}"
+        );
     }
 }

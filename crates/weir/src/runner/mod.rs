@@ -74,7 +74,7 @@ use std::process::ExitCode;
 /// The clap the runner parses with, re-exported so that a job's `#[derive(clap::Args)]`
 /// needs no dependency besides `weir` (`use weir::runner::clap;`).
 pub use clap;
-pub use flags::RunFlags;
+pub use flags::{MaxParallelism, RunFlags, CACHE_MAX_PARALLELISM};
 
 use crate::api::config::JobConfig;
 use crate::api::stream::StreamEnvironment;
@@ -511,6 +511,17 @@ impl Runner {
         let records = job.expected_records.unwrap_or(DEFAULT_EXPECTED_RECORDS);
         job.env.config_mut().failure_injection = flags.failure_injection(records);
         announce(job.env.config());
+        match flags.resolved_max_parallelism(&self.name) {
+            (n, MaxParallelism::ForCache) => eprintln!(
+                "weir: max parallelism {n} (the default with --state-cache-size: the bound \
+                 drops whole key groups; fixed for the life of the job's state, pass \
+                 --max-parallelism to choose)"
+            ),
+            (n, MaxParallelism::Restored) => {
+                eprintln!("weir: max parallelism {n}, the restored checkpoint's")
+            }
+            _ => {}
+        }
         let server = match flags.control.bind_addr() {
             None => None,
             Some(bind) => {

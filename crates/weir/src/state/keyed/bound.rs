@@ -11,11 +11,24 @@
 //! been touched since before that checkpoint's barrier, so the newer chain holds it
 //! unchanged (a new base streams it from the old chain: `disk/lazy.rs`). Retention deletes
 //! a shared file only once no complete checkpoint lists it and no checkpoint triggered
-//! before its release is in flight (`checkpoint::shared::Deferred`), so the files a remote
-//! group or an in-flight snapshot's view reads outlive them — except in the moment between
-//! a checkpoint's completion and this subtask hearing of it, where a fetch may find an
-//! older chain's file gone: the task then fails and restarts from the newest checkpoint.
-
+//! before its release is in flight (`checkpoint::shared::Deferred`), so the files an
+//! in-flight snapshot's view reads outlive them.
+//!
+//! **The retention race.** Between a checkpoint N+1 completing and this subtask hearing of
+//! it, retention (`--retained-checkpoints 1`) may already have deleted chain N's files that
+//! N+1 does not list — N+1 is then a new base — while the subtask's remote groups still
+//! point at them. The subtask took N+1's snapshot itself, and every snapshot it took since
+//! N (`remote::Unconfirmed`, kept in step with the tracker's pending snapshots) holds each
+//! remote group as it is, by the same reasoning: a remote group was untouched since N's
+//! barrier (a group is dropped only if no snapshot since N changed it; any access fetches
+//! it first). So a fetch that finds a file missing reads the group whole from the newest
+//! such snapshot's chain it can read (`DiskTier::load_sections`; all of a group's sections
+//! are fetched before any is applied, so it never mixes two chains) — exact, no failover.
+//! Retention keeps the completed N+1's files, so one always can. A missing file no
+//! snapshot since covers (none taken, or each of their chains misses a file too) fails the
+//! fetch naming the file, as before. (Keeping N's files until every subtask acknowledged,
+//! as Flink's `SharedStateRegistry` keeps what a checkpoint still refers to, would need a
+//! round trip from every subtask before retention: the subtask already has what it needs.)
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::remote::ConfirmedChain;

@@ -50,6 +50,9 @@ impl DiskStore {
     pub(crate) fn disk_bytes(&self) -> u64 {
         match *self {}
     }
+    pub(crate) fn unconfirmed(&self) -> &super::remote::Unconfirmed {
+        match *self {}
+    }
     pub(crate) fn local_bound(&self) -> Option<u64> {
         match *self {}
     }
@@ -190,7 +193,7 @@ impl<K, S> DiskTier<K, S> {
     }
     pub(crate) fn set_remote(
         &mut self,
-        _what: String,
+        _state: (&str, String),
         _remote: Vec<super::RemoteSection>,
         _ttl: bool,
     ) {

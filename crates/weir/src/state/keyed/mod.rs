@@ -245,7 +245,12 @@ impl<K: Key> KeyedStateBackend<K> {
         for t in &mut self.tables {
             sets.push(t.take_changes()?);
         }
-        match tracker.plan(id, sets, *limit) {
+        let plan = tracker.plan(id, sets, *limit);
+        if let Some(d) = &self.disk {
+            let (incremental::Plan::Base(p) | incremental::Plan::Delta(p, _)) = &plan;
+            (d.unconfirmed()).snapshot_taken(id, p.written.clone(), p.home.clone());
+        }
+        match plan {
             incremental::Plan::Base(plan) => {
                 let mut snapshot = self.snapshot()?;
                 snapshot.incremental = Some(plan);
@@ -320,6 +325,9 @@ impl<K: Key> KeyedStateBackend<K> {
         let Some(confirmed) = tracker.on_complete(id) else {
             return Ok(());
         };
+        if let Some(d) = &self.disk {
+            d.unconfirmed().confirmed(id);
+        }
         let chain = (confirmed.home.as_ref())
             .and_then(|home| remote::ConfirmedChain::new(home, &confirmed.chain));
         for (name, t) in self.names.iter().zip(&mut self.tables) {
@@ -336,6 +344,9 @@ impl<K: Key> KeyedStateBackend<K> {
     pub(crate) fn notify_aborted(&mut self, id: u64) {
         if let Some((tracker, _)) = &mut self.incremental {
             tracker.on_abort(id);
+            if let Some(d) = &self.disk {
+                d.unconfirmed().aborted(id);
+            }
         }
     }
 

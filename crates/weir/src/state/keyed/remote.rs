@@ -154,6 +154,110 @@ impl ConfirmedChain {
     }
 }
 
+impl ConfirmedChain {
+    /// Whether a file of the chain lists state `name`: if none does, the chain says
+    /// nothing of it (the state was not declared when it was written).
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    fn lists(&self, name: &str) -> bool {
+        (self.files.iter()).any(|(_, index, _)| index.states.iter().any(|(n, _)| n == name))
+    }
+}
+
+/// The snapshots a subtask took since its newest confirmed checkpoint, with the chains the
+/// writer reported for them: what a key group in storage is fetched from when the file it
+/// points at is gone (`state/keyed/bound.rs`, "the retention race"). Shared by the
+/// subtask's tiers through its [`super::disk::DiskStore`]; kept in step with the
+/// incremental tracker's pending snapshots by the backend.
+#[derive(Debug, Default)]
+pub(crate) struct Unconfirmed {
+    /// Ascending by checkpoint id.
+    taken: Mutex<Vec<Taken>>,
+}
+
+/// One snapshot of [`Unconfirmed`].
+#[derive(Debug)]
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+struct Taken {
+    id: u64,
+    /// Filled by the writer once the snapshot's file is written.
+    written: super::incremental::ChainSlot,
+    /// Where it was written, filled by the writer.
+    home: Arc<OnceLock<SharedHome>>,
+    /// The chain as sections are read from, once written (built on first need).
+    chain: Option<Arc<ConfirmedChain>>,
+}
+
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+impl Taken {
+    /// The snapshot's chain, if the writer reported it (with an index).
+    fn chain(&mut self) -> Option<Arc<ConfirmedChain>> {
+        if self.chain.is_none() {
+            let written = self
+                .written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()?;
+            let home = self.home.get()?;
+            self.chain = ConfirmedChain::new(home, &written).map(Arc::new);
+        }
+        self.chain.clone()
+    }
+}
+
+impl Unconfirmed {
+    fn taken(&self) -> std::sync::MutexGuard<'_, Vec<Taken>> {
+        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checkpoint `id`'s snapshot was taken; the writer reports its chain in `written`
+    /// and where it lies in `home`.
+    pub(crate) fn snapshot_taken(
+        &self,
+        id: u64,
+        written: super::incremental::ChainSlot,
+        home: Arc<OnceLock<SharedHome>>,
+    ) {
+        self.taken().push(Taken {
+            id,
+            written,
+            home,
+            chain: None,
+        });
+    }
+
+    /// Checkpoint `id` was confirmed: the groups in storage point at its chain from now on,
+    /// and the snapshots up to it are no longer newer than the confirmed one.
+    pub(crate) fn confirmed(&self, id: u64) {
+        self.taken().retain(|t| t.id > id);
+    }
+
+    /// Checkpoint `id` was aborted: its files may be deleted.
+    pub(crate) fn aborted(&self, id: u64) {
+        self.taken().retain(|t| t.id != id);
+    }
+
+    /// State `name`'s key group `g` from the newest snapshot's chain that can be read
+    /// whole (each section read alone, in chain order, each with whether it is a delta's);
+    /// `None` if none can. Exact whichever it is: a group still in storage has not been
+    /// touched since before the confirmed checkpoint's barrier (`state/keyed/bound.rs`), so
+    /// every snapshot taken since holds it as it is.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn fetch_group(&self, name: &str, g: u32) -> Option<Vec<(bool, SharedBytes)>> {
+        let chains: Vec<Arc<ConfirmedChain>> = self
+            .taken()
+            .iter_mut()
+            .rev()
+            .filter_map(Taken::chain)
+            .collect();
+        chains.iter().filter(|c| c.lists(name)).find_map(|chain| {
+            let alone: Vec<RemoteSection> = (chain.sections(name, g).into_iter())
+                .map(|s| RemoteSection { shared: None, ..s })
+                .collect();
+            try_fetch_group(&alone).ok()
+        })
+    }
+}
+
 /// One state's section of one key group still in storage: applied (a base's) or applied
 /// on top (a delta's, in chain order) when fetched.
 #[derive(Debug, Clone)]
@@ -184,9 +288,64 @@ pub struct GroupRead {
     read: OnceLock<ReadResult>,
 }
 
-/// A ranged read's bytes, or why it failed and whether that makes the file bad (missing
-/// or damaged, rather than the store out of reach).
-type ReadResult = std::result::Result<Arc<Vec<u8>>, (String, bool)>;
+/// A ranged read's bytes, or why it failed.
+type ReadResult = std::result::Result<Arc<Vec<u8>>, Failed>;
+
+/// Why a section could not be fetched, before it becomes an error ([`Failed::into_error`]):
+/// kept apart so that a file missing because retention deleted it can be read from a newer
+/// chain instead ([`Unconfirmed::fetch_group`]) without the file being reported bad.
+#[derive(Debug, Clone)]
+pub(crate) struct Failed {
+    /// What went wrong.
+    why: String,
+    /// The file is missing or damaged, rather than the store out of reach.
+    bad: bool,
+    /// The file is not in storage at all.
+    missing: bool,
+}
+
+impl Failed {
+    fn damaged(why: String) -> Failed {
+        Failed {
+            why,
+            bad: true,
+            missing: false,
+        }
+    }
+
+    /// Whether the file is not in storage at all.
+    #[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+    pub(crate) fn missing(&self) -> bool {
+        self.missing
+    }
+
+    /// The error for `section`, naming its file and the way out. A missing or damaged
+    /// file is remembered ([`is_known_bad`]) so that the restart that follows does not
+    /// restore from it again.
+    pub(crate) fn into_error(self, section: &RemoteSection) -> Error {
+        let file = &section.file;
+        if self.bad {
+            known_bad()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(file.shown.clone());
+        }
+        let way_out = if self.bad {
+            "the checkpoint cannot be restored from: restore from an earlier one \
+             (--restore latest skips checkpoints whose files are missing)"
+        } else {
+            "the checkpoint storage may be out of reach: the task restarts and fetches again"
+        };
+        Error::Restore(format!(
+            "shared state file {} of checkpoint {} (key group {}, fetched on first access): \
+             {}; {way_out}",
+            file.shown.display(),
+            file.checkpoint_id,
+            section.group,
+            self.why
+        ))
+    }
+}
 
 impl GroupRead {
     /// A read of `spans`' key group, not yet made.
@@ -338,50 +497,34 @@ pub(crate) fn note_access_fetch() {
 /// is remembered ([`is_known_bad`]) so the restart that follows does not restore from it
 /// again.
 pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
+    try_fetch(section).map_err(|f| f.into_error(section))
+}
+
+/// [`fetch`], failing with why rather than an error.
+pub(crate) fn try_fetch(section: &RemoteSection) -> std::result::Result<SharedBytes, Failed> {
     let span = section.span;
     let file = &section.file;
     if span.len == 0 {
         return Ok(SharedBytes::from(Vec::new()));
     }
-    // `bad`: the file is missing or damaged (not the store out of reach, which a restart
-    // waits out): remembered, so no restart of this process restores from it again.
-    let fail = |why: String, bad: bool| {
-        if bad {
-            known_bad()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(file.shown.clone());
-        }
-        let way_out = if bad {
-            "the checkpoint cannot be restored from: restore from an earlier one \
-             (--restore latest skips checkpoints whose files are missing)"
-        } else {
-            "the checkpoint storage may be out of reach: the task restarts and fetches again"
-        };
-        Error::Restore(format!(
-            "shared state file {} of checkpoint {} (key group {}, fetched on first access): \
-             {why}; {way_out}",
-            file.shown.display(),
-            file.checkpoint_id,
-            section.group
-        ))
-    };
     // One ranged read; counted (bytes, time) once however many sections share it.
     let read = |range: std::ops::Range<u64>| {
         let started = std::time::Instant::now();
         let len = range.end - range.start;
         let got = file.store.get(&file.key, Some(range)).map_err(|e| {
-            let bad = e.is_not_found();
-            (e.to_string(), bad)
+            // Missing: not the store out of reach, which a restart waits out.
+            let missing = e.is_not_found();
+            Failed {
+                why: e.to_string(),
+                bad: missing,
+                missing,
+            }
         })?;
         if got.len() as u64 != len {
-            return Err((
-                format!(
-                    "read {} bytes where the checkpoint recorded {len}: the file is truncated",
-                    got.len()
-                ),
-                true,
-            ));
+            return Err(Failed::damaged(format!(
+                "read {} bytes where the checkpoint recorded {len}: the file is truncated",
+                got.len()
+            )));
         }
         let micros = started.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
         FETCH_MICROS.fetch_add(micros, Ordering::Relaxed);
@@ -394,47 +537,51 @@ pub fn fetch(section: &RemoteSection) -> Result<SharedBytes> {
             let buf = group
                 .read
                 .get_or_init(|| read(group.range.clone()).map(Arc::new))
-                .clone()
-                .map_err(|(why, bad)| fail(why, bad))?;
+                .clone()?;
             let at = span.offset.checked_sub(group.range.start);
             let within = at.and_then(|at| {
                 let at = usize::try_from(at).ok()?;
                 SharedBytes::new(buf, at..at.checked_add(usize::try_from(span.len).ok()?)?)
             });
             within.ok_or_else(|| {
-                fail(
+                Failed::damaged(
                     "the section lies outside its key group's read (the index is damaged)".into(),
-                    true,
                 )
             })?
         }
-        None => SharedBytes::from(
-            read(span.offset..span.offset + span.len).map_err(|(why, bad)| fail(why, bad))?,
-        ),
+        None => SharedBytes::from(read(span.offset..span.offset + span.len)?),
     };
     if bytes.len() as u64 != span.len {
-        return Err(fail(
-            format!(
-                "read {} bytes where the checkpoint recorded {}: the file is truncated",
-                bytes.len(),
-                span.len
-            ),
-            true,
-        ));
+        return Err(Failed::damaged(format!(
+            "read {} bytes where the checkpoint recorded {}: the file is truncated",
+            bytes.len(),
+            span.len
+        )));
     }
     let crc = crc32c::crc32c(&bytes);
     if crc != span.crc32c {
-        return Err(fail(
-            format!(
-                "the section's checksum is {crc:08x}, the checkpoint recorded {:08x}: the \
-                 file is damaged or was replaced",
-                span.crc32c
-            ),
-            true,
-        ));
+        return Err(Failed::damaged(format!(
+            "the section's checksum is {crc:08x}, the checkpoint recorded {:08x}: the \
+             file is damaged or was replaced",
+            span.crc32c
+        )));
     }
     FETCHED_SECTIONS.fetch_add(1, Ordering::Relaxed);
     Ok(bytes)
+}
+
+/// One key group's sections fetched (in chain order), each with whether it is a delta's;
+/// or the first that failed (its index in `sections`) and why. Nothing is applied before
+/// every section is in: a group is loaded from one chain whole, never partly from two.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+pub(crate) fn try_fetch_group(
+    sections: &[RemoteSection],
+) -> std::result::Result<Vec<(bool, SharedBytes)>, (usize, Failed)> {
+    sections
+        .iter()
+        .enumerate()
+        .map(|(i, s)| try_fetch(s).map(|b| (s.delta, b)).map_err(|f| (i, f)))
+        .collect()
 }
 
 /// Fetches every section of `remote` (in their order), splitting them into a base's and

@@ -180,7 +180,7 @@ impl<K: Key, S: StateValue> Table<K, S> {
         let what = format!("keyed {} state '{name}'", self.kind.name());
         let ttl = self.ttl.is_some();
         if let Some(disk) = &mut self.disk {
-            disk.set_remote(what, remote, ttl);
+            disk.set_remote((name, what), remote, ttl);
         }
     }
 

@@ -94,7 +94,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             }
             // Not a change: the chain holds the group, so no delta writes these deletes.
             batch.commit().map_err(|e| self.err(e))?;
-            self.add_remote(what, ttl, g, sections);
+            self.add_remote((name, what, ttl), g, sections);
             super::super::bound::note_evicted(bytes);
             dropped.insert(g);
             freed += bytes;

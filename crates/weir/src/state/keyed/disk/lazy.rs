@@ -53,6 +53,8 @@ impl DiskStore {
 
 /// What a lazy restore left in storage for one state.
 pub(super) struct Remote {
+    /// The state's name, as the chains' indexes list it.
+    name: String,
     /// The state, for messages.
     what: String,
     /// Whether its entries carry TTL stamps.
@@ -116,15 +118,28 @@ impl Remote {
 }
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
-    /// Takes the sections of a lazy restore (state `what`, with TTL stamps if `ttl`).
-    pub(crate) fn set_remote(&mut self, what: String, sections: Vec<RemoteSection>, ttl: bool) {
+    /// Takes the sections of a lazy restore (state `name`, shown as `what`, with TTL stamps
+    /// if `ttl`).
+    pub(crate) fn set_remote(
+        &mut self,
+        (name, what): (&str, String),
+        sections: Vec<RemoteSection>,
+        ttl: bool,
+    ) {
         let mut by_group: BTreeMap<u32, Vec<RemoteSection>> = BTreeMap::new();
         for s in sections {
             by_group.entry(s.group).or_default().push(s);
         }
         let groups: BTreeMap<u32, Arc<[RemoteSection]>> =
             by_group.into_iter().map(|(g, s)| (g, s.into())).collect();
-        self.remote = (!groups.is_empty()).then(|| Box::new(Remote { what, ttl, groups }));
+        self.remote = (!groups.is_empty()).then(|| {
+            Box::new(Remote {
+                name: name.to_string(),
+                what,
+                ttl,
+                groups,
+            })
+        });
     }
 
     /// At a full snapshot's barrier: the key groups still in storage (`None`: none), which
@@ -151,7 +166,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         };
         remote::note_access_fetch();
         let done = remote.groups.is_empty();
-        self.load_sections(&sections)?;
+        self.load_sections(group, &sections)?;
         if done {
             self.remote = None;
         }
@@ -166,10 +181,10 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(());
         };
         let groups = std::mem::take(&mut remote.groups);
-        let mut all: Vec<Vec<RemoteSection>> = groups.into_values().map(|s| s.to_vec()).collect();
+        let mut all: Vec<Vec<RemoteSection>> = groups.values().map(|s| s.to_vec()).collect();
         remote::coalesce(&mut all);
-        for sections in all {
-            self.load_sections(&sections)?;
+        for (g, sections) in groups.into_keys().zip(all) {
+            self.load_sections(g, &sections)?;
         }
         self.remote = None;
         Ok(())
@@ -208,16 +223,17 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     }
 
     /// Makes key group `g` remote again with `sections` (in chain order): it was dropped
-    /// from the LSM ([`DiskTier::evict`]). `what` and `ttl` name and decode the state.
+    /// from the LSM ([`DiskTier::evict`]). `name`, `what` and `ttl` name and decode the
+    /// state.
     pub(super) fn add_remote(
         &mut self,
-        what: &str,
-        ttl: bool,
+        (name, what, ttl): (&str, &str, bool),
         g: u32,
         sections: Vec<RemoteSection>,
     ) {
         let remote = self.remote.get_or_insert_with(|| {
             Box::new(Remote {
+                name: name.to_string(),
                 what: what.to_string(),
                 ttl,
                 groups: BTreeMap::new(),
@@ -237,16 +253,30 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         self.remote.as_ref().map_or(0, |r| r.groups.len())
     }
 
-    /// Fetches one key group's sections (in chain order) and loads them into the LSM: the
-    /// base's entries put, each delta's applied on top.
-    fn load_sections(&mut self, sections: &[RemoteSection]) -> Result<()> {
-        let (what, ttl) = match &self.remote {
-            Some(r) => (r.what.clone(), r.ttl),
+    /// Fetches key group `g`'s sections (in chain order) and loads them into the LSM: the
+    /// base's entries put, each delta's applied on top. All are fetched before any is
+    /// applied. A file found missing is the retention race (`state/keyed/bound.rs`): the
+    /// group is then read whole from the chain of a snapshot taken since, if one can be;
+    /// otherwise the fetch fails naming the missing file.
+    fn load_sections(&mut self, g: u32, sections: &[RemoteSection]) -> Result<()> {
+        let (name, what, ttl) = match &self.remote {
+            Some(r) => (r.name.clone(), r.what.clone(), r.ttl),
             None => return Ok(()),
         };
-        for s in sections {
-            let bytes = remote::fetch(s)?;
-            if s.delta {
+        let fetched = match remote::try_fetch_group(sections) {
+            Ok(fetched) => fetched,
+            Err((at, failed)) => {
+                let newer = failed
+                    .missing()
+                    .then(|| self.store.unconfirmed().fetch_group(&name, g));
+                match newer.flatten() {
+                    Some(fetched) => fetched,
+                    None => return Err(failed.into_error(&sections[at])),
+                }
+            }
+        };
+        for (delta, bytes) in fetched {
+            if delta {
                 self.apply_changes_inner(&what, &[bytes], ttl)?;
             } else {
                 self.restore_inner(&what, &[bytes], ttl)?;

@@ -89,6 +89,9 @@ pub(crate) struct DiskStore {
     views: std::sync::Mutex<(usize, u64)>,
     /// Signalled when the last view is dropped.
     views_gone: std::sync::Condvar,
+    /// The snapshots taken since the newest confirmed checkpoint, whose chains a key group
+    /// in storage is read from when the file it points at is gone (`state/keyed/bound.rs`).
+    unconfirmed: crate::state::keyed::remote::Unconfirmed,
 }
 
 /// A snapshot view's share of [`DiskStore::views`]: counted while it lives.
@@ -128,6 +131,11 @@ pub(super) fn lsm_error(dir: &Path, e: impl std::fmt::Display) -> Error {
 }
 
 impl DiskStore {
+    /// The snapshots taken since the newest confirmed checkpoint (kept by the backend).
+    pub(crate) fn unconfirmed(&self) -> &crate::state::keyed::remote::Unconfirmed {
+        &self.unconfirmed
+    }
+
     /// Opens a fresh LSM in a new folder under `options.dir` (a restore starts from a
     /// checkpoint, never from a working folder, so nothing is reused).
     pub(crate) fn open(options: DiskOptions) -> Result<Arc<Self>> {
@@ -167,6 +175,7 @@ impl DiskStore {
             unsynced: Default::default(),
             views: Default::default(),
             views_gone: Default::default(),
+            unconfirmed: Default::default(),
         }))
     }
 

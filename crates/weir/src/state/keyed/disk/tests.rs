@@ -9,7 +9,7 @@ use crate::state::cow_map::CowMap;
 use crate::state::key_group::{key_group, KeyGroupRange};
 use crate::state::keyed::table::TableSnapshot;
 use crate::state::keyed::ttl::Ttl;
-use crate::state::keyed::RemoteSection;
+use crate::state::keyed::{RemoteSection, SectionSpan};
 use crate::storage::shared_bytes::SharedBytes;
 
 /// A tier of `u64` counts over key groups 0..16 of 16, caching `cache` keys, in a folder
@@ -153,12 +153,26 @@ fn write_backs_reach_the_lsm_in_barrier_order_whoever_runs_them() {
     assert_eq!(live, Some(vec![3]), "the newest value is the LSM's");
 }
 
+/// Appends a key group's `base` and `delta` sections to the shared file's `bytes`: their
+/// spans in it, each with whether it is the delta, as a checkpoint's index lists them.
+fn append_sections(bytes: &mut Vec<u8>, base: Vec<u8>, delta: Vec<u8>) -> [(SectionSpan, bool); 2] {
+    [(base, false), (delta, true)].map(|(section, is_delta)| {
+        let span = SectionSpan {
+            offset: bytes.len() as u64,
+            len: section.len() as u64,
+            crc32c: crc32c::crc32c(&section),
+        };
+        bytes.extend(section);
+        (span, is_delta)
+    })
+}
+
 /// A shared file in `dir` holding, per key group of 16, a base section of keys `0..400`
 /// (`k → k`) and a delta section putting every 10th key of `400..800` (`k → k`), setting
 /// every 5th key of the base to `k + 1` and deleting every 7th:
 /// the sections a lazy restore hands the tier, and the state they make.
 fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, u64>) {
-    use crate::state::keyed::{RemoteFile, SectionSpan};
+    use crate::state::keyed::RemoteFile;
     let mut bytes = b"header bytes no section covers".to_vec();
     let mut spans = Vec::new();
     let mut truth = BTreeMap::new();
@@ -182,13 +196,7 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
                 truth.insert(k, k + 1);
             }
         }
-        for (section, is_delta) in [(base, false), (delta, true)] {
-            let span = SectionSpan {
-                offset: bytes.len() as u64,
-                len: section.len() as u64,
-                crc32c: crc32c::crc32c(&section),
-            };
-            bytes.extend(section);
+        for (span, is_delta) in append_sections(&mut bytes, base, delta) {
             spans.push((g, span, is_delta));
         }
     }
@@ -212,11 +220,27 @@ fn remote_sections(dir: &std::path::Path) -> (Vec<RemoteSection>, BTreeMap<u64, 
     (sections, truth)
 }
 
+/// What [`remote_tier`] returns: a [`tier`]'s tier, map and folder guard, and the state the
+/// tier holds.
+type RemoteTier = (
+    DiskTier<u64, u64>,
+    CowMap<u64, u64>,
+    tempfile::TempDir,
+    BTreeMap<u64, u64>,
+);
+
+/// A [`tier`] caching `cache` keys whose every group is still in storage: the sections of
+/// [`remote_sections`] handed to it as a lazy restore does, and the state they make.
+fn remote_tier(cache: usize) -> RemoteTier {
+    let (mut t, map, dir) = tier(cache);
+    let (sections, truth) = remote_sections(dir.path());
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
+    (t, map, dir, truth)
+}
+
 #[test]
 fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
-    let (mut t, mut map, dir) = tier(1000);
-    let (sections, mut truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let (mut t, mut map, _dir, mut truth) = remote_tier(1000);
     assert_eq!((t.remote_groups(), written(&t)), (16, 0));
     // A read fetches its key's group (base and delta), nothing else.
     let k = 10u64;
@@ -247,9 +271,7 @@ fn a_remote_key_group_is_fetched_on_its_first_access_and_only_it() {
 
 #[test]
 fn a_snapshot_with_remote_groups_is_the_state_at_its_barrier_when_a_record_fetches_one_after_it() {
-    let (mut t, mut map, dir) = tier(1000);
-    let (sections, truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let (mut t, mut map, _dir, truth) = remote_tier(1000);
     let view = snapshot(&mut t, &mut map);
     // After the barrier, before the view's write-back ran: a record fetches a group into
     // the LSM and changes it; the view still reads the group as it was at the barrier,
@@ -272,7 +294,7 @@ fn a_damaged_remote_section_fails_the_access_naming_the_file_and_a_clear_forgets
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[victim.span.offset as usize] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
     let k = (0..400u64)
         .find(|k| key_group(k, 16) == victim.group)
         .unwrap();
@@ -370,7 +392,7 @@ fn a_value_is_encoded_into_the_reused_buffer_alone() {
 #[test]
 fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
     use crate::state::keyed::ttl::{StateTtlConfig, Ttl};
-    use crate::state::keyed::{RemoteFile, SectionSpan};
+    use crate::state::keyed::RemoteFile;
     let (mut t, mut map, dir) = tier(1000);
     // One key group's base section with TTL stamps: even keys stamped now, odd ones at 0
     // (long expired); a delta refreshes key 1 (stamped now) and deletes key 2.
@@ -398,13 +420,7 @@ fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
         shown: dir.path().join("ttl-file"),
         checkpoint_id: 1,
     });
-    for (section, is_delta) in [(base, false), (delta, true)] {
-        let span = SectionSpan {
-            offset: bytes.len() as u64,
-            len: section.len() as u64,
-            crc32c: crc32c::crc32c(&section),
-        };
-        bytes.extend(section);
+    for (span, is_delta) in append_sections(&mut bytes, base, delta) {
         sections.push(RemoteSection {
             file: file.clone(),
             group: 3,
@@ -414,7 +430,7 @@ fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
         });
     }
     std::fs::write(dir.path().join("ttl-file"), bytes).unwrap();
-    t.set_remote("keyed value state 'x'".into(), sections, true);
+    t.set_remote(("x", "keyed value state 'x'".into()), sections, true);
     let mut ttl = Ttl::new(StateTtlConfig::new(std::time::Duration::from_secs(3600)));
     let range = KeyGroupRange { start: 0, end: 16 };
     let view = t
@@ -549,9 +565,7 @@ fn keys_of_an_eager_restore_and_its_deltas_pass_the_filter() {
 
 #[test]
 fn keys_of_a_lazily_fetched_key_group_pass_the_filter() {
-    let (mut t, mut map, dir) = tier(4);
-    let (sections, truth) = remote_sections(dir.path());
-    t.set_remote("keyed value state 'x'".into(), sections, false);
+    let (mut t, mut map, _dir, truth) = remote_tier(4);
     // Each first access of a group fetches it (base and delta) before the filter is asked.
     for k in 0..800u64 {
         assert_eq!(get(&mut t, &mut map, k), truth.get(&k).copied(), "key {k}");
