@@ -111,6 +111,19 @@ fn the_tls_variant_validates_and_differs_from_the_manifests_only_by_its_tls_line
             assert_eq!(variant.matches(line).count(), 1, "{name}: {line}");
         }
     }
+    // A worker's exchange accepts on loopback too, where the TLS variant's readiness probe
+    // (a command, which cannot name the pod's IP) runs `weir health` over TLS.
+    for workers in [deploy().join("kubernetes"), tls.clone()] {
+        let text = fs::read_to_string(workers.join("workers.yaml")).unwrap();
+        assert!(
+            text.contains("- --bind-host\n            - 0.0.0.0\n"),
+            "{text}"
+        );
+    }
+    let probe = fs::read_to_string(tls.join("workers.yaml")).unwrap();
+    let exec =
+        "command: [/usr/local/bin/weir, health, \"127.0.0.1:6124\", --timeout, 3s, --tls-cert";
+    assert_eq!(probe.matches(exec).count(), 1, "{probe}");
     let secret = fs::read_to_string(tls.join("secret-tls.yaml")).unwrap();
     for key in ["ca.crt:", "tls.crt:", "tls.key:"] {
         assert!(secret.contains(key), "secret-tls.yaml: {key}");

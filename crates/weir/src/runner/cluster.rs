@@ -19,7 +19,7 @@
 //! TLS (`runtime::exchange::tls`); the token is still required as without TLS.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -200,9 +200,15 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub slots: usize,
     /// Where this worker's exchange listens, as the other workers reach it (IP:PORT; port 0
-    /// picks one).
+    /// picks one). It binds there too, unless --bind-host says otherwise.
     #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_addr)]
     pub listen: SocketAddr,
+    /// Where the exchange accepts connections, when not only on --listen's IP (Flink's
+    /// `taskmanager.bind-host`): `0.0.0.0` also accepts them on loopback, where a probe
+    /// inside the worker's pod or container can dial it (`weir health 127.0.0.1:PORT`)
+    /// without knowing the pod's IP. The other workers still dial --listen.
+    #[arg(long, value_parser = parse_ip)]
+    pub bind_host: Option<IpAddr>,
     /// The cluster's shared secret (the coordinator's --cluster-token). Needed unless every
     /// address is on loopback.
     #[arg(long)]
@@ -282,14 +288,7 @@ pub fn serve_worker(
     build: &dyn Fn(&[String]) -> Result<StreamEnvironment, BoxError>,
 ) -> ExitCode {
     super::quiet_panics();
-    let token = match (args.cluster_token.as_deref(), args.coordinator.parse()) {
-        (Some(given), _) => token_for(Some(given), &[], ""),
-        (None, Ok(at)) => token_for(None, &[at, args.listen], "--coordinator or --listen"),
-        (None, Err(_)) => Err(UsageError::new(
-            "--cluster-token is needed when --coordinator is a host name: give the \
-             coordinator's token",
-        )),
-    };
+    let token = worker_token(args);
     let (token, tls) = match token.and_then(|t| Ok((t, args.tls.load()?))) {
         Ok(t) => t,
         Err(e) => {
@@ -300,29 +299,23 @@ pub fn serve_worker(
     if args.listen.ip().is_unspecified() {
         eprintln!(
             "error: --listen {}: the other workers need this worker's own address (e.g. \
-             10.0.0.7:0), not the unspecified one",
+             10.0.0.7:0), not the unspecified one; to accept connections on every \
+             interface too, add --bind-host 0.0.0.0",
             args.listen
         );
         return ExitCode::from(2);
     }
-    let listener = match std::net::TcpListener::bind(args.listen) {
-        Ok(l) => l,
+    let (listener, address) = match bind_exchange(args.listen, args.bind_host) {
+        Ok(bound) => bound,
         Err(e) => {
-            eprintln!(
-                "error: the worker cannot listen on {} (--listen): {e} (is the port taken, or \
-                 the address not this host's?)",
-                args.listen
-            );
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let address = listener
-        .local_addr()
-        .map_or_else(|_| args.listen.to_string(), |a| a.to_string());
     let config = WorkerConfig {
         coordinator: args.coordinator.clone(),
         token,
-        exchange_address: address,
+        exchange_address: address.to_string(),
         slots: u32::try_from(args.slots).unwrap_or(u32::MAX),
         name: args
             .name
@@ -367,6 +360,45 @@ pub fn serve_worker(
     }
 }
 
+/// A worker's cluster token: the one given, else the loopback token when the coordinator,
+/// the advertised address and the bound one are all on loopback (an exchange bound on
+/// every interface is reachable from the network, so it needs the secret).
+fn worker_token(args: &WorkerArgs) -> Result<String, UsageError> {
+    match (args.cluster_token.as_deref(), args.coordinator.parse()) {
+        (Some(given), _) => token_for(Some(given), &[], ""),
+        (None, Ok(at)) => {
+            let bind = SocketAddr::new(args.bind_host.unwrap_or(args.listen.ip()), 0);
+            let addrs = [at, args.listen, bind];
+            token_for(None, &addrs, "--coordinator, --listen or --bind-host")
+        }
+        (None, Err(_)) => Err(UsageError::new(
+            "--cluster-token is needed when --coordinator is a host name: give the \
+             coordinator's token",
+        )),
+    }
+}
+
+/// Binds the worker's exchange on `bind_host` (else `listen`'s IP) at `listen`'s port (0:
+/// one the system picks), and returns the listener with the address the other workers are
+/// told to dial: `listen`'s IP at the port bound.
+fn bind_exchange(
+    listen: SocketAddr,
+    bind_host: Option<IpAddr>,
+) -> Result<(TcpListener, SocketAddr), String> {
+    let (at, flag) = match bind_host {
+        Some(ip) => (SocketAddr::new(ip, listen.port()), "--bind-host"),
+        None => (listen, "--listen"),
+    };
+    let listener = TcpListener::bind(at).map_err(|e| {
+        format!(
+            "the worker cannot listen on {at} ({flag}): {e} (is the port taken, or the \
+             address not this host's?)"
+        )
+    })?;
+    let port = listener.local_addr().map_or(listen.port(), |a| a.port());
+    Ok((listener, SocketAddr::new(listen.ip(), port)))
+}
+
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
@@ -378,6 +410,11 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:0, 10.0.0.7:6123)"))
+}
+
+fn parse_ip(s: &str) -> Result<IpAddr, String> {
+    s.parse()
+        .map_err(|_| format!("'{s}' is not an IP address (e.g. 0.0.0.0, 10.0.0.7)"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -402,6 +439,50 @@ mod tests {
         let cmd = ClusterArgs::augment_args(clap::Command::new("t"));
         let m = cmd.try_get_matches_from(std::iter::once("t").chain(a.iter().copied()));
         ClusterArgs::from_arg_matches(&m.unwrap()).unwrap()
+    }
+
+    fn worker_args(a: &[&str]) -> WorkerArgs {
+        use clap::FromArgMatches;
+        let cmd = WorkerArgs::augment_args(clap::Command::new("worker"));
+        let m = cmd.try_get_matches_from(std::iter::once("worker").chain(a.iter().copied()));
+        WorkerArgs::from_arg_matches(&m.unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_exchange_bound_on_every_interface_is_told_by_its_listen_address_and_needs_the_token() {
+        let local = worker_args(&["--coordinator", "127.0.0.1:6123"]);
+        assert_eq!(worker_token(&local).unwrap(), LOOPBACK_TOKEN);
+        let open = ["--coordinator", "127.0.0.1:6123", "--bind-host", "0.0.0.0"];
+        let e = worker_token(&worker_args(&open)).unwrap_err();
+        assert!(e.to_string().contains("--bind-host"), "{e}");
+        let mut given = open.to_vec();
+        given.extend(["--cluster-token", "s3cret"]);
+        assert_eq!(worker_token(&worker_args(&given)).unwrap(), "s3cret");
+        let bad = WorkerArgs::augment_args(clap::Command::new("worker"))
+            .try_get_matches_from(["worker", "--coordinator", "x:1", "--bind-host", "any"])
+            .unwrap_err();
+        assert!(bad.to_string().contains("is not an IP address"), "{bad}");
+    }
+
+    #[test]
+    fn bind_host_accepts_on_loopback_while_the_peers_are_told_the_listen_address() {
+        use std::net::TcpStream;
+        let listen: SocketAddr = "127.0.0.2:0".parse().unwrap();
+        let (_l, told) = bind_exchange(listen, Some("0.0.0.0".parse().unwrap())).unwrap();
+        assert_eq!(told.ip(), listen.ip());
+        assert_ne!(told.port(), 0, "the port bound, not 0");
+        TcpStream::connect(("127.0.0.1", told.port())).expect("bound on every interface");
+        TcpStream::connect(told).expect("and on the address told");
+        // Without it the exchange binds only the listen address.
+        let (_l, told) = bind_exchange(listen, None).unwrap();
+        assert!(TcpStream::connect(("127.0.0.1", told.port())).is_err());
+        TcpStream::connect(told).unwrap();
+        // A port taken names the flag that chose the address.
+        let e = bind_exchange(told, Some("127.0.0.2".parse().unwrap())).unwrap_err();
+        assert!(
+            e.contains("(--bind-host)") && e.contains("is the port taken"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -251,9 +251,17 @@ mod tests {
         while out.len() < 3 {
             assert_ne!(src.poll(&mut out, 100).unwrap(), SourceStatus::Finished);
         }
-        assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Idle, "exhausted, held");
+        assert_eq!(
+            src.poll(&mut out, 100).unwrap(),
+            SourceStatus::Idle,
+            "exhausted, held"
+        );
         flag.store(true, Ordering::SeqCst);
-        assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Idle, "no checkpoint yet");
+        assert_eq!(
+            src.poll(&mut out, 100).unwrap(),
+            SourceStatus::Idle,
+            "no checkpoint yet"
+        );
         src.notify_checkpoint_complete(1).unwrap();
         assert_eq!(src.poll(&mut out, 100).unwrap(), SourceStatus::Finished);
         // A new attempt forgets the checkpoint of the one before.
