@@ -15,6 +15,10 @@ were read, as the progress line shows it), and started again with `--restore lat
 launch → first record and launch → first completed checkpoint of the resumed run (from the
 progress line: 0.5 s resolution), and its end (with --verify: exact or not).
 
+Stopping the script closes weir's terminal, and weir dies at its next progress line
+(SIGABRT: the write to stderr fails), as abruptly as a kill; --resume-only then resumes it
+from OUT's checkpoints, with --events as far as there is time for.
+
 Run as root (the cgroup), through the gate on the shared machine:
   /work/notes/gate python3 crates/weir-cli/benches/scripts/big-rows.py \
       --bin target/release/weir --out /work/big-runs/p2-100m --keys 100000000 \
