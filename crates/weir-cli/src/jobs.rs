@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use weir::prelude::*;
 use weir::state::Key;
-use weir::state::{key_group, KeyGroupRange};
+use weir::state::KeyGroupRange;
 
 use crate::connect::{self, CountKey, Prepared, SinkFormat, SinkSpec};
 
@@ -174,6 +174,8 @@ impl<K: Key, I: 'static> KeyedProcessFunction<K, I, (K, u64)> for CountPerKey<K>
 }
 
 /// Compares one subtask's final counts with the truth; `Ok(keys checked)` or a description.
+/// The entries stream through [`crate::count_check::check_counts`] (a bit per key), so a
+/// state larger than memory is checked in bounded memory.
 fn verify_state<K: Key>(
     ctx: &mut KeyedEndContext<'_, K>,
     state: ValueState<u64>,
@@ -182,38 +184,13 @@ fn verify_state<K: Key>(
     maxp: u32,
     range: KeyGroupRange,
 ) -> Result<u64, String> {
-    let mut checked = 0;
-    let mut wrong = Vec::new();
     // Only u64 keys (keyed-count) are verifiable; other key types have no known truth.
-    let have: std::collections::HashMap<u64, u64> = ctx
-        .entries(state)
-        .filter_map(|(k, v)| {
-            (&k as &dyn std::any::Any)
-                .downcast_ref::<u64>()
-                .map(|k| (*k, v))
-        })
-        .collect();
-    for k in 0..keys.min(n) {
-        if !range.contains(key_group(&k, maxp)) {
-            continue;
-        }
-        checked += 1;
-        let want = expected_count(n, keys, k);
-        let got = have.get(&k).copied().unwrap_or(0);
-        if got != want {
-            wrong.push(format!("key {k}: expected {want}, counted {got}"));
-        }
-    }
-    if have.len() as u64 != checked {
-        wrong.push(format!("{} keys in state, {checked} expected", have.len()));
-    }
-    if wrong.is_empty() {
-        Ok(checked)
-    } else {
-        let n_wrong = wrong.len();
-        wrong.truncate(3);
-        Err(format!("{n_wrong} wrong: {}", wrong.join("; ")))
-    }
+    let entries = ctx.entries(state).map(|(k, v)| {
+        (&k as &dyn std::any::Any)
+            .downcast_ref::<u64>()
+            .map(|k| (*k, v))
+    });
+    crate::count_check::check_counts(entries, n, keys, maxp, range)
 }
 
 /// Checks one subtask's padding states against the exact counts (after [`verify_state`]

@@ -26,11 +26,14 @@ mod builtin;
 mod checkpoints;
 mod connect;
 mod control;
+mod count_check;
 mod inspect;
 mod jobs;
 mod nexmark;
 mod nexmark_job;
 mod output;
+#[cfg(test)]
+mod test_alloc;
 mod transactions;
 mod window_sum;
 
