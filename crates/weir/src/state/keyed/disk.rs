@@ -47,3 +47,5 @@ pub(crate) use timer_order::DiskTimerOrder;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ingest;
