@@ -242,7 +242,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
                 changes.record(key, capacity);
             }
         };
-        if self.prefix.is_empty() && writeback::ingest_mode() == 2 {
+        if self.prefix.is_empty() {
+            // As a barrier's write-back (`DiskStore::ingest`): no memtable to search on a
+            // miss, none for a checkpoint's snapshot to hold (`hold_for_views`).
             self.store.ingest(&self.ks, |put| {
                 writeback::sorted_write(order, dirty.iter(), value_of, |key, value| {
                     put(key, value)?;

@@ -181,7 +181,7 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
             }
         };
         let order = (&self.prefix[..], self.max_parallelism);
-        if self.prefix.is_empty() && ingest_mode() >= 1 {
+        if self.prefix.is_empty() {
             // The tier owns its keyspace: straight into new tables (see `ingest`).
             self.store.ingest(&self.ks, |put| {
                 sorted_write(order, self.dirty.iter(), value_of, |key, value| {
@@ -208,17 +208,6 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
         }
         Ok(())
     }
-}
-
-/// TEMPORARY A/B knob: 0 batches everywhere, 1 ingests at barriers, 2 also on the processing thread.
-pub(super) fn ingest_mode() -> u8 {
-    static MODE: OnceLock<u8> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        std::env::var("WEIR_DISK_INGEST")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
-    })
 }
 
 /// Puts `key` with `value` into `batch`, or deletes it (`None`).
