@@ -216,9 +216,10 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(())
     }
 
-    /// Writes every dirty key back to the LSM in one batch (after every pending
-    /// write-back): its cached value (with its TTL stamp), or a delete if the cache no
-    /// longer has it. On the processing thread: for a full cache, and before reading the
+    /// Writes every dirty key back to the LSM at once (after every pending write-back):
+    /// its cached value (with its TTL stamp), or a delete if the cache no longer has it —
+    /// ingested into new tables if the tier owns its keyspace ([`DiskStore::ingest`]), else
+    /// one batch. On the processing thread: for a full cache, and before reading the
     /// whole state (tools, end of input).
     pub(crate) fn write_back(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<()> {
         self.settle()?;
