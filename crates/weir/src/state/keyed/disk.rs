@@ -47,5 +47,3 @@ pub(crate) use timer_order::DiskTimerOrder;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_ingest;

@@ -213,48 +213,6 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Writes what `fill` hands the `put` it is given — keys in strictly ascending order,
-    /// each with its value or `None` for a delete — into `ks` as one bulk ingestion (fjall's
-    /// `Keyspace::start_ingestion`): straight into new tables, all under one sequence number
-    /// taken when it finishes, so an MVCC snapshot opened after it sees every entry of it
-    /// and one opened before sees none. Against a write batch it skips the journal and the
-    /// memtable: no skip-list insert per key, and the memtable every cache miss searches
-    /// stays small. A delete is a tombstone in the new table, which hides the key's older
-    /// entries as a batch's delete does.
-    ///
-    /// The memtables of `ks` are flushed first, through fjall's own flush: the ingestion
-    /// flushes what it finds itself (so that its entries are newer than everything in the
-    /// memtable), but a flush of its own is not taken off the database's count of
-    /// write-buffer bytes (fjall 3.1.13), which [`DiskStore::commit`] reads for its
-    /// backpressure — counted forever, it would rotate and wait on every later commit.
-    /// Whoever calls this must be the only writer of `ks` meanwhile (a tier's write-backs
-    /// run in order, and the processing thread writes its keys only after they ran), so the
-    /// ingestion finds nothing left to flush.
-    ///
-    /// A panic inside fjall if the keys are not ascending: callers sort them
-    /// ([`sorted_write`](super::writeback::sorted_write)).
-    pub(super) fn ingest(
-        &self,
-        ks: &fjall::Keyspace,
-        fill: impl FnOnce(&mut dyn FnMut(&[u8], Option<&[u8]>) -> Result<()>) -> Result<()>,
-    ) -> Result<()> {
-        let err = |e| lsm_error(&self.dir, e);
-        ks.rotate_memtable_and_wait().map_err(err)?;
-        // Memtables fjall sealed by itself (a full one) are flushed by its worker.
-        while ks.sealed_memtable_count() > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let mut ingestion = ks.start_ingestion().map_err(err)?;
-        fill(&mut |key, value| {
-            match value {
-                Some(value) => ingestion.write(key, value),
-                None => ingestion.write_tombstone(key),
-            }
-            .map_err(err)
-        })?;
-        ingestion.finish().map_err(err)
-    }
-
     /// Waits (on the processing thread, after it wrote to the LSM) while snapshot views are
     /// alive and more than a write buffer per state (and one more) was written since the
     /// first was made. fjall frees a flushed memtable only once no MVCC snapshot older than

@@ -216,10 +216,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(())
     }
 
-    /// Writes every dirty key back to the LSM at once (after every pending write-back):
-    /// its cached value (with its TTL stamp), or a delete if the cache no longer has it —
-    /// ingested into new tables if the tier owns its keyspace ([`DiskStore::ingest`]), else
-    /// one batch. On the processing thread: for a full cache, and before reading the
+    /// Writes every dirty key back to the LSM in one batch (after every pending
+    /// write-back): its cached value (with its TTL stamp), or a delete if the cache no
+    /// longer has it. On the processing thread: for a full cache, and before reading the
     /// whole state (tools, end of input).
     pub(crate) fn write_back(&mut self, map: &CowMap<K, S>, ttl: Option<&Ttl<K>>) -> Result<()> {
         self.settle()?;
@@ -228,40 +227,26 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         }
         let dirty: Vec<K> = self.dirty.drain().collect();
         let (capacity, changes) = (self.capacity, &mut self.changes);
-        let order = (&self.prefix[..], self.max_parallelism);
-        // A value without a stamp is not live (as in memory): stamp 0.
-        let value_of = |k: &K, buf: &mut Vec<u8>| {
-            let Some(v) = map.get(k) else {
-                return Ok(false);
-            };
-            let stamp = ttl.map(|t| t.stamps.get(k).copied().unwrap_or(0));
-            lsm_value_into(v, stamp, buf)?;
-            Ok(true)
-        };
-        let mut record = |key: &[u8]| {
-            if let Some(changes) = changes.as_mut() {
-                changes.record(key, capacity);
-            }
-        };
-        if self.prefix.is_empty() {
-            // As a barrier's write-back (`DiskStore::ingest`): no memtable to search on a
-            // miss, none for a checkpoint's snapshot to hold (`hold_for_views`).
-            self.store.ingest(&self.ks, |put| {
-                writeback::sorted_write(order, dirty.iter(), value_of, |key, value| {
-                    put(key, value)?;
-                    record(key);
-                    Ok(())
-                })
-                .map(|_| ())
-            })?;
-            return Ok(());
-        }
-        let mut batch = self.store.db.batch().durability(None);
-        let bytes = writeback::sorted_write(order, dirty.iter(), value_of, |key, value| {
-            writeback::batch_put(&mut batch, &self.ks, key, value);
-            record(key);
-            Ok(())
-        })?;
+        let (batch, bytes) = writeback::sorted_batch(
+            &self.store,
+            &self.ks,
+            (&self.prefix, self.max_parallelism),
+            dirty.iter(),
+            // A value without a stamp is not live (as in memory): stamp 0.
+            |k, buf| {
+                let Some(v) = map.get(k) else {
+                    return Ok(false);
+                };
+                let stamp = ttl.map(|t| t.stamps.get(k).copied().unwrap_or(0));
+                lsm_value_into(v, stamp, buf)?;
+                Ok(true)
+            },
+            |key, _| {
+                if let Some(changes) = changes.as_mut() {
+                    changes.record(key, capacity);
+                }
+            },
+        )?;
         self.store.commit(&self.ks, batch, bytes)?;
         self.store.hold_for_views();
         Ok(())

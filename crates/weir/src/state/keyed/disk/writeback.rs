@@ -5,11 +5,8 @@
 //! At a barrier the disk tier only *freezes*: it takes its set of dirty keys (starting a new,
 //! empty one), and shares the cache's copy-on-write shards (and TTL stamps) with a
 //! [`WriteBack`] — O(shards), whatever the number of dirty keys. The write-back then puts
-//! (or deletes) every frozen dirty key into the LSM at once and pins an MVCC snapshot right
-//! after it: that snapshot is exactly the state at the barrier. A tier that owns its
-//! keyspace (no namespace) *ingests* them: in key order, straight into new tables under one
-//! sequence number, without the memtable ([`DiskStore::ingest`]); a window pane's tier
-//! shares its keyspace with the other panes and commits a write batch.
+//! (or deletes) every frozen dirty key into the LSM in one batch and pins an MVCC snapshot
+//! right after it: that snapshot is exactly the state at the barrier.
 //!
 //! Guarantees:
 //! * **Order.** Write-backs of one tier reach the LSM in barrier order: each runs the one
@@ -144,7 +141,7 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
         }
     }
 
-    /// Puts or deletes every frozen dirty key at once (an ingestion, or one batch).
+    /// Puts or deletes every frozen dirty key in one batch.
     fn write(&self, w: Work<K, S>) -> Result<()> {
         if let Some(prev) = &w.prev {
             prev.run()?;
@@ -160,46 +157,33 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
             .filter(|k| k.wants_entries())
             .map(|_| DeltaEntries::with_capacity(self.dirty.len()));
         let skip = self.prefix.len();
-        let value_of = |k: &K, buf: &mut Vec<u8>| {
-            let Some(v) = map.get(k) else {
-                return Ok(false);
-            };
-            let stamp = self.ttl.then(|| {
-                (w.stamps.as_ref())
-                    .and_then(|s| s.get(k).copied())
-                    .unwrap_or(0)
-            });
-            lsm_value_into(v, stamp, buf)?;
-            Ok(true)
-        };
-        let mut each = |key: &[u8], value: Option<&[u8]>| {
-            if track {
-                recorded.push(Box::<[u8]>::from(key));
-            }
-            if let Some(entries) = entries.as_mut() {
-                entries.push(&key[skip..], value);
-            }
-        };
-        let order = (&self.prefix[..], self.max_parallelism);
-        if self.prefix.is_empty() {
-            // The tier owns its keyspace: straight into new tables (see `ingest`).
-            self.store.ingest(&self.ks, |put| {
-                sorted_write(order, self.dirty.iter(), value_of, |key, value| {
-                    put(key, value)?;
-                    each(key, value);
-                    Ok(())
-                })
-                .map(|_| ())
-            })?;
-        } else {
-            let mut batch = self.store.db.batch().durability(None);
-            let bytes = sorted_write(order, self.dirty.iter(), value_of, |key, value| {
-                batch_put(&mut batch, &self.ks, key, value);
-                each(key, value);
-                Ok(())
-            })?;
-            self.store.commit(&self.ks, batch, bytes)?;
-        }
+        let (batch, bytes) = sorted_batch(
+            &self.store,
+            &self.ks,
+            (&self.prefix, self.max_parallelism),
+            self.dirty.iter(),
+            |k, buf| {
+                let Some(v) = map.get(k) else {
+                    return Ok(false);
+                };
+                let stamp = self.ttl.then(|| {
+                    (w.stamps.as_ref())
+                        .and_then(|s| s.get(k).copied())
+                        .unwrap_or(0)
+                });
+                lsm_value_into(v, stamp, buf)?;
+                Ok(true)
+            },
+            |key, value| {
+                if track {
+                    recorded.push(Box::<[u8]>::from(key));
+                }
+                if let Some(entries) = entries.as_mut() {
+                    entries.push(&key[skip..], value);
+                }
+            },
+        )?;
+        self.store.commit(&self.ks, batch, bytes)?;
         // Let go of the cache's shards before the slow part is over for the caller.
         drop(map);
         drop(w.stamps);
@@ -210,36 +194,23 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
     }
 }
 
-/// Puts `key` with `value` into `batch`, or deletes it (`None`).
-pub(super) fn batch_put(
-    batch: &mut fjall::OwnedWriteBatch,
+/// A write batch of `keys` in the order of their LSM keys (`prefix`: the state's prefix and
+/// the max parallelism), each put with the value `value_of` encodes into the buffer it is
+/// handed (returning `true`), or deleted (`false`); and the batch's bytes. `each` sees every
+/// LSM key with the value put (`None`: deleted), in that order. Sorted because the memtable is a skip list: keys inserted in order find their
+/// place next to the previous one, in cache, where the dirty set's hash order sent every
+/// insert through cold nodes — the skip-list search was a third of a disk backend run's CPU
+/// (perf of W1 with 1 M keys, BENCHMARKS.md). The keys are encoded into one buffer and
+/// sorted by offset, so sorting costs a few bytes per key, not an allocation; each value is
+/// encoded into one reused buffer as it goes into the batch (which copies it).
+pub(super) fn sorted_batch<'k, K: Key + 'k>(
+    store: &DiskStore,
     ks: &fjall::Keyspace,
-    key: &[u8],
-    value: Option<&[u8]>,
-) {
-    match value {
-        Some(value) => batch.insert(ks, key, value),
-        None => batch.remove(ks, key),
-    }
-}
-
-/// Hands `put` every one of `keys` in the order of their LSM keys (`prefix`: the state's
-/// prefix and the max parallelism), each with the value `value_of` encodes into the buffer
-/// it is handed (returning `true`), or `None` to delete it (`false`); returns the bytes of
-/// keys and values handed. Sorted because both places a write-back goes want it: a bulk
-/// ingestion takes only ascending keys (it writes them straight into a table), and a
-/// memtable is a skip list, where keys inserted in order find their place next to the
-/// previous one, in cache — the dirty set's hash order sent every insert through cold
-/// nodes (the skip-list search was a third of a disk backend run's CPU, perf of W1 with
-/// 1 M keys, BENCHMARKS.md). The keys are encoded into one buffer and sorted by offset, so
-/// sorting costs a few bytes per key, not an allocation; each value is encoded into one
-/// reused buffer as it is handed (the receiver copies it).
-pub(super) fn sorted_write<'k, K: Key + 'k>(
     (prefix, max_parallelism): (&[u8], u32),
     keys: impl ExactSizeIterator<Item = &'k K>,
     mut value_of: impl FnMut(&K, &mut Vec<u8>) -> Result<bool>,
-    mut put: impl FnMut(&[u8], Option<&[u8]>) -> Result<()>,
-) -> Result<usize> {
+    mut each: impl FnMut(&[u8], Option<&[u8]>),
+) -> Result<(fjall::OwnedWriteBatch, usize)> {
     let (mut arena, mut key) = (Vec::new(), Vec::new());
     let mut order = Vec::with_capacity(keys.len());
     for k in keys {
@@ -248,18 +219,21 @@ pub(super) fn sorted_write<'k, K: Key + 'k>(
         arena.extend_from_slice(&key);
     }
     order.sort_unstable_by(|a, b| arena[a.0..a.0 + a.1].cmp(&arena[b.0..b.0 + b.1]));
+    let mut batch = store.db.batch().durability(None);
     let (mut bytes, mut value) = (0, Vec::new());
     for (start, len, k) in order {
         let key = &arena[start..start + len];
         bytes += len;
         if value_of(k, &mut value)? {
             bytes += value.len();
-            put(key, Some(value.as_slice()))?;
+            batch.insert(ks, key, value.as_slice());
+            each(key, Some(value.as_slice()));
         } else {
-            put(key, None)?;
+            batch.remove(ks, key);
+            each(key, None);
         }
     }
-    Ok(bytes)
+    Ok((batch, bytes))
 }
 
 impl<K: Key, S: StateValue> Pinned for WriteBack<K, S> {
