@@ -61,18 +61,19 @@ impl DiskOptions {
             .data_block_hash_ratio_policy(fjall::config::HashRatioPolicy::all(
                 DATA_BLOCK_HASH_RATIO,
             ))
-            .filter_block_partitioning_policy(fjall::config::PartitioningPolicy::all(true))
+            .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
     }
 }
 
-// Filter blocks are partitioned at every level (fjall's default partitions them from the
-// fourth level only). An unpartitioned table filter is one block of ~1.25 bytes per key —
-// about 8 MB for a table of 6 M keys — and fjall's block cache refuses an item larger than
-// a shard's share of it, so every point read past the first level (where filters are not
-// pinned) read the whole block again from the file: the disk backend fell from ~80 k to
-// ~0.5 k events/s once W1 at 10 M keys and p=1 began its second pass over the keys (h-big,
-// BENCHMARKS.md 2026-12-07; strace showed the same 8 MB pread ~950 times a second).
-// Partitioned, a read loads the filter's small top-level index and one partition.
+// Filter blocks are pinned in memory at every level (fjall pins them at the first level
+// only). An unpinned table filter is one block of ~1.25 bytes per key — about 8 MB for a
+// table of 6 M keys — and fjall's block cache refuses an item larger than a shard's share
+// of it, so every point read past the first level read the whole block again from the
+// file: the disk backend fell from ~80 k to ~1.4 k events/s once W1 at 10 M keys and p=1
+// began its second pass over the keys (h-big, BENCHMARKS.md 2026-12-07; strace showed the
+// same 8 MB pread ~950 times a second). Pinned, the filters cost ~1.25 bytes of memory per
+// key (125 MB at 100 M keys); partitioning them instead (fjall's other way out) cost 6 to
+// 30 % more CPU where the filters fit in the cache, pinning 2 to 4 %.
 
 /// Hash-index buckets per entry of each LSM data block. A point read (every cache miss of
 /// the disk backend, and each key of an incremental checkpoint's delta) then goes straight
