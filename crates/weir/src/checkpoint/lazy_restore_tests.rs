@@ -463,50 +463,24 @@ fn a_missing_file_no_newer_snapshot_holds_fails_the_fetch_naming_it() {
 }
 
 /// Without `--max-parallelism`, a run restoring a checkpoint takes the checkpoint's key
-/// groups — also with `--state-cache-size`, whose own default would be refused by it.
-#[cfg(feature = "runner")]
+/// groups (the runner's precedence is `runner::flags`' unit test): the value is read from the
+/// checkpoint's `_metadata`, for `--restore latest` and `--restore PATH`; a folder with no
+/// checkpoint gives none.
 #[test]
-fn a_restored_checkpoint_fixes_the_max_parallelism_a_run_did_not_give() {
-    use crate::runner::{MaxParallelism, RunFlags};
-    use clap::{Args, FromArgMatches};
+fn a_restored_checkpoint_tells_its_max_parallelism() {
+    use super::restore::{latest_max_parallelism, max_parallelism_at};
     let mut job = Job::new(1);
     job.set(1, 1);
     job.checkpoint(1);
-    let dir = job
-        .storage
-        .root()
-        .parent()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let path = job.storage.checkpoint_path(1);
-    let path = path.to_str().unwrap();
-    let resolved = |more: &[&str]| {
-        let mut args = vec!["run", "--checkpoint-dir", &dir, "--job-name", "job"];
-        args.extend_from_slice(more);
-        let m = RunFlags::augment_args(clap::Command::new("run"))
-            .try_get_matches_from(args)
-            .unwrap();
-        RunFlags::from_arg_matches(&m)
-            .unwrap()
-            .resolved_max_parallelism("run")
-    };
-    let bound = ["--state-cache-size", "1GiB"];
-    for restore in [["--restore", "latest"], ["--restore", path]] {
-        let mut args = bound.to_vec();
-        args.extend(restore);
-        assert_eq!(
-            resolved(&args),
-            (MAXP, MaxParallelism::Restored),
-            "{args:?}"
-        );
-        args.extend(["--max-parallelism", "64"]);
-        assert_eq!(resolved(&args), (64, MaxParallelism::Given), "{args:?}");
-    }
+    let root = job.storage.root();
+    let (dir, name) = (root.parent().unwrap(), root.file_name().unwrap());
+    let name = name.to_str().unwrap();
+    assert_eq!(latest_max_parallelism(dir, name), Some(MAXP));
     assert_eq!(
-        resolved(&bound).1,
-        MaxParallelism::ForCache,
-        "nothing restored"
+        max_parallelism_at(&job.storage.checkpoint_path(1)),
+        Some(MAXP)
     );
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(latest_max_parallelism(empty.path(), name), None);
+    assert_eq!(max_parallelism_at(&empty.path().join("chk-1")), None);
 }

@@ -249,37 +249,29 @@ impl Prefetch {
     }
 }
 
-/// The max parallelism of the checkpoint a run restoring `restore` would start from (its
-/// job folder `<checkpoint_dir>/<job>`), read from its `_metadata` alone, without taking the
-/// folder or creating anything: so that a job whose `--max-parallelism` was not given takes
-/// its key groups from its state, which fixes them (as Flink does). `None`: no restore, or
-/// nothing readable there — the run then reports why, or starts fresh.
-pub fn restored_max_parallelism(
-    checkpoint_dir: &Path,
-    job: &str,
-    restore: &crate::runtime::config::RestoreFrom,
-) -> Option<u32> {
-    use crate::runtime::config::RestoreFrom;
-    let of = |path: &Path| {
-        let bytes = read_metadata(path).ok()?;
-        Some(CheckpointMetadata::decode(&bytes).ok()?.max_parallelism)
-    };
-    match restore {
-        RestoreFrom::Nothing => None,
-        RestoreFrom::Path(p) => of(p),
-        RestoreFrom::Latest => {
-            crate::storage::validate_name("job id", job).ok()?;
-            let root = checkpoint_dir.join(job);
-            let backend = crate::storage::open_backend(&root).ok()?;
-            let mut ids: Vec<u64> = (backend.list("").ok()?.iter())
-                .filter_map(|n| crate::storage::parse_checkpoint_dir_name(n))
-                .collect();
-            ids.sort_unstable();
-            ids.iter()
-                .rev()
-                .find_map(|id| of(&root.join(format!("chk-{id}"))))
-        }
-    }
+/// The max parallelism of a checkpoint or savepoint folder, read from its `_metadata` alone,
+/// without taking the folder or creating anything: so that a job whose `--max-parallelism`
+/// was not given takes its key groups from the state it restores, which fixes them (as
+/// Flink does). `None`: nothing readable there (the restore itself then reports why).
+pub fn max_parallelism_at(path: &Path) -> Option<u32> {
+    let bytes = read_metadata(path).ok()?;
+    Some(CheckpointMetadata::decode(&bytes).ok()?.max_parallelism)
+}
+
+/// [`max_parallelism_at`] of the newest readable checkpoint of job folder
+/// `<checkpoint_dir>/<job>` (what `--restore latest` starts from). `None`: no checkpoint
+/// there (the run starts fresh).
+pub fn latest_max_parallelism(checkpoint_dir: &Path, job: &str) -> Option<u32> {
+    crate::storage::validate_name("job id", job).ok()?;
+    let root = checkpoint_dir.join(job);
+    let backend = crate::storage::open_backend(&root).ok()?;
+    let mut ids: Vec<u64> = (backend.list("").ok()?.iter())
+        .filter_map(|n| crate::storage::parse_checkpoint_dir_name(n))
+        .collect();
+    ids.sort_unstable();
+    ids.iter()
+        .rev()
+        .find_map(|id| max_parallelism_at(&root.join(format!("chk-{id}"))))
 }
 
 /// The newest complete checkpoint in `storage` that loads cleanly, with one message per

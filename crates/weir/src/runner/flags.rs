@@ -330,6 +330,17 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
     }
 }
 
+/// The max parallelism of a run that did not give `--max-parallelism`: the restored
+/// state's (`restored`), else [`CACHE_MAX_PARALLELISM`] with `--state-cache-size`, else
+/// [`DEFAULT_MAX_PARALLELISM`].
+fn resolve_max_parallelism(restored: Option<u32>, bounded: bool) -> (u32, MaxParallelism) {
+    match restored {
+        Some(n) => (n, MaxParallelism::Restored),
+        None if bounded => (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache),
+        None => (DEFAULT_MAX_PARALLELISM, MaxParallelism::Default),
+    }
+}
+
 impl RunFlags {
     /// Refuses combinations of flags that make no sense together, naming the flags.
     pub fn check(&self, default_name: &str) -> Result<(), UsageError> {
@@ -426,19 +437,14 @@ impl RunFlags {
             return (n, MaxParallelism::Given);
         }
         let name = self.job_name.as_deref().unwrap_or(default_name);
-        let restore = self.restore_from();
-        let restored = crate::checkpoint::restore::restored_max_parallelism(
-            &self.checkpoint_dir,
-            name,
-            &restore,
-        );
-        match restored {
-            Some(n) => (n, MaxParallelism::Restored),
-            None if self.state_cache_size.is_some() => {
-                (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
+        let restored = match self.restore_from() {
+            RestoreFrom::Nothing => None,
+            RestoreFrom::Path(p) => crate::checkpoint::restore::max_parallelism_at(&p),
+            RestoreFrom::Latest => {
+                crate::checkpoint::restore::latest_max_parallelism(&self.checkpoint_dir, name)
             }
-            None => (DEFAULT_MAX_PARALLELISM, MaxParallelism::Default),
-        }
+        };
+        resolve_max_parallelism(restored, self.state_cache_size.is_some())
     }
 
     fn restore_from(&self) -> RestoreFrom {
@@ -537,6 +543,26 @@ mod tests {
             .try_get_matches_from(std::iter::once("job").chain(args.iter().copied()))
             .unwrap();
         RunFlags::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn restored_state_fixes_the_max_parallelism_over_the_bounds_default() {
+        assert_eq!(
+            resolve_max_parallelism(Some(32), true),
+            (32, MaxParallelism::Restored)
+        );
+        assert_eq!(
+            resolve_max_parallelism(Some(32), false),
+            (32, MaxParallelism::Restored)
+        );
+        assert_eq!(
+            resolve_max_parallelism(None, true),
+            (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
+        );
+        assert_eq!(
+            resolve_max_parallelism(None, false),
+            (DEFAULT_MAX_PARALLELISM, MaxParallelism::Default)
+        );
     }
 
     #[test]
