@@ -131,7 +131,7 @@ def weir_child(pid):
 
 
 def run_once(a, tag, restore):
-    cg = Cgroup(f"weir-big-{tag}", a.limit)
+    cg = Cgroup(f"weir-big-{os.getpid()}-{tag}", a.limit)  # one per script: rows may run side by side
     log_path = os.path.join(a.out, f"run-{tag}.log")
     time_path = os.path.join(a.out, f"run-{tag}.time")
     cmd = [
