@@ -24,6 +24,8 @@
 # side and the median of per-round S3 ÷ local ratios are printed as a table; the ratios are
 # what to trust on a shared machine (a burst of outside load hits both runs of a round).
 set -euo pipefail
+# shellcheck source=bench-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 
 rounds=5
 w1_events=300000000
@@ -35,11 +37,11 @@ while getopts "r:e:i:k:h" opt; do
     e) w1_events=$OPTARG ;;
     i) w1_interval=$OPTARG ;;
     k) ckpt_keys=$OPTARG ;;
-    *) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p' >&2; exit 2 ;;
+    *) usage ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 1 ] || { echo "usage: $0 [-r ROUNDS] [-e W1_EVENTS] [-i W1_INTERVAL] [-k CKPT_KEYS] WEIR_BIN" >&2; exit 2; }
+[ $# -eq 1 ] || usage
 weir=$1
 
 work=$(mktemp -d)
@@ -47,7 +49,7 @@ server_pid=""
 server=${S3_SERVER:-moto}
 # The run's own CPU seconds (user + system), Weir's cost apart from moto's.
 timer=(/usr/bin/time -f "%U %S" -o "$work/time")
-[ -x /usr/bin/time ] || { echo "s3-rows.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
+need_gnu_time s3-rows.sh
 cleanup() {
     [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
     rm -rf "$work"
@@ -101,14 +103,10 @@ run() {
     esac
     m1=$(server_cpu)
     [ "$side" = local ] && rm -rf "$dir"
-    # checkpoints: N completed, F failed; duration median X ms, max Y ms; ...; last size Z bytes
-    local line secs max size count cpu
+    local secs max size count cpu
     cpu=$(tail -n1 "$work/time" | awk '{print $1 + $2}')
-    line=$(grep '^checkpoints:' "$out")
     secs=$(grep -o 'finished in [0-9.]* s' "$out" | awk '{print $3}')
-    count=$(echo "$line" | awk '{print $2}')
-    max=$(echo "$line" | grep -o 'max [0-9.]* [mµ]*s;' | head -n1 | awk '{v=$2; if ($3=="s;") v*=1000; if ($3=="µs;") v/=1000; print v}')
-    size=$(echo "$line" | grep -o 'last size [0-9]* bytes' | awk '{print $3}')
+    read -r count _ max size <<<"$(checkpoint_figures "$out")"
     case $row in
     ckpt-10m) echo "$max $size $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count $cpu" ;;
     w1) echo "$(awk -v n="$w1_events" -v s="$secs" 'BEGIN{print n/s}') $max $(awk -v a="$m0" -v b="$m1" 'BEGIN{print b-a}') $count $cpu" ;;
@@ -130,11 +128,7 @@ for row in ${ROWS:-ckpt-10m w1}; do
 done
 
 summary() {
-    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" -v server="$server" -v interval="$w1_interval" '
-    function median(v, n,   i, j, t) {
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-        return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
-    }
+    paste -d' ' "$work/$1.local" "$work/$1.s3" | awk -v row="$1" -v keys="$ckpt_keys" -v server="$server" -v interval="$w1_interval" "$AWK_MEDIAN"'
     { n++; a1[n] = $1; a2[n] = $2; ac[n] = $5; b1[n] = $6; b2[n] = $7; m[n] = $8; bn[n] = $9; bc[n] = $10
       r1[n] = $6 / $1; r2[n] = $7 / $2; rc[n] = $10 / $5; ca[n] = ac[n]; cb[n] = bc[n] }
     END {

@@ -61,8 +61,8 @@ pub(super) fn check_savepoint<A, F>(
 where
     F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
 {
-    flags.check(&runner.name)?;
-    let mut cfg = flags.config(&runner.name);
+    let (max_parallelism, _) = flags.check(&runner.name)?;
+    let mut cfg = flags.config(&runner.name, max_parallelism);
     // Built as the run restoring from `path` would be (the job may depend on it).
     cfg.restore = RestoreFrom::Path(path.to_path_buf());
     let mut job = Job::new(StreamEnvironment::new(cfg), BuiltFor::Check);

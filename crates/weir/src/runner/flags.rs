@@ -343,7 +343,14 @@ fn resolve_max_parallelism(restored: Option<u32>, bounded: bool) -> (u32, MaxPar
 
 impl RunFlags {
     /// Refuses combinations of flags that make no sense together, naming the flags.
-    pub fn check(&self, default_name: &str) -> Result<(), UsageError> {
+    ///
+    /// Returns the job's max parallelism and where it came from
+    /// ([`RunFlags::resolved_max_parallelism`]), which the check needs anyway: with
+    /// `--restore` resolving it reads the checkpoint's `_metadata` (for `latest`, after
+    /// listing the job's folder; in object storage, maybe), so start-up resolves it once,
+    /// here, and hands the value to [`RunFlags::config`] and the start-up notice instead of
+    /// reading it again.
+    pub fn check(&self, default_name: &str) -> Result<(u32, MaxParallelism), UsageError> {
         let (max_parallelism, source) = self.resolved_max_parallelism(default_name);
         if self.parallelism > max_parallelism {
             let (what, way_out) = match source {
@@ -425,13 +432,14 @@ impl RunFlags {
             };
             return Err(UsageError::new(format!("{flag}: {e}")));
         }
-        Ok(())
+        Ok((max_parallelism, source))
     }
 
     /// The job's number of key groups and where it comes from: `--max-parallelism`; else
     /// the restored checkpoint's (`--restore`; the state fixes it, and another value would be
     /// refused); else [`CACHE_MAX_PARALLELISM`] with `--state-cache-size`; else
-    /// [`DEFAULT_MAX_PARALLELISM`].
+    /// [`DEFAULT_MAX_PARALLELISM`]. Reads the restored checkpoint's `_metadata` each call:
+    /// a run resolves it once, in [`RunFlags::check`].
     pub fn resolved_max_parallelism(&self, default_name: &str) -> (u32, MaxParallelism) {
         if let Some(n) = self.max_parallelism {
             return (n, MaxParallelism::Given);
@@ -456,11 +464,13 @@ impl RunFlags {
     }
 
     /// The job's configuration, without failure injection (which needs the job's size:
-    /// [`RunFlags::failure_injection`]). Call [`RunFlags::check`] first.
-    pub fn config(&self, default_name: &str) -> JobConfig {
+    /// [`RunFlags::failure_injection`]). `max_parallelism` is what [`RunFlags::check`]
+    /// returned (call it first): taken, not resolved again, so that start-up reads the
+    /// restored checkpoint's `_metadata` once.
+    pub fn config(&self, default_name: &str, max_parallelism: u32) -> JobConfig {
         let mut c = JobConfig::new(self.job_name.as_deref().unwrap_or(default_name));
         c.parallelism = self.parallelism;
-        c.max_parallelism = self.resolved_max_parallelism(default_name).0;
+        c.max_parallelism = max_parallelism;
         c.checkpoint_dir = self.checkpoint_dir.clone();
         c.checkpointing = CheckpointConfig {
             interval: self.checkpoint_interval.0,
@@ -591,6 +601,11 @@ mod tests {
             (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache)
         );
         let mut flags = parse(&with_dir);
+        assert_eq!(
+            flags.check("job").unwrap(),
+            (CACHE_MAX_PARALLELISM, MaxParallelism::ForCache),
+            "check returns what it resolved, for config and the notice"
+        );
         flags.parallelism = 5000;
         let e = flags.check("job").unwrap_err().to_string();
         assert!(

@@ -483,9 +483,9 @@ impl Runner {
             .map_err(|e| UsageError::new(e.to_string()))?;
         let flags = RunFlags::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
         let args = A::from_arg_matches(&m).map_err(|e| UsageError::new(e.to_string()))?;
-        flags.check(&self.name)?;
+        let (max_parallelism, _) = flags.check(&self.name)?;
         let mut job = Job::new(
-            StreamEnvironment::new(flags.config(&self.name)),
+            StreamEnvironment::new(flags.config(&self.name, max_parallelism)),
             BuiltFor::Worker,
         );
         build(&mut job, &args)?;
@@ -496,13 +496,14 @@ impl Runner {
     where
         F: FnOnce(&mut Job, &A) -> Result<(), BoxError>,
     {
-        flags.check(&self.name)?;
+        // Resolved once: with --restore it reads the checkpoint's `_metadata`.
+        let (max_parallelism, source) = flags.check(&self.name)?;
         let token = match flags.control.bind_addr() {
             Some(bind) => flags.control.token(bind.ip())?,
             None => None,
         };
         let mut job = Job::new(
-            StreamEnvironment::new(flags.config(&self.name)),
+            StreamEnvironment::new(flags.config(&self.name, max_parallelism)),
             BuiltFor::Run,
         );
         // Whatever ends the run short of success leaves the outputs' staging folders as
@@ -511,7 +512,7 @@ impl Runner {
         let records = job.expected_records.unwrap_or(DEFAULT_EXPECTED_RECORDS);
         job.env.config_mut().failure_injection = flags.failure_injection(records);
         announce(job.env.config());
-        match flags.resolved_max_parallelism(&self.name) {
+        match (max_parallelism, source) {
             (n, MaxParallelism::ForCache) => eprintln!(
                 "weir: max parallelism {n} (the default with --state-cache-size: the bound \
                  drops whole key groups; fixed for the life of the job's state, pass \

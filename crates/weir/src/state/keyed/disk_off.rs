@@ -183,7 +183,7 @@ impl<K, S> DiskTier<K, S> {
         &mut self,
         _map: &mut CowMap<K, S>,
         _ttl: Option<&mut Ttl<K>>,
-        _state: (&str, &str, bool),
+        _state: &std::sync::Arc<super::remote::RemoteState>,
         _chain: &super::remote::ConfirmedChain,
         _sets: &[std::sync::Arc<ChangeSet>],
         _range: KeyGroupRange,
@@ -193,9 +193,8 @@ impl<K, S> DiskTier<K, S> {
     }
     pub(crate) fn set_remote(
         &mut self,
-        _state: (&str, String),
+        _state: std::sync::Arc<super::remote::RemoteState>,
         _remote: Vec<super::RemoteSection>,
-        _ttl: bool,
     ) {
         self.never()
     }

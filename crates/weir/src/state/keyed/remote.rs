@@ -275,6 +275,33 @@ pub struct RemoteSection {
     pub shared: Option<Arc<GroupRead>>,
 }
 
+/// The state a table's key groups in storage belong to: its `name` finds their sections in
+/// a chain's index, `what` names it in messages, and `ttl` says whether its entries carry
+/// a TTL stamp (how to decode them). Built by the state's table, in one place, where it
+/// hands its disk tier groups in storage (a lazy restore, an eviction), and held in an
+/// `Arc` by the tier: fetching a group, or capturing the groups at a barrier, then clones
+/// no string.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+pub(crate) struct RemoteState {
+    /// The state's name, as the chains' indexes list it.
+    pub name: String,
+    /// The state, for messages (`keyed value state 'x'`).
+    pub what: String,
+    /// Whether its entries carry TTL stamps.
+    pub ttl: bool,
+}
+
+impl RemoteState {
+    /// State `name` of `kind`, with TTL stamps if `ttl`.
+    pub(crate) fn new(name: &str, kind: StateKind, ttl: bool) -> Arc<RemoteState> {
+        Arc::new(RemoteState {
+            name: name.to_string(),
+            what: format!("keyed {} state '{name}'", kind.name()),
+            ttl,
+        })
+    }
+}
+
 /// One key group's sections in one file, for every state of a subtask that needs one:
 /// read with one ranged GET by the first state that needs its section, the others taking
 /// theirs from the same buffer (a record usually touches every state of its key, so the

@@ -11,6 +11,7 @@ use super::super::key_group::KeyGroupRange;
 use super::super::{Key, StateKind, StateValue};
 use super::disk::DiskTier;
 use super::incremental::ChangeSet;
+use super::remote::RemoteState;
 use super::ttl::Ttl;
 use super::view::View;
 use crate::error::{Error, Result};
@@ -177,10 +178,9 @@ impl<K: Key, S: StateValue> Table<K, S> {
     /// fetched by key group on first access. Only called for a table on disk
     /// ([`Table::is_on_disk`]); elsewhere it does nothing.
     pub fn set_remote(&mut self, name: &str, remote: Vec<super::RemoteSection>) {
-        let what = format!("keyed {} state '{name}'", self.kind.name());
-        let ttl = self.ttl.is_some();
         if let Some(disk) = &mut self.disk {
-            disk.set_remote((name, what), remote, ttl);
+            let state = RemoteState::new(name, self.kind, self.ttl.is_some());
+            disk.set_remote(state, remote);
         }
     }
 
@@ -315,18 +315,12 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         range: KeyGroupRange,
         to_free: u64,
     ) -> Result<u64> {
-        let what = format!("keyed {} state '{name}'", self.kind.name());
-        let ttl = self.ttl.is_some();
         match &mut self.disk {
-            Some(disk) => disk.evict(
-                &mut self.map,
-                self.ttl.as_mut(),
-                (name, &what, ttl),
-                chain,
-                sets,
-                range,
-                to_free,
-            ),
+            Some(disk) => {
+                let state = RemoteState::new(name, self.kind, self.ttl.is_some());
+                let ttl = self.ttl.as_mut();
+                disk.evict(&mut self.map, ttl, &state, chain, sets, range, to_free)
+            }
             None => Ok(0),
         }
     }

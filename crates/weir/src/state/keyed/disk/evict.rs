@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::super::super::cow_map::CowMap;
 use super::super::super::key_group::{key_group, KeyGroupRange};
 use super::super::incremental::ChangeSet;
-use super::super::remote::ConfirmedChain;
+use super::super::remote::{ConfirmedChain, RemoteState};
 use super::super::ttl::Ttl;
 use super::{DiskTier, Key, StateValue};
 use crate::error::Result;
@@ -30,18 +30,19 @@ fn group_of(lsm_key: &[u8]) -> Option<u32> {
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// Drops from the LSM key groups of `range` that nothing changed since the confirmed
-    /// checkpoint whose chain is `chain` (state `name`; `what` and `ttl` for messages and
-    /// decoding when fetched back), until about `to_free` bytes (the chain's sections of
-    /// them) are dropped; `sets` are the state's change sets of the snapshots taken since
-    /// that checkpoint, `map` the cache (with its TTL stamps). Returns the bytes dropped. Drops nothing if a set
-    /// overflowed (its keys are unknown until a new base is confirmed) or the tier records
-    /// no changes (a window pane's namespace, or without incremental checkpoints).
+    /// checkpoint whose chain is `chain` (`state`: its name in the chain, and how to name
+    /// and decode the groups when fetched back), until about `to_free` bytes (the chain's
+    /// sections of them) are dropped; `sets` are the state's change sets of the snapshots
+    /// taken since that checkpoint, `map` the cache (with its TTL stamps). Returns the
+    /// bytes dropped. Drops nothing if a set overflowed (its keys are unknown until a new
+    /// base is confirmed) or the tier records no changes (a window pane's namespace, or
+    /// without incremental checkpoints).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn evict(
         &mut self,
         map: &mut CowMap<K, S>,
         ttl_stamps: Option<&mut Ttl<K>>,
-        (name, what, ttl): (&str, &str, bool),
+        state: &Arc<RemoteState>,
         chain: &ConfirmedChain,
         sets: &[Arc<ChangeSet>],
         range: KeyGroupRange,
@@ -77,7 +78,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             if touched.contains(&g) || remote {
                 continue;
             }
-            let sections = chain.sections(name, g);
+            let sections = chain.sections(&state.name, g);
             let bytes: u64 = sections.iter().map(|s| s.span.len).sum();
             let prefix = (g as u16).to_be_bytes();
             let mut batch = self.store.db.batch().durability(None);
@@ -94,7 +95,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             }
             // Not a change: the chain holds the group, so no delta writes these deletes.
             batch.commit().map_err(|e| self.err(e))?;
-            self.add_remote((name, what, ttl), g, sections);
+            self.add_remote(state, g, sections);
             super::super::bound::note_evicted(bytes);
             dropped.insert(g);
             freed += bytes;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::super::entries::Entries;
-use super::super::remote::{self, ConfirmedChain, RemoteSection};
+use super::super::remote::{self, ConfirmedChain, RemoteSection, RemoteState};
 use super::super::table::EncodedShard;
 use super::super::ttl::StateTtlConfig;
 use super::{DiskStore, DiskTier, Key, StateValue};
@@ -51,14 +51,10 @@ impl DiskStore {
     }
 }
 
-/// What a lazy restore left in storage for one state.
+/// What a lazy restore (or an eviction) left in storage for one state.
 pub(super) struct Remote {
-    /// The state's name, as the chains' indexes list it.
-    name: String,
-    /// The state, for messages.
-    what: String,
-    /// Whether its entries carry TTL stamps.
-    ttl: bool,
+    /// The state they belong to: its name in the chains, how to name and decode it.
+    state: Arc<RemoteState>,
     /// Per key group not yet fetched, its sections in chain order (base, then deltas):
     /// shared with the views of full snapshots taken since (an `Arc` each, so capturing
     /// them at a barrier copies no section).
@@ -68,10 +64,8 @@ pub(super) struct Remote {
 /// The key groups of one state still in storage at a full snapshot's barrier, which the
 /// snapshot's view reads from the chain instead of the LSM ([`merge_group`]).
 pub(super) struct RemoteAtBarrier {
-    /// The state, for messages.
-    what: String,
-    /// Whether its entries carry TTL stamps.
-    ttl: bool,
+    /// The state they belong to (`what` for messages, `ttl` to decode).
+    state: Arc<RemoteState>,
     /// Per key group still in storage at the barrier, its sections in chain order.
     groups: BTreeMap<u32, Arc<[RemoteSection]>>,
     /// [`merge_group`] for the state's key and value types (the view knows neither).
@@ -93,8 +87,9 @@ impl RemoteAtBarrier {
         expiry: Option<(StateTtlConfig, u64)>,
     ) -> Option<Result<EncodedShard>> {
         let sections = self.groups.get(&g)?;
+        let state = &self.state;
         Some(
-            (self.merge)(&self.what, sections, self.ttl, expiry).map(|(bytes, entries)| {
+            (self.merge)(&state.what, sections, state.ttl, expiry).map(|(bytes, entries)| {
                 let runs = if bytes.is_empty() {
                     Vec::new()
                 } else {
@@ -118,28 +113,15 @@ impl Remote {
 }
 
 impl<K: Key, S: StateValue> DiskTier<K, S> {
-    /// Takes the sections of a lazy restore (state `name`, shown as `what`, with TTL stamps
-    /// if `ttl`).
-    pub(crate) fn set_remote(
-        &mut self,
-        (name, what): (&str, String),
-        sections: Vec<RemoteSection>,
-        ttl: bool,
-    ) {
+    /// Takes the sections of a lazy restore of `state`.
+    pub(crate) fn set_remote(&mut self, state: Arc<RemoteState>, sections: Vec<RemoteSection>) {
         let mut by_group: BTreeMap<u32, Vec<RemoteSection>> = BTreeMap::new();
         for s in sections {
             by_group.entry(s.group).or_default().push(s);
         }
         let groups: BTreeMap<u32, Arc<[RemoteSection]>> =
             by_group.into_iter().map(|(g, s)| (g, s.into())).collect();
-        self.remote = (!groups.is_empty()).then(|| {
-            Box::new(Remote {
-                name: name.to_string(),
-                what,
-                ttl,
-                groups,
-            })
-        });
+        self.remote = (!groups.is_empty()).then(|| Box::new(Remote { state, groups }));
     }
 
     /// At a full snapshot's barrier: the key groups still in storage (`None`: none), which
@@ -147,8 +129,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     pub(super) fn remote_at_barrier(&self) -> Option<RemoteAtBarrier> {
         let r = self.remote.as_ref()?;
         Some(RemoteAtBarrier {
-            what: r.what.clone(),
-            ttl: r.ttl,
+            state: r.state.clone(),
             groups: r.groups.clone(),
             merge: merge_group::<K, S>,
         })
@@ -222,20 +203,17 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         Ok(())
     }
 
-    /// Makes key group `g` remote again with `sections` (in chain order): it was dropped
-    /// from the LSM ([`DiskTier::evict`]). `name`, `what` and `ttl` name and decode the
-    /// state.
+    /// Makes key group `g` of `state` remote again with `sections` (in chain order): it was
+    /// dropped from the LSM ([`DiskTier::evict`]).
     pub(super) fn add_remote(
         &mut self,
-        (name, what, ttl): (&str, &str, bool),
+        state: &Arc<RemoteState>,
         g: u32,
         sections: Vec<RemoteSection>,
     ) {
         let remote = self.remote.get_or_insert_with(|| {
             Box::new(Remote {
-                name: name.to_string(),
-                what: what.to_string(),
-                ttl,
+                state: state.clone(),
                 groups: BTreeMap::new(),
             })
         });
@@ -259,16 +237,16 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
     /// group is then read whole from the chain of a snapshot taken since, if one can be;
     /// otherwise the fetch fails naming the missing file.
     fn load_sections(&mut self, g: u32, sections: &[RemoteSection]) -> Result<()> {
-        let (name, what, ttl) = match &self.remote {
-            Some(r) => (r.name.clone(), r.what.clone(), r.ttl),
-            None => return Ok(()),
+        // An `Arc`: the loads below need the tier mutably.
+        let Some(state) = self.remote.as_ref().map(|r| r.state.clone()) else {
+            return Ok(());
         };
         let fetched = match remote::try_fetch_group(sections) {
             Ok(fetched) => fetched,
             Err((at, failed)) => {
                 let newer = failed
                     .missing()
-                    .then(|| self.store.unconfirmed().fetch_group(&name, g));
+                    .then(|| self.store.unconfirmed().fetch_group(&state.name, g));
                 match newer.flatten() {
                     Some(fetched) => fetched,
                     None => return Err(failed.into_error(&sections[at])),
@@ -277,9 +255,9 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         };
         for (delta, bytes) in fetched {
             if delta {
-                self.apply_changes_inner(&what, &[bytes], ttl)?;
+                self.apply_changes_inner(&state.what, &[bytes], state.ttl)?;
             } else {
-                self.restore_inner(&what, &[bytes], ttl)?;
+                self.restore_inner(&state.what, &[bytes], state.ttl)?;
             }
         }
         Ok(())

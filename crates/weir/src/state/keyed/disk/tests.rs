@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::state::cow_map::CowMap;
 use crate::state::key_group::{key_group, KeyGroupRange};
+use crate::state::keyed::remote::RemoteState;
 use crate::state::keyed::table::TableSnapshot;
 use crate::state::keyed::ttl::Ttl;
 use crate::state::keyed::{RemoteSection, SectionSpan};
+use crate::state::StateKind;
 use crate::storage::shared_bytes::SharedBytes;
 
 /// A tier of `u64` counts over key groups 0..16 of 16, caching `cache` keys, in a folder
@@ -234,7 +236,7 @@ type RemoteTier = (
 fn remote_tier(cache: usize) -> RemoteTier {
     let (mut t, map, dir) = tier(cache);
     let (sections, truth) = remote_sections(dir.path());
-    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
+    t.set_remote(RemoteState::new("x", StateKind::Value, false), sections);
     (t, map, dir, truth)
 }
 
@@ -294,7 +296,7 @@ fn a_damaged_remote_section_fails_the_access_naming_the_file_and_a_clear_forgets
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[victim.span.offset as usize] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    t.set_remote(("x", "keyed value state 'x'".into()), sections, false);
+    t.set_remote(RemoteState::new("x", StateKind::Value, false), sections);
     let k = (0..400u64)
         .find(|k| key_group(k, 16) == victim.group)
         .unwrap();
@@ -430,7 +432,7 @@ fn a_snapshot_leaves_out_the_remote_entries_expired_at_its_time() {
         });
     }
     std::fs::write(dir.path().join("ttl-file"), bytes).unwrap();
-    t.set_remote(("x", "keyed value state 'x'".into()), sections, true);
+    t.set_remote(RemoteState::new("x", StateKind::Value, true), sections);
     let mut ttl = Ttl::new(StateTtlConfig::new(std::time::Duration::from_secs(3600)));
     let range = KeyGroupRange { start: 0, end: 16 };
     let view = t
