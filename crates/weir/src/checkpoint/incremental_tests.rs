@@ -797,3 +797,30 @@ fn an_ack_names_its_chain_files_owners_and_where_the_state_lived() {
         }
     );
 }
+
+/// A full cache's eviction records as many keys as the cache holds; the barrier after it
+/// adds its own. With the cache's size as the change set's bound that overflowed, and every
+/// eviction cost a whole new base (`incremental::change_limit`).
+#[test]
+fn a_full_caches_eviction_and_the_next_barrier_still_make_a_delta() {
+    let mut job = Job::new(1);
+    for k in 0..2000 {
+        job.set(k, k);
+    }
+    job.checkpoint(1);
+    // 600 new keys into a cache of 500: it fills with dirty keys and is written back whole
+    // (500 keys recorded), and the barrier writes back the other 100.
+    for k in 2000..2600 {
+        job.set(k, k);
+    }
+    let meta = job.checkpoint(2);
+    assert_eq!(
+        chain_owners(&meta),
+        [1, 2],
+        "a delta on the base, not a new base"
+    );
+    assert_eq!(
+        restored(&job.storage.checkpoint_path(2), 1, None).unwrap(),
+        job.truth
+    );
+}

@@ -139,10 +139,7 @@ where
         KS: Fn(&I) -> K + Send,
     {
         // One collector for the batch, not one per record.
-        let mut out = Collector {
-            buf: &mut self.out,
-            stamps: Some(&mut self.stamps),
-        };
+        let mut out = Collector::timestamped(&mut self.out, &mut self.stamps);
         for r in records {
             let key = (self.key_fn)(&r);
             let mut ctx = KeyedContext {
@@ -237,13 +234,15 @@ where
         let mut ctx = KeyedEndContext {
             backend: &mut self.backend,
         };
-        self.f
-            .on_end_of_input(&mut ctx, &mut Collector::new(&mut self.out))?;
-        // Emit in bounded batches so a large final result does not build one huge message.
-        while !self.out.is_empty() {
-            let tail = self.out.len().saturating_sub(BATCH_SIZE);
-            let mut chunk = self.out.split_off(tail);
-            self.next.push(&mut chunk)?;
+        // The function may emit its whole state (a disk backend's may be larger than
+        // memory): batches go downstream as they fill, never one buffer of it all.
+        let next = &mut self.next;
+        let mut downstream = |batch: &mut Vec<O>| next.push(batch);
+        let mut out = Collector::spilling(&mut self.out, &mut downstream);
+        self.f.on_end_of_input(&mut ctx, &mut out)?;
+        out.spilled()?;
+        if !self.out.is_empty() {
+            self.next.push(&mut self.out)?;
         }
         self.next.end_of_input()
     }
@@ -289,10 +288,7 @@ where
                 let mut ctx = KeyedEndContext {
                     backend: &mut self.backend,
                 };
-                let mut out = Collector {
-                    buf: &mut self.out,
-                    stamps: Some(&mut self.stamps),
-                };
+                let mut out = Collector::timestamped(&mut self.out, &mut self.stamps);
                 let Some(time) = self.f.on_watermark(watermark, &mut ctx, &mut out)? else {
                     break;
                 };
@@ -313,10 +309,7 @@ where
                 self.f.on_timer(
                     time,
                     &mut ctx,
-                    &mut Collector {
-                        buf: &mut self.out,
-                        stamps: Some(&mut self.stamps),
-                    },
+                    &mut Collector::timestamped(&mut self.out, &mut self.stamps),
                 )?;
                 stamp(
                     &mut self.out_timestamps,

@@ -33,6 +33,19 @@ pub use entries::DeltaEntries;
 /// base: a restore then reads at most 1.5× the state, and retention keeps about as much.
 pub const MATERIALIZE_RATIO: f64 = 0.5;
 
+/// Keys a state's change set, and the union of the sets a delta reads, may hold before they
+/// overflow and the next checkpoint is a base: twice the cache (`cache_entries`). A full
+/// cache's eviction records every key it writes back — as many as the cache holds — so with
+/// the cache's own size as the bound the next barrier's keys overflowed the set after every
+/// eviction, and a job touching more keys than its cache holds (W1 at 10 M keys: each access
+/// a new or evicted key) wrote a whole base each time a subtask's cache filled. Twice leaves
+/// room for one eviction and the barriers around it. A recorded key costs ~50 bytes (its
+/// boxed bytes and a hash slot): ~100 MB per state at the default cache, at worst.
+#[cfg_attr(not(feature = "disk-state"), allow(dead_code))]
+pub(crate) fn change_limit(cache_entries: usize) -> usize {
+    cache_entries.max(1).saturating_mul(2)
+}
+
 /// A new base is written once the chain has this many deltas (each is one more file to
 /// read and apply at a restore).
 pub const MAX_DELTAS: usize = 16;

@@ -159,7 +159,7 @@ impl<K: Key> KeyedStateBackend<K> {
             StateBackendKind::Disk(options) => {
                 backend.disk = Some(disk::DiskStore::open(options.clone())?);
                 if options.incremental {
-                    let limit = options.cache_entries.max(1);
+                    let limit = incremental::change_limit(options.cache_entries);
                     backend.incremental = Some((incremental::Tracker::default(), limit));
                 }
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use super::super::super::cow_map::CowMap;
-use super::super::incremental::{ChangeSet, DeferredKeys};
+use super::super::incremental::{change_limit, ChangeSet, DeferredKeys};
 use super::super::ttl::Ttl;
 use super::codec::lsm_key;
 use super::filter::KeyFilter;
@@ -226,7 +226,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(());
         }
         let dirty: Vec<K> = self.dirty.drain().collect();
-        let (capacity, changes) = (self.capacity, &mut self.changes);
+        let (limit, changes) = (change_limit(self.capacity), &mut self.changes);
         let (batch, bytes) = writeback::sorted_batch(
             &self.store,
             &self.ks,
@@ -243,7 +243,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             },
             |key, _| {
                 if let Some(changes) = changes.as_mut() {
-                    changes.record(key, capacity);
+                    changes.record(key, limit);
                 }
             },
         )?;
