@@ -44,13 +44,14 @@ static LOADED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
 /// What the run reports at its end about the eager restores of keyed state on disk
 /// (`None`: there was none): how long loading the restored chains into the LSM took —
-/// before the first record, on each keyed subtask's thread — and how much went in by bulk
-/// ingestion.
+/// before the first record, on the thread that deploys the job — and how much went in by
+/// bulk ingestion.
 pub fn restore_report() -> Option<String> {
     let [states, ingested, entries, micros, slowest] = LOADED.each_ref().map(|a| a.load(Relaxed));
     (states > 0).then(|| {
         format!(
-            "eager restore: {states} keyed states loaded into the LSM in {} ms (the slowest {}              ms); {ingested} of them by bulk ingestion ({entries} entries)",
+            "eager restore: {states} keyed states loaded into the LSM in {} ms (the slowest {} \
+             ms); {ingested} of them by bulk ingestion ({entries} entries)",
             micros / 1000,
             slowest / 1000
         )
