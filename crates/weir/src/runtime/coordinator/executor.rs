@@ -492,6 +492,9 @@ fn run_job(
                 if let Some(n) = crate::state::keyed::fetch_report() {
                     metrics.notice(&mut result, n);
                 }
+                if let Some(n) = crate::state::keyed::restore_report() {
+                    metrics.notice(&mut result, n);
+                }
                 if let Some(n) = crate::state::keyed::cache_report() {
                     metrics.notice(&mut result, n);
                 }

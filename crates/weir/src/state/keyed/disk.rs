@@ -25,6 +25,7 @@
 
 use super::super::{Key, StateValue};
 
+mod bulk;
 mod codec;
 mod evict;
 mod filter;
@@ -38,6 +39,7 @@ mod timer_order;
 mod views;
 mod writeback;
 
+pub use bulk::restore_report;
 use codec::{lsm_key, lsm_value_into};
 pub use store::DiskOptions;
 pub(crate) use store::DiskStore;

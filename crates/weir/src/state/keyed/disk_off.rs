@@ -11,6 +11,11 @@ use super::ttl::Ttl;
 use crate::error::Result;
 use crate::storage::shared_bytes::SharedBytes;
 
+/// No restore into an LSM without the `disk-state` feature: nothing to report.
+pub fn restore_report() -> Option<String> {
+    None
+}
+
 /// No LSM without the `disk-state` feature.
 pub(crate) enum DiskStore {}
 
@@ -157,6 +162,15 @@ impl<K, S> DiskTier<K, S> {
         _sets: Vec<std::sync::Arc<ChangeSet>>,
         _range: KeyGroupRange,
     ) -> Result<Option<Box<dyn TableSnapshot>>> {
+        self.never()
+    }
+    pub(crate) fn restore_chain(
+        &mut self,
+        _what: &str,
+        _sections: &[SharedBytes],
+        _changes: &[SharedBytes],
+        _ttl: bool,
+    ) -> Result<()> {
         self.never()
     }
     pub(crate) fn apply_changes(

@@ -377,8 +377,7 @@ impl<K: Key, S: StateValue> StateTable<K> for Table<K, S> {
         let what = format!("keyed {} state '{name}'", self.kind.name());
         if let Some(disk) = &mut self.disk {
             let ttl = self.ttl.is_some();
-            disk.restore(&what, sections, ttl)?;
-            return disk.apply_changes(&what, changes, ttl);
+            return disk.restore_chain(&what, sections, changes, ttl);
         }
         self.restore_memory(&what, sections)?;
         let applied = self.apply_changes_memory(&what, changes);

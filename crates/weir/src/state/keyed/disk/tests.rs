@@ -637,3 +637,6 @@ fn a_restore_with_ttl_passes_the_filter() {
         assert_eq!(ttl.stamps.get(&k), Some(&500));
     }
 }
+
+#[path = "bulk_tests.rs"]
+mod bulk_tests;
