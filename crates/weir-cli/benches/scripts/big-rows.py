@@ -30,25 +30,19 @@ OUT/report.json, and prints the report.
 import argparse
 import json
 import os
-import pty
 import re
-import select
 import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import progress  # noqa: E402  (the pty and progress-line reader shared with restore-time.py)
+
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
-PROGRESS = re.compile(
-    r"(?P<t>[\d.]+)s\s+\S+\s+events/s\s+(?P<ev>\S+)\s+events\s+checkpoints (?P<chk>\d+) \(last \d+ ms\)"
-)
-
-
-def human_to_float(s):
-    mult = {"k": 1e3, "M": 1e6, "G": 1e9}
-    return float(s[:-1]) * mult[s[-1]] if s[-1] in mult else float(s)
 
 
 class Cgroup:
@@ -140,18 +134,14 @@ def run_once(a, tag, restore):
         "--state-backend", "disk", "--incremental-checkpoints", "--discard-output",
         "--checkpoint-dir", a.chk, "--state-dir", a.state,
     ] + (["--restore", "latest"] if restore else []) + a.extra
-    master, slave = pty.openpty()
 
     def enter_cgroup():
         with open(os.path.join(cg.dir, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
 
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        ["/usr/bin/time", "-v", "-o", time_path] + cmd,
-        stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, preexec_fn=enter_cgroup,
+    proc, master, t0 = progress.spawn(
+        ["/usr/bin/time", "-v", "-o", time_path] + cmd, preexec_fn=enter_cgroup
     )
-    os.close(slave)
     events = []  # (seconds since launch, events, checkpoints completed)
     first_record = first_checkpoint = None
     killed = None
@@ -181,27 +171,16 @@ def run_once(a, tag, restore):
 
     th = threading.Thread(target=sampler, daemon=True)
     th.start()
-    buf = b""
+    lines = progress.Lines()
     with open(log_path, "wb") as log:
         while True:
-            r, _, _ = select.select([master], [], [], 0.2)
-            if r:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    chunk = b""
+            chunk = progress.read(master, 0.2)
+            if chunk is not None:
                 if not chunk:
                     break
                 now = time.monotonic() - t0
                 log.write(chunk)
-                # Segments between "\r"/"\n"; the last one is kept for the next chunk
-                # unless it already holds a whole progress line (which ends in "ms)").
-                parts = re.split(rb"[\r\n]", buf + chunk)
-                buf = parts[-1][-4096:]
-                if PROGRESS.search(buf.decode(errors="replace")):
-                    buf = b""
-                for m in PROGRESS.finditer(b"\n".join(parts).decode(errors="replace")):
-                    ev, chk = human_to_float(m["ev"]), int(m["chk"])
+                for _, ev, chk in lines.feed(chunk):
                     events.append((round(now, 2), ev, chk))
                     if ev > 0 and first_record is None:
                         first_record = now

@@ -11,25 +11,19 @@ load average at the start, and weir's `eager restore:` notice if it printed one.
 """
 import json
 import os
-import pty
 import re
-import select
-import subprocess
 import sys
 import time
 
-PROGRESS = re.compile(
-    r"(?P<t>[\d.]+)s\s+\S+\s+events/s\s+(?P<ev>\S+)\s+events\s+checkpoints (?P<chk>\d+) \(last \d+ ms\)"
-)
-
-
-def human_to_float(s):
-    mult = {"k": 1e3, "M": 1e6, "G": 1e9}
-    return float(s[:-1]) * mult[s[-1]] if s[-1] in mult else float(s)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import progress  # noqa: E402  (the pty and progress-line reader shared with big-rows.py)
 
 
 def main():
     args = sys.argv[1:]
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
     label = ""
     if "--label" in args:
         i = args.index("--label")
@@ -38,32 +32,24 @@ def main():
     split = args.index("--")
     weir, cmd = args[0], args[split + 1 :]
     load = os.getloadavg()[0]
-    master, slave = pty.openpty()
-    t0 = time.monotonic()
-    proc = subprocess.Popen([weir] + cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
-    os.close(slave)
+    proc, master, t0 = progress.spawn([weir] + cmd)
     first = {"record_weir_s": None, "record_s": None, "checkpoint_s": None}
-    notice, text = None, ""
+    notice, lines = None, progress.Lines()
     while True:
-        r, _, _ = select.select([master], [], [], 0.1)
-        if r:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            now = time.monotonic() - t0
-            text = (text + chunk.decode(errors="replace"))[-8192:]
-            for m in PROGRESS.finditer(text):
-                if human_to_float(m["ev"]) > 0 and first["record_s"] is None:
-                    first["record_weir_s"], first["record_s"] = float(m["t"]), round(now, 2)
-                if int(m["chk"]) > 0 and first["checkpoint_s"] is None:
-                    first["checkpoint_s"] = round(now, 2)
-            m = re.search(r"eager restore: [^\r\n]*\)", text)
-            if m:
-                notice = m.group(0)
-            text = re.split(r"[\r\n]", text)[-1]
+        chunk = progress.read(master, 0.1)
+        if chunk is None:
+            continue
+        if not chunk:
+            break
+        now = time.monotonic() - t0
+        for weir_s, ev, chk in lines.feed(chunk):
+            if ev > 0 and first["record_s"] is None:
+                first["record_weir_s"], first["record_s"] = weir_s, round(now, 2)
+            if chk > 0 and first["checkpoint_s"] is None:
+                first["checkpoint_s"] = round(now, 2)
+        m = re.search(r"eager restore: [^\r\n]*\)", lines.text)
+        if m:
+            notice = m.group(0)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
     out = {"label": label, "load1": load, **first, "wall_s": round(wall, 2),
