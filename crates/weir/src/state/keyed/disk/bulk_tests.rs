@@ -70,20 +70,33 @@ fn assert_state(
     }
 }
 
+/// Asserts how the restore just made went into the LSM. `ingested`: by bulk ingestion,
+/// straight into table files — nothing added to the memtable (`memtable_before`, its
+/// bytes before the restore), where write batches leave the whole state with the tests'
+/// write buffers, and at least one table. Otherwise through write batches: the memtable
+/// grew. (A restore that took the wrong path still restores the right state, so the state
+/// alone cannot tell; these tests are about the path.)
+#[track_caller]
+fn assert_ingested(t: &DiskTier<u64, u64>, ingested: bool, memtable_before: u64) {
+    let memtable = t.store.db.write_buffer_size();
+    if ingested {
+        assert_eq!(memtable, memtable_before, "written through the memtable");
+        assert!(t.ks.table_count() >= 1, "ingested, yet no table");
+    } else {
+        assert!(
+            memtable > memtable_before,
+            "ingested, not written in batches"
+        );
+    }
+}
+
 #[test]
 fn an_eager_restore_into_an_empty_keyspace_is_ingested_with_its_deltas_folded() {
     let (mut t, mut map, _dir) = tier(4);
     let (base, deltas, truth) = chain(3000);
     t.restore_chain("keyed value state 'x'", &base, &deltas, false)
         .unwrap();
-    // Ingested: straight into tables, nothing in a memtable (the batch path leaves the
-    // whole state there with a 64 MiB write buffer).
-    assert_eq!(
-        t.store.db.write_buffer_size(),
-        0,
-        "written through the memtable"
-    );
-    assert!(t.ks.table_count() >= 1);
+    assert_ingested(&t, true, 0);
     assert_eq!(written(&t), truth.len(), "a deleted key left an entry");
     assert_state(&mut t, &mut map, &truth);
     assert_eq!(read(&*snapshot(&mut t, &mut map)), truth);
@@ -96,11 +109,7 @@ fn an_ingested_restore_is_split_into_tables_of_a_write_buffer_each() {
     let (base, deltas, truth) = chain(3000);
     t.restore_chain("keyed value state 'x'", &base, &deltas, false)
         .unwrap();
-    assert_eq!(
-        t.store.db.write_buffer_size(),
-        0,
-        "written through the memtable"
-    );
+    assert_ingested(&t, true, 0);
     assert!(t.ks.table_count() > 1, "one ingestion for 18 KB of entries");
     assert_state(&mut t, &mut map, &truth);
     assert_eq!(read(&*snapshot(&mut t, &mut map)), truth);
@@ -123,11 +132,7 @@ fn an_ingested_restore_with_ttl_keeps_every_stamp() {
     let what = "keyed value state 'x'";
     t.restore_chain(what, &sections_of(&entries, Some(500)), &deltas, true)
         .unwrap();
-    assert_eq!(
-        t.store.db.write_buffer_size(),
-        0,
-        "written through the memtable"
-    );
+    assert_ingested(&t, true, 0);
     let cfg = crate::state::StateTtlConfig::new(std::time::Duration::from_secs(3600));
     let (mut map, mut ttl) = (CowMap::default(), Ttl::new(cfg));
     for k in 0..500u64 {
@@ -152,10 +157,7 @@ fn a_keyspace_already_written_is_restored_through_batches() {
     let (base, deltas, mut truth) = chain(300);
     t.restore_chain("keyed value state 'x'", &base, &deltas, false)
         .unwrap();
-    assert!(
-        t.store.db.write_buffer_size() > before,
-        "ingested into a written keyspace"
-    );
+    assert_ingested(&t, false, before);
     truth.extend((10_000..10_010).map(|k| (k, 1)));
     assert_state(&mut t, &mut map, &truth);
 }
@@ -171,10 +173,7 @@ fn sections_of_mixed_key_groups_are_restored_through_batches() {
     }
     t.restore_chain("keyed value state 'x'", &[section.into()], &[], false)
         .unwrap();
-    assert!(
-        t.store.db.write_buffer_size() > 0,
-        "ingested mixed key groups"
-    );
+    assert_ingested(&t, false, 0);
     assert_state(&mut t, &mut map, &truth);
 }
 
@@ -244,6 +243,7 @@ fn an_ingested_restore_on_several_threads_writes_a_table_per_thread() {
     let (base, deltas, truth) = chain(3000);
     t.restore_chain("keyed value state 'x'", &base, &deltas, false)
         .unwrap();
+    assert_ingested(&t, true, 0);
     assert!(t.ks.table_count() >= 2, "restored on one thread");
     assert_state(&mut t, &mut map, &truth);
     assert_eq!(read(&*snapshot(&mut t, &mut map)), truth);
