@@ -158,11 +158,12 @@ impl<K: Key> KeyedStateBackend<K> {
             StateBackendKind::Memory => {}
             #[cfg(feature = "disk-state")]
             StateBackendKind::Disk(options) => {
-                backend.disk = Some(disk::DiskStore::open(options.clone())?);
+                let store = disk::DiskStore::open(options.clone())?;
                 if options.incremental {
-                    let limit = incremental::change_limit(options.cache_entries);
+                    let limit = store.change_limit;
                     backend.incremental = Some((incremental::Tracker::default(), limit));
                 }
+                backend.disk = Some(store);
             }
         }
         Ok(backend)

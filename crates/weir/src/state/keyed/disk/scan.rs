@@ -2,7 +2,6 @@
 //! write-back), the TTL sweep, and clearing a tier.
 
 use super::super::super::cow_map::CowMap;
-use super::super::incremental::change_limit;
 use super::super::ttl::{Ttl, SWEEP_EVERY};
 use super::codec::{decode_entry, decode_key};
 use super::{lsm_error, DiskTier, Key, StateValue};
@@ -114,7 +113,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         for guard in self.ks.prefix(&self.prefix) {
             let k = guard.key().map_err(|e| self.err(e))?;
             if let Some(changes) = &mut self.changes {
-                changes.record(&k, change_limit(self.capacity));
+                changes.record(&k, self.change_limit);
             }
             batch.remove(&self.ks, k);
         }

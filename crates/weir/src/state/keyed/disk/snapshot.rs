@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::super::super::cow_map::CowMap;
 use super::super::super::key_group::KeyGroupRange;
-use super::super::incremental::{change_limit, ChangeSet};
+use super::super::incremental::ChangeSet;
 use super::super::table::TableSnapshot;
 use super::super::ttl::Ttl;
 use super::views::{DeltaView, DiskView};
@@ -44,7 +44,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         // delta must hold them too.
         if let (Some(keys), Some(changes)) = (keys, self.changes.as_mut()) {
             keys.release_entries();
-            changes.defer(keys, change_limit(self.capacity));
+            changes.defer(keys, self.change_limit);
         }
         Ok(Some(Box::new(DiskView::<S> {
             _pin: ViewPin::new(&self.store),
@@ -75,7 +75,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
         if let Some(old) = std::mem::replace(&mut self.barrier_entries, keys.clone()) {
             old.release_entries();
         }
-        let limit = change_limit(self.capacity);
+        let limit = self.change_limit;
         Ok(self.changes.as_mut().map(|changes| {
             let mut set = std::mem::take(changes);
             if let Some(keys) = keys {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::super::incremental::ChangeSet;
+use super::super::incremental::{self, ChangeSet};
 use super::{DiskTier, Key, StateValue};
 use crate::error::{Error, Result};
 
@@ -93,6 +93,15 @@ pub(crate) struct DiskStore {
     pub(super) db: fjall::Database,
     pub(super) dir: PathBuf,
     pub(super) options: DiskOptions,
+    /// Keys each state's change set — and the union of the sets a delta reads — may hold
+    /// before it overflows and the next checkpoint is a base: twice the cache
+    /// (`cache_entries`), so that a full cache's eviction, which records every key it
+    /// writes back (as many as the cache holds), and the barriers around it fit; with the
+    /// cache's own size a job touching more keys than its cache wrote a whole base each
+    /// time the cache filled ([`incremental::change_limit`] has the figures). Computed once
+    /// here; each tier keeps a copy ([`DiskTier::change_limit`]), the backend reads it for
+    /// its tracker.
+    pub(crate) change_limit: usize,
     /// Bytes committed since the journal was last synced.
     unsynced: std::sync::atomic::AtomicU64,
     /// Snapshot views alive (a checkpoint's writer reading a pinned LSM snapshot), and the
@@ -182,6 +191,7 @@ impl DiskStore {
         Ok(Arc::new(DiskStore {
             db,
             dir,
+            change_limit: incremental::change_limit(options.cache_entries),
             options,
             unsynced: Default::default(),
             views: Default::default(),
@@ -288,6 +298,7 @@ impl DiskStore {
             pending: Vec::new(),
             barrier_entries: None,
             capacity: self.options.cache_entries.max(1),
+            change_limit: self.change_limit,
             max_parallelism,
             key_buf: Vec::new(),
             remote: None,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use super::super::super::cow_map::CowMap;
-use super::super::incremental::{change_limit, ChangeSet, DeferredKeys};
+use super::super::incremental::{ChangeSet, DeferredKeys};
 use super::super::ttl::Ttl;
 use super::codec::lsm_key;
 use super::filter::KeyFilter;
@@ -40,6 +40,12 @@ pub(crate) struct DiskTier<K, S> {
     /// delta takes ([`DiskTier::delta_snapshot`]); released when no delta will.
     pub(super) barrier_entries: Option<Arc<DeferredKeys>>,
     pub(super) capacity: usize,
+    /// Keys [`changes`](Self::changes) may hold before it overflows (the next checkpoint is
+    /// then a base): twice the cache, not the cache's size, because a full cache's eviction
+    /// records every key it writes back — as many as the cache holds — and the barriers
+    /// around it must fit too ([`DiskStore::change_limit`], computed once per LSM, copied
+    /// here as it is read for every key recorded).
+    pub(super) change_limit: usize,
     pub(super) max_parallelism: u32,
     pub(super) key_buf: Vec<u8>,
     /// Key groups a lazy restore left in storage (`None`: none, the usual case).
@@ -226,7 +232,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             return Ok(());
         }
         let dirty: Vec<K> = self.dirty.drain().collect();
-        let (limit, changes) = (change_limit(self.capacity), &mut self.changes);
+        let (limit, changes) = (self.change_limit, &mut self.changes);
         let (batch, bytes) = writeback::sorted_batch(
             &self.store,
             &self.ks,
