@@ -421,6 +421,10 @@ fn run_job(
         if let Some(inj) = &injector {
             inj.on_attempt_started();
         }
+        // The eager restores' report is this attempt's: in one process they run on this
+        // thread, during the deploy, and a restart's would otherwise add to the failed
+        // attempt's.
+        crate::state::keyed::start_restore_report();
         let attempt = match exec
             .state_backend
             .prepare_attempt()

@@ -39,7 +39,7 @@ mod timer_order;
 mod views;
 mod writeback;
 
-pub use bulk::restore_report;
+pub use bulk::{restore_report, start_restore_report};
 use codec::{lsm_key, lsm_value_into};
 pub use store::DiskOptions;
 pub(crate) use store::DiskStore;

@@ -16,6 +16,9 @@ pub fn restore_report() -> Option<String> {
     None
 }
 
+/// No restore into an LSM without the `disk-state` feature: no figures to start afresh.
+pub fn start_restore_report() {}
+
 /// No LSM without the `disk-state` feature.
 pub(crate) enum DiskStore {}
 

@@ -37,7 +37,7 @@ use std::any::TypeId;
 use std::collections::BTreeMap;
 
 pub use bound::cache_report;
-pub use disk::restore_report;
+pub use disk::{restore_report, start_restore_report};
 pub use handles::{
     AggregateFunction, AggregatingAccess, AggregatingState, ListAccess, ListState, MapAccess,
     MapState, ReducingAccess, ReducingState, StateHandle, ValueState,

@@ -18,7 +18,7 @@
 //! override the base's (a delete drops the key), and on an error the state is left empty
 //! ([`DiskTier::clear`]).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::cell::Cell;
 
 use super::super::super::key_group::key_group;
 use super::{filter, DiskTier, Key, StateValue};
@@ -37,17 +37,57 @@ const INGEST_ENTRIES: usize = 1 << 20;
 /// as stored (`None`: a delta's delete), both borrowed from the restored sections.
 type Folded<'a> = (&'a [u8], Option<&'a [u8]>);
 
-/// What this process's eager restores loaded into the LSM, for the run's report
-/// ([`restore_report`]): states, of them ingested, entries ingested, and the load time
-/// summed over states and of the slowest, in microseconds.
-static LOADED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+/// What eager restores loaded into the LSM, for the run's report ([`restore_report`]).
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    /// States restored.
+    states: u64,
+    /// Of them, restored by bulk ingestion.
+    ingested: u64,
+    /// Entries those ingestions wrote.
+    entries: u64,
+    /// The load time summed over states, and the slowest state's, in microseconds.
+    micros: u64,
+    slowest: u64,
+}
+
+const NOTHING_LOADED: Loaded = Loaded {
+    states: 0,
+    ingested: 0,
+    entries: 0,
+    micros: 0,
+    slowest: 0,
+};
+
+thread_local! {
+    /// This thread's eager restores since [`start_restore_report`]. Per thread, not per
+    /// process: a job's restores all run on the thread that deploys it (the executor's, in
+    /// one process, which also reads the report at the run's end), so two jobs of one
+    /// process (tests) do not count each other's; and the executor starts the figures
+    /// afresh at each attempt, so a run whose job restarted reports the restores of the
+    /// attempt that finished, not those of every attempt summed.
+    static LOADED: Cell<Loaded> = const { Cell::new(NOTHING_LOADED) };
+}
+
+/// Starts [`restore_report`]'s figures afresh on this thread: the executor calls it at the
+/// start of each attempt, before deploying it, so the report is the attempt's own.
+pub fn start_restore_report() {
+    LOADED.set(NOTHING_LOADED);
+}
 
 /// What the run reports at its end about the eager restores of keyed state on disk
 /// (`None`: there was none): how long loading the restored chains into the LSM took —
 /// before the first record, on the thread that deploys the job — and how much went in by
-/// bulk ingestion.
+/// bulk ingestion. The restores of this thread since [`start_restore_report`]: the
+/// finished attempt's.
 pub fn restore_report() -> Option<String> {
-    let [states, ingested, entries, micros, slowest] = LOADED.each_ref().map(|a| a.load(Relaxed));
+    let Loaded {
+        states,
+        ingested,
+        entries,
+        micros,
+        slowest,
+    } = LOADED.get();
     (states > 0).then(|| {
         format!(
             "eager restore: {states} keyed states loaded into the LSM in {} ms (the slowest {} \
@@ -89,20 +129,19 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             }
             ingested = result?;
         }
-        match ingested {
-            Some(n) => {
-                LOADED[1].fetch_add(1, Relaxed);
-                LOADED[2].fetch_add(n, Relaxed);
-            }
-            None => {
-                self.restore(what, sections, ttl)?;
-                self.apply_changes(what, changes, ttl)?;
-            }
+        if ingested.is_none() {
+            self.restore(what, sections, ttl)?;
+            self.apply_changes(what, changes, ttl)?;
         }
         let micros = start.elapsed().as_micros() as u64;
-        LOADED[0].fetch_add(1, Relaxed);
-        LOADED[3].fetch_add(micros, Relaxed);
-        LOADED[4].fetch_max(micros, Relaxed);
+        let l = LOADED.get();
+        LOADED.set(Loaded {
+            states: l.states + 1,
+            ingested: l.ingested + u64::from(ingested.is_some()),
+            entries: l.entries + ingested.unwrap_or(0),
+            micros: l.micros + micros,
+            slowest: l.slowest.max(micros),
+        });
         Ok(())
     }
 

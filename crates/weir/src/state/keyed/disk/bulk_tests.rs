@@ -248,3 +248,37 @@ fn an_ingested_restore_on_several_threads_writes_a_table_per_thread() {
     assert_state(&mut t, &mut map, &truth);
     assert_eq!(read(&*snapshot(&mut t, &mut map)), truth);
 }
+
+#[test]
+fn the_restore_report_is_of_the_restores_since_it_was_started_on_this_thread() {
+    use super::super::bulk::{restore_report, start_restore_report};
+    let (base, deltas, truth) = chain(300);
+    let restore = || {
+        let (mut t, _, _dir) = tier(4);
+        t.restore_chain("keyed value state 'x'", &base, &deltas, false)
+            .unwrap();
+    };
+    start_restore_report();
+    assert_eq!(restore_report(), None);
+    // A first attempt restores two states.
+    restore();
+    restore();
+    let first = restore_report().unwrap();
+    assert!(first.contains(": 2 keyed states"), "{first}");
+    let ingested = format!("2 of them by bulk ingestion ({} entries)", 2 * truth.len());
+    assert!(first.contains(&ingested), "{first}");
+    // The next attempt starts afresh: its report is its own restores, not the sum.
+    start_restore_report();
+    assert_eq!(
+        restore_report(),
+        None,
+        "the last attempt's restores carried over"
+    );
+    restore();
+    // Another thread's restores (another job of this process) are not this one's.
+    std::thread::scope(|s| s.spawn(restore).join().unwrap());
+    let second = restore_report().unwrap();
+    assert!(second.contains(": 1 keyed states"), "{second}");
+    let ingested = format!("1 of them by bulk ingestion ({} entries)", truth.len());
+    assert!(second.contains(&ingested), "{second}");
+}
