@@ -60,14 +60,34 @@ pub struct Collector<'a, O> {
     /// index in `buf` and the timestamp. `None` where the output carries no timestamps.
     pub(crate) stamps: Option<&'a mut Vec<(usize, u64)>>,
     /// Where full batches go while the function is still emitting
-    /// ([`Collector::spilling`]); `None`: `buf` grows until the operator takes it.
+    /// ([`Collector::spilling`], [`Collector::timestamped_spilling`]); `None`: `buf` grows
+    /// until the operator takes it.
     spill: Option<Spill<'a, O>>,
 }
 
 /// A spilling collector's way downstream, and the first error it met there.
 struct Spill<'a, O> {
-    to: &'a mut dyn FnMut(&mut Vec<O>) -> Result<()>,
+    to: SpillTo<'a, O>,
     failed: Option<crate::error::Error>,
+}
+
+/// Where a timestamped spilling collector hands a full batch: its records and their
+/// timestamps, which it drains (as [`Output::push_timestamped`] does, its usual body).
+///
+/// [`Output::push_timestamped`]: crate::runtime::output::Output::push_timestamped
+pub(crate) type SendTimestamped<'a, O> = dyn FnMut(&mut Vec<O>, &mut Vec<u64>) -> Result<()> + 'a;
+
+/// Where a spilling collector hands its full batches, with or without timestamps.
+enum SpillTo<'a, O> {
+    /// Records that take the operator's timestamp ([`Collector::spilling`]).
+    Plain(&'a mut dyn FnMut(&mut Vec<O>) -> Result<()>),
+    /// Records with timestamps ([`Collector::timestamped_spilling`]): `times` holds those of
+    /// the records `buf` held before the call (the operator's, already stamped), the
+    /// collector's `stamps` those emitted since by [`Collector::collect_at`].
+    Timestamped {
+        times: &'a mut Vec<u64>,
+        to: &'a mut SendTimestamped<'a, O>,
+    },
 }
 
 impl<'a, O> Collector<'a, O> {
@@ -106,7 +126,45 @@ impl<'a, O> Collector<'a, O> {
         Collector {
             buf,
             stamps: None,
-            spill: Some(Spill { to, failed: None }),
+            spill: Some(Spill {
+                to: SpillTo::Plain(to),
+                failed: None,
+            }),
+        }
+    }
+
+    /// [`Collector::spilling`] for records with timestamps: a collector like
+    /// [`Collector::timestamped`] that hands every [`BATCH_SIZE`](crate::runtime::BATCH_SIZE)
+    /// records to `to` with their timestamps as they are emitted. For a window fired for
+    /// all its keys at once ([`KeyedProcessFunction::on_watermark`]): a pane may hold every
+    /// key of the subtask, and its results buffered whole before the first went downstream
+    /// took as much memory again as the pane. `times` holds the timestamps of the records
+    /// already in `buf` (the operator's earlier output, not sent yet), every one of them.
+    ///
+    /// A batch goes downstream only once each of its records has a timestamp: those the
+    /// function emits with [`Collector::collect_at`]. A record emitted by
+    /// [`Collector::collect`] takes the timestamp `on_watermark` returns, known only when
+    /// it returns; from that record on `buf` grows until the operator stamps and sends it
+    /// (as every collector did before). Errors and dropped records as with
+    /// [`Collector::spilling`].
+    pub(crate) fn timestamped_spilling(
+        buf: &'a mut Vec<O>,
+        stamps: &'a mut Vec<(usize, u64)>,
+        times: &'a mut Vec<u64>,
+        to: &'a mut SendTimestamped<'a, O>,
+    ) -> Self {
+        // A buffer grown past a batch by earlier output would hand on batches as large.
+        let batch = crate::runtime::BATCH_SIZE;
+        if buf.capacity() > batch && buf.len() <= batch {
+            buf.shrink_to(batch);
+        }
+        Collector {
+            buf,
+            stamps: Some(stamps),
+            spill: Some(Spill {
+                to: SpillTo::Timestamped { times, to },
+                failed: None,
+            }),
         }
     }
 
@@ -140,10 +198,25 @@ impl<'a, O> Collector<'a, O> {
         };
         let batch = crate::runtime::BATCH_SIZE;
         if self.buf.len() >= batch {
-            if spill.failed.is_none() {
-                if let Err(e) = (spill.to)(self.buf) {
-                    spill.failed = Some(e);
+            let sent = match &mut spill.to {
+                SpillTo::Plain(to) => spill.failed.is_none().then(|| to(self.buf)),
+                SpillTo::Timestamped { times, to } => {
+                    let stamped = self.stamps.as_deref().map_or(0, Vec::len);
+                    if times.len() + stamped != self.buf.len() {
+                        // A record without a timestamp yet (see `timestamped_spilling`).
+                        self.buf.reserve(1);
+                        return;
+                    }
+                    if let Some(stamps) = self.stamps.as_deref_mut() {
+                        times.extend(stamps.drain(..).map(|(_, t)| t));
+                    }
+                    let sent = spill.failed.is_none().then(|| to(self.buf, times));
+                    times.clear();
+                    sent
                 }
+            };
+            if let Some(Err(e)) = sent {
+                spill.failed = Some(e);
             }
             self.buf.clear();
         }
@@ -157,6 +230,10 @@ impl<'a, O> Collector<'a, O> {
     /// event-time place as the on-time one.
     #[inline]
     pub(crate) fn collect_at(&mut self, record: O, timestamp: u64) {
+        // As in `collect`: where a spilling collector hands its full batch on.
+        if self.buf.len() == self.buf.capacity() {
+            self.full();
+        }
         if let Some(stamps) = self.stamps.as_deref_mut() {
             stamps.push((self.buf.len(), timestamp));
         }

@@ -288,8 +288,22 @@ where
                 let mut ctx = KeyedEndContext {
                     backend: &mut self.backend,
                 };
-                let mut out = Collector::timestamped(&mut self.out, &mut self.stamps);
-                let Some(time) = self.f.on_watermark(watermark, &mut ctx, &mut out)? else {
+                // A window fired for all its keys may hold every key of the subtask: its
+                // results go downstream a batch at a time as they are emitted, never
+                // buffered whole (`self.out_timestamps`: those of the records left in
+                // `self.out` by the window before, all stamped).
+                let next = &mut self.next;
+                let mut downstream =
+                    |batch: &mut Vec<O>, times: &mut Vec<u64>| next.push_timestamped(batch, times);
+                let mut out = Collector::timestamped_spilling(
+                    &mut self.out,
+                    &mut self.stamps,
+                    &mut self.out_timestamps,
+                    &mut downstream,
+                );
+                let fired = self.f.on_watermark(watermark, &mut ctx, &mut out)?;
+                out.spilled()?;
+                let Some(time) = fired else {
                     break;
                 };
                 stamp(
@@ -330,5 +344,245 @@ where
     }
     fn on_watermark_status(&mut self, status: WatermarkStatus) -> Result<()> {
         self.next.on_watermark_status(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::runtime::functions::CheckpointedFunction;
+    use crate::state::keyed::StateBackendKind;
+
+    /// A batch that reached the end of the chain: records and their timestamps.
+    type Batch = (Vec<u64>, Vec<u64>);
+
+    /// The batches that reached the end of the chain.
+    type Sent = Arc<Mutex<Vec<Batch>>>;
+
+    /// The end of the chain: keeps each timestamped batch as it arrives.
+    struct Batches(Sent);
+
+    impl Output<u64> for Batches {
+        fn push(&mut self, _: &mut Vec<u64>) -> Result<()> {
+            panic!("a window's results carry timestamps");
+        }
+        fn push_timestamped(&mut self, batch: &mut Vec<u64>, ts: &mut Vec<u64>) -> Result<()> {
+            let b = (std::mem::take(batch), std::mem::take(ts));
+            self.0.lock().unwrap().push(b);
+            Ok(())
+        }
+        fn on_watermark(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn on_watermark_status(&mut self, _: WatermarkStatus) -> Result<()> {
+            Ok(())
+        }
+        fn snapshot(&mut self, _: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn end_of_input(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn notify_complete(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn notify_aborted(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn on_processing_time(&mut self, _: u64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Fires one group of results per `on_watermark` call, as the window operator fires a
+    /// window: `groups[i]` is (records, their timestamp, emitted with `collect_at`); the
+    /// records are numbered on from the previous group's. Notes how many batches had gone
+    /// downstream when each call returned.
+    #[derive(Clone)]
+    struct Groups {
+        groups: Vec<(u64, u64, bool)>,
+        next: usize,
+        emitted: u64,
+        sent: Sent,
+        sent_at_return: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl CheckpointedFunction for Groups {}
+
+    impl KeyedProcessFunction<u64, u64, u64> for Groups {
+        fn open(&mut self, _: &mut KeyedStateStore<'_, u64>) -> Result<()> {
+            Ok(())
+        }
+        fn process(
+            &mut self,
+            _: u64,
+            _: &mut KeyedContext<'_, u64>,
+            _: &mut Collector<'_, u64>,
+        ) -> Result<()> {
+            Ok(())
+        }
+        fn on_watermark(
+            &mut self,
+            _: u64,
+            _: &mut KeyedEndContext<'_, u64>,
+            out: &mut Collector<'_, u64>,
+        ) -> Result<Option<u64>> {
+            let Some(&(n, time, own)) = self.groups.get(self.next) else {
+                return Ok(None);
+            };
+            self.next += 1;
+            for _ in 0..n {
+                match own {
+                    true => out.collect_at(self.emitted, time),
+                    false => out.collect(self.emitted),
+                }
+                self.emitted += 1;
+            }
+            let sent = self.sent.lock().unwrap().len();
+            self.sent_at_return.lock().unwrap().push(sent);
+            Ok(Some(time))
+        }
+    }
+
+    /// Fires `groups` at one watermark; returns the batches sent and, per group, how many
+    /// had been sent when its firing returned.
+    fn fire(groups: Vec<(u64, u64, bool)>) -> (Vec<Batch>, Vec<usize>) {
+        let sent = Sent::default();
+        let sent_at_return = Arc::new(Mutex::new(Vec::new()));
+        let f = Groups {
+            groups,
+            next: 0,
+            emitted: 0,
+            sent: sent.clone(),
+            sent_at_return: sent_at_return.clone(),
+        };
+        let ctx = OperatorContext {
+            uid: "groups".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 16,
+            restored: false,
+            operator_state: Default::default(),
+            keyed_state: Default::default(),
+            restored_chain: None,
+            job_name: "test".into(),
+            state_backend: StateBackendKind::Memory,
+        };
+        let key = |r: &u64| *r;
+        let mut op =
+            KeyedProcessOp::new::<u64>(f, key, ctx, Box::new(Batches(sent.clone()))).unwrap();
+        Output::<u64>::on_watermark(&mut op, 1000).unwrap();
+        let sent = std::mem::take(&mut *sent.lock().unwrap());
+        let at_return = std::mem::take(&mut *sent_at_return.lock().unwrap());
+        (sent, at_return)
+    }
+
+    #[test]
+    fn a_fired_windows_results_go_downstream_in_batches_before_its_firing_returns() {
+        let n = 3 * BATCH_SIZE as u64 + 5;
+        let (sent, at_return) = fire(vec![(n, 999, true)]);
+        assert_eq!(
+            at_return,
+            [3],
+            "the window's results were buffered whole before going downstream"
+        );
+        assert!(sent
+            .iter()
+            .all(|(b, t)| b.len() <= BATCH_SIZE && t.len() == b.len()));
+        let records: Vec<u64> = sent.iter().flat_map(|(b, _)| b.clone()).collect();
+        assert_eq!(records, (0..n).collect::<Vec<_>>());
+        assert!(sent.iter().all(|(_, t)| t.iter().all(|&t| t == 999)));
+    }
+
+    #[test]
+    fn the_window_operator_fires_a_pane_a_batch_at_a_time() {
+        use crate::runtime::windows::operator::{ReduceAggregate, WindowAggregate};
+        use crate::runtime::windows::{TimeWindow, TumblingEventTimeWindows};
+        let add: fn(u64, u64) -> u64 = |a, b| a + b;
+        let sent = Sent::default();
+        // Called for each key as the pane fires: notes the batches gone downstream by then.
+        let sent_during = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let key_of = {
+            let (sent, during) = (sent.clone(), sent_during.clone());
+            move |k: &u64, _: TimeWindow, _: u64| {
+                let n = sent.lock().unwrap().len();
+                during.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                *k
+            }
+        };
+        let window = TumblingEventTimeWindows::of(std::time::Duration::from_secs(1)).unwrap();
+        let f = WindowAggregate::new(window, ReduceAggregate(add), key_of);
+        let ctx = OperatorContext {
+            uid: "window".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 16,
+            restored: false,
+            operator_state: Default::default(),
+            keyed_state: Default::default(),
+            restored_chain: None,
+            job_name: "test".into(),
+            state_backend: StateBackendKind::Memory,
+        };
+        let key = |r: &u64| *r;
+        let next = Box::new(Batches(sent.clone()));
+        let mut op = KeyedProcessOp::new::<u64>(f, key, ctx, next).unwrap();
+        // One pane of the window [0, 1000) holding 3 batches and a bit of keys.
+        let n = 3 * BATCH_SIZE as u64 + 5;
+        let (mut records, mut ts): (Vec<u64>, Vec<u64>) = (0..n).map(|k| (k, 500)).unzip();
+        Output::<u64>::push_timestamped(&mut op, &mut records, &mut ts).unwrap();
+        Output::<u64>::on_watermark(&mut op, 999).unwrap();
+        // Handed on as they filled batches, while the pane was still firing.
+        assert_eq!(
+            sent_during.load(std::sync::atomic::Ordering::Relaxed),
+            3,
+            "the pane's results were buffered whole before going downstream"
+        );
+        let sent = std::mem::take(&mut *sent.lock().unwrap());
+        assert!(sent
+            .iter()
+            .all(|(b, t)| b.len() <= BATCH_SIZE && t.len() == b.len()));
+        let mut keys: Vec<u64> = sent.iter().flat_map(|(b, _)| b.clone()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, (0..n).collect::<Vec<_>>());
+        assert!(sent.iter().all(|(_, t)| t.iter().all(|&t| t == 999)));
+    }
+
+    #[test]
+    fn results_left_by_an_earlier_window_and_unstamped_ones_keep_their_timestamps() {
+        let b = BATCH_SIZE as u64;
+        // 100 results left over from the first window (less than a batch), a window of
+        // 2 batches and a half stamped by the function, then one of 2 batches emitted
+        // without a timestamp of their own (buffered until its firing returns).
+        let groups = vec![
+            (100, 10, true),
+            (2 * b + b / 2, 20, true),
+            (2 * b, 30, false),
+        ];
+        let (sent, at_return) = fire(groups);
+        assert_eq!(at_return, [0, 2, 2]);
+        assert!(sent
+            .iter()
+            .all(|(b, t)| b.len() <= BATCH_SIZE && t.len() == b.len()));
+        let (mut records, mut times) = (Vec::new(), Vec::new());
+        for (b, t) in sent {
+            records.extend(b);
+            times.extend(t);
+        }
+        let total = 100 + 2 * b + b / 2 + 2 * b;
+        assert_eq!(records, (0..total).collect::<Vec<_>>());
+        let want: Vec<u64> = (0..total)
+            .map(|i| match i {
+                i if i < 100 => 10,
+                i if i < 100 + 2 * b + b / 2 => 20,
+                _ => 30,
+            })
+            .collect();
+        assert_eq!(times, want);
     }
 }

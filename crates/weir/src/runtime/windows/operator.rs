@@ -218,7 +218,11 @@ where
                     start: end.saturating_sub(size),
                     end,
                 };
-                out.collect(window_fn(key, window, aggregate.get_result(acc)));
+                // Stamped here (the window's last millisecond, which `fire_next_window`
+                // returns too) rather than after the call: the keyed operator hands the
+                // results downstream as they fill batches, before the call returns.
+                let result = window_fn(key, window, aggregate.get_result(acc));
+                out.collect_at(result, end.saturating_sub(1));
             }),
         )
     }
