@@ -355,6 +355,23 @@ mod tests {
     use crate::runtime::functions::CheckpointedFunction;
     use crate::state::keyed::StateBackendKind;
 
+    /// The context of a fresh (not restored) subtask 0 of 1 of operator `uid`, over 16 key
+    /// groups on the memory backend.
+    fn ctx(uid: &str) -> OperatorContext {
+        OperatorContext {
+            uid: uid.into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 16,
+            restored: false,
+            operator_state: Default::default(),
+            keyed_state: Default::default(),
+            restored_chain: None,
+            job_name: "test".into(),
+            state_backend: StateBackendKind::Memory,
+        }
+    }
+
     /// A batch that reached the end of the chain: records and their timestamps.
     type Batch = (Vec<u64>, Vec<u64>);
 
@@ -461,18 +478,7 @@ mod tests {
             sent: sent.clone(),
             sent_at_return: sent_at_return.clone(),
         };
-        let ctx = OperatorContext {
-            uid: "groups".into(),
-            subtask: 0,
-            parallelism: 1,
-            max_parallelism: 16,
-            restored: false,
-            operator_state: Default::default(),
-            keyed_state: Default::default(),
-            restored_chain: None,
-            job_name: "test".into(),
-            state_backend: StateBackendKind::Memory,
-        };
+        let ctx = ctx("groups");
         let key = |r: &u64| *r;
         let mut op =
             KeyedProcessOp::new::<u64>(f, key, ctx, Box::new(Batches(sent.clone()))).unwrap();
@@ -517,18 +523,7 @@ mod tests {
         };
         let window = TumblingEventTimeWindows::of(std::time::Duration::from_secs(1)).unwrap();
         let f = WindowAggregate::new(window, ReduceAggregate(add), key_of);
-        let ctx = OperatorContext {
-            uid: "window".into(),
-            subtask: 0,
-            parallelism: 1,
-            max_parallelism: 16,
-            restored: false,
-            operator_state: Default::default(),
-            keyed_state: Default::default(),
-            restored_chain: None,
-            job_name: "test".into(),
-            state_backend: StateBackendKind::Memory,
-        };
+        let ctx = ctx("window");
         let key = |r: &u64| *r;
         let next = Box::new(Batches(sent.clone()));
         let mut op = KeyedProcessOp::new::<u64>(f, key, ctx, next).unwrap();
