@@ -118,6 +118,7 @@ impl<K: Key, S: StateValue> DiskTier<K, S> {
             sets,
             captured,
             groups: std::sync::OnceLock::new(),
+            snapshot: std::sync::OnceLock::new(),
             _s: std::marker::PhantomData,
         })))
     }

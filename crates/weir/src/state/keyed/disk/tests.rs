@@ -3,6 +3,7 @@
 //! is pending, and one nobody read is not lost.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::*;
 use crate::state::cow_map::CowMap;
@@ -640,3 +641,89 @@ fn a_restore_with_ttl_passes_the_filter() {
 
 #[path = "bulk_tests.rs"]
 mod bulk_tests;
+
+/// Every entry of a delta view: each key with its value, `None` for a delete.
+fn read_delta(view: &dyn TableSnapshot) -> BTreeMap<u64, Option<u64>> {
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let mut groups = vec![Vec::new(); 16];
+    view.encode_groups(16, range, &mut groups).unwrap();
+    let mut out = BTreeMap::new();
+    for g in groups {
+        let mut rest: &[u8] = &g;
+        while !rest.is_empty() {
+            let ((k, v), after): ((u64, Option<u64>), _) = postcard::take_from_bytes(rest).unwrap();
+            out.insert(k, v);
+            rest = after;
+        }
+    }
+    out
+}
+
+/// The live LSM's value of `k` (not a snapshot's).
+fn live(t: &DiskTier<u64, u64>, k: u64) -> Option<u64> {
+    let mut key = Vec::new();
+    t.encode_key(&k, &mut key).unwrap();
+    let v = t.ks.get(&key).unwrap()?;
+    Some(postcard::from_bytes(&v).unwrap())
+}
+
+#[test]
+fn a_delta_is_written_from_its_barriers_encoded_write_back_and_the_commit_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DiskOptions {
+        cache_entries: 8,
+        block_cache_bytes: 1 << 20,
+        incremental: true,
+        ..DiskOptions::new(dir.path())
+    };
+    let store = DiskStore::open(options).unwrap();
+    let (mut t, mut map) = (store.tier::<u64, u64>(0, 16).unwrap(), CowMap::default());
+    for k in 0..8 {
+        put(&mut t, &mut map, k, k);
+    }
+    // A full cache: 0..8 are written back (and recorded as changed) before 100 comes in.
+    put(&mut t, &mut map, 100, 100);
+    assert_eq!(written(&t), 8);
+    for k in 0..3 {
+        put(&mut t, &mut map, k, 50 + k);
+    }
+    delete(&mut t, &mut map, 4);
+    // The barrier: the changes since the last snapshot, then the delta's view.
+    let set = t
+        .take_changes(&mut map, None)
+        .unwrap()
+        .expect("incremental");
+    let range = KeyGroupRange { start: 0, end: 16 };
+    let view = t
+        .delta_snapshot(&mut map, None, vec![Arc::new(set)], range)
+        .unwrap()
+        .expect("keys changed");
+    // Writes after the barrier change neither the delta nor, before the commit, the LSM.
+    put(&mut t, &mut map, 1, 99);
+    let mut want: BTreeMap<u64, Option<u64>> = (0..8).map(|k| (k, Some(k))).collect();
+    want.extend((0..3).map(|k| (k, Some(50 + k))));
+    want.insert(4, None);
+    want.insert(100, Some(100));
+    assert_eq!(
+        read_delta(&*view),
+        want,
+        "the delta is the state at its barrier"
+    );
+    assert_eq!(
+        live(&t, 0),
+        Some(0),
+        "the delta waited for the commit of its barrier's write-back"
+    );
+    assert_eq!(
+        t.pending.len(),
+        2,
+        "the barrier's write-back is still pending"
+    );
+    // Dropped off a writer thread (nothing to acknowledge): the commit runs now.
+    drop(view);
+    assert_eq!(live(&t, 0), Some(50), "the commit followed the delta");
+    assert_eq!(live(&t, 4), None);
+    assert_eq!(live(&t, 100), Some(100));
+    assert_eq!(get(&mut t, &mut map, 1), Some(99));
+    assert_eq!(get(&mut t, &mut map, 4), None);
+}

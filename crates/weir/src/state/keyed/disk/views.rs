@@ -100,6 +100,8 @@ pub(super) struct DeltaView<S> {
     pub(super) captured: Option<Arc<DeferredKeys>>,
     /// Built by the writer at the first shard, off the processing thread.
     pub(super) groups: std::sync::OnceLock<Groups>,
+    /// The LSM snapshot the lookups read, taken at the first shard ([`DeltaView::snapshot`]).
+    pub(super) snapshot: std::sync::OnceLock<fjall::Snapshot>,
     pub(super) _s: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -151,6 +153,31 @@ impl<S: StateValue> DeltaView<S> {
         Ok(self.groups.get_or_init(|| Groups { lookups, entries }))
     }
 
+    /// The LSM snapshot the lookups read, with [`Groups`] built. Where the delta holds its
+    /// barrier write-back's entries, that write-back need only be *encoded*: the lookups
+    /// are of other keys, whose values it does not change, so the snapshot is taken before
+    /// its commit ([`Pinned::encoded`]) and the commit — the memtable inserts, about half
+    /// of the write-back — runs after the checkpoint is acknowledged (on drop). Otherwise
+    /// the snapshot pinned after the commit, as a full view reads.
+    fn snapshot(&self) -> Result<(&fjall::Snapshot, &Groups)> {
+        if let Some(snapshot) = self.snapshot.get() {
+            return Ok((snapshot, self.groups()?));
+        }
+        let snapshot = match &self.captured {
+            Some(own) => {
+                let before = self.pinned.encoded(own)?;
+                if self.groups()?.entries.is_some() {
+                    before
+                } else {
+                    self.pinned.pinned()?.clone()
+                }
+            }
+            None => self.pinned.pinned()?.clone(),
+        };
+        let snapshot = self.snapshot.get_or_init(|| snapshot);
+        Ok((snapshot, self.groups()?))
+    }
+
     /// Whether an LSM value is live at the snapshot's time (always, without TTL).
     fn live(&self, value: &[u8]) -> Result<bool> {
         let Some((cfg, now)) = &self.ttl else {
@@ -192,9 +219,9 @@ impl<S: StateValue> TableSnapshot for DeltaView<S> {
         use fjall::Readable;
         let g = self.range.start + shard as u32;
         let mut out = EncodedShard::default();
-        // First: it runs the barrier's write-back, which fills what `groups` reads.
-        let snapshot = self.pinned.pinned()?;
-        let groups = self.groups()?;
+        // First: it runs (or encodes) the barrier's write-back, which fills what `groups`
+        // reads.
+        let (snapshot, groups) = self.snapshot()?;
         let mut entries = groups
             .entries
             .as_ref()
@@ -225,5 +252,18 @@ impl<S: StateValue> TableSnapshot for DeltaView<S> {
             out.runs.push((g, out.bytes.len()));
         }
         Ok(out)
+    }
+}
+
+impl<S> Drop for DeltaView<S> {
+    /// The barrier's write-back, maybe only encoded for the delta, is committed once the
+    /// checkpoint is acknowledged; until then the tier keeps it pending, so whoever needs it
+    /// first (the processing thread's next write to the LSM, the next barrier's write-back)
+    /// still runs it. A failed commit poisons the tier as a failed write-back always does.
+    fn drop(&mut self) {
+        let pinned = self.pinned.clone();
+        crate::checkpoint::writer::after_ack(move || {
+            let _ = pinned.pinned();
+        });
     }
 }

@@ -40,10 +40,32 @@ pub(super) trait Pinned: Send + Sync {
     /// The LSM snapshot at the barrier, after running the write-back (and every earlier one
     /// of its tier) if nobody has yet.
     fn pinned(&self) -> Result<&fjall::Snapshot>;
+
+    /// For a delta that holds the entries of `own` (its barrier's write-back) as that
+    /// write-back encoded them: every earlier write-back of the tier run, `own` *encoded*
+    /// (its keys and entries filled) but not necessarily committed, and an LSM snapshot
+    /// right for every key but `own`'s — the delta takes those from the entries. The
+    /// commit, about half of a write-back's CPU (the memtable inserts), then runs after the
+    /// checkpoint is acknowledged ([`crate::checkpoint::writer::after_ack`]) instead of
+    /// before. Where `own` is not this chain's newest write-back with entries, the same as
+    /// [`Pinned::pinned`].
+    fn encoded(&self, own: &Arc<DeferredKeys>) -> Result<fjall::Snapshot>;
+}
+
+/// Where a write-back stands before it is done.
+enum Stage<K, S> {
+    /// Frozen at the barrier, nothing encoded yet.
+    Frozen(Work<K, S>),
+    /// Every earlier write-back ran and this one's batch is encoded (its keys and delta
+    /// entries filled, the cache's shards let go): only the commit (of the batch and its
+    /// bytes; `None`: nothing was dirty) is left.
+    Encoded(Option<(fjall::OwnedWriteBatch, usize)>),
+    /// Taken by a run that panicked (the lock was poisoned).
+    Gone,
 }
 
 /// What a write-back writes: taken out (and dropped, letting go of the cache's shards) when
-/// it runs.
+/// it is encoded.
 struct Work<K, S> {
     /// The tier's previous write-back, if it had not run at the freeze: runs first.
     prev: Option<Arc<WriteBack<K, S>>>,
@@ -67,7 +89,9 @@ pub(super) struct WriteBack<K, S> {
     /// The keys dirty at the barrier: present in the frozen cache, a put; absent, a delete.
     /// Read by the processing thread's loads while the write-back is pending.
     pub(super) dirty: FxHashSet<K>,
-    work: Mutex<Option<Work<K, S>>>,
+    /// With incremental checkpoints: the LSM keys it writes (the same `Arc` as the work's).
+    keys: Option<Arc<DeferredKeys>>,
+    work: Mutex<Stage<K, S>>,
     /// The LSM snapshot taken right after the batch, or why the write-back failed.
     done: OnceLock<std::result::Result<fjall::Snapshot, String>>,
 }
@@ -99,7 +123,8 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
             max_parallelism: target.max_parallelism,
             ttl,
             dirty,
-            work: Mutex::new(Some(Work {
+            keys: keys.clone(),
+            work: Mutex::new(Stage::Frozen(Work {
                 prev,
                 map,
                 stamps,
@@ -118,19 +143,20 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
     /// previous one of its tier first; returns the snapshot pinned right after it.
     pub(super) fn run(&self) -> Result<&fjall::Snapshot> {
         if self.done.get().is_none() {
-            let mut work = self.work.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stage = self.work.lock().unwrap_or_else(|p| p.into_inner());
             if self.done.get().is_none() {
-                let result = match work.take() {
-                    Some(w) => self
-                        .write(w)
-                        .map(|()| self.store.db.snapshot())
-                        .map_err(|e| e.to_string()),
-                    // Only after a panic inside `write` (the lock was poisoned).
-                    None => Err("a write-back of keyed state failed earlier".into()),
-                };
-                let _ = self.done.set(result);
+                let result = self
+                    .encode(&mut stage)
+                    .and_then(|()| self.commit(&mut stage))
+                    .map(|()| self.store.db.snapshot());
+                let _ = self.done.set(result.map_err(|e| e.to_string()));
             }
         }
+        self.result()
+    }
+
+    /// The outcome of a write-back that ran.
+    fn result(&self) -> Result<&fjall::Snapshot> {
         match self.done.get() {
             Some(Ok(snapshot)) => Ok(snapshot),
             Some(Err(e)) => Err(lsm_error(&self.store.dir, e)),
@@ -141,14 +167,75 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
         }
     }
 
-    /// Puts or deletes every frozen dirty key in one batch.
-    fn write(&self, w: Work<K, S>) -> Result<()> {
+    /// Encodes the batch unless it is (see [`Stage`]); a failure is the write-back's result.
+    fn encode(&self, stage: &mut Stage<K, S>) -> Result<()> {
+        if let Stage::Frozen(_) = stage {
+            let Stage::Frozen(work) = std::mem::replace(stage, Stage::Gone) else {
+                unreachable!("matched above")
+            };
+            match self.write(work) {
+                Ok(batch) => *stage = Stage::Encoded(batch),
+                Err(e) => {
+                    let _ = self.done.set(Err(e.to_string()));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits an encoded batch (an empty write-back has none left: it commits nothing).
+    fn commit(&self, stage: &mut Stage<K, S>) -> Result<()> {
+        match std::mem::replace(stage, Stage::Gone) {
+            Stage::Encoded(Some((batch, bytes))) => self.store.commit(&self.ks, batch, bytes),
+            Stage::Encoded(None) => Ok(()),
+            // Only after a panic inside `encode` or `commit` (the lock was poisoned).
+            Stage::Frozen(_) | Stage::Gone => Err(lsm_error(
+                &self.store.dir,
+                "a write-back of keyed state failed earlier",
+            )),
+        }
+    }
+
+    /// See [`Pinned::encoded`].
+    fn encoded_snapshot(&self, own: &Arc<DeferredKeys>) -> Result<fjall::Snapshot> {
+        if self.done.get().is_some() {
+            return self.result().cloned();
+        }
+        let mut stage = self.work.lock().unwrap_or_else(|p| p.into_inner());
+        if self.done.get().is_some() {
+            return self.result().cloned();
+        }
+        if self.keys.as_ref().is_some_and(|k| Arc::ptr_eq(k, own)) {
+            self.encode(&mut stage)?;
+            // Taken under the lock: nothing reaches the tier's keys in the LSM until this
+            // commit ran (the processing thread settles first, which waits for the lock).
+            return Ok(self.store.db.snapshot());
+        }
+        // An empty write-back (the delta's own freeze, after its barrier's): its previous
+        // one is the barrier's.
+        if let Stage::Frozen(work) = &*stage {
+            if work.map.is_none() {
+                if let Some(prev) = work.prev.clone() {
+                    drop(stage);
+                    return prev.encoded_snapshot(own);
+                }
+            }
+        }
+        drop(stage);
+        self.run().cloned()
+    }
+
+    /// Encodes every frozen dirty key, a put or a delete, into one batch (after running the
+    /// previous write-back): the batch and its bytes, for [`WriteBack::commit`] (`None`:
+    /// nothing was dirty).
+    fn write(&self, w: Work<K, S>) -> Result<Option<(fjall::OwnedWriteBatch, usize)>> {
         if let Some(prev) = &w.prev {
             prev.run()?;
         }
         drop(w.prev);
         let Some(map) = w.map else {
-            return Ok(());
+            return Ok(None);
         };
         let track = w.keys.is_some();
         let mut recorded = Vec::with_capacity(if track { self.dirty.len() } else { 0 });
@@ -183,14 +270,13 @@ impl<K: Key, S: StateValue> WriteBack<K, S> {
                 }
             },
         )?;
-        self.store.commit(&self.ks, batch, bytes)?;
         // Let go of the cache's shards before the slow part is over for the caller.
         drop(map);
         drop(w.stamps);
         if let Some(keys) = w.keys {
             keys.fill(recorded, entries);
         }
-        Ok(())
+        Ok(Some((batch, bytes)))
     }
 }
 
@@ -256,6 +342,10 @@ fn order_prefix(key: &[u8]) -> u64 {
 impl<K: Key, S: StateValue> Pinned for WriteBack<K, S> {
     fn pinned(&self) -> Result<&fjall::Snapshot> {
         self.run()
+    }
+
+    fn encoded(&self, own: &Arc<DeferredKeys>) -> Result<fjall::Snapshot> {
+        self.encoded_snapshot(own)
     }
 }
 
