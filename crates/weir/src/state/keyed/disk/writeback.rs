@@ -21,6 +21,12 @@
 //!   reaches the state's view; the processing thread runs it (or waits for it) only when it
 //!   must write to the LSM itself (a full cache, a cleared pane, end of input). Nothing is
 //!   lost if no view ever reads it (an aborted checkpoint): the tier keeps it pending.
+//! * **Encoded, then committed.** A run has two steps ([`Stage`]): encode (the earlier
+//!   write-backs run, the dirty keys sorted into a batch, the delta's keys and entries
+//!   filled, the cache's shards let go) and commit (the batch into the memtable). A delta
+//!   holding this write-back's entries reads only after the first ([`Pinned::encoded`]);
+//!   the commit then runs after its checkpoint is acknowledged, and until it has, the
+//!   write-back stays pending like any other.
 //! * **A failed write-back poisons the tier:** it stays pending with its error, so every
 //!   later snapshot of the tier and every later LSM write fails (the task restarts from its
 //!   last checkpoint) rather than going on without the writes it lost.
