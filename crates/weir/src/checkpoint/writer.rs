@@ -602,7 +602,6 @@ mod keyed;
 mod pool;
 
 use keyed::{stream_keyed, SPILL_BUDGET};
-pub(crate) use pool::after_ack;
 pub use pool::{spawn_writers, SnapshotWritten};
 
 #[cfg(test)]

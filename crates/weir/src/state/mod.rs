@@ -16,6 +16,7 @@
 //! How state is stored, snapshotted and restored (the state tables, the copy-on-write map,
 //! the snapshot structures) is internal and may change.
 
+pub(crate) mod after_ack;
 pub(crate) mod broadcast;
 // A self-contained data structure whose full API (len, get, iter…) its unit tests use.
 pub(crate) mod cow_map;

@@ -262,7 +262,7 @@ impl<S> Drop for DeltaView<S> {
     /// still runs it. A failed commit poisons the tier as a failed write-back always does.
     fn drop(&mut self) {
         let pinned = self.pinned.clone();
-        crate::checkpoint::writer::after_ack(move || {
+        crate::state::after_ack::after_ack(move || {
             let _ = pinned.pinned();
         });
     }

@@ -52,7 +52,7 @@ pub(super) trait Pinned: Send + Sync {
     /// (its keys and entries filled) but not necessarily committed, and an LSM snapshot
     /// right for every key but `own`'s — the delta takes those from the entries. The
     /// commit, about half of a write-back's CPU (the memtable inserts), then runs after the
-    /// checkpoint is acknowledged ([`crate::checkpoint::writer::after_ack`]) instead of
+    /// checkpoint is acknowledged ([`crate::state::after_ack`]) instead of
     /// before. Where `own` is not this chain's newest write-back with entries, the same as
     /// [`Pinned::pinned`].
     fn encoded(&self, own: &Arc<DeferredKeys>) -> Result<fjall::Snapshot>;
