@@ -719,8 +719,15 @@ fn a_delta_is_written_from_its_barriers_encoded_write_back_and_the_commit_follow
         2,
         "the barrier's write-back is still pending"
     );
-    // Dropped off a writer thread (nothing to acknowledge): the commit runs now.
+    // Dropped on a writer thread: the commit waits for the acknowledgement, then follows.
+    crate::state::after_ack::hold_on_this_thread();
     drop(view);
+    assert_eq!(
+        live(&t, 0),
+        Some(0),
+        "the commit ran before the acknowledgement"
+    );
+    crate::state::after_ack::stop_holding();
     assert_eq!(live(&t, 0), Some(50), "the commit followed the delta");
     assert_eq!(live(&t, 4), None);
     assert_eq!(live(&t, 100), Some(100));

@@ -257,13 +257,23 @@ impl<S: StateValue> TableSnapshot for DeltaView<S> {
 
 impl<S> Drop for DeltaView<S> {
     /// The barrier's write-back, maybe only encoded for the delta, is committed once the
-    /// checkpoint is acknowledged; until then the tier keeps it pending, so whoever needs it
-    /// first (the processing thread's next write to the LSM, the next barrier's write-back)
-    /// still runs it. A failed commit poisons the tier as a failed write-back always does.
+    /// checkpoint is acknowledged, by the writer thread that wrote the delta
+    /// ([`after_ack`](crate::state::after_ack::after_ack)); until then the tier keeps it
+    /// pending, so whoever needs it first (the processing thread's next write to the LSM,
+    /// the next barrier's write-back) runs it — and one dropped elsewhere (a failure, a
+    /// shutdown) or while unwinding is left to them. A commit that panics inside the LSM
+    /// poisons the write-back, which then fails every later access to the tier with an
+    /// error, as a failed write-back always does; the writer thread goes on.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         let pinned = self.pinned.clone();
         crate::state::after_ack::after_ack(move || {
-            let _ = pinned.pinned();
+            let run = std::panic::AssertUnwindSafe(|| {
+                let _ = pinned.pinned();
+            });
+            let _ = std::panic::catch_unwind(run);
         });
     }
 }
