@@ -50,6 +50,12 @@ fn written(t: &DiskTier<u64, u64>) -> usize {
 
 /// Every entry of a view.
 fn read(view: &dyn TableSnapshot) -> BTreeMap<u64, u64> {
+    read_as(view)
+}
+
+/// Every entry of a view, each value decoded as `V` (`Option<u64>` for a delta's, `None` a
+/// delete).
+fn read_as<V: serde::de::DeserializeOwned>(view: &dyn TableSnapshot) -> BTreeMap<u64, V> {
     let range = KeyGroupRange { start: 0, end: 16 };
     let mut groups = vec![Vec::new(); 16];
     view.encode_groups(16, range, &mut groups).unwrap();
@@ -57,7 +63,7 @@ fn read(view: &dyn TableSnapshot) -> BTreeMap<u64, u64> {
     for g in groups {
         let mut rest: &[u8] = &g;
         while !rest.is_empty() {
-            let ((k, v), after): ((u64, u64), _) = postcard::take_from_bytes(rest).unwrap();
+            let ((k, v), after): ((u64, V), _) = postcard::take_from_bytes(rest).unwrap();
             out.insert(k, v);
             rest = after;
         }
@@ -642,23 +648,6 @@ fn a_restore_with_ttl_passes_the_filter() {
 #[path = "bulk_tests.rs"]
 mod bulk_tests;
 
-/// Every entry of a delta view: each key with its value, `None` for a delete.
-fn read_delta(view: &dyn TableSnapshot) -> BTreeMap<u64, Option<u64>> {
-    let range = KeyGroupRange { start: 0, end: 16 };
-    let mut groups = vec![Vec::new(); 16];
-    view.encode_groups(16, range, &mut groups).unwrap();
-    let mut out = BTreeMap::new();
-    for g in groups {
-        let mut rest: &[u8] = &g;
-        while !rest.is_empty() {
-            let ((k, v), after): ((u64, Option<u64>), _) = postcard::take_from_bytes(rest).unwrap();
-            out.insert(k, v);
-            rest = after;
-        }
-    }
-    out
-}
-
 /// The live LSM's value of `k` (not a snapshot's).
 fn live(t: &DiskTier<u64, u64>, k: u64) -> Option<u64> {
     let mut key = Vec::new();
@@ -705,7 +694,7 @@ fn a_delta_is_written_from_its_barriers_encoded_write_back_and_the_commit_follow
     want.insert(4, None);
     want.insert(100, Some(100));
     assert_eq!(
-        read_delta(&*view),
+        read_as::<Option<u64>>(&*view),
         want,
         "the delta is the state at its barrier"
     );
