@@ -116,6 +116,11 @@ pub struct RunFlags {
     /// Abort a checkpoint that takes longer than this.
     #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
     pub checkpoint_timeout: Duration,
+    /// Buffer debloating: under backpressure, batches are cut so that the records in flight
+    /// on a channel take its consumer about this long (e.g. 10ms, 50ms), which is what an
+    /// aligned checkpoint's barrier waits behind; `off` sends full batches always.
+    #[arg(long, default_value = "10ms", value_parser = parse_debloat)]
+    pub buffer_debloat_target: Interval,
     /// Minimum pause between the end of one checkpoint and the start of the next.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub min_pause: Duration,
@@ -301,6 +306,21 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
         return Err("must be longer than 0 (e.g. 200ms, 10s, 10m)".into());
     }
     Ok(d)
+}
+
+/// `--buffer-debloat-target`: a positive duration, or `off`.
+fn parse_debloat(s: &str) -> Result<Interval, String> {
+    if s == "off" {
+        return Ok(Interval(None));
+    }
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration like 10ms or 50ms ({e}), nor `off`"))?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}' is no target: use `off` to turn debloating off"
+        ));
+    }
+    Ok(Interval(Some(d)))
 }
 
 fn parse_interval(s: &str) -> Result<Interval, String> {
@@ -489,6 +509,7 @@ impl RunFlags {
         c.restore = self.restore_from();
         c.allow_non_restored_state = self.allow_non_restored_state;
         c.auto_watermark_interval = self.auto_watermark_interval;
+        c.buffer_debloat_target = self.buffer_debloat_target.0;
         self.control.apply(&mut c);
         c.restart = match self.restart_strategy {
             Restart::None => RestartStrategy::None,
@@ -553,6 +574,21 @@ mod tests {
             .try_get_matches_from(std::iter::once("job").chain(args.iter().copied()))
             .unwrap();
         RunFlags::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn buffer_debloating_is_on_at_10ms_by_default_and_off_or_a_positive_target_by_flag() {
+        let cfg = |args: &[&str]| parse(args).config("job", 128).buffer_debloat_target;
+        assert_eq!(cfg(&[]), Some(Duration::from_millis(10)));
+        assert_eq!(
+            cfg(&["--buffer-debloat-target", "50ms"]),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(cfg(&["--buffer-debloat-target", "off"]), None);
+        for bad in ["0ms", "soon"] {
+            let err = parse_debloat(bad).unwrap_err();
+            assert!(err.contains(bad) && err.contains("off"), "{err}");
+        }
     }
 
     #[test]

@@ -133,7 +133,13 @@ pub(crate) trait EdgeFactory {
         capacity: usize,
     ) -> Result<(Vec<AnyBox>, Vec<AnyBox>)>;
     /// The writer at the tail of a sending subtask.
-    fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox;
+    fn writer(
+        &self,
+        senders: AnyBox,
+        partitioning: Partitioning,
+        subtask: u32,
+        debloat: Option<crate::runtime::debloat::Debloat>,
+    ) -> AnyBox;
     /// The record type the edge carries: an unaligned job must be able to encode it.
     fn record_type(&self) -> (TypeId, &'static str);
     /// What a restore does with channel state of this edge's record type saved with
@@ -308,15 +314,24 @@ impl<T: Data> EdgeFactory for TypedEdge<T> {
         ))
     }
 
-    fn writer(&self, senders: AnyBox, partitioning: Partitioning, subtask: u32) -> AnyBox {
+    fn writer(
+        &self,
+        senders: AnyBox,
+        partitioning: Partitioning,
+        subtask: u32,
+        debloat: Option<crate::runtime::debloat::Debloat>,
+    ) -> AnyBox {
         let senders = *senders
             .downcast::<Vec<Outlet<T>>>()
             .expect("graph invariant: senders made by this edge");
-        let w: Box<dyn Output<T>> = match (partitioning, &self.keyed) {
+        let mut w: Box<dyn Output<T>> = match (partitioning, &self.keyed) {
             (Partitioning::KeyGroups, Some(make)) => make(senders, self.max_parallelism),
             (Partitioning::Broadcast, _) => Box::new(BroadcastWriter::new(senders)),
             _ => Box::new(RoutedWriter::new(senders, Rebalance::new(subtask as usize))),
         };
+        if let Some(d) = debloat {
+            w.set_debloat(d);
+        }
         Box::new(w)
     }
 

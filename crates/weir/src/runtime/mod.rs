@@ -44,6 +44,7 @@ pub mod codec;
 pub mod config;
 pub mod control;
 pub mod coordinator;
+pub mod debloat;
 pub mod event;
 #[cfg(feature = "cluster")]
 pub mod exchange;

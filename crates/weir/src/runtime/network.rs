@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::runtime::debloat::{Debloat, Debloater};
 use crate::runtime::event::{CheckpointBarrier, Event};
 use crate::runtime::output::{Output, TaskSnapshot};
 use crate::runtime::remote::Outlet;
@@ -111,6 +112,11 @@ struct Channels<T> {
     timestamps: Vec<Vec<u64>>,
     /// Whether the open batches carry timestamps.
     timestamped: bool,
+    /// Per channel, the records at which its open batch is sent: [`BATCH_SIZE`], or less
+    /// while buffer debloating shrinks the batches of a backpressured channel.
+    limits: Vec<usize>,
+    /// Buffer debloating ([`crate::runtime::debloat`]); `None`: every batch is full-size.
+    debloat: Option<Debloater>,
 }
 
 impl<T> Channels<T> {
@@ -120,6 +126,7 @@ impl<T> Channels<T> {
         // proportion to p × p (8.6 GB of u64 batches at p = 512) whatever the data.
         let buffers = senders.iter().map(|_| Vec::new()).collect();
         let timestamps = senders.iter().map(|_| Vec::new()).collect();
+        let n = senders.len();
         Channels {
             pending: senders.iter().map(|_| VecDeque::new()).collect(),
             credits: Vec::new(),
@@ -130,7 +137,24 @@ impl<T> Channels<T> {
             buffers,
             timestamps,
             timestamped: false,
+            limits: vec![BATCH_SIZE; n],
+            debloat: None,
         }
+    }
+
+    /// About one open batch per channel ([`Output::batch_hint`]): [`BATCH_SIZE`] unless
+    /// debloating cut the batches of some channel.
+    fn batch_hint(&self) -> usize {
+        match self.debloat {
+            None => BATCH_SIZE,
+            Some(_) => self.limits.iter().sum::<usize>().min(BATCH_SIZE),
+        }
+    }
+
+    /// Sizes batches by buffer debloating from now on.
+    fn set_debloat(&mut self, d: Debloat) {
+        let n = self.senders.len();
+        self.debloat = Some(Debloater::new(d, n, std::time::Instant::now()));
     }
 
     /// Makes the open batches of kind `timestamped`, sending those of the other kind.
@@ -150,7 +174,7 @@ impl<T> Channels<T> {
         let buf = &mut self.buffers[c];
         buf.push(r);
         self.timestamps[c].push(t);
-        if buf.len() >= BATCH_SIZE {
+        if buf.len() >= self.limits[c] {
             self.send_open_batch(c)?;
         }
         Ok(())
@@ -161,7 +185,7 @@ impl<T> Channels<T> {
     fn push_to(&mut self, c: usize, r: T) -> Result<()> {
         let buf = &mut self.buffers[c];
         buf.push(r);
-        if buf.len() >= BATCH_SIZE {
+        if buf.len() >= self.limits[c] {
             self.send_open_batch(c)?;
         }
         Ok(())
@@ -194,6 +218,15 @@ impl<T> Channels<T> {
     /// Sends `e` on channel `c` after what is pending there; what cannot be sent while a
     /// barrier waits stays pending ([`crate::runtime::load::send_or_defer`]).
     fn send_on(&mut self, c: usize, e: Event<T>) -> Result<()> {
+        if let Some(d) = &mut self.debloat {
+            if let Event::Batch(b) | Event::TimestampedBatch(b, _) = &e {
+                // Per batch, never per record: whether the consumer is behind, and the
+                // clock.
+                let behind = self.senders[c].is_full_now();
+                let now = std::time::Instant::now();
+                d.on_send(c, b.len(), behind, now, &mut self.limits);
+            }
+        }
         self.pending[c].push_back(e);
         self.send_pending(c)
     }
@@ -323,6 +356,12 @@ macro_rules! writer_control {
         fn set_read_ahead_credits(&mut self, credits: Vec<Arc<AtomicUsize>>) {
             self.channels.credits = credits;
         }
+        fn set_debloat(&mut self, d: Debloat) {
+            self.channels.set_debloat(d);
+        }
+        fn batch_hint(&self) -> usize {
+            self.channels.batch_hint()
+        }
         fn has_room(&self) -> bool {
             self.channels.has_room()
         }
@@ -353,7 +392,7 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<()> {
         self.channels.set_mode(false)?;
         let n = self.channels.senders.len();
-        if n == 1 {
+        if n == 1 && self.channels.limits[0] >= BATCH_SIZE {
             let buf = &mut self.channels.buffers[0];
             if buf.is_empty() && batch.len() >= BATCH_SIZE / 2 {
                 // Large enough to ship as it is: hand the vector over, no copy.
@@ -367,6 +406,8 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
             return Ok(());
         }
         for r in batch.drain(..) {
+            // Also one channel whose batches are debloated (cut record by record): every
+            // router sends to channel 0 of one.
             let c = self.router.route(&r, n);
             self.channels.push_to(c, r)?;
         }
@@ -375,7 +416,11 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
     fn push_timestamped(&mut self, batch: &mut Vec<T>, timestamps: &mut Vec<u64>) -> Result<()> {
         self.channels.set_mode(true)?;
         let n = self.channels.senders.len();
-        if n == 1 && self.channels.buffers[0].is_empty() && batch.len() >= BATCH_SIZE / 2 {
+        if n == 1
+            && self.channels.limits[0] >= BATCH_SIZE
+            && self.channels.buffers[0].is_empty()
+            && batch.len() >= BATCH_SIZE / 2
+        {
             // Large enough to ship as it is: hand the vectors over, no copy.
             let full = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
             let stamps = std::mem::replace(timestamps, Vec::with_capacity(full.len()));

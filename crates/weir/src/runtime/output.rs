@@ -52,6 +52,17 @@ pub trait Output<T>: Send {
     /// so reading ahead for a checkpoint does not let this writer run further ahead of a
     /// slow consumer. Other outputs ignore it.
     fn set_read_ahead_credits(&mut self, _credits: Vec<Arc<AtomicUsize>>) {}
+    /// (Network writers) sizes batches by buffer debloating
+    /// ([`crate::runtime::debloat`]), so a barrier waits behind about `d.target` of records
+    /// on a backpressured channel. Other outputs ignore it.
+    fn set_debloat(&mut self, _d: crate::runtime::debloat::Debloat) {}
+    /// How many records a source should poll before its next push: [`BATCH_SIZE`](crate::runtime::BATCH_SIZE),
+    /// or about one debloated batch per channel while a network writer down the chain cuts
+    /// its batches ([`crate::runtime::debloat`]) — a barrier is injected only between two
+    /// polls, so a full-size poll would hold it behind that many records.
+    fn batch_hint(&self) -> usize {
+        crate::runtime::BATCH_SIZE
+    }
     /// (Network writers of unaligned jobs) whether every channel has room for one more
     /// batch under its credit. A source of an unaligned job polls only then: a batch it
     /// produced without room would block, be deferred when a barrier is requested and go
@@ -84,6 +95,9 @@ macro_rules! forward_room {
         }
         fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
             self.next.watch_room(sel)
+        }
+        fn batch_hint(&self) -> usize {
+            self.next.batch_hint()
         }
     };
 }
@@ -209,6 +223,10 @@ impl<T: Clone + Send> Output<T> for FanOut<T> {
     }
     fn has_room(&self) -> bool {
         self.outputs.iter().all(|o| o.has_room())
+    }
+    fn batch_hint(&self) -> usize {
+        let hints = self.outputs.iter().map(|o| o.batch_hint());
+        hints.min().unwrap_or(crate::runtime::BATCH_SIZE)
     }
     fn watch_room<'a>(&'a self, sel: &mut Select<'a>) -> bool {
         // Every output registers its full channels: no short circuit.

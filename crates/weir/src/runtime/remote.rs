@@ -91,6 +91,18 @@ impl<T> Outlet<T> {
         }
     }
 
+    /// Whether the channel has no room for another batch right now (a local channel at its
+    /// capacity, a remote one out of permits): its consumer is behind, which is what buffer
+    /// debloating sizes batches by ([`crate::runtime::debloat`]).
+    #[inline]
+    pub(crate) fn is_full_now(&self) -> bool {
+        match self {
+            Outlet::Local(s) => s.is_full(),
+            #[cfg(feature = "cluster")]
+            Outlet::Remote(r) => r.is_full(),
+        }
+    }
+
     /// For a remote channel out of permits, what a task's `Select` waits on until they
     /// return (or the peer is lost); `None` for a local channel, or a remote one with
     /// room.

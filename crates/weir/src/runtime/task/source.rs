@@ -201,7 +201,9 @@ pub fn run_source_paused_by<T, S: SourceFunction<T>>(
             task.wait_for_room(&mut source, chain.as_mut())?;
             SourceStatus::More
         } else {
-            source.poll(&mut buf, BATCH_SIZE)?
+            // Fewer than a full batch while debloating cuts the batches downstream: a
+            // barrier goes out only between two polls.
+            source.poll(&mut buf, chain.batch_hint())?
         };
         if !buf.is_empty() {
             ctx.on_records(buf.len());

@@ -120,6 +120,9 @@ impl<T: Send> Output<T> for AnnouncingWriter<T> {
     fn has_room(&self) -> bool {
         self.inner.has_room()
     }
+    fn batch_hint(&self) -> usize {
+        self.inner.batch_hint()
+    }
     fn watch_room<'a>(&'a self, sel: &mut crossbeam_channel::Select<'a>) -> bool {
         self.inner.watch_room(sel)
     }

@@ -17,6 +17,7 @@ use crossbeam_channel::{unbounded, Sender};
 use crate::checkpoint::layout::ChannelStateFile;
 use crate::checkpoint::restore::RestoredCheckpoint;
 use crate::error::{Error, Result};
+use crate::runtime::debloat::Debloat;
 use crate::runtime::fault::FailureInjector;
 use crate::runtime::graph::{
     AnyBox, InputSetup, NodeKind, Partitioning, TaskBody, UnalignedWiring,
@@ -293,7 +294,11 @@ impl WorkerTasks {
                     // A channel to another worker announces on its remote priority lane.
                     let announced = (lanes[e].senders.get_mut(s).and_then(Option::take))
                         .map(|(l, credits)| (f.announcers(&tx, l), credits));
-                    let w = f.writer(tx, self.plan.partitioning[e], t.subtask);
+                    let debloat = self.cfg.buffer_debloat_target.map(|target| Debloat {
+                        target,
+                        capacity: self.cfg.channel_capacity.max(1),
+                    });
+                    let w = f.writer(tx, self.plan.partitioning[e], t.subtask, debloat);
                     match announced {
                         Some((l, credits)) => f.announcing(w, l, credits),
                         None => w,
