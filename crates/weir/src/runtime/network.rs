@@ -142,12 +142,15 @@ impl<T> Channels<T> {
         }
     }
 
-    /// About one open batch per channel ([`Output::batch_hint`]): [`BATCH_SIZE`] unless
-    /// debloating cut the batches of some channel.
-    fn batch_hint(&self) -> usize {
-        match self.debloat {
-            None => BATCH_SIZE,
-            Some(_) => self.limits.iter().sum::<usize>().min(BATCH_SIZE),
+    /// Records that fill about one open batch per channel ([`Output::batch_hint`]):
+    /// [`BATCH_SIZE`] unless debloating cut the batches of some channel. A writer that
+    /// `spreads` its records (each to one channel) fills them all with their sum; one that
+    /// sends each record to every channel (broadcast) fills the smallest with its limit.
+    fn batch_hint(&self, spreads: bool) -> usize {
+        match (&self.debloat, spreads) {
+            (None, _) => BATCH_SIZE,
+            (Some(_), true) => self.limits.iter().sum::<usize>().min(BATCH_SIZE),
+            (Some(_), false) => self.limits.iter().copied().min().unwrap_or(BATCH_SIZE),
         }
     }
 
@@ -359,9 +362,6 @@ macro_rules! writer_control {
         fn set_debloat(&mut self, d: Debloat) {
             self.channels.set_debloat(d);
         }
-        fn batch_hint(&self) -> usize {
-            self.channels.batch_hint()
-        }
         fn has_room(&self) -> bool {
             self.channels.has_room()
         }
@@ -434,6 +434,9 @@ impl<T: Send, R: Router<T>> Output<T> for RoutedWriter<T, R> {
         }
         Ok(())
     }
+    fn batch_hint(&self) -> usize {
+        self.channels.batch_hint(true)
+    }
     writer_control!();
 }
 
@@ -470,6 +473,9 @@ impl<T: Clone + Send> Output<T> for BroadcastWriter<T> {
             }
         }
         Ok(())
+    }
+    fn batch_hint(&self) -> usize {
+        self.channels.batch_hint(false)
     }
     writer_control!();
 }

@@ -247,3 +247,31 @@ fn batches_stay_full_while_the_consumer_keeps_up() {
         .iter()
         .all(|e| matches!(e, Event::Batch(v) if v.len() == BATCH_SIZE)));
 }
+
+/// A source polls about one batch per channel while debloating cuts them: the limits'
+/// sum for a writer that spreads its records, the smallest limit for a broadcast (each
+/// record goes to every channel), and a full batch without debloating.
+#[test]
+fn the_batch_hint_is_one_debloated_batch_per_channel() {
+    use crate::runtime::debloat::Debloat;
+    let d = Debloat {
+        target: std::time::Duration::from_millis(10),
+        capacity: 4,
+    };
+    let senders = || {
+        let (a, _) = crossbeam_channel::unbounded::<Event<u64>>();
+        let (b, _) = crossbeam_channel::unbounded::<Event<u64>>();
+        vec![a, b]
+    };
+    let mut routed = RoutedWriter::new(senders(), Rebalance::new(0));
+    assert_eq!(routed.batch_hint(), BATCH_SIZE, "no debloating");
+    routed.set_debloat(d);
+    routed.channels.limits = vec![100, 300];
+    assert_eq!(routed.batch_hint(), 400);
+    let mut broadcast = BroadcastWriter::new(senders());
+    broadcast.set_debloat(d);
+    broadcast.channels.limits = vec![100, 300];
+    assert_eq!(broadcast.batch_hint(), 100);
+    broadcast.channels.limits = vec![BATCH_SIZE; 2];
+    assert_eq!(broadcast.batch_hint(), BATCH_SIZE);
+}

@@ -27,6 +27,9 @@ pub(super) struct LogChain {
     pub gate: Option<Receiver<()>>,
     /// The room the test switches; without it the chain always has room.
     pub room: Option<Arc<AtomicBool>>,
+    /// What [`Output::batch_hint`] says (a writer's debloated batches); `None`: a full
+    /// batch.
+    pub hint: Option<usize>,
 }
 
 impl LogChain {
@@ -37,6 +40,7 @@ impl LogChain {
             event_time: true,
             gate: None,
             room: None,
+            hint: None,
         }
     }
 
@@ -108,6 +112,9 @@ impl<T: Display> Output<T> for LogChain {
         self.room
             .as_ref()
             .is_none_or(|room| room.load(Ordering::Relaxed))
+    }
+    fn batch_hint(&self) -> usize {
+        self.hint.unwrap_or(crate::runtime::BATCH_SIZE)
     }
 }
 

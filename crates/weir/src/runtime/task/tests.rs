@@ -188,6 +188,55 @@ fn a_source_polls_only_while_its_chain_has_room() {
     source_polls_only_with_room(false);
 }
 
+/// A source polls at most what its chain's writer asks for ([`Output::batch_hint`]: one
+/// debloated batch per channel), through a chained operator too, so a barrier is not held
+/// behind a full-size poll; without debloating, a full batch.
+#[test]
+fn a_source_polls_what_the_end_of_its_chain_hints() {
+    #[derive(Clone)]
+    struct MaxSource(Arc<Mutex<Vec<usize>>>);
+    impl crate::runtime::functions::CheckpointedFunction for MaxSource {}
+    impl crate::runtime::functions::SourceFunction<u32> for MaxSource {
+        fn poll(
+            &mut self,
+            out: &mut Vec<u32>,
+            max: usize,
+        ) -> Result<crate::runtime::functions::SourceStatus> {
+            let mut seen = self.0.lock().unwrap();
+            seen.push(max);
+            out.push(1);
+            Ok(match seen.len() {
+                3.. => crate::runtime::functions::SourceStatus::Finished,
+                _ => crate::runtime::functions::SourceStatus::More,
+            })
+        }
+    }
+    for (hint, want) in [(Some(37), 37), (None, crate::runtime::BATCH_SIZE)] {
+        let (ctx, ctl_tx, _writer_rx) = context(CheckpointingMode::ExactlyOnce);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let end = Box::new(LogChain {
+            hint,
+            ..LogChain::new(&log)
+        });
+        let chain: Box<dyn Output<u32>> = Box::new(crate::runtime::operators::MapOp {
+            f: |x: u32| x + 1,
+            out: Vec::new(),
+            next: end,
+        });
+        let maxes = Arc::new(Mutex::new(Vec::new()));
+        let source = MaxSource(maxes.clone());
+        let task = std::thread::spawn(move || run_source(source, "src".into(), chain, ctx));
+        let start = std::time::Instant::now();
+        while maxes.lock().unwrap().len() < 3 {
+            assert!(start.elapsed() < Duration::from_secs(10), "it polls");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ctl_tx.send(Control::Cancel).unwrap();
+        let _ = task.join().unwrap();
+        assert_eq!(*maxes.lock().unwrap(), vec![want; 3]);
+    }
+}
+
 /// The same through an operator chained after the source: the room is the writer's at
 /// the chain's end, which every chained operator forwards.
 #[test]
