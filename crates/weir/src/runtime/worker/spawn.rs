@@ -294,7 +294,11 @@ impl WorkerTasks {
                     // A channel to another worker announces on its remote priority lane.
                     let announced = (lanes[e].senders.get_mut(s).and_then(Option::take))
                         .map(|(l, credits)| (f.announcers(&tx, l), credits));
-                    let debloat = self.cfg.buffer_debloat_target.map(|target| Debloat {
+                    // Unaligned barriers overtake the queues: debloating buys their
+                    // checkpoints nothing, and cost W3's unaligned checkpoints ×20
+                    // (BENCHMARKS.md, stop 41).
+                    let target = self.cfg.buffer_debloat_target.filter(|_| !unaligned);
+                    let debloat = target.map(|target| Debloat {
                         target,
                         capacity: self.cfg.channel_capacity.max(1),
                     });
