@@ -310,33 +310,35 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `--buffer-debloat-target`: a positive duration, or `off`.
-fn parse_debloat(s: &str) -> Result<Interval, String> {
+/// A positive duration or `off` (`None`): `like` names examples for the error, `zero`
+/// what a zero is not and the way out (e.g. "interval: use `off` to disable checkpoints").
+fn parse_off_or_positive(s: &str, like: &str, zero: &str) -> Result<Interval, String> {
     if s == "off" {
         return Ok(Interval(None));
     }
     let d = humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration like 10ms or 50ms ({e}), nor `off`"))?;
+        .map_err(|e| format!("'{s}' is not a duration like {like} ({e}), nor `off`"))?;
     if d.is_zero() {
-        return Err(format!(
-            "'{s}' is no target: use `off` to turn debloating off"
-        ));
+        return Err(format!("'{s}' is no {zero}"));
     }
     Ok(Interval(Some(d)))
 }
 
+/// `--buffer-debloat-target`: a positive duration, or `off`.
+fn parse_debloat(s: &str) -> Result<Interval, String> {
+    parse_off_or_positive(
+        s,
+        "10ms or 50ms",
+        "target: use `off` to turn debloating off",
+    )
+}
+
 fn parse_interval(s: &str) -> Result<Interval, String> {
-    if s == "off" {
-        return Ok(Interval(None));
-    }
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration like 200ms, 1s or 2m ({e}), nor `off`"))?;
-    if d.is_zero() {
-        return Err(format!(
-            "'{s}' is no interval: use `off` to disable checkpoints"
-        ));
-    }
-    Ok(Interval(Some(d)))
+    parse_off_or_positive(
+        s,
+        "200ms, 1s or 2m",
+        "interval: use `off` to disable checkpoints",
+    )
 }
 
 fn parse_limit(s: &str) -> Result<Limit, String> {
